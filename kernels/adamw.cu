@@ -1,0 +1,98 @@
+// AdamW, the course's variant (Loshchilov & Hutter 2019, arXiv:1711.05101, Alg. 2; CS336 assignment 1 and
+// DESIGN.md), one fused pass over flat arrays. For each element, in this order:
+//   g  = grad_scale * g
+//   p  = p - decay * p,  decay = lr * weight_decay        (decoupled weight decay, with the old p)
+//   m  = beta1 m + (1 - beta1) g
+//   v  = beta2 v + (1 - beta2) g^2
+//   p  = p - step_size * m / (sqrt(v) + eps),             step_size = lr sqrt(1 - beta2^t) / (1 - beta1^t)
+//   p_work = T(p)                                         (optional bf16/f32 working copy, round to nearest even)
+// p, g, m, v f32 [n]; p_work [n] or null. Reads 16 bytes and writes 12 (+2 or 4) per element: memory bound.
+// Pattern: llm.c `llmc/adamw.cuh` (adamw_kernel3 updates the master weights and writes the low-precision copy).
+// 16-byte vector loads when every pointer allows it (the common case: whole allocations); otherwise scalar.
+#include "adamw.cuh"
+#include "common.cuh"
+
+namespace trainer::kernels {
+namespace {  // ---- kernels ---------------------------------------------------------------------------------------
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float adamw_one(float& p, float g, float& m, float& v, const AdamWStep& a) {
+  g *= a.grad_scale;
+  float pv = p - a.decay * p;
+  const float mv = a.beta1 * m + (1.f - a.beta1) * g;
+  const float vv = a.beta2 * v + (1.f - a.beta2) * g * g;
+  pv -= a.step_size * mv / (sqrtf(vv) + a.eps);
+  p = pv;
+  m = mv;
+  v = vv;
+  return pv;
+}
+
+template <class TW>
+__global__ __launch_bounds__(kThreads) void adamw_kernel(float* __restrict__ p, const float* __restrict__ g,
+                                                         float* __restrict__ m, float* __restrict__ v,
+                                                         TW* __restrict__ p_work, int64_t n, AdamWStep a) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float pi = p[i], mi = m[i], vi = v[i];
+    const float r = adamw_one(pi, g[i], mi, vi, a);
+    p[i] = pi;
+    m[i] = mi;
+    v[i] = vi;
+    if (p_work) p_work[i] = from_f32<TW>(r);
+  }
+}
+
+// Four elements per thread and iteration through float4; n4 = n / 4 vectors (the tail is done by adamw_kernel).
+template <class TW>
+__global__ __launch_bounds__(kThreads) void adamw_vec4_kernel(float4* __restrict__ p, const float4* __restrict__ g,
+                                                              float4* __restrict__ m, float4* __restrict__ v,
+                                                              TW* __restrict__ p_work, int64_t n4, AdamWStep a) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += int64_t(gridDim.x) * blockDim.x) {
+    float4 pi = p[i], mi = m[i], vi = v[i];
+    const float4 gi = g[i];
+    const float r0 = adamw_one(pi.x, gi.x, mi.x, vi.x, a);
+    const float r1 = adamw_one(pi.y, gi.y, mi.y, vi.y, a);
+    const float r2 = adamw_one(pi.z, gi.z, mi.z, vi.z, a);
+    const float r3 = adamw_one(pi.w, gi.w, mi.w, vi.w, a);
+    p[i] = pi;
+    m[i] = mi;
+    v[i] = vi;
+    if (p_work) {
+      TW* w = p_work + 4 * i;
+      w[0] = from_f32<TW>(r0);
+      w[1] = from_f32<TW>(r1);
+      w[2] = from_f32<TW>(r2);
+      w[3] = from_f32<TW>(r3);
+    }
+  }
+}
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
+}  // namespace
+
+// ---- launchers ------------------------------------------------------------------------------------------------------
+void adamw(float* p, const float* g, float* m, float* v, void* p_work, DType t_work, int64_t n, const AdamWStep& a,
+           cudaStream_t s) {
+  if (n <= 0) return;
+  dispatch_float(p_work ? t_work : DType::f32, "adamw p_work", [&](auto aw) {
+    using TW = typename decltype(aw)::type;
+    TW* w = static_cast<TW*>(p_work);
+    int64_t done = 0;
+    if (aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v)) {
+      const int64_t n4 = n / 4;
+      if (n4 > 0)
+        adamw_vec4_kernel<TW><<<elementwise_grid(n4, kThreads), kThreads, 0, s>>>(
+            reinterpret_cast<float4*>(p), reinterpret_cast<const float4*>(g), reinterpret_cast<float4*>(m),
+            reinterpret_cast<float4*>(v), w, n4, a);
+      done = 4 * n4;
+    }
+    if (done < n)
+      adamw_kernel<TW><<<elementwise_grid(n - done, kThreads), kThreads, 0, s>>>(p + done, g + done, m + done, v + done,
+                                                                              w ? w + done : nullptr, n - done, a);
+  });
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace trainer::kernels

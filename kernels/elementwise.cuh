@@ -1,0 +1,18 @@
+// Elementwise launchers: fill, cast (f32 <-> bf16), add_inplace, scale. Flat contiguous arrays of n elements.
+#pragma once
+#include "common.cuh"  // first: it sets fmt up for nvcc (see there)
+
+#include <cstdint>
+
+namespace trainer::kernels {
+
+/// x[i] = value for i < n. t: f32, bf16 (rounded to nearest even) or i32 (value truncated toward zero).
+void fill(void* x, DType t, int64_t n, float value, cudaStream_t s);
+/// dst[i] = src[i] converted (f32 <-> bf16 round-to-nearest-even; same dtype: a plain copy). f32 or bf16.
+void cast(void* dst, DType dst_t, const void* src, DType src_t, int64_t n, cudaStream_t s);
+/// x[i] += y[i] in fp32, stored back in t (f32 or bf16).
+void add_inplace(void* x, const void* y, DType t, int64_t n, cudaStream_t s);
+/// x[i] *= alpha in fp32, stored back in t (f32 or bf16).
+void scale(void* x, DType t, int64_t n, float alpha, cudaStream_t s);
+
+}  // namespace trainer::kernels

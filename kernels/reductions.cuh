@@ -1,0 +1,17 @@
+// Deterministic reductions of a flat array to one fp64 number on the device: sum and sum of squares.
+#pragma once
+#include "common.cuh"  // first: it sets fmt up for nvcc (see there)
+
+#include <cstdint>
+
+namespace trainer::kernels {
+
+/// Partial sums the reduction needs in `partials` (doubles).
+constexpr int kReduceMaxBlocks = 1024;
+
+/// out[0] = sum_i x[i] (square = false) or sum_i x[i]^2 (square = true), accumulated in fp64. x f32 or bf16 [n].
+/// Two stages with a block count that depends on n only (per-block partials in `partials`, then one block sums them
+/// in index order), so the result is the same on every run. out is a device pointer.
+void reduce_sum(double* out, const void* x, DType t, int64_t n, bool square, double* partials, cudaStream_t s);
+
+}  // namespace trainer::kernels

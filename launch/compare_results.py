@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Print result records (trainer.result/1, see DESIGN.md "Result record") side by side.
+
+    launch/compare_results.py results/xl_none.json results/xl_fsdp.json [...]
+    launch/compare_results.py --markdown results/runs/*.json > results/table.md
+
+One column per record, one row per field: status, the config summary (preset and dims, device, precision, attention,
+strategy and comm, world size, batch), the machine, timing mean ± std per phase (ms), tokens/s, TFLOP/s per GPU and
+MFU, peak memory and its split by category at the peak, saved activations per block, and the final loss.
+When there are several records, "vs first" rows give the step time and tokens/s relative to the first column.
+A field a record lacks shows as "-". Standard library only.
+"""
+import argparse
+import json
+import os
+import sys
+
+PHASES = ["forward", "backward", "optimizer", "step", "comm", "comm_exposed"]
+
+
+def get(d, *keys, default=None):
+    """d[k0][k1]... or default when any level is missing or null."""
+    for k in keys:
+        if not isinstance(d, dict) or d.get(k) is None:
+            return default
+        d = d[k]
+    return d
+
+
+def fmt_bytes(n):
+    if n is None:
+        return "-"
+    n = float(n)
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_num(x, spec="{:.1f}"):
+    return "-" if x is None else spec.format(x)
+
+
+def fmt_rate(x):
+    if x is None:
+        return "-"
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.2f}{unit}"
+    return f"{x:.1f}"
+
+
+def model_summary(r):
+    cfg_model = get(r, "config", "model", default={})
+    dims = get(r, "model", "dims", default=None) or cfg_model
+    preset = cfg_model.get("preset") or "custom"
+    if not dims:
+        return preset
+    return (f"{preset}: d_model {dims.get('d_model', '?')} d_ff {dims.get('d_ff', '?')} "
+            f"L {dims.get('num_layers', '?')} H {dims.get('num_heads', '?')} "
+            f"V {dims.get('vocab_size', '?')} T {dims.get('context_length', '?')}")
+
+
+def device_summary(r):
+    m = r.get("machine") or {}
+    gpu = m.get("gpu_name") or m.get("gpu")
+    desc = gpu or m.get("backend") or r.get("backend") or get(r, "config", "device")
+    host = m.get("host")
+    return f"{desc} @ {host}" if host and desc else (desc or host or "-")
+
+
+def timing_cell(r, phase):
+    t = get(r, "timing", phase)
+    if not t or t.get("mean_ms") is None:
+        return "-"
+    n = len(t.get("samples") or [])
+    return f"{t['mean_ms']:.2f} ± {t.get('std_ms') or 0.0:.2f} (n={n})"
+
+
+def ratio(x, base, spec="{:.2f}x"):
+    return "-" if x is None or not base else spec.format(x / base)
+
+
+def build_rows(records):
+    """[(label, [cell per record])], in display order."""
+    rows = []
+
+    def row(label, fn):
+        rows.append((label, [fn(r) for r in records]))
+
+    row("status", lambda r: r.get("status", "-") + (f" ({r['error'][:60]})" if r.get("error") else ""))
+    row("job / name", lambda r: f"{r.get('job', '-')} / {r.get('name') or '-'}")
+    row("model", model_summary)
+    row("parameters", lambda r: fmt_rate(get(r, "model", "parameters")))
+    row("device", device_summary)
+    row("precision", lambda r: f"{get(r, 'config', 'precision', default='-')}"
+        + (" +tf32" if get(r, "config", "allow_tf32") else ""))
+    row("attention", lambda r: get(r, "config", "attention", default="-"))
+    row("checkpointing", lambda r: get(r, "config", "checkpointing", "policy", default="-"))
+    row("strategy / comm", lambda r: f"{get(r, 'config', 'parallel', 'strategy', default='-')} / "
+        f"{get(r, 'config', 'parallel', 'comm', default='-')}")
+    row("world size", lambda r: str(r.get("world_size", "-")))
+    row("batch (global / micro)", lambda r: f"{get(r, 'config', 'data', 'batch_size', default='-')} / "
+        f"{get(r, 'steps', 'microbatch_size', default=get(r, 'config', 'data', 'microbatch_size', default='-'))}")
+    phases = PHASES + sorted({p for r in records for p in (r.get("timing") or {}) if p not in PHASES})
+    for p in phases:
+        if any(get(r, "timing", p) for r in records):
+            row(f"{p} ms (mean ± std)", lambda r, p=p: timing_cell(r, p))
+    row("tokens/s", lambda r: fmt_rate(get(r, "throughput", "tokens_per_s")))
+    row("TFLOP/s per GPU", lambda r: fmt_num(get(r, "throughput", "model_tflops_per_gpu")))
+    row("MFU", lambda r: fmt_num(get(r, "throughput", "mfu"), "{:.1%}")
+        + (f" of {get(r, 'throughput', 'peak_tflops'):.0f}" if get(r, "throughput", "peak_tflops") else ""))
+    if len(records) > 1:
+        base_step = get(records[0], "timing", "step", "mean_ms")
+        base_tok = get(records[0], "throughput", "tokens_per_s")
+        row("step time vs first", lambda r: ratio(get(r, "timing", "step", "mean_ms"), base_step))
+        row("tokens/s vs first", lambda r: ratio(get(r, "throughput", "tokens_per_s"), base_tok))
+    row("peak memory", lambda r: fmt_bytes(get(r, "memory", "peak_bytes")))
+    cats = []
+    for r in records:
+        for c in get(r, "memory", "by_category", default={}):
+            if c not in cats:
+                cats.append(c)
+    for c in cats:
+        row(f"  {c} (at peak)", lambda r, c=c: fmt_bytes(get(r, "memory", "by_category", c)))
+    row("optimizer state", lambda r: fmt_bytes(get(r, "memory", "optimizer_state_bytes")))
+    row("saved act. per block", lambda r: fmt_bytes(get(r, "memory", "saved_activation_bytes_per_block")))
+    row("final loss", lambda r: fmt_num(get(r, "loss", "final"), "{:.4f}"))
+    return rows
+
+
+def render_text(headers, rows):
+    label_w = max(len("field"), *(len(label) for label, _ in rows))
+    widths = [max(len(h), *(len(cells[i]) for _, cells in rows)) for i, h in enumerate(headers)]
+    lines = ["  ".join(["field".ljust(label_w)] + [h.ljust(w) for h, w in zip(headers, widths)]).rstrip(),
+             "  ".join(["-" * label_w] + ["-" * w for w in widths])]
+    for label, cells in rows:
+        lines.append("  ".join([label.ljust(label_w)] + [c.ljust(w) for c, w in zip(cells, widths)]).rstrip())
+    return "\n".join(lines)
+
+
+def render_markdown(headers, rows):
+    esc = lambda s: s.replace("|", "\\|")
+    lines = ["| field | " + " | ".join(map(esc, headers)) + " |", "|---" * (len(headers) + 1) + "|"]
+    for label, cells in rows:
+        lines.append(f"| {esc(label.strip())} | " + " | ".join(map(esc, cells)) + " |")
+    return "\n".join(lines)
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            r = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        sys.exit(f"compare_results: error: cannot read '{path}': {e}")
+    if not isinstance(r, dict) or not str(r.get("schema", "")).startswith("trainer.result/"):
+        sys.exit(f"compare_results: error: '{path}' is not a trainer result record (schema trainer.result/1)")
+    return r
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Side-by-side table of trainer result records.")
+    ap.add_argument("records", nargs="+", help="result record JSON files")
+    ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    args = ap.parse_args(argv)
+    records = [load(p) for p in args.records]
+    headers = [os.path.basename(p) for p in args.records]
+    if len(set(headers)) < len(headers):  # same file names in different folders: show the paths
+        headers = list(args.records)
+    rows = build_rows(records)
+    try:
+        print(render_markdown(headers, rows) if args.markdown else render_text(headers, rows))
+    except BrokenPipeError:  # piped into head
+        sys.stderr.close()
+
+
+if __name__ == "__main__":
+    main()

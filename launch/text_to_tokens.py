@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Turn text files into a byte-level token file for `data.source: "tokens"`.
+
+    launch/text_to_tokens.py OUT.u16 INPUT [INPUT ...]
+    launch/text_to_tokens.py data/fortunes.u16 /usr/share/games/fortunes      # Debian's fortunes package
+
+Each byte of the input is one token (vocab 256, so use model.vocab_size >= 256), written as uint16 little-endian:
+the flat NumPy-memmap layout of the CS336 course and llm.c (np.memmap(path, dtype=np.uint16)), which the trainer
+reads with `data.dtype: "uint16"`. Inputs are concatenated in the order given.
+
+An INPUT that is a directory contributes the regular files directly inside it, in name order: symbolic links
+(fortunes' *.u8 links), subdirectories (fortunes' offensive "off/"), strfile indexes (*.dat) and binary files
+(any NUL byte) are skipped. Prints the token count. Standard library only.
+"""
+import argparse
+import array
+import os
+import sys
+
+
+def input_files(paths):
+    """The files to read, in order: files as given, directories expanded (see the module docstring)."""
+    out = []
+    for p in paths:
+        if os.path.isdir(p):
+            for name in sorted(os.listdir(p)):
+                full = os.path.join(p, name)
+                if os.path.islink(full) or not os.path.isfile(full) or name.endswith(".dat"):
+                    continue
+                out.append(full)
+        elif os.path.isfile(p):
+            out.append(p)
+        else:
+            sys.exit(f"text_to_tokens: error: cannot read '{p}': no such file or directory")
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Byte-level tokens (vocab 256) as uint16 little-endian.")
+    ap.add_argument("out", help="output token file, e.g. data/fortunes.u16")
+    ap.add_argument("inputs", nargs="+", help="text files or directories")
+    args = ap.parse_args(argv)
+
+    tokens = array.array("H")
+    used, skipped = [], []
+    for path in input_files(args.inputs):
+        with open(path, "rb") as f:
+            data = f.read()
+        if b"\0" in data:  # a binary file in a text directory
+            skipped.append(path)
+            continue
+        tokens.extend(data)  # each byte 0..255 becomes one uint16 (extend iterates the ints of a bytes object)
+        used.append(path)
+    if not tokens:
+        sys.exit("text_to_tokens: error: no text found in the inputs")
+    if sys.byteorder != "little":
+        tokens.byteswap()
+
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(out_dir, exist_ok=True)
+    tmp = f"{args.out}.tmp.{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            tokens.tofile(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, args.out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    for path in skipped:
+        print(f"skipped binary file {path}", file=sys.stderr)
+    print(f"{len(tokens)} tokens (byte-level, vocab 256, uint16) from {len(used)} files -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,381 @@
+#!/usr/bin/env python3
+"""PyTorch peer of the trainer's benchmarks: the same model (tests/parity/reference_model.py), timed the same way.
+
+    # one configuration, one JSON record
+    python launch/torch_bench.py --preset xl --mode compiled --phase train_step --batch 4 --ctx 512 \
+        --warmup 5 --steps 10 --json results/torch_xl_compiled.json
+    # every preset x mode x phase, each in a fresh subprocess (an OOM or compile cache cannot leak into the next)
+    python launch/torch_bench.py --sweep --json results/torch_sweep.json
+    # CPU smoke test (Debian's torch 1.13; eager modes only)
+    /usr/bin/python3 launch/torch_bench.py --device cpu --preset tiny --warmup 1 --steps 2
+
+Modes (ANCHORS.md uses the same three):
+  fp32      eager, strict fp32 (TF32 off), naive attention (materialised scores), the course's AdamW
+  bf16      eager, torch.autocast bf16 (fp32 master weights), naive attention, fused torch.optim.AdamW
+  compiled  bf16 autocast + F.scaled_dot_product_attention + torch.compile + fused torch.optim.AdamW
+--optimizer overrides the optimizer. torch.optim.AdamW is not quite the course's AdamW: it adds eps to
+sqrt(v / (1 - b2^t)) instead of to sqrt(v) (the same update with eps scaled by sqrt(1 - b2^t)); the decay
+p *= 1 - lr wd and everything else are the same. With eps = 1e-8 the difference is invisible in timing.
+Phases: forward (the loss, autograd on unless --forward-no-grad, graph dropped), forward_backward, train_step
+(zero grads, forward, backward, optional clipping, optimizer step). Random tokens, the same batch every step.
+
+Timing: `warmup` untimed steps, then `steps` steps, each between two CUDA events and followed by
+torch.cuda.synchronize() (time.perf_counter on the CPU). Peak memory is torch.cuda.max_memory_allocated() over
+warm-up and measured steps (parameters, grads and optimizer state included). An out-of-memory error gives a row
+with status "oom"; any other error a row with status "error"; the process exits 0 for ok and oom, 1 for error.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Dict, List
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "parity"))
+import reference_model as ref  # noqa: E402  (the one implementation of the model, shared with the parity tests)
+
+# DESIGN.md Table 1 and src/config/presets.cpp: (vocab, context, d_model, d_ff, num_layers, num_heads).
+# --vocab and --ctx override the first two. tiny (the trainer's test model) is for smoke tests on a CPU.
+PRESETS: Dict[str, tuple] = {
+    "tiny": (256, 64, 64, 172, 2, 4),
+    "small": (10000, 512, 768, 3072, 12, 12),
+    "medium": (10000, 512, 1024, 4096, 24, 16),
+    "large": (10000, 512, 1280, 5120, 36, 20),
+    "xl": (10000, 512, 2560, 10240, 32, 32),
+    "10B": (10000, 512, 4608, 12288, 50, 36),
+}
+
+
+def preset_config(preset: str, vocab, ctx) -> "ref.ModelConfig":
+    """The model of a preset, with vocab / ctx replaced where given (None: the preset's)."""
+    p_vocab, p_ctx, d_model, d_ff, num_layers, num_heads = PRESETS[preset]
+    return ref.ModelConfig(vocab_size=vocab or p_vocab, context_length=ctx or p_ctx, d_model=d_model, d_ff=d_ff,
+                           num_layers=num_layers, num_heads=num_heads)
+SWEEP_PRESETS = ["small", "medium", "large", "xl", "10B"]
+MODES = ["fp32", "bf16", "compiled"]
+PHASES = ["forward", "forward_backward", "train_step"]   # in order of memory use: an OOM skips the later phases
+SCHEMA = "torch_bench.result/1"
+GIB = 1024 ** 3
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# One run
+# ---------------------------------------------------------------------------------------------------------------------
+class LossModule(torch.nn.Module):
+    """(inputs [B, T], targets [B, T]) -> mean cross-entropy; wraps the model so torch.compile sees the loss too."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return ref.cross_entropy(self.model(x), y)
+
+
+def machine_info(device: str) -> dict:
+    info = {"host": socket.gethostname(), "python": platform.python_version(), "torch": torch.__version__,
+            "cuda": torch.version.cuda, "cpu_threads": torch.get_num_threads()}
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        info.update(gpu=props.name, gpu_memory_bytes=props.total_memory,
+                    capability=f"{props.major}.{props.minor}", cudnn=torch.backends.cudnn.version())
+    return info
+
+
+def resolve_optimizer(mode: str, requested: str, device: str) -> str:
+    if requested != "auto":
+        return requested
+    if mode == "fp32":
+        return "course"
+    return "fused" if device == "cuda" else "torch"
+
+
+def make_optimizer(kind: str, params, lr: float, weight_decay: float):
+    """course: reference_model.AdamW (per-parameter loop, as in the course); torch: torch.optim.AdamW's default
+    implementation; fused: torch.optim.AdamW(fused=True), one CUDA kernel launch for all parameters."""
+    betas, eps = (0.9, 0.999), 1e-8
+    if kind == "course":
+        return ref.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    if kind == "torch":
+        return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    if kind == "fused":
+        try:
+            return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=True)
+        except TypeError as e:
+            raise RuntimeError(f"torch {torch.__version__} has no fused AdamW: {e}") from None
+    raise ValueError(f"unknown optimizer {kind!r}")
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for a CUDA (or host allocator) out-of-memory error, also when torch.compile wraps it in another error."""
+    oom_type = getattr(torch.cuda, "OutOfMemoryError", None)
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if (oom_type is not None and isinstance(exc, oom_type)) or "out of memory" in str(exc).lower():
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def time_stats(times_ms: List[float]) -> dict:
+    return {"mean_ms": statistics.fmean(times_ms), "std_ms": statistics.pstdev(times_ms) if len(times_ms) > 1 else 0.0,
+            "min_ms": min(times_ms), "median_ms": statistics.median(times_ms), "max_ms": max(times_ms),
+            "samples": len(times_ms), "times_ms": times_ms}
+
+
+def run_one(args) -> dict:
+    """Builds the model, runs warm-up and measured steps of one phase, returns the record (status ok/oom/error)."""
+    device = args.device
+    optimizer_kind = resolve_optimizer(args.mode, args.optimizer, device)
+    cfg = preset_config(args.preset, args.vocab, args.ctx)
+    attention = "sdpa" if args.mode == "compiled" else "naive"
+    record = {
+        "schema": SCHEMA, "status": "error", "error": None,
+        "config": {"preset": args.preset, "mode": args.mode, "phase": args.phase, "device": device,
+                   "batch": args.batch, "ctx": cfg.context_length, "vocab": cfg.vocab_size, "d_model": cfg.d_model,
+                   "d_ff": cfg.d_ff, "num_layers": cfg.num_layers, "num_heads": cfg.num_heads,
+                   "warmup": args.warmup, "steps": args.steps,
+                   "attention": attention, "optimizer": optimizer_kind, "max_grad_norm": args.max_grad_norm,
+                   "forward_no_grad": args.forward_no_grad, "allow_tf32": False, "seed": args.seed},
+        "machine": machine_info(device),
+        "model": {"params": sum(math.prod(s) for s in ref.param_shapes(cfg).values())},
+    }
+    t_start = time.perf_counter()
+    try:
+        if args.mode == "compiled" and (device != "cuda" or not hasattr(torch, "compile")):
+            raise RuntimeError(f"mode 'compiled' needs CUDA and torch >= 2.0 "
+                               f"(device {device}, torch {torch.__version__})")
+        # Strict fp32 in every mode: the bf16 modes do their matmuls in bf16 through autocast anyway.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.manual_seed(args.seed)
+        model = ref.TransformerLM(cfg, attention=attention, device=device, dtype=torch.float32)
+        loss_fn = LossModule(model)
+        if args.mode == "compiled":
+            loss_fn = torch.compile(loss_fn)
+        gen = torch.Generator(device="cpu").manual_seed(args.seed)
+        tokens = torch.randint(0, cfg.vocab_size, (args.batch, cfg.context_length + 1), generator=gen).to(device)
+        x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+        params = list(model.parameters())
+        optimizer = make_optimizer(optimizer_kind, params, lr=1e-3, weight_decay=0.01) \
+            if args.phase == "train_step" else None
+        autocast = (torch.autocast(device_type=device, dtype=torch.bfloat16) if args.mode in ("bf16", "compiled")
+                    else contextlib.nullcontext())
+
+        def step():
+            if args.phase == "forward":
+                with (torch.no_grad() if args.forward_no_grad else contextlib.nullcontext()), autocast:
+                    loss_fn(x, y)
+                return
+            for p in params:
+                p.grad = None
+            with autocast:
+                loss = loss_fn(x, y)
+            loss.backward()
+            if args.phase == "train_step":
+                if args.max_grad_norm is not None:   # same rule as the course: min(1, max_norm / (norm + 1e-6))
+                    torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm)
+                optimizer.step()
+
+        if device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        times_ms = []
+        for i in range(args.warmup + args.steps):
+            if device == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                step()
+                end.record()
+                torch.cuda.synchronize()
+                ms = start.elapsed_time(end)
+            else:
+                t0 = time.perf_counter()
+                step()
+                ms = (time.perf_counter() - t0) * 1e3
+            if i >= args.warmup:
+                times_ms.append(ms)
+        timing = time_stats(times_ms)
+        record.update(
+            status="ok", timing={"step": timing},
+            throughput={"tokens_per_s": args.batch * cfg.context_length / (timing["mean_ms"] / 1e3)},
+            memory={"peak_bytes": torch.cuda.max_memory_allocated() if device == "cuda" else None})
+    except Exception as e:   # noqa: BLE001: every failure becomes a row
+        record["status"] = "oom" if is_oom(e) else "error"
+        record["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]
+        if record["status"] == "error":
+            record["traceback"] = traceback.format_exc()[-4000:]
+        if device == "cuda":
+            record["memory"] = {"peak_bytes": torch.cuda.max_memory_allocated()}
+    record["wall_s"] = time.perf_counter() - t_start
+    return record
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Output
+# ---------------------------------------------------------------------------------------------------------------------
+COLUMNS = "  {:<7} {:<9} {:>16} {:>8} {:>10} {:>9} {:>12} {:>7}  {}"   # a header line replaces the first blank by #
+
+
+def table_header(machine: dict, args) -> str:
+    where = f"cuda ({machine.get('gpu')}, {machine.get('gpu_memory_bytes', 0) / GIB:.1f} GiB)" \
+        if args.device == "cuda" else f"cpu ({machine.get('cpu_threads')} threads)"
+    return "\n".join([
+        f"# torch_bench  device {where}  torch {machine['torch']}  batch {args.batch}  ctx {args.ctx or 'preset'}  "
+        f"vocab {args.vocab or 'preset'}  warmup {args.warmup}  steps {args.steps}",
+        "#" + COLUMNS.format("preset", "mode", "phase", "params", "mean", "± std", "tokens/s", "peak", "status")[1:],
+        "#" + COLUMNS.format("", "", "", "(M)", "(ms)", "(ms)", "(tok/s)", "(GiB)", "")[1:],
+    ])
+
+
+def table_row(r: dict) -> str:
+    c = r["config"]
+    params = f"{r['model']['params'] / 1e6:.1f}"
+    peak = (r.get("memory") or {}).get("peak_bytes")
+    peak_s = f"{peak / GIB:.2f}" if peak is not None else "-"
+    if r["status"] == "ok":
+        t = r["timing"]["step"]
+        return COLUMNS.format(c["preset"], c["mode"], c["phase"], params, f"{t['mean_ms']:.2f}",
+                              f"± {t['std_ms']:.2f}", f"{r['throughput']['tokens_per_s']:,.0f}", peak_s, "ok")
+    status = "OOM" if r["status"] == "oom" else f"error: {r.get('error')}"
+    return COLUMNS.format(c["preset"], c["mode"], c["phase"], params, "-", "", "-", peak_s, status)
+
+
+def write_json(path: str, obj) -> None:
+    """Writes to <path>.tmp, then renames, so no half-written file is left."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    os.replace(tmp, p)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Sweep: one subprocess per configuration
+# ---------------------------------------------------------------------------------------------------------------------
+def child_args(args, preset: str, mode: str, phase: str, json_path: str) -> List[str]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--preset", preset, "--mode", mode, "--phase", phase,
+           "--batch", str(args.batch), "--warmup", str(args.warmup), "--steps", str(args.steps),
+           "--device", args.device, "--optimizer", args.optimizer, "--seed", str(args.seed),
+           "--json", json_path, "--quiet"]
+    for flag, value in (("--ctx", args.ctx), ("--vocab", args.vocab), ("--max-grad-norm", args.max_grad_norm)):
+        if value is not None:
+            cmd += [flag, str(value)]
+    if args.forward_no_grad:
+        cmd.append("--forward-no-grad")
+    return cmd
+
+
+def placeholder(args, preset: str, mode: str, phase: str, status: str, error: str) -> dict:
+    cfg = preset_config(preset, args.vocab, args.ctx)
+    return {"schema": SCHEMA, "status": status, "error": error,
+            "config": {"preset": preset, "mode": mode, "phase": phase, "device": args.device, "batch": args.batch,
+                       "ctx": cfg.context_length, "vocab": cfg.vocab_size},
+            "model": {"params": sum(math.prod(s) for s in ref.param_shapes(cfg).values())}}
+
+
+def sweep(args) -> int:
+    presets = args.presets or (["tiny"] if args.device == "cpu" else SWEEP_PRESETS)
+    modes = args.modes or ([m for m in MODES if m != "compiled"] if args.device == "cpu" else MODES)
+    phases = args.phases or PHASES
+    machine = machine_info(args.device)
+    print(table_header(machine, args), flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="torch_bench_") as tmp:
+        for preset in presets:
+            for mode in modes:
+                oom_phase = None
+                for phase in sorted(phases, key=PHASES.index):
+                    if oom_phase is not None:   # later phases need at least as much memory
+                        row = placeholder(args, preset, mode, phase, "oom",
+                                          f"skipped: phase {oom_phase} already ran out of memory")
+                    else:
+                        out = os.path.join(tmp, f"{preset}_{mode}_{phase}.json")
+                        try:
+                            proc = subprocess.run(child_args(args, preset, mode, phase, out), capture_output=True,
+                                                  text=True, timeout=args.timeout)
+                            if os.path.exists(out):
+                                row = json.loads(Path(out).read_text())
+                            else:
+                                tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+                                row = placeholder(args, preset, mode, phase, "error",
+                                                  f"subprocess exited {proc.returncode}: {' | '.join(tail)}")
+                        except subprocess.TimeoutExpired:
+                            row = placeholder(args, preset, mode, phase, "error", f"timeout after {args.timeout} s")
+                    if row["status"] == "oom":
+                        oom_phase = oom_phase or phase
+                    rows.append(row)
+                    print(table_row(row), flush=True)
+    if args.json:
+        write_json(args.json, {"schema": "torch_bench.sweep/1", "machine": machine,
+                               "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "rows": rows})
+        print(f"# wrote {args.json}")
+    return 0 if all(r["status"] in ("ok", "oom") for r in rows) else 1
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--preset", choices=list(PRESETS), default="small")
+    ap.add_argument("--mode", choices=MODES, default="fp32")
+    ap.add_argument("--phase", choices=PHASES, default="train_step")
+    ap.add_argument("--batch", type=int, default=4, help="rows per step (default 4)")
+    ap.add_argument("--ctx", type=int, default=None, help="tokens per row (default: preset's, 512; tiny 64)")
+    ap.add_argument("--vocab", type=int, default=None, help="vocabulary (default: preset's, 10000; tiny 256)")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5)")
+    ap.add_argument("--steps", type=int, default=10, help="timed steps (default 10)")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--optimizer", choices=["auto", "course", "torch", "fused"], default="auto",
+                    help="auto: course for fp32, fused (cuda) or torch (cpu) for bf16/compiled")
+    ap.add_argument("--max-grad-norm", type=float, default=None, help="clip grads in train_step (default: off)")
+    ap.add_argument("--forward-no-grad", action="store_true", help="phase forward under torch.no_grad()")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", help="write the record (or, with --sweep, all records) here")
+    ap.add_argument("--sweep", action="store_true", help="run presets x modes x phases, one subprocess each")
+    ap.add_argument("--presets", nargs="+", choices=list(PRESETS), help="sweep: presets (default small..10B)")
+    ap.add_argument("--modes", nargs="+", choices=MODES, help="sweep: modes (default all; cpu: eager ones)")
+    ap.add_argument("--phases", nargs="+", choices=PHASES, help="sweep: phases (default all)")
+    ap.add_argument("--timeout", type=float, default=1800, help="sweep: seconds per configuration (default 1800)")
+    ap.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda but no CUDA device is visible (use --device cpu)")
+    if args.warmup < 0 or args.steps < 1:
+        ap.error("need --warmup >= 0 and --steps >= 1")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.sweep:
+        return sweep(args)
+    record = run_one(args)
+    if args.json:
+        write_json(args.json, record)
+    if not args.quiet:
+        args.ctx, args.vocab = record["config"]["ctx"], record["config"]["vocab"]
+        print(table_header(record["machine"], args))
+        print(table_row(record))
+        if record["status"] == "error":
+            print(record.get("traceback", ""), file=sys.stderr)
+    return 0 if record["status"] in ("ok", "oom") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+#include "backend/backend.h"
+
+#include "backend/cpu/cpu_backend.h"
+#ifdef TRAINER_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+namespace trainer {
+
+Buffer::Buffer(Backend* be, size_t bytes, Category cat) : be_(be), bytes_(bytes), cat_(cat) {
+  if (bytes == 0) return;
+  data_ = be->raw_alloc(bytes);
+  if (!data_)
+    throw OutOfMemory(fmt::format("out of memory on {}: asked for {} ({}) with {} in use ({})", be->name(),
+                                  format_bytes(bytes), category_name(cat), format_bytes(be->memory().total),
+                                  be->memory().describe_current()));
+  be->memory().on_alloc(cat, bytes);
+}
+
+Buffer::~Buffer() { reset(); }
+
+void Buffer::reset() {
+  if (data_) {
+    be_->raw_free(data_);
+    be_->memory().on_free(cat_, bytes_);
+  }
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+void Buffer::swap(Buffer& o) noexcept {
+  std::swap(be_, o.be_);
+  std::swap(data_, o.data_);
+  std::swap(bytes_, o.bytes_);
+  std::swap(cat_, o.cat_);
+}
+
+Tensor Buffer::view(DType t, std::initializer_list<int64_t> shape) const {
+  Tensor v(data_, t, be_ ? be_->device() : Device::cpu, shape);
+  TRAINER_CHECK(v.bytes() <= bytes_, "Buffer::view: {} bytes asked of a {}-byte buffer", v.bytes(), bytes_);
+  return v;
+}
+
+std::unique_ptr<Backend> make_backend(Device device, int device_index, const BackendOptions& opts) {
+  if (device == Device::cpu) return std::make_unique<CpuBackend>();
+#ifdef TRAINER_HAVE_CUDA
+  CONFIG_CHECK(cuda_available(), "device: 'cuda' was asked for but no CUDA device is visible");
+  return make_cuda_backend(device_index, opts);
+#else
+  throw ConfigError("device: 'cuda' was asked for but this trainer was built without CUDA (no nvcc at build time)");
+#endif
+}
+
+#ifndef TRAINER_HAVE_CUDA
+bool cuda_available() { return false; }
+#endif
+
+}  // namespace trainer

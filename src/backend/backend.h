@@ -1,0 +1,154 @@
+// Backend: the narrow op table the model, the optimizer and every parallel strategy are written against.
+//
+// Two implementations: backend/cpu (fp32 reference, OpenBLAS; runs in CI) and backend/cuda (kernels/ + cuBLASLt).
+// All tensors passed to a backend live on that backend's device. Ops are enqueued in order on the backend's compute
+// stream (the CPU backend runs them at once); only the ops documented "(syncs)" wait for the device.
+//
+// Layouts (row-major; N = B*T rows of a microbatch, D = d_model, F = d_ff, H = num_heads, dh = d_head = D/H):
+//   activations x, h   [N, D]       qkv [N, 3D] = [q | k | v], head h of q at columns h*dh .. h*dh+dh-1
+//   ab  [N, 2F] = [w1 x | w3 x]     g [N, F]     logits [N, V]     lse [B, H, T] fp32     probs [B, H, T, T]
+// Activation dtype is fp32, or bf16 in mixed precision (CUDA only). Gradients of weights are always fp32.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "core/memory.h"
+#include "core/tensor.h"
+
+namespace trainer {
+
+class Backend;
+
+/// An owning allocation made through a Backend, tagged with a memory category. Move-only.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend* be, size_t bytes, Category cat);
+  ~Buffer();
+  Buffer(Buffer&& o) noexcept { swap(o); }
+  Buffer& operator=(Buffer&& o) noexcept { swap(o); return *this; }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  explicit operator bool() const { return data_ != nullptr; }
+  /// A tensor view of the first elements of this buffer.
+  Tensor view(DType t, std::initializer_list<int64_t> shape) const;
+  void reset();
+
+ private:
+  void swap(Buffer& o) noexcept;
+  Backend* be_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  Category cat_ = Category::workspace;
+};
+
+/// A point in the compute stream's timeline (a CUDA event, or a host clock reading on the CPU).
+struct Event {
+  virtual ~Event() = default;
+};
+
+struct AttnShape {
+  int B = 1, T = 1, H = 1, d_head = 1;  // batch rows, sequence length, heads, head dim
+  bool causal = true;
+  float scale = 1.f;                    // softmax scale, 1/sqrt(d_head)
+};
+enum class AttnImpl { naive, flash2 };
+
+/// Hyper-parameters of one AdamW step (DESIGN.md: the course's AdamW; t starts at 1).
+struct AdamWArgs {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.01f;
+  int64_t t = 1;            // step number, 1-based, for the bias corrections
+  float grad_scale = 1.f;   // g is multiplied by this first (gradient clipping folded in)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;         // "cpu", "cuda:0"
+  virtual std::string description() const = 0;  // "NVIDIA H200, 139 GiB", "CPU (OpenBLAS, 2 threads)"
+
+  // ---- memory ------------------------------------------------------------------------------------------------
+  /// Allocates `bytes` tagged `cat`; throws OutOfMemory naming the request and what is in use by category.
+  Buffer alloc(size_t bytes, Category cat) { return Buffer(this, bytes, cat); }
+  MemoryStats& memory() { return stats_; }
+  virtual void* raw_alloc(size_t bytes) = 0;  // nullptr when out of memory
+  virtual void raw_free(void* p) = 0;
+  virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;  // (syncs)
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;    // (syncs)
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;            // device to device
+  virtual void fill(Tensor t, float value) = 0;                               // f32, bf16 or i32
+  virtual void synchronize() = 0;
+  /// The compute stream (cudaStream_t) or nullptr on the CPU; communicators order themselves after it.
+  virtual void* stream() { return nullptr; }
+
+  // ---- timing ------------------------------------------------------------------------------------------------
+  virtual std::unique_ptr<Event> make_event() = 0;
+  virtual void record(Event& e) = 0;
+  virtual float elapsed_ms(Event& start, Event& end) = 0;  // (syncs on end)
+
+  // ---- ops (see each implementation's source for the formula and reference) -----------------------------------
+  /// C[M,N] = alpha * op(A) op(B) + beta * C, op(X) = X or Xᵀ. A, B f32 or bf16 (same dtype); C f32 or A's dtype.
+  /// Tensors are seen as matrices (rows(), cols()). beta = 1 accumulates (weight gradients).
+  virtual void matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b, float alpha,
+                      float beta) = 0;
+  /// out[n, :] = table[tokens[n], :]. tokens i32 [N], table [V, D], out [N, D].
+  virtual void embedding_fwd(Tensor out, const Tensor& tokens, const Tensor& table) = 0;
+  /// dtable[tokens[n], :] += dout[n, :] (accumulates; f32 dtable).
+  virtual void embedding_bwd(Tensor dtable, const Tensor& tokens, const Tensor& dout) = 0;
+  /// y = w * x * rstd, rstd[n] = 1/sqrt(mean(x[n]^2) + eps) (fp32, kept for backward). x, y [N, D]; w [D].
+  virtual void rmsnorm_fwd(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps) = 0;
+  /// dx += dL/dx (accumulates: the residual gradient flows through), dw += dL/dw (f32).
+  virtual void rmsnorm_bwd(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                           const Tensor& rstd) = 0;
+  /// Rotates q and k of qkv [B*T, 3D] in place: pairs (2i, 2i+1) of each head at position t by angle
+  /// t * theta^(-2i/d_head); inverse = true rotates by minus that angle (the backward pass).
+  virtual void rope(Tensor qkv, const AttnShape& s, float theta, bool inverse) = 0;
+  /// out [B*T, D] = softmax(scale q kᵀ + causal mask) v per head, from qkv [B*T, 3D].
+  /// lse [B, H, T] fp32 logsumexp of the scaled, masked scores (always written). probs [B, H, T, T]: naive only,
+  /// the softmax kept for backward (may be empty for flash2).
+  virtual void attention_fwd(AttnImpl impl, const AttnShape& s, Tensor out, Tensor lse, Tensor probs,
+                             const Tensor& qkv) = 0;
+  /// dqkv [B*T, 3D] (overwritten) from dout [B*T, D]; out, lse, probs as saved by attention_fwd.
+  virtual void attention_bwd(AttnImpl impl, const AttnShape& s, Tensor dqkv, const Tensor& dout,
+                             const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& probs) = 0;
+  /// g [N, F] = silu(a) * b with ab = [a | b] [N, 2F].
+  virtual void swiglu_fwd(Tensor g, const Tensor& ab) = 0;
+  /// dab [N, 2F] (overwritten) = [dg * b * silu'(a) | dg * silu(a)].
+  virtual void swiglu_bwd(Tensor dab, const Tensor& dg, const Tensor& ab) = 0;
+  /// x += y (same shape and dtype).
+  virtual void add_inplace(Tensor x, const Tensor& y) = 0;
+  /// losses[n] = logsumexp(logits[n]) - logits[n, targets[n]] (fp32 [N]). If dlogits is non-empty (it may alias
+  /// logits): dlogits[n] = dscale * (softmax(logits[n]) - onehot(targets[n])).
+  virtual void cross_entropy(Tensor losses, Tensor dlogits, const Tensor& logits, const Tensor& targets,
+                             float dscale) = 0;
+  /// Sum of an f32 tensor, in fp64 on the host. (syncs)
+  virtual double sum(const Tensor& x) = 0;
+  /// Sum of squares of an f32 tensor, in fp64 on the host, for the global gradient norm. (syncs)
+  virtual double sum_squares(const Tensor& x) = 0;
+  /// x *= s (f32).
+  virtual void scale(Tensor x, float s) = 0;
+  /// dst = src with dtype conversion (f32 <-> bf16, or a plain copy).
+  virtual void cast(Tensor dst, const Tensor& src) = 0;
+  /// One AdamW step over flat f32 p, g, m, v (same numel). If p_work is non-empty (bf16), it receives the updated
+  /// parameters in its dtype in the same pass.
+  virtual void adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) = 0;
+
+ protected:
+  MemoryStats stats_;
+};
+
+struct BackendOptions {
+  bool allow_tf32 = false;  // fp32 matmuls may use TF32 tensor cores (cuda)
+  bool nvtx = false;        // NVTX ranges around ops and phases (cuda)
+};
+
+/// The backend for `device` ("cpu" or "cuda"); device_index picks the GPU. Throws ConfigError when CUDA was asked
+/// for and is not available.
+std::unique_ptr<Backend> make_backend(Device device, int device_index, const BackendOptions& opts = {});
+/// True when this build has the CUDA backend and a GPU is visible.
+bool cuda_available();
+
+}  // namespace trainer

@@ -1,0 +1,403 @@
+// CudaBackend: memory, streams, events and every op but attention (attention.cpp). Each op checks shapes and dtypes
+// first (TRAINER_CHECK: a mismatch is a bug in the caller), then enqueues its launcher from kernels/ on the compute
+// stream. Formulas and sources are in each kernel file's header comment.
+#include "backend/cuda/cuda_backend.h"
+
+#include <nvtx3/nvToolsExt.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "adamw.cuh"
+#include "backend/cuda/cuda_backend_impl.h"
+#include "cross_entropy.cuh"
+#include "elementwise.cuh"
+#include "embedding.cuh"
+#include "reductions.cuh"
+#include "rmsnorm.cuh"
+#include "rope.cuh"
+#include "swiglu.cuh"
+
+namespace trainer {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLASLt workspace: NVIDIA recommends 32 MiB on Hopper
+constexpr size_t kScratchRound = size_t(1) << 20;     // the scratch buffer grows in whole MiB
+
+/// An NVTX range around one op when BackendOptions::nvtx is set (nvtx3 is header-only; no-op without a profiler).
+class NvtxRange {
+ public:
+  NvtxRange(bool on, const char* name) : on_(on) {
+    if (on_) nvtxRangePushA(name);
+  }
+  ~NvtxRange() {
+    if (on_) nvtxRangePop();
+  }
+
+ private:
+  bool on_;
+};
+
+struct CudaEvent final : Event {
+  cudaEvent_t e = nullptr;
+  CudaEvent() { CUDA_CHECK(cudaEventCreate(&e)); }
+  ~CudaEvent() override { cudaEventDestroy(e); }
+};
+
+bool present(const Tensor& t) { return t.data != nullptr; }
+bool is_float(DType t) { return t == DType::f32 || t == DType::bf16; }
+
+void check_cuda(const Tensor& t, const char* op, const char* what) {
+  TRAINER_CHECK(t.data != nullptr, "{}: {} is empty", op, what);
+  TRAINER_CHECK(t.device == Device::cuda, "{}: {} is not on the GPU", op, what);
+}
+void check_float(const Tensor& t, const char* op, const char* what) {
+  check_cuda(t, op, what);
+  TRAINER_CHECK(is_float(t.dtype), "{}: {} has dtype {}, not f32 or bf16", op, what, dtype_name(t.dtype));
+}
+
+}  // namespace
+
+// ---- construction, memory -------------------------------------------------------------------------------------------
+
+bool cuda_available() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // no driver or no device: clear the sticky-free error and say no
+    return false;
+  }
+  return n > 0;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device_index, const BackendOptions& opts) {
+  return std::make_unique<CudaBackend>(device_index, opts);
+}
+
+CudaBackend::CudaBackend(int device_index, const BackendOptions& opts) : device_(device_index), opts_(opts) {
+  int count = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&count));
+  CONFIG_CHECK(device_index >= 0 && device_index < count, "device: GPU index {} does not exist ({} visible)",
+               device_index, count);
+  CUDA_CHECK(cudaSetDevice(device_index));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device_index));
+  gpu_name_ = prop.name;
+  gpu_bytes_ = prop.totalGlobalMem;
+  CUDA_CHECK(cudaRuntimeGetVersion(&runtime_version_));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  workspace_ = alloc(kWorkspaceBytes, Category::workspace);
+  reduce_partials_ = alloc((kernels::kReduceMaxBlocks + 1) * sizeof(double), Category::workspace);
+  CUDA_CHECK(cudaMallocHost(&host_result_, sizeof(double)));
+  blas_ = std::make_unique<CublasLtMatmul>(workspace_.data(), workspace_.bytes(), opts_.allow_tf32);
+}
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(stream_);
+  blas_.reset();
+  workspace_.reset();
+  scratch_.reset();
+  reduce_partials_.reset();
+  if (host_result_) cudaFreeHost(host_result_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+std::string CudaBackend::name() const { return fmt::format("cuda:{}", device_); }
+
+std::string CudaBackend::description() const {
+  return fmt::format("{}, {:.1f} GiB, CUDA {}.{}", gpu_name_, double(gpu_bytes_) / double(1ull << 30),
+                     runtime_version_ / 1000, (runtime_version_ % 1000) / 10);
+}
+
+void* CudaBackend::raw_alloc(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t st = cudaMalloc(&p, bytes);
+  if (st == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // clear it: the caller reports OutOfMemory and the run may go on (e.g. a smaller try)
+    return nullptr;
+  }
+  CUDA_CHECK(st);
+  return p;
+}
+
+void CudaBackend::raw_free(void* p) { CUDA_CHECK(cudaFree(p)); }
+
+void CudaBackend::copy_from_host(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::fill(Tensor t, float value) {
+  NvtxRange r(opts_.nvtx, "fill");
+  check_cuda(t, "fill", "t");
+  TRAINER_CHECK(is_float(t.dtype) || t.dtype == DType::i32, "fill: dtype {} is not f32, bf16 or i32",
+                dtype_name(t.dtype));
+  kernels::fill(t.data, t.dtype, t.numel(), value, stream_);
+}
+
+void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void* CudaBackend::scratch(size_t bytes) {
+  if (bytes <= scratch_.bytes()) return scratch_.data();
+  const size_t want = std::max(bytes, scratch_.bytes() + scratch_.bytes() / 2);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // kernels already enqueued may still read the old block
+  scratch_.reset();
+  scratch_ = alloc((want + kScratchRound - 1) / kScratchRound * kScratchRound, Category::workspace);
+  return scratch_.data();
+}
+
+// ---- timing ---------------------------------------------------------------------------------------------------------
+
+std::unique_ptr<Event> CudaBackend::make_event() { return std::make_unique<CudaEvent>(); }
+
+void CudaBackend::record(Event& e) { CUDA_CHECK(cudaEventRecord(dynamic_cast<CudaEvent&>(e).e, stream_)); }
+
+float CudaBackend::elapsed_ms(Event& start, Event& end) {
+  auto& s = dynamic_cast<CudaEvent&>(start);
+  auto& e = dynamic_cast<CudaEvent&>(end);
+  CUDA_CHECK(cudaEventSynchronize(e.e));
+  float ms = 0.f;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, s.e, e.e));
+  return ms;
+}
+
+// ---- ops ------------------------------------------------------------------------------------------------------------
+
+void CudaBackend::gemm(const GemmShape& g, void* C, const void* A, const void* B, float alpha, float beta) {
+  blas_->gemm(g, C, A, B, alpha, beta, stream_);
+}
+
+void CudaBackend::matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b, float alpha,
+                         float beta) {
+  NvtxRange r(opts_.nvtx, "matmul");
+  check_float(C, "matmul", "C");
+  check_float(A, "matmul", "A");
+  check_float(B, "matmul", "B");
+  TRAINER_CHECK(A.dtype == B.dtype, "matmul: A is {} but B is {}", dtype_name(A.dtype), dtype_name(B.dtype));
+  TRAINER_CHECK(C.dtype == DType::f32 || C.dtype == A.dtype, "matmul: C is {} with {} operands", dtype_name(C.dtype),
+                dtype_name(A.dtype));
+  GemmShape g;
+  g.M = C.rows();
+  g.N = C.cols();
+  g.K = trans_a ? A.rows() : A.cols();
+  TRAINER_CHECK((trans_a ? A.cols() : A.rows()) == g.M, "matmul: op(A) of {} (trans {}) does not have {} rows",
+                A.shape_str(), trans_a, g.M);
+  TRAINER_CHECK((trans_b ? B.cols() : B.rows()) == g.K && (trans_b ? B.rows() : B.cols()) == g.N,
+                "matmul: op(B) of {} (trans {}) is not [{}, {}]", B.shape_str(), trans_b, g.K, g.N);
+  if (g.M == 0 || g.N == 0) return;
+  if (g.K == 0) {  // C = beta C
+    if (beta == 0.f)
+      kernels::fill(C.data, C.dtype, C.numel(), 0.f, stream_);
+    else if (beta != 1.f)
+      kernels::scale(C.data, C.dtype, C.numel(), beta, stream_);
+    return;
+  }
+  g.trans_a = trans_a;
+  g.trans_b = trans_b;
+  g.ab = A.dtype;
+  g.c = C.dtype;
+  g.lda = A.cols();
+  g.ldb = B.cols();
+  g.ldc = C.cols();
+  gemm(g, C.data, A.data, B.data, alpha, beta);
+}
+
+void CudaBackend::embedding_fwd(Tensor out, const Tensor& tokens, const Tensor& table) {
+  NvtxRange r(opts_.nvtx, "embedding_fwd");
+  check_float(out, "embedding_fwd", "out");
+  check_float(table, "embedding_fwd", "table");
+  check_cuda(tokens, "embedding_fwd", "tokens");
+  TRAINER_CHECK(tokens.dtype == DType::i32, "embedding_fwd: tokens are {}, not i32", dtype_name(tokens.dtype));
+  const int64_t N = tokens.numel(), V = table.rows(), D = table.cols();
+  TRAINER_CHECK(out.cols() == D && out.rows() == N, "embedding_fwd: out {} is not [{}, {}]", out.shape_str(), N, D);
+  kernels::embedding_fwd(out.data, out.dtype, tokens.ptr<int32_t>(), table.data, table.dtype, N, V, int(D), stream_);
+}
+
+void CudaBackend::embedding_bwd(Tensor dtable, const Tensor& tokens, const Tensor& dout) {
+  NvtxRange r(opts_.nvtx, "embedding_bwd");
+  check_cuda(dtable, "embedding_bwd", "dtable");
+  check_float(dout, "embedding_bwd", "dout");
+  check_cuda(tokens, "embedding_bwd", "tokens");
+  TRAINER_CHECK(dtable.dtype == DType::f32, "embedding_bwd: dtable is {}, not f32", dtype_name(dtable.dtype));
+  TRAINER_CHECK(tokens.dtype == DType::i32, "embedding_bwd: tokens are {}, not i32", dtype_name(tokens.dtype));
+  const int64_t N = tokens.numel(), V = dtable.rows(), D = dtable.cols();
+  TRAINER_CHECK(dout.cols() == D && dout.rows() == N, "embedding_bwd: dout {} is not [{}, {}]", dout.shape_str(), N,
+                D);
+  if (N == 0) return;
+  const size_t bytes = kernels::embedding_bwd_scratch_bytes(N, V);
+  void* s = scratch(bytes);
+  kernels::embedding_bwd(dtable.ptr<float>(), tokens.ptr<int32_t>(), dout.data, dout.dtype, N, V, int(D), s, bytes,
+                         stream_);
+}
+
+void CudaBackend::rmsnorm_fwd(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps) {
+  NvtxRange r(opts_.nvtx, "rmsnorm_fwd");
+  check_float(y, "rmsnorm_fwd", "y");
+  check_float(x, "rmsnorm_fwd", "x");
+  check_float(w, "rmsnorm_fwd", "w");
+  check_cuda(rstd, "rmsnorm_fwd", "rstd");
+  const int64_t N = x.rows(), D = x.cols();
+  TRAINER_CHECK(y.rows() == N && y.cols() == D, "rmsnorm_fwd: y {} vs x {}", y.shape_str(), x.shape_str());
+  TRAINER_CHECK(w.numel() == D, "rmsnorm_fwd: w {} for d_model {}", w.shape_str(), D);
+  TRAINER_CHECK(rstd.dtype == DType::f32 && rstd.numel() == N, "rmsnorm_fwd: rstd {} {} for {} rows",
+                dtype_name(rstd.dtype), rstd.shape_str(), N);
+  kernels::rmsnorm_fwd(y.data, y.dtype, rstd.ptr<float>(), x.data, x.dtype, w.data, w.dtype, N, int(D), eps, stream_);
+}
+
+void CudaBackend::rmsnorm_bwd(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                              const Tensor& rstd) {
+  NvtxRange r(opts_.nvtx, "rmsnorm_bwd");
+  check_float(dx, "rmsnorm_bwd", "dx");
+  check_float(dy, "rmsnorm_bwd", "dy");
+  check_float(x, "rmsnorm_bwd", "x");
+  check_float(w, "rmsnorm_bwd", "w");
+  check_cuda(dw, "rmsnorm_bwd", "dw");
+  check_cuda(rstd, "rmsnorm_bwd", "rstd");
+  const int64_t N = x.rows(), D = x.cols();
+  TRAINER_CHECK(dx.rows() == N && dx.cols() == D && dy.rows() == N && dy.cols() == D,
+                "rmsnorm_bwd: dx {} and dy {} vs x {}", dx.shape_str(), dy.shape_str(), x.shape_str());
+  TRAINER_CHECK(w.numel() == D && dw.numel() == D && dw.dtype == DType::f32, "rmsnorm_bwd: w {}, dw {} {} for {}",
+                w.shape_str(), dtype_name(dw.dtype), dw.shape_str(), D);
+  TRAINER_CHECK(rstd.dtype == DType::f32 && rstd.numel() == N, "rmsnorm_bwd: rstd {} for {} rows", rstd.shape_str(),
+                N);
+  if (N == 0) return;
+  void* s = scratch(kernels::rmsnorm_bwd_scratch_bytes(N, int(D)));
+  kernels::rmsnorm_bwd(dx.data, dx.dtype, dw.ptr<float>(), dy.data, dy.dtype, x.data, x.dtype, w.data, w.dtype,
+                       rstd.ptr<float>(), N, int(D), s, stream_);
+}
+
+void CudaBackend::rope(Tensor qkv, const AttnShape& s, float theta, bool inverse) {
+  NvtxRange r(opts_.nvtx, "rope");
+  check_float(qkv, "rope", "qkv");
+  TRAINER_CHECK(s.d_head % 2 == 0, "rope: d_head {} is odd", s.d_head);
+  TRAINER_CHECK(qkv.rows() == int64_t(s.B) * s.T && qkv.cols() == 3 * int64_t(s.H) * s.d_head,
+                "rope: qkv {} is not [{}, {}]", qkv.shape_str(), int64_t(s.B) * s.T, 3 * int64_t(s.H) * s.d_head);
+  kernels::rope(qkv.data, qkv.dtype, qkv.rows(), s.T, s.H, s.d_head, double(theta), inverse, stream_);
+}
+
+void CudaBackend::swiglu_fwd(Tensor g, const Tensor& ab) {
+  NvtxRange r(opts_.nvtx, "swiglu_fwd");
+  check_float(g, "swiglu_fwd", "g");
+  check_float(ab, "swiglu_fwd", "ab");
+  const int64_t N = ab.rows(), F = ab.cols() / 2;
+  TRAINER_CHECK(ab.cols() % 2 == 0 && g.rows() == N && g.cols() == F, "swiglu_fwd: g {} vs ab {}", g.shape_str(),
+                ab.shape_str());
+  kernels::swiglu_fwd(g.data, g.dtype, ab.data, ab.dtype, N, F, stream_);
+}
+
+void CudaBackend::swiglu_bwd(Tensor dab, const Tensor& dg, const Tensor& ab) {
+  NvtxRange r(opts_.nvtx, "swiglu_bwd");
+  check_float(dab, "swiglu_bwd", "dab");
+  check_float(dg, "swiglu_bwd", "dg");
+  check_float(ab, "swiglu_bwd", "ab");
+  const int64_t N = ab.rows(), F = ab.cols() / 2;
+  TRAINER_CHECK(ab.cols() % 2 == 0 && dg.rows() == N && dg.cols() == F && dab.rows() == N && dab.cols() == 2 * F,
+                "swiglu_bwd: dab {}, dg {} vs ab {}", dab.shape_str(), dg.shape_str(), ab.shape_str());
+  kernels::swiglu_bwd(dab.data, dab.dtype, dg.data, dg.dtype, ab.data, ab.dtype, N, F, stream_);
+}
+
+void CudaBackend::add_inplace(Tensor x, const Tensor& y) {
+  NvtxRange r(opts_.nvtx, "add_inplace");
+  check_float(x, "add_inplace", "x");
+  check_float(y, "add_inplace", "y");
+  TRAINER_CHECK(x.numel() == y.numel() && x.dtype == y.dtype, "add_inplace: x {} {} vs y {} {}", dtype_name(x.dtype),
+                x.shape_str(), dtype_name(y.dtype), y.shape_str());
+  kernels::add_inplace(x.data, y.data, x.dtype, x.numel(), stream_);
+}
+
+void CudaBackend::cross_entropy(Tensor losses, Tensor dlogits, const Tensor& logits, const Tensor& targets,
+                                float dscale) {
+  NvtxRange r(opts_.nvtx, "cross_entropy");
+  check_float(logits, "cross_entropy", "logits");
+  check_cuda(losses, "cross_entropy", "losses");
+  check_cuda(targets, "cross_entropy", "targets");
+  const int64_t N = logits.rows(), V = logits.cols();
+  TRAINER_CHECK(losses.dtype == DType::f32 && losses.numel() == N, "cross_entropy: losses {} {} for {} rows",
+                dtype_name(losses.dtype), losses.shape_str(), N);
+  TRAINER_CHECK(targets.dtype == DType::i32 && targets.numel() == N, "cross_entropy: targets {} {} for {} rows",
+                dtype_name(targets.dtype), targets.shape_str(), N);
+  if (present(dlogits)) {
+    check_float(dlogits, "cross_entropy", "dlogits");
+    TRAINER_CHECK(dlogits.rows() == N && dlogits.cols() == V, "cross_entropy: dlogits {} vs logits {}",
+                  dlogits.shape_str(), logits.shape_str());
+    TRAINER_CHECK(dlogits.data != logits.data || dlogits.dtype == logits.dtype,
+                  "cross_entropy: dlogits aliases logits with another dtype");
+  }
+  kernels::cross_entropy(losses.ptr<float>(), present(dlogits) ? dlogits.data : nullptr, dlogits.dtype, logits.data,
+                         logits.dtype, targets.ptr<int32_t>(), N, V, dscale, stream_);
+}
+
+double CudaBackend::reduce(const Tensor& x, bool square) {
+  check_float(x, square ? "sum_squares" : "sum", "x");
+  double* partials = static_cast<double*>(reduce_partials_.data());
+  double* out = partials + kernels::kReduceMaxBlocks;
+  kernels::reduce_sum(out, x.data, x.dtype, x.numel(), square, partials, stream_);
+  CUDA_CHECK(cudaMemcpyAsync(host_result_, out, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return *host_result_;
+}
+
+double CudaBackend::sum(const Tensor& x) {
+  NvtxRange r(opts_.nvtx, "sum");
+  return reduce(x, false);
+}
+
+double CudaBackend::sum_squares(const Tensor& x) {
+  NvtxRange r(opts_.nvtx, "sum_squares");
+  return reduce(x, true);
+}
+
+void CudaBackend::scale(Tensor x, float s) {
+  NvtxRange r(opts_.nvtx, "scale");
+  check_float(x, "scale", "x");
+  kernels::scale(x.data, x.dtype, x.numel(), s, stream_);
+}
+
+void CudaBackend::cast(Tensor dst, const Tensor& src) {
+  NvtxRange r(opts_.nvtx, "cast");
+  check_cuda(dst, "cast", "dst");
+  check_cuda(src, "cast", "src");
+  TRAINER_CHECK(dst.numel() == src.numel(), "cast: dst {} vs src {}", dst.shape_str(), src.shape_str());
+  TRAINER_CHECK(dst.dtype == src.dtype || (is_float(dst.dtype) && is_float(src.dtype)), "cast: {} to {}",
+                dtype_name(src.dtype), dtype_name(dst.dtype));
+  kernels::cast(dst.data, dst.dtype, src.data, src.dtype, dst.numel(), stream_);
+}
+
+void CudaBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) {
+  NvtxRange r(opts_.nvtx, "adamw");
+  for (const auto& [t, what] : {std::pair{&p, "p"}, {&g, "g"}, {&m, "m"}, {&v, "v"}}) {
+    check_cuda(*t, "adamw", what);
+    TRAINER_CHECK(t->dtype == DType::f32 && t->numel() == p.numel(), "adamw: {} is {} {}, p has {} elements", what,
+                  dtype_name(t->dtype), t->shape_str(), p.numel());
+  }
+  if (present(p_work)) {
+    check_float(p_work, "adamw", "p_work");
+    TRAINER_CHECK(p_work.numel() == p.numel(), "adamw: p_work {} vs p {}", p_work.shape_str(), p.shape_str());
+  }
+  TRAINER_CHECK(a.t >= 1, "adamw: step {} (t starts at 1)", a.t);
+  kernels::AdamWStep k;
+  k.beta1 = a.beta1;
+  k.beta2 = a.beta2;
+  k.eps = a.eps;
+  k.decay = float(double(a.lr) * double(a.weight_decay));
+  k.grad_scale = a.grad_scale;
+  const double t = double(a.t);
+  k.step_size = float(double(a.lr) * std::sqrt(1.0 - std::pow(double(a.beta2), t)) /
+                      (1.0 - std::pow(double(a.beta1), t)));
+  kernels::adamw(p.ptr<float>(), g.ptr<float>(), m.ptr<float>(), v.ptr<float>(),
+                 present(p_work) ? p_work.data : nullptr, p_work.dtype, p.numel(), k, stream_);
+}
+
+}  // namespace trainer

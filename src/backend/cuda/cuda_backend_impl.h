@@ -1,0 +1,88 @@
+// CudaBackend: the class behind make_cuda_backend (internal to src/backend/cuda/; the rest of the program sees only
+// Backend). Ops validate shapes and dtypes on the host (TRAINER_CHECK), then enqueue kernels/ launchers or cuBLASLt
+// products on the compute stream. Nothing here synchronises except the ops documented "(syncs)" in backend.h and
+// the rare growth of the scratch buffer.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/cuda/matmul.h"
+
+namespace trainer {
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device_index, const BackendOptions& opts);
+  ~CudaBackend() override;
+
+  Device device() const override { return Device::cuda; }
+  std::string name() const override;
+  std::string description() const override;
+
+  void* raw_alloc(size_t bytes) override;
+  void raw_free(void* p) override;
+  void copy_from_host(void* dst, const void* src, size_t bytes) override;
+  void copy_to_host(void* dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void fill(Tensor t, float value) override;
+  void synchronize() override;
+  void* stream() override { return stream_; }
+
+  std::unique_ptr<Event> make_event() override;
+  void record(Event& e) override;
+  float elapsed_ms(Event& start, Event& end) override;
+
+  void matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b, float alpha,
+              float beta) override;
+  void embedding_fwd(Tensor out, const Tensor& tokens, const Tensor& table) override;
+  void embedding_bwd(Tensor dtable, const Tensor& tokens, const Tensor& dout) override;
+  void rmsnorm_fwd(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps) override;
+  void rmsnorm_bwd(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                   const Tensor& rstd) override;
+  void rope(Tensor qkv, const AttnShape& s, float theta, bool inverse) override;
+  void attention_fwd(AttnImpl impl, const AttnShape& s, Tensor out, Tensor lse, Tensor probs,
+                     const Tensor& qkv) override;
+  void attention_bwd(AttnImpl impl, const AttnShape& s, Tensor dqkv, const Tensor& dout, const Tensor& qkv,
+                     const Tensor& out, const Tensor& lse, const Tensor& probs) override;
+  void swiglu_fwd(Tensor g, const Tensor& ab) override;
+  void swiglu_bwd(Tensor dab, const Tensor& dg, const Tensor& ab) override;
+  void add_inplace(Tensor x, const Tensor& y) override;
+  void cross_entropy(Tensor losses, Tensor dlogits, const Tensor& logits, const Tensor& targets,
+                     float dscale) override;
+  double sum(const Tensor& x) override;
+  double sum_squares(const Tensor& x) override;
+  void scale(Tensor x, float s) override;
+  void cast(Tensor dst, const Tensor& src) override;
+  void adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) override;
+
+  /// Products cached by the cuBLASLt wrapper so far (for tests and logs).
+  size_t cached_matmul_plans() const { return blas_->cached_plans(); }
+
+ private:
+  /// At least `bytes` of device memory (256-byte aligned) for the op being enqueued; valid until the next call.
+  /// Stream order makes reuse safe. Grows (synchronising once, then freeing the old block) when too small.
+  void* scratch(size_t bytes);
+  double reduce(const Tensor& x, bool square);
+  /// Row-major product on the compute stream (see GemmShape).
+  void gemm(const GemmShape& g, void* C, const void* A, const void* B, float alpha, float beta);
+  /// Whether impl can run as asked; flash2 falls back to naive for now (logged once).
+  void note_flash2_fallback(AttnImpl impl);
+
+  int device_ = 0;
+  BackendOptions opts_;
+  std::string gpu_name_;
+  size_t gpu_bytes_ = 0;
+  int runtime_version_ = 0;
+  cudaStream_t stream_ = nullptr;
+  Buffer workspace_;        // cuBLASLt workspace, 32 MiB
+  Buffer scratch_;          // per-op temporaries (attention scores, sort keys, partial sums)
+  Buffer reduce_partials_;  // fp64 partial sums + the result of sum / sum_squares
+  double* host_result_ = nullptr;  // pinned, 1 double
+  std::unique_ptr<CublasLtMatmul> blas_;
+  bool flash2_warned_ = false;
+};
+
+}  // namespace trainer

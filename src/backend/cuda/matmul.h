@@ -1,0 +1,67 @@
+// cuBLASLt matrix products for the CUDA backend: row-major C = alpha op(A) op(B) + beta C, optionally strided-batched,
+// with a per-shape cache of the descriptors and the heuristic's algorithm.
+#pragma once
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+
+#include "core/tensor.h"
+
+namespace trainer {
+
+/// One row-major product C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C. A is stored [M,K] (or [K,M] when trans_a)
+/// with row stride lda elements, B likewise [K,N] (or [N,K]) with ldb, C [M,N] with ldc. `batch` independent
+/// products whose operands start stride_* elements apart.
+struct GemmShape {
+  int64_t M = 0, N = 0, K = 0;
+  bool trans_a = false, trans_b = false;
+  DType ab = DType::f32;  // dtype of A and B (f32 or bf16)
+  DType c = DType::f32;   // dtype of C (f32, or ab)
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  int batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+};
+
+/// Owns a cuBLASLt handle and the cache; the workspace memory belongs to the caller (the backend's 32 MiB buffer).
+class CublasLtMatmul {
+ public:
+  CublasLtMatmul(void* workspace, size_t workspace_bytes, bool allow_tf32);
+  ~CublasLtMatmul();
+  CublasLtMatmul(const CublasLtMatmul&) = delete;
+  CublasLtMatmul& operator=(const CublasLtMatmul&) = delete;
+
+  /// Enqueues the product on `stream`. Pointers need the alignment of their element type (checked); the alignment
+  /// they actually have (up to 16 bytes) is part of the cache key, so an algorithm that needs 16-byte operands is
+  /// never used on less. fp32 uses CUBLAS_COMPUTE_32F (CUBLAS_COMPUTE_32F_FAST_TF32 when allow_tf32); bf16 uses
+  /// CUBLAS_COMPUTE_32F (fp32 accumulation) with C bf16 or f32. Aborts (fatal) when cuBLASLt has no algorithm.
+  void gemm(const GemmShape& g, void* C, const void* A, const void* B, float alpha, float beta, cudaStream_t stream);
+
+  size_t cached_plans() const { return cache_.size(); }
+
+ private:
+  struct Key {
+    GemmShape g;
+    uint8_t align_a, align_b, align_c;
+    bool operator==(const Key& o) const;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const;
+  };
+  struct Plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  Plan make_plan(const Key& k);
+
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_;
+  size_t workspace_bytes_;
+  bool allow_tf32_;
+  std::unordered_map<Key, Plan, KeyHash> cache_;
+};
+
+}  // namespace trainer

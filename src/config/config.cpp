@@ -1,0 +1,718 @@
+// RunConfig: JSON (de)serialisation with key-naming errors, `--set` overrides, resolution of presets and "auto"
+// values, validation, and the `--help` text. See config.h for the contract and configs/README.md for every key.
+//
+// One list of keys per section (the fields() visitors below) drives to_json, from_json, the override paths and the
+// help text, so a key added to a struct and to its visitor is serialised, checked and documented everywhere (a unit
+// test fails when a key has no documentation row or is missing from configs/README.md).
+#include "config/config.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <concepts>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <span>
+#include <string_view>
+#include <type_traits>
+
+#include "build_info.h"
+#include "core/errors.h"
+#include "io/result_record.h"
+#include "io/token_data.h"
+
+namespace trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using Names = std::vector<std::string_view>;
+
+// ---- allowed values (the validation and the help text both read these lists) ---------------------------------
+// To add a job (attention_bench, collective_bench), a strategy or a policy, extend its list here.
+const Names kJobs{"train"};
+const Names kDevices{"auto", "cpu", "cuda"};
+const Names kPrecisions{"fp32", "bf16"};
+const Names kAttention{"auto", "naive", "flash2"};
+const Names kCheckpointPolicies{"none"};
+const Names kStrategies{"none", "ddp_naive", "ddp_flat", "ddp_overlap", "ddp_bucketed", "zero1"};
+const Names kComms{"auto", "nccl", "mpi"};
+const Names kSchedules{"constant", "cosine"};
+const Names kSources{"random", "tokens"};
+const Names kDtypes{"uint16", "uint32"};
+const Names kSamplings{"random", "sequential"};
+const Names kPhases{"forward", "forward_backward", "train_step"};
+
+std::string one_of(const Names& names) { return fmt::format("{}", fmt::join(names, " | ")); }
+
+// ---- the key lists: fields(section, f) calls f("key", member) for every key, in documentation order ----------
+template <class S, class T>
+concept Is = std::same_as<std::remove_const_t<S>, T>;
+
+template <Is<ModelCfg> S, class F>
+void fields(S& m, F&& f) {
+  f("preset", m.preset);
+  f("vocab_size", m.vocab_size);
+  f("context_length", m.context_length);
+  f("d_model", m.d_model);
+  f("d_ff", m.d_ff);
+  f("num_layers", m.num_layers);
+  f("num_heads", m.num_heads);
+  f("rope_theta", m.rope_theta);
+}
+template <Is<CheckpointingCfg> S, class F>
+void fields(S& c, F&& f) {
+  f("policy", c.policy);
+  f("k", c.k);
+}
+template <Is<ParallelCfg> S, class F>
+void fields(S& p, F&& f) {
+  f("strategy", p.strategy);
+  f("comm", p.comm);
+  f("bucket_mb", p.bucket_mb);
+  f("prefetch_layers", p.prefetch_layers);
+  f("comm_timeout_s", p.comm_timeout_s);
+}
+template <Is<OptimizerCfg> S, class F>
+void fields(S& o, F&& f) {
+  f("lr", o.lr);
+  f("betas", o.betas);
+  f("eps", o.eps);
+  f("weight_decay", o.weight_decay);
+  f("max_grad_norm", o.max_grad_norm);
+  f("schedule", o.schedule);
+  f("warmup_steps", o.warmup_steps);
+  f("cosine_steps", o.cosine_steps);
+  f("min_lr", o.min_lr);
+}
+template <Is<DataCfg> S, class F>
+void fields(S& d, F&& f) {
+  f("source", d.source);
+  f("path", d.path);
+  f("dtype", d.dtype);
+  f("sampling", d.sampling);
+  f("batch_size", d.batch_size);
+  f("microbatch_size", d.microbatch_size);
+  f("seed", d.seed);
+}
+template <Is<BenchCfg> S, class F>
+void fields(S& b, F&& f) {
+  f("phase", b.phase);
+  f("warmup_steps", b.warmup_steps);
+  f("measure_steps", b.measure_steps);
+  f("log_every", b.log_every);
+}
+template <Is<InitCfg> S, class F>
+void fields(S& i, F&& f) {
+  f("weights", i.weights);
+  f("seed", i.seed);
+}
+template <Is<OutputCfg> S, class F>
+void fields(S& o, F&& f) {
+  f("results", o.results);
+  f("checkpoint", o.checkpoint);
+}
+template <Is<ProfileCfg> S, class F>
+void fields(S& p, F&& f) {
+  f("nvtx", p.nvtx);
+  f("trace", p.trace);
+  f("memory_timeline", p.memory_timeline);
+}
+template <Is<RunConfig> S, class F>
+void fields(S& c, F&& f) {
+  f("job", c.job);
+  f("name", c.name);
+  f("model", c.model);
+  f("device", c.device);
+  f("precision", c.precision);
+  f("allow_tf32", c.allow_tf32);
+  f("attention", c.attention);
+  f("cuda_graph", c.cuda_graph);
+  f("checkpointing", c.checkpointing);
+  f("parallel", c.parallel);
+  f("optimizer", c.optimizer);
+  f("data", c.data);
+  f("bench", c.bench);
+  f("init", c.init);
+  f("output", c.output);
+  f("profile", c.profile);
+}
+
+/// A section is a struct with a key list (it serialises as a JSON object).
+template <class T>
+concept Section = requires(T& t) { fields(t, [](const char*, auto&) {}); };
+
+template <class T>
+struct is_optional : std::false_type {};
+template <class T>
+struct is_optional<std::optional<T>> : std::true_type {};
+
+// ---- to_json ------------------------------------------------------------------------------------------------
+template <class T>
+json to_value(const T& v) {
+  if constexpr (Section<T>) {
+    json j = json::object();
+    fields(v, [&](const char* name, const auto& member) { j[name] = to_value(member); });
+    return j;
+  } else if constexpr (is_optional<T>::value) {
+    return v ? to_value(*v) : json(nullptr);
+  } else {
+    return json(v);
+  }
+}
+
+// ---- from_json: strict reading, every error names the dotted key ------------------------------------------------
+/// How a JSON value is described in "got ...": its type, plus the value for numbers (2.5 is not an integer).
+std::string describe(const json& v) {
+  if (v.is_number()) return fmt::format("number {}", v.dump());
+  return v.type_name();
+}
+
+[[noreturn]] void type_error(const std::string& key, std::string_view expected, bool nullable, const json& got) {
+  throw ConfigError(fmt::format("config: '{}' must be {}{}, got {}", key, expected, nullable ? " or null" : "",
+                                describe(got)));
+}
+
+/// Levenshtein distance, for the "did you mean" hint of an unknown key.
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+template <class S>
+[[noreturn]] void unknown_key(const S& section, const std::string& prefix, const std::string& key,
+                              std::string_view context = {}) {
+  std::string best;
+  size_t best_d = 3;  // suggest only names within 2 edits
+  fields(section, [&](const char* name, const auto&) {
+    const size_t d = edit_distance(key, name);
+    if (d < best_d) best_d = d, best = name;
+  });
+  const std::string hint = best.empty() ? "" : fmt::format(" (did you mean '{}{}'?)", prefix, best);
+  throw ConfigError(fmt::format("config: unknown key '{}{}'{}{}", prefix, key, hint, context));
+}
+
+template <Section S>
+void read_value(const json& v, S& out, const std::string& key, bool nullable = false);  // sections, below
+
+void read_value(const json& v, std::string& out, const std::string& key, bool nullable = false) {
+  if (!v.is_string()) type_error(key, "a string", nullable, v);
+  out = v.get<std::string>();
+}
+
+void read_value(const json& v, bool& out, const std::string& key, bool nullable = false) {
+  if (!v.is_boolean()) type_error(key, "a boolean (true or false)", nullable, v);
+  out = v.get<bool>();
+}
+
+void read_value(const json& v, double& out, const std::string& key, bool nullable = false) {
+  if (!v.is_number()) type_error(key, "a number", nullable, v);
+  out = v.get<double>();
+}
+
+/// Integers: JSON integers in range, or floats with an exact integer value (4.0, 1e3).
+void read_value(const json& v, int& out, const std::string& key, bool nullable = false) {
+  constexpr double lo = std::numeric_limits<int>::min(), hi = std::numeric_limits<int>::max();
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > uint64_t(hi)) type_error(key, "an integer (32-bit)", nullable, v);
+  } else if (v.is_number_integer()) {
+    const int64_t x = v.get<int64_t>();
+    if (x < int64_t(lo) || x > int64_t(hi)) type_error(key, "an integer (32-bit)", nullable, v);
+  } else if (v.is_number_float()) {
+    const double x = v.get<double>();
+    if (x != std::floor(x) || x < lo || x > hi) type_error(key, "an integer", nullable, v);
+  } else {
+    type_error(key, "an integer", nullable, v);
+  }
+  out = v.is_number_float() ? int(v.get<double>()) : v.get<int>();
+}
+
+void read_value(const json& v, uint64_t& out, const std::string& key, bool nullable = false) {
+  if (v.is_number_unsigned()) {
+    out = v.get<uint64_t>();
+  } else if (v.is_number_float() && v.get<double>() >= 0 && v.get<double>() == std::floor(v.get<double>()) &&
+             v.get<double>() < 18446744073709551616.0) {
+    out = uint64_t(v.get<double>());
+  } else {
+    type_error(key, "a non-negative integer", nullable, v);
+  }
+}
+
+void read_value(const json& v, std::vector<double>& out, const std::string& key, bool nullable = false) {
+  if (!v.is_array()) type_error(key, "an array of numbers", nullable, v);
+  std::vector<double> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) read_value(v[i], r[i], fmt::format("{}[{}]", key, i));
+  out = std::move(r);
+}
+
+template <class T>
+void read_value(const json& v, std::optional<T>& out, const std::string& key, bool = false) {
+  if (v.is_null()) {
+    out.reset();
+    return;
+  }
+  T x{};
+  read_value(v, x, key, /*nullable=*/true);
+  out = std::move(x);
+}
+
+/// Overlays the keys of object `j` on section `s`; `prefix` is the dotted path of the section ("" or "model.").
+template <Section S>
+void read_section(const json& j, S& s, const std::string& prefix) {
+  for (const auto& [k, v] : j.items()) {
+    bool found = false;
+    fields(s, [&](const char* name, auto& member) {
+      if (k != name) return;
+      found = true;
+      read_value(v, member, prefix + k);
+    });
+    if (!found) unknown_key(s, prefix, k);
+  }
+}
+
+template <Section S>
+void read_value(const json& v, S& out, const std::string& key, bool nullable) {
+  if (!v.is_object()) type_error(key, "an object", nullable, v);
+  read_section(v, out, key + ".");
+}
+
+template <Section S>
+void read_root(const json& j, S& s, const std::string& section) {
+  if (section.empty()) {
+    if (!j.is_object()) throw ConfigError(fmt::format("config: the config must be a JSON object, got {}", describe(j)));
+    read_section(j, s, "");
+  } else {
+    read_value(j, s, section);
+  }
+}
+
+// ---- files and overrides --------------------------------------------------------------------------------------
+/// The whole file as bytes. ConfigError "config: cannot read 'X': <strerror>" (missing, unreadable, a directory).
+std::string read_text_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw ConfigError(fmt::format("config: cannot read '{}': {}", path, std::strerror(errno)));
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      throw ConfigError(fmt::format("config: cannot read '{}': {}", path, std::strerror(err)));
+    }
+    if (n == 0) break;
+    text.append(buf, size_t(n));
+  }
+  ::close(fd);
+  return text;
+}
+
+/// Parses config text; comments (// and /* */) are allowed. ConfigError with nlohmann's line/column message.
+json parse_config_text(const std::string& text, const std::string& origin) {
+  try {
+    return json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+  } catch (const json::parse_error& e) {
+    std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 3, column 5: ..."
+    if (const auto p = what.find("] "); what.rfind("[json.exception", 0) == 0 && p != std::string::npos)
+      what = what.substr(p + 2);
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    throw ConfigError(fmt::format("config: '{}' is not valid JSON: {}", origin, what));
+  }
+}
+
+/// True when the key path names a string field (std::string or std::optional<std::string>).
+template <Section S>
+bool is_string_key(const S& s, std::span<const std::string> path) {
+  bool result = false;
+  fields(s, [&](const char* name, const auto& member) {
+    if (path.empty() || path[0] != name) return;
+    using T = std::decay_t<decltype(member)>;
+    if constexpr (Section<T>)
+      result = is_string_key(member, path.subspan(1));
+    else
+      result = path.size() == 1 && (std::is_same_v<T, std::string> || std::is_same_v<T, std::optional<std::string>>);
+  });
+  return result;
+}
+
+/// Applies one "key.path=value" to `full` (the complete config as JSON, so every key exists). An array element is
+/// addressed by its index ("optimizer.betas.1=0.95"). The value is parsed as JSON, else taken as a string; a string
+/// key also takes numbers and booleans as text ("name=123"). An object value is merged into an object key.
+void apply_override(json& full, const std::string& text) {
+  const std::string context = fmt::format(" (in --set {})", text);
+  const size_t eq = text.find('=');
+  CONFIG_CHECK(eq != std::string::npos && eq > 0, "config: --set '{}' is not of the form key.path=value", text);
+  const std::string key = text.substr(0, eq), raw = text.substr(eq + 1);
+  std::vector<std::string> parts;
+  for (size_t b = 0;;) {
+    const size_t e = key.find('.', b);
+    parts.push_back(key.substr(b, e == std::string::npos ? std::string::npos : e - b));
+    CONFIG_CHECK(!parts.back().empty(), "config: --set '{}': empty name in key '{}'", text, key);
+    if (e == std::string::npos) break;
+    b = e + 1;
+  }
+
+  json* node = &full;
+  std::string walked;
+  for (const auto& part : parts) {
+    const std::string here = walked.empty() ? part : walked + "." + part;
+    if (node->is_object() && node->contains(part)) {
+      node = &(*node)[part];
+    } else if (node->is_array()) {
+      const bool digits = std::all_of(part.begin(), part.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+      CONFIG_CHECK(digits && part.size() < 9 && std::stoul(part) < node->size(),
+                   "config: '{}' has no element {} (it has {}){}", walked, part, node->size(), context);
+      node = &(*node)[std::stoul(part)];
+    } else {
+      throw ConfigError(fmt::format("config: unknown key '{}'{}", here, context));
+    }
+    walked = here;
+  }
+
+  json value;
+  try {
+    value = json::parse(raw);
+  } catch (const json::parse_error&) {
+    value = raw;
+  }
+  static const RunConfig defaults;
+  if (!value.is_string() && !value.is_null() && is_string_key(defaults, parts)) value = raw;
+  if (node->is_object() && value.is_object())
+    node->update(value, /*merge_objects=*/true);
+  else
+    *node = std::move(value);
+}
+
+// ---- resolution -----------------------------------------------------------------------------------------------
+void resolve(RunConfig& c, const std::string& path, int world_size, bool cuda_available) {
+  if (!c.model.preset.empty()) {
+    const ModelCfg p = preset_model(c.model.preset);
+    auto fill = [](int& v, int from) { v = v == 0 ? from : v; };
+    fill(c.model.vocab_size, p.vocab_size);
+    fill(c.model.context_length, p.context_length);
+    fill(c.model.d_model, p.d_model);
+    fill(c.model.d_ff, p.d_ff);
+    fill(c.model.num_layers, p.num_layers);
+    fill(c.model.num_heads, p.num_heads);
+  }
+  if (c.device == "auto") c.device = cuda_available ? "cuda" : "cpu";
+  if (c.attention == "auto") c.attention = c.device == "cuda" && c.precision == "bf16" ? "flash2" : "naive";
+  if (c.parallel.comm == "auto") c.parallel.comm = c.device == "cuda" ? "nccl" : "mpi";
+  if (c.name.empty()) c.name = path.empty() ? "default" : fs::path(path).stem().string();
+  if (c.data.microbatch_size == 0 && world_size > 0) c.data.microbatch_size = c.data.batch_size / world_size;
+}
+
+// ---- validation helpers ---------------------------------------------------------------------------------------
+void check_enum(const std::string& v, const Names& allowed, const char* key) {
+  CONFIG_CHECK(std::find(allowed.begin(), allowed.end(), v) != allowed.end(), "config: '{}' must be one of {}; got '{}'",
+               key, fmt::join(allowed, ", "), v);
+}
+void check_positive(double v, const char* key, std::string_view hint = {}) {
+  CONFIG_CHECK(v > 0, "config: '{}' must be > 0, got {}{}", key, v, hint);
+}
+void check_non_negative(double v, const char* key) { CONFIG_CHECK(v >= 0, "config: '{}' must be >= 0, got {}", key, v); }
+
+/// An existing regular file that this process can open for reading.
+void check_readable_file(const std::string& path, const char* key) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw ConfigError(fmt::format("config: cannot read '{}' ({}): {}", path, key, std::strerror(errno)));
+  struct stat st {};
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  ::close(fd);
+  CONFIG_CHECK(regular, "config: cannot read '{}' ({}): not a regular file", path, key);
+}
+
+// ---- documentation of every key (help_text and configs/README.md) ---------------------------------------------
+struct KeyDoc {
+  const char* key;
+  std::string allowed;
+  const char* meaning;
+};
+
+const std::vector<KeyDoc>& key_docs() {
+  static const std::vector<KeyDoc> docs = {
+      {"job", one_of(kJobs), "what to run (attention_bench and collective_bench come later)"},
+      {"name", "string", "run name, used in default output names; \"\": the config file's stem (\"default\" for the "
+                         "embedded config)"},
+      {"model.preset", "\"\" | " + fmt::format("{}", fmt::join(preset_names(), " | ")),
+       "named model size (table below); fills every model dim left at 0. \"\": give all dims explicitly"},
+      {"model.vocab_size", "integer > 0 (0: preset)", "vocabulary size; token ids are in [0, vocab_size)"},
+      {"model.context_length", "integer > 0 (0: preset)", "sequence length T of every row, in tokens"},
+      {"model.d_model", "integer > 0 (0: preset)", "residual width; divisible by num_heads, d_model/num_heads even (RoPE)"},
+      {"model.d_ff", "integer > 0 (0: preset)", "SwiGLU hidden width (w1, w3: [d_ff, d_model])"},
+      {"model.num_layers", "integer > 0 (0: preset)", "Transformer blocks"},
+      {"model.num_heads", "integer > 0 (0: preset)", "attention heads; d_head = d_model / num_heads"},
+      {"model.rope_theta", "number > 0", "RoPE base theta"},
+      {"device", one_of(kDevices), "auto: cuda when a GPU is visible, else cpu (the fp32 reference backend)"},
+      {"precision", one_of(kPrecisions),
+       "bf16: fp32 master weights, grads and optimizer state, bf16 matmuls and activations (cuda only)"},
+      {"allow_tf32", "true | false", "let fp32 matmuls use TF32 tensor cores (cuda)"},
+      {"attention", one_of(kAttention), "auto: flash2 for bf16 on cuda, else naive (materialised scores)"},
+      {"cuda_graph", "true | false", "capture the training step in a CUDA graph (cuda only)"},
+      {"checkpointing.policy", one_of(kCheckpointPolicies), "activation checkpointing policy"},
+      {"checkpointing.k", "integer >= 1", "policy parameter (every_k: keep every k-th block input)"},
+      {"parallel.strategy", one_of(kStrategies), "how gradients (and optimizer state) are shared between ranks"},
+      {"parallel.comm", one_of(kComms), "communicator; auto: nccl on cuda, else mpi (nccl needs cuda)"},
+      {"parallel.bucket_mb", "number > 0", "ddp_bucketed bucket size, MiB of fp32 gradients"},
+      {"parallel.prefetch_layers", "integer >= 0", "layers whose parameter shards are gathered ahead of use"},
+      {"parallel.comm_timeout_s", "number > 0", "a collective not done after this many seconds aborts every rank"},
+      {"optimizer.lr", "number >= 0", "peak learning rate of AdamW"},
+      {"optimizer.betas", "[beta1, beta2], each in [0, 1)", "AdamW moment decay rates"},
+      {"optimizer.eps", "number > 0", "AdamW denominator epsilon"},
+      {"optimizer.weight_decay", "number >= 0", "decoupled weight decay (p -= lr*wd*p), applied to every parameter"},
+      {"optimizer.max_grad_norm", "null | number > 0", "clip the global gradient L2 norm to this; null: no clipping"},
+      {"optimizer.schedule", one_of(kSchedules), "cosine: linear warm-up to lr, cosine decay to min_lr"},
+      {"optimizer.warmup_steps", "integer >= 0", "warm-up iterations of the schedule"},
+      {"optimizer.cosine_steps", "integer >= 0 (>= warmup_steps)", "end of the cosine cycle; 0: the run's total steps"},
+      {"optimizer.min_lr", "number >= 0", "learning rate after the cosine cycle"},
+      {"data.source", one_of(kSources), "random: seeded uniform token ids; tokens: a flat binary token file"},
+      {"data.path", "null | file path", "token file (needed for source tokens): ids < vocab_size, >= context_length+1 "
+                                        "tokens"},
+      {"data.dtype", one_of(kDtypes), "element type of the token file (little-endian)"},
+      {"data.sampling", one_of(kSamplings),
+       "random windows; sequential: row i of step s starts at ((s*rows + i) * T) mod (n - T)"},
+      {"data.batch_size", "integer > 0, divisible by the world size", "global batch in rows of context_length tokens"},
+      {"data.microbatch_size", "integer >= 0, divides the per-rank batch",
+       "rows per forward/backward on one rank (gradient accumulation); 0: the whole per-rank batch"},
+      {"data.seed", "integer >= 0", "seed of the random tokens and of random sampling"},
+      {"bench.phase", one_of(kPhases), "what each timed step runs"},
+      {"bench.warmup_steps", "integer >= 0", "steps before timing starts (they train too)"},
+      {"bench.measure_steps", "integer >= 0 (warmup + measure >= 1)", "timed steps"},
+      {"bench.log_every", "integer >= 0", "progress line every N steps; 0: none"},
+      {"init.weights", "null | readable file", "safetensors file to start from; null: random init with init.seed"},
+      {"init.seed", "integer >= 0", "seed of the random initialisation"},
+      {"output.results", "null | writable path", "result record; null: results/runs/<name>-<time>.json"},
+      {"output.checkpoint", "null | writable path", "safetensors of the weights written at the end; null: none"},
+      {"profile.nvtx", "true | false", "NVTX ranges around layers and phases (for Nsight Systems)"},
+      {"profile.trace", "null | writable path", "Chrome trace (chrome://tracing, Perfetto) of the timed steps"},
+      {"profile.memory_timeline", "null | writable path", "device memory timeline by category"},
+  };
+  return docs;
+}
+
+/// Every leaf key of a section in documentation order, with its default as JSON text.
+template <Section S>
+void leaf_defaults(const S& s, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out) {
+  fields(s, [&](const char* name, const auto& member) {
+    using T = std::decay_t<decltype(member)>;
+    if constexpr (Section<T>)
+      leaf_defaults(member, prefix + name + ".", out);
+    else
+      out.emplace_back(prefix + name, to_value(member).dump());
+  });
+}
+
+}  // namespace
+
+// ---- public: JSON ---------------------------------------------------------------------------------------------
+void to_json(json& j, const RunConfig& c) { j = to_value(c); }
+void from_json(const json& j, RunConfig& c) { read_root(j, c, ""); }
+void to_json(json& j, const ModelCfg& c) { j = to_value(c); }
+void from_json(const json& j, ModelCfg& c) { read_root(j, c, "model"); }
+void to_json(json& j, const CheckpointingCfg& c) { j = to_value(c); }
+void from_json(const json& j, CheckpointingCfg& c) { read_root(j, c, "checkpointing"); }
+void to_json(json& j, const ParallelCfg& c) { j = to_value(c); }
+void from_json(const json& j, ParallelCfg& c) { read_root(j, c, "parallel"); }
+void to_json(json& j, const OptimizerCfg& c) { j = to_value(c); }
+void from_json(const json& j, OptimizerCfg& c) { read_root(j, c, "optimizer"); }
+void to_json(json& j, const DataCfg& c) { j = to_value(c); }
+void from_json(const json& j, DataCfg& c) { read_root(j, c, "data"); }
+void to_json(json& j, const BenchCfg& c) { j = to_value(c); }
+void from_json(const json& j, BenchCfg& c) { read_root(j, c, "bench"); }
+void to_json(json& j, const InitCfg& c) { j = to_value(c); }
+void from_json(const json& j, InitCfg& c) { read_root(j, c, "init"); }
+void to_json(json& j, const OutputCfg& c) { j = to_value(c); }
+void from_json(const json& j, OutputCfg& c) { read_root(j, c, "output"); }
+void to_json(json& j, const ProfileCfg& c) { j = to_value(c); }
+void from_json(const json& j, ProfileCfg& c) { read_root(j, c, "profile"); }
+
+// ---- public: load and validate --------------------------------------------------------------------------------
+RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size,
+                      bool cuda_available) {
+  TRAINER_CHECK(world_size >= 1, "load_config: world_size {} < 1", world_size);
+  const std::string text = path.empty() ? std::string(build::kDefaultConfig) : read_text_file(path);
+  const json doc = parse_config_text(text, path.empty() ? "<embedded default config>" : path);
+
+  RunConfig c;
+  from_json(doc, c);  // unknown keys and wrong types in the file
+  if (!overrides.empty()) {
+    json full = c;  // every key present, so an override path that does not exist is an unknown key
+    for (const auto& o : overrides) apply_override(full, o);
+    RunConfig overridden;
+    from_json(full, overridden);  // wrong types given by an override
+    c = std::move(overridden);
+  }
+  resolve(c, path, world_size, cuda_available);
+  validate_config(c, world_size);
+  return c;
+}
+
+void validate_config(const RunConfig& c, int world_size) {
+  TRAINER_CHECK(world_size >= 1, "validate_config: world_size {} < 1", world_size);
+  check_enum(c.job, kJobs, "job");
+
+  // model
+  const ModelCfg& m = c.model;
+  if (!m.preset.empty()) preset_model(m.preset);  // raises for an unknown name
+  const std::string_view hint = m.preset.empty() ? " (set it, or choose a model.preset)" : "";
+  check_positive(m.vocab_size, "model.vocab_size", hint);
+  check_positive(m.context_length, "model.context_length", hint);
+  check_positive(m.d_model, "model.d_model", hint);
+  check_positive(m.d_ff, "model.d_ff", hint);
+  check_positive(m.num_layers, "model.num_layers", hint);
+  check_positive(m.num_heads, "model.num_heads", hint);
+  check_positive(m.rope_theta, "model.rope_theta");
+  CONFIG_CHECK(m.d_model % m.num_heads == 0, "model: d_model {} is not divisible by num_heads {}", m.d_model,
+               m.num_heads);
+  const int d_head = m.d_model / m.num_heads;
+  CONFIG_CHECK(d_head % 2 == 0, "model: d_head {} (d_model {} / num_heads {}) must be even: RoPE rotates pairs",
+               d_head, m.d_model, m.num_heads);
+
+  // device and numerics
+  check_enum(c.device, kDevices, "device");
+  check_enum(c.precision, kPrecisions, "precision");
+  check_enum(c.attention, kAttention, "attention");
+  CONFIG_CHECK(c.precision != "bf16" || c.device == "cuda",
+               "precision: bf16 needs device 'cuda' (the CPU backend is the fp32 reference)");
+  CONFIG_CHECK(!c.cuda_graph || c.device == "cuda", "cuda_graph: needs device 'cuda', got device '{}'", c.device);
+
+  // checkpointing and parallel
+  check_enum(c.checkpointing.policy, kCheckpointPolicies, "checkpointing.policy");
+  CONFIG_CHECK(c.checkpointing.k >= 1, "config: 'checkpointing.k' must be >= 1, got {}", c.checkpointing.k);
+  const ParallelCfg& p = c.parallel;
+  check_enum(p.strategy, kStrategies, "parallel.strategy");
+  check_enum(p.comm, kComms, "parallel.comm");
+  CONFIG_CHECK(p.comm != "nccl" || c.device == "cuda", "parallel: comm 'nccl' needs device 'cuda' (use comm 'mpi')");
+  check_positive(p.bucket_mb, "parallel.bucket_mb");
+  check_non_negative(p.prefetch_layers, "parallel.prefetch_layers");
+  check_positive(p.comm_timeout_s, "parallel.comm_timeout_s");
+
+  // optimizer
+  const OptimizerCfg& o = c.optimizer;
+  check_non_negative(o.lr, "optimizer.lr");
+  CONFIG_CHECK(o.betas.size() == 2, "config: 'optimizer.betas' must have 2 entries [beta1, beta2], got {}",
+               o.betas.size());
+  for (size_t i = 0; i < 2; ++i)
+    CONFIG_CHECK(o.betas[i] >= 0 && o.betas[i] < 1, "config: 'optimizer.betas[{}]' must be in [0, 1), got {}", i,
+                 o.betas[i]);
+  check_positive(o.eps, "optimizer.eps");
+  check_non_negative(o.weight_decay, "optimizer.weight_decay");
+  if (o.max_grad_norm) check_positive(*o.max_grad_norm, "optimizer.max_grad_norm");
+  check_enum(o.schedule, kSchedules, "optimizer.schedule");
+  check_non_negative(o.warmup_steps, "optimizer.warmup_steps");
+  check_non_negative(o.cosine_steps, "optimizer.cosine_steps");
+  check_non_negative(o.min_lr, "optimizer.min_lr");
+  CONFIG_CHECK(o.schedule != "cosine" || o.cosine_steps == 0 || o.warmup_steps <= o.cosine_steps,
+               "optimizer: warmup_steps {} exceeds cosine_steps {}", o.warmup_steps, o.cosine_steps);
+
+  // data
+  const DataCfg& d = c.data;
+  check_enum(d.source, kSources, "data.source");
+  check_enum(d.dtype, kDtypes, "data.dtype");
+  check_enum(d.sampling, kSamplings, "data.sampling");
+  check_positive(d.batch_size, "data.batch_size");
+  CONFIG_CHECK(d.batch_size % world_size == 0, "data: batch_size {} is not divisible by world_size {}", d.batch_size,
+               world_size);
+  check_positive(d.microbatch_size, "data.microbatch_size");
+  const int per_rank = d.batch_size / world_size;
+  CONFIG_CHECK(per_rank % d.microbatch_size == 0,
+               "data: per-rank batch {} (batch_size {} / world_size {}) is not divisible by microbatch_size {}",
+               per_rank, d.batch_size, world_size, d.microbatch_size);
+
+  // bench
+  const BenchCfg& b = c.bench;
+  check_enum(b.phase, kPhases, "bench.phase");
+  check_non_negative(b.warmup_steps, "bench.warmup_steps");
+  check_non_negative(b.measure_steps, "bench.measure_steps");
+  CONFIG_CHECK(int64_t(b.warmup_steps) + b.measure_steps >= 1,
+               "bench: warmup_steps + measure_steps must be at least one step, got {} + {}", b.warmup_steps,
+               b.measure_steps);
+  check_non_negative(b.log_every, "bench.log_every");
+
+  // files: inputs first, then outputs (check_output_path creates directories, so it runs only for a valid config)
+  if (d.source == "tokens") {
+    CONFIG_CHECK(d.path && !d.path->empty(), "data: source 'tokens' needs data.path (a flat binary token file)");
+    check_token_file(*d.path, d.dtype, m.vocab_size, m.context_length);
+  }
+  if (c.init.weights) check_readable_file(*c.init.weights, "init.weights");
+
+  const std::pair<const char*, const std::optional<std::string>*> outputs[] = {
+      {"output.results", &c.output.results},
+      {"output.checkpoint", &c.output.checkpoint},
+      {"profile.trace", &c.profile.trace},
+      {"profile.memory_timeline", &c.profile.memory_timeline}};
+  for (size_t i = 0; i < std::size(outputs); ++i)
+    for (size_t k = 0; k < i; ++k)
+      if (*outputs[i].second && *outputs[k].second) {
+        const auto same = [](const std::string& x) { return fs::absolute(x).lexically_normal(); };
+        CONFIG_CHECK(same(**outputs[i].second) != same(**outputs[k].second),
+                     "output: '{}' and '{}' name the same file '{}'", outputs[k].first, outputs[i].first,
+                     **outputs[i].second);
+      }
+  for (const auto& [key, value] : outputs)
+    if (*value) check_output_path(**value, key);
+  if (!c.output.results) check_output_path(default_results_path(c.name), "output.results");
+}
+
+// ---- public: help ---------------------------------------------------------------------------------------------
+std::string help_text() {
+  std::string s =
+      "usage: trainer [CONFIG.json] [--set key.path=value ...] [--print-config] [--log-all-ranks]\n"
+      "       trainer --help | --version\n"
+      "       mpirun -np N trainer CONFIG.json ...     (one process per GPU; batch_size is split over the N ranks)\n"
+      "\n"
+      "Trains or benchmarks the CS336 Transformer LM as described by one JSON run config and writes a result\n"
+      "record. Without CONFIG.json the embedded default (configs/default.json) is used. Unknown keys are errors.\n"
+      "\n"
+      "options:\n"
+      "  --set key.path=value  override one config key (repeatable, applied in order). The value is JSON\n"
+      "                        (3e-4, true, null, [0.9,0.95], {\"num_layers\":2}), else taken as a string;\n"
+      "                        array elements by index: --set optimizer.betas.1=0.95\n"
+      "  --print-config        print the resolved config as JSON and exit\n"
+      "  --log-all-ranks       log on every rank (default: rank 0 at info, other ranks at warn)\n"
+      "  --help                print this text and exit\n"
+      "  --version             print the version and git commit and exit\n"
+      "\n"
+      "config keys (key, default, allowed values; configs/README.md has the same table):\n";
+  std::vector<std::pair<std::string, std::string>> leaves;
+  const RunConfig defaults;
+  leaf_defaults(defaults, "", leaves);
+  std::string section;
+  for (const auto& [key, def] : leaves) {
+    const auto it = std::find_if(key_docs().begin(), key_docs().end(), [&](const KeyDoc& d) { return key == d.key; });
+    TRAINER_CHECK(it != key_docs().end(), "help_text: config key '{}' has no documentation row", key);
+    const std::string sec = key.find('.') == std::string::npos ? "" : key.substr(0, key.find('.'));
+    if (sec != section) s += "\n";
+    section = sec;
+    s += fmt::format("  {:<26} {:<14} {}\n      {}\n", key, def, it->allowed, it->meaning);
+  }
+  s += "\nmodel presets (vocab, context, d_model, d_ff, layers, heads):\n";
+  for (const auto& name : preset_names()) {
+    const ModelCfg p = preset_model(name);
+    s += fmt::format("  {:<16} {:>6} {:>6} {:>5} {:>6} {:>3} {:>3}\n", name, p.vocab_size, p.context_length, p.d_model,
+                     p.d_ff, p.num_layers, p.num_heads);
+  }
+  s += "\nresolution: device auto -> cuda if available else cpu; attention auto -> flash2 for bf16 on cuda else\n"
+       "naive; parallel.comm auto -> nccl on cuda else mpi; name \"\" -> config file stem; data.microbatch_size 0 ->\n"
+       "batch_size / world_size. Config errors exit with code 2 before any output is written.\n";
+  return s;
+}
+
+}  // namespace trainer

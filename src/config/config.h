@@ -1,0 +1,147 @@
+// RunConfig: one JSON file describes a run; every key has a default (configs/README.md lists them all).
+//
+// load_config() reads the file, applies `--set key.path=value` overrides, rejects unknown keys and wrong types,
+// resolves the model preset and validates the whole config. Every problem raises ConfigError with one message
+// naming the key, before any work or output happens (main() prints it and exits with code 2).
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace trainer {
+
+using json = nlohmann::json;
+
+struct ModelCfg {
+  std::string preset = "";   // tiny | small | medium | large | xl | 10B | leaderboard_8b, or "" for explicit dims
+  int vocab_size = 0;        // 0: from the preset
+  int context_length = 0;
+  int d_model = 0;
+  int d_ff = 0;
+  int num_layers = 0;
+  int num_heads = 0;
+  double rope_theta = 10000.0;
+};
+
+struct CheckpointingCfg {
+  std::string policy = "none";  // none (more policies come with activation checkpointing)
+  int k = 1;
+};
+
+struct ParallelCfg {
+  std::string strategy = "none";  // none | ddp_naive | ddp_flat | ddp_overlap | ddp_bucketed | zero1
+  std::string comm = "auto";      // auto (nccl on cuda, else mpi) | nccl | mpi
+  double bucket_mb = 25.0;        // ddp_bucketed bucket size, MiB of fp32 gradients
+  int prefetch_layers = 2;
+  double comm_timeout_s = 300.0;  // a collective not done after this aborts every rank
+};
+
+struct OptimizerCfg {
+  double lr = 1e-3;
+  std::vector<double> betas{0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+  std::optional<double> max_grad_norm;  // null: no clipping
+  std::string schedule = "constant";    // constant | cosine (linear warm-up, cosine decay to min_lr)
+  int warmup_steps = 0;                 // schedule warm-up iterations
+  int cosine_steps = 0;                 // end of the cosine cycle (iterations); 0: the run's total steps
+  double min_lr = 0.0;
+};
+
+struct DataCfg {
+  std::string source = "random";       // random (seeded uniform tokens) | tokens (flat binary file)
+  std::optional<std::string> path;     // token file for source = tokens
+  std::string dtype = "uint16";        // uint16 | uint32 token ids in the file
+  std::string sampling = "random";     // random windows | sequential: row i of step s starts at token
+                                       //   ((s*rows + i) * context_length) mod (n - context_length)
+  int batch_size = 4;                  // global batch (rows of context_length tokens), split over ranks
+  int microbatch_size = 0;             // rows per forward/backward on one rank; 0: the whole per-rank batch
+  uint64_t seed = 0;
+};
+
+struct BenchCfg {
+  std::string phase = "train_step";  // forward | forward_backward | train_step
+  int warmup_steps = 5;              // steps run before timing starts (they train too)
+  int measure_steps = 10;            // timed steps
+  int log_every = 1;                 // progress line every N steps (0: none)
+};
+
+struct InitCfg {
+  std::optional<std::string> weights;  // safetensors file to start from; null: random init with `seed`
+  uint64_t seed = 0;
+};
+
+struct OutputCfg {
+  std::optional<std::string> results;     // result record path; null: results/runs/<name>-<time>.json
+  std::optional<std::string> checkpoint;  // safetensors written at the end; null: none
+};
+
+struct ProfileCfg {
+  bool nvtx = false;
+  std::optional<std::string> trace;            // Chrome trace path
+  std::optional<std::string> memory_timeline;  // memory timeline path
+};
+
+struct RunConfig {
+  std::string job = "train";       // train (more jobs come later)
+  std::string name = "";           // used in default output names; "": the config file's stem
+  ModelCfg model;
+  std::string device = "auto";     // auto (cuda when available) | cpu | cuda
+  std::string precision = "fp32";  // fp32 | bf16 (mixed: fp32 master weights, bf16 activations; cuda only)
+  bool allow_tf32 = false;
+  std::string attention = "auto";  // auto (flash2 for bf16 on cuda, else naive) | naive | flash2
+  bool cuda_graph = false;
+  CheckpointingCfg checkpointing;
+  ParallelCfg parallel;
+  OptimizerCfg optimizer;
+  DataCfg data;
+  BenchCfg bench;
+  InitCfg init;
+  OutputCfg output;
+  ProfileCfg profile;
+};
+
+/// JSON (de)serialisation. to_json writes every key (std::optional fields as null). from_json overlays the keys
+/// present in `j` on the struct's current values (absent keys keep them) and raises ConfigError naming the dotted key
+/// for an unknown key ("config: unknown key 'optimizer.lrr'") or a wrong type ("config: 'data.batch_size' must be an
+/// integer, got string"). The sub-struct versions name keys relative to their section ("model.d_model").
+void to_json(json& j, const RunConfig& c);
+void from_json(const json& j, RunConfig& c);
+void to_json(json& j, const ModelCfg& c);
+void from_json(const json& j, ModelCfg& c);
+void to_json(json& j, const CheckpointingCfg& c);
+void from_json(const json& j, CheckpointingCfg& c);
+void to_json(json& j, const ParallelCfg& c);
+void from_json(const json& j, ParallelCfg& c);
+void to_json(json& j, const OptimizerCfg& c);
+void from_json(const json& j, OptimizerCfg& c);
+void to_json(json& j, const DataCfg& c);
+void from_json(const json& j, DataCfg& c);
+void to_json(json& j, const BenchCfg& c);
+void from_json(const json& j, BenchCfg& c);
+void to_json(json& j, const InitCfg& c);
+void from_json(const json& j, InitCfg& c);
+void to_json(json& j, const OutputCfg& c);
+void from_json(const json& j, OutputCfg& c);
+void to_json(json& j, const ProfileCfg& c);
+void from_json(const json& j, ProfileCfg& c);
+
+/// Reads `path` (or the embedded default when path is empty), applies overrides ("key.path=value"; the value is
+/// parsed as JSON, falling back to a string), resolves the preset and the defaults of `device`/`attention`, and
+/// validates. world_size is used for divisibility checks. Raises ConfigError naming the key.
+RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size,
+                      bool cuda_available);
+
+/// Checks the resolved config (shapes, enums, ranges, files readable, output writable). Raises ConfigError.
+void validate_config(const RunConfig& c, int world_size);
+
+/// The dims of a named preset (vocab, context, d_model, d_ff, layers, heads); raises ConfigError for unknown names.
+ModelCfg preset_model(const std::string& name);
+std::vector<std::string> preset_names();
+
+/// `trainer --help` text: usage, every key with its default and allowed values.
+std::string help_text();
+
+}  // namespace trainer

@@ -1,0 +1,30 @@
+#include "core/errors.h"
+
+#include <mpi.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace trainer {
+
+std::string mpi_error_string(int code) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return fmt::format("MPI error {}", code);
+  return std::string(buf, len);
+}
+
+void fatal(const char* lib, const char* stmt, const char* file, int line, const std::string& msg) {
+  int inited = 0, finalized = 0, rank = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (inited && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fprintf(stderr, "[%s error] rank %d %s:%d: %s\n    %s\n", lib, rank, file, line, msg.c_str(), stmt);
+  std::fflush(stderr);
+  spdlog::shutdown();
+  if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+  std::exit(1);
+}
+
+}  // namespace trainer

@@ -1,0 +1,49 @@
+#include "dist/bootstrap.h"
+
+#include <mpi.h>
+
+#include <functional>
+
+#include "core/errors.h"
+#include "dist/communicator.h"
+
+namespace trainer {
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &thread_level_));
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  MPI_Comm local;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
+  MPI_CHECK(MPI_Comm_rank(local, &local_rank_));
+  MPI_CHECK(MPI_Comm_size(local, &local_size_));
+  MPI_CHECK(MPI_Comm_free(&local));
+}
+
+MpiSession::~MpiSession() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+int MpiSession::first_failing_rank(bool failed) const {
+  int mine = failed ? rank_ : size_, first = size_;
+  MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  return first < size_ ? first : -1;
+}
+
+int MpiSession::first_rank_differing(const std::string& text) const {
+  unsigned long long h = std::hash<std::string>{}(text), root = h;
+  MPI_CHECK(MPI_Bcast(&root, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD));
+  return first_failing_rank(h != root);
+}
+
+std::unique_ptr<Communicator> make_communicator(const RunConfig& cfg, Backend& be, const RunContext& ctx) {
+  if (ctx.world_size == 1 && cfg.parallel.strategy == "none") return nullptr;
+  CONFIG_CHECK(cfg.parallel.strategy != "none" || ctx.world_size == 1,
+               "parallel.strategy: 'none' runs one process, but {} ranks were started (pick ddp_* or zero1)",
+               ctx.world_size);
+  throw ConfigError(fmt::format("parallel.comm: '{}' is not available in this build", cfg.parallel.comm));
+}
+
+}  // namespace trainer

@@ -1,0 +1,39 @@
+// MPI bootstrap: MPI_Init_thread, world and local (per-host) rank, agreement helpers used at start-up, and the world
+// communicator chosen by parallel.comm.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "config/config.h"
+#include "backend/backend.h"
+#include "jobs/job.h"
+
+namespace trainer {
+
+class Communicator;
+
+/// Owns MPI for the process: MPI_Init_thread in the constructor (asks for MPI_THREAD_MULTIPLE), MPI_Finalize in the
+/// destructor. Works for a plain single process (singleton init), under mpirun and under srun.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }  // from MPI_COMM_TYPE_SHARED: picks the GPU
+  int local_size() const { return local_size_; }
+  int thread_level() const { return thread_level_; }
+  /// Collective: the lowest rank for which `failed` is true, or -1 if none.
+  int first_failing_rank(bool failed) const;
+  /// Collective: the lowest rank whose `text` differs from rank 0's (compared by a 64-bit hash), or -1.
+  int first_rank_differing(const std::string& text) const;
+
+ private:
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, thread_level_ = 0;
+};
+
+/// The communicator over all ranks named by cfg.parallel.comm ("mpi" or "nccl") bound to the backend `be`, or nullptr
+/// for one process that needs none. Raises ConfigError when the kind is unavailable in this build.
+std::unique_ptr<Communicator> make_communicator(const RunConfig& cfg, Backend& be, const RunContext& ctx);
+
+}  // namespace trainer

@@ -1,0 +1,44 @@
+// Communicator: process-group style collectives over contiguous f32 buffers (DESIGN.md "Communicator interface").
+//
+// Implementations: MPI (host buffers; device buffers staged through pinned host memory, so CPU-only runs and several
+// ranks sharing one GPU work) and NCCL (device buffers, its own stream ordered after the compute stream with events).
+// Every call can be synchronous (returns a finished Work) or asynchronous (wait() before touching the buffer).
+// A collective that does not finish within comm_timeout_s aborts every rank with a message; it never hangs silently.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace trainer {
+
+enum class ReduceOp { sum, avg };
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;  // blocks the host until done (MPI) or orders the compute stream after it (NCCL)
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;  // "mpi", "nccl"
+  /// In place: buf = op over ranks of buf. f32.
+  virtual std::unique_ptr<Work> all_reduce(Tensor buf, ReduceOp op, bool async = false) = 0;
+  /// out [n] = op over ranks of in[rank*n : (rank+1)*n]; in has size()*n elements.
+  virtual std::unique_ptr<Work> reduce_scatter(Tensor out, const Tensor& in, ReduceOp op, bool async = false) = 0;
+  /// out [size()*n] = concatenation over ranks of in [n].
+  virtual std::unique_ptr<Work> all_gather(Tensor out, const Tensor& in, bool async = false) = 0;
+  /// buf = root's buf.
+  virtual std::unique_ptr<Work> broadcast(Tensor buf, int root, bool async = false) = 0;
+  /// Host-side barrier among the ranks.
+  virtual void barrier() = 0;
+  /// Milliseconds spent inside collectives (issue to completion) since the last reset.
+  virtual double busy_ms() const { return 0; }
+  virtual void reset_busy() {}
+};
+
+}  // namespace trainer

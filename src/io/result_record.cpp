@@ -1,0 +1,177 @@
+// Output paths, atomic writes, timing statistics and machine description; see result_record.h.
+#include "io/result_record.h"
+
+#include <fcntl.h>
+#include <mpi.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+
+#include "core/errors.h"
+
+namespace trainer {
+namespace fs = std::filesystem;
+
+namespace {
+
+/// The directory that will hold `path` ("." for a bare file name).
+fs::path parent_dir(const std::string& path) {
+  fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? fs::path(".") : parent;
+}
+
+/// write(2) all n bytes, retrying on EINTR and partial writes. False with errno set on failure.
+bool write_all(int fd, const char* p, uint64_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, size_t(std::min<uint64_t>(n, 1ull << 30)));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += w;
+    n -= uint64_t(w);
+  }
+  return true;
+}
+
+std::string trim(std::string s) {
+  const auto is_space = [](unsigned char c) { return std::isspace(c) || c == '\0'; };
+  while (!s.empty() && is_space(s.back())) s.pop_back();
+  size_t i = 0;
+  while (i < s.size() && is_space(s[i])) ++i;
+  return s.substr(i);
+}
+
+}  // namespace
+
+void check_output_path(const std::string& path, const std::string& key) {
+  CONFIG_CHECK(!path.empty(), "{}: the output path is empty", key);
+  std::error_code ec;
+  CONFIG_CHECK(!fs::is_directory(path, ec), "{}: '{}' is a directory; give a file path", key, path);
+  const fs::path parent = parent_dir(path);
+  fs::create_directories(parent, ec);
+  if (ec) throw ConfigError(fmt::format("{}: cannot create directory '{}': {}", key, parent.string(), ec.message()));
+  CONFIG_CHECK(fs::is_directory(parent, ec), "{}: '{}' is not a directory", key, parent.string());
+  // Prove writability by creating a file: as root, access(W_OK) says yes even on a read-only mount.
+  const fs::path probe = parent / fmt::format(".trainer-write-test.{}", ::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0)
+    throw ConfigError(fmt::format("{}: directory '{}' is not writable: {}", key, parent.string(), std::strerror(errno)));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+void write_file_atomic(const std::string& path, const std::vector<FilePart>& parts) {
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  const auto fail = [&](const char* what, int err, int fd) {
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    return RuntimeError(fmt::format("cannot write '{}': {} failed: {}", path, what, std::strerror(err)));
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw RuntimeError(fmt::format("cannot write '{}': creating '{}' failed: {}", path, tmp, std::strerror(errno)));
+  for (const FilePart& p : parts)
+    if (!write_all(fd, static_cast<const char*>(p.data), p.bytes)) throw fail("write", errno, fd);
+  if (::fsync(fd) != 0) throw fail("fsync", errno, fd);
+  if (::close(fd) != 0) throw fail("close", errno, -1);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) throw fail("rename", errno, -1);
+  // Make the rename itself durable (best effort: some filesystems refuse fsync on a directory).
+  const int dfd = ::open(parent_dir(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+void write_json_atomic(const std::string& path, const nlohmann::json& j) {
+  std::string text;
+  try {
+    text = j.dump(2) + "\n";
+  } catch (const nlohmann::json::exception& e) {
+    throw RuntimeError(fmt::format("cannot write '{}': JSON serialisation failed: {}", path, e.what()));
+  }
+  write_file_atomic(path, {{text.data(), text.size()}});
+}
+
+nlohmann::json timing_stats(const std::vector<double>& samples_ms) {
+  nlohmann::json j;
+  j["samples"] = samples_ms;  // [] when empty
+  const size_t n = samples_ms.size();
+  if (n == 0) {
+    for (const char* k : {"mean_ms", "std_ms", "min_ms", "median_ms", "max_ms"}) j[k] = nullptr;
+    return j;
+  }
+  double sum = 0;
+  for (double x : samples_ms) sum += x;
+  const double mean = sum / double(n);
+  double ss = 0;
+  for (double x : samples_ms) ss += (x - mean) * (x - mean);  // two-pass: no cancellation
+  std::vector<double> sorted = samples_ms;
+  std::sort(sorted.begin(), sorted.end());
+  j["mean_ms"] = mean;
+  j["std_ms"] = n < 2 ? 0.0 : std::sqrt(ss / double(n - 1));
+  j["min_ms"] = sorted.front();
+  j["median_ms"] = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  j["max_ms"] = sorted.back();
+  return j;
+}
+
+nlohmann::json machine_info(const std::string& backend_description) {
+  nlohmann::json m;
+  char host[256] = {};
+  m["host"] = ::gethostname(host, sizeof(host) - 1) == 0 ? std::string(host) : std::string("unknown");
+  struct utsname u {};
+  m["os"] = ::uname(&u) == 0 ? fmt::format("{} {} {} {}", u.sysname, u.release, u.version, u.machine)
+                             : std::string("unknown");
+
+  std::string cpu;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; cpu.empty() && std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) == 0 || line.rfind("Model", 0) == 0 || line.rfind("cpu model", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) cpu = trim(line.substr(colon + 1));
+    }
+  }
+  m["cpu_model"] = cpu.empty() ? std::string(u.machine[0] ? u.machine : "unknown") : cpu;
+  m["cpu_cores"] = int64_t(::sysconf(_SC_NPROCESSORS_ONLN));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) m["cpu_cores_available"] = CPU_COUNT(&set);
+
+  char lib[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  if (MPI_Get_library_version(lib, &len) == MPI_SUCCESS) {
+    std::string s(lib, size_t(std::max(0, len)));
+    m["mpi_library"] = trim(s.substr(0, s.find('\n')));
+  } else {
+    m["mpi_library"] = "unknown";
+  }
+  int version = 0, subversion = 0;
+  if (MPI_Get_version(&version, &subversion) == MPI_SUCCESS) m["mpi_standard"] = fmt::format("{}.{}", version, subversion);
+  m["backend"] = backend_description;
+  return m;
+}
+
+std::string default_results_path(const std::string& name) {
+  std::string clean = name.empty() ? std::string("run") : name;
+  for (char& c : clean)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) c = '_';
+  const std::time_t now = std::time(nullptr);
+  std::tm tm {};
+  ::localtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
+  return fmt::format("results/runs/{}-{}.json", clean, stamp);
+}
+
+}  // namespace trainer

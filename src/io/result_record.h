@@ -1,0 +1,49 @@
+// Result records and output files: path checks done before a run starts, atomic writes (never a half-written file),
+// timing statistics and the machine description stored in every record (DESIGN.md, "Result record").
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace trainer {
+
+/// Checks, before any work, that `path` can be written: creates its parent directory (mkdir -p) and proves the
+/// parent is writable by creating and removing a temp file there (access() is not enough: tests run as root).
+/// Raises ConfigError naming `key` (e.g. "output.results") when the parent cannot be created or written, or when
+/// `path` is an existing directory. An empty path is an error too.
+void check_output_path(const std::string& path, const std::string& key);
+
+/// One contiguous piece of a file written by write_file_atomic.
+struct FilePart {
+  const void* data;
+  uint64_t bytes;
+};
+
+/// Writes the concatenation of `parts` to `path` atomically: `path.tmp.<pid>` is written, fsynced and renamed over
+/// `path` (then the directory is fsynced), so readers see the old file or the new one, never half of one.
+/// Raises RuntimeError naming the path and the system error on failure; the temp file is removed.
+void write_file_atomic(const std::string& path, const std::vector<FilePart>& parts);
+
+/// Writes `j` (indented by 2, newline-terminated) to `path` with write_file_atomic. RuntimeError on failure, including
+/// a json that cannot be serialised (invalid UTF-8 in a string).
+void write_json_atomic(const std::string& path, const nlohmann::json& j);
+
+/// Summary of timing samples in milliseconds:
+///   {mean_ms, std_ms, min_ms, median_ms, max_ms, samples}
+/// std_ms is the sample standard deviation sqrt(sum (x - mean)^2 / (n - 1)), 0 for n < 2; median_ms is the middle
+/// sample, or the mean of the two middle samples for even n. Empty input: every statistic null and samples [].
+nlohmann::json timing_stats(const std::vector<double>& samples_ms);
+
+/// The host part of `machine` in a result record:
+///   {host, os (uname: sysname release version machine), cpu_model (/proc/cpuinfo), cpu_cores (online logical CPUs),
+///    mpi_library (MPI_Get_library_version, first line), mpi_standard ("3.1"), backend (backend_description)}.
+/// The CUDA backend adds its GPU fields (gpu_name, gpu_memory_bytes, driver, cuda/nccl versions) to this object.
+/// Safe to call before MPI_Init (both MPI calls are allowed then).
+nlohmann::json machine_info(const std::string& backend_description);
+
+/// "results/runs/<name>-<YYYYmmdd-HHMMSS>.json" with the local time now; characters of `name` other than
+/// [A-Za-z0-9._-] become '_' and an empty name becomes "run".
+std::string default_results_path(const std::string& name);
+
+}  // namespace trainer

@@ -1,0 +1,218 @@
+// job = "train": forward / forward_backward / train_step benchmark and training loop.
+#include <mpi.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "dist/bootstrap.h"
+#include "dist/communicator.h"
+#include "io/result_record.h"
+#include "io/safetensors.h"
+#include "io/token_data.h"
+#include "jobs/job.h"
+#include "model/model.h"
+#include "optim/schedule.h"
+#include "parallel/strategy.h"
+
+namespace trainer {
+
+namespace {
+
+// Peak dense rates used for MFU, measured on one H200 (ANCHORS.md): bf16 GEMM 756 TFLOP/s, fp32 (no TF32) 51.
+double peak_tflops(const RunConfig& c) {
+  if (c.device != "cuda") return 0.0;
+  return c.precision == "bf16" ? 756.0 : (c.allow_tf32 ? 378.0 : 51.0);
+}
+
+double all_ranks_sum(double x, const RunContext& ctx) {
+  if (ctx.world_size == 1) return x;
+  double out = 0;
+  MPI_CHECK(MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  return out;
+}
+
+std::string fmt_rate(double tok_s) {
+  if (tok_s >= 1e6) return fmt::format("{:.2f}M", tok_s / 1e6);
+  if (tok_s >= 1e3) return fmt::format("{:.1f}k", tok_s / 1e3);
+  return fmt::format("{:.0f}", tok_s);
+}
+
+void save_checkpoint(const Model& model, const std::string& path) {
+  std::vector<std::vector<float>> host;
+  std::vector<NamedTensor> named;
+  host.reserve(model.layout().params().size());
+  for (const ParamInfo& p : model.layout().params()) {
+    host.push_back(model.download(p));
+    named.push_back({p.name, DType::f32, p.shape, host.back().data()});
+  }
+  write_safetensors(path, named, {{"format", "pt"}, {"producer", "trainer"}});
+}
+
+}  // namespace
+
+nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
+  using nlohmann::json;
+  const Device dev = cfg.device == "cuda" ? Device::cuda : Device::cpu;
+  BackendOptions bopts;
+  bopts.allow_tf32 = cfg.allow_tf32;
+  bopts.nvtx = cfg.profile.nvtx;
+  auto be = make_backend(dev, ctx.local_rank, bopts);
+
+  const ModelDims dims = model_dims(cfg.model);
+  const DType act = cfg.precision == "bf16" ? DType::bf16 : DType::f32;
+  const AttnImpl attn = cfg.attention == "flash2" ? AttnImpl::flash2 : AttnImpl::naive;
+  const int T = dims.context_length;
+  const int rows_per_rank = cfg.data.batch_size / ctx.world_size;
+  const int micro = cfg.data.microbatch_size > 0 ? cfg.data.microbatch_size : rows_per_rank;
+  const int n_micro = rows_per_rank / micro;
+  const int64_t global_tokens = int64_t(cfg.data.batch_size) * T;
+  const int64_t rank_tokens = int64_t(rows_per_rank) * T;
+  const std::string& phase = cfg.bench.phase;
+  const bool do_backward = phase != "forward", do_step = phase == "train_step";
+  const int total_steps = cfg.bench.warmup_steps + cfg.bench.measure_steps;
+
+  Model model(*be, dims, act, attn, ParamLayout::kAlign * ctx.world_size);
+  spdlog::info("model: {} parameters ({:.1f} M), d_model {}, d_ff {}, {} layers, {} heads, vocab {}, context {}",
+               model.layout().count(), model.layout().count() / 1e6, dims.d_model, dims.d_ff, dims.num_layers,
+               dims.num_heads, dims.vocab_size, dims.context_length);
+  if (cfg.init.weights) {
+    model.load(read_safetensors(*cfg.init.weights), *cfg.init.weights);
+  } else {
+    model.init_random(cfg.init.seed);
+  }
+  auto comm = make_communicator(cfg, *be, ctx);
+  auto strategy = make_strategy(cfg, *be, comm.get());
+  strategy->setup(model);
+  model.reserve(micro, T);
+  auto source = make_token_source(cfg.data, dims.vocab_size);
+  std::vector<int32_t> inputs(static_cast<size_t>(rank_tokens)), targets(static_cast<size_t>(rank_tokens));
+  const size_t setup_bytes = be->memory().total;
+  spdlog::info("{} on {}: phase {}, precision {}, attention {}, strategy {}, {} rank(s), batch {} = {} x {} x {} "
+               "(ranks x microbatches x rows), {} steps ({} warm-up); set-up memory {}",
+               cfg.job, be->description(), phase, cfg.precision, cfg.attention, strategy->name(), ctx.world_size,
+               cfg.data.batch_size, ctx.world_size, n_micro, micro, total_steps, cfg.bench.warmup_steps,
+               format_bytes(setup_bytes));
+
+  // One set of events per step: start, then (forward end, backward end) per microbatch, comm end, optimizer end.
+  std::vector<std::unique_ptr<Event>> ev;
+  for (int i = 0; i < 2 * n_micro + 3; ++i) ev.push_back(be->make_event());
+  std::vector<double> t_fwd, t_bwd, t_opt, t_step, t_comm, t_exposed;
+  json losses = json::array(), gnorms = json::array(), lrs = json::array();
+  const std::function<void(int)> hook = [&](int u) { strategy->on_unit_ready(u); };
+
+  for (int step = 0; step < total_steps; ++step) {
+    const auto wall0 = std::chrono::steady_clock::now();
+    be->record(*ev[0]);
+    if (do_backward) model.zero_grads();
+    model.begin_step_losses(rank_tokens);
+    source->batch(step, cfg.data.batch_size, ctx.rank * rows_per_rank, rows_per_rank, T, inputs.data(),
+                  targets.data());
+    for (int m = 0; m < n_micro; ++m) {
+      const size_t off = size_t(m) * micro * T;
+      model.forward(inputs.data() + off, targets.data() + off, micro, T, do_backward, float(1.0 / global_tokens),
+                    int64_t(off));
+      be->record(*ev[1 + 2 * m]);
+      if (do_backward) model.backward(m == n_micro - 1 ? hook : std::function<void(int)>());
+      be->record(*ev[2 + 2 * m]);
+    }
+    if (do_backward) strategy->finish_backward();
+    be->record(*ev[2 * n_micro + 1]);
+    double gnorm = std::nan(""), lr = learning_rate(cfg.optimizer, step, total_steps);
+    if (do_step) {
+      gnorm = strategy->grad_norm();
+      strategy->optimizer_step(lr, clip_factor(gnorm, cfg.optimizer.max_grad_norm));
+    }
+    be->record(*ev[2 * n_micro + 2]);
+    const double loss = all_ranks_sum(model.step_loss_sum(), ctx) / double(global_tokens);  // syncs
+    be->synchronize();
+    const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0).count();
+
+    double fwd = 0, bwd = 0;
+    for (int m = 0; m < n_micro; ++m) {
+      fwd += be->elapsed_ms(m == 0 ? *ev[0] : *ev[2 * m], *ev[1 + 2 * m]);
+      bwd += be->elapsed_ms(*ev[1 + 2 * m], *ev[2 + 2 * m]);
+    }
+    bwd += be->elapsed_ms(*ev[2 * n_micro], *ev[2 * n_micro + 1]);  // finish_backward (gradient communication)
+    const double opt = be->elapsed_ms(*ev[2 * n_micro + 1], *ev[2 * n_micro + 2]);
+    const double step_ms = std::max<double>(be->elapsed_ms(*ev[0], *ev[2 * n_micro + 2]), fwd + bwd + opt);
+    losses.push_back(loss);
+    gnorms.push_back(do_step ? json(gnorm) : json(nullptr));
+    lrs.push_back(do_step ? json(lr) : json(nullptr));
+    const bool measured = step >= cfg.bench.warmup_steps;
+    if (measured) {
+      t_fwd.push_back(fwd);
+      if (do_backward) t_bwd.push_back(bwd);
+      if (do_step) t_opt.push_back(opt);
+      t_step.push_back(step_ms);
+      t_comm.push_back(strategy->comm_ms());
+      t_exposed.push_back(strategy->comm_exposed_ms());
+    }
+    if (!std::isfinite(loss)) throw RuntimeError(fmt::format("loss is {} at step {}", loss, step));
+    if (cfg.bench.log_every > 0 && (step % cfg.bench.log_every == 0 || step == total_steps - 1)) {
+      const double tok_s = double(global_tokens) / (step_ms / 1e3);
+      std::string line = fmt::format("step {:4d}/{} | loss {:.4f}", step + 1, total_steps, loss);
+      if (do_step) line += fmt::format(" | gnorm {:.3f} | lr {:.2e}", gnorm, lr);
+      line += fmt::format(" | {:.1f} ms | {} tok/s | mem {}{}", step_ms, fmt_rate(tok_s),
+                          format_bytes(be->memory().peak_total), measured ? "" : " (warm-up)");
+      if (ctx.world_size > 1) line += fmt::format(" | comm_exposed {:.1f} ms", strategy->comm_exposed_ms());
+      spdlog::info("{}", line);
+    }
+    (void)wall_ms;
+  }
+
+  if (cfg.output.checkpoint && ctx.rank == 0) {
+    save_checkpoint(model, *cfg.output.checkpoint);
+    spdlog::info("checkpoint written to {}", *cfg.output.checkpoint);
+  }
+
+  // ---- the job's part of the result record -----------------------------------------------------------------------
+  json r;
+  const double fpt = forward_flops_per_token(dims);
+  r["model"] = {{"parameters", model.layout().count()},
+                {"flops_per_token", {{"forward", fpt}, {"train_step", 3 * fpt}}},
+                {"dims", {{"vocab_size", dims.vocab_size}, {"context_length", dims.context_length},
+                          {"d_model", dims.d_model}, {"d_ff", dims.d_ff}, {"num_layers", dims.num_layers},
+                          {"num_heads", dims.num_heads}, {"d_head", dims.d_head()}}}};
+  r["steps"] = {{"total", total_steps}, {"warmup", cfg.bench.warmup_steps}, {"measured", cfg.bench.measure_steps},
+                {"microbatches", n_micro}, {"microbatch_size", micro}, {"tokens_per_step", global_tokens}};
+  r["timing"] = {{"forward", timing_stats(t_fwd)}, {"backward", timing_stats(t_bwd)},
+                 {"optimizer", timing_stats(t_opt)}, {"step", timing_stats(t_step)}};
+  if (ctx.world_size > 1) {
+    r["timing"]["comm"] = timing_stats(t_comm);
+    r["timing"]["comm_exposed"] = timing_stats(t_exposed);
+  }
+  double mean_step = 0;
+  for (double x : t_step) mean_step += x / double(t_step.size());
+  const double flops_per_step = fpt * (do_step || do_backward ? 3.0 : 1.0) * double(global_tokens);
+  const double tflops = t_step.empty() ? 0.0 : flops_per_step / (mean_step / 1e3) / 1e12 / ctx.world_size;
+  const double peak = peak_tflops(cfg);
+  r["throughput"] = {{"tokens_per_s", t_step.empty() ? 0.0 : double(global_tokens) / (mean_step / 1e3)},
+                     {"model_tflops_per_gpu", tflops},
+                     {"peak_tflops", peak > 0 ? json(peak) : json(nullptr)},
+                     {"mfu", peak > 0 ? json(tflops / peak) : json(nullptr)}};
+  const MemoryStats& ms = be->memory();
+  json by_cat = json::object(), cat_peak = json::object();
+  for (int i = 0; i < kNumCategories; ++i) {
+    by_cat[category_name(Category(i))] = ms.at_peak[i];
+    cat_peak[category_name(Category(i))] = ms.peak[i];
+  }
+  r["memory"] = {{"peak_bytes", ms.peak_total},
+                 {"by_category", by_cat},
+                 {"category_peaks", cat_peak},
+                 {"optimizer_state_bytes", strategy->optimizer_state_bytes()},
+                 {"saved_activation_bytes_per_block", model.saved_bytes_per_block(micro, T)},
+                 {"note", "bytes allocated through the trainer's pool; by_category is the split at the peak"}};
+  r["loss"] = {{"per_step", losses}, {"final", losses.empty() ? json(nullptr) : losses.back()}};
+  r["grad_norm"] = {{"per_step", gnorms}};
+  r["lr"] = {{"per_step", lrs}};
+  r["backend"] = be->description();
+  if (!t_step.empty())
+    spdlog::info("done: step {:.2f} ms mean over {} steps | {} tok/s | {:.1f} TFLOP/s | peak memory {} | loss {:.4f}",
+                 mean_step, t_step.size(), fmt_rate(r["throughput"]["tokens_per_s"].get<double>()), tflops,
+                 format_bytes(ms.peak_total), losses.back().get<double>());
+  return r;
+}
+
+}  // namespace trainer

@@ -1,0 +1,177 @@
+// trainer: trains the CS336 basics Transformer LM and measures how fast and how lean training can be made.
+//
+//   trainer [CONFIG.json] [--set key.path=value ...] [--log-all-ranks]
+//   trainer --print-config [CONFIG.json] [--set ...]  |  trainer --help  |  trainer --version
+//   mpirun -np 2 trainer configs/small.json --set parallel.strategy=ddp_bucketed
+//
+// Exit codes: 0 ok; 2 bad input (one line on stderr, nothing written); 1 the run failed (record with status
+// "error"); 3 out of memory (record with status "oom").
+#include <mpi.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <functional>
+#include <iostream>
+
+#include "backend/backend.h"
+#include "build_info.h"
+#include "config/config.h"
+#include "dist/bootstrap.h"
+#include "io/result_record.h"
+#include "jobs/job.h"
+
+using namespace trainer;
+
+namespace {
+
+struct Args {
+  std::string config;
+  std::vector<std::string> overrides;
+  bool help = false, version = false, print_config = false, log_all_ranks = false;
+};
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string s = argv[i];
+    if (s == "--help" || s == "-h") {
+      a.help = true;
+    } else if (s == "--version") {
+      a.version = true;
+    } else if (s == "--print-config") {
+      a.print_config = true;
+    } else if (s == "--log-all-ranks") {
+      a.log_all_ranks = true;
+    } else if (s == "--set" || s.rfind("--set=", 0) == 0) {
+      std::string kv;
+      if (s == "--set") {
+        CONFIG_CHECK(i + 1 < argc, "--set needs an argument key.path=value");
+        kv = argv[++i];
+      } else {
+        kv = s.substr(6);
+      }
+      CONFIG_CHECK(kv.find('=') != std::string::npos && kv.find('=') > 0,
+                   "--set '{}': expected key.path=value (e.g. --set precision=bf16)", kv);
+      a.overrides.push_back(kv);
+    } else if (!s.empty() && s[0] == '-') {
+      throw ConfigError(fmt::format("unknown option '{}' (see trainer --help)", s));
+    } else {
+      CONFIG_CHECK(a.config.empty(), "more than one config file given ('{}' and '{}')", a.config, s);
+      a.config = s;
+    }
+  }
+  return a;
+}
+
+void setup_logging(int rank, bool all_ranks) {
+  auto logger = spdlog::stderr_color_mt(fmt::format("{}", rank));
+  logger->set_pattern("[%T.%e] [r%n] [%l] %v");
+  logger->set_level(rank == 0 || all_ranks ? spdlog::level::info : spdlog::level::warn);
+  spdlog::set_default_logger(logger);
+}
+
+std::string now_iso() {
+  const std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MpiSession mpi(&argc, &argv);  // MPI_Init_thread; finalises on scope exit
+  const int rank = mpi.rank(), world = mpi.size();
+
+  // ---- 1. arguments and config: every problem is one line on stderr and exit code 2, before any output ----------
+  Args args;
+  RunConfig cfg;
+  std::string error;
+  try {
+    args = parse_args(argc, argv);
+    if (!args.help && !args.version) cfg = load_config(args.config, args.overrides, world, cuda_available());
+  } catch (const ConfigError& e) {
+    error = e.what();
+  } catch (const std::exception& e) {
+    error = fmt::format("unexpected error while reading the config: {}", e.what());
+  }
+  // Every rank reaches this point; agree on whether all configs loaded, then that they are identical.
+  const int bad_rank = mpi.first_failing_rank(!error.empty());
+  if (bad_rank >= 0) {
+    if (!error.empty() && (rank == 0 || rank == bad_rank))
+      std::fprintf(stderr, "trainer: error: %s%s\n", world > 1 ? fmt::format("[rank {}] ", rank).c_str() : "",
+                   error.c_str());
+    else if (rank == 0)
+      std::fprintf(stderr, "trainer: error: rank %d could not load its config (see its message)\n", bad_rank);
+    return 2;
+  }
+  if (args.help) {
+    if (rank == 0) std::cout << help_text();
+    return 0;
+  }
+  if (args.version) {
+    if (rank == 0) std::cout << "trainer " << build::kVersion << " (" << build::kGit << ")\n";
+    return 0;
+  }
+  const nlohmann::json resolved = cfg;
+  if (const int r = mpi.first_rank_differing(resolved.dump()); r >= 0) {
+    if (rank == 0)
+      std::fprintf(stderr, "trainer: error: the resolved config of rank %d differs from rank 0's (same file and "
+                   "--set on every rank?)\n", r);
+    return 2;
+  }
+  if (args.print_config) {
+    if (rank == 0) std::cout << resolved.dump(2) << "\n";
+    return 0;
+  }
+
+  // ---- 2. run the job -----------------------------------------------------------------------------------------
+  setup_logging(rank, args.log_all_ranks);
+  const std::string results_path = cfg.output.results ? *cfg.output.results : default_results_path(cfg.name);
+  nlohmann::json record = {{"schema", "trainer.result/1"},
+                           {"status", "ok"},
+                           {"error", nullptr},
+                           {"job", cfg.job},
+                           {"name", cfg.name},
+                           {"started", now_iso()},
+                           {"config", resolved},
+                           {"world_size", world},
+                           {"version", build::kVersion},
+                           {"git", build::kGit}};
+  int code = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    const RunContext ctx{rank, world, mpi.local_rank(), mpi.local_size()};
+    nlohmann::json part;
+    if (cfg.job == "train") part = run_train(cfg, ctx);
+    else throw ConfigError(fmt::format("job: '{}' is not implemented", cfg.job));
+    record.update(part);
+  } catch (const OutOfMemory& e) {
+    record["status"] = "oom";
+    record["error"] = e.what();
+    spdlog::error("out of memory: {}", e.what());
+    code = 3;
+  } catch (const ConfigError& e) {
+    record["status"] = "error";
+    record["error"] = e.what();
+    spdlog::error("{}", e.what());
+    code = 2;
+  } catch (const std::exception& e) {
+    record["status"] = "error";
+    record["error"] = e.what();
+    spdlog::error("run failed: {}", e.what());
+    code = 1;
+  }
+  record["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  record["machine"] = machine_info(record.value("backend", std::string()));
+  if (rank == 0) {
+    write_json_atomic(results_path, record);
+    spdlog::info("result record: {} (status {})", results_path, record["status"].get<std::string>());
+  }
+  spdlog::shutdown();
+  return code;
+}

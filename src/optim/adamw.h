@@ -1,0 +1,28 @@
+// AdamW state over a flat range of the parameter layout (the whole model, or one rank's shard under ZeRO-1).
+#pragma once
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "config/config.h"
+
+namespace trainer {
+
+class AdamW {
+ public:
+  /// Allocates m and v (fp32, zeroed, Category::optimizer) for `numel` parameters.
+  AdamW(Backend& be, int64_t numel, const OptimizerCfg& cfg);
+  /// One step over p, g (f32 [numel]) with learning rate lr; g is scaled by grad_scale first (clipping).
+  /// p_work (bf16 copy of p, or empty) is refreshed in the same pass. Increments the step count t (from 1).
+  void step(Tensor p, const Tensor& g, Tensor p_work, double lr, double grad_scale);
+  int64_t steps_taken() const { return t_; }
+  size_t state_bytes() const { return m_.bytes() + v_.bytes(); }
+
+ private:
+  Backend& be_;
+  int64_t numel_;
+  OptimizerCfg cfg_;
+  Buffer m_, v_;
+  int64_t t_ = 0;
+};
+
+}  // namespace trainer

@@ -1,0 +1,482 @@
+// io/: safetensors round trip and corruption checks, token file checks, token sources, result record helpers.
+// References are independent of the code under test: files are parsed or built byte by byte here, sampling positions
+// and statistics are computed by hand.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <regex>
+#include <set>
+
+#include "core/errors.h"
+#include "io/result_record.h"
+#include "io/safetensors.h"
+#include "io/token_data.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace trainer;
+using Catch::Matchers::Contains;
+
+namespace {
+
+/// A fresh directory under the system temp dir, removed with everything in it at scope exit.
+struct TempDir {
+  fs::path dir;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "trainer_test_io_XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    dir = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  std::string operator/(const std::string& name) const { return (dir / name).string(); }
+  std::set<std::string> files() const {
+    std::set<std::string> s;
+    for (auto& e : fs::directory_iterator(dir)) s.insert(e.path().filename().string());
+    return s;
+  }
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+void spit(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(bytes.data(), std::streamsize(bytes.size()));
+}
+std::string le64(uint64_t v) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = char((v >> (8 * i)) & 0xff);
+  return s;
+}
+/// A safetensors file built by hand: 8-byte LE length, the header text as given, then `data`.
+std::string st_file(const std::string& header, const std::string& data) { return le64(header.size()) + header + data; }
+
+template <class T>
+std::vector<char> bytes_of(const std::vector<T>& v) {
+  std::vector<char> b(v.size() * sizeof(T));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+template <class T>
+void write_tokens(const std::string& path, const std::vector<T>& v) {
+  spit(path, std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T)));
+}
+
+std::string config_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no ConfigError)";
+}
+
+}  // namespace
+
+// ---- safetensors ----------------------------------------------------------------------------------------------------
+
+TEST_CASE("safetensors: write then read back f32, bf16, i32, f64, scalar and empty tensors", "[io][safetensors]") {
+  TempDir tmp;
+  const std::vector<float> a = {1.5f, -2.25f, 3.0f, 0.0f, -0.0f, 1e-30f};               // [2, 3]
+  const std::vector<uint16_t> b = {0x3f80, 0xbf80, 0x7f80, 0x0001};                       // bf16 bits [4]
+  const std::vector<int32_t> c = {-7, 0, 2147483647};                                    // [3]
+  const std::vector<double> d = {3.141592653589793};                                      // scalar []
+  const std::vector<NamedTensor> ts = {{"layers.0.w", DType::f32, {2, 3}, a.data()},
+                                       {"bf", DType::bf16, {4}, b.data()},
+                                       {"ids", DType::i32, {3}, c.data()},
+                                       {"pi", DType::f64, {}, d.data()},
+                                       {"empty", DType::f32, {0, 5}, nullptr}};
+  const auto meta = GENERATE(std::map<std::string, std::string>{},
+                             std::map<std::string, std::string>{{"format", "pt"}, {"step", "12"}});
+  const std::string path = tmp / "m.safetensors";
+  write_safetensors(path, ts, meta);
+
+  // Independent parse of the layout: 8-byte LE length, JSON, tensors packed in order, aligned to 8 bytes.
+  const std::string raw = slurp(path);
+  REQUIRE(raw.size() >= 8);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | uint8_t(raw[i]);
+  CHECK((8 + n) % 8 == 0);
+  const json h = json::parse(raw.substr(8, n));
+  CHECK(h["layers.0.w"]["dtype"] == "F32");
+  CHECK(h["layers.0.w"]["shape"] == json::array({2, 3}));
+  CHECK(h["layers.0.w"]["data_offsets"] == json::array({0, 24}));
+  CHECK(h["bf"]["dtype"] == "BF16");
+  CHECK(h["bf"]["data_offsets"] == json::array({24, 32}));
+  CHECK(h["ids"]["data_offsets"] == json::array({32, 44}));
+  CHECK(h["pi"]["shape"] == json::array());
+  CHECK(h["pi"]["data_offsets"] == json::array({44, 52}));
+  CHECK(h["empty"]["data_offsets"] == json::array({52, 52}));
+  CHECK(raw.size() == 8 + n + 52);
+  CHECK(std::memcmp(raw.data() + 8 + n, a.data(), 24) == 0);
+  CHECK(std::memcmp(raw.data() + 8 + n + 24, b.data(), 8) == 0);
+  if (meta.empty())
+    CHECK_FALSE(h.contains("__metadata__"));
+  else
+    CHECK(h["__metadata__"] == json(meta));
+
+  std::map<std::string, std::string> got_meta{{"stale", "x"}};
+  const auto got = read_safetensors(path, &got_meta);
+  CHECK(got_meta == meta);
+  REQUIRE(got.size() == 5);
+  CHECK(got.at("layers.0.w").dtype == "F32");
+  CHECK(got.at("layers.0.w").shape == std::vector<int64_t>{2, 3});
+  CHECK(got.at("layers.0.w").bytes == bytes_of(a));
+  CHECK(got.at("bf").dtype == "BF16");
+  CHECK(got.at("bf").bytes == bytes_of(b));
+  CHECK(got.at("ids").dtype == "I32");
+  CHECK(got.at("ids").bytes == bytes_of(c));
+  CHECK(got.at("pi").dtype == "F64");
+  CHECK(got.at("pi").shape.empty());
+  CHECK(got.at("pi").bytes == bytes_of(d));
+  CHECK(got.at("empty").shape == std::vector<int64_t>{0, 5});
+  CHECK(got.at("empty").bytes.empty());
+  CHECK(tmp.files() == std::set<std::string>{"m.safetensors"});  // no temp file left behind
+}
+
+TEST_CASE("safetensors: reads a hand-built file with padding, unordered entries and other dtypes", "[io][safetensors]") {
+  TempDir tmp;
+  // Two F16 values then three U8 values; entries listed out of data order; header padded with spaces.
+  const std::string header =
+      R"({"b":{"dtype":"U8","shape":[3],"data_offsets":[4,7]},"__metadata__":{"k":"v"},)"
+      R"("a":{"dtype":"F16","shape":[1,2],"data_offsets":[0,4]}}    )";
+  const std::string data = std::string("\x00\x3c\x00\xc0", 4) + "xyz";  // f16 1.0, -2.0
+  spit(tmp / "h.safetensors", st_file(header, data));
+  std::map<std::string, std::string> meta;
+  const auto got = read_safetensors(tmp / "h.safetensors", &meta);
+  CHECK(meta == std::map<std::string, std::string>{{"k", "v"}});
+  CHECK(got.at("a").dtype == "F16");
+  CHECK(got.at("a").shape == std::vector<int64_t>{1, 2});
+  CHECK(std::string(got.at("a").bytes.begin(), got.at("a").bytes.end()) == data.substr(0, 4));
+  CHECK(got.at("b").dtype == "U8");
+  CHECK(std::string(got.at("b").bytes.begin(), got.at("b").bytes.end()) == "xyz");
+}
+
+TEST_CASE("safetensors: corrupted files raise ConfigError naming the file and the problem", "[io][safetensors]") {
+  TempDir tmp;
+  const std::string path = tmp / "bad.safetensors";
+  const std::string good_header = R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  const std::string good_data(8, '\x01');
+  spit(path, st_file(good_header, good_data));
+  REQUIRE(read_safetensors(path).at("w").bytes.size() == 8);  // the baseline is valid
+
+  struct Case {
+    const char* what;
+    std::string file;
+    const char* expect;
+  };
+  const std::string full = st_file(good_header, good_data);
+  const std::vector<Case> cases = {
+      {"shorter than 8 bytes", std::string("\x05\x00\x00", 3), "truncated"},
+      {"truncated data", full.substr(0, full.size() - 3), "run past the end"},
+      {"header length beyond the file", le64(1000) + good_header + good_data, "runs past the end of the file"},
+      {"header length above 100 MB", le64(200'000'000) + good_header, "100 MB"},
+      {"header not JSON", st_file("{\"w\": [", good_data), "not valid JSON"},
+      {"header not an object", st_file("[1,2]", ""), "not a JSON object"},
+      {"offsets out of range", st_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", good_data),
+       "run past the end"},
+      {"offsets end before begin", st_file(R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", good_data),
+       "end before begin"},
+      {"size does not match shape",
+       st_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", good_data), "needs 12"},
+      {"overlapping offsets",
+       st_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+               R"("v":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+               good_data),
+       "overlap"},
+      {"hole in the data",
+       st_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", good_data), "not part of any tensor"},
+      {"trailing bytes", st_file(good_header, good_data + "xx"), "follow the last tensor"},
+      {"unknown dtype", st_file(R"({"w":{"dtype":"F7","shape":[2],"data_offsets":[0,8]}})", good_data),
+       "unknown or unsupported dtype 'F7'"},
+      {"negative dim", st_file(R"({"w":{"dtype":"U8","shape":[-8],"data_offsets":[0,8]}})", good_data),
+       "non-negative"},
+      {"missing data_offsets", st_file(R"({"w":{"dtype":"F32","shape":[2]}})", good_data), "data_offsets"},
+      {"non-string metadata", st_file(R"({"__metadata__":{"n":1}})", ""), "not a string"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    spit(path, c.file);
+    const std::string msg = config_error_of([&] { read_safetensors(path); });
+    CHECK_THAT(msg, Contains(path));
+    CHECK_THAT(msg, Contains(c.expect));
+  }
+  CHECK_THAT(config_error_of([&] { read_safetensors(tmp / "missing.safetensors"); }),
+             Contains("missing.safetensors") && Contains("No such file"));
+}
+
+TEST_CASE("safetensors: writer rejects duplicate names and leaves no temp file when it fails", "[io][safetensors]") {
+  TempDir tmp;
+  const float x = 1.f;
+  CHECK_THROWS_AS(write_safetensors(tmp / "d.safetensors",
+                                    {{"w", DType::f32, {1}, &x}, {"w", DType::f32, {1}, &x}}),
+                  RuntimeError);
+  fs::create_directory(tmp / "is_a_dir");
+  CHECK_THROWS_AS(write_safetensors(tmp / "is_a_dir", {{"w", DType::f32, {1}, &x}}), RuntimeError);
+  CHECK(tmp.files() == std::set<std::string>{"is_a_dir"});
+}
+
+// ---- token files ----------------------------------------------------------------------------------------------------
+
+TEST_CASE("check_token_file: accepts a valid file and names each problem", "[io][tokens]") {
+  TempDir tmp;
+  std::vector<uint16_t> t16(20);
+  for (size_t i = 0; i < t16.size(); ++i) t16[i] = uint16_t(i * 3);  // max 57
+  write_tokens(tmp / "ok.u16", t16);
+  CHECK_NOTHROW(check_token_file(tmp / "ok.u16", "uint16", 58, 19));
+
+  CHECK_THAT(config_error_of([&] { check_token_file(tmp / "nope.u16", "uint16", 58, 4); }),
+             Contains("data.path: cannot read '" + (tmp / "nope.u16") + "'") && Contains("No such file"));
+  CHECK_THAT(config_error_of([&] { check_token_file(tmp.dir.string(), "uint16", 58, 4); }),
+             Contains("data.path: cannot read") && Contains("directory"));
+  // 20 tokens, context 20 needs 21.
+  CHECK_THAT(config_error_of([&] { check_token_file(tmp / "ok.u16", "uint16", 58, 20); }),
+             Contains("holds 20 tokens") && Contains("21"));
+  // Ids are 0, 3, ..., 57: the first one >= 50 is 51, at position 17.
+  CHECK_THAT(config_error_of([&] { check_token_file(tmp / "ok.u16", "uint16", 50, 4); }),
+             Contains("token 51 at position 17") && Contains("model.vocab_size 50"));
+  // A size that is not a whole number of tokens.
+  spit(tmp / "odd.u16", std::string(41, '\0'));
+  CHECK_THAT(config_error_of([&] { check_token_file(tmp / "odd.u16", "uint16", 58, 4); }),
+             Contains("41 bytes, not a multiple of 2"));
+  spit(tmp / "six.u32", std::string(6, '\0'));
+  CHECK_THAT(config_error_of([&] { check_token_file(tmp / "six.u32", "uint32", 58, 0); }),
+             Contains("6 bytes, not a multiple of 4"));
+  CHECK_THAT(config_error_of([&] { check_token_file(tmp / "ok.u16", "int8", 58, 4); }), Contains("data.dtype"));
+
+  // uint32 ids above 65535 are read as 32-bit little-endian; a bad one far into the file (past one scan chunk).
+  std::vector<uint32_t> t32(200000, 70000u);
+  t32[150001] = 100000;
+  write_tokens(tmp / "big.u32", t32);
+  CHECK_NOTHROW(check_token_file(tmp / "big.u32", "uint32", 100001, 1024));
+  CHECK_THAT(config_error_of([&] { check_token_file(tmp / "big.u32", "uint32", 100000, 1024); }),
+             Contains("token 100000 at position 150001"));
+  CHECK_THAT(config_error_of([&] { check_token_file(tmp / "big.u32", "uint32", 70000, 1024); }),
+             Contains("token 70000 at position 0"));
+}
+
+TEST_CASE("random token source: deterministic in (seed, step, row), slices equal the whole batch", "[io][tokens]") {
+  DataCfg d;
+  d.source = "random";
+  d.seed = 1234;
+  const int vocab = 1000, G = 8, T = 33;
+  auto src = make_token_source(d, vocab);
+  auto src2 = make_token_source(d, vocab);
+  std::vector<int32_t> in(G * T), tg(G * T), in2(G * T), tg2(G * T);
+  src->batch(5, G, 0, G, T, in.data(), tg.data());
+  src2->batch(5, G, 0, G, T, in2.data(), tg2.data());
+  CHECK(in == in2);
+  CHECK(tg == tg2);
+  // Slices of 3, 1 and 4 rows, computed by "other ranks", equal the whole.
+  std::vector<int32_t> sin(G * T), stg(G * T);
+  for (auto [b, r] : std::vector<std::pair<int, int>>{{0, 3}, {3, 1}, {4, 4}})
+    src2->batch(5, G, b, r, T, sin.data() + b * T, stg.data() + b * T);
+  CHECK(sin == in);
+  CHECK(stg == tg);
+  // targets are inputs shifted by one; every id in range.
+  for (int r = 0; r < G; ++r)
+    for (int t = 0; t + 1 < T; ++t) REQUIRE(tg[r * T + t] == in[r * T + t + 1]);
+  for (int32_t v : in) REQUIRE((v >= 0 && v < vocab));
+  for (int32_t v : tg) REQUIRE((v >= 0 && v < vocab));
+  // The same row at another step, or with another seed, differs (1000^33 possibilities: a collision is impossible).
+  src->batch(6, G, 0, G, T, in2.data(), tg2.data());
+  CHECK(in2 != in);
+  d.seed = 1235;
+  make_token_source(d, vocab)->batch(5, G, 0, G, T, in2.data(), tg2.data());
+  CHECK(in2 != in);
+  // Rows of one batch differ from each other.
+  CHECK(std::vector<int32_t>(in.begin(), in.begin() + T) != std::vector<int32_t>(in.begin() + T, in.begin() + 2 * T));
+}
+
+TEST_CASE("random token source: ids are uniform over [0, vocab)", "[io][tokens]") {
+  DataCfg d;
+  d.seed = 7;
+  const int vocab = 10, G = 64, T = 512;
+  std::vector<int32_t> in(G * T), tg(G * T);
+  make_token_source(d, vocab)->batch(0, G, 0, G, T, in.data(), tg.data());
+  std::vector<int> count(vocab, 0);
+  for (int32_t v : in) {
+    REQUIRE((v >= 0 && v < vocab));
+    ++count[v];
+  }
+  // Each count is Binomial(32768, 0.1): mean 3276.8, sd 54.3; allow 5 sd.
+  for (int v = 0; v < vocab; ++v) {
+    INFO("id " << v << " count " << count[v]);
+    CHECK(std::abs(count[v] - 3276.8) < 5 * 54.3);
+  }
+}
+
+TEST_CASE("token file source: sequential windows start at ((s*G + i) * T) mod (n - T)", "[io][tokens]") {
+  TempDir tmp;
+  const int n = 1000, T = 16, G = 4, vocab = 1000;
+  std::vector<uint16_t> toks(n);
+  for (int i = 0; i < n; ++i) toks[i] = uint16_t(i);  // the token is its own position
+  write_tokens(tmp / "seq.u16", toks);
+  DataCfg d;
+  d.source = "tokens";
+  d.path = tmp / "seq.u16";
+  d.sampling = "sequential";
+  auto src = make_token_source(d, vocab);
+  std::vector<int32_t> in(G * T), tg(G * T);
+  // Step 0: rows start at 0, 16, 32, 48. Step 20: (80 + i) * 16 = 1280 + 16 i, mod 984 = 296 + 16 i.
+  // Step 61: (244 + i) * 16 = 3904 + 16 i, mod 984: 952, 968, then 984 -> 0, 1000 -> 16 (wraps).
+  const std::vector<std::pair<int, std::vector<int>>> expected = {
+      {0, {0, 16, 32, 48}}, {20, {296, 312, 328, 344}}, {61, {952, 968, 0, 16}}};
+  for (const auto& [step, starts] : expected) {
+    src->batch(step, G, 0, G, T, in.data(), tg.data());
+    for (int r = 0; r < G; ++r)
+      for (int t = 0; t < T; ++t) {
+        INFO("step " << step << " row " << r << " t " << t);
+        REQUIRE(in[r * T + t] == starts[r] + t);
+        REQUIRE(tg[r * T + t] == starts[r] + t + 1);
+      }
+  }
+  // A rank holding rows 2..3 of step 61 sees the same windows.
+  std::vector<int32_t> in2(2 * T), tg2(2 * T);
+  src->batch(61, G, 2, 2, T, in2.data(), tg2.data());
+  CHECK(in2 == std::vector<int32_t>(in.begin() + 2 * T, in.end()));
+  // Windows longer than the file: ConfigError.
+  CHECK_THAT(config_error_of([&] { src->batch(0, 1, 0, 1, n, in.data(), tg.data()); }), Contains("fewer than"));
+}
+
+TEST_CASE("token file source: random sampling covers [0, n - T - 1] deterministically", "[io][tokens]") {
+  TempDir tmp;
+  const int T = 8, n = T + 3, G = 6;  // valid starts: 0, 1, 2
+  std::vector<uint32_t> toks(n);
+  for (int i = 0; i < n; ++i) toks[i] = uint32_t(100000 + i);
+  write_tokens(tmp / "r.u32", toks);
+  DataCfg d;
+  d.source = "tokens";
+  d.path = tmp / "r.u32";
+  d.dtype = "uint32";
+  d.seed = 3;
+  auto src = make_token_source(d, 200000);
+  auto src2 = make_token_source(d, 200000);
+  std::vector<int32_t> in(G * T), tg(G * T), in2(G * T), tg2(G * T);
+  std::set<int> starts_seen;
+  for (int step = 0; step < 40; ++step) {
+    src->batch(step, G, 0, G, T, in.data(), tg.data());
+    for (int r = 0; r < G; ++r) {
+      const int start = in[r * T] - 100000;
+      REQUIRE((start >= 0 && start <= n - T - 1));
+      starts_seen.insert(start);
+      for (int t = 0; t < T; ++t) {
+        REQUIRE(in[r * T + t] == 100000 + start + t);
+        REQUIRE(tg[r * T + t] == 100000 + start + t + 1);
+      }
+    }
+    for (int r = 0; r < G; ++r) src2->batch(step, G, r, 1, T, in2.data() + r * T, tg2.data() + r * T);
+    REQUIRE(in2 == in);
+    REQUIRE(tg2 == tg);
+  }
+  CHECK(starts_seen == std::set<int>{0, 1, 2});  // 240 draws: each of 3 starts missed with prob (2/3)^240
+  // Ids >= vocab_size in the window are reported.
+  CHECK_THAT(config_error_of([&] { make_token_source(d, 100005)->batch(0, G, 0, G, T, in.data(), tg.data()); }),
+             Contains("model.vocab_size 100005"));
+}
+
+TEST_CASE("make_token_source: bad settings raise ConfigError naming the key", "[io][tokens]") {
+  DataCfg d;
+  d.source = "tokens";
+  CHECK_THAT(config_error_of([&] { make_token_source(d, 10); }), Contains("data.path"));
+  d.path = "/nonexistent/tokens.u16";
+  CHECK_THAT(config_error_of([&] { make_token_source(d, 10); }), Contains("data.path: cannot read"));
+  d.sampling = "shuffled";
+  CHECK_THAT(config_error_of([&] { make_token_source(d, 10); }), Contains("data.sampling"));
+  d.source = "web";
+  CHECK_THAT(config_error_of([&] { make_token_source(d, 10); }), Contains("data.source"));
+}
+
+// ---- result records -------------------------------------------------------------------------------------------------
+
+TEST_CASE("timing_stats: values computed by hand", "[io][record]") {
+  // {3, 1, 4, 1, 5}: mean 2.8; squared deviations 0.04 + 3.24 + 1.44 + 3.24 + 4.84 = 12.8; var 12.8/4 = 3.2.
+  json j = timing_stats({3, 1, 4, 1, 5});
+  CHECK(j["mean_ms"].get<double>() == Approx(2.8).epsilon(1e-15));
+  CHECK(j["std_ms"].get<double>() == Approx(std::sqrt(3.2)).epsilon(1e-15));
+  CHECK(j["min_ms"] == 1.0);
+  CHECK(j["median_ms"] == 3.0);
+  CHECK(j["max_ms"] == 5.0);
+  CHECK(j["samples"] == json::array({3.0, 1.0, 4.0, 1.0, 5.0}));
+  // Even count: median is the mean of the middle two; {4, 1, 3, 2}: var (2.25 + 0.25 + 0.25 + 2.25)/3 = 5/3.
+  j = timing_stats({4, 1, 3, 2});
+  CHECK(j["median_ms"] == 2.5);
+  CHECK(j["mean_ms"] == 2.5);
+  CHECK(j["std_ms"].get<double>() == Approx(std::sqrt(5.0 / 3.0)).epsilon(1e-15));
+  j = timing_stats({7.5});
+  CHECK(j["std_ms"] == 0.0);
+  CHECK(j["mean_ms"] == 7.5);
+  CHECK(j["median_ms"] == 7.5);
+  j = timing_stats({});
+  for (const char* k : {"mean_ms", "std_ms", "min_ms", "median_ms", "max_ms"}) {
+    INFO(k);
+    CHECK(j.contains(k));
+    CHECK(j[k].is_null());
+  }
+  CHECK(j["samples"] == json::array());
+}
+
+TEST_CASE("write_json_atomic: writes, replaces, and leaves no temp file", "[io][record]") {
+  TempDir tmp;
+  const std::string path = tmp / "r.json";
+  write_json_atomic(path, {{"status", "ok"}, {"loss", {1.5, 1.25}}});
+  CHECK(json::parse(slurp(path)) == json({{"status", "ok"}, {"loss", {1.5, 1.25}}}));
+  write_json_atomic(path, {{"status", "oom"}});
+  CHECK(json::parse(slurp(path)) == json({{"status", "oom"}}));
+  CHECK(tmp.files() == std::set<std::string>{"r.json"});
+  // Failures: the target is a directory (rename fails), the parent does not exist (open fails), invalid UTF-8.
+  fs::create_directory(tmp / "dir.json");
+  CHECK_THROWS_AS(write_json_atomic(tmp / "dir.json", {{"a", 1}}), RuntimeError);
+  CHECK_THROWS_AS(write_json_atomic(tmp / "no/such/dir/r.json", {{"a", 1}}), RuntimeError);
+  CHECK_THROWS_AS(write_json_atomic(path, {{"bad", std::string("\xff\xfe")}}), RuntimeError);
+  CHECK(json::parse(slurp(path)) == json({{"status", "oom"}}));  // the old file survives a failed write
+  CHECK(tmp.files() == std::set<std::string>{"r.json", "dir.json"});
+}
+
+TEST_CASE("check_output_path: creates parents and names the key on errors", "[io][record]") {
+  TempDir tmp;
+  check_output_path(tmp / "a/b/c/out.json", "output.results");
+  CHECK(fs::is_directory(tmp / "a/b/c"));
+  CHECK(fs::is_empty(tmp / "a/b/c"));  // the write probe was removed
+  CHECK_THAT(config_error_of([&] { check_output_path(tmp / "a/b", "output.results"); }),
+             Contains("output.results") && Contains("is a directory"));
+  spit(tmp / "file", "x");
+  CHECK_THAT(config_error_of([&] { check_output_path(tmp / "file/out.json", "output.checkpoint"); }),
+             Contains("output.checkpoint") && Contains("cannot create directory"));
+  CHECK_THAT(config_error_of([&] { check_output_path("", "profile.trace"); }), Contains("profile.trace"));
+  // A directory that exists but takes no files even for root: /proc.
+  if (!fs::is_directory("/proc/self")) {
+    WARN("no /proc: unwritable-directory case skipped");
+    return;
+  }
+  CHECK_THAT(config_error_of([&] { check_output_path("/proc/out.json", "output.results"); }),
+             Contains("output.results") && Contains("not writable"));
+}
+
+TEST_CASE("default_results_path and machine_info", "[io][record]") {
+  CHECK(std::regex_match(default_results_path("xl_fsdp"), std::regex(R"(results/runs/xl_fsdp-\d{8}-\d{6}\.json)")));
+  CHECK(std::regex_match(default_results_path("a b/c"), std::regex(R"(results/runs/a_b_c-\d{8}-\d{6}\.json)")));
+  CHECK(std::regex_match(default_results_path(""), std::regex(R"(results/runs/run-\d{8}-\d{6}\.json)")));
+
+  const json m = machine_info("cpu (OpenBLAS)");
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  CHECK(m["host"] == std::string(host));
+  CHECK(m["backend"] == "cpu (OpenBLAS)");
+  CHECK(m["cpu_cores"] == int64_t(::sysconf(_SC_NPROCESSORS_ONLN)));
+  CHECK(m["os"].get<std::string>().rfind("Linux ", 0) == 0);
+  CHECK_FALSE(m["cpu_model"].get<std::string>().empty());
+  CHECK_FALSE(m["mpi_library"].get<std::string>().empty());
+  CHECK(std::regex_match(m["mpi_standard"].get<std::string>(), std::regex(R"(\d+\.\d+)")));
+}
