@@ -498,7 +498,7 @@ const std::vector<KeyDoc>& key_docs() {
       {"bench.log_every", "integer >= 0", "progress line every N steps; 0: none"},
       {"init.weights", "null | readable file", "safetensors file to start from; null: random init with init.seed"},
       {"init.seed", "integer >= 0", "seed of the random initialisation"},
-      {"output.results", "null | writable path", "result record; null: results/runs/<name>-<time>.json"},
+      {"output.results", "null | writable path", "result record; null: results/runs/{name}-{YYYYmmdd-HHMMSS}.json"},
       {"output.checkpoint", "null | writable path", "safetensors of the weights written at the end; null: none"},
       {"profile.nvtx", "true | false", "NVTX ranges around layers and phases (for Nsight Systems)"},
       {"profile.trace", "null | writable path", "Chrome trace (chrome://tracing, Perfetto) of the timed steps"},
@@ -666,9 +666,26 @@ void validate_config(const RunConfig& c, int world_size) {
                      "output: '{}' and '{}' name the same file '{}'", outputs[k].first, outputs[i].first,
                      **outputs[i].second);
       }
+  // check_output_path creates missing parent directories; when a later path fails, the directories made for the
+  // earlier ones are removed again, so a rejected config leaves nothing behind.
+  std::vector<std::pair<std::string, const char*>> to_check;
   for (const auto& [key, value] : outputs)
-    if (*value) check_output_path(**value, key);
-  if (!c.output.results) check_output_path(default_results_path(c.name), "output.results");
+    if (*value) to_check.emplace_back(**value, key);
+  if (!c.output.results) to_check.emplace_back(default_results_path(c.name), "output.results");
+  std::vector<fs::path> new_dirs;
+  std::error_code ec;
+  for (const auto& [path, key] : to_check)
+    for (fs::path d = fs::absolute(path, ec).parent_path(); !d.empty() && !fs::exists(d, ec); d = d.parent_path())
+      new_dirs.push_back(d);
+  try {
+    for (const auto& [path, key] : to_check) check_output_path(path, key);
+  } catch (const ConfigError&) {
+    std::sort(new_dirs.begin(), new_dirs.end(), [](const fs::path& a, const fs::path& b) {
+      return a.native().size() > b.native().size();  // deepest first
+    });
+    for (const auto& d : new_dirs) fs::remove(d, ec);  // removes only empty directories
+    throw;
+  }
 }
 
 // ---- public: help ---------------------------------------------------------------------------------------------

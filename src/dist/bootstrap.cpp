@@ -6,6 +6,8 @@
 
 #include "core/errors.h"
 #include "dist/communicator.h"
+#include "dist/mpi_communicator.h"
+#include "dist/nccl_communicator.h"
 
 namespace trainer {
 
@@ -43,7 +45,20 @@ std::unique_ptr<Communicator> make_communicator(const RunConfig& cfg, Backend& b
   CONFIG_CHECK(cfg.parallel.strategy != "none" || ctx.world_size == 1,
                "parallel.strategy: 'none' runs one process, but {} ranks were started (pick ddp_* or zero1)",
                ctx.world_size);
-  throw ConfigError(fmt::format("parallel.comm: '{}' is not available in this build", cfg.parallel.comm));
+  const std::string& kind = cfg.parallel.comm;
+  const double timeout_s = cfg.parallel.comm_timeout_s;
+  if (kind == "mpi") return make_mpi_communicator(be, timeout_s);
+  if (kind == "nccl") {
+    CONFIG_CHECK(be.device() == Device::cuda,
+                 "parallel.comm: 'nccl' needs device 'cuda' (this run is on {}); use parallel.comm=mpi", be.name());
+#ifdef TRAINER_HAVE_NCCL
+    return make_nccl_communicator(be, ctx.rank, ctx.world_size, timeout_s);
+#else
+    throw ConfigError("parallel.comm: 'nccl' is not available: this trainer was built without NCCL (configure with "
+                      "NCCL_HOME pointing at an NCCL install), use parallel.comm=mpi");
+#endif
+  }
+  throw ConfigError(fmt::format("parallel.comm: '{}' is not a communicator (mpi | nccl)", kind));
 }
 
 }  // namespace trainer

@@ -1,5 +1,7 @@
 #include "parallel/strategy.h"
 
+#include "parallel/data_parallel.h"
+
 namespace trainer {
 
 std::unique_ptr<Strategy> make_none_strategy(const RunConfig& cfg, Backend& be);
@@ -7,6 +9,11 @@ std::unique_ptr<Strategy> make_none_strategy(const RunConfig& cfg, Backend& be);
 std::unique_ptr<Strategy> make_strategy(const RunConfig& cfg, Backend& be, Communicator* comm) {
   const std::string& s = cfg.parallel.strategy;
   if (s == "none") return make_none_strategy(cfg, be);
+  if (s == "ddp_naive") return make_ddp_naive_strategy(cfg, be, comm);
+  if (s == "ddp_flat") return make_ddp_flat_strategy(cfg, be, comm);
+  if (s == "ddp_overlap") return make_ddp_overlap_strategy(cfg, be, comm);
+  if (s == "ddp_bucketed") return make_ddp_bucketed_strategy(cfg, be, comm);
+  if (s == "zero1") return make_zero1_strategy(cfg, be, comm);
   throw ConfigError(fmt::format("parallel.strategy: '{}' is not available in this build", s));
 }
 

@@ -377,7 +377,7 @@ void CudaBackend::cast(Tensor dst, const Tensor& src) {
 
 void CudaBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) {
   NvtxRange r(opts_.nvtx, "adamw");
-  for (const auto& [t, what] : {std::pair{&p, "p"}, {&g, "g"}, {&m, "m"}, {&v, "v"}}) {
+  for (const auto& [t, what] : {std::pair<const Tensor*, const char*>{&p, "p"}, {&g, "g"}, {&m, "m"}, {&v, "v"}}) {
     check_cuda(*t, "adamw", what);
     TRAINER_CHECK(t->dtype == DType::f32 && t->numel() == p.numel(), "adamw: {} is {} {}, p has {} elements", what,
                   dtype_name(t->dtype), t->shape_str(), p.numel());

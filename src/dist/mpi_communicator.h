@@ -1,0 +1,19 @@
+// MpiCommunicator: the Communicator over MPI (a duplicate of MPI_COMM_WORLD), for CPU runs and for several ranks
+// sharing one GPU. See mpi_communicator.cpp for how device buffers are staged and how timeouts abort the job.
+#pragma once
+#include <memory>
+
+#include "dist/communicator.h"
+
+namespace trainer {
+
+/// The MPI communicator over all ranks of MPI_COMM_WORLD, bound to backend `be` (whose copy functions stage device
+/// buffers through pinned host memory). A collective not complete `timeout_s` seconds after it was issued aborts every
+/// rank (fatal(): one message, then MPI_Abort). MPI must be initialised (MpiSession).
+std::unique_ptr<Communicator> make_mpi_communicator(Backend& be, double timeout_s);
+
+/// Test hook (tests/mpi): the same communicator, but it stages host buffers too, as if they were device buffers, so
+/// the CPU-only CI covers the staging path (copy to a host block, collective, copy back in wait()).
+std::unique_ptr<Communicator> make_mpi_communicator_staged(Backend& be, double timeout_s);
+
+}  // namespace trainer

@@ -1,0 +1,97 @@
+#include "parallel/data_parallel.h"
+
+#include <fmt/ranges.h>
+#include <mpi.h>
+
+#include <cmath>
+
+#include "core/errors.h"
+
+namespace trainer {
+
+void broadcast_weights(Model& model, Communicator& comm) {
+  comm.broadcast(model.params(), /*root=*/0)->wait();
+  model.sync_work_copy();
+}
+
+void check_same_layout(const std::string& what, const std::vector<int64_t>& layout) {
+  // FNV-1a, 64-bit (offset basis 14695981039346656037, prime 1099511628211), over the bytes of each integer and of
+  // the count, so [1, 2] and [1, 2, 0] differ.
+  uint64_t h = 14695981039346656037ull;
+  auto mix = [&h](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(layout.size());
+  for (int64_t v : layout) mix(uint64_t(v));
+  int size = 1;
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  std::vector<uint64_t> all(size_t(size), 0);
+  MPI_CHECK(MPI_Allgather(&h, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD));
+  std::vector<int> differ;
+  for (int r = 1; r < size; ++r)
+    if (all[size_t(r)] != all[0]) differ.push_back(r);
+  if (!differ.empty())
+    throw RuntimeError(fmt::format("{}: the layout of rank(s) {} differs from rank 0's (different model, "
+                                   "parallel.bucket_mb or world size on some ranks?); stopping before any gradient "
+                                   "is exchanged",
+                                   what, fmt::join(differ, ", ")));
+}
+
+// ---- CommTimer -------------------------------------------------------------------------------------------------
+
+void CommTimer::begin_step() {
+  comm_.reset_busy();
+  used_ = 0;
+  open_ = true;
+}
+
+void CommTimer::begin_exposed() {
+  touch();
+  if (used_ + 2 > events_.size()) {
+    events_.push_back(be_.make_event());
+    events_.push_back(be_.make_event());
+  }
+  be_.record(*events_[used_++]);
+}
+
+void CommTimer::end_exposed() {
+  TRAINER_CHECK(used_ % 2 == 1, "CommTimer: end_exposed() without begin_exposed()");
+  be_.record(*events_[used_++]);
+}
+
+double CommTimer::exposed_ms() const {
+  double ms = 0;
+  for (size_t i = 0; i + 1 < used_; i += 2) ms += be_.elapsed_ms(*events_[i], *events_[i + 1]);
+  return ms;
+}
+
+// ---- DdpStrategy ------------------------------------------------------------------------------------------------
+
+namespace {
+Communicator& require(Communicator* comm, const std::string& name) {
+  CONFIG_CHECK(comm != nullptr, "parallel.strategy: '{}' needs a communicator (parallel.comm)", name);
+  return *comm;
+}
+}  // namespace
+
+DdpStrategy::DdpStrategy(const RunConfig& cfg, Backend& be, Communicator* comm, std::string name)
+    : cfg_(cfg), be_(be), comm_(require(comm, name)), timer_(be, *comm), name_(std::move(name)) {}
+
+void DdpStrategy::setup(Model& model) {
+  model_ = &model;
+  broadcast_weights(model, comm_);
+  adamw_ = std::make_unique<AdamW>(be_, model.flat_size(), cfg_.optimizer);
+  setup_layout();
+}
+
+double DdpStrategy::grad_norm() { return std::sqrt(be_.sum_squares(model_->grads())); }
+
+void DdpStrategy::optimizer_step(double lr, double grad_scale) {
+  Tensor work = model_->act_dtype() == DType::f32 ? Tensor() : model_->params_work();
+  adamw_->step(model_->params(), model_->grads(), work, lr, grad_scale);
+}
+
+}  // namespace trainer

@@ -1,0 +1,37 @@
+// Strategy "ddp_naive": after the backward pass, one synchronous all_reduce (sum) per parameter tensor, in layout
+// order. The simplest correct DDP (CS336 assignment 2, "naive DDP"): many small collectives, no overlap.
+#include "parallel/data_parallel.h"
+
+namespace trainer {
+
+namespace {
+class DdpNaive final : public DdpStrategy {
+ public:
+  DdpNaive(const RunConfig& cfg, Backend& be, Communicator* comm) : DdpStrategy(cfg, be, comm, "ddp_naive") {}
+
+  void finish_backward() override {
+    timer_.begin_step();
+    timer_.begin_exposed();
+    for (const ParamInfo& p : model_->layout().params())
+      comm_.all_reduce(grad_range(p.offset, p.offset + p.numel), ReduceOp::sum);
+    timer_.end_exposed();
+    timer_.end_step();
+  }
+
+ protected:
+  void setup_layout() override {
+    std::vector<int64_t> layout;
+    for (const ParamInfo& p : model_->layout().params()) {
+      layout.push_back(p.offset);
+      layout.push_back(p.numel);
+    }
+    check_same_layout("ddp_naive parameter tensors", layout);
+  }
+};
+}  // namespace
+
+std::unique_ptr<Strategy> make_ddp_naive_strategy(const RunConfig& cfg, Backend& be, Communicator* comm) {
+  return std::make_unique<DdpNaive>(cfg, be, comm);
+}
+
+}  // namespace trainer

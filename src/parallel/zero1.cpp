@@ -1,0 +1,100 @@
+// Strategy "zero1": optimizer state sharding (ZeRO stage 1: Rajbhandari et al., "ZeRO: Memory Optimizations Toward
+// Training Trillion Parameter Models", SC 2020, Sec. 5.1; CS336 assignment 2, "optimizer state sharding").
+//
+// The flat buffer [flat_size] (padded by the model to a multiple of kAlign * world_size) is cut into N equal chunks
+// of flat_size / N elements; rank r owns chunk r: its AdamW state (m, v) and the update of its parameters. Equal
+// chunks balance the state by size to within the alignment padding, whatever the parameter count is. A chunk boundary
+// may fall inside a tensor; AdamW is elementwise, so that does not matter.
+//
+// Per step:
+//   finish_backward: reduce_scatter (sum) of the flat gradient -> this rank's reduced chunk [chunk] (a separate
+//                    buffer, Category::gradients: MPI and NCCL reduce-scatter want distinct in/out ranges);
+//   grad_norm:       sqrt(sum over ranks of the chunk's sum of squares), summed in fp64 with MPI_Allreduce: the
+//                    global norm over all shards, the same value as one process;
+//   optimizer_step:  AdamW on the owned chunk only, then an in-place all_gather of the parameter chunks so every rank
+//                    holds all updated weights, then the bf16 working copy is refreshed.
+#include <mpi.h>
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+
+#include "parallel/data_parallel.h"
+
+namespace trainer {
+
+namespace {
+class Zero1 final : public Strategy {
+ public:
+  Zero1(const RunConfig& cfg, Backend& be, Communicator* comm)
+      : cfg_(cfg), be_(be), comm_(checked(comm)), timer_(be, *comm) {}
+  std::string name() const override { return "zero1"; }
+
+  void setup(Model& model) override {
+    model_ = &model;
+    const int n = comm_.size();
+    TRAINER_CHECK(model.flat_size() % n == 0,
+                  "zero1: flat buffer of {} elements does not split into {} equal chunks (construct the Model with "
+                  "flat_multiple = kAlign * world_size)", model.flat_size(), n);
+    chunk_ = model.flat_size() / n;
+    begin_ = chunk_ * comm_.rank();
+    broadcast_weights(model, comm_);
+    adamw_ = std::make_unique<AdamW>(be_, chunk_, cfg_.optimizer);
+    grad_shard_ = be_.alloc(size_t(chunk_) * 4, Category::gradients);
+    check_same_layout("zero1 shards", {model.flat_size(), n, chunk_});
+    spdlog::info("zero1: {} shards of {} elements; AdamW state {} per rank (one process: {})", n, chunk_,
+                 format_bytes(adamw_->state_bytes()), format_bytes(size_t(model.flat_size()) * 8));
+  }
+
+  void finish_backward() override {
+    timer_.begin_step();
+    timer_.begin_exposed();
+    comm_.reduce_scatter(shard(), model_->grads(), ReduceOp::sum);
+    timer_.end_exposed();
+  }
+
+  double grad_norm() override {
+    double local = be_.sum_squares(shard()), total = 0;
+    timer_.begin_exposed();
+    MPI_CHECK(MPI_Allreduce(&local, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    timer_.end_exposed();
+    return std::sqrt(total);
+  }
+
+  void optimizer_step(double lr, double grad_scale) override {
+    const Tensor params = model_->params();
+    const Tensor mine = params.slice(begin_, {chunk_});
+    adamw_->step(mine, shard(), Tensor(), lr, grad_scale);
+    timer_.begin_exposed();
+    comm_.all_gather(params, mine);  // in place: this rank's chunk is already in its slot
+    timer_.end_exposed();
+    model_->sync_work_copy();
+    timer_.end_step();
+  }
+
+  size_t optimizer_state_bytes() const override { return adamw_ ? adamw_->state_bytes() : 0; }
+  double comm_ms() const override { return timer_.comm_ms(); }
+  double comm_exposed_ms() const override { return timer_.exposed_ms(); }
+
+ private:
+  static Communicator& checked(Communicator* comm) {
+    CONFIG_CHECK(comm != nullptr, "parallel.strategy: 'zero1' needs a communicator (parallel.comm)");
+    return *comm;
+  }
+  Tensor shard() const { return grad_shard_.view(DType::f32, {chunk_}); }
+
+  const RunConfig& cfg_;
+  Backend& be_;
+  Communicator& comm_;
+  CommTimer timer_;
+  Model* model_ = nullptr;
+  int64_t chunk_ = 0, begin_ = 0;  // elements per shard; this rank's first element
+  std::unique_ptr<AdamW> adamw_;   // m, v [chunk]
+  Buffer grad_shard_;              // f32 [chunk]: this rank's reduced gradient chunk
+};
+}  // namespace
+
+std::unique_ptr<Strategy> make_zero1_strategy(const RunConfig& cfg, Backend& be, Communicator* comm) {
+  return std::make_unique<Zero1>(cfg, be, comm);
+}
+
+}  // namespace trainer

@@ -1,0 +1,310 @@
+"""Command-line behaviour of `trainer` for bad and good configs.
+
+Every broken config must make the binary exit with code 2, print exactly one non-empty line on stderr
+("trainer: error: <message>") that names the problem, and create no file (no result record, no temp file).
+`--help`, `--version` and `--print-config` must succeed.
+
+Run: TRAINER_BIN=build/trainer TRAINER_SOURCE_DIR=. /usr/bin/python3 -m pytest tests/cli   (ctest sets both)
+"""
+
+import json
+import os
+import pathlib
+import re
+import struct
+import subprocess
+
+import pytest
+
+SOURCE_DIR = pathlib.Path(os.environ.get("TRAINER_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
+CONFIGS = SOURCE_DIR / "configs"
+
+TOP_LEVEL_KEYS = {
+    "job", "name", "model", "device", "precision", "allow_tf32", "attention", "cuda_graph", "checkpointing",
+    "parallel", "optimizer", "data", "bench", "init", "output", "profile",
+}
+
+# Handout Table 1 (vocab 10000, context 512), tiny and leaderboard_8b (DESIGN.md):
+# vocab_size, context_length, d_model, d_ff, num_layers, num_heads.
+PRESET_DIMS = {
+    "tiny": (256, 64, 64, 172, 2, 4),
+    "small": (10000, 512, 768, 3072, 12, 12),
+    "medium": (10000, 512, 1024, 4096, 24, 16),
+    "large": (10000, 512, 1280, 5120, 36, 20),
+    "xl": (10000, 512, 2560, 10240, 32, 32),
+    "10B": (10000, 512, 4608, 12288, 50, 36),
+    "leaderboard_8b": (151936, 32768, 4096, 11008, 34, 32),
+}
+DIM_KEYS = ("vocab_size", "context_length", "d_model", "d_ff", "num_layers", "num_heads")
+
+
+@pytest.fixture(scope="session")
+def trainer_bin():
+    path = os.environ.get("TRAINER_BIN")
+    assert path, "set TRAINER_BIN to the trainer binary (ctest sets it)"
+    assert os.access(path, os.X_OK), f"TRAINER_BIN={path} is not an executable file"
+    return path
+
+
+def run(trainer_bin, args, cwd, timeout=300):
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return subprocess.run([trainer_bin, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def snapshot(root):
+    """Every path under root (files and directories), relative."""
+    return {str(p.relative_to(root)) for p in pathlib.Path(root).rglob("*")}
+
+
+def tiny_config(tmp_path, **sections):
+    """The tiny model on random tokens, result record under tmp_path/out/; sections update the config."""
+    cfg = {
+        "job": "train",
+        "model": {"preset": "tiny"},
+        "data": {"source": "random", "batch_size": 4},
+        "bench": {"warmup_steps": 0, "measure_steps": 1},
+        "output": {"results": str(tmp_path / "out" / "result.json")},
+    }
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(cfg.get(key), dict):
+            cfg[key].update(value)
+        else:
+            cfg[key] = value
+    return cfg
+
+
+def write_json(path, obj):
+    path.write_text(json.dumps(obj))
+    return path
+
+
+def write_u16(path, ids):
+    path.write_bytes(struct.pack(f"<{len(ids)}H", *ids))
+    return path
+
+
+# Each case builds its files under tmp_path and returns (argv, substrings the error line must contain).
+def case_missing_file(tmp):
+    return [tmp / "nope.json"], ["nope.json", "No such file or directory"]
+
+
+def case_invalid_json(tmp):
+    (tmp / "bad.json").write_text('{\n  "job": "train",\n  "model": {"preset": "tiny",,}\n}\n')
+    return [tmp / "bad.json"], ["bad.json", "not valid JSON", "line 3"]
+
+
+def case_not_an_object(tmp):
+    return [write_json(tmp / "c.json", [1, 2])], ["JSON object"]
+
+
+def case_unknown_top_key(tmp):
+    cfg = tiny_config(tmp)
+    cfg["devicee"] = "cpu"
+    return [write_json(tmp / "c.json", cfg)], ["unknown key 'devicee'"]
+
+
+def case_unknown_nested_key(tmp):
+    return [write_json(tmp / "c.json", tiny_config(tmp, optimizer={"lrr": 1e-3}))], ["unknown key 'optimizer.lrr'"]
+
+
+def case_wrong_type(tmp):
+    cfg = tiny_config(tmp, data={"batch_size": "4"})
+    return [write_json(tmp / "c.json", cfg)], ["'data.batch_size' must be an integer, got string"]
+
+
+def case_negative_batch(tmp):
+    return [write_json(tmp / "c.json", tiny_config(tmp, data={"batch_size": -4}))], ["data.batch_size", "-4"]
+
+
+def case_negative_layers(tmp):
+    cfg = tiny_config(tmp, model={"preset": "tiny", "num_layers": -1})
+    return [write_json(tmp / "c.json", cfg)], ["model.num_layers"]
+
+
+def case_heads_not_dividing(tmp):
+    cfg = tiny_config(tmp, model={"preset": "tiny", "d_model": 100, "num_heads": 3})
+    return [write_json(tmp / "c.json", cfg)], ["d_model 100 is not divisible by num_heads 3"]
+
+
+def case_unknown_preset(tmp):
+    return [write_json(tmp / "c.json", tiny_config(tmp, model={"preset": "xxl"}))], ["model.preset", "xxl"]
+
+
+def case_missing_token_file(tmp):
+    cfg = tiny_config(tmp, data={"source": "tokens", "path": str(tmp / "missing.u16")})
+    return [write_json(tmp / "c.json", cfg)], ["data.path", "missing.u16"]
+
+
+def case_token_id_over_vocab(tmp):
+    ids = [i % 256 for i in range(500)]
+    ids[321] = 300  # tiny has vocab 256
+    path = write_u16(tmp / "tokens.u16", ids)
+    cfg = tiny_config(tmp, data={"source": "tokens", "path": str(path)})
+    return [write_json(tmp / "c.json", cfg)], ["data.path", "300"]
+
+
+def case_token_file_too_short(tmp):
+    path = write_u16(tmp / "short.u16", [1] * 64)  # tiny needs context_length + 1 = 65 tokens
+    cfg = tiny_config(tmp, data={"source": "tokens", "path": str(path)})
+    return [write_json(tmp / "c.json", cfg)], ["data.path", "short.u16"]
+
+
+def case_token_file_odd_size(tmp):
+    path = tmp / "odd.u16"
+    path.write_bytes(b"\x01" * 201)
+    cfg = tiny_config(tmp, data={"source": "tokens", "path": str(path)})
+    return [write_json(tmp / "c.json", cfg)], ["data.path", "odd.u16"]
+
+
+def case_tokens_without_path(tmp):
+    return [write_json(tmp / "c.json", tiny_config(tmp, data={"source": "tokens"}))], ["data.path"]
+
+
+def case_output_under_proc(tmp):
+    cfg = tiny_config(tmp, output={"results": "/proc/trainer_cli_test/result.json"})
+    return [write_json(tmp / "c.json", cfg)], ["output.results"]
+
+
+def case_output_parent_is_a_file(tmp):
+    (tmp / "plain.txt").write_text("x")
+    cfg = tiny_config(tmp, output={"results": str(tmp / "plain.txt" / "result.json")})
+    return [write_json(tmp / "c.json", cfg)], ["output.results"]
+
+
+def case_trace_parent_is_a_file(tmp):
+    (tmp / "plain.txt").write_text("x")
+    cfg = tiny_config(tmp, profile={"trace": str(tmp / "plain.txt" / "trace.json")})
+    return [write_json(tmp / "c.json", cfg)], ["profile.trace"]
+
+
+def case_bad_set_syntax(tmp):
+    return [write_json(tmp / "c.json", tiny_config(tmp)), "--set", "precision"], ["--set", "precision"]
+
+
+def case_set_unknown_key(tmp):
+    return [write_json(tmp / "c.json", tiny_config(tmp)), "--set", "optimizer.lrr=1"], ["optimizer.lrr"]
+
+
+def case_set_wrong_type(tmp):
+    args = [write_json(tmp / "c.json", tiny_config(tmp)), "--set", "bench.measure_steps=many"]
+    return args, ["'bench.measure_steps' must be an integer"]
+
+
+def case_bf16_on_cpu(tmp):
+    args = [write_json(tmp / "c.json", tiny_config(tmp)), "--set", "device=cpu", "--set", "precision=bf16"]
+    return args, ["bf16", "cuda"]
+
+
+def case_microbatch_not_dividing(tmp):
+    cfg = tiny_config(tmp, data={"batch_size": 4, "microbatch_size": 3})
+    return [write_json(tmp / "c.json", cfg)], ["microbatch_size 3"]
+
+
+def case_beta_out_of_range(tmp):
+    cfg = tiny_config(tmp, optimizer={"betas": [0.9, 1.0]})
+    return [write_json(tmp / "c.json", cfg)], ["optimizer.betas[1]"]
+
+
+def case_no_steps(tmp):
+    cfg = tiny_config(tmp, bench={"warmup_steps": 0, "measure_steps": 0})
+    return [write_json(tmp / "c.json", cfg)], ["warmup_steps", "measure_steps"]
+
+
+def case_bad_enum(tmp):
+    return [write_json(tmp / "c.json", tiny_config(tmp, device="gpu"))], ["'device'", "gpu"]
+
+
+def case_missing_init_weights(tmp):
+    cfg = tiny_config(tmp, init={"weights": str(tmp / "w.safetensors")})
+    return [write_json(tmp / "c.json", cfg)], ["init.weights", "w.safetensors"]
+
+
+def case_unknown_option(tmp):
+    return [write_json(tmp / "c.json", tiny_config(tmp)), "--bogus"], ["--bogus"]
+
+
+BAD_CASES = {name[len("case_"):]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_CASES))
+def test_bad_config_exits_2_with_one_line(trainer_bin, tmp_path, name):
+    work = tmp_path / "work"
+    work.mkdir()
+    args, needles = BAD_CASES[name](work)
+    before = snapshot(tmp_path)
+    proc = run(trainer_bin, args, cwd=work)
+    report = f"argv {args}\nexit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert proc.returncode == 2, report
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, report
+    assert lines[0].startswith("trainer: error: "), report
+    for needle in needles:
+        assert needle in lines[0], f"{needle!r} not in the error line\n{report}"
+    assert not (work / "out" / "result.json").exists(), report
+    assert snapshot(tmp_path) == before, f"files were created: {snapshot(tmp_path) - before}\n{report}"
+
+
+def test_help_lists_every_top_level_key(trainer_bin, tmp_path):
+    proc = run(trainer_bin, ["--help"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for word in ("--set", "--print-config", "--version", "--log-all-ranks", "trainer [CONFIG.json]"):
+        assert word in proc.stdout
+    for key in TOP_LEVEL_KEYS:
+        assert re.search(rf"^  {re.escape(key)}[ .]", proc.stdout, re.M), f"--help does not list {key}"
+    for preset in PRESET_DIMS:
+        assert preset in proc.stdout
+
+
+def test_version(trainer_bin, tmp_path):
+    proc = run(trainer_bin, ["--version"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"\d+\.\d+\.\d+", proc.stdout), proc.stdout
+
+
+def test_print_config_small_is_resolved_json(trainer_bin, tmp_path):
+    proc = run(trainer_bin, ["--print-config", CONFIGS / "small.json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    cfg = json.loads(proc.stdout)
+    assert set(cfg) == TOP_LEVEL_KEYS
+    assert tuple(cfg["model"][k] for k in DIM_KEYS) == PRESET_DIMS["small"]
+    assert cfg["name"] == "small"
+    assert cfg["device"] in ("cpu", "cuda")
+    assert cfg["attention"] == "naive"  # fp32
+    assert cfg["parallel"]["comm"] == ("nccl" if cfg["device"] == "cuda" else "mpi")
+    assert cfg["data"]["microbatch_size"] == cfg["data"]["batch_size"] == 4
+    assert cfg["optimizer"]["max_grad_norm"] is None
+
+
+def test_print_config_applies_overrides(trainer_bin, tmp_path):
+    args = ["--print-config", CONFIGS / "small.json", "--set", "model.num_layers=3", "--set",
+            "optimizer.betas=[0.8,0.95]", "--set", "name=run 7", "--set", "optimizer.max_grad_norm=1",
+            "--set", f"output.results={tmp_path / 'r.json'}"]
+    proc = run(trainer_bin, args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    cfg = json.loads(proc.stdout)
+    assert cfg["model"]["num_layers"] == 3
+    assert cfg["model"]["d_model"] == 768
+    assert cfg["optimizer"]["betas"] == [0.8, 0.95]
+    assert cfg["optimizer"]["max_grad_norm"] == 1
+    assert cfg["name"] == "run 7"
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.json")), ids=lambda p: p.name)
+def test_every_config_file_resolves(trainer_bin, tmp_path, path):
+    args = ["--print-config", path, "--set", f"output.results={tmp_path / 'r.json'}"]
+    if path.stem == "default":  # needs its token file: give it one
+        args += ["--set", f"data.path={write_u16(tmp_path / 'fortunes.u16', [i % 256 for i in range(5000)])}"]
+    if json.loads(path.read_text()).get("precision") == "bf16":
+        args += ["--set", "device=cuda"]  # bf16 needs cuda; --print-config does not need a GPU
+    proc = run(trainer_bin, args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    cfg = json.loads(proc.stdout)
+    assert cfg["name"] == path.stem
+    assert cfg["job"] == "train"
+    assert all(cfg["model"][k] > 0 for k in DIM_KEYS)
+    if path.stem in PRESET_DIMS:
+        assert tuple(cfg["model"][k] for k in DIM_KEYS) == PRESET_DIMS[path.stem]
+        assert cfg["data"]["source"] == "random"
