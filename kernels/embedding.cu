@@ -57,20 +57,14 @@ __global__ __launch_bounds__(kThreads) void embedding_bwd_kernel(float* __restri
   }
 }
 
-int key_bits(int64_t V) {  // radix-sort only the bits a valid token can have
-  int b = 1;
-  while (b < 31 && (int64_t(1) << b) < V) ++b;
-  return b;
-}
-
 constexpr size_t kAlign = 256;
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
-size_t cub_temp_bytes(int64_t N, int64_t V) {
+size_t cub_temp_bytes(int64_t N) {
   size_t bytes = 0;
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const int32_t*>(nullptr),
                                              static_cast<int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
-                                             static_cast<int32_t*>(nullptr), N, 0, key_bits(V)));
+                                             static_cast<int32_t*>(nullptr), N));
   return bytes;
 }
 
@@ -93,7 +87,7 @@ void embedding_fwd(void* out, DType tout, const int32_t* tokens, const void* tab
 }
 
 size_t embedding_bwd_scratch_bytes(int64_t N, int64_t V) {
-  return 3 * align_up(size_t(N) * sizeof(int32_t)) + align_up(cub_temp_bytes(N, V));
+  return 3 * align_up(size_t(N) * sizeof(int32_t)) + align_up(cub_temp_bytes(N));
 }
 
 void embedding_bwd(float* dtable, const int32_t* tokens, const void* dout, DType tdout, int64_t N, int64_t V, int D,
@@ -110,8 +104,8 @@ void embedding_bwd(float* dtable, const int32_t* tokens, const void* dout, DType
   size_t temp_bytes = scratch_bytes - 3 * a;
   iota_kernel<<<elementwise_grid(N, kThreads), kThreads, 0, s>>>(rows_in, N);
   CUDA_CHECK(cudaGetLastError());
-  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, keys_out, rows_in, rows_out, N, 0, key_bits(V),
-                                             s));
+  // All 32 key bits: then equal tokens are contiguous even when some are out of range, so no two blocks share a row.
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, keys_out, rows_in, rows_out, N, 0, 32, s));
   dispatch_float(tdout, "embedding_bwd dout", [&](auto ad) {
     using TD = typename decltype(ad)::type;
     const int threads = D <= 128 ? 64 : (D <= 512 ? 128 : kThreads);

@@ -12,7 +12,7 @@ namespace trainer::kernels {
 void embedding_fwd(void* out, DType tout, const int32_t* tokens, const void* table, DType ttable, int64_t N, int64_t V,
                    int D, cudaStream_t s);
 
-/// Bytes of scratch embedding_bwd needs for N tokens of a vocabulary of V (sort keys, values and CUB's temp space).
+/// Bytes of scratch embedding_bwd needs for N tokens (sort keys, values and CUB's temp space; V is unused for now).
 size_t embedding_bwd_scratch_bytes(int64_t N, int64_t V);
 
 /// dtable[tokens[n], :] += dout[n, :] for every n; dtable f32 [V, D], dout f32 or bf16 [N, D]. Deterministic: the

@@ -158,23 +158,18 @@ TEST_CASE("config: embedded default is configs/default.json and resolves", "[con
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = uint16_t((i * 37) % 256);
   const std::string tokens = dir.write_tokens("fortunes.u16", ids);
   const RunConfig c = load_config("", {"data.path=" + tokens, "output.results=" + dir.path("r.json")}, 1, false);
+  // Structure only: the training hyper-parameters of the default are tuned in configs/default.json.
   CHECK(c.name == "default");
-  CHECK(c.device == "cpu");
+  CHECK(c.device == "cpu");  // no CUDA here
   CHECK(c.precision == "fp32");
   CHECK(c.attention == "naive");
   CHECK(c.parallel.comm == "mpi");
   CHECK(c.model.preset.empty());
-  CHECK(c.model.vocab_size == 256);
-  CHECK(c.model.context_length == 128);
-  CHECK(c.model.d_model % c.model.num_heads == 0);
+  CHECK(c.model.vocab_size == 256);  // byte-level tokens
+  CHECK(c.model.context_length > 0);
   CHECK(c.data.source == "tokens");
   CHECK(c.data.path == tokens);
-  CHECK(c.optimizer.lr == 3e-3);
-  CHECK(c.optimizer.schedule == "cosine");
-  CHECK(c.optimizer.warmup_steps == 20);
-  CHECK(c.bench.warmup_steps == 0);
-  CHECK(c.bench.measure_steps == 300);
-  CHECK(c.bench.log_every == 10);
+  CHECK(c.bench.measure_steps + c.bench.warmup_steps >= 1);
 
   // Without the override the default points at build/data/fortunes.u16 (relative to the working directory).
   const RunConfig raw = [] {
@@ -300,7 +295,8 @@ TEST_CASE("config: unknown keys are rejected at every level", "[config]") {
   }
   SECTION("nested") {
     doc["optimizer"] = {{"lrr", 1e-3}};
-    REQUIRE_THROWS_WITH(load_doc(dir, doc), Equals("config: unknown key 'optimizer.lrr' (did you mean 'optimizer.lr'?)"));
+    REQUIRE_THROWS_WITH(load_doc(dir, doc),
+                        Equals("config: unknown key 'optimizer.lrr' (did you mean 'optimizer.lr'?)"));
   }
   SECTION("no hint for a far-off name") {
     doc["data"]["zzzzzz"] = 1;
@@ -324,7 +320,8 @@ TEST_CASE("config: type errors name the key and the expected type", "[config]") 
       {"data", "batch_size", "4", "config: 'data.batch_size' must be an integer, got string"},
       {"data", "batch_size", 2.5, "config: 'data.batch_size' must be an integer, got number 2.5"},
       {"data", "batch_size", 1e10, "config: 'data.batch_size' must be an integer, got number 10000000000.0"},
-      {"data", "batch_size", 4294967296LL, "config: 'data.batch_size' must be an integer (32-bit), got number 4294967296"},
+      {"data", "batch_size", 4294967296LL,
+       "config: 'data.batch_size' must be an integer (32-bit), got number 4294967296"},
       {"data", "seed", -1, "config: 'data.seed' must be a non-negative integer, got number -1"},
       {"data", "path", 3, "config: 'data.path' must be a string or null, got number 3"},
       {"optimizer", "lr", "fast", "config: 'optimizer.lr' must be a number, got string"},
@@ -383,7 +380,8 @@ TEST_CASE("config: validation rules", "[config]") {
       {{"model.d_model=12", "model.num_heads=4"}, 1, "model: d_head 3 (d_model 12 / num_heads 4) must be even"},
       {{"model.vocab_size=-1"}, 1, "config: 'model.vocab_size' must be > 0, got -1"},
       {{"model.num_layers=-2"}, 1, "config: 'model.num_layers' must be > 0, got -2"},
-      {{"model.preset=", "model.d_ff=0"}, 1, "'model.vocab_size' must be > 0, got 0 (set it, or choose a model.preset)"},
+      {{"model.preset=", "model.d_ff=0"}, 1,
+       "'model.vocab_size' must be > 0, got 0 (set it, or choose a model.preset)"},
       {{"model.rope_theta=0"}, 1, "config: 'model.rope_theta' must be > 0, got 0"},
       {{"device=gpu"}, 1, "config: 'device' must be one of auto, cpu, cuda; got 'gpu'"},
       {{"precision=fp16"}, 1, "config: 'precision' must be one of fp32, bf16; got 'fp16'"},
@@ -424,7 +422,8 @@ TEST_CASE("config: validation rules", "[config]") {
       {{"bench.phase=backward"}, 1, "config: 'bench.phase' must be one of forward, forward_backward, train_step"},
       {{"bench.warmup_steps=-1"}, 1, "config: 'bench.warmup_steps' must be >= 0, got -1"},
       {{"bench.measure_steps=-1"}, 1, "config: 'bench.measure_steps' must be >= 0, got -1"},
-      {{"bench.warmup_steps=0", "bench.measure_steps=0"}, 1, "bench: warmup_steps + measure_steps must be at least one"},
+      {{"bench.warmup_steps=0", "bench.measure_steps=0"}, 1,
+       "bench: warmup_steps + measure_steps must be at least one"},
       {{"bench.log_every=-1"}, 1, "config: 'bench.log_every' must be >= 0, got -1"},
   };
   for (const auto& t : cases) {

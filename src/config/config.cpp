@@ -421,13 +421,15 @@ void resolve(RunConfig& c, const std::string& path, int world_size, bool cuda_av
 
 // ---- validation helpers ---------------------------------------------------------------------------------------
 void check_enum(const std::string& v, const Names& allowed, const char* key) {
-  CONFIG_CHECK(std::find(allowed.begin(), allowed.end(), v) != allowed.end(), "config: '{}' must be one of {}; got '{}'",
-               key, fmt::join(allowed, ", "), v);
+  CONFIG_CHECK(std::find(allowed.begin(), allowed.end(), v) != allowed.end(),
+               "config: '{}' must be one of {}; got '{}'", key, fmt::join(allowed, ", "), v);
 }
 void check_positive(double v, const char* key, std::string_view hint = {}) {
   CONFIG_CHECK(v > 0, "config: '{}' must be > 0, got {}{}", key, v, hint);
 }
-void check_non_negative(double v, const char* key) { CONFIG_CHECK(v >= 0, "config: '{}' must be >= 0, got {}", key, v); }
+void check_non_negative(double v, const char* key) {
+  CONFIG_CHECK(v >= 0, "config: '{}' must be >= 0, got {}", key, v);
+}
 
 /// An existing regular file that this process can open for reading.
 void check_readable_file(const std::string& path, const char* key) {
@@ -455,7 +457,8 @@ const std::vector<KeyDoc>& key_docs() {
        "named model size (table below); fills every model dim left at 0. \"\": give all dims explicitly"},
       {"model.vocab_size", "integer > 0 (0: preset)", "vocabulary size; token ids are in [0, vocab_size)"},
       {"model.context_length", "integer > 0 (0: preset)", "sequence length T of every row, in tokens"},
-      {"model.d_model", "integer > 0 (0: preset)", "residual width; divisible by num_heads, d_model/num_heads even (RoPE)"},
+      {"model.d_model", "integer > 0 (0: preset)",
+       "residual width; divisible by num_heads, d_model/num_heads even (RoPE)"},
       {"model.d_ff", "integer > 0 (0: preset)", "SwiGLU hidden width (w1, w3: [d_ff, d_model])"},
       {"model.num_layers", "integer > 0 (0: preset)", "Transformer blocks"},
       {"model.num_heads", "integer > 0 (0: preset)", "attention heads; d_head = d_model / num_heads"},

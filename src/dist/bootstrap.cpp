@@ -45,10 +45,13 @@ std::unique_ptr<Communicator> make_communicator(const RunConfig& cfg, Backend& b
   CONFIG_CHECK(cfg.parallel.strategy != "none" || ctx.world_size == 1,
                "parallel.strategy: 'none' runs one process, but {} ranks were started (pick ddp_* or zero1)",
                ctx.world_size);
-  const std::string& kind = cfg.parallel.comm;
-  const double timeout_s = cfg.parallel.comm_timeout_s;
-  if (kind == "mpi") return make_mpi_communicator(be, timeout_s);
-  if (kind == "nccl") {
+  return make_world_communicator(cfg.parallel.comm, cfg.parallel.comm_timeout_s, be, ctx);
+}
+
+std::unique_ptr<Communicator> make_world_communicator(const std::string& comm, double timeout_s, Backend& be,
+                                                      const RunContext& ctx) {
+  if (comm == "mpi") return make_mpi_communicator(be, timeout_s);
+  if (comm == "nccl") {
     CONFIG_CHECK(be.device() == Device::cuda,
                  "parallel.comm: 'nccl' needs device 'cuda' (this run is on {}); use parallel.comm=mpi", be.name());
 #ifdef TRAINER_HAVE_NCCL
@@ -58,7 +61,7 @@ std::unique_ptr<Communicator> make_communicator(const RunConfig& cfg, Backend& b
                       "NCCL_HOME pointing at an NCCL install), use parallel.comm=mpi");
 #endif
   }
-  throw ConfigError(fmt::format("parallel.comm: '{}' is not a communicator (mpi | nccl)", kind));
+  throw ConfigError(fmt::format("parallel.comm: '{}' is not a communicator (mpi | nccl)", comm));
 }
 
 }  // namespace trainer

@@ -36,4 +36,9 @@ class MpiSession {
 /// for one process that needs none. Raises ConfigError when the kind is unavailable in this build.
 std::unique_ptr<Communicator> make_communicator(const RunConfig& cfg, Backend& be, const RunContext& ctx);
 
+/// The communicator of kind `comm` ("mpi" or "nccl") over all ranks, also for one process (collective_bench).
+/// Raises ConfigError naming parallel.comm when the kind is unknown or unavailable (nccl without NCCL or off cuda).
+std::unique_ptr<Communicator> make_world_communicator(const std::string& comm, double timeout_s, Backend& be,
+                                                      const RunContext& ctx);
+
 }  // namespace trainer

@@ -232,6 +232,27 @@ void attention_naive_bwd(const AttnShape& s, T* dqkv, const T* dout, const T* qk
 // The same maths as the naive op without materialising P: queries in tiles of Bq rows, keys in tiles of Bk columns.
 // It is the reference the CUDA kernels follow (same tiling, same online softmax, same recomputation), in plain loops.
 // Any T (the last tile of each kind may be ragged); causal skips the tiles that lie wholly above the diagonal.
+// The K (and V) tile is first copied transposed, [dh, Bk], as a GPU kernel stages it in shared memory: a row of
+// S = Q Kᵀ is then a sum of axpys over contiguous keys, which the compiler vectorises (a dot product it would not,
+// without reassociating floating-point sums).
+
+/// Xt[d * Bk + c] = X[(c0 + c) * ld + d] for c < nc, d < dh: rows c0.. of one head (leading dimension ld), transposed.
+template <class T>
+void load_tile_transposed(T* Xt, const T* X, int64_t ld, int64_t c0, int64_t nc, int64_t dh, int64_t Bk) {
+  for (int64_t c = 0; c < nc; ++c)
+    for (int64_t d = 0; d < dh; ++d) Xt[d * Bk + c] = X[(c0 + c) * ld + d];
+}
+
+/// y[c] = sum_d x[d] * Xt[d * Bk + c] for c < nc: one row of x Xᵀ from a transposed tile.
+template <class T>
+void row_times_tile(T* y, const T* x, const T* Xt, int64_t nc, int64_t dh, int64_t Bk) {
+  std::fill(y, y + nc, T(0));
+  for (int64_t d = 0; d < dh; ++d) {
+    const T xd = x[d];
+    const T* xt = Xt + d * Bk;
+    for (int64_t c = 0; c < nc; ++c) y[c] += xd * xt[c];
+  }
+}
 
 /// Forward, Algorithm 1. For each (b, h) and query tile Q_i (rows r0..r1-1), with m = -inf, l = 0, O = 0, and for
 /// each key tile j (keys c0..c1-1) not wholly masked:
@@ -246,6 +267,7 @@ void attention_flash2_fwd(const AttnShape& s, T* out, T* lse, const T* qkv, int6
   std::vector<T> S(static_cast<size_t>(Bq * Bk));  // scores, then P~, of one tile [Bq, Bk]
   std::vector<T> O(static_cast<size_t>(Bq * dh));  // unnormalised output accumulator [Bq, dh]
   std::vector<T> m(static_cast<size_t>(Bq)), l(static_cast<size_t>(Bq));  // running row max and row sum [Bq]
+  std::vector<T> Kt(static_cast<size_t>(dh * Bk));  // K_j transposed [dh, Bk]
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h) {
       const T* q = qkv + b * T_ * ld + h * dh;  // row t of Q at q + t*ld
@@ -259,19 +281,13 @@ void attention_flash2_fwd(const AttnShape& s, T* out, T* lse, const T* qkv, int6
         for (int64_t c0 = 0; c0 < T_; c0 += Bk) {
           if (s.causal && c0 > r0 + nr - 1) break;  // this and all later key tiles are above the diagonal
           const int64_t nc = std::min(Bk, T_ - c0);
+          load_tile_transposed(Kt.data(), k, ld, c0, nc, dh, Bk);
           for (int64_t r = 0; r < nr; ++r) {
-            const T* qr = q + (r0 + r) * ld;
             T* Sr = S.data() + r * Bk;
+            row_times_tile(Sr, q + (r0 + r) * ld, Kt.data(), nc, dh, Bk);  // S = Q_i K_jᵀ, then scale and mask
             T row_max = kNegInf;
             for (int64_t c = 0; c < nc; ++c) {
-              if (s.causal && c0 + c > r0 + r) {
-                Sr[c] = kNegInf;
-                continue;
-              }
-              const T* kc = k + (c0 + c) * ld;
-              T acc = 0;
-              for (int64_t d = 0; d < dh; ++d) acc += qr[d] * kc[d];
-              Sr[c] = T(s.scale) * acc;
+              Sr[c] = s.causal && c0 + c > r0 + r ? kNegInf : T(s.scale) * Sr[c];
               row_max = std::max(row_max, Sr[c]);
             }
             const T m_new = std::max(m[r], row_max);
@@ -317,6 +333,7 @@ void attention_flash2_bwd(const AttnShape& s, T* dqkv, const T* dout, const T* q
   const int64_t T_ = s.T, dh = s.d_head, D = int64_t(s.H) * dh, ld = 3 * D;
   std::vector<T> P(static_cast<size_t>(Bq * Bk)), dS(static_cast<size_t>(Bq * Bk));    // one tile [Bq, Bk]
   std::vector<T> dK(static_cast<size_t>(Bk * dh)), dV(static_cast<size_t>(Bk * dh));    // accumulators [Bk, dh]
+  std::vector<T> Kt(static_cast<size_t>(dh * Bk)), Vt(static_cast<size_t>(dh * Bk));  // K_j, V_j transposed [dh, Bk]
   std::vector<T> Drow(static_cast<size_t>(T_));                                         // D = rowsum(dO ∘ O) [T]
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h) {
@@ -336,27 +353,20 @@ void attention_flash2_bwd(const AttnShape& s, T* dqkv, const T* dout, const T* q
         const int64_t nc = std::min(Bk, T_ - c0);
         std::fill(dK.begin(), dK.end(), T(0));
         std::fill(dV.begin(), dV.end(), T(0));
+        load_tile_transposed(Kt.data(), k, ld, c0, nc, dh, Bk);
+        load_tile_transposed(Vt.data(), v, ld, c0, nc, dh, Bk);
         for (int64_t r0 = 0; r0 < T_; r0 += Bq) {
           const int64_t nr = std::min(Bq, T_ - r0);
           if (s.causal && r0 + nr - 1 < c0) continue;  // every query of this tile is before every key
           for (int64_t r = 0; r < nr; ++r) {  // P = exp(scale Q Kᵀ - L), dS = P ∘ (dO Vᵀ - D)
-            const T* qr = q + (r0 + r) * ld;
-            const T* dor = dO + (r0 + r) * D;
+            T *Pr = P.data() + r * Bk, *dSr = dS.data() + r * Bk;
+            row_times_tile(Pr, q + (r0 + r) * ld, Kt.data(), nc, dh, Bk);    // S
+            row_times_tile(dSr, dO + (r0 + r) * D, Vt.data(), nc, dh, Bk);  // dP
+            const T Lr = L[r0 + r], Dr = Drow[r0 + r];
             for (int64_t c = 0; c < nc; ++c) {
-              T& p = P[r * Bk + c];
-              T& ds = dS[r * Bk + c];
-              if (s.causal && c0 + c > r0 + r) {
-                p = ds = T(0);
-                continue;
-              }
-              const T *kc = k + (c0 + c) * ld, *vc = v + (c0 + c) * ld;
-              T sc = 0, dp = 0;
-              for (int64_t d = 0; d < dh; ++d) {
-                sc += qr[d] * kc[d];
-                dp += dor[d] * vc[d];
-              }
-              p = std::exp(T(s.scale) * sc - L[r0 + r]);
-              ds = p * (dp - Drow[r0 + r]);
+              const bool masked = s.causal && c0 + c > r0 + r;
+              Pr[c] = masked ? T(0) : std::exp(T(s.scale) * Pr[c] - Lr);
+              dSr[c] = Pr[c] * (dSr[c] - Dr);
             }
           }
           for (int64_t r = 0; r < nr; ++r) {  // dV += Pᵀ dO, dK += scale dSᵀ Q, dQ += scale dS K

@@ -68,7 +68,7 @@ class CudaBackend final : public Backend {
   double reduce(const Tensor& x, bool square);
   /// Row-major product on the compute stream (see GemmShape).
   void gemm(const GemmShape& g, void* C, const void* A, const void* B, float alpha, float beta);
-  /// Whether impl can run as asked; flash2 falls back to naive for now (logged once).
+  /// flash2 has no kernel yet and runs the naive path without stored probs; logs that once.
   void note_flash2_fallback(AttnImpl impl);
 
   int device_ = 0;

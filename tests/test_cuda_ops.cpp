@@ -1,0 +1,701 @@
+// The CUDA backend against the CPU reference backend (ggml tests/test-backend-ops.cpp: "asserts that the results of
+// multiple backends computing the same ops are consistent"). Every op of Backend, on shapes that include odd sizes
+// (d 16..4096, sequence lengths 1, 7, 100, 513), fresh random inputs on every run (the seed is printed on failure),
+// outputs poisoned with NaN before each run so that an element the GPU does not write fails.
+//
+// Tolerance: |got - ref| <= rtol * (|ref| + rms(ref)) elementwise, rtol 1e-5 for fp32 outputs and 2e-2 for bf16.
+// The absolute part, atol = rtol * rms(ref), is there because entries near zero come from the cancellation of terms
+// of the tensor's typical size (a dot product, a softmax gradient p - onehot, a sum over rows), and their rounding
+// error is relative to that size, not to the entry. Matrix products are judged norm-wise, ‖got - ref‖ / ‖ref‖.
+// bf16 inputs are rounded to bf16 on the host first and the CPU gets the same rounded values in fp32, so only the
+// GPU's bf16 intermediates and outputs are measured. The largest normalised error of each check is printed at the end.
+//
+// Tagged [cuda]; every case returns with a warning when no GPU is visible (Catch2 2.13 has no SKIP).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "test_helpers.h"
+
+namespace {
+
+using namespace trainer;
+
+// ---- backends and tensors -------------------------------------------------------------------------------------------
+
+Backend& gpu() {
+  static std::unique_ptr<Backend> b = make_backend(Device::cuda, 0);
+  return *b;
+}
+Backend& cpu() {
+  static std::unique_ptr<Backend> b = make_backend(Device::cpu, 0);
+  return *b;
+}
+
+#define REQUIRE_GPU()                                \
+  do {                                               \
+    if (!cuda_available()) {                         \
+      WARN("no CUDA device visible: skipped");       \
+      return;                                        \
+    }                                                \
+  } while (0)
+
+using Vec = std::vector<float>;
+
+uint16_t f32_to_bf16_bits(float f) {  // round to nearest even, as __float2bfloat16
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if (std::isnan(f)) return 0x7fc0;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+float bf16_bits_to_f32(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+float round_bf16(float x) { return bf16_bits_to_f32(f32_to_bf16_bits(x)); }
+Vec round_bf16(Vec v) {
+  for (auto& x : v) x = round_bf16(x);
+  return v;
+}
+/// The values a tensor of dtype t would hold: rounded to bf16 for bf16, unchanged for f32.
+Vec as_dtype(const Vec& v, DType t) { return t == DType::bf16 ? round_bf16(v) : v; }
+
+/// A tensor with its storage on one backend.
+struct Dev {
+  Buffer buf;
+  Tensor t;
+};
+
+Dev make(Backend& be, DType dt, std::initializer_list<int64_t> shape) {
+  Dev d;
+  Tensor probe(nullptr, dt, be.device(), shape);
+  d.buf = be.alloc(std::max<size_t>(probe.bytes(), 16), Category::activations);
+  d.t = Tensor(d.buf.data(), dt, be.device(), shape);
+  return d;
+}
+
+void upload(Backend& be, const Tensor& t, const Vec& v) {
+  REQUIRE(size_t(t.numel()) == v.size());
+  if (t.dtype == DType::f32) {
+    be.copy_from_host(t.data, v.data(), v.size() * 4);
+  } else if (t.dtype == DType::bf16) {
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16_bits(v[i]);
+    be.copy_from_host(t.data, h.data(), h.size() * 2);
+  } else {
+    FAIL("upload: dtype " << dtype_name(t.dtype));
+  }
+}
+
+Dev make_from(Backend& be, DType dt, std::initializer_list<int64_t> shape, const Vec& v) {
+  Dev d = make(be, dt, shape);
+  upload(be, d.t, v);
+  return d;
+}
+
+Dev make_i32(Backend& be, const std::vector<int32_t>& v) {
+  Dev d = make(be, DType::i32, {int64_t(v.size())});
+  be.copy_from_host(d.t.data, v.data(), v.size() * 4);
+  return d;
+}
+
+Vec download(Backend& be, const Tensor& t) {
+  Vec out(size_t(t.numel()));
+  if (t.dtype == DType::f32) {
+    be.copy_to_host(out.data(), t.data, out.size() * 4);
+  } else if (t.dtype == DType::bf16) {
+    std::vector<uint16_t> h(out.size());
+    be.copy_to_host(h.data(), t.data, h.size() * 2);
+    for (size_t i = 0; i < h.size(); ++i) out[i] = bf16_bits_to_f32(h[i]);
+  } else {
+    FAIL("download: dtype " << dtype_name(t.dtype));
+  }
+  return out;
+}
+
+/// NaN into every element of a GPU output before the op runs.
+void poison(const Tensor& t) { gpu().fill(t, std::numeric_limits<float>::quiet_NaN()); }
+
+// ---- random inputs ----------------------------------------------------------------------------------------------------
+
+/// A fresh seed per run (the inputs differ every time), printed by CAPTURE on failure.
+uint64_t fresh_seed() {
+  static std::random_device rd;
+  return (uint64_t(rd()) << 32) ^ rd();
+}
+
+struct Rng {
+  std::mt19937_64 g;
+  explicit Rng(uint64_t seed) : g(seed) {}
+  Vec uniform(int64_t n, float lo = -1.f, float hi = 1.f) {
+    std::uniform_real_distribution<float> d(lo, hi);
+    Vec v(static_cast<size_t>(n));
+    for (auto& x : v) x = d(g);
+    return v;
+  }
+  std::vector<int32_t> ints(int64_t n, int32_t lo, int32_t hi) {  // [lo, hi)
+    std::uniform_int_distribution<int32_t> d(lo, hi - 1);
+    std::vector<int32_t> v(static_cast<size_t>(n));
+    for (auto& x : v) x = d(g);
+    return v;
+  }
+  int pick(std::initializer_list<int> xs) {
+    std::uniform_int_distribution<size_t> d(0, xs.size() - 1);
+    return *(xs.begin() + d(g));
+  }
+};
+
+// ---- comparisons ------------------------------------------------------------------------------------------------------
+
+double rtol_for(DType t) { return t == DType::bf16 ? 2e-2 : 1e-5; }
+
+/// The largest normalised error seen per check name, printed by the last test case.
+std::map<std::string, std::pair<double, double>>& error_table() {  // name -> (max error, tolerance)
+  static std::map<std::string, std::pair<double, double>> t;
+  return t;
+}
+void note(const std::string& name, double err, double tol) {
+  auto& e = error_table()[name];
+  e.first = std::max(e.first, err);
+  e.second = tol;
+}
+
+double rms(const Vec& v) {
+  double s = 0;
+  for (float x : v) s += double(x) * double(x);
+  return v.empty() ? 0.0 : std::sqrt(s / double(v.size()));
+}
+
+/// |got - ref| <= rtol (|ref| + rms(ref)) for every element; NaN fails.
+void check_close(const std::string& name, const Vec& got, const Vec& ref, double rtol) {
+  REQUIRE(got.size() == ref.size());
+  const double r = rms(ref), atol = rtol * r;
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double e = std::fabs(double(got[i]) - double(ref[i])) / (std::fabs(double(ref[i])) + r + 1e-30);
+    worst = std::isnan(e) ? std::numeric_limits<double>::infinity() : std::max(worst, e);
+  }
+  note(name, worst, rtol);
+  const std::string report = testing::all_close(got, ref, atol, rtol);
+  INFO(name << ": max |got-ref|/(|ref|+rms) = " << worst << ", rtol " << rtol);
+  CHECK(report == "");
+}
+
+/// ‖got - ref‖₂ / ‖ref‖₂ <= tol, and no NaN.
+void check_normwise(const std::string& name, const Vec& got, const Vec& ref, double tol) {
+  REQUIRE(got.size() == ref.size());
+  double num = 0, den = 0;
+  size_t nan = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(got[i])) ++nan;
+    num += (double(got[i]) - double(ref[i])) * (double(got[i]) - double(ref[i]));
+    den += double(ref[i]) * double(ref[i]);
+  }
+  const double err = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  note(name, nan ? std::numeric_limits<double>::infinity() : err, tol);
+  INFO(name << ": normwise error " << err << " (tol " << tol << "), NaNs " << nan);
+  CHECK(nan == 0);
+  CHECK(err <= tol);
+}
+
+/// Exact equality (ops whose result is one rounding of the same value on both sides).
+void check_equal(const std::string& name, const Vec& got, const Vec& ref) {
+  REQUIRE(got.size() == ref.size());
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(got[i] == ref[i]) && !(std::isnan(got[i]) && std::isnan(ref[i]))) {
+      if (!bad) first = i;
+      ++bad;
+    }
+  note(name, bad ? 1.0 : 0.0, 0.0);
+  INFO(name << ": " << bad << " of " << got.size() << " differ; first at " << first << ": got "
+            << (bad ? got[first] : 0.f) << " ref " << (bad ? ref[first] : 0.f));
+  CHECK(bad == 0);
+}
+
+const char* dn(DType t) { return dtype_name(t); }
+
+// =====================================================================================================================
+
+TEST_CASE("cuda backend: description, events, out of memory", "[cuda]") {
+  REQUIRE_GPU();
+  const std::string d = gpu().description();
+  INFO(d);
+  CHECK(d.find("GiB") != std::string::npos);
+  CHECK(d.find("CUDA") != std::string::npos);
+  CHECK(gpu().name() == "cuda:0");
+  CHECK(gpu().stream() != nullptr);
+
+  auto e0 = gpu().make_event(), e1 = gpu().make_event();
+  Dev x = make(gpu(), DType::f32, {1 << 20});
+  gpu().record(*e0);
+  gpu().fill(x.t, 1.f);
+  gpu().record(*e1);
+  const float ms = gpu().elapsed_ms(*e0, *e1);
+  CHECK(ms >= 0.f);
+  CHECK(ms < 1000.f);
+
+  // An impossible request fails as OutOfMemory (nullptr from raw_alloc), and the backend keeps working.
+  const size_t before = gpu().memory().total;
+  CHECK_THROWS_AS(gpu().alloc(size_t(1) << 50, Category::activations), OutOfMemory);
+  CHECK(gpu().memory().total == before);
+  gpu().fill(x.t, 2.f);
+  CHECK(gpu().sum(x.t) == double(1 << 20) * 2.0);
+}
+
+TEST_CASE("cuda matmul matches cpu (f32 strict, bf16 -> bf16, bf16 -> f32; all transposes; beta 0 and 1)",
+          "[cuda][matmul]") {
+  REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  Rng rng(seed);
+  struct Dims {
+    int M, N, K;
+  };
+  const Dims dims[] = {{1, 1, 1}, {7, 16, 17}, {100, 33, 64}, {513, 768, 100}, {64, 4096, 16}, {16, 100, 4096},
+                       {513, 513, 513}, {3, 5, 7}};
+  struct Types {
+    DType ab, c;
+  };
+  const Types types[] = {{DType::f32, DType::f32}, {DType::bf16, DType::bf16}, {DType::bf16, DType::f32}};
+  for (const Dims& dm : dims)
+    for (const Types& ty : types)
+      for (int ta = 0; ta < 2; ++ta)
+        for (int tb = 0; tb < 2; ++tb)
+          for (float beta : {0.f, 1.f}) {
+            const int M = dm.M, N = dm.N, K = dm.K;
+            CAPTURE(M, N, K, dn(ty.ab), dn(ty.c), ta, tb, beta);
+            const float alpha = rng.uniform(1, 0.5f, 2.f)[0];
+            const Vec a = as_dtype(rng.uniform(int64_t(M) * K), ty.ab);
+            const Vec b = as_dtype(rng.uniform(int64_t(K) * N), ty.ab);
+            const Vec c0 = as_dtype(rng.uniform(int64_t(M) * N), ty.c);
+            Dev ga = ta ? make_from(gpu(), ty.ab, {K, M}, a) : make_from(gpu(), ty.ab, {M, K}, a);
+            Dev gb = tb ? make_from(gpu(), ty.ab, {N, K}, b) : make_from(gpu(), ty.ab, {K, N}, b);
+            Dev gc = make(gpu(), ty.c, {M, N});
+            if (beta == 0.f)
+              poison(gc.t);
+            else
+              upload(gpu(), gc.t, c0);
+            gpu().matmul(gc.t, ga.t, ta, gb.t, tb, alpha, beta);
+            Dev ca = ta ? make_from(cpu(), DType::f32, {K, M}, a) : make_from(cpu(), DType::f32, {M, K}, a);
+            Dev cb = tb ? make_from(cpu(), DType::f32, {N, K}, b) : make_from(cpu(), DType::f32, {K, N}, b);
+            Dev cc = make_from(cpu(), DType::f32, {M, N}, c0);
+            cpu().matmul(cc.t, ca.t, ta, cb.t, tb, alpha, beta);
+            // bf16 -> f32 is held to the fp32 tolerance: bf16 products are exact in fp32 and the sums are fp32.
+            check_normwise(std::string("matmul ") + dn(ty.ab) + "->" + dn(ty.c), download(gpu(), gc.t),
+                           download(cpu(), cc.t), rtol_for(ty.c));
+          }
+}
+
+TEST_CASE("cuda matmul on operands that are not 16-byte aligned", "[cuda][matmul]") {
+  REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  Rng rng(seed);
+  const int M = 37, N = 29, K = 41;
+  const Vec a = rng.uniform(M * K), b = rng.uniform(K * N);
+  // Views one element into larger buffers: 4-byte aligned only.
+  Dev ba = make(gpu(), DType::f32, {M * K + 1}), bb = make(gpu(), DType::f32, {K * N + 1}),
+      bc = make(gpu(), DType::f32, {M * N + 1});
+  Tensor ga = ba.t.slice(1, {M, K}), gb = bb.t.slice(1, {K, N}), gc = bc.t.slice(1, {M, N});
+  upload(gpu(), ga, a);
+  upload(gpu(), gb, b);
+  poison(gc);
+  gpu().matmul(gc, ga, false, gb, false, 1.f, 0.f);
+  Dev ca = make_from(cpu(), DType::f32, {M, K}, a), cb = make_from(cpu(), DType::f32, {K, N}, b),
+      cc = make(cpu(), DType::f32, {M, N});
+  cpu().matmul(cc.t, ca.t, false, cb.t, false, 1.f, 0.f);
+  check_normwise("matmul f32 unaligned", download(gpu(), gc), download(cpu(), cc.t), 1e-5);
+}
+
+TEST_CASE("cuda embedding_fwd / embedding_bwd match cpu", "[cuda][embedding]") {
+  REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  Rng rng(seed);
+  for (int N : {1, 7, 100, 513})
+    for (int D : {16, 17, 768, 4096})
+      for (DType dt : {DType::f32, DType::bf16}) {
+        const int V = rng.pick({5, 64, 1000});  // V = 5 makes most tokens repeat (the backward's sums)
+        CAPTURE(N, D, V, dn(dt));
+        const auto tokens = rng.ints(N, 0, V);
+        const Vec table = as_dtype(rng.uniform(int64_t(V) * D), dt);
+        Dev gt = make_i32(gpu(), tokens), ct = make_i32(cpu(), tokens);
+        // forward: a gather, so exact; table and out in dt (and a bf16 table into an f32 out).
+        Dev gtab = make_from(gpu(), dt, {V, D}, table), gout = make(gpu(), dt, {N, D});
+        poison(gout.t);
+        gpu().embedding_fwd(gout.t, gt.t, gtab.t);
+        Dev ctab = make_from(cpu(), DType::f32, {V, D}, table), cout = make(cpu(), DType::f32, {N, D});
+        cpu().embedding_fwd(cout.t, ct.t, ctab.t);
+        check_equal(std::string("embedding_fwd ") + dn(dt), download(gpu(), gout.t), download(cpu(), cout.t));
+        if (dt == DType::bf16) {
+          Dev gout32 = make(gpu(), DType::f32, {N, D});
+          poison(gout32.t);
+          gpu().embedding_fwd(gout32.t, gt.t, gtab.t);
+          check_equal("embedding_fwd bf16->f32", download(gpu(), gout32.t), download(cpu(), cout.t));
+        }
+        // backward: dtable (f32) accumulates dout (dt) rows.
+        const Vec dtab0 = rng.uniform(int64_t(V) * D), dout = as_dtype(rng.uniform(int64_t(N) * D), dt);
+        Dev gdt = make_from(gpu(), DType::f32, {V, D}, dtab0), gdo = make_from(gpu(), dt, {N, D}, dout);
+        gpu().embedding_bwd(gdt.t, gt.t, gdo.t);
+        Dev cdt = make_from(cpu(), DType::f32, {V, D}, dtab0), cdo = make_from(cpu(), DType::f32, {N, D}, dout);
+        cpu().embedding_bwd(cdt.t, ct.t, cdo.t);
+        check_close("embedding_bwd", download(gpu(), gdt.t), download(cpu(), cdt.t), 1e-5);
+      }
+}
+
+TEST_CASE("cuda embedding_bwd is deterministic", "[cuda][embedding]") {
+  REQUIRE_GPU();
+  Rng rng(fresh_seed());
+  const int N = 4096, D = 256, V = 7;  // ~600 repeats of each token
+  const auto tokens = rng.ints(N, 0, V);
+  Dev gt = make_i32(gpu(), tokens), gdo = make_from(gpu(), DType::f32, {N, D}, rng.uniform(int64_t(N) * D));
+  Vec first;
+  for (int rep = 0; rep < 3; ++rep) {
+    Dev gdt = make(gpu(), DType::f32, {V, D});
+    gpu().fill(gdt.t, 0.f);
+    gpu().embedding_bwd(gdt.t, gt.t, gdo.t);
+    const Vec got = download(gpu(), gdt.t);
+    if (rep == 0)
+      first = got;
+    else
+      CHECK(std::memcmp(first.data(), got.data(), got.size() * 4) == 0);
+  }
+}
+
+TEST_CASE("cuda rmsnorm_fwd / rmsnorm_bwd match cpu", "[cuda][rmsnorm]") {
+  REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  Rng rng(seed);
+  const float eps = 1e-5f;
+  for (int N : {1, 7, 100, 513})
+    for (int D : {16, 17, 100, 768, 4096})
+      for (DType dt : {DType::f32, DType::bf16})
+        for (DType wt : {DType::f32, DType::bf16}) {
+          if (dt == DType::f32 && wt == DType::bf16) continue;
+          CAPTURE(N, D, dn(dt), dn(wt));
+          const Vec x = as_dtype(rng.uniform(int64_t(N) * D, -2.f, 2.f), dt);
+          const Vec w = as_dtype(rng.uniform(D, 0.5f, 1.5f), wt);
+          Dev gx = make_from(gpu(), dt, {N, D}, x), gw = make_from(gpu(), wt, {D}, w);
+          Dev gy = make(gpu(), dt, {N, D}), gr = make(gpu(), DType::f32, {N});
+          poison(gy.t);
+          poison(gr.t);
+          gpu().rmsnorm_fwd(gy.t, gr.t, gx.t, gw.t, eps);
+          Dev cx = make_from(cpu(), DType::f32, {N, D}, x), cw = make_from(cpu(), DType::f32, {D}, w);
+          Dev cy = make(cpu(), DType::f32, {N, D}), cr = make(cpu(), DType::f32, {N});
+          cpu().rmsnorm_fwd(cy.t, cr.t, cx.t, cw.t, eps);
+          const std::string tag = std::string(dn(dt)) + "/w " + dn(wt);
+          check_close("rmsnorm_fwd y " + tag, download(gpu(), gy.t), download(cpu(), cy.t), rtol_for(dt));
+          check_close("rmsnorm_fwd rstd " + tag, download(gpu(), gr.t), download(cpu(), cr.t), 1e-5);
+
+          // backward accumulates into dx (dt) and dw (f32); the CPU gets the GPU's rstd so both use the same one.
+          const Vec dy = as_dtype(rng.uniform(int64_t(N) * D), dt), dx0 = as_dtype(rng.uniform(int64_t(N) * D), dt);
+          const Vec dw0 = rng.uniform(D), rstd = download(gpu(), gr.t);
+          Dev gdy = make_from(gpu(), dt, {N, D}, dy), gdx = make_from(gpu(), dt, {N, D}, dx0),
+              gdw = make_from(gpu(), DType::f32, {D}, dw0);
+          gpu().rmsnorm_bwd(gdx.t, gdw.t, gdy.t, gx.t, gw.t, gr.t);
+          Dev cdy = make_from(cpu(), DType::f32, {N, D}, dy), cdx = make_from(cpu(), DType::f32, {N, D}, dx0),
+              cdw = make_from(cpu(), DType::f32, {D}, dw0), cr2 = make_from(cpu(), DType::f32, {N}, rstd);
+          cpu().rmsnorm_bwd(cdx.t, cdw.t, cdy.t, cx.t, cw.t, cr2.t);
+          check_close("rmsnorm_bwd dx " + tag, download(gpu(), gdx.t), download(cpu(), cdx.t), rtol_for(dt));
+          check_close("rmsnorm_bwd dw " + tag, download(gpu(), gdw.t), download(cpu(), cdw.t), 1e-5);
+        }
+}
+
+TEST_CASE("cuda rope matches cpu, and inverse undoes it", "[cuda][rope]") {
+  REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  Rng rng(seed);
+  for (int T : {1, 7, 100, 513})
+    for (int dh : {2, 16, 64, 128})
+      for (DType dt : {DType::f32, DType::bf16})
+        for (int inverse = 0; inverse < 2; ++inverse) {
+          AttnShape s;
+          s.B = rng.pick({1, 2}), s.T = T, s.H = rng.pick({1, 3}), s.d_head = dh;
+          CAPTURE(s.B, T, s.H, dh, dn(dt), inverse);
+          const int64_t rows = int64_t(s.B) * T, D = int64_t(s.H) * dh;
+          const Vec qkv = as_dtype(rng.uniform(rows * 3 * D), dt);
+          Dev g = make_from(gpu(), dt, {rows, 3 * D}, qkv), c = make_from(cpu(), DType::f32, {rows, 3 * D}, qkv);
+          gpu().rope(g.t, s, 10000.f, inverse);
+          cpu().rope(c.t, s, 10000.f, inverse);
+          check_close(std::string("rope ") + dn(dt), download(gpu(), g.t), download(cpu(), c.t), rtol_for(dt));
+          if (dt == DType::f32) {  // R(-a) R(a) = I: back to the input up to rounding
+            gpu().rope(g.t, s, 10000.f, !inverse);
+            check_close("rope round trip f32", download(gpu(), g.t), qkv, 1e-5);
+          }
+        }
+}
+
+/// Runs attention forward and backward on both backends and compares every output.
+void attention_case(Rng& rng, AttnImpl impl, DType dt, DType dqkv_t, int B, int T, int H, int dh, bool causal) {
+  CAPTURE(impl == AttnImpl::naive ? "naive" : "flash2", dn(dt), dn(dqkv_t), B, T, H, dh, causal);
+  AttnShape s;
+  s.B = B, s.T = T, s.H = H, s.d_head = dh, s.causal = causal, s.scale = 1.f / std::sqrt(float(dh));
+  const int64_t N = int64_t(B) * T, D = int64_t(H) * dh;
+  const Vec qkv = as_dtype(rng.uniform(N * 3 * D, -2.f, 2.f), dt), dout = as_dtype(rng.uniform(N * D), dt);
+  const bool naive = impl == AttnImpl::naive;
+  const double rt = rtol_for(dt);
+  const std::string tag = std::string(naive ? "naive " : "flash2 ") + dn(dt);
+
+  Dev gq = make_from(gpu(), dt, {N, 3 * D}, qkv), go = make(gpu(), dt, {N, D}), gl = make(gpu(), DType::f32, {B, H, T});
+  Dev gp = naive ? make(gpu(), dt, {B, H, T, T}) : Dev{};
+  poison(go.t);
+  poison(gl.t);
+  if (naive) poison(gp.t);
+  gpu().attention_fwd(impl, s, go.t, gl.t, gp.t, gq.t);
+  Dev cq = make_from(cpu(), DType::f32, {N, 3 * D}, qkv), co = make(cpu(), DType::f32, {N, D}),
+      cl = make(cpu(), DType::f32, {B, H, T});
+  Dev cp = naive ? make(cpu(), DType::f32, {B, H, T, T}) : Dev{};
+  cpu().attention_fwd(impl, s, co.t, cl.t, cp.t, cq.t);
+  check_close("attention_fwd out " + tag, download(gpu(), go.t), download(cpu(), co.t), rt);
+  check_close("attention_fwd lse " + tag, download(gpu(), gl.t), download(cpu(), cl.t), 1e-5);
+  if (naive) check_close("attention_fwd probs " + tag, download(gpu(), gp.t), download(cpu(), cp.t), rt);
+
+  // Backward. For bf16 the CPU gets the GPU's forward outputs (out rounded to bf16, probs) so both start equal.
+  if (dt == DType::bf16) {
+    upload(cpu(), co.t, download(gpu(), go.t));
+    if (naive) upload(cpu(), cp.t, download(gpu(), gp.t));
+  }
+  Dev gdo = make_from(gpu(), dt, {N, D}, dout), gdq = make(gpu(), dqkv_t, {N, 3 * D});
+  poison(gdq.t);
+  gpu().attention_bwd(impl, s, gdq.t, gdo.t, gq.t, go.t, gl.t, gp.t);
+  Dev cdo = make_from(cpu(), DType::f32, {N, D}, dout), cdq = make(cpu(), DType::f32, {N, 3 * D});
+  cpu().attention_bwd(impl, s, cdq.t, cdo.t, cq.t, co.t, cl.t, cp.t);
+  check_close("attention_bwd dqkv " + tag + "->" + dn(dqkv_t), download(gpu(), gdq.t), download(cpu(), cdq.t),
+              std::max(rt, rtol_for(dqkv_t)));
+}
+
+TEST_CASE("cuda attention (naive, and flash2 through its naive fallback) matches cpu", "[cuda][attention]") {
+  REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  Rng rng(seed);
+  for (int T : {1, 7, 100, 513})
+    for (int dh : {16, 64})
+      for (AttnImpl impl : {AttnImpl::naive, AttnImpl::flash2})
+        for (bool causal : {true, false}) {
+          attention_case(rng, impl, DType::f32, DType::f32, rng.pick({1, 2}), T, rng.pick({1, 3}), dh, causal);
+          attention_case(rng, impl, DType::bf16, rng.pick({0, 1}) ? DType::bf16 : DType::f32, rng.pick({1, 2}), T,
+                         rng.pick({1, 3}), dh, causal);
+        }
+  attention_case(rng, AttnImpl::naive, DType::f32, DType::f32, 1, 64, 2, 128, true);  // d_head 128
+}
+
+TEST_CASE("cuda swiglu_fwd / swiglu_bwd match cpu", "[cuda][swiglu]") {
+  REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  Rng rng(seed);
+  for (int N : {1, 7, 100, 513})
+    for (int F : {16, 17, 1000, 4096})
+      for (DType dt : {DType::f32, DType::bf16}) {
+        CAPTURE(N, F, dn(dt));
+        const Vec ab = as_dtype(rng.uniform(int64_t(N) * 2 * F, -6.f, 6.f), dt);
+        const Vec dg = as_dtype(rng.uniform(int64_t(N) * F), dt);
+        Dev gab = make_from(gpu(), dt, {N, 2 * F}, ab), gg = make(gpu(), dt, {N, F});
+        poison(gg.t);
+        gpu().swiglu_fwd(gg.t, gab.t);
+        Dev cab = make_from(cpu(), DType::f32, {N, 2 * F}, ab), cg = make(cpu(), DType::f32, {N, F});
+        cpu().swiglu_fwd(cg.t, cab.t);
+        check_close(std::string("swiglu_fwd ") + dn(dt), download(gpu(), gg.t), download(cpu(), cg.t), rtol_for(dt));
+        Dev gdg = make_from(gpu(), dt, {N, F}, dg), gdab = make(gpu(), dt, {N, 2 * F});
+        poison(gdab.t);
+        gpu().swiglu_bwd(gdab.t, gdg.t, gab.t);
+        Dev cdg = make_from(cpu(), DType::f32, {N, F}, dg), cdab = make(cpu(), DType::f32, {N, 2 * F});
+        cpu().swiglu_bwd(cdab.t, cdg.t, cab.t);
+        check_close(std::string("swiglu_bwd ") + dn(dt), download(gpu(), gdab.t), download(cpu(), cdab.t),
+                    rtol_for(dt));
+      }
+}
+
+TEST_CASE("cuda cross_entropy matches cpu (losses, dlogits, dlogits aliasing logits)", "[cuda][cross_entropy]") {
+  REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  Rng rng(seed);
+  for (int N : {1, 7, 100, 513})
+    for (int V : {16, 17, 1000, 10000})
+      for (DType dt : {DType::f32, DType::bf16})
+        for (int mode = 0; mode < 3; ++mode) {  // 0: losses only, 1: separate dlogits, 2: dlogits = logits
+          CAPTURE(N, V, dn(dt), mode);
+          const Vec logits = as_dtype(rng.uniform(int64_t(N) * V, -8.f, 8.f), dt);
+          const auto targets = rng.ints(N, 0, V);
+          const float dscale = 1.f / float(N);
+          Dev gl = make_from(gpu(), dt, {N, V}, logits), gt = make_i32(gpu(), targets),
+              gloss = make(gpu(), DType::f32, {N});
+          Dev gd = mode == 1 ? make(gpu(), dt, {N, V}) : Dev{};
+          poison(gloss.t);
+          if (mode == 1) poison(gd.t);
+          Tensor gdl = mode == 0 ? Tensor{} : (mode == 1 ? gd.t : gl.t);
+          gpu().cross_entropy(gloss.t, gdl, gl.t, gt.t, dscale);
+          Dev cl = make_from(cpu(), DType::f32, {N, V}, logits), ct = make_i32(cpu(), targets),
+              closs = make(cpu(), DType::f32, {N}), cd = make(cpu(), DType::f32, {N, V});
+          cpu().cross_entropy(closs.t, mode == 0 ? Tensor{} : cd.t, cl.t, ct.t, dscale);
+          check_close("cross_entropy losses", download(gpu(), gloss.t), download(cpu(), closs.t), 1e-5);
+          if (mode > 0)
+            check_close(std::string("cross_entropy dlogits ") + dn(dt) + (mode == 2 ? " in place" : ""),
+                        download(gpu(), gdl), download(cpu(), cd.t), rtol_for(dt));
+        }
+}
+
+TEST_CASE("cuda sum and sum_squares match cpu and are deterministic", "[cuda][reductions]") {
+  REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  Rng rng(seed);
+  for (int64_t n : {int64_t(1), int64_t(7), int64_t(100), int64_t(513), int64_t(4096), int64_t(1000003),
+                    int64_t(1) << 24}) {
+    CAPTURE(n);
+    const Vec x = rng.uniform(n, -1.f, 1.f);
+    Dev g = make_from(gpu(), DType::f32, {n}, x), c = make_from(cpu(), DType::f32, {n}, x);
+    double abs_sum = 0;
+    for (float v : x) abs_sum += std::fabs(double(v));
+    // Both accumulate in fp64; only the order differs: |error| <= n * 2^-53 * sum|x| (1e-9 covers n = 2^24).
+    const double s_g = gpu().sum(g.t), s_c = cpu().sum(c.t);
+    CHECK(std::fabs(s_g - s_c) <= 1e-9 * abs_sum);
+    const double q_g = gpu().sum_squares(g.t), q_c = cpu().sum_squares(c.t);
+    CHECK(std::fabs(q_g - q_c) <= 1e-9 * q_c);
+    note("sum (relative to sum|x|)", std::fabs(s_g - s_c) / abs_sum, 1e-9);
+    note("sum_squares", std::fabs(q_g - q_c) / q_c, 1e-9);
+    CHECK(gpu().sum(g.t) == s_g);  // bitwise the same on a second run
+    CHECK(gpu().sum_squares(g.t) == q_g);
+  }
+  // bf16 input (not on the CPU backend): against an fp64 host sum of the rounded values.
+  const Vec x = round_bf16(rng.uniform(100003));
+  Dev g = make_from(gpu(), DType::bf16, {100003}, x);
+  double ref = 0, ref2 = 0;
+  for (float v : x) ref += double(v), ref2 += double(v) * double(v);
+  CHECK(std::fabs(gpu().sum(g.t) - ref) <= 1e-9 * 100003);
+  CHECK(std::fabs(gpu().sum_squares(g.t) - ref2) <= 1e-9 * ref2);
+}
+
+TEST_CASE("cuda add_inplace, scale, cast, fill, copy match cpu", "[cuda][elementwise]") {
+  REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  Rng rng(seed);
+  for (int64_t n : {int64_t(1), int64_t(7), int64_t(513), int64_t(100003)}) {
+    CAPTURE(n);
+    const Vec x = rng.uniform(n, -3.f, 3.f), y = rng.uniform(n, -3.f, 3.f);
+    const float a = rng.uniform(1, -2.f, 2.f)[0];
+    // f32: one rounding of the same value on both sides, so exactly equal.
+    Dev gx = make_from(gpu(), DType::f32, {n}, x), gy = make_from(gpu(), DType::f32, {n}, y);
+    Dev cx = make_from(cpu(), DType::f32, {n}, x), cy = make_from(cpu(), DType::f32, {n}, y);
+    gpu().add_inplace(gx.t, gy.t);
+    cpu().add_inplace(cx.t, cy.t);
+    check_equal("add_inplace f32", download(gpu(), gx.t), download(cpu(), cx.t));
+    gpu().scale(gx.t, a);
+    cpu().scale(cx.t, a);
+    check_equal("scale f32", download(gpu(), gx.t), download(cpu(), cx.t));
+    // bf16 (CUDA only): against the host's fp32 result rounded once to bf16.
+    const Vec xb = round_bf16(x), yb = round_bf16(y);
+    Dev bx = make_from(gpu(), DType::bf16, {n}, xb), by = make_from(gpu(), DType::bf16, {n}, yb);
+    gpu().add_inplace(bx.t, by.t);
+    Vec ref(static_cast<size_t>(n));
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] = round_bf16(xb[i] + yb[i]);
+    check_equal("add_inplace bf16", download(gpu(), bx.t), ref);
+    gpu().scale(bx.t, a);
+    for (auto& v : ref) v = round_bf16(v * a);
+    check_equal("scale bf16", download(gpu(), bx.t), ref);
+    // cast f32 -> bf16 -> f32 and plain copies.
+    Dev c16 = make(gpu(), DType::bf16, {n}), c32 = make(gpu(), DType::f32, {n});
+    poison(c16.t);
+    poison(c32.t);
+    Dev src = make_from(gpu(), DType::f32, {n}, x);
+    gpu().cast(c16.t, src.t);
+    check_equal("cast f32->bf16", download(gpu(), c16.t), round_bf16(x));
+    gpu().cast(c32.t, c16.t);
+    check_equal("cast bf16->f32", download(gpu(), c32.t), round_bf16(x));
+    gpu().cast(c32.t, src.t);
+    check_equal("cast f32->f32", download(gpu(), c32.t), x);
+    Dev cpy = make(gpu(), DType::f32, {n});
+    poison(cpy.t);
+    gpu().copy(cpy.t.data, src.t.data, size_t(n) * 4);
+    check_equal("copy", download(gpu(), cpy.t), x);
+    // fill in each dtype.
+    gpu().fill(c32.t, 0.375f);
+    check_equal("fill f32", download(gpu(), c32.t), Vec(size_t(n), 0.375f));
+    gpu().fill(c16.t, 1.f / 3.f);
+    check_equal("fill bf16", download(gpu(), c16.t), Vec(size_t(n), round_bf16(1.f / 3.f)));
+    Dev ci = make(gpu(), DType::i32, {n});
+    gpu().fill(ci.t, -7.f);
+    std::vector<int32_t> got(static_cast<size_t>(n));
+    gpu().copy_to_host(got.data(), ci.t.data, got.size() * 4);
+    CHECK(std::all_of(got.begin(), got.end(), [](int32_t v) { return v == -7; }));
+  }
+}
+
+TEST_CASE("cuda adamw matches cpu, with bf16 and f32 working copies", "[cuda][adamw]") {
+  REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  Rng rng(seed);
+  for (int64_t n : {int64_t(1), int64_t(7), int64_t(513), int64_t(1000003)})
+    for (int offset : {0, 1})        // 1: views one element in, not 16-byte aligned (the scalar path)
+      for (int work = 0; work < 3; ++work) {  // no working copy, bf16, f32
+        CAPTURE(n, offset, work);
+        AdamWArgs a;
+        a.lr = 3e-3f, a.weight_decay = 0.1f, a.grad_scale = 0.5f;
+        const Vec p = rng.uniform(n), g = rng.uniform(n), m = rng.uniform(n, -0.1f, 0.1f), v = rng.uniform(n, 0.f, 0.01f);
+        Dev bufs[4];
+        Tensor gt[4];
+        const Vec* init[4] = {&p, &g, &m, &v};
+        for (int i = 0; i < 4; ++i) {
+          bufs[i] = make(gpu(), DType::f32, {n + 1});
+          gt[i] = bufs[i].t.slice(offset, {n});
+          upload(gpu(), gt[i], *init[i]);
+        }
+        Dev cp = make_from(cpu(), DType::f32, {n}, p), cg = make_from(cpu(), DType::f32, {n}, g),
+            cm = make_from(cpu(), DType::f32, {n}, m), cv = make_from(cpu(), DType::f32, {n}, v);
+        const DType wt = work == 2 ? DType::f32 : DType::bf16;
+        Dev pw = work ? make(gpu(), wt, {n}) : Dev{};
+        for (int64_t t : {1, 2, 10}) {  // three steps: the bias corrections change
+          a.t = t;
+          if (work) poison(pw.t);
+          gpu().adamw(gt[0], gt[1], gt[2], gt[3], pw.t, a);
+          cpu().adamw(cp.t, cg.t, cm.t, cv.t, Tensor{}, a);
+        }
+        const Vec gp = download(gpu(), gt[0]);
+        check_close("adamw p", gp, download(cpu(), cp.t), 1e-5);
+        check_close("adamw m", download(gpu(), gt[2]), download(cpu(), cm.t), 1e-5);
+        check_close("adamw v", download(gpu(), gt[3]), download(cpu(), cv.t), 1e-5);
+        if (work) check_equal(std::string("adamw p_work ") + dn(wt), download(gpu(), pw.t), as_dtype(gp, wt));
+      }
+}
+
+TEST_CASE("cuda op errors: shape and dtype mismatches raise RuntimeError", "[cuda]") {
+  REQUIRE_GPU();
+  Dev a = make(gpu(), DType::f32, {4, 8}), b = make(gpu(), DType::f32, {4, 8}), c = make(gpu(), DType::f32, {4, 4});
+  Dev h = make(gpu(), DType::bf16, {8, 4});
+  CHECK_THROWS_AS(gpu().matmul(c.t, a.t, false, b.t, false, 1.f, 0.f), RuntimeError);  // [4,8] x [4,8]
+  CHECK_THROWS_AS(gpu().matmul(c.t, a.t, false, h.t, false, 1.f, 0.f), RuntimeError);  // f32 x bf16
+  gpu().matmul(c.t, a.t, false, b.t, true, 1.f, 0.f);                                  // [4,8] x [8,4]: fine
+  CHECK_THROWS_AS(gpu().add_inplace(a.t, h.t), RuntimeError);
+  CHECK_THROWS_AS(gpu().swiglu_fwd(a.t, a.t), RuntimeError);  // g [4,8] for ab [4,8] (F = 4)
+  CHECK_THROWS_AS(gpu().cast(a.t, c.t), RuntimeError);        // 32 vs 16 elements
+  gpu().synchronize();
+}
+
+TEST_CASE("cuda ops: largest normalised errors (report)", "[cuda][report]") {
+  REQUIRE_GPU();
+  std::printf("\n%-52s %12s %10s\n", "check", "max err", "tol");
+  for (const auto& [name, e] : error_table()) std::printf("%-52s %12.3e %10.1e\n", name.c_str(), e.first, e.second);
+  std::printf("(err: max |got-ref| / (|ref| + rms(ref)); normwise for matmul; 1 = mismatch for exact checks)\n");
+  SUCCEED();
+}
+
+}  // namespace
