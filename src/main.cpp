@@ -26,6 +26,12 @@
 
 using namespace trainer;
 
+#ifdef TRAINER_HAVE_CUDA
+#define TRAINER_HAVE_CUDA_BUILD true
+#else
+#define TRAINER_HAVE_CUDA_BUILD false
+#endif
+
 namespace {
 
 struct Args {
@@ -93,7 +99,12 @@ int main(int argc, char** argv) {
   std::string error;
   try {
     args = parse_args(argc, argv);
-    if (!args.help && !args.version) cfg = load_config(args.config, args.overrides, world, cuda_available());
+    if (!args.help && !args.version) {
+      cfg = load_config(args.config, args.overrides, world, cuda_available());
+      CONFIG_CHECK(args.print_config || cfg.device != "cuda" || cuda_available(),
+                   "device: 'cuda' was asked for but {}", TRAINER_HAVE_CUDA_BUILD
+                       ? "no CUDA device is visible" : "this trainer was built without CUDA (no nvcc at build time)");
+    }
   } catch (const ConfigError& e) {
     error = e.what();
   } catch (const std::exception& e) {
@@ -148,6 +159,7 @@ int main(int argc, char** argv) {
     const RunContext ctx{rank, world, mpi.local_rank(), mpi.local_size()};
     nlohmann::json part;
     if (cfg.job == "train") part = run_train(cfg, ctx);
+    else if (cfg.job == "collective_bench") part = run_collective_bench(cfg, ctx);
     else throw ConfigError(fmt::format("job: '{}' is not implemented", cfg.job));
     record.update(part);
   } catch (const OutOfMemory& e) {
