@@ -6,8 +6,10 @@
 //  3. AdamW: two steps against numbers computed by hand (numpy, float64) with exactly representable hyper-parameters.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <complex>
+#include <cstdint>
 #include <functional>
 #include <numeric>
 #include <random>

@@ -209,7 +209,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   r["lr"] = {{"per_step", lrs}};
   r["backend"] = be->description();
   if (!t_step.empty())
-    spdlog::info("done: step {:.2f} ms mean over {} steps | {} tok/s | {:.1f} TFLOP/s | peak memory {} | loss {:.4f}",
+    spdlog::info("done: step {:.2f} ms mean over {} steps | {} tok/s | {:.3g} TFLOP/s | peak memory {} | loss {:.4f}",
                  mean_step, t_step.size(), fmt_rate(r["throughput"]["tokens_per_s"].get<double>()), tflops,
                  format_bytes(ms.peak_total), losses.back().get<double>());
   return r;
