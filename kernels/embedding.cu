@@ -18,7 +18,8 @@ namespace {  // ---- kernels ---------------------------------------------------
 constexpr int kThreads = 256;
 
 template <class TO, class TT>
-__global__ __launch_bounds__(kThreads) void embedding_fwd_kernel(TO* __restrict__ out, const int32_t* __restrict__ tokens,
+__global__ __launch_bounds__(kThreads) void embedding_fwd_kernel(TO* __restrict__ out,
+                                                                 const int32_t* __restrict__ tokens,
                                                                  const TT* __restrict__ table, int64_t V, int D) {
   const int64_t n = blockIdx.x;
   const int32_t tok = tokens[n];

@@ -1,6 +1,6 @@
 // Sum and sum of squares of a flat array, in fp64, deterministic (fixed two-stage tree):
-//   stage 1: block b (of G = min(1024, ceil(n / 2048)) blocks of 256 threads) sums x[i]^(1|2) over i = b*256 + tid + k*G*256 in
-//            fp64, then a fixed-shape block tree gives partials[b];
+//   stage 1: block b (of G = min(1024, ceil(n / 2048)) blocks of 256 threads) sums x[i]^(1|2) over
+//            i = b*256 + tid + k*G*256 in fp64, then a fixed-shape block tree gives partials[b];
 //   stage 2: one block of 1024 threads sums partials[0..G-1] with the same tree into out[0].
 // x f32 or bf16 [n]; out, partials fp64 on the device. fp64 accumulation makes the result's rounding error about
 // n * 2^-53 relative, far below fp32's; the fp64 adds are not the bottleneck (memory is).

@@ -5,8 +5,9 @@
 //             dw[d]   += sum_n dy[n,d] x[n,d] r[n]                      (fixed-order two-stage sum: deterministic)
 // Shapes: x, y, dy, dx [N, D] row-major (f32 or bf16, each its own dtype); w [D] f32 or bf16; r [N] f32; dw [D] f32.
 // One block per row (forward); the backward's blocks each take rows b, b + G, b + 2G, ... and keep their own
-// partial dw row. Pattern: llm.c `llmc/layernorm.cuh` (layernorm_backward_kernel10 keeps per-block dweight partials
-// and sums them in a second step); ggml `src/ggml-cuda/norm.cu` (rms_norm_f32).
+// partial dw row in shared memory (d_model floats, so d_model <= 57856). Pattern: llm.c `llmc/layernorm.cuh`
+// (layernorm_backward_kernel10 keeps per-block dweight partials and sums them in a second step); ggml
+// `src/ggml-cuda/norm.cu` (rms_norm_f32).
 #include "common.cuh"
 #include "rmsnorm.cuh"
 
@@ -14,7 +15,9 @@ namespace trainer::kernels {
 namespace {  // ---- kernels ---------------------------------------------------------------------------------------
 
 constexpr int kMaxThreads = 256;
-constexpr int kBwdBlocks = 256;  // G: a fixed count (not the SM count) so the dw sum order never changes
+constexpr int kMaxSmemBytes = 226 * 1024;  // Hopper's opt-in limit (227 KiB) less room for static shared
+constexpr int kBwdBlocks = 1024;  // G: a fixed count (not the SM count) so the dw sum order never changes;
+                                   // 1024 blocks keep ~8 blocks of 256 threads on each of the 132 SMs
 
 int threads_for(int D) { return D <= 256 ? 64 : (D <= 1024 ? 128 : 256); }
 
@@ -36,14 +39,16 @@ __global__ __launch_bounds__(kMaxThreads) void rmsnorm_fwd_kernel(TY* __restrict
   if (threadIdx.x == 0) rstd[blockIdx.x] = r;
 }
 
-// Stage 1: every block owns partial[blockIdx.x, :] (zeroed here) and rows blockIdx.x + k * gridDim.x.
+// Stage 1: every block takes rows blockIdx.x + k * gridDim.x and sums its share of dw in shared memory (each thread
+// owns columns c = threadIdx.x + j * blockDim.x, so no two threads touch one entry), then writes it to
+// partial[blockIdx.x, :].
 template <class TDX, class TDY, class TX, class TW>
 __global__ __launch_bounds__(kMaxThreads) void rmsnorm_bwd_kernel(TDX* __restrict__ dx, float* __restrict__ partial,
                                                                   const TDY* __restrict__ dy, const TX* __restrict__ x,
                                                                   const TW* __restrict__ w,
                                                                   const float* __restrict__ rstd, int64_t N, int D) {
+  extern __shared__ float pr[];  // [D]: this block's dw partial
   __shared__ float shared[32];
-  float* pr = partial + int64_t(blockIdx.x) * D;
   for (int c = threadIdx.x; c < D; c += blockDim.x) pr[c] = 0.f;
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     const TDY* dyr = dy + n * D;
@@ -57,9 +62,11 @@ __global__ __launch_bounds__(kMaxThreads) void rmsnorm_bwd_kernel(TDX* __restric
     for (int c = threadIdx.x; c < D; c += blockDim.x) {
       const float g = to_f32(dyr[c]), xv = to_f32(xr[c]);
       dxr[c] = from_f32<TDX>(to_f32(dxr[c]) + r * (to_f32(w[c]) * g - xv * k));
-      pr[c] += g * xv * r;  // each thread owns its columns of pr: no race
+      pr[c] += g * xv * r;
     }
   }
+  float* out = partial + int64_t(blockIdx.x) * D;
+  for (int c = threadIdx.x; c < D; c += blockDim.x) out[c] = pr[c];
 }
 
 // Stage 2: dw[d] += sum over blocks b = 0..G-1 of partial[b, d], in that order.
@@ -109,7 +116,13 @@ void rmsnorm_bwd(void* dx, DType tdx, float* dw, const void* dy, DType tdy, cons
           using TDY = typename decltype(ady)::type;
           using TX = typename decltype(ax)::type;
           using TW = typename decltype(aw)::type;
-          rmsnorm_bwd_kernel<TDX, TDY, TX, TW><<<G, threads_for(D), 0, s>>>(
+          const size_t smem = size_t(D) * sizeof(float);
+          TRAINER_CHECK(smem <= size_t(kMaxSmemBytes), "rmsnorm_bwd: d_model {} needs {} bytes of shared memory", D,
+                        smem);
+          if (smem > 48 * 1024)  // above 48 KiB a kernel must opt in
+            CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_bwd_kernel<TDX, TDY, TX, TW>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+          rmsnorm_bwd_kernel<TDX, TDY, TX, TW><<<G, threads_for(D), smem, s>>>(
               static_cast<TDX*>(dx), partial, static_cast<const TDY*>(dy), static_cast<const TX*>(x),
               static_cast<const TW*>(w), rstd, N, D);
         });

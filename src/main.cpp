@@ -16,6 +16,7 @@
 #include <ctime>
 #include <functional>
 #include <iostream>
+#include <thread>
 
 #include "backend/backend.h"
 #include "build_info.h"
@@ -183,6 +184,14 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     write_json_atomic(results_path, record);
     spdlog::info("result record: {} (status {})", results_path, record["status"].get<std::string>());
+  }
+  if (code != 0 && world > 1) {
+    // The other ranks may be blocked in a collective this rank will never join: stop them all. Ranks other than 0
+    // wait a moment first, so that rank 0, if it failed as well, has written its record.
+    spdlog::critical("rank {} failed ({}); aborting all {} ranks", rank, record["status"].get<std::string>(), world);
+    spdlog::shutdown();
+    if (rank != 0) std::this_thread::sleep_for(std::chrono::seconds(2));
+    MPI_Abort(MPI_COMM_WORLD, code);
   }
   spdlog::shutdown();
   return code;

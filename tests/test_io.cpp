@@ -435,20 +435,23 @@ TEST_CASE("write_json_atomic: writes, replaces, and leaves no temp file", "[io][
   write_json_atomic(path, {{"status", "oom"}});
   CHECK(json::parse(slurp(path)) == json({{"status", "oom"}}));
   CHECK(tmp.files() == std::set<std::string>{"r.json"});
-  // Failures: the target is a directory (rename fails), the parent does not exist (open fails), invalid UTF-8.
+  // Failures: the target is a directory (rename fails), a parent is a file (mkdir fails), invalid UTF-8.
   fs::create_directory(tmp / "dir.json");
   CHECK_THROWS_AS(write_json_atomic(tmp / "dir.json", {{"a", 1}}), RuntimeError);
-  CHECK_THROWS_AS(write_json_atomic(tmp / "no/such/dir/r.json", {{"a", 1}}), RuntimeError);
+  CHECK_THROWS_AS(write_json_atomic(tmp / "r.json/under/r.json", {{"a", 1}}), RuntimeError);
   CHECK_THROWS_AS(write_json_atomic(path, {{"bad", std::string("\xff\xfe")}}), RuntimeError);
   CHECK(json::parse(slurp(path)) == json({{"status", "oom"}}));  // the old file survives a failed write
   CHECK(tmp.files() == std::set<std::string>{"r.json", "dir.json"});
 }
 
-TEST_CASE("check_output_path: creates parents and names the key on errors", "[io][record]") {
+TEST_CASE("check_output_path: creates nothing, names the key on errors; writers make the directories",
+          "[io][record]") {
   TempDir tmp;
   check_output_path(tmp / "a/b/c/out.json", "output.results");
-  CHECK(fs::is_directory(tmp / "a/b/c"));
-  CHECK(fs::is_empty(tmp / "a/b/c"));  // the write probe was removed
+  CHECK_FALSE(fs::exists(tmp / "a"));  // validation has no side effects
+  CHECK(fs::is_empty(tmp.dir));        // the write probe was removed
+  write_json_atomic(tmp / "a/b/c/out.json", json{{"x", 1}});
+  CHECK(fs::is_regular_file(tmp / "a/b/c/out.json"));
   CHECK_THAT(config_error_of([&] { check_output_path(tmp / "a/b", "output.results"); }),
              Contains("output.results") && Contains("is a directory"));
   spit(tmp / "file", "x");

@@ -36,7 +36,7 @@ using Names = std::vector<std::string_view>;
 
 // ---- allowed values (the validation and the help text both read these lists) ---------------------------------
 // To add a job (attention_bench, collective_bench), a strategy or a policy, extend its list here.
-const Names kJobs{"train"};
+const Names kJobs{"train", "collective_bench"};
 const Names kDevices{"auto", "cpu", "cuda"};
 const Names kPrecisions{"fp32", "bf16"};
 const Names kAttention{"auto", "naive", "flash2"};
@@ -48,6 +48,8 @@ const Names kSources{"random", "tokens"};
 const Names kDtypes{"uint16", "uint32"};
 const Names kSamplings{"random", "sequential"};
 const Names kPhases{"forward", "forward_backward", "train_step"};
+const Names kCollectiveOps{"all_reduce", "reduce_scatter", "all_gather"};
+const Names kCollectiveDtypes{"f32"};
 
 std::string one_of(const Names& names) { return fmt::format("{}", fmt::join(names, " | ")); }
 
@@ -124,6 +126,14 @@ void fields(S& p, F&& f) {
   f("trace", p.trace);
   f("memory_timeline", p.memory_timeline);
 }
+template <Is<CollectiveCfg> S, class F>
+void fields(S& c, F&& f) {
+  f("ops", c.ops);
+  f("sizes_mb", c.sizes_mb);
+  f("warmup", c.warmup);
+  f("iters", c.iters);
+  f("dtype", c.dtype);
+}
 template <Is<RunConfig> S, class F>
 void fields(S& c, F&& f) {
   f("job", c.job);
@@ -142,6 +152,7 @@ void fields(S& c, F&& f) {
   f("init", c.init);
   f("output", c.output);
   f("profile", c.profile);
+  f("collective", c.collective);
 }
 
 /// A section is a struct with a key list (it serialises as a JSON object).
@@ -257,6 +268,13 @@ void read_value(const json& v, uint64_t& out, const std::string& key, bool nulla
 void read_value(const json& v, std::vector<double>& out, const std::string& key, bool nullable = false) {
   if (!v.is_array()) type_error(key, "an array of numbers", nullable, v);
   std::vector<double> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) read_value(v[i], r[i], fmt::format("{}[{}]", key, i));
+  out = std::move(r);
+}
+
+void read_value(const json& v, std::vector<std::string>& out, const std::string& key, bool nullable = false) {
+  if (!v.is_array()) type_error(key, "an array of strings", nullable, v);
+  std::vector<std::string> r(v.size());
   for (size_t i = 0; i < v.size(); ++i) read_value(v[i], r[i], fmt::format("{}[{}]", key, i));
   out = std::move(r);
 }
@@ -450,7 +468,8 @@ struct KeyDoc {
 
 const std::vector<KeyDoc>& key_docs() {
   static const std::vector<KeyDoc> docs = {
-      {"job", one_of(kJobs), "what to run (attention_bench and collective_bench come later)"},
+      {"job", one_of(kJobs), "what to run: train (training loop / step benchmark) or collective_bench "
+                             "(collective bandwidth table; attention_bench comes later)"},
       {"name", "string", "run name, used in default output names; \"\": the config file's stem (\"default\" for the "
                          "embedded config)"},
       {"model.preset", "\"\" | " + fmt::format("{}", fmt::join(preset_names(), " | ")),
@@ -506,6 +525,12 @@ const std::vector<KeyDoc>& key_docs() {
       {"profile.nvtx", "true | false", "NVTX ranges around layers and phases (for Nsight Systems)"},
       {"profile.trace", "null | writable path", "Chrome trace (chrome://tracing, Perfetto) of the timed steps"},
       {"profile.memory_timeline", "null | writable path", "device memory timeline by category"},
+      {"collective.ops", "non-empty array of " + one_of(kCollectiveOps), "collective_bench: collectives to time"},
+      {"collective.sizes_mb", "non-empty array of numbers > 0",
+       "collective_bench: MiB of the whole array (nccl-tests size; reduce_scatter input, all_gather output)"},
+      {"collective.warmup", "integer >= 0", "collective_bench: untimed operations per size"},
+      {"collective.iters", "integer >= 1", "collective_bench: timed operations per size (time = their mean)"},
+      {"collective.dtype", one_of(kCollectiveDtypes), "collective_bench: element type"},
   };
   return docs;
 }
@@ -545,6 +570,8 @@ void to_json(json& j, const OutputCfg& c) { j = to_value(c); }
 void from_json(const json& j, OutputCfg& c) { read_root(j, c, "output"); }
 void to_json(json& j, const ProfileCfg& c) { j = to_value(c); }
 void from_json(const json& j, ProfileCfg& c) { read_root(j, c, "profile"); }
+void to_json(json& j, const CollectiveCfg& c) { j = to_value(c); }
+void from_json(const json& j, CollectiveCfg& c) { read_root(j, c, "collective"); }
 
 // ---- public: load and validate --------------------------------------------------------------------------------
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size,
@@ -631,13 +658,27 @@ void validate_config(const RunConfig& c, int world_size) {
   check_enum(d.dtype, kDtypes, "data.dtype");
   check_enum(d.sampling, kSamplings, "data.sampling");
   check_positive(d.batch_size, "data.batch_size");
-  CONFIG_CHECK(d.batch_size % world_size == 0, "data: batch_size {} is not divisible by world_size {}", d.batch_size,
-               world_size);
-  check_positive(d.microbatch_size, "data.microbatch_size");
-  const int per_rank = d.batch_size / world_size;
-  CONFIG_CHECK(per_rank % d.microbatch_size == 0,
-               "data: per-rank batch {} (batch_size {} / world_size {}) is not divisible by microbatch_size {}",
-               per_rank, d.batch_size, world_size, d.microbatch_size);
+  if (c.job == "train") {  // only the train job splits the batch over the ranks
+    CONFIG_CHECK(d.batch_size % world_size == 0, "data: batch_size {} is not divisible by world_size {}",
+                 d.batch_size, world_size);
+    check_positive(d.microbatch_size, "data.microbatch_size");
+    const int per_rank = d.batch_size / world_size;
+    CONFIG_CHECK(per_rank % d.microbatch_size == 0,
+                 "data: per-rank batch {} (batch_size {} / world_size {}) is not divisible by microbatch_size {}",
+                 per_rank, d.batch_size, world_size, d.microbatch_size);
+  }
+
+  // collective_bench
+  const CollectiveCfg& cc = c.collective;
+  CONFIG_CHECK(!cc.ops.empty(), "config: 'collective.ops' must name at least one of {}", one_of(kCollectiveOps));
+  for (size_t i = 0; i < cc.ops.size(); ++i)
+    check_enum(cc.ops[i], kCollectiveOps, fmt::format("collective.ops[{}]", i).c_str());
+  CONFIG_CHECK(!cc.sizes_mb.empty(), "config: 'collective.sizes_mb' must hold at least one size");
+  for (size_t i = 0; i < cc.sizes_mb.size(); ++i)
+    check_positive(cc.sizes_mb[i], fmt::format("collective.sizes_mb[{}]", i).c_str());
+  check_non_negative(cc.warmup, "collective.warmup");
+  CONFIG_CHECK(cc.iters >= 1, "config: 'collective.iters' must be >= 1, got {}", cc.iters);
+  check_enum(cc.dtype, kCollectiveDtypes, "collective.dtype");
 
   // bench
   const BenchCfg& b = c.bench;
@@ -669,26 +710,10 @@ void validate_config(const RunConfig& c, int world_size) {
                      "output: '{}' and '{}' name the same file '{}'", outputs[k].first, outputs[i].first,
                      **outputs[i].second);
       }
-  // check_output_path creates missing parent directories; when a later path fails, the directories made for the
-  // earlier ones are removed again, so a rejected config leaves nothing behind.
-  std::vector<std::pair<std::string, const char*>> to_check;
+  // check_output_path creates nothing (the writers make missing directories), so a rejected config leaves no trace.
   for (const auto& [key, value] : outputs)
-    if (*value) to_check.emplace_back(**value, key);
-  if (!c.output.results) to_check.emplace_back(default_results_path(c.name), "output.results");
-  std::vector<fs::path> new_dirs;
-  std::error_code ec;
-  for (const auto& [path, key] : to_check)
-    for (fs::path d = fs::absolute(path, ec).parent_path(); !d.empty() && !fs::exists(d, ec); d = d.parent_path())
-      new_dirs.push_back(d);
-  try {
-    for (const auto& [path, key] : to_check) check_output_path(path, key);
-  } catch (const ConfigError&) {
-    std::sort(new_dirs.begin(), new_dirs.end(), [](const fs::path& a, const fs::path& b) {
-      return a.native().size() > b.native().size();  // deepest first
-    });
-    for (const auto& d : new_dirs) fs::remove(d, ec);  // removes only empty directories
-    throw;
-  }
+    if (*value) check_output_path(**value, key);
+  if (!c.output.results) check_output_path(default_results_path(c.name), "output.results");
 }
 
 // ---- public: help ---------------------------------------------------------------------------------------------

@@ -84,8 +84,16 @@ struct ProfileCfg {
   std::optional<std::string> memory_timeline;  // memory timeline path
 };
 
+struct CollectiveCfg {              // job collective_bench (src/jobs/collective_bench.cpp)
+  std::vector<std::string> ops{"all_reduce", "reduce_scatter", "all_gather"};
+  std::vector<double> sizes_mb{1, 10, 100, 1000};  // MiB of the whole array (nccl-tests "size")
+  int warmup = 5;                  // untimed operations per size
+  int iters = 20;                  // timed operations per size
+  std::string dtype = "f32";       // f32 (the communicators move f32)
+};
+
 struct RunConfig {
-  std::string job = "train";       // train (more jobs come later)
+  std::string job = "train";       // train | collective_bench
   std::string name = "";           // used in default output names; "": the config file's stem
   ModelCfg model;
   std::string device = "auto";     // auto (cuda when available) | cpu | cuda
@@ -101,6 +109,7 @@ struct RunConfig {
   InitCfg init;
   OutputCfg output;
   ProfileCfg profile;
+  CollectiveCfg collective;
 };
 
 /// JSON (de)serialisation. to_json writes every key (std::optional fields as null). from_json overlays the keys
@@ -127,6 +136,8 @@ void to_json(json& j, const OutputCfg& c);
 void from_json(const json& j, OutputCfg& c);
 void to_json(json& j, const ProfileCfg& c);
 void from_json(const json& j, ProfileCfg& c);
+void to_json(json& j, const CollectiveCfg& c);
+void from_json(const json& j, CollectiveCfg& c);
 
 /// Reads `path` (or the embedded default when path is empty), applies overrides ("key.path=value"; the value is
 /// parsed as JSON, falling back to a string), resolves the preset and the defaults of `device`/`attention`, and

@@ -9,7 +9,8 @@ namespace trainer {
 
 /// The MPI communicator over all ranks of MPI_COMM_WORLD, bound to backend `be` (whose copy functions stage device
 /// buffers through pinned host memory). A collective not complete `timeout_s` seconds after it was issued aborts every
-/// rank (fatal(): one message, then MPI_Abort). MPI must be initialised (MpiSession).
+/// rank (fatal(): one message, then MPI_Abort). MPI must be initialised (MpiSession). Work handles must not outlive
+/// the communicator; a Work dropped without wait() is completed by its destructor.
 std::unique_ptr<Communicator> make_mpi_communicator(Backend& be, double timeout_s);
 
 /// Test hook (tests/mpi): the same communicator, but it stages host buffers too, as if they were device buffers, so

@@ -58,21 +58,27 @@ void check_output_path(const std::string& path, const std::string& key) {
   CONFIG_CHECK(!path.empty(), "{}: the output path is empty", key);
   std::error_code ec;
   CONFIG_CHECK(!fs::is_directory(path, ec), "{}: '{}' is a directory; give a file path", key, path);
-  const fs::path parent = parent_dir(path);
-  fs::create_directories(parent, ec);
-  if (ec) throw ConfigError(fmt::format("{}: cannot create directory '{}': {}", key, parent.string(), ec.message()));
-  CONFIG_CHECK(fs::is_directory(parent, ec), "{}: '{}' is not a directory", key, parent.string());
+  // Nothing is created here (a rejected config leaves no trace): the writers make the missing directories. What
+  // must hold is that the nearest existing ancestor is a directory that takes files.
+  fs::path dir = parent_dir(path);
+  while (!dir.empty() && !fs::exists(dir, ec)) dir = dir.parent_path();
+  if (dir.empty()) dir = ".";
+  CONFIG_CHECK(fs::is_directory(dir, ec), "{}: cannot create directory under '{}': it is not a directory", key,
+               dir.string());
   // Prove writability by creating a file: as root, access(W_OK) says yes even on a read-only mount.
-  const fs::path probe = parent / fmt::format(".trainer-write-test.{}", ::getpid());
+  const fs::path probe = dir / fmt::format(".trainer-write-test.{}", ::getpid());
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0)
-    throw ConfigError(fmt::format("{}: directory '{}' is not writable: {}", key, parent.string(), std::strerror(errno)));
+    throw ConfigError(fmt::format("{}: directory '{}' is not writable: {}", key, dir.string(), std::strerror(errno)));
   ::close(fd);
   ::unlink(probe.c_str());
 }
 
 void write_file_atomic(const std::string& path, const std::vector<FilePart>& parts) {
   const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  std::error_code ec;
+  fs::create_directories(parent_dir(path), ec);
+  if (ec) throw RuntimeError(fmt::format("cannot write '{}': creating its directory failed: {}", path, ec.message()));
   const auto fail = [&](const char* what, int err, int fd) {
     if (fd >= 0) ::close(fd);
     ::unlink(tmp.c_str());

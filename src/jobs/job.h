@@ -21,4 +21,9 @@ struct RunContext {
 /// Raises OutOfMemory, RuntimeError.
 nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx);
 
+/// job = "collective_bench": times collective.ops over collective.sizes_mb through parallel.comm on every rank, prints
+/// an nccl-tests style table on rank 0 and returns {collective_bench: {comm, nranks, results[...]}, backend}.
+/// Raises RuntimeError when the closed-form check finds a wrong element; ConfigError for an unavailable comm.
+nlohmann::json run_collective_bench(const RunConfig& cfg, const RunContext& ctx);
+
 }  // namespace trainer

@@ -204,6 +204,16 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                  {"optimizer_state_bytes", strategy->optimizer_state_bytes()},
                  {"saved_activation_bytes_per_block", model.saved_bytes_per_block(micro, T)},
                  {"note", "bytes allocated through the trainer's pool; by_category is the split at the peak"}};
+  if (ctx.world_size > 1) {  // every rank's peak and optimizer state (zero1 shards differ between ranks)
+    std::vector<unsigned long long> mine = {ms.peak_total, strategy->optimizer_state_bytes()},
+                                    all(2 * size_t(ctx.world_size));
+    MPI_CHECK(MPI_Allgather(mine.data(), 2, MPI_UNSIGNED_LONG_LONG, all.data(), 2, MPI_UNSIGNED_LONG_LONG,
+                            MPI_COMM_WORLD));
+    json per_rank = json::array();
+    for (int i = 0; i < ctx.world_size; ++i)
+      per_rank.push_back({{"rank", i}, {"peak_bytes", all[2 * i]}, {"optimizer_state_bytes", all[2 * i + 1]}});
+    r["memory"]["per_rank"] = per_rank;
+  }
   r["loss"] = {{"per_step", losses}, {"final", losses.empty() ? json(nullptr) : losses.back()}};
   r["grad_norm"] = {{"per_step", gnorms}};
   r["lr"] = {{"per_step", lrs}};

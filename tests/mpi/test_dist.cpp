@@ -1,6 +1,6 @@
 // Multi-rank tests of the communicators and the data-parallel strategies; run under mpirun (tests/mpi/CMakeLists.txt):
 //   mpirun -np 2 tests/mpi/dist_tests        mpirun -np 4 tests/mpi/dist_tests
-//   mpirun -np 2 tests/mpi/dist_tests --timeout-demo     (expected to abort every rank within seconds)
+//   mpirun -np 2 tests/mpi/dist_tests --timeout-demo [async]   (expected to abort every rank within seconds)
 //
 // References are independent of the code under test: collectives are checked against closed forms of rank-dependent
 // inputs (flashlight AllReduceTest), and each strategy against a one-process run of the whole global batch built in
@@ -385,7 +385,9 @@ TEST_CASE("strategies on one rank: no communicator is an error for ddp/zero1", "
 
 // ---- timeout: not a Catch2 test (it aborts the job); run by ctest with a pass regex ------------------------------
 
-int timeout_demo() {
+/// The last rank skips an all_reduce that the others enter with a 2 s timeout: synchronous (blocking MPI call
+/// watched by the watchdog thread) or asynchronous (MPI_Iallreduce polled in wait()).
+int timeout_demo(bool async) {
   auto be = make_backend(Device::cpu, 0);
   auto comm = make_mpi_communicator(*be, /*timeout_s=*/2.0);
   std::vector<float> x(1024, 1.f);
@@ -395,7 +397,7 @@ int timeout_demo() {
     std::fprintf(stderr, "rank %d: still alive after 120 s: the abort did not reach it\n", comm->rank());
     return 1;
   }
-  comm->all_reduce(Tensor(x.data(), DType::f32, Device::cpu, {1024}), ReduceOp::sum);
+  comm->all_reduce(Tensor(x.data(), DType::f32, Device::cpu, {1024}), ReduceOp::sum, async)->wait();
   std::fprintf(stderr, "rank %d: all_reduce returned without the last rank\n", comm->rank());
   return 1;
 }
@@ -407,7 +409,7 @@ int main(int argc, char** argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int code = 0;
   if (argc > 1 && std::strcmp(argv[1], "--timeout-demo") == 0) {
-    code = timeout_demo();
+    code = timeout_demo(argc > 2 && std::strcmp(argv[2], "async") == 0);
   } else {
     if (world_rank() != 0) spdlog::set_level(spdlog::level::warn);  // strategies log their layout at info
     Catch::Session session;

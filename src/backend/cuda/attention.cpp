@@ -6,14 +6,15 @@
 // Layout: qkv [B*T, 3D] with head h of q at columns h*d_head (k at D + h*d_head, v at 2D + h*d_head), so one
 // head-batched product per batch row uses lda = 3D and a batch stride of d_head elements. Heads go in chunks whose
 // temporaries (fp32 S and dP, plus bf16 copies where needed) fit kChunkBytes, at least one head at a time.
-// AttnImpl::flash2 runs this same path for now (logged once); then probs is not stored and the backward recomputes P
-// from the saved lse, as FlashAttention does.
+// AttnImpl::flash2 runs kernels/flash_attn where it covers d_head; otherwise this same path (logged once), with probs
+// not stored and the backward recomputing P from the saved lse, as FlashAttention does.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 
 #include "attention_naive.cuh"
 #include "backend/cuda/cuda_backend_impl.h"
+#include "flash_attn/flash.h"
 
 namespace trainer {
 namespace {
@@ -29,20 +30,25 @@ int heads_per_chunk(size_t per_head, int H) {
   return int(std::clamp<size_t>(n, 1, size_t(H)));
 }
 
-char* at(const Tensor& t, int64_t elements) { return static_cast<char*>(t.data) + elements * int64_t(dtype_size(t.dtype)); }
+/// Address of element `elements` of t.
+char* at(const Tensor& t, int64_t elements) {
+  return static_cast<char*>(t.data) + elements * int64_t(dtype_size(t.dtype));
+}
 
 }  // namespace
 
-void CudaBackend::note_flash2_fallback(AttnImpl impl) {
+void CudaBackend::note_flash2_fallback(AttnImpl impl, int d_head) {
   if (impl != AttnImpl::flash2 || flash2_warned_) return;
   flash2_warned_ = true;
-  spdlog::warn("attention: flash2 has no CUDA kernel yet; using naive attention (probabilities recomputed in the "
-               "backward from the logsumexp, not stored)");
+  spdlog::warn("attention: flash2 has no CUDA kernel for d_head {}; using naive attention (probabilities recomputed "
+               "in the backward from the logsumexp, not stored)", d_head);
 }
 
 void CudaBackend::attention_fwd(AttnImpl impl, const AttnShape& s, Tensor out, Tensor lse, Tensor probs,
                                 const Tensor& qkv) {
-  note_flash2_fallback(impl);
+  if (impl == AttnImpl::flash2 && flash::supports_head_dim(s.d_head))  // kernels/flash_attn (FlashAttention-2)
+    return flash::attention_fwd(s, out, lse, qkv, stream_);
+  note_flash2_fallback(impl, s.d_head);
   TRAINER_CHECK(qkv.data && out.data && lse.data, "attention_fwd: qkv, out and lse must be given");
   const int64_t B = s.B, T = s.T, H = s.H, dh = s.d_head, D = H * dh;
   const DType tq = qkv.dtype;
@@ -56,8 +62,9 @@ void CudaBackend::attention_fwd(AttnImpl impl, const AttnShape& s, Tensor out, T
   const bool store = probs.data != nullptr;
   TRAINER_CHECK(store || impl == AttnImpl::flash2, "attention_fwd: naive attention needs probs [B, H, T, T]");
   if (store)
-    TRAINER_CHECK(probs.dtype == tq && probs.numel() == B * H * T * T, "attention_fwd: probs {} {} is not {} [{}, {}, {}, {}]",
-                  dtype_name(probs.dtype), probs.shape_str(), dtype_name(tq), B, H, T, T);
+    TRAINER_CHECK(probs.dtype == tq && probs.numel() == B * H * T * T,
+                  "attention_fwd: probs {} {} is not {} [{}, {}, {}, {}]", dtype_name(probs.dtype), probs.shape_str(),
+                  dtype_name(tq), B, H, T, T);
   if (B * T == 0 || H == 0) return;
 
   // Temporaries per head: S fp32 [T, T] (unless it can live in probs: fp32 and stored), P [T, T] when not stored and
@@ -67,8 +74,8 @@ void CudaBackend::attention_fwd(AttnImpl impl, const AttnShape& s, Tensor out, T
   const bool p_scratch = !store && tq == DType::bf16;
   const size_t per_head = (s_in_probs ? 0 : tt * 4) + (p_scratch ? tt * 2 : 0);
   const int hc = heads_per_chunk(per_head, int(H));
-  char* base = per_head ? static_cast<char*>(scratch(align_up(size_t(hc) * tt * 4) + (p_scratch ? size_t(hc) * tt * 2 : 0)))
-                       : nullptr;
+  const size_t bytes = align_up(size_t(hc) * tt * 4) + (p_scratch ? size_t(hc) * tt * 2 : 0);
+  char* base = per_head ? static_cast<char*>(scratch(bytes)) : nullptr;
   float* S_scr = reinterpret_cast<float*>(base);
   void* P_scr = base ? base + align_up(size_t(hc) * tt * 4) : nullptr;
 
@@ -99,6 +106,10 @@ void CudaBackend::attention_fwd(AttnImpl impl, const AttnShape& s, Tensor out, T
 
 void CudaBackend::attention_bwd(AttnImpl impl, const AttnShape& s, Tensor dqkv, const Tensor& dout, const Tensor& qkv,
                                 const Tensor& out, const Tensor& lse, const Tensor& probs) {
+  if (impl == AttnImpl::flash2 && flash::supports_head_dim(s.d_head)) {  // kernels/flash_attn (FlashAttention-2)
+    const size_t ws = flash::bwd_workspace_bytes(s, qkv.dtype, /*deterministic=*/false);
+    return flash::attention_bwd(s, dqkv, dout, qkv, out, lse, scratch(ws), ws, /*deterministic=*/false, stream_);
+  }
   (void)out;  // rowsum(dO o O) is taken as rowsum(P o dP), which needs no O
   TRAINER_CHECK(dqkv.data && dout.data && qkv.data && lse.data, "attention_bwd: dqkv, dout, qkv and lse must be given");
   const int64_t B = s.B, T = s.T, H = s.H, dh = s.d_head, D = H * dh;

@@ -68,8 +68,8 @@ class CudaBackend final : public Backend {
   double reduce(const Tensor& x, bool square);
   /// Row-major product on the compute stream (see GemmShape).
   void gemm(const GemmShape& g, void* C, const void* A, const void* B, float alpha, float beta);
-  /// flash2 has no kernel yet and runs the naive path without stored probs; logs that once.
-  void note_flash2_fallback(AttnImpl impl);
+  /// flash2 for a d_head that kernels/flash_attn does not cover runs the naive path without stored probs; logs once.
+  void note_flash2_fallback(AttnImpl impl, int d_head);
 
   int device_ = 0;
   BackendOptions opts_;

@@ -2,8 +2,8 @@
 // `llmc/matmul.cuh` matmul_cublaslt for the descriptor/heuristic sequence).
 //
 // Row-major to column-major: a row-major X [r, c] with row stride ld is, read column-major, Xᵀ [c, r] with leading
-// dimension ld. So row-major C = op(A) op(B) is column-major Cᵀ = op(B)ᵀ op(A)ᵀ: cuBLASLt's first operand is our B,
-// its second our A, m = N, n = M, k = K, and each transpose flag carries over unchanged:
+// dimension ld. So row-major C = op(A) op(B) is column-major Cᵀ = op(B)ᵀ op(A)ᵀ: cuBLASLt's first operand is our
+// B, its second our A, m = N, n = M, k = K, and each transpose flag carries over unchanged:
 //   B not transposed: stored [K, N] row-major = column-major [N, K] = op(B)ᵀ -> OP_N, layout rows N, cols K, ld ldb
 //   B transposed:     stored [N, K] row-major = column-major [K, N]         -> OP_T, layout rows K, cols N, ld ldb
 //   (A alike, with M in place of N), and C: column-major [N, M], ld ldc.

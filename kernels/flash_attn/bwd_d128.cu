@@ -1,0 +1,6 @@
+// FlashAttention-2 backward, bf16, d_head 128, causal = false (see launch.cuh).
+#include "flash_attn/launch.cuh"
+
+namespace trainer::flash {
+template void bwd_launch<128, false>(const FlashBwdParams&, cudaStream_t);
+}  // namespace trainer::flash

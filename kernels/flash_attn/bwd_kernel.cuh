@@ -1,0 +1,441 @@
+// FlashAttention-2 backward, bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation).
+// Dao 2023, arXiv:2307.08691, Algorithm 2 and section 3.2; the partitioning follows flash-attention's
+// `flash_bwd_kernel.h` (a CTA owns a K/V tile and loops over query tiles; dQ through fp32 atomics).
+//
+//   preprocess:  D = rowsum(dO ∘ O) per query row (fp32), dQacc = 0
+//   dK/dV pass (one CTA per key tile of kBN keys, each warp kNT x 16 keys; loop over query tiles of kBM rows):
+//     Sᵀ = K Qᵀ,  Pᵀ = exp2(Sᵀ·scale·log2e − L·log2e) (0 where masked),  dPᵀ = V dOᵀ,  dSᵀ = Pᵀ ∘ (dPᵀ − D),
+//     dV += Pᵀ dO,  dK += dSᵀ Q,  and (atomic mode) dQacc += dS K through dS staged in shared memory;
+//     finally dK ·= scale.
+//   dQ pass (deterministic mode; one CTA per query tile, each warp 16 rows; loop over key tiles):
+//     S = Q Kᵀ,  P = exp2(...),  dP = dO Vᵀ,  dS = P ∘ (dP − D),  dQ += dS K;  dQ ·= scale.
+//   convert (atomic mode): dQ = scale · dQacc, into the dQ view in its dtype.
+// Rows past the end: K, V, Q, dO tiles are zero-filled; L of a missing query is +inf so its P is 0.
+#pragma once
+#include "flash_attn/mma.cuh"
+#include "flash_attn/params.h"
+
+namespace trainer::flash {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+/// Stores a pair of f32 values as f32 or bf16.
+__device__ __forceinline__ void store_pair(void* base, int64_t off, bool f32, float x, float y) {
+  if (f32)
+    *reinterpret_cast<float2*>(static_cast<float*>(base) + off) = make_float2(x, y);
+  else
+    *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(base) + off) = __floats2bfloat162_rn(x, y);
+}
+
+/// dsum[b, h, t] = sum_i dO[b, t, h, i] O[b, t, h, i] (fp32); one warp per (b, t, h) row. TI: dO's type, TO: O's.
+template <class TI, class TO>
+__global__ void flash_bwd_preprocess_kernel(const FlashBwdParams p) {
+  const int64_t rows = int64_t(p.batch) * p.seq_len * p.num_heads;
+  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const int h = int(row % p.num_heads);
+  const int64_t bt = row / p.num_heads;
+  const int tt = int(bt % p.seq_len), b = int(bt / p.seq_len);
+  const int64_t ro = int64_t(b) * p.o_batch_stride + int64_t(tt) * p.o_row_stride + int64_t(h) * p.o_head_stride;
+  const TI* dO = static_cast<const TI*>(p.dout) + ro;
+  const TO* O = static_cast<const TO*>(p.o) + ro;
+  float acc = 0.f;
+  for (int i = lane; i < p.d_head; i += 32) acc += float(dO[i]) * float(O[i]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) p.dsum[(int64_t(b) * p.num_heads + h) * p.seq_len + tt] = acc;
+}
+
+/// dQ = scale · dq_accum: [B, H, T, d] f32 -> the dq view (TO: f32 or bf16); one thread per pair of elements.
+template <class TO>
+__global__ void flash_bwd_convert_dq_kernel(const FlashBwdParams p) {
+  const int64_t pairs = int64_t(p.batch) * p.num_heads * p.seq_len * p.d_head / 2;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= pairs) return;
+  const int64_t e = 2 * i;
+  const int c = int(e % p.d_head);
+  const int64_t bht = e / p.d_head;
+  const int tt = int(bht % p.seq_len);
+  const int64_t bh = bht / p.seq_len;
+  const int h = int(bh % p.num_heads), b = int(bh / p.num_heads);
+  const float2 v = *reinterpret_cast<const float2*>(p.dq_accum + e);
+  const int64_t off = int64_t(b) * p.dqkv_batch_stride + int64_t(tt) * p.dqkv_row_stride +
+                      int64_t(h) * p.dqkv_head_stride + c;
+  store_pair(p.dq, off, std::is_same_v<TO, float>, v.x * p.softmax_scale, v.y * p.softmax_scale);
+}
+
+template <int kD_, int kBN_, int kBM_, bool kAtomicDQ_, int kMinBlocks_ = 1, int kNT_ = 1>
+struct BwdTraits {
+  static constexpr int kD = kD_, kBN = kBN_, kBM = kBM_;  // keys per CTA, queries per iteration
+  static constexpr int kMinBlocks = kMinBlocks_;           // __launch_bounds__ CTAs per SM
+  static constexpr bool kAtomicDQ = kAtomicDQ_;
+  static constexpr int kNT = kNT_;  // m16 key tiles per warp: each Q / dO fragment read serves kNT key tiles
+  static constexpr int kWarps = kBN / (16 * kNT), kThreads = kWarps * 32;
+  static constexpr int kStride = kD + 8, kSStride = kBM + 8;  // padded rows (elements) of K/V/Q/dO and of dS
+  static constexpr int kMT = kBM / 16;                          // m16 tiles of the dQ product
+  static constexpr int kWarpsPerMT = kWarps / kMT;
+  static constexpr int kNG = kD / 16;                           // n16 groups of the dQ product
+  static constexpr int kNGPerWarp = (kNG + kWarpsPerMT - 1) / kWarpsPerMT;
+  static constexpr int kSmemBytes = (2 * kBN + 4 * kBM) * kStride * 2 + 4 * kBM * 4 +
+                                    (kAtomicDQ ? kBN * kSStride * 2 : 0);
+  static_assert(kD % 16 == 0 && kBN % (16 * kNT) == 0 && kBM % 16 == 0, "tiles are multiples of 16");
+  static_assert(!kAtomicDQ || (kWarps % kMT == 0 && kWarps >= kMT), "dQ partition: warps a multiple of m16 tiles");
+};
+
+template <class Tr, bool kCausal>
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dkdv_kernel(const FlashBwdParams p) {
+  using bf16 = __nv_bfloat16;
+  constexpr int kD = Tr::kD, kBN = Tr::kBN, kBM = Tr::kBM, kStride = Tr::kStride, kThreads = Tr::kThreads;
+  constexpr int kSStride = Tr::kSStride, kNT = Tr::kNT;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* sK = reinterpret_cast<bf16*>(smem_raw);  // [kBN][kStride]
+  bf16* sV = sK + kBN * kStride;                 // [kBN][kStride]
+  bf16* sQ = sV + kBN * kStride;                 // [2][kBM][kStride]
+  bf16* sdO = sQ + 2 * kBM * kStride;            // [2][kBM][kStride]
+  float* sL = reinterpret_cast<float*>(sdO + 2 * kBM * kStride);  // [2][kBM] L·log2e (+inf past the end)
+  float* sDs = sL + 2 * kBM;                                       // [2][kBM] D
+  bf16* sdS = reinterpret_cast<bf16*>(sDs + 2 * kBM);              // [kBN][kSStride] dSᵀ (atomic mode)
+
+  const int n_block = blockIdx.x;  // key tile; tile 0 (the most query tiles when causal) first
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int T = p.seq_len, n0 = n_block * kBN;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int64_t ld = p.qkv_row_stride, ldo = p.o_row_stride;
+  const int64_t off = int64_t(b) * p.qkv_batch_stride + int64_t(h) * p.qkv_head_stride;
+  const int64_t ooff = int64_t(b) * p.o_batch_stride + int64_t(h) * p.o_head_stride;
+  const bf16* gq = static_cast<const bf16*>(p.q) + off;
+  const bf16* gk = static_cast<const bf16*>(p.k) + off;
+  const bf16* gv = static_cast<const bf16*>(p.v) + off;
+  const bf16* gdo = static_cast<const bf16*>(p.dout) + ooff;
+  const int64_t bh = int64_t(b) * p.num_heads + h;
+  const float* gL = p.lse + bh * T;
+  const float* gD = p.dsum + bh * T;
+
+  const int m_begin = kCausal ? n0 / kBM : 0, m_end = (T + kBM - 1) / kBM;
+
+  auto load_q_tile = [&](int m, int buf) {
+    load_tile_async<kBM, kD, kThreads>(sQ + buf * kBM * kStride, gq, ld, m * kBM, T, tid);
+    load_tile_async<kBM, kD, kThreads>(sdO + buf * kBM * kStride, gdo, ldo, m * kBM, T, tid);
+    for (int i = tid; i < kBM; i += kThreads) {
+      const int row = m * kBM + i;
+      sL[buf * kBM + i] = row < T ? gL[row] * kLog2e : INFINITY;
+      sDs[buf * kBM + i] = row < T ? gD[row] : 0.f;
+    }
+  };
+  load_tile_async<kBN, kD, kThreads>(sK, gk, ld, n0, T, tid);
+  load_tile_async<kBN, kD, kThreads>(sV, gv, ld, n0, T, tid);
+  load_q_tile(m_begin, 0);
+  cp_async_commit();
+
+  float dk[kNT][kD / 8][4], dv[kNT][kD / 8][4];
+#pragma unroll
+  for (int ni = 0; ni < kNT; ++ni)
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dk[ni][j][e] = dv[ni][j][e] = 0.f;
+  const float sl2 = p.softmax_scale * kLog2e;
+  // Warp key tile ni covers keys (warp * kNT + ni) * 16 .. +15 of the CTA's; this thread's are g and g + 8 of it.
+  auto tile_key = [&](int ni) { return (warp * kNT + ni) * 16; };
+
+  for (int m = m_begin; m < m_end; ++m) {
+    const int buf = (m - m_begin) & 1;
+    if (m + 1 < m_end) load_q_tile(m + 1, buf ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const bf16* sQb = sQ + buf * kBM * kStride;
+    const bf16* sdOb = sdO + buf * kBM * kStride;
+    const float* sLb = sL + buf * kBM;
+    const float* sDb = sDs + buf * kBM;
+
+    // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: [kNT x 16 keys of this warp] x [kBM queries].
+    float s[kNT][kBM / 8][4], dp[kNT][kBM / 8][4];
+#pragma unroll
+    for (int ni = 0; ni < kNT; ++ni)
+#pragma unroll
+      for (int j = 0; j < kBM / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[ni][j][e] = dp[ni][j][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      uint32_t ak[kNT][4], av[kNT][4];
+#pragma unroll
+      for (int ni = 0; ni < kNT; ++ni) {
+        ldmatrix_x4(ak[ni], a_frag_addr<kStride>(sK, tile_key(ni), kk * 16, lane));
+        ldmatrix_x4(av[ni], a_frag_addr<kStride>(sV, tile_key(ni), kk * 16, lane));
+      }
+#pragma unroll
+      for (int nn = 0; nn < kBM / 16; ++nn) {
+        uint32_t bq[4], bo[4];
+        ldmatrix_x4(bq, b_nk_addr<kStride>(sQb, nn * 16, kk * 16, lane));
+        ldmatrix_x4(bo, b_nk_addr<kStride>(sdOb, nn * 16, kk * 16, lane));
+#pragma unroll
+        for (int ni = 0; ni < kNT; ++ni) {
+          mma_bf16(s[ni][2 * nn], ak[ni], bq[0], bq[1]);
+          mma_bf16(s[ni][2 * nn + 1], ak[ni], bq[2], bq[3]);
+          mma_bf16(dp[ni][2 * nn], av[ni], bo[0], bo[1]);
+          mma_bf16(dp[ni][2 * nn + 1], av[ni], bo[2], bo[3]);
+        }
+      }
+    }
+
+    // Pᵀ = exp2(Sᵀ sl2 - L) (0 where masked), dSᵀ = Pᵀ ∘ (dPᵀ - D).
+    const int m0 = m * kBM;
+    const bool need_mask = n0 + kBN > T || (kCausal && n0 + kBN - 1 > m0);
+#pragma unroll
+    for (int j = 0; j < kBM / 8; ++j) {
+      const int ql = j * 8 + 2 * t;
+      const float2 L2 = *reinterpret_cast<const float2*>(sLb + ql);
+      const float2 Dq = *reinterpret_cast<const float2*>(sDb + ql);
+#pragma unroll
+      for (int ni = 0; ni < kNT; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float Le = (e & 1) ? L2.y : L2.x, De = (e & 1) ? Dq.y : Dq.x;
+          float pv = exp2_fast(fmaf(s[ni][j][e], sl2, -Le));
+          if (need_mask) {
+            const int key = n0 + tile_key(ni) + g + (e >> 1) * 8, query = m0 + ql + (e & 1);
+            if (key >= T || (kCausal && key > query)) pv = 0.f;
+          }
+          s[ni][j][e] = pv;
+          dp[ni][j][e] = pv * (dp[ni][j][e] - De);
+        }
+    }
+
+    // dV += Pᵀ dO, dK += dSᵀ Q: A from registers, B = dO / Q [queries][d] through ldmatrix.trans.
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk) {
+      uint32_t ap[kNT][4], ads[kNT][4];
+#pragma unroll
+      for (int ni = 0; ni < kNT; ++ni) {
+        c_to_a(ap[ni], s[ni][2 * kk], s[ni][2 * kk + 1]);
+        c_to_a(ads[ni], dp[ni][2 * kk], dp[ni][2 * kk + 1]);
+      }
+#pragma unroll
+      for (int dd = 0; dd < kD / 16; ++dd) {
+        uint32_t bo[4], bq[4];
+        ldmatrix_x4_trans(bo, b_kn_addr<kStride>(sdOb, kk * 16, dd * 16, lane));
+        ldmatrix_x4_trans(bq, b_kn_addr<kStride>(sQb, kk * 16, dd * 16, lane));
+#pragma unroll
+        for (int ni = 0; ni < kNT; ++ni) {
+          mma_bf16(dv[ni][2 * dd], ap[ni], bo[0], bo[1]);
+          mma_bf16(dv[ni][2 * dd + 1], ap[ni], bo[2], bo[3]);
+          mma_bf16(dk[ni][2 * dd], ads[ni], bq[0], bq[1]);
+          mma_bf16(dk[ni][2 * dd + 1], ads[ni], bq[2], bq[3]);
+        }
+      }
+    }
+
+    if constexpr (Tr::kAtomicDQ) {
+      // dSᵀ (bf16) to shared [key][query], then dQacc[m tile] += dS K, partitioned over the warps by output tile.
+#pragma unroll
+      for (int ni = 0; ni < kNT; ++ni)
+#pragma unroll
+        for (int j = 0; j < kBM / 8; ++j)
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+            *reinterpret_cast<uint32_t*>(sdS + (tile_key(ni) + g + r * 8) * kSStride + j * 8 + 2 * t) =
+                pack_bf16(dp[ni][j][2 * r], dp[ni][j][2 * r + 1]);
+      __syncthreads();
+      const int mt = warp % Tr::kMT, ng0 = warp / Tr::kMT;
+      float acc[Tr::kNGPerWarp][2][4];
+#pragma unroll
+      for (int i = 0; i < Tr::kNGPerWarp; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][0][e] = acc[i][1][e] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        uint32_t a[4];
+        ldmatrix_x4_trans(a, a_t_addr<kSStride>(sdS, mt * 16, kk * 16, lane));
+#pragma unroll
+        for (int i = 0; i < Tr::kNGPerWarp; ++i) {
+          const int ng = ng0 + i * Tr::kWarpsPerMT;
+          if (ng < Tr::kNG) {
+            uint32_t bk[4];
+            ldmatrix_x4_trans(bk, b_kn_addr<kStride>(sK, kk * 16, ng * 16, lane));
+            mma_bf16(acc[i][0], a, bk[0], bk[1]);
+            mma_bf16(acc[i][1], a, bk[2], bk[3]);
+          }
+        }
+      }
+      float* gdq = p.dq_accum + bh * T * kD;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = m0 + mt * 16 + g + r * 8;
+        if (row < T) {
+#pragma unroll
+          for (int i = 0; i < Tr::kNGPerWarp; ++i) {
+            const int ng = ng0 + i * Tr::kWarpsPerMT;
+            if (ng < Tr::kNG) {
+#pragma unroll
+              for (int hh = 0; hh < 2; ++hh) {
+                float* dst = gdq + int64_t(row) * kD + ng * 16 + hh * 8 + 2 * t;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+                atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc[i][hh][2 * r], acc[i][hh][2 * r + 1]));
+#else
+                atomicAdd(dst, acc[i][hh][2 * r]);
+                atomicAdd(dst + 1, acc[i][hh][2 * r + 1]);
+#endif
+              }
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();  // the other buffers (and dS) are rewritten by the next iteration
+  }
+  cp_async_wait<0>();
+
+  // Epilogue: dK ·= scale; rows past the end are not written.
+  const int64_t goff = int64_t(b) * p.dqkv_batch_stride + int64_t(h) * p.dqkv_head_stride;
+#pragma unroll
+  for (int ni = 0; ni < kNT; ++ni)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int key = n0 + tile_key(ni) + g + r * 8;
+      if (key >= T) continue;
+      const int64_t ro = goff + int64_t(key) * p.dqkv_row_stride;
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        store_pair(p.dv, ro + j * 8 + 2 * t, p.dqkv_f32, dv[ni][j][2 * r], dv[ni][j][2 * r + 1]);
+        store_pair(p.dk, ro + j * 8 + 2 * t, p.dqkv_f32, dk[ni][j][2 * r] * p.softmax_scale,
+                   dk[ni][j][2 * r + 1] * p.softmax_scale);
+      }
+    }
+}
+
+template <int kD_, int kBM_, int kBN_, int kMinBlocks_ = 1>
+struct BwdDqTraits {
+  static constexpr int kD = kD_, kBM = kBM_, kBN = kBN_;  // queries per CTA, keys per iteration
+  static constexpr int kMinBlocks = kMinBlocks_;
+  static constexpr int kWarps = kBM / 16, kThreads = kWarps * 32;
+  static constexpr int kStride = kD + 8;
+  static constexpr int kSmemBytes = (2 * kBM + 4 * kBN) * kStride * 2;
+  static_assert(kD % 16 == 0 && kBM % 16 == 0 && kBN % 16 == 0, "tiles are multiples of 16");
+};
+
+/// Deterministic dQ pass: one CTA per query tile, the K/V tiles streamed as in the forward.
+template <class Tr, bool kCausal>
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dq_kernel(const FlashBwdParams p) {
+  using bf16 = __nv_bfloat16;
+  constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kStride = Tr::kStride, kThreads = Tr::kThreads;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
+  bf16* sdO = sQ + kBM * kStride;
+  bf16* sK = sdO + kBM * kStride;      // [2][kBN][kStride]
+  bf16* sV = sK + 2 * kBN * kStride;   // [2][kBN][kStride]
+
+  const int m_block = gridDim.x - 1 - blockIdx.x;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int T = p.seq_len, m0 = m_block * kBM;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int64_t ld = p.qkv_row_stride;
+  const int64_t off = int64_t(b) * p.qkv_batch_stride + int64_t(h) * p.qkv_head_stride;
+  const int64_t ooff = int64_t(b) * p.o_batch_stride + int64_t(h) * p.o_head_stride;
+  const bf16* gq = static_cast<const bf16*>(p.q) + off;
+  const bf16* gk = static_cast<const bf16*>(p.k) + off;
+  const bf16* gv = static_cast<const bf16*>(p.v) + off;
+  const bf16* gdo = static_cast<const bf16*>(p.dout) + ooff;
+  const int64_t bh = int64_t(b) * p.num_heads + h;
+
+  int n_blocks = (T + kBN - 1) / kBN;
+  if (kCausal) n_blocks = min(n_blocks, (m0 + kBM + kBN - 1) / kBN);
+  load_tile_async<kBM, kD, kThreads>(sQ, gq, ld, m0, T, tid);
+  load_tile_async<kBM, kD, kThreads>(sdO, gdo, p.o_row_stride, m0, T, tid);
+  load_tile_async<kBN, kD, kThreads>(sK, gk, ld, (n_blocks - 1) * kBN, T, tid);
+  load_tile_async<kBN, kD, kThreads>(sV, gv, ld, (n_blocks - 1) * kBN, T, tid);
+  cp_async_commit();
+
+  const int row0 = m0 + warp * 16 + g;
+  float L2[2], Dr[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + r * 8;
+    L2[r] = row < T ? p.lse[bh * T + row] * kLog2e : INFINITY;
+    Dr[r] = row < T ? p.dsum[bh * T + row] : 0.f;
+  }
+  float dq[kD / 8][4];
+#pragma unroll
+  for (int j = 0; j < kD / 8; ++j) dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.f;
+  const float sl2 = p.softmax_scale * kLog2e;
+
+  for (int it = 0; it < n_blocks; ++it) {
+    const int nb = n_blocks - 1 - it, buf = it & 1;
+    if (it + 1 < n_blocks) {
+      load_tile_async<kBN, kD, kThreads>(sK + (buf ^ 1) * kBN * kStride, gk, ld, (nb - 1) * kBN, T, tid);
+      load_tile_async<kBN, kD, kThreads>(sV + (buf ^ 1) * kBN * kStride, gv, ld, (nb - 1) * kBN, T, tid);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const bf16* sKb = sK + buf * kBN * kStride;
+    const bf16* sVb = sV + buf * kBN * kStride;
+
+    float s[kBN / 8][4], dp[kBN / 8][4];
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      uint32_t aq[4], ao[4];
+      ldmatrix_x4(aq, a_frag_addr<kStride>(sQ, warp * 16, kk * 16, lane));
+      ldmatrix_x4(ao, a_frag_addr<kStride>(sdO, warp * 16, kk * 16, lane));
+#pragma unroll
+      for (int nn = 0; nn < kBN / 16; ++nn) {
+        uint32_t bk[4], bv[4];
+        ldmatrix_x4(bk, b_nk_addr<kStride>(sKb, nn * 16, kk * 16, lane));
+        ldmatrix_x4(bv, b_nk_addr<kStride>(sVb, nn * 16, kk * 16, lane));
+        mma_bf16(s[2 * nn], aq, bk[0], bk[1]);
+        mma_bf16(s[2 * nn + 1], aq, bk[2], bk[3]);
+        mma_bf16(dp[2 * nn], ao, bv[0], bv[1]);
+        mma_bf16(dp[2 * nn + 1], ao, bv[2], bv[3]);
+      }
+    }
+    const int n0 = nb * kBN;
+    const bool need_mask = n0 + kBN > T || (kCausal && n0 + kBN - 1 > m0);
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        float pv = exp2_fast(fmaf(s[j][e], sl2, -L2[r]));
+        if (need_mask) {
+          const int key = n0 + j * 8 + 2 * t + (e & 1), row = row0 + r * 8;
+          if (key >= T || (kCausal && key > row)) pv = 0.f;
+        }
+        dp[j][e] = pv * (dp[j][e] - Dr[r]);
+      }
+    // dQ += dS K: dS from registers, K [keys][d] through ldmatrix.trans.
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      uint32_t a[4];
+      c_to_a(a, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+      for (int dd = 0; dd < kD / 16; ++dd) {
+        uint32_t bk[4];
+        ldmatrix_x4_trans(bk, b_kn_addr<kStride>(sKb, kk * 16, dd * 16, lane));
+        mma_bf16(dq[2 * dd], a, bk[0], bk[1]);
+        mma_bf16(dq[2 * dd + 1], a, bk[2], bk[3]);
+      }
+    }
+    __syncthreads();
+  }
+  cp_async_wait<0>();
+
+  const int64_t goff = int64_t(b) * p.dqkv_batch_stride + int64_t(h) * p.dqkv_head_stride;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + r * 8;
+    if (row >= T) continue;
+    const int64_t ro = goff + int64_t(row) * p.dqkv_row_stride;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j)
+      store_pair(p.dq, ro + j * 8 + 2 * t, p.dqkv_f32, dq[j][2 * r] * p.softmax_scale,
+                 dq[j][2 * r + 1] * p.softmax_scale);
+  }
+}
+
+}  // namespace trainer::flash

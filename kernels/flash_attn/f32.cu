@@ -1,0 +1,82 @@
+// fp32 FlashAttention-2 launchers (kernels in fp32_kernel.cuh; grid (64-row tiles, heads, batch), 256 threads)
+// and the dtype-generic backward helpers (preprocess D = rowsum(dO o O), dQ conversion).
+#include "common.cuh"  // first (fmt set-up for nvcc)
+
+#include "flash_attn/bwd_kernel.cuh"
+#include "flash_attn/fp32_kernel.cuh"
+#include "flash_attn/launch.h"
+
+namespace trainer::flash {
+namespace {
+
+template <class K>
+void launch_f32(K kernel, int smem, const FlashParams& p, cudaStream_t s, const void* params) {
+  if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const dim3 grid(unsigned(ceil_div(p.seq_len, kF32Tile)), unsigned(p.num_heads), unsigned(p.batch));
+  void* args[] = {const_cast<void*>(params)};
+  CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, dim3(kF32Threads), args, size_t(smem), s));
+}
+
+template <int kD>
+void fwd_f32(const FlashParams& p, cudaStream_t s) {
+  launch_f32(flash_fwd_f32_kernel<kD>, F32Traits<kD>::kFwdSmem, p, s, &p);
+}
+
+template <int kD>
+void bwd_f32(const FlashBwdParams& p, cudaStream_t s) {
+  launch_bwd_preprocess(p, false, s);
+  launch_f32(flash_bwd_dkdv_f32_kernel<kD>, F32Traits<kD>::kDkdvSmem, p, s, &p);
+  launch_f32(flash_bwd_dq_f32_kernel<kD>, F32Traits<kD>::kDqSmem, p, s, &p);
+}
+
+}  // namespace
+
+void launch_bwd_preprocess(const FlashBwdParams& p, bool zero_accum, cudaStream_t s) {
+  const int64_t rows = int64_t(p.batch) * p.seq_len * p.num_heads;
+  const unsigned blocks = unsigned(ceil_div<int64_t>(rows * 32, 256));
+  if (p.is_bf16) {
+    if (p.o_f32)
+      flash_bwd_preprocess_kernel<__nv_bfloat16, float><<<blocks, 256, 0, s>>>(p);
+    else
+      flash_bwd_preprocess_kernel<__nv_bfloat16, __nv_bfloat16><<<blocks, 256, 0, s>>>(p);
+  } else {
+    flash_bwd_preprocess_kernel<float, float><<<blocks, 256, 0, s>>>(p);
+  }
+  CUDA_CHECK(cudaGetLastError());
+  if (zero_accum)
+    CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, size_t(rows) * size_t(p.d_head) * sizeof(float), s));
+}
+
+void launch_bwd_convert_dq(const FlashBwdParams& p, cudaStream_t s) {
+  const int64_t pairs = int64_t(p.batch) * p.num_heads * p.seq_len * p.d_head / 2;
+  const unsigned blocks = unsigned(ceil_div<int64_t>(pairs, 256));
+  if (p.dqkv_f32)
+    flash_bwd_convert_dq_kernel<float><<<blocks, 256, 0, s>>>(p);
+  else
+    flash_bwd_convert_dq_kernel<__nv_bfloat16><<<blocks, 256, 0, s>>>(p);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void fwd_f32_launch(const FlashParams& p, cudaStream_t s) {
+  switch (p.d_head) {
+    case 16: return fwd_f32<16>(p, s);
+    case 32: return fwd_f32<32>(p, s);
+    case 64: return fwd_f32<64>(p, s);
+    case 80: return fwd_f32<80>(p, s);
+    case 128: return fwd_f32<128>(p, s);
+    default: TRAINER_CHECK(false, "flash2 fp32: d_head {} not supported", p.d_head);
+  }
+}
+
+void bwd_f32_launch(const FlashBwdParams& p, cudaStream_t s) {
+  switch (p.d_head) {
+    case 16: return bwd_f32<16>(p, s);
+    case 32: return bwd_f32<32>(p, s);
+    case 64: return bwd_f32<64>(p, s);
+    case 80: return bwd_f32<80>(p, s);
+    case 128: return bwd_f32<128>(p, s);
+    default: TRAINER_CHECK(false, "flash2 fp32: d_head {} not supported", p.d_head);
+  }
+}
+
+}  // namespace trainer::flash

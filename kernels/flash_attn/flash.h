@@ -1,0 +1,42 @@
+// FlashAttention-2 on the CUDA backend: the host entry points (validate, then dispatch on dtype, head dimension and
+// mask, then launch). Kernels: fwd_kernel.cuh, bwd_kernel.cuh (bf16, tensor cores), fp32_kernel.cuh (fp32, FMA).
+// Formulas: Dao 2023, "FlashAttention-2", arXiv:2307.08691, Algorithms 1 (forward) and 2 (backward).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "backend/backend.h"
+#include "core/tensor.h"
+#include "flash_attn/params.h"
+
+namespace trainer::flash {
+
+/// Head dimensions with a kernel (bf16 and fp32): 16, 32, 64, 80, 128.
+bool supports_head_dim(int d_head);
+
+/// Forward on raw parameters: O [B, T, H, d] view and lse [B, H, T] (natural log) from the q, k, v views.
+/// Checks (RuntimeError via TRAINER_CHECK): supported d_head; non-null pointers; bf16 rows 16-byte aligned (pointer
+/// and every stride a multiple of 8 elements); output pairs aligned; softmax_scale > 0; f32 inputs need f32 output.
+void run_fwd(const FlashParams& p, cudaStream_t s);
+
+/// Backward on raw parameters: dq, dk, dv (overwritten) from dout, q, k, v, o and lse. p.dsum must hold B*H*T
+/// floats; p.dq_accum B*H*T*d floats in the bf16 non-deterministic mode (both from bwd_workspace_bytes). Same checks
+/// as run_fwd.
+void run_bwd(const FlashBwdParams& p, cudaStream_t s);
+
+/// Bytes of workspace attention_bwd needs: D [B, H, T] f32, plus dQ accumulators [B, H, T, d] f32 for bf16 inputs
+/// in the (default) non-deterministic mode. 256-byte aligned parts.
+size_t bwd_workspace_bytes(const AttnShape& s, DType dtype, bool deterministic);
+
+/// out [B*T, D] (qkv's dtype or f32) and lse [B, H, T] f32 from qkv [B*T, 3D] (f32 or bf16) with the Backend's
+/// layout (backend.h). Enqueued on `st`.
+void attention_fwd(const AttnShape& s, Tensor out, Tensor lse, const Tensor& qkv, cudaStream_t st);
+
+/// dqkv [B*T, 3D] (qkv's dtype or f32; overwritten) from dout [B*T, D] (qkv's dtype), qkv, out and lse of the
+/// forward. `workspace` holds at least bwd_workspace_bytes(s, qkv.dtype, deterministic) bytes of device memory.
+/// deterministic: dQ by a separate pass instead of fp32 atomics (bitwise reproducible; fp32 is always so).
+void attention_bwd(const AttnShape& s, Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                   const Tensor& lse, void* workspace, size_t workspace_bytes, bool deterministic, cudaStream_t st);
+
+}  // namespace trainer::flash

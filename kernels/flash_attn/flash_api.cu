@@ -1,0 +1,151 @@
+// Host side of FlashAttention-2: validation, dispatch and the Tensor-level wrappers (see flash.h).
+// STYLE.md section 3: check shapes, strides and alignment before launching (flash-attention `flash_api.cpp`,
+// CHECK_SHAPE), then turn the runtime flags into template parameters (bool_switch).
+#include "common.cuh"  // first (fmt set-up for nvcc)
+
+#include "flash_attn/flash.h"
+#include "flash_attn/launch.h"
+
+#include <cmath>
+
+namespace trainer::flash {
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+
+void check_common(const FlashParams& p) {
+  TRAINER_CHECK(supports_head_dim(p.d_head), "flash2: d_head {} not supported (16, 32, 64, 80, 128)", p.d_head);
+  TRAINER_CHECK(p.batch >= 0 && p.seq_len >= 0 && p.num_heads >= 0 && p.batch <= 65535 && p.num_heads <= 65535,
+                "flash2: batch {} heads {} seq {} out of range", p.batch, p.num_heads, p.seq_len);
+  TRAINER_CHECK(p.softmax_scale > 0.f && std::isfinite(p.softmax_scale), "flash2: softmax_scale {} must be > 0",
+                p.softmax_scale);
+  TRAINER_CHECK(p.q && p.k && p.v && p.o && p.lse, "flash2: null q/k/v/o/lse");
+  TRAINER_CHECK(p.is_bf16 || p.o_f32, "flash2: f32 inputs need an f32 output");
+  if (p.is_bf16) {  // cp.async moves 16-byte chunks of a row
+    TRAINER_CHECK(aligned(p.q, 16) && aligned(p.k, 16) && aligned(p.v, 16), "flash2: q/k/v not 16-byte aligned");
+    TRAINER_CHECK(p.qkv_row_stride % 8 == 0 && p.qkv_batch_stride % 8 == 0 && p.qkv_head_stride % 8 == 0,
+                  "flash2: q/k/v strides ({}, {}, {}) not multiples of 8 elements", p.qkv_batch_stride,
+                  p.qkv_row_stride, p.qkv_head_stride);
+  }
+  TRAINER_CHECK(aligned(p.o, p.o_f32 ? 8 : 4) && p.o_row_stride % 2 == 0 && p.o_batch_stride % 2 == 0 &&
+                    p.o_head_stride % 2 == 0,
+                "flash2: out pointer or strides not aligned for pair stores");
+}
+
+}  // namespace
+
+bool supports_head_dim(int d) { return d == 16 || d == 32 || d == 64 || d == 80 || d == 128; }
+
+void run_fwd(const FlashParams& p, cudaStream_t s) {
+  check_common(p);
+  if (p.batch == 0 || p.seq_len == 0 || p.num_heads == 0) return;
+  if (!p.is_bf16) return fwd_f32_launch(p, s);
+  bool_switch(p.causal, [&](auto c) {
+    constexpr bool kC = decltype(c)::value;
+    switch (p.d_head) {
+      case 16: return fwd_launch<16, kC>(p, s);
+      case 32: return fwd_launch<32, kC>(p, s);
+      case 64: return fwd_launch<64, kC>(p, s);
+      case 80: return fwd_launch<80, kC>(p, s);
+      default: return fwd_launch<128, kC>(p, s);
+    }
+  });
+}
+
+void run_bwd(const FlashBwdParams& p, cudaStream_t s) {
+  check_common(p);
+  TRAINER_CHECK(p.dout && p.dq && p.dk && p.dv && p.dsum, "flash2 bwd: null dout/dq/dk/dv/dsum");
+  TRAINER_CHECK(p.is_bf16 || p.dqkv_f32, "flash2 bwd: f32 inputs need f32 gradients");
+  TRAINER_CHECK(!(p.is_bf16 && !p.deterministic) || p.dq_accum, "flash2 bwd: null dq_accum (atomic mode)");
+  if (p.is_bf16)
+    TRAINER_CHECK(aligned(p.dout, 16) && p.o_row_stride % 8 == 0 && p.o_batch_stride % 8 == 0 &&
+                      p.o_head_stride % 8 == 0,
+                  "flash2 bwd: dout not 16-byte aligned rows");
+  TRAINER_CHECK(aligned(p.dq, 8) && aligned(p.dk, 8) && aligned(p.dv, 8) && p.dqkv_row_stride % 2 == 0 &&
+                    p.dqkv_batch_stride % 2 == 0 && p.dqkv_head_stride % 2 == 0,
+                "flash2 bwd: dq/dk/dv not aligned for pair stores");
+  if (p.batch == 0 || p.seq_len == 0 || p.num_heads == 0) return;
+  if (!p.is_bf16) return bwd_f32_launch(p, s);
+  bool_switch(p.causal, [&](auto c) {
+    constexpr bool kC = decltype(c)::value;
+    switch (p.d_head) {
+      case 16: return bwd_launch<16, kC>(p, s);
+      case 32: return bwd_launch<32, kC>(p, s);
+      case 64: return bwd_launch<64, kC>(p, s);
+      case 80: return bwd_launch<80, kC>(p, s);
+      default: return bwd_launch<128, kC>(p, s);
+    }
+  });
+}
+
+size_t bwd_workspace_bytes(const AttnShape& s, DType dtype, bool deterministic) {
+  const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T);
+  size_t bytes = align_up(rows * sizeof(float));
+  if (dtype == DType::bf16 && !deterministic) bytes += align_up(rows * size_t(s.d_head) * sizeof(float));
+  return bytes;
+}
+
+namespace {
+
+/// Fills the layout of FlashParams from the Backend's tensors: qkv [B*T, 3D], out [B*T, D], lse [B, H, T].
+void fill_params(FlashParams& p, const AttnShape& s, const Tensor& out, const Tensor& lse, const Tensor& qkv) {
+  const int64_t B = s.B, T = s.T, H = s.H, dh = s.d_head, D = H * dh;
+  TRAINER_CHECK(qkv.dtype == DType::f32 || qkv.dtype == DType::bf16, "flash2: qkv dtype {}", dtype_name(qkv.dtype));
+  TRAINER_CHECK(qkv.rows() == B * T && qkv.cols() == 3 * D, "flash2: qkv {} is not [{}, {}]", qkv.shape_str(), B * T,
+                3 * D);
+  TRAINER_CHECK(out.rows() == B * T && out.cols() == D && (out.dtype == qkv.dtype || out.dtype == DType::f32),
+                "flash2: out {} {} (qkv {})", dtype_name(out.dtype), out.shape_str(), dtype_name(qkv.dtype));
+  TRAINER_CHECK(lse.dtype == DType::f32 && lse.numel() == B * H * T, "flash2: lse {} {} is not [{}, {}, {}]",
+                dtype_name(lse.dtype), lse.shape_str(), B, H, T);
+  const size_t es = dtype_size(qkv.dtype);
+  p.q = qkv.data;
+  p.k = static_cast<const char*>(qkv.data) + D * es;
+  p.v = static_cast<const char*>(qkv.data) + 2 * D * es;
+  p.o = out.data;
+  p.lse = lse.ptr<float>();
+  p.qkv_batch_stride = T * 3 * D, p.qkv_row_stride = 3 * D, p.qkv_head_stride = dh;
+  p.o_batch_stride = T * D, p.o_row_stride = D, p.o_head_stride = dh;
+  p.batch = s.B, p.seq_len = s.T, p.num_heads = s.H, p.d_head = s.d_head;
+  p.softmax_scale = s.scale;
+  p.causal = s.causal;
+  p.is_bf16 = qkv.dtype == DType::bf16;
+  p.o_f32 = out.dtype == DType::f32;
+}
+
+}  // namespace
+
+void attention_fwd(const AttnShape& s, Tensor out, Tensor lse, const Tensor& qkv, cudaStream_t st) {
+  FlashParams p;
+  fill_params(p, s, out, lse, qkv);
+  run_fwd(p, st);
+}
+
+void attention_bwd(const AttnShape& s, Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                   const Tensor& lse, void* workspace, size_t workspace_bytes, bool deterministic, cudaStream_t st) {
+  FlashBwdParams p;
+  fill_params(p, s, out, lse, qkv);
+  const int64_t B = s.B, T = s.T, H = s.H, dh = s.d_head, D = H * dh;
+  TRAINER_CHECK(dqkv.rows() == B * T && dqkv.cols() == 3 * D && (dqkv.dtype == qkv.dtype || dqkv.dtype == DType::f32),
+                "flash2: dqkv {} {} (qkv {})", dtype_name(dqkv.dtype), dqkv.shape_str(), dtype_name(qkv.dtype));
+  TRAINER_CHECK(dout.rows() == B * T && dout.cols() == D && dout.dtype == qkv.dtype, "flash2: dout {} {} (qkv {})",
+                dtype_name(dout.dtype), dout.shape_str(), dtype_name(qkv.dtype));
+  const size_t need = bwd_workspace_bytes(s, qkv.dtype, deterministic);
+  TRAINER_CHECK(workspace && workspace_bytes >= need && aligned(workspace, kAlign),
+                "flash2: workspace {} bytes at {} (need {}, 256-byte aligned)", workspace_bytes, workspace, need);
+  const size_t es = dtype_size(dqkv.dtype);
+  p.dout = dout.data;
+  p.dq = dqkv.data;
+  p.dk = static_cast<char*>(dqkv.data) + D * es;
+  p.dv = static_cast<char*>(dqkv.data) + 2 * D * es;
+  p.dqkv_batch_stride = T * 3 * D, p.dqkv_row_stride = 3 * D, p.dqkv_head_stride = dh;
+  p.dqkv_f32 = dqkv.dtype == DType::f32;
+  p.dsum = static_cast<float*>(workspace);
+  p.dq_accum = reinterpret_cast<float*>(static_cast<char*>(workspace) + align_up(size_t(B * H * T) * sizeof(float)));
+  p.deterministic = deterministic || qkv.dtype == DType::f32;
+  run_bwd(p, st);
+}
+
+}  // namespace trainer::flash

@@ -1,0 +1,6 @@
+// FlashAttention-2 forward, bf16, d_head 32, causal = true (see launch.cuh).
+#include "flash_attn/launch.cuh"
+
+namespace trainer::flash {
+template void fwd_launch<32, true>(const FlashParams&, cudaStream_t);
+}  // namespace trainer::flash

@@ -1,0 +1,219 @@
+// FlashAttention-2 forward, bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation).
+// Dao 2023, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning", arXiv:2307.08691,
+// Algorithm 1, with the warp partitioning of section 3.3 (each warp owns kMT x 16 query rows and sees the whole K/V
+// tile, so no shared-memory exchange is needed between warps; each K/V fragment read from shared memory serves the
+// warp's kMT row tiles) and the layout tricks of flash-attention's
+// `flash_fwd_kernel.h` (P kept in registers as the A operand of P V; softmax in the exp2 domain).
+//
+// One CTA per (query tile of kBM rows, head, batch). K/V tiles of kBN keys stream through two shared-memory buffers
+// (cp.async: the next tile loads while this one is used). Per tile: S = Q Kᵀ; for each row the running max m and
+// sum l are updated online (m in log2 units of the scaled scores); O is rescaled by 2^(m_old - m_new) and
+// O += P V. At the end O /= l and L = (m + log2 l) ln 2, the natural-log logsumexp of scale·S.
+// Causal: key tiles wholly above the diagonal are never visited (the loop ends at the diagonal); the index
+// comparison runs only on tiles that cross it (and on the ragged last key tile).
+#pragma once
+#include "flash_attn/mma.cuh"
+#include "flash_attn/params.h"
+
+namespace trainer::flash {
+
+template <int kD_, int kBM_, int kBN_, bool kQRegs_, int kMinBlocks_ = 1, int kMT_ = 1>
+struct FwdTraits {
+  static constexpr int kD = kD_, kBM = kBM_, kBN = kBN_;
+  static constexpr int kMinBlocks = kMinBlocks_;  // __launch_bounds__ CTAs per SM (caps the registers)
+  static constexpr bool kQRegs = kQRegs_;         // keep Q's A fragments in registers across the K/V loop
+  static constexpr int kMT = kMT_;                // m16 row tiles per warp: K/V fragments are reused kMT times
+  static constexpr int kWarps = kBM / (16 * kMT), kThreads = kWarps * 32;
+  static constexpr int kStride = kD + 8;  // padded shared row, elements
+  static constexpr int kSmemBytes = (kBM + 4 * kBN) * kStride * 2;
+  static_assert(kD % 16 == 0 && kBM % (16 * kMT) == 0 && kBN % 16 == 0, "tiles are multiples of 16");
+};
+
+template <class Tr, bool kCausal>
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_kernel(const FlashParams p) {
+  using bf16 = __nv_bfloat16;
+  constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kStride = Tr::kStride, kThreads = Tr::kThreads;
+  constexpr int kMT = Tr::kMT;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
+  bf16* sK = sQ + kBM * kStride;       // [2][kBN][kStride]
+  bf16* sV = sK + 2 * kBN * kStride;   // [2][kBN][kStride]
+
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // the longest (causal) rows first
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int T = p.seq_len, m0 = m_block * kBM;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int64_t ld = p.qkv_row_stride;
+  const int64_t off = int64_t(b) * p.qkv_batch_stride + int64_t(h) * p.qkv_head_stride;
+  const bf16* gq = static_cast<const bf16*>(p.q) + off;
+  const bf16* gk = static_cast<const bf16*>(p.k) + off;
+  const bf16* gv = static_cast<const bf16*>(p.v) + off;
+
+  int n_blocks = (T + kBN - 1) / kBN;
+  if (kCausal) n_blocks = min(n_blocks, (m0 + kBM + kBN - 1) / kBN);
+
+  load_tile_async<kBM, kD, kThreads>(sQ, gq, ld, m0, T, tid);
+  load_tile_async<kBN, kD, kThreads>(sK, gk, ld, (n_blocks - 1) * kBN, T, tid);
+  load_tile_async<kBN, kD, kThreads>(sV, gv, ld, (n_blocks - 1) * kBN, T, tid);
+  cp_async_commit();
+
+  float o[kMT][kD / 8][4];
+  float m_run[kMT][2], l_run[kMT][2];
+#pragma unroll
+  for (int mi = 0; mi < kMT; ++mi) {
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) o[mi][j][0] = o[mi][j][1] = o[mi][j][2] = o[mi][j][3] = 0.f;
+    m_run[mi][0] = m_run[mi][1] = -INFINITY;
+    l_run[mi][0] = l_run[mi][1] = 0.f;
+  }
+  uint32_t qf[kMT][Tr::kQRegs ? kD / 16 : 1][4];
+  const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scale·log2(e): scores in log2 units
+  // Warp tile mi covers rows (warp * kMT + mi) * 16 .. +15 of the query tile; this thread's are g and g + 8 of it.
+  auto tile_row = [&](int mi) { return (warp * kMT + mi) * 16; };
+
+  for (int it = 0; it < n_blocks; ++it) {
+    const int nb = n_blocks - 1 - it, buf = it & 1;
+    if (it + 1 < n_blocks) {  // prefetch the next (lower) key tile into the other buffer
+      load_tile_async<kBN, kD, kThreads>(sK + (buf ^ 1) * kBN * kStride, gk, ld, (nb - 1) * kBN, T, tid);
+      load_tile_async<kBN, kD, kThreads>(sV + (buf ^ 1) * kBN * kStride, gv, ld, (nb - 1) * kBN, T, tid);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const bf16* sKb = sK + buf * kBN * kStride;
+    const bf16* sVb = sV + buf * kBN * kStride;
+    if constexpr (Tr::kQRegs) {
+      if (it == 0) {
+#pragma unroll
+        for (int mi = 0; mi < kMT; ++mi)
+#pragma unroll
+          for (int kk = 0; kk < kD / 16; ++kk)
+            ldmatrix_x4(qf[mi][kk], a_frag_addr<kStride>(sQ, tile_row(mi), kk * 16, lane));
+      }
+    }
+
+    // S = Q Kᵀ: [kMT x 16 rows of this warp] x [kBN keys]; each K fragment serves the kMT row tiles.
+    float s[kMT][kBN / 8][4];
+#pragma unroll
+    for (int mi = 0; mi < kMT; ++mi)
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) s[mi][j][0] = s[mi][j][1] = s[mi][j][2] = s[mi][j][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      uint32_t a[kMT][4];
+#pragma unroll
+      for (int mi = 0; mi < kMT; ++mi) {
+        if constexpr (Tr::kQRegs) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) a[mi][i] = qf[mi][kk][i];
+        } else {
+          ldmatrix_x4(a[mi], a_frag_addr<kStride>(sQ, tile_row(mi), kk * 16, lane));
+        }
+      }
+#pragma unroll
+      for (int nn = 0; nn < kBN / 16; ++nn) {
+        uint32_t bb[4];
+        ldmatrix_x4(bb, b_nk_addr<kStride>(sKb, nn * 16, kk * 16, lane));
+#pragma unroll
+        for (int mi = 0; mi < kMT; ++mi) {
+          mma_bf16(s[mi][2 * nn], a[mi], bb[0], bb[1]);
+          mma_bf16(s[mi][2 * nn + 1], a[mi], bb[2], bb[3]);
+        }
+      }
+    }
+
+    // Mask: keys past the end, and (causal) keys after the query; only on tiles that need it.
+    const int n0 = nb * kBN;
+    if (n0 + kBN > T || (kCausal && n0 + kBN - 1 > m0)) {
+#pragma unroll
+      for (int mi = 0; mi < kMT; ++mi)
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = n0 + j * 8 + 2 * t + (e & 1), row = m0 + tile_row(mi) + g + (e >> 1) * 8;
+            if (key >= T || (kCausal && key > row)) s[mi][j][e] = -INFINITY;
+          }
+    }
+
+    // Online softmax, two rows per thread and row tile; a row is spread over the 4 threads of a quad.
+#pragma unroll
+    for (int mi = 0; mi < kMT; ++mi)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) mx = fmaxf(mx, fmaxf(s[mi][j][2 * r], s[mi][j][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m_run[mi][r], mx * sl2);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row with nothing visible yet stays at 0
+        const float alpha = exp2_fast(m_run[mi][r] - m_use);
+        m_run[mi][r] = m_new;
+        float rs = 0.f;
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) {
+          s[mi][j][2 * r] = exp2_fast(fmaf(s[mi][j][2 * r], sl2, -m_use));
+          s[mi][j][2 * r + 1] = exp2_fast(fmaf(s[mi][j][2 * r + 1], sl2, -m_use));
+          rs += s[mi][j][2 * r] + s[mi][j][2 * r + 1];
+        }
+        l_run[mi][r] = l_run[mi][r] * alpha + rs;  // per-thread partial sum; the quad is summed at the end
+#pragma unroll
+        for (int j = 0; j < kD / 8; ++j) {
+          o[mi][j][2 * r] *= alpha;
+          o[mi][j][2 * r + 1] *= alpha;
+        }
+      }
+
+    // O += P V: P (bf16) from registers as the A operand, V [keys][d] through ldmatrix.trans (shared by the tiles).
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      uint32_t a[kMT][4];
+#pragma unroll
+      for (int mi = 0; mi < kMT; ++mi) c_to_a(a[mi], s[mi][2 * kk], s[mi][2 * kk + 1]);
+#pragma unroll
+      for (int dd = 0; dd < kD / 16; ++dd) {
+        uint32_t bb[4];
+        ldmatrix_x4_trans(bb, b_kn_addr<kStride>(sVb, kk * 16, dd * 16, lane));
+#pragma unroll
+        for (int mi = 0; mi < kMT; ++mi) {
+          mma_bf16(o[mi][2 * dd], a[mi], bb[0], bb[1]);
+          mma_bf16(o[mi][2 * dd + 1], a[mi], bb[2], bb[3]);
+        }
+      }
+    }
+    __syncthreads();  // this buffer is refilled by the next iteration's prefetch
+  }
+  cp_async_wait<0>();
+
+  // Epilogue: O / l and L = m ln2 + ln l.
+  const int64_t o_off = int64_t(b) * p.o_batch_stride + int64_t(h) * p.o_head_stride;
+#pragma unroll
+  for (int mi = 0; mi < kMT; ++mi)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = l_run[mi][r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int row = m0 + tile_row(mi) + g + r * 8;
+      if (row >= T) continue;
+      const float inv = 1.f / l;
+      const int64_t ro = o_off + int64_t(row) * p.o_row_stride;
+      if (p.o_f32) {
+        float* go = static_cast<float*>(p.o) + ro;
+#pragma unroll
+        for (int j = 0; j < kD / 8; ++j)
+          *reinterpret_cast<float2*>(go + j * 8 + 2 * t) =
+              make_float2(o[mi][j][2 * r] * inv, o[mi][j][2 * r + 1] * inv);
+      } else {
+        bf16* go = static_cast<bf16*>(p.o) + ro;
+#pragma unroll
+        for (int j = 0; j < kD / 8; ++j)
+          *reinterpret_cast<__nv_bfloat162*>(go + j * 8 + 2 * t) =
+              __floats2bfloat162_rn(o[mi][j][2 * r] * inv, o[mi][j][2 * r + 1] * inv);
+      }
+      if (t == 0) p.lse[(int64_t(b) * p.num_heads + h) * T + row] = m_run[mi][r] * 0.6931471805599453f + logf(l);
+    }
+}
+
+}  // namespace trainer::flash

@@ -1,0 +1,45 @@
+// FlashAttention-2 parameters: one struct that records where every operand lives and how it is laid out, passed by
+// value to the kernels (flash-attention `csrc/flash_attn/src/flash.h`, Flash_fwd_params / Flash_bwd_params), and
+// bool_switch, which turns a runtime flag into a template parameter (flash-attention `src/static_switch.h`).
+//
+// Layout: every [B, T, H, d_head] operand is a strided view, element (b, t, h, i) at
+//   ptr + b * batch_stride + t * row_stride + h * head_stride + i        (strides in elements, i contiguous)
+// so q, k and v are read straight out of qkv [B*T, 3D] (row_stride 3D, head_stride d_head, k = q + D, v = q + 2D)
+// and out/dout are [B*T, D] (row_stride D). lse and the backward's workspaces are dense [B, H, T] (and [B, H, T, d]).
+// Plain C++ (no CUDA types) so host code compiled by g++ can fill it.
+#pragma once
+#include <cstdint>
+#include <type_traits>
+
+namespace trainer::flash {
+
+struct FlashParams {
+  const void *q = nullptr, *k = nullptr, *v = nullptr;  // bf16 or f32 (is_bf16), [B, T, H, d] views (qkv strides)
+  void* o = nullptr;                                    // out, [B, T, H, d] view (o strides); f32 when o_f32
+  float* lse = nullptr;                                 // [B, H, T] natural-log logsumexp of the scaled, masked scores
+  int64_t qkv_batch_stride = 0, qkv_row_stride = 0, qkv_head_stride = 0;
+  int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
+  int batch = 0, seq_len = 0, num_heads = 0, d_head = 0;
+  float softmax_scale = 1.f;  // usually 1/sqrt(d_head)
+  bool causal = false;        // query t sees keys j <= t
+  bool is_bf16 = true;        // q, k, v (and dout) are bf16; else f32
+  bool o_f32 = false;         // out is f32 (always so when !is_bf16)
+};
+
+struct FlashBwdParams : FlashParams {
+  const void* dout = nullptr;                  // dO, same dtype as q, [B, T, H, d] view with the o strides
+  void *dq = nullptr, *dk = nullptr, *dv = nullptr;  // gradients, [B, T, H, d] views with the dqkv strides (written)
+  int64_t dqkv_batch_stride = 0, dqkv_row_stride = 0, dqkv_head_stride = 0;
+  bool dqkv_f32 = false;                       // gradients stored as f32 (always so when !is_bf16)
+  float* dsum = nullptr;                       // workspace [B, H, T]: D = rowsum(dO o O)
+  float* dq_accum = nullptr;                   // workspace [B, H, T, d] f32 (bf16, non-deterministic mode only)
+  bool deterministic = false;                  // dQ by a separate pass (no atomics) instead of fp32 atomics
+};
+
+/// Calls f(std::true_type) or f(std::false_type): `bool_switch(p.causal, [&](auto c) { constexpr bool kC = c; })`.
+template <class F>
+void bool_switch(bool b, F&& f) {
+  b ? f(std::true_type{}) : f(std::false_type{});
+}
+
+}  // namespace trainer::flash

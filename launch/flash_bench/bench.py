@@ -1,0 +1,319 @@
+#!/usr/bin/env python3
+"""GPU check and benchmark of kernels/flash_attn through the ctypes library built by launch/flash_bench/build.sh.
+
+  python3 launch/flash_bench/bench.py [--lib .carry/flash/libflashbench.so] [--out DIR] [--quick] [--no-check]
+
+1. Correctness: every (dtype, d_head, causal, T, batch x heads) of the issue against attention computed in float64 by
+   PyTorch on the same (rounded) inputs, with autograd for dQ, dK, dV. Fresh random inputs per case, outputs
+   NaN-poisoned before each call. Error = ||got - ref|| / ||ref|| per tensor (O, L, dQ, dK, dV). Limits: O, L < 1e-2
+   (bf16) / 1e-4 (f32); dQ, dK, dV < 2e-2 / 1e-3. Also: the deterministic backward is bitwise reproducible, the
+   bf16-input / f32-output combinations, and every tile-config variant of capi.cu.
+2. Timing, side by side with torch.nn.functional.scaled_dot_product_attention in the same process: median of CUDA
+   event timings after warm-up. TFLOP/s count 2*T^2*d per head for a causal forward (4*T^2*d non-causal) and 3.5x
+   that for forward+backward (ANCHORS.md convention).
+Writes flash_bench.json under --out (default $OUT or .) and prints a table.
+"""
+import argparse
+import ctypes
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+p = argparse.ArgumentParser()
+p.add_argument("--lib", default=".carry/flash/libflashbench.so")
+p.add_argument("--out", default=os.environ.get("OUT", "."))
+p.add_argument("--quick", action="store_true")
+p.add_argument("--no-check", action="store_true")
+p.add_argument("--no-time", action="store_true")
+p.add_argument("--short", action="store_true", help="time only the two 16-head configurations")
+args = p.parse_args()
+
+lib = ctypes.CDLL(os.path.abspath(args.lib))
+ci, vp, cf = ctypes.c_int, ctypes.c_void_p, ctypes.c_float
+lib.fa_fwd.argtypes = [ci, vp, vp, vp, ci, ci, ci, ci, ci, ci, ci, cf, vp]
+lib.fa_fwd.restype = ci
+lib.fa_bwd_ws.argtypes = [ci, ci, ci, ci, ci, ci]
+lib.fa_bwd_ws.restype = ctypes.c_size_t
+lib.fa_bwd.argtypes = [ci, vp, ci, vp, vp, vp, ci, vp, vp, ci, ci, ci, ci, ci, ci, cf, vp]
+lib.fa_bwd.restype = ci
+
+dev = torch.device("cuda")
+results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "checks": [], "timing": []}
+
+
+def stream():
+    return ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+
+
+def flash_fwd(qkv, B, T, H, d, causal, variant=0, o_f32=False):
+    bf16 = qkv.dtype == torch.bfloat16
+    out = torch.full((B * T, H * d), float("nan"), device=dev,
+                     dtype=torch.float32 if (o_f32 or not bf16) else torch.bfloat16)
+    lse = torch.full((B, H, T), float("nan"), device=dev, dtype=torch.float32)
+    rc = lib.fa_fwd(variant, qkv.data_ptr(), out.data_ptr(), lse.data_ptr(), B, T, H, d, int(causal), int(bf16),
+                    int(out.dtype == torch.float32), 1.0 / math.sqrt(d), stream())
+    return rc, out, lse
+
+
+class Fwd:
+    """Forward with preallocated outputs (so timing measures the kernels only)."""
+
+    def __init__(self, qkv, B, T, H, d, causal, variant=0):
+        self.a = (qkv, B, T, H, d, causal, variant)
+        self.out = torch.empty(B * T, H * d, device=dev, dtype=qkv.dtype)
+        self.lse = torch.empty(B, H, T, device=dev, dtype=torch.float32)
+
+    def __call__(self):
+        qkv, B, T, H, d, causal, variant = self.a
+        bf16 = qkv.dtype == torch.bfloat16
+        return lib.fa_fwd(variant, qkv.data_ptr(), self.out.data_ptr(), self.lse.data_ptr(), B, T, H, d, int(causal),
+                          int(bf16), int(not bf16), 1.0 / math.sqrt(d), stream())
+
+
+class Bwd:
+    """Backward with preallocated outputs and workspace (so timing measures the kernels only)."""
+
+    def __init__(self, qkv, out, lse, dout, B, T, H, d, causal, variant=0, dqkv_f32=False):
+        self.bf16 = qkv.dtype == torch.bfloat16
+        self.a = (qkv, out, lse, dout, B, T, H, d, causal, variant)
+        f32 = dqkv_f32 or not self.bf16
+        self.dqkv = torch.full((B * T, 3 * H * d), float("nan"), device=dev,
+                               dtype=torch.float32 if f32 else torch.bfloat16)
+        ws = lib.fa_bwd_ws(B, T, H, d, int(self.bf16), int(variant == 1))
+        self.ws = torch.empty(max(ws, 256) // 4 + 64, device=dev, dtype=torch.float32)
+
+    def __call__(self):
+        qkv, out, lse, dout, B, T, H, d, causal, variant = self.a
+        return lib.fa_bwd(variant, self.dqkv.data_ptr(), int(self.dqkv.dtype == torch.float32), dout.data_ptr(),
+                          qkv.data_ptr(), out.data_ptr(), int(out.dtype == torch.float32), lse.data_ptr(),
+                          self.ws.data_ptr(), B, T, H, d, int(causal), int(self.bf16), 1.0 / math.sqrt(d), stream())
+
+
+def reference(qkv, dout, B, T, H, d, causal):
+    """O [B*T, D], L [B, H, T], dqkv [B*T, 3D] in float64."""
+    x = qkv.double().detach().requires_grad_()
+    v5 = x.view(B, T, 3, H, d)
+    q, k, v = (v5[:, :, i].permute(0, 2, 1, 3) for i in range(3))
+    S = (q @ k.transpose(-1, -2)) / math.sqrt(d)
+    if causal:
+        S = S.masked_fill(torch.ones(T, T, dtype=torch.bool, device=dev).triu(1), float("-inf"))
+    L = torch.logsumexp(S, -1)
+    P = torch.exp(S - L[..., None])
+    O = (P @ v).permute(0, 2, 1, 3).reshape(B * T, H * d)
+    O.backward(dout.double())
+    return O.detach(), L.detach(), x.grad.detach()
+
+
+def rel(got, ref):
+    got = got.double()
+    if torch.isnan(got).any():
+        return float("nan")
+    n = ref.norm().item()
+    return (got - ref).norm().item() / (n if n > 0 else 1.0)
+
+
+LIM = {torch.bfloat16: (1e-2, 2e-2), torch.float32: (1e-4, 1e-3)}
+failures = []
+
+
+def check_case(dt, d, causal, T, B, H, fwd_variant=0, bwd_variants=(0,), o_f32=False, dqkv_f32=False, det_check=False):
+    qkv = torch.randn(B * T, 3 * H * d, device=dev).to(dt)
+    dout = torch.randn(B * T, H * d, device=dev).to(dt)
+    O_r, L_r, G_r = reference(qkv, dout, B, T, H, d, causal)
+    D = H * d
+    rc, out, lse = flash_fwd(qkv, B, T, H, d, causal, fwd_variant, o_f32)
+    tag = f"{str(dt)[6:]} d{d} {'causal' if causal else 'full'} T{T} B{B}H{H} fv{fwd_variant}" + \
+          (" oF32" if o_f32 else "") + (" gF32" if dqkv_f32 else "")
+    if rc != 0:
+        failures.append(f"{tag}: fwd rc {rc}")
+        return
+    lo, lg = LIM[dt]
+    eo, el = rel(out, O_r), rel(lse, L_r)
+    rec = {"case": tag, "O": eo, "L": el}
+    ok = eo < lo and el < lo
+    for bv in bwd_variants:
+        bw = Bwd(qkv, out, lse, dout, B, T, H, d, causal, bv, dqkv_f32)
+        rc = bw()
+        torch.cuda.synchronize()
+        if rc != 0:
+            failures.append(f"{tag}: bwd v{bv} rc {rc}")
+            ok = False
+            continue
+        g = bw.dqkv
+        e = [rel(g[:, i * D:(i + 1) * D], G_r[:, i * D:(i + 1) * D]) for i in range(3)]
+        rec[f"bv{bv}"] = e
+        ok = ok and all(x < lg for x in e)
+        if det_check and bv == 1:
+            first = g.clone()
+            bw.dqkv.fill_(float("nan"))
+            bw()
+            torch.cuda.synchronize()
+            same = torch.equal(first.view(torch.int16 if first.dtype == torch.bfloat16 else torch.int32),
+                               bw.dqkv.view(torch.int16 if first.dtype == torch.bfloat16 else torch.int32))
+            rec["deterministic_bitwise"] = same
+            ok = ok and same
+    rec["ok"] = ok
+    results["checks"].append(rec)
+    if not ok:
+        failures.append(f"{tag}: {rec}")
+    return rec
+
+
+def run_checks():
+    t0 = time.time()
+    ds = [16, 32, 64, 80, 128]
+    Ts = [(1, 1, 1), (17, 1, 1), (100, 1, 1), (128, 1, 1), (1000, 1, 1), (4097, 1, 1),
+          (1, 2, 20), (17, 2, 20), (100, 2, 20), (128, 4, 10), (1000, 2, 20)]
+    if args.quick:
+        ds, Ts = [64, 128], [(17, 1, 1), (100, 2, 20), (1000, 1, 1)]
+    worst = {}
+    for dt in (torch.bfloat16, torch.float32):
+        for d in ds:
+            for causal in (False, True):
+                for (T, B, H) in Ts:
+                    bvs = (0, 1) if dt == torch.bfloat16 else (0,)
+                    rec = check_case(dt, d, causal, T, B, H, bwd_variants=bvs, det_check=(T == 1000 and B == 1))
+                    if rec:
+                        key = str(dt)[6:]
+                        w = worst.setdefault(key, {"O": 0, "L": 0, "dQ": 0, "dK": 0, "dV": 0})
+                        for nm in ("O", "L"):
+                            w[nm] = max(w[nm], rec[nm] if rec[nm] == rec[nm] else 9e9)
+                        for bv in bvs:
+                            for nm, x in zip(("dQ", "dK", "dV"), rec.get(f"bv{bv}", [9e9] * 3)):
+                                w[nm] = max(w[nm], x if x == x else 9e9)
+    # bf16 inputs with f32 outputs / gradients
+    for causal in (False, True):
+        check_case(torch.bfloat16, 64, causal, 100, 2, 20, o_f32=True, dqkv_f32=True, bwd_variants=(0, 1))
+        check_case(torch.bfloat16, 80, causal, 333, 1, 3, o_f32=False, dqkv_f32=True, bwd_variants=(0,))
+    # tile-config variants of capi.cu
+    for fv, d in ((1, 64), (2, 64), (3, 64), (4, 128), (5, 128), (6, 128), (7, 64), (8, 64), (9, 128), (10, 128),
+                  (11, 64)):
+        for causal in (False, True):
+            for T in ((1, 17, 100, 1000) if fv >= 7 else (1000,)):
+                check_case(torch.bfloat16, d, causal, T, 2, 3, fwd_variant=fv, bwd_variants=())
+    for bv, d in ((2, 64), (3, 64), (4, 128), (5, 128), (6, 64), (7, 64), (8, 64), (9, 64)):
+        for causal in (False, True):
+            for T in ((1, 17, 100, 1000) if bv >= 7 else (1000,)):
+                check_case(torch.bfloat16, d, causal, T, 2, 3, bwd_variants=(bv,))
+    results["worst"] = worst
+    print(f"checks: {len(results['checks'])} cases, {len(failures)} failures, {time.time() - t0:.1f} s")
+    print("worst relative errors:", json.dumps(worst))
+    for f_ in failures[:40]:
+        print("FAIL", f_)
+
+
+def median_ms(fn, reps=20, warmup=3):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def sdpa_times(dt, B, T, H, d, causal):
+    q, k, v = (torch.randn(B, H, T, d, device=dev, dtype=dt, requires_grad=True) for _ in range(3))
+    do = torch.randn(B, H, T, d, device=dev, dtype=dt)
+    with torch.no_grad():
+        f = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+
+    def fb():
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        torch.autograd.grad(o, (q, k, v), do)
+
+    fbt = median_ms(fb)
+    return f, fbt
+
+
+def time_case(dt, B, T, H, d, causal, fwd_variants=(0,), bwd_variants=(0,), sdpa=True, label=""):
+    flops_f = (2 if causal else 4) * T * T * d * H * B
+    qkv = torch.randn(B * T, 3 * H * d, device=dev).to(dt)
+    dout = torch.randn(B * T, H * d, device=dev).to(dt)
+    row = {"label": label, "dtype": str(dt)[6:], "B": B, "T": T, "H": H, "d": d, "causal": causal}
+    try:
+        for fv in fwd_variants:
+            fw = Fwd(qkv, B, T, H, d, causal, fv)
+            if fw() != 0:
+                row[f"fwd_v{fv}"] = "rc"
+                continue
+            ms = median_ms(fw)
+            row[f"fwd_v{fv}_ms"] = ms
+            row[f"fwd_v{fv}_tflops"] = flops_f / ms / 1e9
+        fw = Fwd(qkv, B, T, H, d, causal, 0)
+        fw()
+        out, lse = fw.out, fw.lse
+        for bv in bwd_variants:
+            bw = Bwd(qkv, out, lse, dout, B, T, H, d, causal, bv)
+            if bw() != 0:
+                row[f"bwd_v{bv}"] = "rc"
+                continue
+            ms = median_ms(bw)
+            row[f"bwd_v{bv}_ms"] = ms
+            row[f"bwd_v{bv}_tflops"] = 2.5 * flops_f / ms / 1e9
+        bw = Bwd(qkv, out, lse, dout, B, T, H, d, causal, 0)
+
+        def fb():
+            fw()
+            bw()
+
+        ms = median_ms(fb)
+        row["fwdbwd_ms"] = ms
+        row["fwdbwd_tflops"] = 3.5 * flops_f / ms / 1e9
+        del bw, fw, out, lse
+    except torch.cuda.OutOfMemoryError:
+        row["flash"] = "OOM"
+    del qkv, dout
+    torch.cuda.empty_cache()
+    if sdpa:
+        try:
+            f, fb_ = sdpa_times(dt, B, T, H, d, causal)
+            row.update({"sdpa_fwd_ms": f, "sdpa_fwdbwd_ms": fb_, "sdpa_fwd_tflops": flops_f / f / 1e9,
+                        "sdpa_fwdbwd_tflops": 3.5 * flops_f / fb_ / 1e9})
+        except Exception as e:  # noqa: BLE001
+            row["sdpa"] = f"{type(e).__name__}"
+        torch.cuda.empty_cache()
+    results["timing"].append(row)
+    keys = [k for k in row if k.endswith("_ms")]
+    print(f"{label:10s} {row['dtype']} B{B} T{T} H{H} d{d} {'c' if causal else 'f'}: " +
+          " ".join(f"{k[:-3]}={row[k]:.3f}" for k in keys) +
+          (f" | fwd {row.get('fwd_v0_tflops', 0):.0f} TF/s, f+b {row.get('fwdbwd_tflops', 0):.0f} TF/s, "
+           f"sdpa f+b {row.get('sdpa_fwdbwd_tflops', 0):.0f}" if "fwd_v0_ms" in row else ""), flush=True)
+
+
+def run_timing():
+    bf, f32 = torch.bfloat16, torch.float32
+    time_case(bf, 1, 16384, 16, 64, True, fwd_variants=(0, 2, 7, 8, 11), bwd_variants=(0, 1, 7, 8, 9), label="16x64")
+    time_case(bf, 1, 16384, 16, 128, True, fwd_variants=(0, 4, 9, 10), bwd_variants=(0, 5), label="16x128")
+    if args.quick:
+        return
+    if args.short:
+        return
+    time_case(bf, 1, 16384, 1, 64, True, label="1x64")
+    time_case(bf, 1, 65536, 1, 64, True, label="1x64")
+    time_case(bf, 1, 65536, 1, 128, True, label="1x128")
+    time_case(bf, 4, 2048, 32, 80, True, label="xl-2048")
+    time_case(bf, 4, 512, 32, 80, True, label="xl-512")
+    time_case(bf, 8, 4096, 1, 64, False, label="grid-a")
+    time_case(f32, 1, 16384, 1, 64, True, label="1x64f32")
+
+
+if not args.no_check:
+    run_checks()
+if not args.no_time:
+    run_timing()
+os.makedirs(args.out, exist_ok=True)
+with open(os.path.join(args.out, "flash_bench.json"), "w") as fh:
+    json.dump(results, fh, indent=1)
+print("FAILURES:", len(failures))

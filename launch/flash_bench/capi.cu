@@ -1,0 +1,143 @@
+// C entry points over kernels/flash_attn for the GPU check-and-benchmark script (launch/flash_bench/bench.py, which
+// loads this as a shared library through ctypes and compares against PyTorch on the same device), plus tile-config
+// variants that are compiled only here, for choosing the production configuration (launch.cuh Config) by measurement.
+// Built by launch/flash_bench/build.sh; needs no MPI, OpenBLAS or JSON library.
+#include "common.cuh"  // first (fmt set-up for nvcc)
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "flash_attn/flash.h"
+#include "flash_attn/launch.cuh"
+
+namespace trainer {
+// CUDA_CHECK's fatal path (src/core/errors.cpp needs MPI; this library does not).
+[[noreturn]] void fatal(const char* lib, const char* stmt, const char* file, int line, const std::string& msg) {
+  std::fprintf(stderr, "fatal: %s error in %s at %s:%d: %s\n", lib, stmt, file, line, msg.c_str());
+  std::abort();
+}
+}  // namespace trainer
+
+using namespace trainer;
+using namespace trainer::flash;
+
+namespace {
+
+void fill(FlashParams& p, const void* qkv, void* out, float* lse, int B, int T, int H, int d, int causal, int bf16,
+          int o_f32, float scale) {
+  const int64_t D = int64_t(H) * d, es = bf16 ? 2 : 4;
+  p.q = qkv;
+  p.k = static_cast<const char*>(qkv) + D * es;
+  p.v = static_cast<const char*>(qkv) + 2 * D * es;
+  p.o = out;
+  p.lse = lse;
+  p.qkv_batch_stride = int64_t(T) * 3 * D, p.qkv_row_stride = 3 * D, p.qkv_head_stride = d;
+  p.o_batch_stride = int64_t(T) * D, p.o_row_stride = D, p.o_head_stride = d;
+  p.batch = B, p.seq_len = T, p.num_heads = H, p.d_head = d;
+  p.softmax_scale = scale, p.causal = causal != 0, p.is_bf16 = bf16 != 0, p.o_f32 = o_f32 != 0;
+}
+
+template <class Tr>
+bool fwd_variant(const FlashParams& p, cudaStream_t s) {
+  if (p.d_head != Tr::kD || !p.is_bf16) return false;
+  if (p.causal)
+    launch_fwd<Tr, true>(p, s);
+  else
+    launch_fwd<Tr, false>(p, s);
+  return true;
+}
+template <class Dkdv, class Dq>
+bool bwd_variant(const FlashBwdParams& p, cudaStream_t s) {
+  if (p.d_head != Dkdv::kD || !p.is_bf16) return false;
+  if (p.causal)
+    launch_bwd<Dkdv, Dq, true>(p, s);
+  else
+    launch_bwd<Dkdv, Dq, false>(p, s);
+  return true;
+}
+
+}  // namespace
+
+extern "C" {
+
+/// Forward. variant 0: the production path (run_fwd); others: explicit tile configurations (see the switch).
+/// Returns 0, -1 on an exception (printed), -2 when the variant does not fit (d_head, dtype).
+int fa_fwd(int variant, const void* qkv, void* out, float* lse, int B, int T, int H, int d, int causal, int bf16,
+           int o_f32, float scale, void* stream) {
+  try {
+    FlashParams p;
+    fill(p, qkv, out, lse, B, T, H, d, causal, bf16, o_f32, scale);
+    auto s = static_cast<cudaStream_t>(stream);
+    bool ok = true;
+    switch (variant) {
+      case 0: run_fwd(p, s); break;
+      case 1: ok = fwd_variant<FwdTraits<64, 128, 64, true, 2>>(p, s); break;
+      case 2: ok = fwd_variant<FwdTraits<64, 64, 64, true>>(p, s); break;
+      case 3: ok = fwd_variant<FwdTraits<64, 128, 128, true>>(p, s); break;
+      case 4: ok = fwd_variant<FwdTraits<128, 64, 64, false>>(p, s); break;
+      case 5: ok = fwd_variant<FwdTraits<128, 128, 32, false>>(p, s); break;
+      case 6: ok = fwd_variant<FwdTraits<128, 64, 64, true>>(p, s); break;
+      // two m16 row tiles per warp (K/V fragments reused twice)
+      case 7: ok = fwd_variant<FwdTraits<64, 128, 64, true, 1, 2>>(p, s); break;
+      case 8: ok = fwd_variant<FwdTraits<64, 128, 64, false, 1, 2>>(p, s); break;
+      case 9: ok = fwd_variant<FwdTraits<128, 128, 64, false, 1, 2>>(p, s); break;
+      case 10: ok = fwd_variant<FwdTraits<128, 128, 32, false, 1, 2>>(p, s); break;
+      case 11: ok = fwd_variant<FwdTraits<64, 64, 64, true, 1, 2>>(p, s); break;
+      default: ok = false;
+    }
+    return ok ? 0 : -2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fa_fwd: %s\n", e.what());
+    return -1;
+  }
+}
+
+/// Workspace bytes of the backward.
+size_t fa_bwd_ws(int B, int T, int H, int d, int bf16, int deterministic) {
+  AttnShape s;
+  s.B = B, s.T = T, s.H = H, s.d_head = d;
+  return bwd_workspace_bytes(s, bf16 ? DType::bf16 : DType::f32, deterministic != 0);
+}
+
+/// Backward. variant 0: production (atomic dQ for bf16), 1: production deterministic; others explicit configs.
+int fa_bwd(int variant, void* dqkv, int dqkv_f32, const void* dout, const void* qkv, const void* out, int o_f32,
+           const float* lse, void* ws, int B, int T, int H, int d, int causal, int bf16, float scale, void* stream) {
+  try {
+    FlashBwdParams p;
+    fill(p, qkv, const_cast<void*>(out), const_cast<float*>(lse), B, T, H, d, causal, bf16, o_f32, scale);
+    const int64_t D = int64_t(H) * d, es = dqkv_f32 ? 4 : 2;
+    p.dout = dout;
+    p.dq = dqkv;
+    p.dk = static_cast<char*>(dqkv) + D * es;
+    p.dv = static_cast<char*>(dqkv) + 2 * D * es;
+    p.dqkv_batch_stride = int64_t(T) * 3 * D, p.dqkv_row_stride = 3 * D, p.dqkv_head_stride = d;
+    p.dqkv_f32 = dqkv_f32 != 0;
+    p.dsum = static_cast<float*>(ws);
+    p.dq_accum = reinterpret_cast<float*>(static_cast<char*>(ws) + (size_t(B) * H * T * 4 + 255) / 256 * 256);
+    p.deterministic = variant == 1 || !bf16;
+    auto s = static_cast<cudaStream_t>(stream);
+    bool ok = true;
+    using Dq64 = BwdDqTraits<64, 64, 64>;
+    using Dq128 = BwdDqTraits<128, 64, 32>;
+    switch (variant) {
+      case 0:
+      case 1: run_bwd(p, s); break;
+      case 2: ok = bwd_variant<BwdTraits<64, 64, 64, true>, Dq64>(p, s); break;
+      case 3: ok = bwd_variant<BwdTraits<64, 128, 32, true>, Dq64>(p, s); break;
+      case 4: ok = bwd_variant<BwdTraits<128, 64, 32, true>, Dq128>(p, s); break;
+      case 5: ok = bwd_variant<BwdTraits<128, 128, 64, true>, Dq128>(p, s); break;
+      case 6: ok = bwd_variant<BwdTraits<64, 64, 64, false>, BwdDqTraits<64, 128, 64>>(p, s); break;
+      // two m16 key tiles per warp (Q/dO fragments reused twice)
+      case 7: ok = bwd_variant<BwdTraits<64, 128, 32, true, 1, 2>, Dq64>(p, s); break;
+      case 8: ok = bwd_variant<BwdTraits<64, 128, 64, true, 1, 2>, Dq64>(p, s); break;
+      case 9: ok = bwd_variant<BwdTraits<64, 64, 32, true, 1, 2>, Dq64>(p, s); break;
+      default: ok = false;
+    }
+    return ok ? 0 : -2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fa_bwd: %s\n", e.what());
+    return -1;
+  }
+}
+
+}  // extern "C"

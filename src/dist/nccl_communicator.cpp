@@ -1,0 +1,282 @@
+// NcclCommunicator: collectives over NCCL on device buffers (built only when CMake finds NCCL: TRAINER_HAVE_NCCL).
+//
+// Bootstrap: rank 0 calls ncclGetUniqueId, MPI_Bcast sends the id to every rank, each rank calls
+// ncclCommInitRankConfig with blocking = 0 (non-blocking communicator: calls may return ncclInProgress, and
+// ncclCommGetAsyncError reports the state; NCCL user guide, "Fault Tolerance"). The CUDA device is the one the backend
+// selected (local rank). NCCL_NVLS_ENABLE is forced to 0: NVLink SHARP / multicast is not used (on the shared H200
+// hosts it can take GPUs out of service; see launch/mpirun.sh).
+//
+// Streams: every collective runs on the communicator's own stream. Before it, an event recorded on the compute stream
+// is waited for on the comm stream, so the collective sees every gradient written before the call; after it, an end
+// event is recorded. Work::wait() makes the compute stream wait for that end event: the host does not block.
+//
+// Hangs and errors: a watchdog thread polls, every 20 ms, the end events of collectives in flight and
+// ncclCommGetAsyncError. An asynchronous NCCL error, or a collective not complete parallel.comm_timeout_s after it
+// was issued, aborts the communicator (ncclCommAbort) and then every rank (fatal(): message + MPI_Abort). The same
+// deadline bounds the wait for ncclInProgress after each NCCL call.
+//
+// busy_ms(): the sum of the collectives' durations on the comm stream (start/end events; they run one after another
+// there, so the sum is the time the stream was busy), since reset_busy(). Reading it syncs on those events.
+#include "dist/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/errors.h"
+
+namespace trainer {
+
+namespace {
+
+#define NCCL_CALL_CHECK(e) TRAINER_CHECK_LIB(e, ncclSuccess, ncclGetErrorString, "NCCL")
+#define CUDA_CALL_CHECK(e) TRAINER_CHECK_LIB(e, cudaSuccess, cudaGetErrorString, "CUDA")
+
+using Clock = std::chrono::steady_clock;
+
+/// One collective: its timing events (start, end on the comm stream) and when the host issued it.
+struct NcclOp {
+  std::string what;  // "all_reduce of 4 MiB (f32) on 8 ranks"
+  Clock::time_point issued;
+  cudaEvent_t start = nullptr, end = nullptr;
+  NcclOp() {
+    CUDA_CALL_CHECK(cudaEventCreate(&start));
+    CUDA_CALL_CHECK(cudaEventCreate(&end));
+  }
+  ~NcclOp() {
+    cudaEventDestroy(start);  // allowed while pending: resources are released when the event completes
+    cudaEventDestroy(end);
+  }
+  NcclOp(const NcclOp&) = delete;
+  NcclOp& operator=(const NcclOp&) = delete;
+};
+
+class NcclCommunicator;
+
+class NcclWork final : public Work {
+ public:
+  NcclWork(cudaStream_t compute, std::shared_ptr<NcclOp> op) : compute_(compute), op_(std::move(op)) {}
+  /// Orders the compute stream after the collective; returns at once.
+  void wait() override { CUDA_CALL_CHECK(cudaStreamWaitEvent(compute_, op_->end, 0)); }
+
+ private:
+  cudaStream_t compute_;
+  std::shared_ptr<NcclOp> op_;
+};
+
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::avg ? ncclAvg : ncclSum; }
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(Backend& be, int rank, int size, double timeout_s)
+      : rank_(rank), size_(size), timeout_s_(timeout_s) {
+    setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/1);
+    compute_ = static_cast<cudaStream_t>(be.stream());
+    CUDA_CALL_CHECK(cudaGetDevice(&device_));
+    CUDA_CALL_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUDA_CALL_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+
+    ncclUniqueId id{};
+    if (rank_ == 0) NCCL_CALL_CHECK(ncclGetUniqueId(&id));
+    MPI_CHECK(MPI_Bcast(&id, int(sizeof id), MPI_BYTE, 0, MPI_COMM_WORLD));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const ncclResult_t st = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
+    if (st != ncclSuccess && st != ncclInProgress)
+      fatal("NCCL", "ncclCommInitRankConfig", __FILE__, __LINE__, ncclGetErrorString(st));
+    settle("ncclCommInitRankConfig", Clock::now());
+    watchdog_ = std::thread([this] { watch(); });
+  }
+
+  ~NcclCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+    // Flush and tear down without blocking forever: finalize, poll, abort if the peers never answer.
+    if (comm_) {
+      const ncclResult_t st = ncclCommFinalize(comm_);
+      bool clean = st == ncclSuccess || st == ncclInProgress;
+      const auto deadline = Clock::now() + std::chrono::seconds(30);
+      ncclResult_t state = ncclInProgress;
+      while (clean && state == ncclInProgress && Clock::now() < deadline) {
+        if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) break;
+        if (state == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      if (clean && state == ncclSuccess) ncclCommDestroy(comm_);
+      else ncclCommAbort(comm_);
+    }
+    cudaEventDestroy(ready_);
+    cudaStreamDestroy(stream_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return "nccl"; }
+
+  std::unique_ptr<Work> all_reduce(Tensor buf, ReduceOp op, bool async) override {
+    check(buf, "all_reduce: buf");
+    auto o = begin("all_reduce", buf.bytes());
+    enqueue(*o, ncclAllReduce(buf.data, buf.data, size_t(buf.numel()), ncclFloat32, nccl_op(op), comm_, stream_));
+    return finish(std::move(o), async);
+  }
+
+  std::unique_ptr<Work> reduce_scatter(Tensor out, const Tensor& in, ReduceOp op, bool async) override {
+    check(out, "reduce_scatter: out");
+    check(in, "reduce_scatter: in");
+    TRAINER_CHECK(in.numel() == out.numel() * size_, "reduce_scatter: in has {} elements, expected {} ranks x {}",
+                  in.numel(), size_, out.numel());
+    auto o = begin("reduce_scatter", in.bytes());
+    enqueue(*o, ncclReduceScatter(in.data, out.data, size_t(out.numel()), ncclFloat32, nccl_op(op), comm_, stream_));
+    return finish(std::move(o), async);
+  }
+
+  std::unique_ptr<Work> all_gather(Tensor out, const Tensor& in, bool async) override {
+    check(out, "all_gather: out");
+    check(in, "all_gather: in");
+    TRAINER_CHECK(out.numel() == in.numel() * size_, "all_gather: out has {} elements, expected {} ranks x {}",
+                  out.numel(), size_, in.numel());
+    auto o = begin("all_gather", out.bytes());
+    // In place when in == out + rank * n (NCCL handles it).
+    enqueue(*o, ncclAllGather(in.data, out.data, size_t(in.numel()), ncclFloat32, comm_, stream_));
+    return finish(std::move(o), async);
+  }
+
+  std::unique_ptr<Work> broadcast(Tensor buf, int root, bool async) override {
+    check(buf, "broadcast: buf");
+    TRAINER_CHECK(root >= 0 && root < size_, "broadcast: root {} outside [0, {})", root, size_);
+    auto o = begin("broadcast", buf.bytes());
+    enqueue(*o, ncclBroadcast(buf.data, buf.data, size_t(buf.numel()), ncclFloat32, root, comm_, stream_));
+    return finish(std::move(o), async);
+  }
+
+  void barrier() override { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+
+  double busy_ms() const override {
+    double ms = 0;
+    for (const auto& o : timed_) {
+      CUDA_CALL_CHECK(cudaEventSynchronize(o->end));
+      float t = 0;
+      CUDA_CALL_CHECK(cudaEventElapsedTime(&t, o->start, o->end));
+      ms += t;
+    }
+    return ms;
+  }
+  void reset_busy() override { timed_.clear(); }
+
+ private:
+  void check(const Tensor& t, const char* what) const {
+    TRAINER_CHECK(t.dtype == DType::f32, "nccl communicator: {} has dtype {}, expected f32", what,
+                  dtype_name(t.dtype));
+    TRAINER_CHECK(t.device == Device::cuda, "nccl communicator: {} is not a device buffer (use comm mpi)", what);
+  }
+
+  /// A new op ordered after the compute stream: ready_ recorded there, waited for on the comm stream, then start.
+  std::shared_ptr<NcclOp> begin(const char* kind, size_t bytes) {
+    auto o = std::make_shared<NcclOp>();
+    o->what = fmt::format("{} of {} (f32) on {} ranks", kind, format_bytes(bytes), size_);
+    o->issued = Clock::now();
+    CUDA_CALL_CHECK(cudaEventRecord(ready_, compute_));
+    CUDA_CALL_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
+    CUDA_CALL_CHECK(cudaEventRecord(o->start, stream_));
+    return o;
+  }
+
+  /// Checks the return of an NCCL collective call and waits (bounded) until it is enqueued.
+  void enqueue(NcclOp& o, ncclResult_t st) {
+    if (st != ncclSuccess && st != ncclInProgress) abort_all(o.what, fmt::format("{}", ncclGetErrorString(st)));
+    if (st == ncclInProgress) settle(o.what, o.issued);
+  }
+
+  std::unique_ptr<Work> finish(std::shared_ptr<NcclOp> o, bool async) {
+    CUDA_CALL_CHECK(cudaEventRecord(o->end, stream_));
+    timed_.push_back(o);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      inflight_.push_back(o);
+    }
+    auto w = std::make_unique<NcclWork>(compute_, std::move(o));
+    if (!async) w->wait();
+    return w;
+  }
+
+  /// Polls ncclCommGetAsyncError until the communicator leaves ncclInProgress; aborts on an error or the deadline.
+  void settle(const std::string& what, Clock::time_point since) {
+    const auto deadline = since + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(timeout_s_));
+    for (;;) {
+      ncclResult_t state = ncclSuccess;
+      NCCL_CALL_CHECK(ncclCommGetAsyncError(comm_, &state));
+      if (state == ncclSuccess) return;
+      if (state != ncclInProgress) abort_all(what, ncclGetErrorString(state));
+      if (Clock::now() > deadline)
+        abort_all(what, fmt::format("still in progress after {} s (parallel.comm_timeout_s)", timeout_s_));
+      std::this_thread::yield();
+    }
+  }
+
+  /// The watchdog: drops completed collectives, aborts on an async error or a collective past its deadline.
+  void watch() {
+    cudaSetDevice(device_);
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(20));
+      if (stop_) break;
+      while (!inflight_.empty()) {
+        NcclOp& o = *inflight_.front();
+        const cudaError_t q = cudaEventQuery(o.end);
+        if (q == cudaSuccess) {
+          inflight_.pop_front();
+          continue;
+        }
+        if (q != cudaErrorNotReady) abort_all(o.what, fmt::format("CUDA error {}", cudaGetErrorString(q)));
+        const double age = std::chrono::duration<double>(Clock::now() - o.issued).count();
+        if (age > timeout_s_)
+          abort_all(o.what, fmt::format("collective not complete {:.1f} s after it was issued "
+                                        "(parallel.comm_timeout_s = {} s): a rank is stuck, has died or did not "
+                                        "call it; aborting all ranks", age, timeout_s_));
+        break;  // ops complete in order on the comm stream: the rest are younger
+      }
+      ncclResult_t state = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &state) == ncclSuccess && state != ncclSuccess && state != ncclInProgress)
+        abort_all("asynchronous NCCL error", ncclGetErrorString(state));
+    }
+  }
+
+  [[noreturn]] void abort_all(const std::string& what, const std::string& why) {
+    ncclCommAbort(comm_);  // releases the GPU side so that MPI_Abort can take the processes down
+    fatal("NCCL", what.c_str(), __FILE__, __LINE__, why);
+  }
+
+  int rank_, size_;
+  double timeout_s_;
+  int device_ = 0;
+  cudaStream_t compute_ = nullptr;  // the backend's compute stream
+  cudaStream_t stream_ = nullptr;   // this communicator's stream
+  cudaEvent_t ready_ = nullptr;     // compute-stream point each collective waits for
+  ncclComm_t comm_ = nullptr;
+  std::vector<std::shared_ptr<NcclOp>> timed_;  // since reset_busy(), for busy_ms()
+  std::mutex mu_;                               // guards inflight_ and stop_
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<NcclOp>> inflight_;  // issued, not yet seen complete by the watchdog
+  bool stop_ = false;
+  std::thread watchdog_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(Backend& be, int rank, int size, double timeout_s) {
+  return std::make_unique<NcclCommunicator>(be, rank, size, timeout_s);
+}
+
+}  // namespace trainer
