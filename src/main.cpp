@@ -161,6 +161,7 @@ int main(int argc, char** argv) {
     nlohmann::json part;
     if (cfg.job == "train") part = run_train(cfg, ctx);
     else if (cfg.job == "collective_bench") part = run_collective_bench(cfg, ctx);
+    else if (cfg.job == "attention_bench") part = run_attention_bench(cfg, ctx);
     else throw ConfigError(fmt::format("job: '{}' is not implemented", cfg.job));
     record.update(part);
   } catch (const OutOfMemory& e) {

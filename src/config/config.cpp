@@ -36,7 +36,7 @@ using Names = std::vector<std::string_view>;
 
 // ---- allowed values (the validation and the help text both read these lists) ---------------------------------
 // To add a job (attention_bench, collective_bench), a strategy or a policy, extend its list here.
-const Names kJobs{"train", "collective_bench"};
+const Names kJobs{"train", "attention_bench", "collective_bench"};
 const Names kDevices{"auto", "cpu", "cuda"};
 const Names kPrecisions{"fp32", "bf16"};
 const Names kAttention{"auto", "naive", "flash2"};
@@ -468,8 +468,8 @@ struct KeyDoc {
 
 const std::vector<KeyDoc>& key_docs() {
   static const std::vector<KeyDoc> docs = {
-      {"job", one_of(kJobs), "what to run: train (training loop / step benchmark) or collective_bench "
-                             "(collective bandwidth table; attention_bench comes later)"},
+      {"job", one_of(kJobs), "what to run: train (training loop / step benchmark), attention_bench (naive vs "
+                             "flash2 attention grids of CS336 a2) or collective_bench (collective bandwidth table)"},
       {"name", "string", "run name, used in default output names; \"\": the config file's stem (\"default\" for the "
                          "embedded config)"},
       {"model.preset", "\"\" | " + fmt::format("{}", fmt::join(preset_names(), " | ")),

@@ -26,4 +26,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx);
 /// Raises RuntimeError when the closed-form check finds a wrong element; ConfigError for an unavailable comm.
 nlohmann::json run_collective_bench(const RunConfig& cfg, const RunContext& ctx);
 
+/// job = "attention_bench": naive vs flash2 attention over the CS336 a2 grids (jobs/attention_bench.h).
+nlohmann::json run_attention_bench(const RunConfig& cfg, const RunContext& ctx);
+
 }  // namespace trainer

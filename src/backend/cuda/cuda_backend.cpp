@@ -74,11 +74,13 @@ std::unique_ptr<Backend> make_cuda_backend(int device_index, const BackendOption
   return std::make_unique<CudaBackend>(device_index, opts);
 }
 
-CudaBackend::CudaBackend(int device_index, const BackendOptions& opts) : device_(device_index), opts_(opts) {
+CudaBackend::CudaBackend(int local_rank, const BackendOptions& opts) : opts_(opts) {
   int count = 0;
   CUDA_CHECK(cudaGetDeviceCount(&count));
-  CONFIG_CHECK(device_index >= 0 && device_index < count, "device: GPU index {} does not exist ({} visible)",
-               device_index, count);
+  CONFIG_CHECK(local_rank >= 0 && count > 0, "device: no GPU for local rank {} ({} visible)", local_rank, count);
+  // One GPU per local rank; with more ranks than GPUs on a host (comm "mpi"), ranks share GPUs round-robin.
+  const int device_index = local_rank % count;
+  device_ = device_index;
   CUDA_CHECK(cudaSetDevice(device_index));
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, device_index));
