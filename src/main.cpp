@@ -170,10 +170,12 @@ int main(int argc, char** argv) {
     spdlog::error("out of memory: {}", e.what());
     code = 3;
   } catch (const ConfigError& e) {
-    record["status"] = "error";
-    record["error"] = e.what();
-    spdlog::error("{}", e.what());
-    code = 2;
+    // Bad input found only once the job looked at it (e.g. init.weights that do not fit the model): one line,
+    // exit code 2, no record.
+    if (rank == 0 || world == 1) std::fprintf(stderr, "trainer: error: %s\n", e.what());
+    spdlog::shutdown();
+    if (world > 1) MPI_Abort(MPI_COMM_WORLD, 2);
+    return 2;
   } catch (const std::exception& e) {
     record["status"] = "error";
     record["error"] = e.what();

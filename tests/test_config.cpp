@@ -209,9 +209,10 @@ TEST_CASE("config: resolution of auto values, name and microbatch", "[config]") 
     CHECK(c.name == "abc");
   }
   SECTION("microbatch defaults to the per-rank batch") {
-    CHECK(load_doc(dir, doc, {"data.batch_size=8"}, 2).data.microbatch_size == 4);
-    CHECK(load_doc(dir, doc, {"data.batch_size=8"}, 4).data.microbatch_size == 2);
-    CHECK(load_doc(dir, doc, {"data.batch_size=8", "data.microbatch_size=2"}, 2).data.microbatch_size == 2);
+    const std::string ddp = "parallel.strategy=ddp_flat";
+    CHECK(load_doc(dir, doc, {"data.batch_size=8", ddp}, 2).data.microbatch_size == 4);
+    CHECK(load_doc(dir, doc, {"data.batch_size=8", ddp}, 4).data.microbatch_size == 2);
+    CHECK(load_doc(dir, doc, {"data.batch_size=8", "data.microbatch_size=2", ddp}, 2).data.microbatch_size == 2);
   }
   SECTION("a preset fills only the dims left at 0") {
     const RunConfig c = load_doc(dir, doc, {"model.preset=small", "model.context_length=1024", "model.num_layers=2"});
@@ -436,7 +437,13 @@ TEST_CASE("config: validation rules", "[config]") {
   CHECK_NOTHROW(load_doc(dir, doc, {"optimizer.lr=0", "optimizer.betas=[0,0.999]", "bench.warmup_steps=1",
                                     "bench.measure_steps=0", "optimizer.weight_decay=0"}));
   CHECK_NOTHROW(load_doc(dir, doc, {"precision=bf16", "device=cuda"}));
-  CHECK_NOTHROW(load_doc(dir, doc, {"data.batch_size=8", "data.microbatch_size=2"}, 2));
+  CHECK_NOTHROW(load_doc(dir, doc, {"data.batch_size=8", "data.microbatch_size=2", "parallel.strategy=zero1"}, 2));
+  // One process per run unless a data-parallel strategy is chosen; unimplemented outputs are refused, not ignored.
+  REQUIRE_THROWS_WITH(load_doc(dir, doc, {"data.batch_size=8"}, 2), Contains("parallel.strategy: 'none' runs one"));
+  REQUIRE_THROWS_WITH(load_doc(dir, doc, {"profile.trace=t.json"}), Contains("not implemented yet"));
+  REQUIRE_THROWS_WITH(load_doc(dir, doc, {"profile.memory_timeline=m.json"}), Contains("not implemented yet"));
+  REQUIRE_THROWS_WITH(load_doc(dir, doc, {"bench.warmup_steps=2147483647", "bench.measure_steps=2147483647"}),
+                      Contains("at most 1e9"));
 }
 
 TEST_CASE("config: validate_config checks a config built in code", "[config]") {
@@ -498,8 +505,11 @@ TEST_CASE("config: files named by the config are checked", "[config]") {
     REQUIRE_THROWS_WITH(load_doc(dir, doc, {"profile.trace=" + plain + "/t.json"}), Contains("profile.trace"));
     REQUIRE_THROWS_WITH(load_doc(dir, doc, {"profile.memory_timeline=" + plain + "/m.json"}),
                         Contains("profile.memory_timeline"));
-    REQUIRE_THROWS_WITH(load_doc(dir, doc, {"profile.trace=" + dir.path("result.json")}),
-                        Contains("'output.results' and 'profile.trace' name the same file"));
+    REQUIRE_THROWS_WITH(load_doc(dir, doc, {"output.checkpoint=" + dir.path("result.json")}),
+                        Contains("'output.results' and 'output.checkpoint' name the same file"));
+    const std::string init = dir.write("init.safetensors", "x");
+    REQUIRE_THROWS_WITH(load_doc(dir, doc, {"init.weights=" + init, "output.checkpoint=" + init}),
+                        Contains("output.checkpoint: '" + init + "' is also the input init.weights"));
     // A missing parent directory is fine (the writer creates it); validation itself writes nothing.
     const RunConfig c = load_doc(dir, doc, {"output.results=" + dir.path("a/b/r.json")});
     CHECK(!fs::exists(dir.path("a")));

@@ -468,9 +468,9 @@ TEST_CASE("check_output_path: creates nothing, names the key on errors; writers 
 }
 
 TEST_CASE("default_results_path and machine_info", "[io][record]") {
-  CHECK(std::regex_match(default_results_path("xl_fsdp"), std::regex(R"(results/runs/xl_fsdp-\d{8}-\d{6}\.json)")));
-  CHECK(std::regex_match(default_results_path("a b/c"), std::regex(R"(results/runs/a_b_c-\d{8}-\d{6}\.json)")));
-  CHECK(std::regex_match(default_results_path(""), std::regex(R"(results/runs/run-\d{8}-\d{6}\.json)")));
+  CHECK(std::regex_match(default_results_path("xl_fsdp"), std::regex(R"(results/runs/xl_fsdp-\d{8}-\d{6}-\d+\.json)")));
+  CHECK(std::regex_match(default_results_path("a b/c"), std::regex(R"(results/runs/a_b_c-\d{8}-\d{6}-\d+\.json)")));
+  CHECK(std::regex_match(default_results_path(""), std::regex(R"(results/runs/run-\d{8}-\d{6}-\d+\.json)")));
 
   const json m = machine_info("cpu (OpenBLAS)");
   char host[256] = {};

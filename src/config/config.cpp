@@ -489,7 +489,7 @@ const std::vector<KeyDoc>& key_docs() {
       {"attention", one_of(kAttention), "auto: flash2 for bf16 on cuda, else naive (materialised scores)"},
       {"cuda_graph", "true | false", "capture the training step in a CUDA graph (cuda only)"},
       {"checkpointing.policy", one_of(kCheckpointPolicies), "activation checkpointing policy"},
-      {"checkpointing.k", "integer >= 1", "policy parameter (every_k: keep every k-th block input)"},
+      {"checkpointing.k", "integer >= 1", "policy parameter (reserved for activation-checkpointing policies; unused by none)"},
       {"parallel.strategy", one_of(kStrategies), "how gradients (and optimizer state) are shared between ranks"},
       {"parallel.comm", one_of(kComms), "communicator; auto: nccl on cuda, else mpi (nccl needs cuda)"},
       {"parallel.bucket_mb", "number > 0", "ddp_bucketed bucket size, MiB of fp32 gradients"},
@@ -520,11 +520,11 @@ const std::vector<KeyDoc>& key_docs() {
       {"bench.log_every", "integer >= 0", "progress line every N steps; 0: none"},
       {"init.weights", "null | readable file", "safetensors file to start from; null: random init with init.seed"},
       {"init.seed", "integer >= 0", "seed of the random initialisation"},
-      {"output.results", "null | writable path", "result record; null: results/runs/{name}-{YYYYmmdd-HHMMSS}.json"},
+      {"output.results", "null | writable path", "result record; null: results/runs/{name}-{YYYYmmdd-HHMMSS}-{pid}.json"},
       {"output.checkpoint", "null | writable path", "safetensors of the weights written at the end; null: none"},
       {"profile.nvtx", "true | false", "NVTX ranges around layers and phases (for Nsight Systems)"},
-      {"profile.trace", "null | writable path", "Chrome trace (chrome://tracing, Perfetto) of the timed steps"},
-      {"profile.memory_timeline", "null | writable path", "device memory timeline by category"},
+      {"profile.trace", "null | writable path", "Chrome trace of the timed steps (not implemented yet: must be null)"},
+      {"profile.memory_timeline", "null | writable path", "device memory timeline by category (not implemented yet: must be null)"},
       {"collective.ops", "non-empty array of " + one_of(kCollectiveOps), "collective_bench: collectives to time"},
       {"collective.sizes_mb", "non-empty array of numbers > 0",
        "collective_bench: MiB of the whole array (nccl-tests size; reduce_scatter input, all_gather output)"},
@@ -688,7 +688,16 @@ void validate_config(const RunConfig& c, int world_size) {
   CONFIG_CHECK(int64_t(b.warmup_steps) + b.measure_steps >= 1,
                "bench: warmup_steps + measure_steps must be at least one step, got {} + {}", b.warmup_steps,
                b.measure_steps);
+  CONFIG_CHECK(int64_t(b.warmup_steps) + b.measure_steps <= 1000000000,
+               "bench: warmup_steps + measure_steps must be at most 1e9, got {} + {}", b.warmup_steps,
+               b.measure_steps);
   check_non_negative(b.log_every, "bench.log_every");
+  CONFIG_CHECK(c.job != "train" || c.parallel.strategy != "none" || world_size == 1,
+               "parallel.strategy: 'none' runs one process, but {} ranks were started (use ddp_naive, ddp_flat, "
+               "ddp_overlap, ddp_bucketed or zero1)", world_size);
+  CONFIG_CHECK(!c.profile.trace, "profile.trace: Chrome traces are not implemented yet; remove the key or set null");
+  CONFIG_CHECK(!c.profile.memory_timeline,
+               "profile.memory_timeline: memory timelines are not implemented yet; remove the key or set null");
 
   // files: inputs first, then outputs (check_output_path creates directories, so it runs only for a valid config)
   if (d.source == "tokens") {
@@ -702,14 +711,23 @@ void validate_config(const RunConfig& c, int world_size) {
       {"output.checkpoint", &c.output.checkpoint},
       {"profile.trace", &c.profile.trace},
       {"profile.memory_timeline", &c.profile.memory_timeline}};
-  for (size_t i = 0; i < std::size(outputs); ++i)
+  const auto same = [](const std::string& x) { return fs::absolute(x).lexically_normal(); };
+  for (size_t i = 0; i < std::size(outputs); ++i) {
+    if (!*outputs[i].second) continue;
     for (size_t k = 0; k < i; ++k)
-      if (*outputs[i].second && *outputs[k].second) {
-        const auto same = [](const std::string& x) { return fs::absolute(x).lexically_normal(); };
+      if (*outputs[k].second)
         CONFIG_CHECK(same(**outputs[i].second) != same(**outputs[k].second),
                      "output: '{}' and '{}' name the same file '{}'", outputs[k].first, outputs[i].first,
                      **outputs[i].second);
-      }
+    // An output must never overwrite an input.
+    const std::pair<const char*, const std::optional<std::string>*> inputs[] = {{"data.path", &d.path},
+                                                                                {"init.weights", &c.init.weights}};
+    for (const auto& [in_key, in_value] : inputs)
+      if (*in_value && (in_key != std::string("data.path") || d.source == "tokens"))
+        CONFIG_CHECK(same(**outputs[i].second) != same(**in_value),
+                     "{}: '{}' is also the input {}; the run would overwrite it", outputs[i].first,
+                     **outputs[i].second, in_key);
+  }
   // check_output_path creates nothing (the writers make missing directories), so a rejected config leaves no trace.
   for (const auto& [key, value] : outputs)
     if (*value) check_output_path(**value, key);

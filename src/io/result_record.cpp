@@ -1,6 +1,9 @@
 // Output paths, atomic writes, timing statistics and machine description; see result_record.h.
 #include "io/result_record.h"
 
+#include <atomic>
+#include <csignal>
+
 #include <fcntl.h>
 #include <mpi.h>
 #include <sched.h>
@@ -74,8 +77,33 @@ void check_output_path(const std::string& path, const std::string& key) {
   ::unlink(probe.c_str());
 }
 
+namespace {
+// The temp file being written, removed by a signal handler if the run is interrupted (Ctrl-C, SIGTERM from a
+// scheduler) so that no half-written file is left behind; then the signal's default action proceeds.
+std::atomic<const char*> g_pending_tmp{nullptr};
+
+extern "C" void remove_pending_tmp(int sig) {
+  if (const char* p = g_pending_tmp.load()) ::unlink(p);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+struct PendingTmp {
+  explicit PendingTmp(const std::string& tmp) {
+    static const bool installed = [] {
+      for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, remove_pending_tmp);
+      return true;
+    }();
+    (void)installed;
+    g_pending_tmp.store(tmp.c_str());
+  }
+  ~PendingTmp() { g_pending_tmp.store(nullptr); }
+};
+}  // namespace
+
 void write_file_atomic(const std::string& path, const std::vector<FilePart>& parts) {
   const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  const PendingTmp pending(tmp);
   std::error_code ec;
   fs::create_directories(parent_dir(path), ec);
   if (ec) throw RuntimeError(fmt::format("cannot write '{}': creating its directory failed: {}", path, ec.message()));
@@ -177,7 +205,8 @@ std::string default_results_path(const std::string& name) {
   ::localtime_r(&now, &tm);
   char stamp[32];
   std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
-  return fmt::format("results/runs/{}-{}.json", clean, stamp);
+  // The process id keeps two runs started in the same second apart.
+  return fmt::format("results/runs/{}-{}-{}.json", clean, stamp, ::getpid());
 }
 
 }  // namespace trainer

@@ -42,7 +42,7 @@ nlohmann::json timing_stats(const std::vector<double>& samples_ms);
 /// Safe to call before MPI_Init (both MPI calls are allowed then).
 nlohmann::json machine_info(const std::string& backend_description);
 
-/// "results/runs/<name>-<YYYYmmdd-HHMMSS>.json" with the local time now; characters of `name` other than
+/// "results/runs/<name>-<YYYYmmdd-HHMMSS>-<pid>.json" with the local time now; characters of `name` other than
 /// [A-Za-z0-9._-] become '_' and an empty name becomes "run".
 std::string default_results_path(const std::string& name);
 

@@ -89,9 +89,15 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   auto source = make_token_source(cfg.data, dims.vocab_size);
   std::vector<int32_t> inputs(static_cast<size_t>(rank_tokens)), targets(static_cast<size_t>(rank_tokens));
   const size_t setup_bytes = be->memory().total;
-  spdlog::info("{} on {}: phase {}, precision {}, attention {}, strategy {}, {} rank(s), batch {} = {} x {} x {} "
-               "(ranks x microbatches x rows), {} steps ({} warm-up); set-up memory {}",
-               cfg.job, be->description(), phase, cfg.precision, cfg.attention, strategy->name(), ctx.world_size,
+  if (cfg.data.source != "tokens" && cfg.data.path)
+    spdlog::warn("data.path '{}' is ignored: data.source is '{}' (set data.source=tokens to train on the file)",
+                 *cfg.data.path, cfg.data.source);
+  spdlog::info("{} on {}: data {}, phase {}, precision {}, attention {}, strategy {}, {} rank(s), batch {} = {} x {} "
+               "x {} (ranks x microbatches x rows), {} steps ({} warm-up); set-up memory {}",
+               cfg.job, be->description(),
+               cfg.data.source == "tokens" ? fmt::format("'{}' ({})", cfg.data.path.value_or(""), cfg.data.sampling)
+                                           : std::string("random tokens"),
+               phase, cfg.precision, cfg.attention, strategy->name(), ctx.world_size,
                cfg.data.batch_size, ctx.world_size, n_micro, micro, total_steps, cfg.bench.warmup_steps,
                format_bytes(setup_bytes));
 

@@ -137,6 +137,12 @@ def case_missing_token_file(tmp):
     return [write_json(tmp / "c.json", cfg)], ["data.path", "missing.u16"]
 
 
+def case_checkpoint_over_token_file(tmp):
+    path = write_u16(tmp / "tokens.u16", [i % 256 for i in range(500)])
+    cfg = tiny_config(tmp, data={"source": "tokens", "path": str(path)}, output={"checkpoint": str(path)})
+    return [write_json(tmp / "c.json", cfg)], ["output.checkpoint", "is also the input data.path"]
+
+
 def case_token_id_over_vocab(tmp):
     ids = [i % 256 for i in range(500)]
     ids[321] = 300  # tiny has vocab 256
