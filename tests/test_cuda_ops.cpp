@@ -24,106 +24,13 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "device_tensor.h"
 #include "test_helpers.h"
 
 namespace {
 
 using namespace trainer;
-
-// ---- backends and tensors -------------------------------------------------------------------------------------------
-
-Backend& gpu() {
-  static std::unique_ptr<Backend> b = make_backend(Device::cuda, 0);
-  return *b;
-}
-Backend& cpu() {
-  static std::unique_ptr<Backend> b = make_backend(Device::cpu, 0);
-  return *b;
-}
-
-#define REQUIRE_GPU()                                \
-  do {                                               \
-    if (!cuda_available()) {                         \
-      WARN("no CUDA device visible: skipped");       \
-      return;                                        \
-    }                                                \
-  } while (0)
-
-using Vec = std::vector<float>;
-
-uint16_t f32_to_bf16_bits(float f) {  // round to nearest even, as __float2bfloat16
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if (std::isnan(f)) return 0x7fc0;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
-float bf16_bits_to_f32(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-float round_bf16(float x) { return bf16_bits_to_f32(f32_to_bf16_bits(x)); }
-Vec round_bf16(Vec v) {
-  for (auto& x : v) x = round_bf16(x);
-  return v;
-}
-/// The values a tensor of dtype t would hold: rounded to bf16 for bf16, unchanged for f32.
-Vec as_dtype(const Vec& v, DType t) { return t == DType::bf16 ? round_bf16(v) : v; }
-
-/// A tensor with its storage on one backend.
-struct Dev {
-  Buffer buf;
-  Tensor t;
-};
-
-Dev make(Backend& be, DType dt, std::initializer_list<int64_t> shape) {
-  Dev d;
-  Tensor probe(nullptr, dt, be.device(), shape);
-  d.buf = be.alloc(std::max<size_t>(probe.bytes(), 16), Category::activations);
-  d.t = Tensor(d.buf.data(), dt, be.device(), shape);
-  return d;
-}
-
-void upload(Backend& be, const Tensor& t, const Vec& v) {
-  REQUIRE(size_t(t.numel()) == v.size());
-  if (t.dtype == DType::f32) {
-    be.copy_from_host(t.data, v.data(), v.size() * 4);
-  } else if (t.dtype == DType::bf16) {
-    std::vector<uint16_t> h(v.size());
-    for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16_bits(v[i]);
-    be.copy_from_host(t.data, h.data(), h.size() * 2);
-  } else {
-    FAIL("upload: dtype " << dtype_name(t.dtype));
-  }
-}
-
-Dev make_from(Backend& be, DType dt, std::initializer_list<int64_t> shape, const Vec& v) {
-  Dev d = make(be, dt, shape);
-  upload(be, d.t, v);
-  return d;
-}
-
-Dev make_i32(Backend& be, const std::vector<int32_t>& v) {
-  Dev d = make(be, DType::i32, {int64_t(v.size())});
-  be.copy_from_host(d.t.data, v.data(), v.size() * 4);
-  return d;
-}
-
-Vec download(Backend& be, const Tensor& t) {
-  Vec out(size_t(t.numel()));
-  if (t.dtype == DType::f32) {
-    be.copy_to_host(out.data(), t.data, out.size() * 4);
-  } else if (t.dtype == DType::bf16) {
-    std::vector<uint16_t> h(out.size());
-    be.copy_to_host(h.data(), t.data, h.size() * 2);
-    for (size_t i = 0; i < h.size(); ++i) out[i] = bf16_bits_to_f32(h[i]);
-  } else {
-    FAIL("download: dtype " << dtype_name(t.dtype));
-  }
-  return out;
-}
+using namespace trainer::testing;
 
 /// NaN into every element of a GPU output before the op runs.
 void poison(const Tensor& t) { gpu().fill(t, std::numeric_limits<float>::quiet_NaN()); }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "device_tensor.h"
 
 #ifdef TRAINER_HAVE_CUDA
 #include "flash_attn/flash.h"
@@ -29,80 +30,13 @@
 namespace {
 
 using namespace trainer;
-using Vec = std::vector<float>;
-
-#define REQUIRE_GPU()                          \
-  do {                                         \
-    if (!cuda_available()) {                   \
-      WARN("no CUDA device visible: skipped"); \
-      return;                                  \
-    }                                          \
-  } while (0)
-
-Backend& gpu() {
-  static std::unique_ptr<Backend> b = make_backend(Device::cuda, 0);
-  return *b;
-}
-Backend& cpu() {
-  static std::unique_ptr<Backend> b = make_backend(Device::cpu, 0);
-  return *b;
-}
-
-uint16_t to_bf16_bits(float f) {  // round to nearest even, as __float2bfloat16
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if (std::isnan(f)) return 0x7fc0;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
-float from_bf16_bits(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-struct Dev {
-  Buffer buf;
-  Tensor t;
-};
-
-Dev make(Backend& be, DType dt, std::initializer_list<int64_t> shape) {
-  Dev d;
-  Tensor probe(nullptr, dt, be.device(), shape);
-  d.buf = be.alloc(std::max<size_t>(probe.bytes(), 16), Category::activations);
-  d.t = Tensor(d.buf.data(), dt, be.device(), shape);
-  return d;
-}
-
-void upload(Backend& be, const Tensor& t, const Vec& v) {
-  REQUIRE(size_t(t.numel()) == v.size());
-  if (t.dtype == DType::f32) {
-    be.copy_from_host(t.data, v.data(), v.size() * 4);
-  } else {
-    std::vector<uint16_t> h(v.size());
-    for (size_t i = 0; i < v.size(); ++i) h[i] = to_bf16_bits(v[i]);
-    be.copy_from_host(t.data, h.data(), h.size() * 2);
-  }
-}
-
-Vec download(Backend& be, const Tensor& t) {
-  Vec out(size_t(t.numel()));
-  if (t.dtype == DType::f32) {
-    be.copy_to_host(out.data(), t.data, out.size() * 4);
-  } else {
-    std::vector<uint16_t> h(out.size());
-    be.copy_to_host(h.data(), t.data, h.size() * 2);
-    for (size_t i = 0; i < h.size(); ++i) out[i] = from_bf16_bits(h[i]);
-  }
-  return out;
-}
+using namespace trainer::testing;
 
 /// Normal(0, 1) values, rounded to bf16 when dt is bf16 (the values both backends then see).
 Vec random_values(std::mt19937_64& g, size_t n, DType dt) {
   std::normal_distribution<float> nd;
   Vec v(n);
-  for (auto& x : v) x = dt == DType::bf16 ? from_bf16_bits(to_bf16_bits(nd(g))) : nd(g);
+  for (auto& x : v) x = dt == DType::bf16 ? bf16_bits_to_f32(f32_to_bf16_bits(nd(g))) : nd(g);
   return v;
 }
 
