@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
 #include "dist/bootstrap.h"
@@ -109,7 +108,6 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   const std::function<void(int)> hook = [&](int u) { strategy->on_unit_ready(u); };
 
   for (int step = 0; step < total_steps; ++step) {
-    const auto wall0 = std::chrono::steady_clock::now();
     be->record(*ev[0]);
     if (do_backward) model.zero_grads();
     model.begin_step_losses(rank_tokens);
@@ -133,7 +131,6 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
     be->record(*ev[2 * n_micro + 2]);
     const double loss = all_ranks_sum(model.step_loss_sum(), ctx) / double(global_tokens);  // syncs
     be->synchronize();
-    const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall0).count();
 
     double fwd = 0, bwd = 0;
     for (int m = 0; m < n_micro; ++m) {
@@ -165,7 +162,6 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
       if (ctx.world_size > 1) line += fmt::format(" | comm_exposed {:.1f} ms", strategy->comm_exposed_ms());
       spdlog::info("{}", line);
     }
-    (void)wall_ms;
   }
 
   if (cfg.output.checkpoint && ctx.rank == 0) {
