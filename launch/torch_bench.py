@@ -8,6 +8,9 @@
     python launch/torch_bench.py --sweep --json results/torch_sweep.json
     # CPU smoke test (Debian's torch 1.13; eager modes only)
     /usr/bin/python3 launch/torch_bench.py --device cpu --preset tiny --warmup 1 --steps 2
+    # data parallel: one process per GPU, --batch rows per rank (here 2 x 4 = 8 rows a step)
+    torchrun --nproc_per_node 2 launch/torch_bench.py --preset xl --mode bf16 --batch 4 --ctx 512 \
+        --warmup 5 --steps 10 --bucket-cap-mb 25 --json results/torch_xl_bf16_ddp2.json
 
 Modes (ANCHORS.md uses the same three):
   fp32      eager, strict fp32 (TF32 off), naive attention (materialised scores), the course's AdamW
@@ -23,6 +26,22 @@ Timing: `warmup` untimed steps, then `steps` steps, each between two CUDA events
 torch.cuda.synchronize() (time.perf_counter on the CPU). Peak memory is torch.cuda.max_memory_allocated() over
 warm-up and measured steps (parameters, grads and optimizer state included). An out-of-memory error gives a row
 with status "oom"; any other error a row with status "error"; the process exits 0 for ok and oom, 1 for error.
+
+Data parallel: under torchrun (WORLD_SIZE > 1 in the environment) each process joins a process group (nccl on cuda,
+gloo on cpu), takes the GPU LOCAL_RANK and wraps the loss module in torch.nn.parallel.DistributedDataParallel
+(--bucket-cap-mb, PyTorch's default 25; --ddp-static-graph; broadcast_buffers off, as the only buffers are the RoPE
+tables, the same on every rank; PyTorch's defaults otherwise). Every rank runs --batch rows of its own random tokens
+(seed + rank) and the same initial weights. Each rank times its steps as above; the record's step times are the
+slowest rank's (all_reduce MAX of each step's time; rank_mean_ms lists each rank's own mean), peak_bytes the
+largest over ranks (peak_bytes_per_rank lists them), tokens/s counts all ranks' tokens. config gains world_size,
+global_batch, bucket_cap_mb, ddp_static_graph, ddp_broadcast_buffers and backend; machine gains env (the two
+variables below) and, on cuda, gpus and nccl.
+Mode compiled wraps in DDP first and then calls torch.compile on the DDP module, so that dynamo's DDPOptimizer
+splits the graph at the bucket boundaries and the all-reduces overlap the backward. Only rank 0 prints and writes
+--json; every rank exits with the same code. A failure on some ranks only (an OOM on one GPU, say) can leave the
+others waiting in a collective until NCCL's timeout. --sweep runs one process; it is refused under torchrun.
+NCCL_NVLS_ENABLE=0 and TORCH_SYMM_MEM_DISABLE_MULTICAST=1 are forced (not defaulted) before torch loads: NVLink
+multicast stays off on the multi-GPU machines this runs on.
 """
 from __future__ import annotations
 
@@ -39,10 +58,17 @@ import sys
 import tempfile
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
-import torch
+# Forced, not defaulted, before torch (and NCCL) load: NVLink multicast stays off even if the caller's environment
+# turns it on. DDP records list them under machine.env.
+FORCED_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+os.environ.update(FORCED_ENV)
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "parity"))
@@ -86,11 +112,52 @@ class LossModule(torch.nn.Module):
         return ref.cross_entropy(self.model(x), y)
 
 
+@dataclass
+class DistContext:
+    """This process's place in a torchrun job. control: a gloo group for the small host-side exchanges after the
+    timed steps (None: the default group, itself gloo on cpu), independent of NCCL's queue on the GPU."""
+    rank: int
+    local_rank: int
+    world_size: int
+    backend: str
+    control: Optional[object] = None
+
+
+def init_distributed(device: str) -> Optional[DistContext]:
+    """Joins the torchrun job (nccl on cuda, gloo on cpu) when WORLD_SIZE > 1; None for a single process."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device == "cuda":
+        if local_rank >= torch.cuda.device_count():
+            raise RuntimeError(f"LOCAL_RANK {local_rank} but only {torch.cuda.device_count()} GPU(s) visible")
+        torch.cuda.set_device(local_rank)
+    backend = "nccl" if device == "cuda" else "gloo"
+    dist.init_process_group(backend=backend)
+    control = dist.new_group(backend="gloo") if backend != "gloo" else None
+    return DistContext(rank=dist.get_rank(), local_rank=local_rank, world_size=dist.get_world_size(),
+                       backend=backend, control=control)
+
+
+def make_batch(cfg: "ref.ModelConfig", batch: int, seed: int, device: str):
+    """(inputs, targets) [batch, ctx] of uniform random tokens from a CPU generator seeded with `seed`."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    tokens = torch.randint(0, cfg.vocab_size, (batch, cfg.context_length + 1), generator=gen).to(device)
+    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+def wrap_ddp(module: torch.nn.Module, ctx: DistContext, bucket_cap_mb: float, static_graph: bool) -> torch.nn.Module:
+    """DistributedDataParallel with PyTorch's defaults except broadcast_buffers (off: the RoPE tables are constant)."""
+    device_ids = [ctx.local_rank] if ctx.backend == "nccl" else None
+    return torch.nn.parallel.DistributedDataParallel(module, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb,
+                                                     broadcast_buffers=False, static_graph=static_graph)
+
+
 def machine_info(device: str) -> dict:
     info = {"host": socket.gethostname(), "python": platform.python_version(), "torch": torch.__version__,
             "cuda": torch.version.cuda, "cpu_threads": torch.get_num_threads()}
     if device == "cuda":
-        props = torch.cuda.get_device_properties(0)
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
         info.update(gpu=props.name, gpu_memory_bytes=props.total_memory,
                     capability=f"{props.major}.{props.minor}", cudnn=torch.backends.cudnn.version())
     return info
@@ -138,9 +205,11 @@ def time_stats(times_ms: List[float]) -> dict:
             "samples": len(times_ms), "times_ms": times_ms}
 
 
-def run_one(args) -> dict:
-    """Builds the model, runs warm-up and measured steps of one phase, returns the record (status ok/oom/error)."""
+def run_one(args, ctx: Optional[DistContext] = None) -> dict:
+    """Builds the model, runs warm-up and measured steps of one phase, returns the record (status ok/oom/error).
+    With ctx (torchrun), the model is wrapped in DDP and the record is this rank's own: see merge_ranks."""
     device = args.device
+    rank = ctx.rank if ctx is not None else 0
     optimizer_kind = resolve_optimizer(args.mode, args.optimizer, device)
     cfg = preset_config(args.preset, args.vocab, args.ctx)
     attention = "sdpa" if args.mode == "compiled" else "naive"
@@ -155,6 +224,10 @@ def run_one(args) -> dict:
         "machine": machine_info(device),
         "model": {"params": sum(math.prod(s) for s in ref.param_shapes(cfg).values())},
     }
+    if ctx is not None:
+        record["config"].update(world_size=ctx.world_size, global_batch=args.batch * ctx.world_size,
+                                bucket_cap_mb=args.bucket_cap_mb, ddp_static_graph=args.ddp_static_graph,
+                                ddp_broadcast_buffers=False, backend=ctx.backend)
     t_start = time.perf_counter()
     try:
         if args.mode == "compiled" and (device != "cuda" or not hasattr(torch, "compile")):
@@ -166,11 +239,11 @@ def run_one(args) -> dict:
         torch.manual_seed(args.seed)
         model = ref.TransformerLM(cfg, attention=attention, device=device, dtype=torch.float32)
         loss_fn = LossModule(model)
+        if ctx is not None:   # DDP first, then torch.compile on the DDP module (dynamo's DDPOptimizer)
+            loss_fn = wrap_ddp(loss_fn, ctx, args.bucket_cap_mb, args.ddp_static_graph)
         if args.mode == "compiled":
             loss_fn = torch.compile(loss_fn)
-        gen = torch.Generator(device="cpu").manual_seed(args.seed)
-        tokens = torch.randint(0, cfg.vocab_size, (args.batch, cfg.context_length + 1), generator=gen).to(device)
-        x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+        x, y = make_batch(cfg, args.batch, args.seed + rank, device)
         params = list(model.parameters())
         optimizer = make_optimizer(optimizer_kind, params, lr=1e-3, weight_decay=0.01) \
             if args.phase == "train_step" else None
@@ -195,6 +268,8 @@ def run_one(args) -> dict:
         if device == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
+        if ctx is not None:   # start the first step together (the GPUs are idle after the synchronize)
+            dist.barrier(group=ctx.control)
         times_ms = []
         for i in range(args.warmup + args.steps):
             if device == "cuda":
@@ -226,17 +301,68 @@ def run_one(args) -> dict:
     return record
 
 
+STATUS_ORDER = {"ok": 0, "oom": 1, "error": 2}
+
+
+def nccl_version() -> Optional[str]:
+    try:
+        v = torch.cuda.nccl.version()
+    except Exception:   # noqa: BLE001: a build without NCCL
+        return None
+    return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+
+
+def merge_ranks(record: dict, ctx: DistContext) -> dict:
+    """This rank's record -> the job's record, the same on every rank: the worst status over ranks (error > oom > ok)
+    with the first such rank's error; each step's time the slowest rank's (all_reduce MAX), rank_mean_ms each rank's
+    own mean; peak_bytes the largest over ranks; tokens/s over all ranks. Exchanged on the gloo control group."""
+    mine = {"status": record["status"], "error": record.get("error"), "traceback": record.get("traceback"),
+            "peak_bytes": (record.get("memory") or {}).get("peak_bytes"), "wall_s": record["wall_s"],
+            "mean_ms": record["timing"]["step"]["mean_ms"] if record["status"] == "ok" else None,
+            "gpu": record["machine"].get("gpu")}
+    ranks: List[Optional[dict]] = [None] * ctx.world_size
+    dist.all_gather_object(ranks, mine, group=ctx.control)
+    worst = max(range(ctx.world_size), key=lambda r: (STATUS_ORDER[ranks[r]["status"]], -r))
+    status = ranks[worst]["status"]
+    merged = dict(record, status=status, error=None if status == "ok" else f"rank {worst}: {ranks[worst]['error']}",
+                  wall_s=max(r["wall_s"] for r in ranks))
+    merged.pop("traceback", None)
+    merged["machine"] = dict(record["machine"], env={k: os.environ.get(k) for k in FORCED_ENV})
+    if status == "error":
+        merged["traceback"] = ranks[worst]["traceback"]
+    peaks = [r["peak_bytes"] for r in ranks]
+    merged["memory"] = {"peak_bytes": max((b for b in peaks if b is not None), default=None),
+                        "peak_bytes_per_rank": peaks}
+    if ctx.backend == "nccl":
+        merged["machine"].update(gpus=[r["gpu"] for r in ranks], nccl=nccl_version())
+    merged.pop("timing", None)
+    merged.pop("throughput", None)
+    if status == "ok":   # every rank has the same number of step times
+        times = torch.tensor(record["timing"]["step"]["times_ms"], dtype=torch.float64)
+        dist.all_reduce(times, op=dist.ReduceOp.MAX, group=ctx.control)
+        timing = time_stats(times.tolist())
+        timing["rank_mean_ms"] = [r["mean_ms"] for r in ranks]
+        c = record["config"]
+        merged["timing"] = {"step": timing}
+        merged["throughput"] = {"tokens_per_s": c["global_batch"] * c["ctx"] / (timing["mean_ms"] / 1e3)}
+    return merged
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Output
 # ---------------------------------------------------------------------------------------------------------------------
 COLUMNS = "  {:<7} {:<9} {:>16} {:>8} {:>10} {:>9} {:>12} {:>7}  {}"   # a header line replaces the first blank by #
 
 
-def table_header(machine: dict, args) -> str:
+def table_header(machine: dict, args, world_size: int = 1) -> str:
     where = f"cuda ({machine.get('gpu')}, {machine.get('gpu_memory_bytes', 0) / GIB:.1f} GiB)" \
         if args.device == "cuda" else f"cpu ({machine.get('cpu_threads')} threads)"
+    batch = str(args.batch)
+    if world_size > 1:
+        batch += (f" per rank x {world_size} ranks (DDP, bucket {args.bucket_cap_mb:g} MB"
+                  f"{', static graph' if args.ddp_static_graph else ''}; slowest rank's times, largest peak)")
     return "\n".join([
-        f"# torch_bench  device {where}  torch {machine['torch']}  batch {args.batch}  ctx {args.ctx or 'preset'}  "
+        f"# torch_bench  device {where}  torch {machine['torch']}  batch {batch}  ctx {args.ctx or 'preset'}  "
         f"vocab {args.vocab or 'preset'}  warmup {args.warmup}  steps {args.steps}",
         "#" + COLUMNS.format("preset", "mode", "phase", "params", "mean", "± std", "tokens/s", "peak", "status")[1:],
         "#" + COLUMNS.format("", "", "", "(M)", "(ms)", "(ms)", "(tok/s)", "(GiB)", "")[1:],
@@ -335,7 +461,7 @@ def parse_args(argv=None):
     ap.add_argument("--preset", choices=list(PRESETS), default="small")
     ap.add_argument("--mode", choices=MODES, default="fp32")
     ap.add_argument("--phase", choices=PHASES, default="train_step")
-    ap.add_argument("--batch", type=int, default=4, help="rows per step (default 4)")
+    ap.add_argument("--batch", type=int, default=4, help="rows per step, per rank under torchrun (default 4)")
     ap.add_argument("--ctx", type=int, default=None, help="tokens per row (default: preset's, 512; tiny 64)")
     ap.add_argument("--vocab", type=int, default=None, help="vocabulary (default: preset's, 10000; tiny 256)")
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5)")
@@ -345,7 +471,10 @@ def parse_args(argv=None):
                     help="auto: course for fp32, fused (cuda) or torch (cpu) for bf16/compiled")
     ap.add_argument("--max-grad-norm", type=float, default=None, help="clip grads in train_step (default: off)")
     ap.add_argument("--forward-no-grad", action="store_true", help="phase forward under torch.no_grad()")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="init seed; data seed + rank (default 0)")
+    ap.add_argument("--bucket-cap-mb", type=float, default=25.0,
+                    help="torchrun: DDP gradient bucket size in MB (default 25, PyTorch's)")
+    ap.add_argument("--ddp-static-graph", action="store_true", help="torchrun: DDP(static_graph=True)")
     ap.add_argument("--json", help="write the record (or, with --sweep, all records) here")
     ap.add_argument("--sweep", action="store_true", help="run presets x modes x phases, one subprocess each")
     ap.add_argument("--presets", nargs="+", choices=list(PRESETS), help="sweep: presets (default small..10B)")
@@ -358,6 +487,10 @@ def parse_args(argv=None):
         ap.error("--device cuda but no CUDA device is visible (use --device cpu)")
     if args.warmup < 0 or args.steps < 1:
         ap.error("need --warmup >= 0 and --steps >= 1")
+    if args.bucket_cap_mb <= 0:
+        ap.error("need --bucket-cap-mb > 0")
+    if args.sweep and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        ap.error("--sweep runs in one process: start it with python, not torchrun")
     return args
 
 
@@ -365,15 +498,23 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.sweep:
         return sweep(args)
-    record = run_one(args)
-    if args.json:
-        write_json(args.json, record)
-    if not args.quiet:
-        args.ctx, args.vocab = record["config"]["ctx"], record["config"]["vocab"]
-        print(table_header(record["machine"], args))
-        print(table_row(record))
-        if record["status"] == "error":
-            print(record.get("traceback", ""), file=sys.stderr)
+    ctx = init_distributed(args.device)
+    try:
+        record = run_one(args, ctx)
+        if ctx is not None:
+            record = merge_ranks(record, ctx)
+        if ctx is None or ctx.rank == 0:
+            if args.json:
+                write_json(args.json, record)
+            if not args.quiet:
+                args.ctx, args.vocab = record["config"]["ctx"], record["config"]["vocab"]
+                print(table_header(record["machine"], args, ctx.world_size if ctx is not None else 1))
+                print(table_row(record))
+                if record["status"] == "error":
+                    print(record.get("traceback", ""), file=sys.stderr)
+    finally:
+        if ctx is not None:
+            dist.destroy_process_group()
     return 0 if record["status"] in ("ok", "oom") else 1
 
 
