@@ -9,8 +9,13 @@
 // p, g, m, v f32 [n]; p_work [n] or null. Reads 16 bytes and writes 12 (+2 or 4) per element: memory bound.
 // Pattern: llm.c `llmc/adamw.cuh` (adamw_kernel3 updates the master weights and writes the low-precision copy).
 // 16-byte vector loads when every pointer allows it (the common case: whole allocations); otherwise scalar.
+// Optionally the same pass sums g^2 for the gradient norm (no separate read of the gradients).
 #include "adamw.cuh"
 #include "common.cuh"
+#include "reductions.cuh"
+
+#include <algorithm>
+#include <tuple>
 
 namespace trainer::kernels {
 namespace {  // ---- kernels ---------------------------------------------------------------------------------------
@@ -29,28 +34,43 @@ __device__ __forceinline__ float adamw_one(float& p, float g, float& m, float& v
   return pv;
 }
 
-template <class TW>
+// kSumsq: each block also sums g^2 (g as given) in fp64 and writes it to partials[blockIdx.x] (fixed-shape tree).
+template <class TW, bool kSumsq>
 __global__ __launch_bounds__(kThreads) void adamw_kernel(float* __restrict__ p, const float* __restrict__ g,
                                                          float* __restrict__ m, float* __restrict__ v,
-                                                         TW* __restrict__ p_work, int64_t n, AdamWStep a) {
+                                                         TW* __restrict__ p_work, int64_t n, AdamWStep a,
+                                                         double* __restrict__ partials) {
+  double acc = 0.0;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     float pi = p[i], mi = m[i], vi = v[i];
-    const float r = adamw_one(pi, g[i], mi, vi, a);
+    const float gi = g[i];
+    if (kSumsq) acc += double(gi) * double(gi);
+    const float r = adamw_one(pi, gi, mi, vi, a);
     p[i] = pi;
     m[i] = mi;
     v[i] = vi;
     if (p_work) p_work[i] = from_f32<TW>(r);
   }
+  if (kSumsq) {
+    __shared__ double shared[32];
+    acc = block_sum(acc, shared);
+    if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+  }
 }
 
 // Four elements per thread and iteration through float4; n4 = n / 4 vectors (the tail is done by adamw_kernel).
-template <class TW>
+template <class TW, bool kSumsq>
 __global__ __launch_bounds__(kThreads) void adamw_vec4_kernel(float4* __restrict__ p, const float4* __restrict__ g,
                                                               float4* __restrict__ m, float4* __restrict__ v,
-                                                              TW* __restrict__ p_work, int64_t n4, AdamWStep a) {
+                                                              TW* __restrict__ p_work, int64_t n4, AdamWStep a,
+                                                              double* __restrict__ partials) {
+  double acc = 0.0;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += int64_t(gridDim.x) * blockDim.x) {
     float4 pi = p[i], mi = m[i], vi = v[i];
     const float4 gi = g[i];
+    if (kSumsq)
+      acc += double(gi.x) * double(gi.x) + double(gi.y) * double(gi.y) + double(gi.z) * double(gi.z) +
+             double(gi.w) * double(gi.w);
     const float r0 = adamw_one(pi.x, gi.x, mi.x, vi.x, a);
     const float r1 = adamw_one(pi.y, gi.y, mi.y, vi.y, a);
     const float r2 = adamw_one(pi.z, gi.z, mi.z, vi.z, a);
@@ -66,6 +86,11 @@ __global__ __launch_bounds__(kThreads) void adamw_vec4_kernel(float4* __restrict
       w[3] = from_f32<TW>(r3);
     }
   }
+  if (kSumsq) {
+    __shared__ double shared[32];
+    acc = block_sum(acc, shared);
+    if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+  }
 }
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
@@ -74,25 +99,49 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u
 
 // ---- launchers ------------------------------------------------------------------------------------------------------
 void adamw(float* p, const float* g, float* m, float* v, void* p_work, DType t_work, int64_t n, const AdamWStep& a,
-           cudaStream_t s) {
-  if (n <= 0) return;
+           double* partials, double* sumsq_out, cudaStream_t s) {
+  const bool sumsq = sumsq_out != nullptr;
+  if (n <= 0) {
+    if (sumsq) reduce_partials(sumsq_out, partials, 0, s);
+    return;
+  }
+  // With a sum of squares the grids depend on n only and use at most kReduceMaxBlocks partials together.
+  auto grid = [&](int64_t items, int cap) {
+    const unsigned gsz = elementwise_grid(items, kThreads);
+    return sumsq ? std::min<unsigned>(gsz, unsigned(cap)) : gsz;
+  };
   dispatch_float(p_work ? t_work : DType::f32, "adamw p_work", [&](auto aw) {
     using TW = typename decltype(aw)::type;
     TW* w = static_cast<TW*>(p_work);
     int64_t done = 0;
+    unsigned used = 0;  // partials written so far
     if (aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v)) {
       const int64_t n4 = n / 4;
-      if (n4 > 0)
-        adamw_vec4_kernel<TW><<<elementwise_grid(n4, kThreads), kThreads, 0, s>>>(
-            reinterpret_cast<float4*>(p), reinterpret_cast<const float4*>(g), reinterpret_cast<float4*>(m),
-            reinterpret_cast<float4*>(v), w, n4, a);
+      if (n4 > 0) {
+        const unsigned G = grid(n4, kReduceMaxBlocks - 1);
+        auto args = std::make_tuple(reinterpret_cast<float4*>(p), reinterpret_cast<const float4*>(g),
+                                    reinterpret_cast<float4*>(m), reinterpret_cast<float4*>(v), w, n4, a, partials);
+        if (sumsq)
+          std::apply([&](auto... x) { adamw_vec4_kernel<TW, true><<<G, kThreads, 0, s>>>(x...); }, args);
+        else
+          std::apply([&](auto... x) { adamw_vec4_kernel<TW, false><<<G, kThreads, 0, s>>>(x...); }, args);
+        used = G;
+      }
       done = 4 * n4;
     }
-    if (done < n)
-      adamw_kernel<TW><<<elementwise_grid(n - done, kThreads), kThreads, 0, s>>>(p + done, g + done, m + done, v + done,
-                                                                              w ? w + done : nullptr, n - done, a);
+    if (done < n) {
+      const unsigned G = grid(n - done, kReduceMaxBlocks - int(used));
+      auto args = std::make_tuple(p + done, g + done, m + done, v + done, w ? w + done : nullptr, n - done, a,
+                                  sumsq ? partials + used : nullptr);
+      if (sumsq)
+        std::apply([&](auto... x) { adamw_kernel<TW, true><<<G, kThreads, 0, s>>>(x...); }, args);
+      else
+        std::apply([&](auto... x) { adamw_kernel<TW, false><<<G, kThreads, 0, s>>>(x...); }, args);
+      used += G;
+    }
+    CUDA_CHECK(cudaGetLastError());
+    if (sumsq) reduce_partials(sumsq_out, partials, int(used), s);
   });
-  CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace trainer::kernels

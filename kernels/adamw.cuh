@@ -16,7 +16,10 @@ struct AdamWStep {
 };
 
 /// One AdamW step on n elements of p, m, v (updated) from g; p_work (f32 or bf16, may be null) receives the updated p.
+/// If sumsq_out is non-null, *sumsq_out (device, fp64) = sum g^2 of g as given (before grad_scale), accumulated in
+/// fp64 over a fixed grid (per-block partials in `partials`, kReduceMaxBlocks doubles, then reduce_partials): the
+/// same value on every run.
 void adamw(float* p, const float* g, float* m, float* v, void* p_work, DType t_work, int64_t n, const AdamWStep& a,
-           cudaStream_t s);
+           double* partials, double* sumsq_out, cudaStream_t s);
 
 }  // namespace trainer::kernels

@@ -50,7 +50,13 @@ void reduce_sum(double* out, const void* x, DType t, int64_t n, bool square, dou
     });
     CUDA_CHECK(cudaGetLastError());
   }
-  reduce_stage2_kernel<<<1, kReduceMaxBlocks, 0, s>>>(out, partials, n > 0 ? G : 0);
+  reduce_partials(out, partials, n > 0 ? G : 0, s);
+}
+
+void reduce_partials(double* out, const double* partials, int count, cudaStream_t s) {
+  TRAINER_CHECK(count >= 0 && count <= kReduceMaxBlocks, "reduce_partials: {} partials, at most {}", count,
+                kReduceMaxBlocks);
+  reduce_stage2_kernel<<<1, kReduceMaxBlocks, 0, s>>>(out, partials, count);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -14,4 +14,7 @@ constexpr int kReduceMaxBlocks = 1024;
 /// in index order), so the result is the same on every run. out is a device pointer.
 void reduce_sum(double* out, const void* x, DType t, int64_t n, bool square, double* partials, cudaStream_t s);
 
+/// out[0] = sum of partials[0..count) with reduce_sum's fixed tree (stage 2 alone); count <= kReduceMaxBlocks.
+void reduce_partials(double* out, const double* partials, int count, cudaStream_t s);
+
 }  // namespace trainer::kernels

@@ -11,6 +11,8 @@
 #include "common.cuh"
 #include "rmsnorm.cuh"
 
+#include <initializer_list>
+
 namespace trainer::kernels {
 namespace {  // ---- kernels ---------------------------------------------------------------------------------------
 
@@ -69,15 +71,116 @@ __global__ __launch_bounds__(kMaxThreads) void rmsnorm_bwd_kernel(TDX* __restric
   for (int c = threadIdx.x; c < D; c += blockDim.x) out[c] = pr[c];
 }
 
-// Stage 2: dw[d] += sum over blocks b = 0..G-1 of partial[b, d], in that order.
-__global__ __launch_bounds__(kMaxThreads) void rmsnorm_dw_sum_kernel(float* __restrict__ dw,
-                                                                     const float* __restrict__ partial, int G, int D) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= D) return;
+// Stage 2: dw[d] += sum over blocks b = 0..G-1 of partial[b, d]. A block takes 32 columns; its 8 warps each sum
+// the rows b = warp, warp + 8, ... of those columns (coalesced 128-byte rows), then warp 0 adds the 8 results in
+// warp order: a fixed order, so the sum is the same on every run, and 8x the parallelism of a column per thread.
+constexpr int kSumCols = 32, kSumWarps = 8;
+__global__ __launch_bounds__(kSumCols * kSumWarps) void rmsnorm_dw_sum_kernel(float* __restrict__ dw,
+                                                                              const float* __restrict__ partial,
+                                                                              int G, int D) {
+  __shared__ float acc_w[kSumWarps][kSumCols];
+  const int lane = threadIdx.x % kSumCols, warp = threadIdx.x / kSumCols;
+  const int c = blockIdx.x * kSumCols + lane;
   float acc = 0.f;
-  for (int b = 0; b < G; ++b) acc += partial[int64_t(b) * D + c];
-  dw[c] += acc;
+  if (c < D)
+    for (int b = warp; b < G; b += kSumWarps) acc += partial[int64_t(b) * D + c];
+  acc_w[warp][lane] = acc;
+  __syncthreads();
+  if (warp == 0 && c < D) {
+    float total = 0.f;
+#pragma unroll
+    for (int k = 0; k < kSumWarps; ++k) total += acc_w[k][lane];
+    dw[c] += total;
+  }
 }
+
+// ---- bf16 vector kernels: 8 consecutive columns per thread through 16-byte accesses, the row held in registers
+// (one read of x in the forward; in the backward each thread keeps its 8 columns' dw partials in registers, not
+// shared memory). Used when x, y/dx, dy and w are all bf16, D % 8 == 0, D <= 8 * 1024 and pointers are 16-byte
+// aligned (the bf16 model's case); same formulas as above, per-thread partial sums then the same block tree.
+constexpr int kVec = 8;
+struct alignas(16) Bf16x8 {
+  bf16 v[kVec];
+};
+
+__global__ __launch_bounds__(1024) void rmsnorm_fwd_vec_kernel(bf16* __restrict__ y, float* __restrict__ rstd,
+                                                              const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                                              int D, float eps) {
+  __shared__ float shared[32];
+  const int c = threadIdx.x * kVec;
+  const bool mine = c < D;
+  Bf16x8 xv{};
+  float ss = 0.f;
+  if (mine) {
+    xv = *reinterpret_cast<const Bf16x8*>(x + int64_t(blockIdx.x) * D + c);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) ss += to_f32(xv.v[k]) * to_f32(xv.v[k]);
+  }
+  ss = block_sum(ss, shared);
+  const float r = 1.f / sqrtf(ss / float(D) + eps);
+  if (mine) {
+    const Bf16x8 wv = *reinterpret_cast<const Bf16x8*>(w + c);
+    Bf16x8 out;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) out.v[k] = from_f32<bf16>(to_f32(xv.v[k]) * r * to_f32(wv.v[k]));
+    *reinterpret_cast<Bf16x8*>(y + int64_t(blockIdx.x) * D + c) = out;
+  }
+  if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+}
+
+__global__ __launch_bounds__(1024) void rmsnorm_bwd_vec_kernel(bf16* __restrict__ dx, float* __restrict__ partial,
+                                                              const bf16* __restrict__ dy, const bf16* __restrict__ x,
+                                                              const bf16* __restrict__ w,
+                                                              const float* __restrict__ rstd, int64_t N, int D) {
+  __shared__ float shared[32];
+  const int c = threadIdx.x * kVec;
+  const bool mine = c < D;
+  float wv[kVec], pr[kVec];
+  Bf16x8 wl{};
+  if (mine) wl = *reinterpret_cast<const Bf16x8*>(w + c);
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    wv[k] = to_f32(wl.v[k]);
+    pr[k] = 0.f;
+  }
+  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+    Bf16x8 dyv{}, xv{};
+    float dot = 0.f;
+    if (mine) {
+      dyv = *reinterpret_cast<const Bf16x8*>(dy + n * D + c);
+      xv = *reinterpret_cast<const Bf16x8*>(x + n * D + c);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) dot += wv[k] * to_f32(dyv.v[k]) * to_f32(xv.v[k]);
+    }
+    dot = block_sum(dot, shared);
+    const float r = rstd[n];
+    const float kk = r * r * dot / float(D);
+    if (mine) {
+      Bf16x8* dxp = reinterpret_cast<Bf16x8*>(dx + n * D + c);
+      Bf16x8 dxv = *dxp;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        const float g = to_f32(dyv.v[k]), xk = to_f32(xv.v[k]);
+        dxv.v[k] = from_f32<bf16>(to_f32(dxv.v[k]) + r * (wv[k] * g - xk * kk));
+        pr[k] += g * xk * r;
+      }
+      *dxp = dxv;
+    }
+  }
+  if (mine) {
+    float* out = partial + int64_t(blockIdx.x) * D + c;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) out[k] = pr[k];
+  }
+}
+
+bool vec_ok(int D, std::initializer_list<const void*> ptrs) {
+  if (D % kVec != 0 || D > kVec * 1024) return false;
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) & 15u) return false;
+  return true;
+}
+int vec_threads(int D) { return ceil_div(D / kVec, 32) * 32; }
 
 int bwd_blocks(int64_t N) { return int(N < kBwdBlocks ? N : kBwdBlocks); }
 
@@ -87,6 +190,13 @@ int bwd_blocks(int64_t N) { return int(N < kBwdBlocks ? N : kBwdBlocks); }
 void rmsnorm_fwd(void* y, DType ty, float* rstd, const void* x, DType tx, const void* w, DType tw, int64_t N, int D,
                  float eps, cudaStream_t s) {
   if (N <= 0) return;
+  if (tx == DType::bf16 && ty == DType::bf16 && tw == DType::bf16 && vec_ok(D, {y, x, w})) {
+    rmsnorm_fwd_vec_kernel<<<unsigned(N), vec_threads(D), 0, s>>>(static_cast<bf16*>(y), rstd,
+                                                                   static_cast<const bf16*>(x),
+                                                                   static_cast<const bf16*>(w), D, eps);
+    CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   dispatch_float(tx, "rmsnorm_fwd x", [&](auto ax) {
     dispatch_float(tw, "rmsnorm_fwd w", [&](auto aw) {
       dispatch_float(ty, "rmsnorm_fwd y", [&](auto ay) {
@@ -108,6 +218,15 @@ void rmsnorm_bwd(void* dx, DType tdx, float* dw, const void* dy, DType tdy, cons
   if (N <= 0) return;
   const int G = bwd_blocks(N);
   float* partial = static_cast<float*>(scratch);
+  if (tdx == DType::bf16 && tdy == DType::bf16 && tx == DType::bf16 && tw == DType::bf16 && vec_ok(D, {dx, dy, x, w})) {
+    rmsnorm_bwd_vec_kernel<<<G, vec_threads(D), 0, s>>>(static_cast<bf16*>(dx), partial, static_cast<const bf16*>(dy),
+                                                        static_cast<const bf16*>(x), static_cast<const bf16*>(w),
+                                                        rstd, N, D);
+    CUDA_CHECK(cudaGetLastError());
+    rmsnorm_dw_sum_kernel<<<ceil_div(D, kSumCols), kSumCols * kSumWarps, 0, s>>>(dw, partial, G, D);
+    CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   dispatch_float(tdx, "rmsnorm_bwd dx", [&](auto adx) {
     dispatch_float(tdy, "rmsnorm_bwd dy", [&](auto ady) {
       dispatch_float(tx, "rmsnorm_bwd x", [&](auto ax) {
@@ -130,7 +249,7 @@ void rmsnorm_bwd(void* dx, DType tdx, float* dw, const void* dy, DType tdy, cons
     });
   });
   CUDA_CHECK(cudaGetLastError());
-  rmsnorm_dw_sum_kernel<<<ceil_div(D, 128), 128, 0, s>>>(dw, partial, G, D);
+  rmsnorm_dw_sum_kernel<<<ceil_div(D, kSumCols), kSumCols * kSumWarps, 0, s>>>(dw, partial, G, D);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -5,7 +5,8 @@
 // qkv [B*T, 3D] row-major, f32 or bf16, rotated in place (the v columns 2D..3D-1 are untouched); D = H*d_head.
 // The angle and its sine/cosine are computed in fp64 and rounded to fp32 once: an fp32 angle t*inv_freq is off by
 // up to t * 2^-24 radians (3e-5 at t = 512, 2e-3 at t = 32768), which would be the largest error of the op.
-// One thread per (row, pair i); it applies the same rotation to all 2H heads of q and k.
+// The (cos, sin) table [T, d_head/2] is made once per (T, d_head, theta) by rope_table and kept by the backend;
+// the rotation then reads it (L2-resident) instead of evaluating pow and sincos in fp64 per element.
 #include "common.cuh"
 #include "rope.cuh"
 
@@ -14,39 +15,65 @@ namespace {  // ---- kernels ---------------------------------------------------
 
 constexpr int kThreads = 256;
 
-template <class T>
-__global__ __launch_bounds__(kThreads) void rope_kernel(T* __restrict__ qkv, int64_t rows, int T_, int H, int d_head,
-                                                        double theta, float sign) {
-  const int half = d_head / 2;
+// table[t, i] = (cos, sin) of t * theta^(-2i/d_head), computed in fp64 and rounded once.
+__global__ __launch_bounds__(kThreads) void rope_table_kernel(float2* __restrict__ table, int T_, int half,
+                                                              double theta, int d_head) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= rows * half) return;
-  const int64_t n = idx / half;
-  const int i = int(idx % half);
-  const int t = int(n % T_);
+  if (idx >= int64_t(T_) * half) return;
+  const int t = int(idx / half), i = int(idx % half);
   const double angle = double(t) * pow(theta, -2.0 * i / double(d_head));
   double sd, cd;
   sincos(angle, &sd, &cd);
-  const float c = float(cd), sn = sign * float(sd);
-  const int64_t D = int64_t(H) * d_head;
-  T* row = qkv + n * 3 * D + 2 * i;
-  for (int hh = 0; hh < 2 * H; ++hh) {  // heads of q, then heads of k: columns hh * d_head (k starts at D)
-    T* p = row + int64_t(hh) * d_head;
-    const float x0 = to_f32(p[0]), x1 = to_f32(p[1]);
-    p[0] = from_f32<T>(x0 * c - x1 * sn);
-    p[1] = from_f32<T>(x0 * sn + x1 * c);
+  table[idx] = make_float2(float(cd), float(sd));
+}
+
+// One thread per (row, pair of q or k): rows on blockIdx.y (grid-stride), the row's D pairs (q heads then k heads,
+// contiguous) on x, so adjacent threads touch adjacent pairs; each pair moves as one 2-element access.
+template <class T>
+struct alignas(2 * sizeof(T)) Pair {
+  T a, b;
+};
+
+template <class T>
+__global__ __launch_bounds__(kThreads) void rope_kernel(T* __restrict__ qkv, const float2* __restrict__ table,
+                                                        int64_t rows, int T_, int H, int d_head, float sign) {
+  const int half = d_head / 2;
+  const int D = H * d_head;  // pairs of q and k in one row
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= D) return;
+  const int i = j % half;
+  for (int64_t n = blockIdx.y; n < rows; n += gridDim.y) {
+    const float2 cs = table[int64_t(n % T_) * half + i];
+    const float c = cs.x, sn = sign * cs.y;
+    Pair<T>* p = reinterpret_cast<Pair<T>*>(qkv + n * 3 * int64_t(D) + 2 * int64_t(j));
+    Pair<T> v = *p;
+    const float x0 = to_f32(v.a), x1 = to_f32(v.b);
+    v.a = from_f32<T>(x0 * c - x1 * sn);
+    v.b = from_f32<T>(x0 * sn + x1 * c);
+    *p = v;
   }
 }
 
 }  // namespace
 
 // ---- launchers ------------------------------------------------------------------------------------------------------
-void rope(void* qkv, DType t, int64_t rows, int T, int H, int d_head, double theta, bool inverse, cudaStream_t s) {
-  const int64_t n = rows * (d_head / 2);
+void rope_table(float* table, int T, int d_head, double theta, cudaStream_t s) {
+  const int64_t n = int64_t(T) * (d_head / 2);
+  if (n <= 0) return;
+  rope_table_kernel<<<unsigned(ceil_div<int64_t>(n, kThreads)), kThreads, 0, s>>>(reinterpret_cast<float2*>(table), T,
+                                                                                d_head / 2, theta, d_head);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void rope(void* qkv, DType t, const float* table, int64_t rows, int T, int H, int d_head, bool inverse,
+          cudaStream_t s) {
+  const int64_t n = rows * H * d_head;  // pairs of q and k
   if (n <= 0) return;
   dispatch_float(t, "rope", [&](auto tag) {
     using TT = typename decltype(tag)::type;
-    rope_kernel<TT><<<unsigned(ceil_div<int64_t>(n, kThreads)), kThreads, 0, s>>>(static_cast<TT*>(qkv), rows, T, H,
-                                                                                d_head, theta, inverse ? -1.f : 1.f);
+    const dim3 grid(unsigned(ceil_div<int64_t>(int64_t(H) * d_head, kThreads)), unsigned(rows < 65535 ? rows : 65535));
+    rope_kernel<TT><<<grid, kThreads, 0, s>>>(static_cast<TT*>(qkv), reinterpret_cast<const float2*>(table), rows, T,
+                                              H, d_head, inverse ? -1.f : 1.f);
   });
   CUDA_CHECK(cudaGetLastError());
 }

@@ -440,7 +440,9 @@ TEST_CASE("config: validation rules", "[config]") {
   CHECK_NOTHROW(load_doc(dir, doc, {"data.batch_size=8", "data.microbatch_size=2", "parallel.strategy=zero1"}, 2));
   // One process per run unless a data-parallel strategy is chosen; unimplemented outputs are refused, not ignored.
   REQUIRE_THROWS_WITH(load_doc(dir, doc, {"data.batch_size=8"}, 2), Contains("parallel.strategy: 'none' runs one"));
-  REQUIRE_THROWS_WITH(load_doc(dir, doc, {"profile.trace=t.json"}), Contains("not implemented yet"));
+  CHECK_NOTHROW(load_doc(dir, doc, {"profile.trace=" + dir.path("t.json")}));
+  REQUIRE_THROWS_WITH(load_doc(dir, doc, {"job=collective_bench", "profile.trace=" + dir.path("t.json")}),
+                      Contains("only job 'train'"));
   REQUIRE_THROWS_WITH(load_doc(dir, doc, {"profile.memory_timeline=m.json"}), Contains("not implemented yet"));
   REQUIRE_THROWS_WITH(load_doc(dir, doc, {"bench.warmup_steps=2147483647", "bench.measure_steps=2147483647"}),
                       Contains("at most 1e9"));

@@ -47,6 +47,17 @@ class Buffer {
 /// A point in the compute stream's timeline (a CUDA event, or a host clock reading on the CPU).
 struct Event {
   virtual ~Event() = default;
+  /// The native handle (cudaEvent_t) for communicators that time their own streams against it; nullptr on the CPU.
+  virtual void* native_handle() { return nullptr; }
+};
+
+/// Receives named ranges (profile/profiler.h implements it: NVTX and Chrome traces). index >= 0 is appended to the
+/// name ("block 3"). A backend without a sink opens no ranges.
+class RangeSink {
+ public:
+  virtual ~RangeSink() = default;
+  virtual void push(const char* name, const char* cat, int index) = 0;
+  virtual void pop() = 0;
 };
 
 struct AttnShape {
@@ -61,6 +72,7 @@ struct AdamWArgs {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.01f;
   int64_t t = 1;            // step number, 1-based, for the bias corrections
   float grad_scale = 1.f;   // g is multiplied by this first (gradient clipping folded in)
+  bool grad_sumsq = false;  // also return sum_i g[i]^2 (of g as given, before grad_scale), fused into the same pass
 };
 
 class Backend {
@@ -88,6 +100,8 @@ class Backend {
   virtual std::unique_ptr<Event> make_event() = 0;
   virtual void record(Event& e) = 0;
   virtual float elapsed_ms(Event& start, Event& end) = 0;  // (syncs on end)
+  void set_range_sink(RangeSink* s) { ranges_ = s; }
+  RangeSink* range_sink() const { return ranges_; }
 
   // ---- ops (see each implementation's source for the formula and reference) -----------------------------------
   /// C[M,N] = alpha * op(A) op(B) + beta * C, op(X) = X or Xᵀ. A, B f32 or bf16 (same dtype); C f32 or A's dtype.
@@ -133,16 +147,34 @@ class Backend {
   /// dst = src with dtype conversion (f32 <-> bf16, or a plain copy).
   virtual void cast(Tensor dst, const Tensor& src) = 0;
   /// One AdamW step over flat f32 p, g, m, v (same numel). If p_work is non-empty (bf16), it receives the updated
-  /// parameters in its dtype in the same pass.
-  virtual void adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) = 0;
+  /// parameters in its dtype in the same pass. Returns sum g^2 in fp64 when a.grad_sumsq (then it syncs; the sum is
+  /// deterministic, as sum_squares), else 0: the gradient norm without a second read of the gradients.
+  virtual double adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) = 0;
 
  protected:
   MemoryStats stats_;
+  RangeSink* ranges_ = nullptr;
+};
+
+/// A named range on `be`'s timeline for the scope's lifetime (cat: "phase", "block", "attention", "op"); costs one
+/// pointer test when no profiler is attached.
+class ScopedRange {
+ public:
+  ScopedRange(Backend& be, const char* name, const char* cat = "op", int index = -1) : sink_(be.range_sink()) {
+    if (sink_) sink_->push(name, cat, index);
+  }
+  ~ScopedRange() {
+    if (sink_) sink_->pop();
+  }
+  ScopedRange(const ScopedRange&) = delete;
+  ScopedRange& operator=(const ScopedRange&) = delete;
+
+ private:
+  RangeSink* sink_;
 };
 
 struct BackendOptions {
   bool allow_tf32 = false;  // fp32 matmuls may use TF32 tensor cores (cuda)
-  bool nvtx = false;        // NVTX ranges around ops and phases (cuda)
 };
 
 /// The backend for `device` ("cpu" or "cuda"); device_index picks the GPU. Throws ConfigError when CUDA was asked

@@ -5,8 +5,10 @@
 // Every call can be synchronous (returns a finished Work) or asynchronous (wait() before touching the buffer).
 // A collective that does not finish within comm_timeout_s aborts every rank with a message; it never hangs silently.
 #pragma once
+#include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -18,6 +20,12 @@ class Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;  // blocks the host until done (MPI) or orders the compute stream after it (NCCL)
+};
+
+/// One collective, for traces: what it was and when it ran, in ms after an origin (see Communicator::spans).
+struct CommSpan {
+  std::string what;
+  double start_ms, end_ms;
 };
 
 class Communicator {
@@ -39,6 +47,14 @@ class Communicator {
   /// Milliseconds spent inside collectives (issue to completion) since the last reset.
   virtual double busy_ms() const { return 0; }
   virtual void reset_busy() {}
+  /// The collectives finished since the last reset_busy(), timed against `origin` (an event recorded on the
+  /// backend's compute stream before them: NCCL times its own stream's events against it) or, for communicators
+  /// timed by the host clock (MPI), against `host_origin`. Syncs on the collectives' end.
+  virtual std::vector<CommSpan> spans(Event& origin, std::chrono::steady_clock::time_point host_origin) const {
+    (void)origin;
+    (void)host_origin;
+    return {};
+  }
 };
 
 }  // namespace trainer

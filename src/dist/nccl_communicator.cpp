@@ -173,6 +173,19 @@ class NcclCommunicator final : public Communicator {
     return ms;
   }
   void reset_busy() override { timed_.clear(); }
+  std::vector<CommSpan> spans(Event& origin, Clock::time_point) const override {
+    auto* o0 = static_cast<cudaEvent_t>(origin.native_handle());
+    TRAINER_CHECK(o0 != nullptr, "nccl communicator: spans() needs a CUDA event as origin");
+    std::vector<CommSpan> out;
+    for (const auto& o : timed_) {
+      CUDA_CALL_CHECK(cudaEventSynchronize(o->end));
+      float a = 0, b = 0;
+      CUDA_CALL_CHECK(cudaEventElapsedTime(&a, o0, o->start));
+      CUDA_CALL_CHECK(cudaEventElapsedTime(&b, o0, o->end));
+      out.push_back({o->what, a, b});
+    }
+    return out;
+  }
 
  private:
   void check(const Tensor& t, const char* what) const {

@@ -125,7 +125,6 @@ nlohmann::json run_collective_bench(const RunConfig& cfg, const RunContext& ctx)
   const CollectiveCfg& cc = cfg.collective;
   const Device dev = cfg.device == "cuda" ? Device::cuda : Device::cpu;
   BackendOptions bopts;
-  bopts.nvtx = cfg.profile.nvtx;
   auto be = make_backend(dev, ctx.local_rank, bopts);
   auto comm = make_world_communicator(cfg.parallel.comm, cfg.parallel.comm_timeout_s, *be, ctx);
   const int n = comm->size();

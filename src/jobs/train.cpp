@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 
 #include "dist/bootstrap.h"
@@ -14,6 +15,7 @@
 #include "model/model.h"
 #include "optim/schedule.h"
 #include "parallel/strategy.h"
+#include "profile/profiler.h"
 
 namespace trainer {
 
@@ -49,6 +51,37 @@ void save_checkpoint(const Model& model, const std::string& path) {
   write_safetensors(path, named, {{"format", "pt"}, {"producer", "trainer"}});
 }
 
+/// Gathers every rank's trace events to rank 0, which writes one Chrome trace file (atomically). Collective.
+void write_trace(const std::string& path, const Profiler& profiler, const RunContext& ctx) {
+  const std::string mine = profiler.trace_events(ctx.rank).dump();
+  std::string all = mine;
+  if (ctx.world_size > 1) {
+    const int n = int(mine.size());
+    std::vector<int> counts(size_t(ctx.world_size)), displs(size_t(ctx.world_size));
+    MPI_CHECK(MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
+    std::string buf;
+    if (ctx.rank == 0) {
+      int64_t total = 0;
+      for (int i = 0; i < ctx.world_size; ++i) {
+        displs[size_t(i)] = int(total);
+        total += counts[size_t(i)];
+      }
+      TRAINER_CHECK(total < INT32_MAX, "profile.trace: the ranks' traces are {} bytes together, over 2 GiB", total);
+      buf.resize(size_t(total));
+    }
+    MPI_CHECK(MPI_Gatherv(mine.data(), n, MPI_CHAR, buf.data(), counts.data(), displs.data(), MPI_CHAR, 0,
+                          MPI_COMM_WORLD));
+    if (ctx.rank != 0) return;
+    nlohmann::json merged = nlohmann::json::array();
+    for (int i = 0; i < ctx.world_size; ++i)
+      for (auto& e : nlohmann::json::parse(buf.substr(size_t(displs[size_t(i)]), size_t(counts[size_t(i)]))))
+        merged.push_back(std::move(e));
+    all = merged.dump();
+  }
+  const std::string head = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": ", tail = "}\n";
+  write_file_atomic(path, {{head.data(), head.size()}, {all.data(), all.size()}, {tail.data(), tail.size()}});
+}
+
 }  // namespace
 
 nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
@@ -56,7 +89,6 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   const Device dev = cfg.device == "cuda" ? Device::cuda : Device::cpu;
   BackendOptions bopts;
   bopts.allow_tf32 = cfg.allow_tf32;
-  bopts.nvtx = cfg.profile.nvtx;
   auto be = make_backend(dev, ctx.local_rank, bopts);
 
   const ModelDims dims = model_dims(cfg.model);
@@ -81,6 +113,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   } else {
     model.init_random(cfg.init.seed);
   }
+  Profiler profiler(*be, cfg.profile.nvtx, cfg.profile.trace.has_value());
   auto comm = make_communicator(cfg, *be, ctx);
   auto strategy = make_strategy(cfg, *be, comm.get());
   strategy->setup(model);
@@ -108,25 +141,42 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   const std::function<void(int)> hook = [&](int u) { strategy->on_unit_ready(u); };
 
   for (int step = 0; step < total_steps; ++step) {
-    be->record(*ev[0]);
-    if (do_backward) model.zero_grads();
+    const bool measured = step >= cfg.bench.warmup_steps;
+    // The step's tokens are drawn and uploaded before its first event: the host work is not part of the step time.
     model.begin_step_losses(rank_tokens);
     source->batch(step, cfg.data.batch_size, ctx.rank * rows_per_rank, rows_per_rank, T, inputs.data(),
                   targets.data());
+    model.set_step_tokens(inputs.data(), targets.data());
+    if (measured) profiler.begin_step(step);
+    be->record(*ev[0]);
+    if (do_backward) model.zero_grads();
     for (int m = 0; m < n_micro; ++m) {
-      const size_t off = size_t(m) * micro * T;
-      model.forward(inputs.data() + off, targets.data() + off, micro, T, do_backward, float(1.0 / global_tokens),
-                    int64_t(off));
+      const int64_t off = int64_t(m) * micro * T;
+      {
+        ScopedRange range(*be, "forward", "phase", m);
+        model.forward(off, micro, T, do_backward, float(1.0 / global_tokens));
+      }
       be->record(*ev[1 + 2 * m]);
-      if (do_backward) model.backward(m == n_micro - 1 ? hook : std::function<void(int)>());
+      if (do_backward) {
+        ScopedRange range(*be, "backward", "phase", m);
+        model.backward(m == n_micro - 1 ? hook : std::function<void(int)>());
+      }
       be->record(*ev[2 + 2 * m]);
     }
-    if (do_backward) strategy->finish_backward();
+    if (do_backward) {
+      ScopedRange range(*be, "finish_backward", "phase");
+      strategy->finish_backward();
+    }
     be->record(*ev[2 * n_micro + 1]);
     double gnorm = std::nan(""), lr = learning_rate(cfg.optimizer, step, total_steps);
     if (do_step) {
-      gnorm = strategy->grad_norm();
-      strategy->optimizer_step(lr, clip_factor(gnorm, cfg.optimizer.max_grad_norm));
+      ScopedRange range(*be, "optimizer", "phase");
+      if (cfg.optimizer.max_grad_norm) {  // the clip factor is needed before the update: a separate pass
+        gnorm = strategy->grad_norm();
+        strategy->optimizer_step(lr, clip_factor(gnorm, cfg.optimizer.max_grad_norm));
+      } else {  // the norm (for the record) is read in AdamW's own pass over the gradients
+        gnorm = strategy->optimizer_step(lr, 1.0, /*want_norm=*/true);
+      }
     }
     be->record(*ev[2 * n_micro + 2]);
     const double loss = all_ranks_sum(model.step_loss_sum(), ctx) / double(global_tokens);  // syncs
@@ -143,7 +193,6 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
     losses.push_back(loss);
     gnorms.push_back(do_step ? json(gnorm) : json(nullptr));
     lrs.push_back(do_step ? json(lr) : json(nullptr));
-    const bool measured = step >= cfg.bench.warmup_steps;
     if (measured) {
       t_fwd.push_back(fwd);
       if (do_backward) t_bwd.push_back(bwd);
@@ -151,6 +200,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
       t_step.push_back(step_ms);
       t_comm.push_back(strategy->comm_ms());
       t_exposed.push_back(strategy->comm_exposed_ms());
+      profiler.end_step(comm.get());
     }
     if (!std::isfinite(loss)) throw RuntimeError(fmt::format("loss is {} at step {}", loss, step));
     if (cfg.bench.log_every > 0 && (step % cfg.bench.log_every == 0 || step == total_steps - 1)) {
@@ -220,6 +270,13 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   r["grad_norm"] = {{"per_step", gnorms}};
   r["lr"] = {{"per_step", lrs}};
   r["backend"] = be->description();
+  if (profiler.tracing()) {
+    r["profile"] = profiler.summary();
+    write_trace(*cfg.profile.trace, profiler, ctx);
+    r["profile"]["trace"] = *cfg.profile.trace;
+    spdlog::info("trace of {} step(s) written to {} (open in chrome://tracing or ui.perfetto.dev)",
+                 t_step.size(), *cfg.profile.trace);
+  }
   if (!t_step.empty())
     spdlog::info("done: step {:.2f} ms mean over {} steps | {} tok/s | {:.3g} TFLOP/s | peak memory {} | loss {:.4f}",
                  mean_step, t_step.size(), fmt_rate(r["throughput"]["tokens_per_s"].get<double>()), tflops,

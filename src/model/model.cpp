@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "io/safetensors.h"
@@ -129,20 +130,20 @@ double forward_flops_per_token(const ModelDims& d) {
 
 // ---- activation store ----------------------------------------------------------------------------------------------
 
-// Tensors one block keeps from forward for backward (rows N = B*T of the microbatch).
+// Tensors one block keeps from forward for backward (rows N = B*T of the microbatch). The cheap elementwise results
+// ln1(x_in), ln2(x_mid) and silu(a) * b are not kept: backward recomputes them (one RMSNorm or SwiGLU pass each,
+// ~1.5% of an xl step) and saves 30% of the block's bytes (selective recomputation, as Megatron-LM does for
+// attention; Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models").
 struct Model::BlockActs {
   Tensor x_in;      // [N, D]  block input (residual stream)
-  Tensor h1;        // [N, D]  ln1(x_in)
   Tensor rstd1;     // [N]     f32
   Tensor qkv;       // [N, 3D] after RoPE
   Tensor attn_out;  // [N, D]  attention output before output_proj
   Tensor lse;       // [B, H, T] f32
   Tensor probs;     // [B, H, T, T] naive attention only
   Tensor x_mid;     // [N, D]  x_in + attention
-  Tensor h2;        // [N, D]  ln2(x_mid)
   Tensor rstd2;     // [N]     f32
   Tensor ab;        // [N, 2F] [w1 h2 | w3 h2]
-  Tensor g;         // [N, F]  silu(a) * b
 };
 
 struct Model::HeadActs {
@@ -150,8 +151,8 @@ struct Model::HeadActs {
   Tensor hf;       // [N, D] ln_final(x_final)
   Tensor rstdf;    // [N] f32
   Tensor logits;   // [N, V]; holds dlogits after the fused cross-entropy when backward follows
-  Tensor inputs, targets;  // [N] i32
-  // backward scratch
+  // scratch, shared by all blocks: in forward dh holds h1 / h2 and dg holds g; in backward they hold the recomputed
+  // h2, g, h1 until the gradients that overwrite them are computed
   Tensor dx, dh, dg, dbig;  // [N, D], [N, D], [N, F], [N, max(3D, 2F)]
 };
 
@@ -210,18 +211,15 @@ size_t Model::saved_bytes_per_block(int rows, int seq_len) const {
   Carver c{nullptr, be_.device()};
   const int64_t N = int64_t(rows) * seq_len, D = dims_.d_model, F = dims_.d_ff, H = dims_.num_heads;
   const DType a = act_dtype_;
-  c.take(a, {N, D});
-  c.take(a, {N, D});
-  c.take(DType::f32, {N});
-  c.take(a, {N, 3 * D});
-  c.take(a, {N, D});
-  c.take(DType::f32, {rows, H, seq_len});
-  if (attn_ == AttnImpl::naive) c.take(a, {rows, H, seq_len, seq_len});
-  c.take(a, {N, D});
-  c.take(a, {N, D});
-  c.take(DType::f32, {N});
-  c.take(a, {N, 2 * F});
-  c.take(a, {N, F});
+  c.take(a, {N, D});                        // x_in
+  c.take(DType::f32, {N});                  // rstd1
+  c.take(a, {N, 3 * D});                    // qkv
+  c.take(a, {N, D});                        // attn_out
+  c.take(DType::f32, {rows, H, seq_len});   // lse
+  if (attn_ == AttnImpl::naive) c.take(a, {rows, H, seq_len, seq_len});  // probs
+  c.take(a, {N, D});                        // x_mid
+  c.take(DType::f32, {N});                  // rstd2
+  c.take(a, {N, 2 * F});                    // ab
   return (c.off + 255) / 256 * 256;
 }
 
@@ -229,7 +227,6 @@ void Model::reserve(int rows, int seq_len) {
   if (rows <= cap_rows_ && seq_len == cap_T_) return;
   acts_.reset();
   scratch_.reset();
-  tokens_.reset();
   blocks_.clear();
   const int64_t N = int64_t(rows) * seq_len, D = dims_.d_model, F = dims_.d_ff, H = dims_.num_heads,
                 V = dims_.vocab_size;
@@ -238,17 +235,14 @@ void Model::reserve(int rows, int seq_len) {
     std::vector<BlockActs> bl(dims_.num_layers);
     for (auto& b : bl) {
       b.x_in = c.take(a, {N, D});
-      b.h1 = c.take(a, {N, D});
       b.rstd1 = c.take(DType::f32, {N});
       b.qkv = c.take(a, {N, 3 * D});
       b.attn_out = c.take(a, {N, D});
       b.lse = c.take(DType::f32, {rows, H, seq_len});
       if (attn_ == AttnImpl::naive) b.probs = c.take(a, {rows, H, seq_len, seq_len});
       b.x_mid = c.take(a, {N, D});
-      b.h2 = c.take(a, {N, D});
       b.rstd2 = c.take(DType::f32, {N});
       b.ab = c.take(a, {N, 2 * F});
-      b.g = c.take(a, {N, F});
     }
     HeadActs h;
     h.x_final = c.take(a, {N, D});
@@ -276,11 +270,6 @@ void Model::reserve(int rows, int seq_len) {
   scratch_ = be_.alloc(ms.off, Category::workspace);
   Carver sc{static_cast<char*>(scratch_.data()), be_.device()};
   carve_scratch(sc, h);
-
-  tokens_ = be_.alloc(size_t(N) * 2 * 4 + 512, Category::activations);
-  Carver tc{static_cast<char*>(tokens_.data()), be_.device()};
-  h.inputs = tc.take(DType::i32, {N});
-  h.targets = tc.take(DType::i32, {N});
   *head_ = h;
   cap_rows_ = rows;
   cap_T_ = seq_len;
@@ -352,16 +341,36 @@ void Model::sync_work_copy() {
   if (act_dtype_ != DType::f32) be_.cast(params_work(), params());
 }
 
-void Model::zero_grads() { be_.fill(grads(), 0.f); }
+void Model::zero_grads() {
+  // The weight-gradient GEMMs of the next backward write instead of accumulate (grad_beta_ = 0), so only the
+  // gradients that are accumulated by other ops are zeroed here: the embedding (scattered adds) and the RMSNorm
+  // gains. The layout's padding is never written and stays zero from construction.
+  const Tensor G = grads();
+  grad_beta_ = 0.f;
+  be_.fill(w(*emb_, G, {emb_->numel}), 0.f);
+  be_.fill(w(*ln_final_, G, {ln_final_->numel}), 0.f);
+  for (const LayerRefs& r : layer_refs_) {
+    be_.fill(w(*r.ln1, G, {r.ln1->numel}), 0.f);
+    be_.fill(w(*r.ln2, G, {r.ln2->numel}), 0.f);
+  }
+}
 
 void Model::begin_step_losses(int64_t tokens) {
   if (tokens > loss_capacity_) {
     losses_.reset();
+    tokens_.reset();
     losses_ = be_.alloc(size_t(tokens) * 4, Category::activations);
+    tokens_ = be_.alloc(size_t(tokens) * 2 * 4, Category::activations);
     loss_capacity_ = tokens;
   }
   loss_used_ = tokens;
   be_.fill(losses_.view(DType::f32, {tokens}), 0.f);
+}
+
+void Model::set_step_tokens(const int32_t* inputs, const int32_t* targets) {
+  int32_t* d = static_cast<int32_t*>(tokens_.data());
+  be_.copy_from_host(d, inputs, size_t(loss_used_) * 4);
+  be_.copy_from_host(d + loss_capacity_, targets, size_t(loss_used_) * 4);
 }
 
 double Model::step_loss_sum() { return be_.sum(losses_.view(DType::f32, {loss_used_})); }
@@ -371,17 +380,14 @@ Model::BlockActs Model::sized(const BlockActs& f, int rows, int T) const {
   const int64_t N = int64_t(rows) * T, D = dims_.d_model, F = dims_.d_ff, H = dims_.num_heads;
   BlockActs a;
   a.x_in = f.x_in.slice(0, {N, D});
-  a.h1 = f.h1.slice(0, {N, D});
   a.rstd1 = f.rstd1.slice(0, {N});
   a.qkv = f.qkv.slice(0, {N, 3 * D});
   a.attn_out = f.attn_out.slice(0, {N, D});
   a.lse = f.lse.slice(0, {rows, H, T});
   if (f.probs.data) a.probs = f.probs.slice(0, {rows, H, T, T});
   a.x_mid = f.x_mid.slice(0, {N, D});
-  a.h2 = f.h2.slice(0, {N, D});
   a.rstd2 = f.rstd2.slice(0, {N});
   a.ab = f.ab.slice(0, {N, 2 * F});
-  a.g = f.g.slice(0, {N, F});
   return a;
 }
 
@@ -393,31 +399,44 @@ void Model::layer_forward(int l, const Tensor& x_in, Tensor x_out, BlockActs& a,
   const int64_t D = dims_.d_model, F = dims_.d_ff;
   const Tensor ln1 = w(*r.ln1, W, {D}), wqkv = w(*r.wqkv, W, {3 * D, D}), wo = w(*r.wo, W, {D, D}),
                ln2 = w(*r.ln2, W, {D}), w13 = w(*r.w13, W, {2 * F, D}), w2 = w(*r.w2, W, {D, F});
+  const int64_t N = x_in.rows();
+  const Tensor h = head_->dh.slice(0, {N, D}), g = head_->dg.slice(0, {N, F});  // not kept (recomputed)
 
-  be_.rmsnorm_fwd(a.h1, a.rstd1, x_in, ln1, kNormEps);
-  be_.matmul(a.qkv, a.h1, false, wqkv, true, 1.f, 0.f);  // [N, 3D] = h1 Wqkvᵀ
+  be_.rmsnorm_fwd(h, a.rstd1, x_in, ln1, kNormEps);
+  be_.matmul(a.qkv, h, false, wqkv, true, 1.f, 0.f);  // [N, 3D] = h1 Wqkvᵀ
   be_.rope(a.qkv, s, float(dims_.rope_theta), false);
   be_.attention_fwd(attn_, s, a.attn_out, a.lse, a.probs, a.qkv);
   be_.copy(a.x_mid.data, x_in.data, x_in.bytes());
   be_.matmul(a.x_mid, a.attn_out, false, wo, true, 1.f, 1.f);  // x_mid = x_in + attn Woᵀ
-  be_.rmsnorm_fwd(a.h2, a.rstd2, a.x_mid, ln2, kNormEps);
-  be_.matmul(a.ab, a.h2, false, w13, true, 1.f, 0.f);  // [N, 2F] = h2 [W1; W3]ᵀ
-  be_.swiglu_fwd(a.g, a.ab);
+  be_.rmsnorm_fwd(h, a.rstd2, a.x_mid, ln2, kNormEps);
+  be_.matmul(a.ab, h, false, w13, true, 1.f, 0.f);  // [N, 2F] = h2 [W1; W3]ᵀ
+  be_.swiglu_fwd(g, a.ab);
   be_.copy(x_out.data, a.x_mid.data, a.x_mid.bytes());
-  be_.matmul(x_out, a.g, false, w2, true, 1.f, 1.f);  // x_out = x_mid + g W2ᵀ
+  be_.matmul(x_out, g, false, w2, true, 1.f, 1.f);  // x_out = x_mid + g W2ᵀ
 }
 
 void Model::forward(const int32_t* inputs, const int32_t* targets, int rows, int seq_len, bool backward_next,
                     float dscale, int64_t loss_slot) {
+  const int64_t N = int64_t(rows) * seq_len;
+  TRAINER_CHECK(loss_slot >= 0 && loss_slot + N <= loss_used_, "loss slot {}+{} outside the step's {} losses",
+                loss_slot, N, loss_used_);
+  int32_t* d = static_cast<int32_t*>(tokens_.data());
+  be_.copy_from_host(d + loss_slot, inputs, size_t(N) * 4);
+  be_.copy_from_host(d + loss_capacity_ + loss_slot, targets, size_t(N) * 4);
+  forward(loss_slot, rows, seq_len, backward_next, dscale);
+}
+
+void Model::forward(int64_t offset, int rows, int seq_len, bool backward_next, float dscale) {
   reserve(rows, seq_len);
   rows_ = rows;
   T_ = seq_len;
   const int64_t N = int64_t(rows) * seq_len, D = dims_.d_model, V = dims_.vocab_size;
-  TRAINER_CHECK(loss_slot + N <= loss_used_, "loss slot {}+{} outside the step's {} losses", loss_slot, N, loss_used_);
+  TRAINER_CHECK(offset >= 0 && offset + N <= loss_used_, "tokens {}+{} outside the step's {} tokens", offset, N,
+                loss_used_);
   HeadActs& h = *head_;
-  const Tensor inp = h.inputs.slice(0, {N}), tgt = h.targets.slice(0, {N});
-  be_.copy_from_host(inp.data, inputs, size_t(N) * 4);
-  be_.copy_from_host(tgt.data, targets, size_t(N) * 4);
+  const Tensor step_tokens(tokens_.data(), DType::i32, be_.device(), {2 * loss_capacity_});
+  const Tensor inp = step_tokens.slice(offset, {N}), tgt = step_tokens.slice(loss_capacity_ + offset, {N});
+  cur_inputs_ = inp;
 
   const AttnShape s{rows, seq_len, dims_.num_heads, dims_.d_head(), true, float(1.0 / std::sqrt(dims_.d_head()))};
   const Tensor W = params_work();
@@ -425,13 +444,15 @@ void Model::forward(const int32_t* inputs, const int32_t* targets, int rows, int
   auto resid = [&](int l) { return (l < L ? blocks_[l].x_in : h.x_final).slice(0, {N, D}); };
   be_.embedding_fwd(resid(0), inp, w(*emb_, W, {V, D}));
   for (int l = 0; l < L; ++l) {
+    ScopedRange range(be_, "block", "block", l);
     BlockActs a = sized(blocks_[l], rows, seq_len);
     layer_forward(l, resid(l), resid(l + 1), a, s);
   }
+  ScopedRange range(be_, "lm_head", "block");
   const Tensor hf = h.hf.slice(0, {N, D}), rstdf = h.rstdf.slice(0, {N}), logits = h.logits.slice(0, {N, V});
   be_.rmsnorm_fwd(hf, rstdf, resid(L), w(*ln_final_, W, {D}), kNormEps);
   be_.matmul(logits, hf, false, w(*lm_head_, W, {V, D}), true, 1.f, 0.f);
-  const Tensor losses = losses_.view(DType::f32, {loss_used_}).slice(loss_slot, {N});
+  const Tensor losses = losses_.view(DType::f32, {loss_used_}).slice(offset, {N});
   be_.cross_entropy(losses, backward_next ? logits : Tensor(), logits, tgt, dscale);
 }
 
@@ -446,21 +467,26 @@ void Model::layer_backward(int l, Tensor dx, BlockActs& a, const AttnShape& s) {
   const Tensor dh = h.dh.slice(0, {N, D}), dg = h.dg.slice(0, {N, F});
   const Tensor dab = h.dbig.slice(0, {N, 2 * F}), dqkv = h.dbig.slice(0, {N, 3 * D});
 
-  // FFN: x_out = x_mid + g W2ᵀ
-  be_.matmul(dg, dx, false, w(w2, W, {D, F}), false, 1.f, 0.f);   // dg [N, F] = dx W2
-  be_.matmul(w(w2, G, {D, F}), dx, true, a.g, false, 1.f, 1.f);  // dW2 += dxᵀ g
+  const float gb = grad_beta_;  // 0 on the step's first backward (weight gradients written), else 1 (accumulated)
+  // FFN: x_out = x_mid + g W2ᵀ. g and h2 are recomputed into the dg and dh scratch, which their gradients overwrite.
+  const Tensor g = dg, hr = dh;  // hr: the recomputed h2, later h1
+  be_.swiglu_fwd(g, a.ab);
+  be_.matmul(w(w2, G, {D, F}), dx, true, g, false, 1.f, gb);     // dW2 (+)= dxᵀ g
+  be_.matmul(dg, dx, false, w(w2, W, {D, F}), false, 1.f, 0.f);  // dg [N, F] = dx W2
   be_.swiglu_bwd(dab, dg, a.ab);
-  be_.matmul(dh, dab, false, w(w13, W, {2 * F, D}), false, 1.f, 0.f);   // dh2 = dab [W1; W3]
-  be_.matmul(w(w13, G, {2 * F, D}), dab, true, a.h2, false, 1.f, 1.f);  // d[W1; W3] += dabᵀ h2
+  be_.rmsnorm_fwd(hr, a.rstd2, a.x_mid, w(ln2, W, {D}), kNormEps);        // h2 again (rstd2 rewritten, same values)
+  be_.matmul(w(w13, G, {2 * F, D}), dab, true, hr, false, 1.f, gb);       // d[W1; W3] (+)= dabᵀ h2
+  be_.matmul(dh, dab, false, w(w13, W, {2 * F, D}), false, 1.f, 0.f);    // dh2 = dab [W1; W3]
   be_.rmsnorm_bwd(dx, w(ln2, G, {D}), dh, a.x_mid, w(ln2, W, {D}), a.rstd2);  // dx := d x_mid
   // Attention: x_mid = x_in + attn_out Woᵀ
   const Tensor d_attn = dh;  // reuse [N, D]
   be_.matmul(d_attn, dx, false, w(wo, W, {D, D}), false, 1.f, 0.f);
-  be_.matmul(w(wo, G, {D, D}), dx, true, a.attn_out, false, 1.f, 1.f);
+  be_.matmul(w(wo, G, {D, D}), dx, true, a.attn_out, false, 1.f, gb);
   be_.attention_bwd(attn_, s, dqkv, d_attn, a.qkv, a.attn_out, a.lse, a.probs);
   be_.rope(dqkv, s, float(dims_.rope_theta), true);  // d(pre-RoPE) = Rᵀ d(post-RoPE)
-  be_.matmul(dh, dqkv, false, w(wqkv, W, {3 * D, D}), false, 1.f, 0.f);   // dh1 = dqkv Wqkv
-  be_.matmul(w(wqkv, G, {3 * D, D}), dqkv, true, a.h1, false, 1.f, 1.f);  // dWqkv += dqkvᵀ h1
+  be_.rmsnorm_fwd(hr, a.rstd1, a.x_in, w(ln1, W, {D}), kNormEps);           // h1 again
+  be_.matmul(w(wqkv, G, {3 * D, D}), dqkv, true, hr, false, 1.f, gb);       // dWqkv (+)= dqkvᵀ h1
+  be_.matmul(dh, dqkv, false, w(wqkv, W, {3 * D, D}), false, 1.f, 0.f);    // dh1 = dqkv Wqkv
   be_.rmsnorm_bwd(dx, w(ln1, G, {D}), dh, a.x_in, w(ln1, W, {D}), a.rstd1);  // dx := d x_in
 }
 
@@ -473,17 +499,23 @@ void Model::backward(const std::function<void(int)>& on_unit_ready) {
   const Tensor dlogits = h.logits.slice(0, {N, V}), hf = h.hf.slice(0, {N, D}), dx = h.dx.slice(0, {N, D}),
                dh = h.dh.slice(0, {N, D});
   const ParamInfo &lm = *lm_head_, &lnf = *ln_final_;
+  std::optional<ScopedRange> head_range(std::in_place, be_, "lm_head", "block");
   be_.matmul(dh, dlogits, false, w(lm, W, {V, D}), false, 1.f, 0.f);   // dhf = dlogits Wlm
-  be_.matmul(w(lm, G, {V, D}), dlogits, true, hf, false, 1.f, 1.f);   // dWlm += dlogitsᵀ hf
+  be_.matmul(w(lm, G, {V, D}), dlogits, true, hf, false, 1.f, grad_beta_);  // dWlm (+)= dlogitsᵀ hf
   be_.fill(dx, 0.f);
   be_.rmsnorm_bwd(dx, w(lnf, G, {D}), dh, h.x_final.slice(0, {N, D}), w(lnf, W, {D}), h.rstdf.slice(0, {N}));
+  head_range.reset();
   if (on_unit_ready) on_unit_ready(L + 1);
   for (int l = L - 1; l >= 0; --l) {
-    BlockActs a = sized(blocks_[l], rows, T);
-    layer_backward(l, dx, a, s);
+    {
+      ScopedRange range(be_, "block", "block", l);
+      BlockActs a = sized(blocks_[l], rows, T);
+      layer_backward(l, dx, a, s);
+    }
     if (on_unit_ready) on_unit_ready(l + 1);
   }
-  be_.embedding_bwd(w(*emb_, G, {V, D}), h.inputs.slice(0, {N}), dx);
+  be_.embedding_bwd(w(*emb_, G, {V, D}), cur_inputs_, dx);
+  grad_beta_ = 1.f;  // later microbatches of the step accumulate
   if (on_unit_ready) on_unit_ready(0);
 }
 

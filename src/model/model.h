@@ -90,19 +90,28 @@ class Model {
   std::vector<float> download(const ParamInfo& p, bool grad = false) const;
   /// Refreshes the bf16 working copy from the master weights (no-op in fp32).
   void sync_work_copy();
+  /// Starts a step's gradients: the next backward writes the weight gradients (GEMMs with beta 0) and later ones
+  /// accumulate; the embedding and RMSNorm gains, which other ops accumulate into, are zeroed here.
   void zero_grads();
 
   /// Allocates the activation store for microbatches of up to `rows` sequences of `seq_len` tokens.
   void reserve(int rows, int seq_len);
-  /// Forward of one microbatch (inputs/targets host int32 [rows, seq_len]). Per-token losses go to
-  /// loss_slot [rows*seq_len] of the step's loss buffer (read with step_loss_sum()). If backward_next, the fused
-  /// cross-entropy also writes dlogits scaled by dscale (1 / tokens of the global batch) for backward().
+  /// Uploads the whole step's tokens (inputs, targets: host int32 [tokens], tokens as given to begin_step_losses)
+  /// in one copy, so the microbatches' forwards enqueue without a host round trip each.
+  void set_step_tokens(const int32_t* inputs, const int32_t* targets);
+  /// Forward of one microbatch: rows x seq_len tokens starting at token `offset` of the step's tokens
+  /// (set_step_tokens). Per-token losses go to [offset, offset + rows*seq_len) of the step's loss buffer (read with
+  /// step_loss_sum()). If backward_next, the fused cross-entropy also writes dlogits scaled by dscale (1 / tokens of
+  /// the global batch) for backward().
+  void forward(int64_t offset, int rows, int seq_len, bool backward_next, float dscale);
+  /// The same with this microbatch's tokens given here (host int32 [rows, seq_len]): they are uploaded into the
+  /// step's tokens at loss_slot first (one synchronising copy; tests and one-microbatch callers).
   void forward(const int32_t* inputs, const int32_t* targets, int rows, int seq_len, bool backward_next,
                float dscale, int64_t loss_slot);
   /// Backward of the last forward; gradients accumulate into grads(). on_unit_ready(u) fires when unit u's gradient
   /// range is complete (only when non-null).
   void backward(const std::function<void(int)>& on_unit_ready);
-  /// Resizes and zeroes the step's per-token loss buffer to `tokens` entries.
+  /// Resizes and zeroes the step's per-token loss buffer to `tokens` entries (and sizes the step's token buffer).
   void begin_step_losses(int64_t tokens);
   double step_loss_sum();  // (syncs)
 
@@ -130,7 +139,9 @@ class Model {
   Buffer params_, grads_, work_;
   // activation store (sized by reserve)
   int cap_rows_ = 0, cap_T_ = 0, rows_ = 0, T_ = 0;
-  Buffer acts_, scratch_, tokens_, losses_;
+  Buffer acts_, scratch_, tokens_, losses_;  // tokens_: the step's inputs then targets, i32 [2 * loss_capacity_]
+  Tensor cur_inputs_;                         // the last forward's inputs, for embedding_bwd
+  float grad_beta_ = 1.f;                     // 0 after zero_grads(): the next backward writes weight gradients
   std::vector<BlockActs> blocks_;
   struct HeadActs;
   std::unique_ptr<HeadActs> head_;

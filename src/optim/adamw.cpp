@@ -11,10 +11,10 @@ AdamW::AdamW(Backend& be, int64_t numel, const OptimizerCfg& cfg) : be_(be), num
   }
 }
 
-void AdamW::step(Tensor p, const Tensor& g, Tensor p_work, double lr, double grad_scale) {
+double AdamW::step(Tensor p, const Tensor& g, Tensor p_work, double lr, double grad_scale, bool want_sumsq) {
   TRAINER_CHECK(p.numel() == numel_ && g.numel() == numel_, "AdamW: {} parameters, state for {}", p.numel(), numel_);
   ++t_;
-  if (numel_ == 0) return;
+  if (numel_ == 0) return 0.0;
   AdamWArgs a;
   a.lr = float(lr);
   a.beta1 = float(cfg_.betas.at(0));
@@ -23,7 +23,8 @@ void AdamW::step(Tensor p, const Tensor& g, Tensor p_work, double lr, double gra
   a.weight_decay = float(cfg_.weight_decay);
   a.t = t_;
   a.grad_scale = float(grad_scale);
-  be_.adamw(p, g, m_.view(DType::f32, {numel_}), v_.view(DType::f32, {numel_}), p_work, a);
+  a.grad_sumsq = want_sumsq;
+  return be_.adamw(p, g, m_.view(DType::f32, {numel_}), v_.view(DType::f32, {numel_}), p_work, a);
 }
 
 }  // namespace trainer

@@ -13,7 +13,8 @@ class AdamW {
   AdamW(Backend& be, int64_t numel, const OptimizerCfg& cfg);
   /// One step over p, g (f32 [numel]) with learning rate lr; g is scaled by grad_scale first (clipping).
   /// p_work (bf16 copy of p, or empty) is refreshed in the same pass. Increments the step count t (from 1).
-  void step(Tensor p, const Tensor& g, Tensor p_work, double lr, double grad_scale);
+  /// With want_sumsq, returns sum g^2 (g as given) read in the same pass (syncs); else 0.
+  double step(Tensor p, const Tensor& g, Tensor p_work, double lr, double grad_scale, bool want_sumsq = false);
   int64_t steps_taken() const { return t_; }
   size_t state_bytes() const { return m_.bytes() + v_.bytes(); }
 

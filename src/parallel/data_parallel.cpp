@@ -89,9 +89,11 @@ void DdpStrategy::setup(Model& model) {
 
 double DdpStrategy::grad_norm() { return std::sqrt(be_.sum_squares(model_->grads())); }
 
-void DdpStrategy::optimizer_step(double lr, double grad_scale) {
+double DdpStrategy::optimizer_step(double lr, double grad_scale, bool want_norm) {
+  // Every rank holds the whole reduced gradient, so the local norm is the global one.
   Tensor work = model_->act_dtype() == DType::f32 ? Tensor() : model_->params_work();
-  adamw_->step(model_->params(), model_->grads(), work, lr, grad_scale);
+  const double sumsq = adamw_->step(model_->params(), model_->grads(), work, lr, grad_scale, want_norm);
+  return want_norm ? std::sqrt(sumsq) : std::nan("");
 }
 
 }  // namespace trainer

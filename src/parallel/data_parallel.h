@@ -65,7 +65,7 @@ class DdpStrategy : public Strategy {
   std::string name() const override { return name_; }
   void setup(Model& model) override;
   double grad_norm() override;
-  void optimizer_step(double lr, double grad_scale) override;
+  double optimizer_step(double lr, double grad_scale, bool want_norm) override;
   size_t optimizer_state_bytes() const override { return adamw_ ? adamw_->state_bytes() : 0; }
   double comm_ms() const override { return timer_.comm_ms(); }
   double comm_exposed_ms() const override { return timer_.exposed_ms(); }

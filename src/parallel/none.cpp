@@ -17,9 +17,10 @@ class NoneStrategy final : public Strategy {
   }
   void finish_backward() override {}
   double grad_norm() override { return std::sqrt(be_.sum_squares(model_->grads())); }
-  void optimizer_step(double lr, double grad_scale) override {
+  double optimizer_step(double lr, double grad_scale, bool want_norm) override {
     Tensor work = model_->act_dtype() == DType::f32 ? Tensor() : model_->params_work();
-    adamw_->step(model_->params(), model_->grads(), work, lr, grad_scale);
+    const double sumsq = adamw_->step(model_->params(), model_->grads(), work, lr, grad_scale, want_norm);
+    return want_norm ? std::sqrt(sumsq) : std::nan("");
   }
   size_t optimizer_state_bytes() const override { return adamw_ ? adamw_->state_bytes() : 0; }
 

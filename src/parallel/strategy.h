@@ -1,7 +1,8 @@
 // Strategy: how gradients and optimizer state are shared between data-parallel ranks.
 //
 // The train loop calls, per step: model.zero_grads(); for each microbatch forward + backward(hook) where the hook is
-// on_unit_ready(unit) on the last microbatch only; then finish_backward(); grad_norm(); optimizer_step().
+// on_unit_ready(unit) on the last microbatch only; then finish_backward(); then, with clipping, grad_norm() and
+// optimizer_step(lr, clip factor), or without, optimizer_step(lr, 1, want_norm = true) (the norm read in AdamW's pass).
 // Gradients accumulate scaled by 1 / (tokens of the global batch), so a sum over ranks is the exact global mean.
 // Implementations: none (one process), ddp_naive, ddp_flat, ddp_overlap, ddp_bucketed, zero1 (src/parallel/*).
 #pragma once
@@ -29,8 +30,9 @@ class Strategy {
   /// Global L2 norm of the (reduced) gradient over all ranks and shards; equals the one-process value. (syncs)
   virtual double grad_norm() = 0;
   /// AdamW step with learning rate lr and gradients scaled by grad_scale; afterwards all ranks hold the same weights
-  /// (and the bf16 working copy is refreshed).
-  virtual void optimizer_step(double lr, double grad_scale) = 0;
+  /// (and the bf16 working copy is refreshed). With want_norm, returns the global gradient norm (the value
+  /// grad_norm() would give before the step) computed in the same pass over the gradients; else NaN. (syncs if asked)
+  virtual double optimizer_step(double lr, double grad_scale, bool want_norm = false) = 0;
   /// Bytes of optimizer state this rank holds.
   virtual size_t optimizer_state_bytes() const = 0;
   /// Milliseconds of communication in the last step (issued to completed) and the part not hidden behind compute.

@@ -7,8 +7,11 @@
 // may fall inside a tensor; AdamW is elementwise, so that does not matter.
 //
 // Per step:
-//   finish_backward: reduce_scatter (sum) of the flat gradient -> this rank's reduced chunk [chunk] (a separate
-//                    buffer, Category::gradients: MPI and NCCL reduce-scatter want distinct in/out ranges);
+//   finish_backward: reduce_scatter (sum) of the flat gradient -> this rank's reduced chunk [chunk]. With NCCL the
+//                    chunk is reduced in place, into this rank's own slot of the flat gradient buffer (NCCL allows
+//                    recvbuff = sendbuff + rank * recvcount), so no second gradient buffer exists; with MPI (whose
+//                    in-place reduce-scatter puts the result at the buffer's start) it is a separate buffer,
+//                    Category::gradients;
 //   grad_norm:       sqrt(sum over ranks of the chunk's sum of squares), summed in fp64 with MPI_Allreduce: the
 //                    global norm over all shards, the same value as one process;
 //   optimizer_step:  AdamW on the owned chunk only, then an in-place all_gather of the parameter chunks so every rank
@@ -39,7 +42,8 @@ class Zero1 final : public Strategy {
     begin_ = chunk_ * comm_.rank();
     broadcast_weights(model, comm_);
     adamw_ = std::make_unique<AdamW>(be_, chunk_, cfg_.optimizer);
-    grad_shard_ = be_.alloc(size_t(chunk_) * 4, Category::gradients);
+    in_place_ = comm_.name() == "nccl";
+    if (!in_place_) grad_shard_ = be_.alloc(size_t(chunk_) * 4, Category::gradients);
     check_same_layout("zero1 shards", {model.flat_size(), n, chunk_});
     spdlog::info("zero1: {} shards of {} elements; AdamW state {} per rank (one process: {})", n, chunk_,
                  format_bytes(adamw_->state_bytes()), format_bytes(size_t(model.flat_size()) * 8));
@@ -60,15 +64,23 @@ class Zero1 final : public Strategy {
     return std::sqrt(total);
   }
 
-  void optimizer_step(double lr, double grad_scale) override {
+  double optimizer_step(double lr, double grad_scale, bool want_norm) override {
     const Tensor params = model_->params();
     const Tensor mine = params.slice(begin_, {chunk_});
-    adamw_->step(mine, shard(), Tensor(), lr, grad_scale);
+    const double local = adamw_->step(mine, shard(), Tensor(), lr, grad_scale, want_norm);
+    double total = std::nan("");
+    if (want_norm) {
+      timer_.begin_exposed();
+      MPI_CHECK(MPI_Allreduce(&local, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+      timer_.end_exposed();
+      total = std::sqrt(total);
+    }
     timer_.begin_exposed();
     comm_.all_gather(params, mine);  // in place: this rank's chunk is already in its slot
     timer_.end_exposed();
     model_->sync_work_copy();
     timer_.end_step();
+    return total;
   }
 
   size_t optimizer_state_bytes() const override { return adamw_ ? adamw_->state_bytes() : 0; }
@@ -80,7 +92,9 @@ class Zero1 final : public Strategy {
     CONFIG_CHECK(comm != nullptr, "parallel.strategy: 'zero1' needs a communicator (parallel.comm)");
     return *comm;
   }
-  Tensor shard() const { return grad_shard_.view(DType::f32, {chunk_}); }
+  Tensor shard() const {
+    return in_place_ ? model_->grads().slice(begin_, {chunk_}) : grad_shard_.view(DType::f32, {chunk_});
+  }
 
   const RunConfig& cfg_;
   Backend& be_;
@@ -89,7 +103,8 @@ class Zero1 final : public Strategy {
   Model* model_ = nullptr;
   int64_t chunk_ = 0, begin_ = 0;  // elements per shard; this rank's first element
   std::unique_ptr<AdamW> adamw_;   // m, v [chunk]
-  Buffer grad_shard_;              // f32 [chunk]: this rank's reduced gradient chunk
+  bool in_place_ = false;          // the reduced chunk lives in the flat gradient buffer (NCCL)
+  Buffer grad_shard_;              // f32 [chunk]: this rank's reduced gradient chunk (MPI)
 };
 }  // namespace
 

@@ -153,3 +153,42 @@ def test_collective_bench_writes_its_table(tmp_path, np_):
         # the table line for this row is printed on rank 0
         assert f"{x['size_bytes']:>12} {x['count']:>12}" in p.stdout
     print(f"collective_bench np {np_}: {wall:.1f} s")
+
+
+def test_trace_shows_phases_blocks_and_collectives_of_every_rank(tmp_path):
+    """profile.trace: one Chrome trace for both ranks; every measured step has its phases and each block forward and
+    backward on the compute track, the step's collectives on the comm track, and the record's summary agrees with
+    the events in the file."""
+    trace = tmp_path / "sub" / "trace.json"
+    p, _ = run(MPIRUN + ["-np", "2"] + train_args(tmp_path, "tr", "parallel.strategy=ddp_overlap",
+                                                  "bench.warmup_steps=1", "bench.measure_steps=2",
+                                                  f"profile.trace={trace}"))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(trace.read_text())
+    events = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    rec = json.loads((tmp_path / "tr.json").read_text())
+    layers = rec["config"]["model"]["num_layers"]
+    for rank in (0, 1):
+        mine = [e for e in events if e["pid"] == rank]
+        assert {e["args"]["step"] for e in mine} == {1, 2}          # the measured steps only, not the warm-up
+        for step in (1, 2):
+            names = [e["name"] for e in mine if e["args"]["step"] == step and e["tid"] == 0]
+            for phase in ("forward 0", "backward 0", "finish_backward", "optimizer"):
+                assert names.count(phase) == 1, (rank, step, phase)
+            assert sum(n.startswith("block ") for n in names) == 2 * layers   # each block forward and backward
+            comm = [e for e in mine if e["args"]["step"] == step and e["tid"] == 1]
+            assert comm and all("all_reduce" in e["name"] for e in comm)
+        for e in mine:
+            assert e["dur"] >= 0 and e["ts"] >= 0
+        # phases do not overlap on the compute track: forward ends before backward starts
+        fwd = next(e for e in mine if e["name"] == "forward 0" and e["args"]["step"] == 1)
+        bwd = next(e for e in mine if e["name"] == "backward 0" and e["args"]["step"] == 1)
+        assert fwd["ts"] + fwd["dur"] <= bwd["ts"] + 1e-3
+    s = rec["profile"]
+    assert s["steps"] == 2 and s["trace"] == str(trace)
+    comm0 = sum(e["dur"] for e in events if e["pid"] == 0 and e["tid"] == 1) / 1e3 / 2
+    assert abs(s["comm_ms_per_step"] - comm0) <= 1e-6 * max(1.0, comm0)
+    assert 0 <= s["comm_during_backward_ms_per_step"] <= s["comm_ms_per_step"] + 1e-9
+    assert s["backward_ms_per_step"] > 0
+    blocks = next(r for r in s["ranges"] if r["cat"] == "block" and r["name"] == "block")
+    assert blocks["calls_per_step"] == 2 * layers

@@ -227,14 +227,16 @@ void CpuBackend::cast(Tensor dst, const Tensor& src) {
   copy(dst.data, src.data, src.bytes());
 }
 
-void CpuBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) {
+double CpuBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) {
   TRAINER_CHECK(p_work.data == nullptr, "cpu backend: adamw with a bf16 working copy (p_work) is CUDA-only");
   const int64_t n = p.numel();
   check_numel(g, n, "adamw g");
   check_numel(m, n, "adamw m");
   check_numel(v, n, "adamw v");
   TRAINER_CHECK(a.t >= 1, "adamw: step t = {} (1-based)", a.t);
+  const double sumsq = a.grad_sumsq ? sum_squares(g) : 0.0;  // before the update: g may alias nothing it writes
   cpu::adamw<float>(f32(p, "p"), f32(g, "g"), f32(m, "m"), f32(v, "v"), n, a);
+  return sumsq;
 }
 
 }  // namespace trainer

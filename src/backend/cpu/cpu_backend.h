@@ -62,7 +62,7 @@ class CpuBackend final : public Backend {
   /// Same-dtype copy only (f32, f64, i32); any bf16 raises RuntimeError.
   void cast(Tensor dst, const Tensor& src) override;
   /// p_work must be empty (bf16 working copies exist only on CUDA).
-  void adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) override;
+  double adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) override;
 
   /// FlashAttention-2 reference tile (queries x keys), as the CUDA kernel's 64 x 64 for d_head 64.
   static constexpr int kFlashTile = 64;

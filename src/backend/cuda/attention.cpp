@@ -46,6 +46,7 @@ void CudaBackend::note_flash2_fallback(AttnImpl impl, int d_head) {
 
 void CudaBackend::attention_fwd(AttnImpl impl, const AttnShape& s, Tensor out, Tensor lse, Tensor probs,
                                 const Tensor& qkv) {
+  ScopedRange range(*this, impl == AttnImpl::flash2 ? "attention_fwd flash2" : "attention_fwd naive", "attention");
   if (impl == AttnImpl::flash2 && flash::supports_head_dim(s.d_head))  // kernels/flash_attn (FlashAttention-2)
     return flash::attention_fwd(s, out, lse, qkv, stream_);
   note_flash2_fallback(impl, s.d_head);
@@ -106,6 +107,7 @@ void CudaBackend::attention_fwd(AttnImpl impl, const AttnShape& s, Tensor out, T
 
 void CudaBackend::attention_bwd(AttnImpl impl, const AttnShape& s, Tensor dqkv, const Tensor& dout, const Tensor& qkv,
                                 const Tensor& out, const Tensor& lse, const Tensor& probs) {
+  ScopedRange range(*this, impl == AttnImpl::flash2 ? "attention_bwd flash2" : "attention_bwd naive", "attention");
   if (impl == AttnImpl::flash2 && flash::supports_head_dim(s.d_head)) {  // kernels/flash_attn (FlashAttention-2)
     const size_t ws = flash::bwd_workspace_bytes(s, qkv.dtype, /*deterministic=*/false);
     return flash::attention_bwd(s, dqkv, dout, qkv, out, lse, scratch(ws), ws, /*deterministic=*/false, stream_);

@@ -3,7 +3,6 @@
 // stream. Formulas and sources are in each kernel file's header comment.
 #include "backend/cuda/cuda_backend.h"
 
-#include <nvtx3/nvToolsExt.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -25,23 +24,10 @@ namespace {
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLASLt workspace: NVIDIA recommends 32 MiB on Hopper
 constexpr size_t kScratchRound = size_t(1) << 20;     // the scratch buffer grows in whole MiB
 
-/// An NVTX range around one op when BackendOptions::nvtx is set (nvtx3 is header-only; no-op without a profiler).
-class NvtxRange {
- public:
-  NvtxRange(bool on, const char* name) : on_(on) {
-    if (on_) nvtxRangePushA(name);
-  }
-  ~NvtxRange() {
-    if (on_) nvtxRangePop();
-  }
-
- private:
-  bool on_;
-};
-
 struct CudaEvent final : Event {
   cudaEvent_t e = nullptr;
   CudaEvent() { CUDA_CHECK(cudaEventCreate(&e)); }
+  void* native_handle() override { return e; }
   ~CudaEvent() override { cudaEventDestroy(e); }
 };
 
@@ -142,7 +128,7 @@ void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
 }
 
 void CudaBackend::fill(Tensor t, float value) {
-  NvtxRange r(opts_.nvtx, "fill");
+  ScopedRange r(*this, "fill");
   check_cuda(t, "fill", "t");
   TRAINER_CHECK(is_float(t.dtype) || t.dtype == DType::i32, "fill: dtype {} is not f32, bf16 or i32",
                 dtype_name(t.dtype));
@@ -183,7 +169,7 @@ void CudaBackend::gemm(const GemmShape& g, void* C, const void* A, const void* B
 
 void CudaBackend::matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b, float alpha,
                          float beta) {
-  NvtxRange r(opts_.nvtx, "matmul");
+  ScopedRange r(*this, "matmul");
   check_float(C, "matmul", "C");
   check_float(A, "matmul", "A");
   check_float(B, "matmul", "B");
@@ -217,7 +203,7 @@ void CudaBackend::matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& 
 }
 
 void CudaBackend::embedding_fwd(Tensor out, const Tensor& tokens, const Tensor& table) {
-  NvtxRange r(opts_.nvtx, "embedding_fwd");
+  ScopedRange r(*this, "embedding_fwd");
   check_float(out, "embedding_fwd", "out");
   check_float(table, "embedding_fwd", "table");
   check_cuda(tokens, "embedding_fwd", "tokens");
@@ -228,7 +214,7 @@ void CudaBackend::embedding_fwd(Tensor out, const Tensor& tokens, const Tensor& 
 }
 
 void CudaBackend::embedding_bwd(Tensor dtable, const Tensor& tokens, const Tensor& dout) {
-  NvtxRange r(opts_.nvtx, "embedding_bwd");
+  ScopedRange r(*this, "embedding_bwd");
   check_cuda(dtable, "embedding_bwd", "dtable");
   check_float(dout, "embedding_bwd", "dout");
   check_cuda(tokens, "embedding_bwd", "tokens");
@@ -245,7 +231,7 @@ void CudaBackend::embedding_bwd(Tensor dtable, const Tensor& tokens, const Tenso
 }
 
 void CudaBackend::rmsnorm_fwd(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps) {
-  NvtxRange r(opts_.nvtx, "rmsnorm_fwd");
+  ScopedRange r(*this, "rmsnorm_fwd");
   check_float(y, "rmsnorm_fwd", "y");
   check_float(x, "rmsnorm_fwd", "x");
   check_float(w, "rmsnorm_fwd", "w");
@@ -260,7 +246,7 @@ void CudaBackend::rmsnorm_fwd(Tensor y, Tensor rstd, const Tensor& x, const Tens
 
 void CudaBackend::rmsnorm_bwd(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
                               const Tensor& rstd) {
-  NvtxRange r(opts_.nvtx, "rmsnorm_bwd");
+  ScopedRange r(*this, "rmsnorm_bwd");
   check_float(dx, "rmsnorm_bwd", "dx");
   check_float(dy, "rmsnorm_bwd", "dy");
   check_float(x, "rmsnorm_bwd", "x");
@@ -281,16 +267,24 @@ void CudaBackend::rmsnorm_bwd(Tensor dx, Tensor dw, const Tensor& dy, const Tens
 }
 
 void CudaBackend::rope(Tensor qkv, const AttnShape& s, float theta, bool inverse) {
-  NvtxRange r(opts_.nvtx, "rope");
+  ScopedRange r(*this, "rope");
   check_float(qkv, "rope", "qkv");
   TRAINER_CHECK(s.d_head % 2 == 0, "rope: d_head {} is odd", s.d_head);
   TRAINER_CHECK(qkv.rows() == int64_t(s.B) * s.T && qkv.cols() == 3 * int64_t(s.H) * s.d_head,
                 "rope: qkv {} is not [{}, {}]", qkv.shape_str(), int64_t(s.B) * s.T, 3 * int64_t(s.H) * s.d_head);
-  kernels::rope(qkv.data, qkv.dtype, qkv.rows(), s.T, s.H, s.d_head, double(theta), inverse, stream_);
+  const std::tuple<int, int, float> key{s.T, s.d_head, theta};
+  if (!rope_table_.data() || rope_key_ != key) {  // one table per (T, d_head, theta), made on first use
+    rope_table_.reset();
+    rope_table_ = alloc(size_t(s.T) * size_t(s.d_head) * sizeof(float), Category::workspace);
+    kernels::rope_table(static_cast<float*>(rope_table_.data()), s.T, s.d_head, double(theta), stream_);
+    rope_key_ = key;
+  }
+  kernels::rope(qkv.data, qkv.dtype, static_cast<const float*>(rope_table_.data()), qkv.rows(), s.T, s.H, s.d_head,
+                inverse, stream_);
 }
 
 void CudaBackend::swiglu_fwd(Tensor g, const Tensor& ab) {
-  NvtxRange r(opts_.nvtx, "swiglu_fwd");
+  ScopedRange r(*this, "swiglu_fwd");
   check_float(g, "swiglu_fwd", "g");
   check_float(ab, "swiglu_fwd", "ab");
   const int64_t N = ab.rows(), F = ab.cols() / 2;
@@ -300,7 +294,7 @@ void CudaBackend::swiglu_fwd(Tensor g, const Tensor& ab) {
 }
 
 void CudaBackend::swiglu_bwd(Tensor dab, const Tensor& dg, const Tensor& ab) {
-  NvtxRange r(opts_.nvtx, "swiglu_bwd");
+  ScopedRange r(*this, "swiglu_bwd");
   check_float(dab, "swiglu_bwd", "dab");
   check_float(dg, "swiglu_bwd", "dg");
   check_float(ab, "swiglu_bwd", "ab");
@@ -311,7 +305,7 @@ void CudaBackend::swiglu_bwd(Tensor dab, const Tensor& dg, const Tensor& ab) {
 }
 
 void CudaBackend::add_inplace(Tensor x, const Tensor& y) {
-  NvtxRange r(opts_.nvtx, "add_inplace");
+  ScopedRange r(*this, "add_inplace");
   check_float(x, "add_inplace", "x");
   check_float(y, "add_inplace", "y");
   TRAINER_CHECK(x.numel() == y.numel() && x.dtype == y.dtype, "add_inplace: x {} {} vs y {} {}", dtype_name(x.dtype),
@@ -321,7 +315,7 @@ void CudaBackend::add_inplace(Tensor x, const Tensor& y) {
 
 void CudaBackend::cross_entropy(Tensor losses, Tensor dlogits, const Tensor& logits, const Tensor& targets,
                                 float dscale) {
-  NvtxRange r(opts_.nvtx, "cross_entropy");
+  ScopedRange r(*this, "cross_entropy");
   check_float(logits, "cross_entropy", "logits");
   check_cuda(losses, "cross_entropy", "losses");
   check_cuda(targets, "cross_entropy", "targets");
@@ -352,23 +346,23 @@ double CudaBackend::reduce(const Tensor& x, bool square) {
 }
 
 double CudaBackend::sum(const Tensor& x) {
-  NvtxRange r(opts_.nvtx, "sum");
+  ScopedRange r(*this, "sum");
   return reduce(x, false);
 }
 
 double CudaBackend::sum_squares(const Tensor& x) {
-  NvtxRange r(opts_.nvtx, "sum_squares");
+  ScopedRange r(*this, "sum_squares");
   return reduce(x, true);
 }
 
 void CudaBackend::scale(Tensor x, float s) {
-  NvtxRange r(opts_.nvtx, "scale");
+  ScopedRange r(*this, "scale");
   check_float(x, "scale", "x");
   kernels::scale(x.data, x.dtype, x.numel(), s, stream_);
 }
 
 void CudaBackend::cast(Tensor dst, const Tensor& src) {
-  NvtxRange r(opts_.nvtx, "cast");
+  ScopedRange r(*this, "cast");
   check_cuda(dst, "cast", "dst");
   check_cuda(src, "cast", "src");
   TRAINER_CHECK(dst.numel() == src.numel(), "cast: dst {} vs src {}", dst.shape_str(), src.shape_str());
@@ -377,8 +371,8 @@ void CudaBackend::cast(Tensor dst, const Tensor& src) {
   kernels::cast(dst.data, dst.dtype, src.data, src.dtype, dst.numel(), stream_);
 }
 
-void CudaBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) {
-  NvtxRange r(opts_.nvtx, "adamw");
+double CudaBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) {
+  ScopedRange r(*this, "adamw");
   for (const auto& [t, what] : {std::pair<const Tensor*, const char*>{&p, "p"}, {&g, "g"}, {&m, "m"}, {&v, "v"}}) {
     check_cuda(*t, "adamw", what);
     TRAINER_CHECK(t->dtype == DType::f32 && t->numel() == p.numel(), "adamw: {} is {} {}, p has {} elements", what,
@@ -398,8 +392,14 @@ void CudaBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_
   const double t = double(a.t);
   k.step_size = float(double(a.lr) * std::sqrt(1.0 - std::pow(double(a.beta2), t)) /
                       (1.0 - std::pow(double(a.beta1), t)));
+  double* out = a.grad_sumsq ? static_cast<double*>(reduce_partials_.data()) + kernels::kReduceMaxBlocks : nullptr;
   kernels::adamw(p.ptr<float>(), g.ptr<float>(), m.ptr<float>(), v.ptr<float>(),
-                 present(p_work) ? p_work.data : nullptr, p_work.dtype, p.numel(), k, stream_);
+                 present(p_work) ? p_work.data : nullptr, p_work.dtype, p.numel(), k,
+                 out ? static_cast<double*>(reduce_partials_.data()) : nullptr, out, stream_);
+  if (!out) return 0.0;
+  CUDA_CHECK(cudaMemcpyAsync(host_result_, out, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return *host_result_;
 }
 
 }  // namespace trainer

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "backend/backend.h"
 #include "backend/cuda/matmul.h"
@@ -56,7 +57,7 @@ class CudaBackend final : public Backend {
   double sum_squares(const Tensor& x) override;
   void scale(Tensor x, float s) override;
   void cast(Tensor dst, const Tensor& src) override;
-  void adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) override;
+  double adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) override;
 
   /// Products cached by the cuBLASLt wrapper so far (for tests and logs).
   size_t cached_matmul_plans() const { return blas_->cached_plans(); }
@@ -80,6 +81,8 @@ class CudaBackend final : public Backend {
   Buffer workspace_;        // cuBLASLt workspace, 32 MiB
   Buffer scratch_;          // per-op temporaries (attention scores, sort keys, partial sums)
   Buffer reduce_partials_;  // fp64 partial sums + the result of sum / sum_squares
+  Buffer rope_table_;       // (cos, sin) [T, d_head/2] for rope_key_
+  std::tuple<int, int, float> rope_key_{0, 0, 0.f};  // (T, d_head, theta) of rope_table_
   double* host_result_ = nullptr;  // pinned, 1 double
   std::unique_ptr<CublasLtMatmul> blas_;
   bool flash2_warned_ = false;

@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Data-parallel summary table from trainer result records (issue: DDP variants and ZeRO-1 on several GPUs).
+
+    launch/ddp_table.py --one results/h200x2/xl_1gpu.json results/h200x2/xl_2gpu_*.json [--torch T.json ...]
+
+For each record: strategy (bucket size), ranks, step mean ± std, forward/backward/optimizer, communication time and
+the part of it exposed (the compute stream waiting), scaling efficiency = (1-GPU step) / (N-GPU step) at equal
+per-GPU batch (--one gives the 1-GPU record), peak memory of the largest rank and optimizer state per rank.
+torch_bench.py records (--torch) are listed with their step and peak. Standard library only.
+"""
+import argparse
+import json
+import pathlib
+
+GIB = 2 ** 30
+
+
+def ms(r, key):
+    t = r.get("timing", {}).get(key)
+    return t["mean_ms"] if t and t.get("mean_ms") is not None else None
+
+
+def fmt(x, spec=".1f"):
+    return "-" if x is None else format(x, spec)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("records", nargs="+")
+    ap.add_argument("--one", help="the 1-GPU record at the same per-GPU batch (for scaling efficiency)")
+    ap.add_argument("--torch", nargs="*", default=[], help="torch_bench.py records to list alongside")
+    args = ap.parse_args()
+    one = json.loads(pathlib.Path(args.one).read_text()) if args.one else None
+    base = ms(one, "step") if one else None
+    print(f"{'strategy':22s} {'ranks':>5s} {'step ms':>16s} {'fwd':>6s} {'bwd':>6s} {'opt':>6s} {'comm':>6s} "
+          f"{'exposed':>7s} {'eff':>5s} {'peak GiB':>8s} {'opt GiB':>7s}")
+    rows = ([one] if one else []) + [json.loads(pathlib.Path(p).read_text()) for p in args.records]
+    for r in rows:
+        c = r["config"]
+        name = c["parallel"]["strategy"]
+        if name == "ddp_bucketed":
+            name += f" {c['parallel']['bucket_mb']:g} MB"
+        n = r.get("world_size") or len(r.get("memory", {}).get("per_rank", [])) or 1
+        step = r["timing"]["step"]
+        peak = max([p["peak_bytes"] for p in r["memory"].get("per_rank", [])] or [r["memory"]["peak_bytes"]])
+        eff = base / step["mean_ms"] if base and n > 1 else None
+        print(f"{name:22s} {n:5d} {step['mean_ms']:8.1f} ± {step['std_ms']:5.1f} {fmt(ms(r, 'forward')):>6s} "
+              f"{fmt(ms(r, 'backward')):>6s} {fmt(ms(r, 'optimizer')):>6s} {fmt(ms(r, 'comm')):>6s} "
+              f"{fmt(ms(r, 'comm_exposed')):>7s} {fmt(eff, '.3f'):>5s} {peak / GIB:8.2f} "
+              f"{r['memory']['optimizer_state_bytes'] / GIB:7.2f}")
+    for p in args.torch:
+        t = json.loads(pathlib.Path(p).read_text())
+        c = t["config"]
+        label = f"torch {c['mode']}" + (f" DDP {c.get('bucket_cap_mb')} MB" if c.get("world_size", 1) > 1 else "")
+        if t["status"] != "ok":
+            print(f"{label:22s} {c.get('world_size', 1):5d} {t['status']}")
+            continue
+        s = t["timing"]["step"]
+        print(f"{label:22s} {c.get('world_size', 1):5d} {s['mean_ms']:8.1f} ± {s['std_ms']:5.1f} "
+              f"{'':>6s} {'':>6s} {'':>6s} {'':>6s} {'':>7s} {'':>5s} {t['memory']['peak_bytes'] / GIB:8.2f}")
+
+
+if __name__ == "__main__":
+    main()
