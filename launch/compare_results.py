@@ -6,7 +6,8 @@
 
 One column per record, one row per field: status, the config summary (preset and dims, device, precision, attention,
 strategy and comm, world size, batch), the machine, timing mean ± std per phase (ms), tokens/s, TFLOP/s per GPU and
-MFU, peak memory and its split by category at the peak, saved activations per block, and the final loss.
+MFU, peak memory and its split by category at the peak, saved activations per block, and the final loss; for
+collective_bench records, the bus bandwidth and time of every (op, size).
 When there are several records, "vs first" rows give the step time and tokens/s relative to the first column.
 A field a record lacks shows as "-". Standard library only.
 """
@@ -54,6 +55,9 @@ def model_summary(r):
     cfg_model = get(r, "config", "model", default={})
     dims = get(r, "model", "dims", default=None) or cfg_model
     preset = cfg_model.get("preset") or "custom"
+    changed = get(r, "model", "changed_from_preset", default={})
+    if changed:  # a preset run with other dims: name them, so the label never claims the preset's shape
+        preset += " (" + ", ".join(f"{k} {v.get('used')} not {v.get('preset')}" for k, v in changed.items()) + ")"
     if not dims:
         return preset
     return (f"{preset}: d_model {dims.get('d_model', '?')} d_ff {dims.get('d_ff', '?')} "
@@ -126,6 +130,21 @@ def build_rows(records):
     row("optimizer state", lambda r: fmt_bytes(get(r, "memory", "optimizer_state_bytes")))
     row("saved act. per block", lambda r: fmt_bytes(get(r, "memory", "saved_activation_bytes_per_block")))
     row("final loss", lambda r: fmt_num(get(r, "loss", "final"), "{:.4f}"))
+    # collective_bench records: bus bandwidth (nccl-tests definition) per op and size, and any wrong elements.
+    keys = []
+    for r in records:
+        for c in get(r, "collective_bench", "results", default=[]):
+            k = (c.get("op"), c.get("size_bytes"))
+            if k not in keys:
+                keys.append(k)
+    for op, size in keys:
+        def cell(r, op=op, size=size):
+            for c in get(r, "collective_bench", "results", default=[]):
+                if (c.get("op"), c.get("size_bytes")) == (op, size):
+                    return (f"{c.get('busbw_gbs', 0):.1f} GB/s ({c.get('time_us_max', 0):.1f} us)"
+                            + (f" {c['wrong']} WRONG" if c.get("wrong") else ""))
+            return "-"
+        row(f"{op} {fmt_bytes(size)} busbw", cell)
     return rows
 
 

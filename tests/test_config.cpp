@@ -446,6 +446,11 @@ TEST_CASE("config: validation rules", "[config]") {
   REQUIRE_THROWS_WITH(load_doc(dir, doc, {"profile.memory_timeline=m.json"}), Contains("not implemented yet"));
   REQUIRE_THROWS_WITH(load_doc(dir, doc, {"bench.warmup_steps=2147483647", "bench.measure_steps=2147483647"}),
                       Contains("at most 1e9"));
+  // A number beyond double's range names itself, from --set and from a file, as a config error.
+  REQUIRE_THROWS_WITH(load_doc(dir, doc, {"optimizer.lr=1e400"}),
+                      Contains("--set optimizer.lr=1e400") && Contains("beyond the range of a double"));
+  const std::string huge = dir.write("huge.json", R"({"optimizer": {"lr": 1e400}})");
+  REQUIRE_THROWS_WITH(load_config(huge, {}, 1, false), Contains("huge.json") && Contains("beyond the range"));
 }
 
 TEST_CASE("config: validate_config checks a config built in code", "[config]") {

@@ -264,6 +264,20 @@ TEST_CASE("check_token_file: accepts a valid file and names each problem", "[io]
              Contains("token 100000 at position 150001"));
   CHECK_THAT(config_error_of([&] { check_token_file(tmp / "big.u32", "uint32", 70000, 1024); }),
              Contains("token 70000 at position 0"));
+
+  // The wrong dtype: uint32 ids below 65536 read as uint16 (every odd slot 0), and uint16 ids read as uint32 pairs.
+  std::vector<uint32_t> small32(5000);
+  for (size_t i = 0; i < small32.size(); ++i) small32[i] = uint32_t(1 + (i * 7) % 250);
+  write_tokens(tmp / "small.u32", small32);
+  CHECK_NOTHROW(check_token_file(tmp / "small.u32", "uint32", 256, 64));
+  CHECK_THAT(config_error_of([&] { check_token_file(tmp / "small.u32", "uint16", 256, 64); }),
+             Contains("looks like a uint32 token file") && Contains("data.dtype=uint32"));
+  std::vector<uint16_t> text16(5000);
+  for (size_t i = 0; i < text16.size(); ++i) text16[i] = uint16_t(1 + (i * 7) % 250);
+  write_tokens(tmp / "text.u16", text16);
+  CHECK_NOTHROW(check_token_file(tmp / "text.u16", "uint16", 256, 64));  // real data: odd slots are not all 0
+  CHECK_THAT(config_error_of([&] { check_token_file(tmp / "text.u16", "uint32", 256, 64); }),
+             Contains("is it a uint16 token file") && Contains("data.dtype=uint16"));
 }
 
 TEST_CASE("random token source: deterministic in (seed, step, row), slices equal the whole batch", "[io][tokens]") {
@@ -464,7 +478,7 @@ TEST_CASE("check_output_path: creates nothing, names the key on errors; writers 
     return;
   }
   CHECK_THAT(config_error_of([&] { check_output_path("/proc/out.json", "output.results"); }),
-             Contains("output.results") && Contains("not writable"));
+             Contains("output.results") && Contains("cannot create files in '/proc'"));
 }
 
 TEST_CASE("default_results_path and machine_info", "[io][record]") {

@@ -352,6 +352,10 @@ json parse_config_text(const std::string& text, const std::string& origin) {
       what = what.substr(p + 2);
     std::replace(what.begin(), what.end(), '\n', ' ');
     throw ConfigError(fmt::format("config: '{}' is not valid JSON: {}", origin, what));
+  } catch (const json::out_of_range& e) {  // a number literal beyond double's range (1e400)
+    std::string what = e.what();
+    if (const auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+    throw ConfigError(fmt::format("config: '{}': {} (beyond the range of a double)", origin, what));
   }
 }
 
@@ -409,6 +413,8 @@ void apply_override(json& full, const std::string& text) {
     value = json::parse(raw);
   } catch (const json::parse_error&) {
     value = raw;
+  } catch (const json::out_of_range&) {  // 1e400: a number beyond double's range
+    throw ConfigError(fmt::format("config: --set {}: the number is beyond the range of a double", text));
   }
   static const RunConfig defaults;
   if (!value.is_string() && !value.is_null() && is_string_key(defaults, parts)) value = raw;

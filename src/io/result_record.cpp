@@ -72,7 +72,8 @@ void check_output_path(const std::string& path, const std::string& key) {
   const fs::path probe = dir / fmt::format(".trainer-write-test.{}", ::getpid());
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0)
-    throw ConfigError(fmt::format("{}: directory '{}' is not writable: {}", key, dir.string(), std::strerror(errno)));
+    throw ConfigError(fmt::format("{}: cannot create files in '{}' (for '{}'): {}", key, dir.string(), path,
+                                  std::strerror(errno)));
   ::close(fd);
   ::unlink(probe.c_str());
 }

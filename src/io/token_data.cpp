@@ -206,7 +206,28 @@ void check_token_file(const std::string& path, const std::string& dtype, int voc
                "data.path: '{}' holds {} tokens, fewer than model.context_length + 1 = {}", path, n,
                int64_t(context_length) + 1);
   tokens.advise(MADV_SEQUENTIAL);
+  // A uint32 file (ids < 65536) read as uint16 has a zero in every other slot (the high halves); no real token
+  // stream does over thousands of tokens. Checked on the first 2^20 slots.
+  if (dtype == "uint16" && n >= 2048) {
+    const uint64_t m = std::min<uint64_t>(n, uint64_t(1) << 20) & ~uint64_t(1);
+    bool odd_all_zero = true, even_any = false;
+    for (uint64_t i = 0; i < m && odd_all_zero; i += 2) {
+      even_any = even_any || tokens[i] != 0;
+      odd_all_zero = tokens[i + 1] == 0;
+    }
+    CONFIG_CHECK(!(odd_all_zero && even_any),
+                 "data.path: '{}' read as uint16 has a zero in every odd slot of its first {} tokens: it looks like "
+                 "a uint32 token file; set data.dtype=uint32", path, m);
+  }
   const uint64_t bad = tokens.first_at_least(0, n, uint64_t(vocab_size));
+  if (bad != n && dtype == "uint32") {
+    // A uint16 file read as uint32 pairs two ids into one: hint at the dtype when both halves are valid ids.
+    const uint32_t v = tokens[bad];
+    CONFIG_CHECK(!((v & 0xffffu) < uint32_t(vocab_size) && (v >> 16) < uint32_t(vocab_size)),
+                 "data.path: token {} at position {} of '{}' is >= model.vocab_size {}; its two 16-bit halves ({}, {}) "
+                 "are both valid ids: is it a uint16 token file? (set data.dtype=uint16)", v, bad, path, vocab_size,
+                 v & 0xffffu, v >> 16);
+  }
   CONFIG_CHECK(bad == n, "data.path: token {} at position {} of '{}' is >= model.vocab_size {}", tokens[bad], bad,
                path, vocab_size);
 }

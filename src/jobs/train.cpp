@@ -51,6 +51,22 @@ void save_checkpoint(const Model& model, const std::string& path) {
   write_safetensors(path, named, {{"format", "pt"}, {"producer", "trainer"}});
 }
 
+/// The model fields that differ from cfg.model.preset's (e.g. a preset run at another context length), as
+/// {field: {"preset": value, "used": value}}; empty without a preset. Records and the start line name them, so a
+/// record never claims a preset's shape it did not run.
+nlohmann::json changed_from_preset(const ModelCfg& m) {
+  nlohmann::json out = nlohmann::json::object();
+  if (m.preset.empty()) return out;
+  const ModelCfg p = preset_model(m.preset);
+  const std::pair<const char*, std::pair<int, int>> fields[] = {
+      {"vocab_size", {p.vocab_size, m.vocab_size}}, {"context_length", {p.context_length, m.context_length}},
+      {"d_model", {p.d_model, m.d_model}},          {"d_ff", {p.d_ff, m.d_ff}},
+      {"num_layers", {p.num_layers, m.num_layers}}, {"num_heads", {p.num_heads, m.num_heads}}};
+  for (const auto& [name, v] : fields)
+    if (v.first != v.second) out[name] = {{"preset", v.first}, {"used", v.second}};
+  return out;
+}
+
 /// Gathers every rank's trace events to rank 0, which writes one Chrome trace file (atomically). Collective.
 void write_trace(const std::string& path, const Profiler& profiler, const RunContext& ctx) {
   const std::string mine = profiler.trace_events(ctx.rank).dump();
@@ -105,9 +121,17 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   const int total_steps = cfg.bench.warmup_steps + cfg.bench.measure_steps;
 
   Model model(*be, dims, act, attn, ParamLayout::kAlign * ctx.world_size);
-  spdlog::info("model: {} parameters ({:.1f} M), d_model {}, d_ff {}, {} layers, {} heads, vocab {}, context {}",
+  const nlohmann::json changed = changed_from_preset(cfg.model);
+  std::string preset_note;
+  if (!cfg.model.preset.empty()) {
+    preset_note = fmt::format(" (preset {}", cfg.model.preset);
+    for (const auto& [k, v] : changed.items())
+      preset_note += fmt::format(", {} {} instead of {}", k, v["used"].get<int>(), v["preset"].get<int>());
+    preset_note += ")";
+  }
+  spdlog::info("model: {} parameters ({:.1f} M), d_model {}, d_ff {}, {} layers, {} heads, vocab {}, context {}{}",
                model.layout().count(), model.layout().count() / 1e6, dims.d_model, dims.d_ff, dims.num_layers,
-               dims.num_heads, dims.vocab_size, dims.context_length);
+               dims.num_heads, dims.vocab_size, dims.context_length, preset_note);
   if (cfg.init.weights) {
     model.load(read_safetensors(*cfg.init.weights), *cfg.init.weights);
   } else {
@@ -222,7 +246,9 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   // ---- the job's part of the result record -----------------------------------------------------------------------
   json r;
   const double fpt = forward_flops_per_token(dims);
-  r["model"] = {{"parameters", model.layout().count()},
+  r["model"] = {{"preset", cfg.model.preset.empty() ? json(nullptr) : json(cfg.model.preset)},
+                {"changed_from_preset", changed},
+                {"parameters", model.layout().count()},
                 {"flops_per_token", {{"forward", fpt}, {"train_step", 3 * fpt}}},
                 {"dims", {{"vocab_size", dims.vocab_size}, {"context_length", dims.context_length},
                           {"d_model", dims.d_model}, {"d_ff", dims.d_ff}, {"num_layers", dims.num_layers},

@@ -39,3 +39,21 @@ def test_default_job_learns_fortunes(tmp_path):
     assert min(losses[-10:]) < 2.5              # learned byte statistics of English text
     assert r["timing"]["step"]["samples"] and r["memory"]["peak_bytes"] > 0
     record.unlink()
+
+
+@pytest.mark.skipif(not BIN, reason="TRAINER_BIN is not set")
+def test_record_names_what_differs_from_the_preset(tmp_path):
+    """A preset run with one dimension changed says so in the record and the start line (and a plain one does not)."""
+    base = [BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set", "bench.warmup_steps=0",
+            "--set", "bench.measure_steps=1"]
+    p = subprocess.run(base + ["--set", "model.context_length=32", "--set", f"output.results={tmp_path / 'a.json'}"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads((tmp_path / "a.json").read_text())
+    assert r["model"]["preset"] == "tiny"
+    assert r["model"]["changed_from_preset"] == {"context_length": {"preset": 64, "used": 32}}
+    assert "preset tiny, context_length 32 instead of 64" in p.stderr + p.stdout
+    p = subprocess.run(base + ["--set", f"output.results={tmp_path / 'b.json'}"], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads((tmp_path / "b.json").read_text())["model"]["changed_from_preset"] == {}
