@@ -71,13 +71,13 @@ __global__ __launch_bounds__(kMaxThreads) void rmsnorm_bwd_kernel(TDX* __restric
   for (int c = threadIdx.x; c < D; c += blockDim.x) out[c] = pr[c];
 }
 
-// Stage 2: dw[d] += sum over blocks b = 0..G-1 of partial[b, d]. A block takes 32 columns; its 8 warps each sum
+// Stage 2: dw[d] (+)= sum over blocks b = 0..G-1 of partial[b, d] (accumulate: add to dw, else overwrite it). A block takes 32 columns; its 8 warps each sum
 // the rows b = warp, warp + 8, ... of those columns (coalesced 128-byte rows), then warp 0 adds the 8 results in
 // warp order: a fixed order, so the sum is the same on every run, and 8x the parallelism of a column per thread.
 constexpr int kSumCols = 32, kSumWarps = 8;
 __global__ __launch_bounds__(kSumCols * kSumWarps) void rmsnorm_dw_sum_kernel(float* __restrict__ dw,
                                                                               const float* __restrict__ partial,
-                                                                              int G, int D) {
+                                                                              int G, int D, bool accumulate) {
   __shared__ float acc_w[kSumWarps][kSumCols];
   const int lane = threadIdx.x % kSumCols, warp = threadIdx.x / kSumCols;
   const int c = blockIdx.x * kSumCols + lane;
@@ -90,7 +90,7 @@ __global__ __launch_bounds__(kSumCols * kSumWarps) void rmsnorm_dw_sum_kernel(fl
     float total = 0.f;
 #pragma unroll
     for (int k = 0; k < kSumWarps; ++k) total += acc_w[k][lane];
-    dw[c] += total;
+    dw[c] = accumulate ? dw[c] + total : total;
   }
 }
 
@@ -214,8 +214,11 @@ void rmsnorm_fwd(void* y, DType ty, float* rstd, const void* x, DType tx, const 
 size_t rmsnorm_bwd_scratch_bytes(int64_t N, int D) { return size_t(bwd_blocks(N)) * size_t(D) * sizeof(float); }
 
 void rmsnorm_bwd(void* dx, DType tdx, float* dw, const void* dy, DType tdy, const void* x, DType tx, const void* w,
-                 DType tw, const float* rstd, int64_t N, int D, void* scratch, cudaStream_t s) {
-  if (N <= 0) return;
+                 DType tw, const float* rstd, int64_t N, int D, void* scratch, bool accumulate_dw, cudaStream_t s) {
+  if (N <= 0) {
+    if (!accumulate_dw) CUDA_CHECK(cudaMemsetAsync(dw, 0, size_t(D) * sizeof(float), s));
+    return;
+  }
   const int G = bwd_blocks(N);
   float* partial = static_cast<float*>(scratch);
   if (tdx == DType::bf16 && tdy == DType::bf16 && tx == DType::bf16 && tw == DType::bf16 && vec_ok(D, {dx, dy, x, w})) {
@@ -223,7 +226,7 @@ void rmsnorm_bwd(void* dx, DType tdx, float* dw, const void* dy, DType tdy, cons
                                                         static_cast<const bf16*>(x), static_cast<const bf16*>(w),
                                                         rstd, N, D);
     CUDA_CHECK(cudaGetLastError());
-    rmsnorm_dw_sum_kernel<<<ceil_div(D, kSumCols), kSumCols * kSumWarps, 0, s>>>(dw, partial, G, D);
+    rmsnorm_dw_sum_kernel<<<ceil_div(D, kSumCols), kSumCols * kSumWarps, 0, s>>>(dw, partial, G, D, accumulate_dw);
     CUDA_CHECK(cudaGetLastError());
     return;
   }
@@ -249,7 +252,7 @@ void rmsnorm_bwd(void* dx, DType tdx, float* dw, const void* dy, DType tdy, cons
     });
   });
   CUDA_CHECK(cudaGetLastError());
-  rmsnorm_dw_sum_kernel<<<ceil_div(D, kSumCols), kSumCols * kSumWarps, 0, s>>>(dw, partial, G, D);
+  rmsnorm_dw_sum_kernel<<<ceil_div(D, kSumCols), kSumCols * kSumWarps, 0, s>>>(dw, partial, G, D, accumulate_dw);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -14,10 +14,10 @@ void rmsnorm_fwd(void* y, DType ty, float* rstd, const void* x, DType tx, const 
 /// Bytes of scratch rmsnorm_bwd needs for N rows of width D (per-block partial sums of dw).
 size_t rmsnorm_bwd_scratch_bytes(int64_t N, int D);
 
-/// dx += rstd * (w*dy - x * rstd^2 * mean_d(w*dy*x)) and dw += sum_n dy*x*rstd (both accumulate). dw is reduced in a
+/// dx += rstd * (w*dy - x * rstd^2 * mean_d(w*dy*x)) and dw += sum_n dy*x*rstd (dw = ... when !accumulate_dw). dw is reduced in a
 /// fixed order (per-block partials in `scratch`, then a column sum), so results are deterministic. dx may be f32 or
 /// bf16 and has its own dtype; dy and x likewise.
 void rmsnorm_bwd(void* dx, DType tdx, float* dw, const void* dy, DType tdy, const void* x, DType tx, const void* w,
-                 DType tw, const float* rstd, int64_t N, int D, void* scratch, cudaStream_t s);
+                 DType tw, const float* rstd, int64_t N, int D, void* scratch, bool accumulate_dw, cudaStream_t s);
 
 }  // namespace trainer::kernels

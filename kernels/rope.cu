@@ -54,6 +54,39 @@ __global__ __launch_bounds__(kThreads) void rope_kernel(T* __restrict__ qkv, con
   }
 }
 
+// Four pairs per thread (8 elements: one 16-byte access in bf16) when d_head / 2 is a multiple of 4, so that a
+// thread's pairs lie in one head and use table entries i..i+3 (two 16-byte reads).
+constexpr int kPairs = 4;
+template <class T>
+struct alignas(16) Pairs4 {
+  T v[2 * kPairs];
+};
+
+template <class T>
+__global__ __launch_bounds__(kThreads) void rope4_kernel(T* __restrict__ qkv, const float4* __restrict__ table,
+                                                         int64_t rows, int T_, int H, int d_head, float sign) {
+  const int half = d_head / 2;
+  const int D = H * d_head;
+  const int j = (blockIdx.x * blockDim.x + threadIdx.x) * kPairs;  // first pair of this thread
+  if (j >= D) return;
+  const int i = j % half;  // multiple of 4
+  for (int64_t n = blockIdx.y; n < rows; n += gridDim.y) {
+    const float4* tr = table + (int64_t(n % T_) * half + i) / 2;  // (cos, sin) x 4 = two float4
+    const float4 t01 = tr[0], t23 = tr[1];
+    const float cs[2 * kPairs] = {t01.x, t01.y, t01.z, t01.w, t23.x, t23.y, t23.z, t23.w};
+    Pairs4<T>* p = reinterpret_cast<Pairs4<T>*>(qkv + n * 3 * int64_t(D) + 2 * int64_t(j));
+    Pairs4<T> v = *p;
+#pragma unroll
+    for (int k = 0; k < kPairs; ++k) {
+      const float c = cs[2 * k], sn = sign * cs[2 * k + 1];
+      const float x0 = to_f32(v.v[2 * k]), x1 = to_f32(v.v[2 * k + 1]);
+      v.v[2 * k] = from_f32<T>(x0 * c - x1 * sn);
+      v.v[2 * k + 1] = from_f32<T>(x0 * sn + x1 * c);
+    }
+    *p = v;
+  }
+}
+
 }  // namespace
 
 // ---- launchers ------------------------------------------------------------------------------------------------------
@@ -71,9 +104,18 @@ void rope(void* qkv, DType t, const float* table, int64_t rows, int T, int H, in
   if (n <= 0) return;
   dispatch_float(t, "rope", [&](auto tag) {
     using TT = typename decltype(tag)::type;
-    const dim3 grid(unsigned(ceil_div<int64_t>(int64_t(H) * d_head, kThreads)), unsigned(rows < 65535 ? rows : 65535));
-    rope_kernel<TT><<<grid, kThreads, 0, s>>>(static_cast<TT*>(qkv), reinterpret_cast<const float2*>(table), rows, T,
-                                              H, d_head, inverse ? -1.f : 1.f);
+    const unsigned gy = unsigned(rows < 65535 ? rows : 65535);
+    const bool aligned = (reinterpret_cast<uintptr_t>(qkv) & 15u) == 0 && (reinterpret_cast<uintptr_t>(table) & 15u) == 0 &&
+                         (3 * int64_t(H) * d_head * int64_t(sizeof(TT))) % 16 == 0;  // every row start 16-byte aligned
+    if ((d_head / 2) % kPairs == 0 && aligned) {
+      const dim3 grid(unsigned(ceil_div<int64_t>(int64_t(H) * d_head / kPairs, kThreads)), gy);
+      rope4_kernel<TT><<<grid, kThreads, 0, s>>>(static_cast<TT*>(qkv), reinterpret_cast<const float4*>(table), rows,
+                                                 T, H, d_head, inverse ? -1.f : 1.f);
+    } else {
+      const dim3 grid(unsigned(ceil_div<int64_t>(int64_t(H) * d_head, kThreads)), gy);
+      rope_kernel<TT><<<grid, kThreads, 0, s>>>(static_cast<TT*>(qkv), reinterpret_cast<const float2*>(table), rows,
+                                                T, H, d_head, inverse ? -1.f : 1.f);
+    }
   });
   CUDA_CHECK(cudaGetLastError());
 }

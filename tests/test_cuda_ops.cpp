@@ -319,6 +319,11 @@ TEST_CASE("cuda rmsnorm_fwd / rmsnorm_bwd match cpu", "[cuda][rmsnorm]") {
           cpu().rmsnorm_bwd(cdx.t, cdw.t, cdy.t, cx.t, cw.t, cr2.t);
           check_close("rmsnorm_bwd dx " + tag, download(gpu(), gdx.t), download(cpu(), cdx.t), rtol_for(dt));
           check_close("rmsnorm_bwd dw " + tag, download(gpu(), gdw.t), download(cpu(), cdw.t), 1e-5);
+          // accumulate_dw = false overwrites dw (poisoned first: every element must be written).
+          poison(gdw.t);
+          gpu().rmsnorm_bwd(gdx.t, gdw.t, gdy.t, gx.t, gw.t, gr.t, /*accumulate_dw=*/false);
+          cpu().rmsnorm_bwd(cdx.t, cdw.t, cdy.t, cx.t, cw.t, cr2.t, /*accumulate_dw=*/false);
+          check_close("rmsnorm_bwd dw (overwrite) " + tag, download(gpu(), gdw.t), download(cpu(), cdw.t), 1e-5);
         }
 }
 
@@ -467,6 +472,19 @@ TEST_CASE("cuda swiglu_fwd / swiglu_bwd match cpu", "[cuda][swiglu]") {
         cpu().swiglu_bwd(cdab.t, cdg.t, cab.t);
         check_close(std::string("swiglu_bwd ") + dn(dt), download(gpu(), gdab.t), download(cpu(), cdab.t),
                     rtol_for(dt));
+        // With g: the recomputed forward output, into its own buffer and into dg's (aliased) — bitwise the forward's.
+        Dev gg2 = make(gpu(), dt, {N, F});
+        poison(gg2.t);
+        poison(gdab.t);
+        gpu().swiglu_bwd(gdab.t, gdg.t, gab.t, gg2.t);
+        check_equal(std::string("swiglu_bwd g ") + dn(dt), download(gpu(), gg2.t), download(gpu(), gg.t));
+        check_close(std::string("swiglu_bwd with g ") + dn(dt), download(gpu(), gdab.t), download(cpu(), cdab.t),
+                    rtol_for(dt));
+        poison(gdab.t);
+        gpu().swiglu_bwd(gdab.t, gdg.t, gab.t, gdg.t);
+        check_equal(std::string("swiglu_bwd g into dg ") + dn(dt), download(gpu(), gdg.t), download(gpu(), gg.t));
+        check_close(std::string("swiglu_bwd g into dg: dab ") + dn(dt), download(gpu(), gdab.t),
+                    download(cpu(), cdab.t), rtol_for(dt));
       }
 }
 

@@ -114,9 +114,10 @@ class Backend {
   virtual void embedding_bwd(Tensor dtable, const Tensor& tokens, const Tensor& dout) = 0;
   /// y = w * x * rstd, rstd[n] = 1/sqrt(mean(x[n]^2) + eps) (fp32, kept for backward). x, y [N, D]; w [D].
   virtual void rmsnorm_fwd(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps) = 0;
-  /// dx += dL/dx (accumulates: the residual gradient flows through), dw += dL/dw (f32).
+  /// dx += dL/dx (accumulates: the residual gradient flows through); dw += dL/dw (f32), or dw = dL/dw when
+  /// accumulate_dw is false (the step's first backward: no zeroing pass needed).
   virtual void rmsnorm_bwd(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                           const Tensor& rstd) = 0;
+                           const Tensor& rstd, bool accumulate_dw = true) = 0;
   /// Rotates q and k of qkv [B*T, 3D] in place: pairs (2i, 2i+1) of each head at position t by angle
   /// t * theta^(-2i/d_head); inverse = true rotates by minus that angle (the backward pass).
   virtual void rope(Tensor qkv, const AttnShape& s, float theta, bool inverse) = 0;
@@ -130,8 +131,10 @@ class Backend {
                              const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& probs) = 0;
   /// g [N, F] = silu(a) * b with ab = [a | b] [N, 2F].
   virtual void swiglu_fwd(Tensor g, const Tensor& ab) = 0;
-  /// dab [N, 2F] (overwritten) = [dg * b * silu'(a) | dg * silu(a)].
-  virtual void swiglu_bwd(Tensor dab, const Tensor& dg, const Tensor& ab) = 0;
+  /// dab [N, 2F] (overwritten) = [dg * b * silu'(a) | dg * silu(a)]. If g [N, F] is given it also receives
+  /// silu(a) * b (the forward's output, recomputed in the same pass); g may be dg itself (each element of dg is read
+  /// before g's is written), which is how the model recomputes g without a second read of ab.
+  virtual void swiglu_bwd(Tensor dab, const Tensor& dg, const Tensor& ab, Tensor g = Tensor()) = 0;
   /// x += y (same shape and dtype).
   virtual void add_inplace(Tensor x, const Tensor& y) = 0;
   /// losses[n] = logsumexp(logits[n]) - logits[n, targets[n]] (fp32 [N]). If dlogits is non-empty (it may alias

@@ -342,17 +342,11 @@ void Model::sync_work_copy() {
 }
 
 void Model::zero_grads() {
-  // The weight-gradient GEMMs of the next backward write instead of accumulate (grad_beta_ = 0), so only the
-  // gradients that are accumulated by other ops are zeroed here: the embedding (scattered adds) and the RMSNorm
-  // gains. The layout's padding is never written and stays zero from construction.
-  const Tensor G = grads();
+  // The next backward writes instead of accumulating (grad_beta_ = 0: the weight-gradient GEMMs with beta 0, the
+  // RMSNorm gains with accumulate_dw false), so only the embedding, whose rows receive scattered adds, is zeroed
+  // here. The layout's padding is never written and stays zero from construction.
   grad_beta_ = 0.f;
-  be_.fill(w(*emb_, G, {emb_->numel}), 0.f);
-  be_.fill(w(*ln_final_, G, {ln_final_->numel}), 0.f);
-  for (const LayerRefs& r : layer_refs_) {
-    be_.fill(w(*r.ln1, G, {r.ln1->numel}), 0.f);
-    be_.fill(w(*r.ln2, G, {r.ln2->numel}), 0.f);
-  }
+  be_.fill(w(*emb_, grads(), {emb_->numel}), 0.f);
 }
 
 void Model::begin_step_losses(int64_t tokens) {
@@ -468,16 +462,17 @@ void Model::layer_backward(int l, Tensor dx, BlockActs& a, const AttnShape& s) {
   const Tensor dab = h.dbig.slice(0, {N, 2 * F}), dqkv = h.dbig.slice(0, {N, 3 * D});
 
   const float gb = grad_beta_;  // 0 on the step's first backward (weight gradients written), else 1 (accumulated)
-  // FFN: x_out = x_mid + g W2ᵀ. g and h2 are recomputed into the dg and dh scratch, which their gradients overwrite.
-  const Tensor g = dg, hr = dh;  // hr: the recomputed h2, later h1
-  be_.swiglu_fwd(g, a.ab);
-  be_.matmul(w(w2, G, {D, F}), dx, true, g, false, 1.f, gb);     // dW2 (+)= dxᵀ g
+  const bool acc = gb != 0.f;
+  // FFN: x_out = x_mid + g W2ᵀ. g is recomputed by swiglu_bwd into dg's buffer (after reading dg), h2 and later h1
+  // into the dh scratch, which their gradients then overwrite.
+  const Tensor hr = dh;
   be_.matmul(dg, dx, false, w(w2, W, {D, F}), false, 1.f, 0.f);  // dg [N, F] = dx W2
-  be_.swiglu_bwd(dab, dg, a.ab);
+  be_.swiglu_bwd(dab, dg, a.ab, dg);                              // dab; dg := g = silu(a) * b
+  be_.matmul(w(w2, G, {D, F}), dx, true, dg, false, 1.f, gb);     // dW2 (+)= dxᵀ g
   be_.rmsnorm_fwd(hr, a.rstd2, a.x_mid, w(ln2, W, {D}), kNormEps);        // h2 again (rstd2 rewritten, same values)
   be_.matmul(w(w13, G, {2 * F, D}), dab, true, hr, false, 1.f, gb);       // d[W1; W3] (+)= dabᵀ h2
   be_.matmul(dh, dab, false, w(w13, W, {2 * F, D}), false, 1.f, 0.f);    // dh2 = dab [W1; W3]
-  be_.rmsnorm_bwd(dx, w(ln2, G, {D}), dh, a.x_mid, w(ln2, W, {D}), a.rstd2);  // dx := d x_mid
+  be_.rmsnorm_bwd(dx, w(ln2, G, {D}), dh, a.x_mid, w(ln2, W, {D}), a.rstd2, acc);  // dx := d x_mid
   // Attention: x_mid = x_in + attn_out Woᵀ
   const Tensor d_attn = dh;  // reuse [N, D]
   be_.matmul(d_attn, dx, false, w(wo, W, {D, D}), false, 1.f, 0.f);
@@ -487,7 +482,7 @@ void Model::layer_backward(int l, Tensor dx, BlockActs& a, const AttnShape& s) {
   be_.rmsnorm_fwd(hr, a.rstd1, a.x_in, w(ln1, W, {D}), kNormEps);           // h1 again
   be_.matmul(w(wqkv, G, {3 * D, D}), dqkv, true, hr, false, 1.f, gb);       // dWqkv (+)= dqkvᵀ h1
   be_.matmul(dh, dqkv, false, w(wqkv, W, {3 * D, D}), false, 1.f, 0.f);    // dh1 = dqkv Wqkv
-  be_.rmsnorm_bwd(dx, w(ln1, G, {D}), dh, a.x_in, w(ln1, W, {D}), a.rstd1);  // dx := d x_in
+  be_.rmsnorm_bwd(dx, w(ln1, G, {D}), dh, a.x_in, w(ln1, W, {D}), a.rstd1, acc);  // dx := d x_in
 }
 
 void Model::backward(const std::function<void(int)>& on_unit_ready) {
@@ -503,7 +498,8 @@ void Model::backward(const std::function<void(int)>& on_unit_ready) {
   be_.matmul(dh, dlogits, false, w(lm, W, {V, D}), false, 1.f, 0.f);   // dhf = dlogits Wlm
   be_.matmul(w(lm, G, {V, D}), dlogits, true, hf, false, 1.f, grad_beta_);  // dWlm (+)= dlogitsᵀ hf
   be_.fill(dx, 0.f);
-  be_.rmsnorm_bwd(dx, w(lnf, G, {D}), dh, h.x_final.slice(0, {N, D}), w(lnf, W, {D}), h.rstdf.slice(0, {N}));
+  be_.rmsnorm_bwd(dx, w(lnf, G, {D}), dh, h.x_final.slice(0, {N, D}), w(lnf, W, {D}), h.rstdf.slice(0, {N}),
+                  /*accumulate_dw=*/grad_beta_ != 0.f);
   head_range.reset();
   if (on_unit_ready) on_unit_ready(L + 1);
   for (int l = L - 1; l >= 0; --l) {

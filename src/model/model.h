@@ -90,8 +90,8 @@ class Model {
   std::vector<float> download(const ParamInfo& p, bool grad = false) const;
   /// Refreshes the bf16 working copy from the master weights (no-op in fp32).
   void sync_work_copy();
-  /// Starts a step's gradients: the next backward writes the weight gradients (GEMMs with beta 0) and later ones
-  /// accumulate; the embedding and RMSNorm gains, which other ops accumulate into, are zeroed here.
+  /// Starts a step's gradients: the next backward writes the weight and RMSNorm gradients (later ones accumulate);
+  /// the embedding gradient, which receives scattered adds, is zeroed here.
   void zero_grads();
 
   /// Allocates the activation store for microbatches of up to `rows` sequences of `seq_len` tokens.

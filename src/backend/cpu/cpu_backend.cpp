@@ -136,13 +136,14 @@ void CpuBackend::rmsnorm_fwd(Tensor y, Tensor rstd, const Tensor& x, const Tenso
 }
 
 void CpuBackend::rmsnorm_bwd(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                             const Tensor& rstd) {
+                             const Tensor& rstd, bool accumulate_dw) {
   const int64_t N = x.rows(), D = x.cols();
   check_numel(dx, N * D, "rmsnorm dx");
   check_numel(dy, N * D, "rmsnorm dy");
   check_numel(w, D, "rmsnorm w");
   check_numel(dw, D, "rmsnorm dw");
   check_numel(rstd, N, "rmsnorm rstd");
+  if (!accumulate_dw) std::fill_n(f32(dw, "dw"), D, 0.f);
   cpu::rmsnorm_bwd<float>(f32(dx, "dx"), f32(dw, "dw"), f32(dy, "dy"), f32(x, "x"), f32(w, "w"), f32(rstd, "rstd"),
                           N, D);
 }
@@ -186,12 +187,13 @@ void CpuBackend::swiglu_fwd(Tensor g, const Tensor& ab) {
   cpu::swiglu_fwd<float>(f32(g, "g"), f32(ab, "ab"), N, F);
 }
 
-void CpuBackend::swiglu_bwd(Tensor dab, const Tensor& dg, const Tensor& ab) {
+void CpuBackend::swiglu_bwd(Tensor dab, const Tensor& dg, const Tensor& ab, Tensor g) {
   TRAINER_CHECK(ab.cols() % 2 == 0, "swiglu: ab {} has an odd number of columns", ab.shape_str());
   const int64_t N = ab.rows(), F = ab.cols() / 2;
   check_numel(dg, N * F, "swiglu dg");
   check_numel(dab, N * 2 * F, "swiglu dab");
-  cpu::swiglu_bwd<float>(f32(dab, "dab"), f32(dg, "dg"), f32(ab, "ab"), N, F);
+  if (g.data) check_numel(g, N * F, "swiglu g");
+  cpu::swiglu_bwd<float>(f32(dab, "dab"), f32(dg, "dg"), f32(ab, "ab"), N, F, g.data ? f32(g, "g") : nullptr);
 }
 
 void CpuBackend::add_inplace(Tensor x, const Tensor& y) {

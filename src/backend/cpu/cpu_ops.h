@@ -411,15 +411,18 @@ void swiglu_fwd(T* g, const T* ab, int64_t N, int64_t F) {
 }
 
 /// dab [N, 2F] (overwritten) = [dg * b * silu'(a) | dg * silu(a)],  silu'(a) = σ(a) (1 + a (1 - σ(a))).
+/// g [N, F] (optional; may alias dg) = silu(a) * b, written after dg's element is read.
 template <class T>
-void swiglu_bwd(T* dab, const T* dg, const T* ab, int64_t N, int64_t F) {
+void swiglu_bwd(T* dab, const T* dg, const T* ab, int64_t N, int64_t F, T* g = nullptr) {
   for (int64_t n = 0; n < N; ++n) {
     const T *a = ab + n * 2 * F, *bb = a + F, *dgr = dg + n * F;
     T *da = dab + n * 2 * F, *db = da + F;
     for (int64_t f = 0; f < F; ++f) {
       const T sig = T(1) / (T(1) + std::exp(-a[f]));
-      da[f] = dgr[f] * bb[f] * sig * (T(1) + a[f] * (T(1) - sig));
-      db[f] = dgr[f] * a[f] * sig;
+      const T d = dgr[f];
+      da[f] = d * bb[f] * sig * (T(1) + a[f] * (T(1) - sig));
+      db[f] = d * a[f] * sig;
+      if (g) g[n * F + f] = a[f] * sig * bb[f];
     }
   }
 }

@@ -245,7 +245,7 @@ void CudaBackend::rmsnorm_fwd(Tensor y, Tensor rstd, const Tensor& x, const Tens
 }
 
 void CudaBackend::rmsnorm_bwd(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                              const Tensor& rstd) {
+                              const Tensor& rstd, bool accumulate_dw) {
   ScopedRange r(*this, "rmsnorm_bwd");
   check_float(dx, "rmsnorm_bwd", "dx");
   check_float(dy, "rmsnorm_bwd", "dy");
@@ -260,10 +260,9 @@ void CudaBackend::rmsnorm_bwd(Tensor dx, Tensor dw, const Tensor& dy, const Tens
                 w.shape_str(), dtype_name(dw.dtype), dw.shape_str(), D);
   TRAINER_CHECK(rstd.dtype == DType::f32 && rstd.numel() == N, "rmsnorm_bwd: rstd {} for {} rows", rstd.shape_str(),
                 N);
-  if (N == 0) return;
   void* s = scratch(kernels::rmsnorm_bwd_scratch_bytes(N, int(D)));
   kernels::rmsnorm_bwd(dx.data, dx.dtype, dw.ptr<float>(), dy.data, dy.dtype, x.data, x.dtype, w.data, w.dtype,
-                       rstd.ptr<float>(), N, int(D), s, stream_);
+                       rstd.ptr<float>(), N, int(D), s, accumulate_dw, stream_);
 }
 
 void CudaBackend::rope(Tensor qkv, const AttnShape& s, float theta, bool inverse) {
@@ -293,7 +292,7 @@ void CudaBackend::swiglu_fwd(Tensor g, const Tensor& ab) {
   kernels::swiglu_fwd(g.data, g.dtype, ab.data, ab.dtype, N, F, stream_);
 }
 
-void CudaBackend::swiglu_bwd(Tensor dab, const Tensor& dg, const Tensor& ab) {
+void CudaBackend::swiglu_bwd(Tensor dab, const Tensor& dg, const Tensor& ab, Tensor g) {
   ScopedRange r(*this, "swiglu_bwd");
   check_float(dab, "swiglu_bwd", "dab");
   check_float(dg, "swiglu_bwd", "dg");
@@ -301,7 +300,12 @@ void CudaBackend::swiglu_bwd(Tensor dab, const Tensor& dg, const Tensor& ab) {
   const int64_t N = ab.rows(), F = ab.cols() / 2;
   TRAINER_CHECK(ab.cols() % 2 == 0 && dg.rows() == N && dg.cols() == F && dab.rows() == N && dab.cols() == 2 * F,
                 "swiglu_bwd: dab {}, dg {} vs ab {}", dab.shape_str(), dg.shape_str(), ab.shape_str());
-  kernels::swiglu_bwd(dab.data, dab.dtype, dg.data, dg.dtype, ab.data, ab.dtype, N, F, stream_);
+  if (present(g)) {
+    check_float(g, "swiglu_bwd", "g");
+    TRAINER_CHECK(g.rows() == N && g.cols() == F, "swiglu_bwd: g {} vs ab {}", g.shape_str(), ab.shape_str());
+  }
+  kernels::swiglu_bwd(dab.data, dab.dtype, dg.data, dg.dtype, ab.data, ab.dtype, present(g) ? g.data : nullptr,
+                      g.dtype, N, F, stream_);
 }
 
 void CudaBackend::add_inplace(Tensor x, const Tensor& y) {

@@ -42,14 +42,14 @@ class CudaBackend final : public Backend {
   void embedding_bwd(Tensor dtable, const Tensor& tokens, const Tensor& dout) override;
   void rmsnorm_fwd(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps) override;
   void rmsnorm_bwd(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
-                   const Tensor& rstd) override;
+                   const Tensor& rstd, bool accumulate_dw = true) override;
   void rope(Tensor qkv, const AttnShape& s, float theta, bool inverse) override;
   void attention_fwd(AttnImpl impl, const AttnShape& s, Tensor out, Tensor lse, Tensor probs,
                      const Tensor& qkv) override;
   void attention_bwd(AttnImpl impl, const AttnShape& s, Tensor dqkv, const Tensor& dout, const Tensor& qkv,
                      const Tensor& out, const Tensor& lse, const Tensor& probs) override;
   void swiglu_fwd(Tensor g, const Tensor& ab) override;
-  void swiglu_bwd(Tensor dab, const Tensor& dg, const Tensor& ab) override;
+  void swiglu_bwd(Tensor dab, const Tensor& dg, const Tensor& ab, Tensor g = Tensor()) override;
   void add_inplace(Tensor x, const Tensor& y) override;
   void cross_entropy(Tensor losses, Tensor dlogits, const Tensor& logits, const Tensor& targets,
                      float dscale) override;
