@@ -111,7 +111,7 @@ def build_rows(records):
         if any(get(r, "timing", p) for r in records):
             row(f"{p} ms (mean ± std)", lambda r, p=p: timing_cell(r, p))
     row("tokens/s", lambda r: fmt_rate(get(r, "throughput", "tokens_per_s")))
-    row("TFLOP/s per GPU", lambda r: fmt_num(get(r, "throughput", "model_tflops_per_gpu")))
+    row("TFLOP/s per GPU", lambda r: fmt_num(get(r, "throughput", "model_tflops_per_gpu"), "{:.3g}"))
     row("MFU", lambda r: fmt_num(get(r, "throughput", "mfu"), "{:.1%}")
         + (f" of {get(r, 'throughput', 'peak_tflops'):.0f}" if get(r, "throughput", "peak_tflops") else ""))
     if len(records) > 1:

@@ -11,6 +11,7 @@ torch_bench.py records (--torch) are listed with their step and peak. Standard l
 import argparse
 import json
 import pathlib
+import sys
 
 GIB = 2 ** 30
 
@@ -24,40 +25,67 @@ def fmt(x, spec=".1f"):
     return "-" if x is None else format(x, spec)
 
 
+def is_train_record(r):
+    return str(r.get("schema", "")).startswith("trainer.result/") and r.get("job") == "train" and \
+        "parallel" in r.get("config", {})
+
+
+def load(path, what):
+    try:
+        return json.loads(pathlib.Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        sys.exit(f"ddp_table: error: cannot read {what} '{path}': {e}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("records", nargs="+")
+    ap.add_argument("records", nargs="+", help="trainer result records of job train")
     ap.add_argument("--one", help="the 1-GPU record at the same per-GPU batch (for scaling efficiency)")
     ap.add_argument("--torch", nargs="*", default=[], help="torch_bench.py records to list alongside")
     args = ap.parse_args()
-    one = json.loads(pathlib.Path(args.one).read_text()) if args.one else None
+    one = load(args.one, "--one record") if args.one else None
+    if one is not None and (not is_train_record(one) or one.get("world_size", 1) != 1):
+        sys.exit(f"ddp_table: error: --one '{args.one}' must be a 1-rank trainer train record")
     base = ms(one, "step") if one else None
-    print(f"{'strategy':22s} {'ranks':>5s} {'step ms':>16s} {'fwd':>6s} {'bwd':>6s} {'opt':>6s} {'comm':>6s} "
-          f"{'exposed':>7s} {'eff':>5s} {'peak GiB':>8s} {'opt GiB':>7s}")
-    rows = ([one] if one else []) + [json.loads(pathlib.Path(p).read_text()) for p in args.records]
-    for r in rows:
+    rows = ([(pathlib.Path(args.one).stem, one)] if one else [])
+    for p in args.records:
+        r = load(p, "record")
+        if not is_train_record(r):
+            kind = "a torch_bench record (pass it with --torch)" if str(r.get("schema", "")).startswith("torch_bench") \
+                else f"not a trainer train record (job {r.get('job')!r})"
+            print(f"# skipped {p}: {kind}", file=sys.stderr)
+            continue
+        rows.append((pathlib.Path(p).stem, r))
+    w = max([len(n) for n, _ in rows] + [len("record")])
+    print(f"{'record':{w}s} {'strategy':20s} {'ranks':>5s} {'step ms':>16s} {'fwd':>6s} {'bwd':>6s} {'opt':>6s} "
+          f"{'comm':>6s} {'exposed':>7s} {'eff':>5s} {'peak GiB':>8s} {'opt GiB':>7s}")
+    for label, r in rows:
         c = r["config"]
         name = c["parallel"]["strategy"]
         if name == "ddp_bucketed":
             name += f" {c['parallel']['bucket_mb']:g} MB"
-        n = r.get("world_size") or len(r.get("memory", {}).get("per_rank", [])) or 1
+        n = r.get("world_size") or 1
         step = r["timing"]["step"]
+        if step.get("mean_ms") is None:
+            print(f"{label:{w}s} {name:20s} {n:5d} (no measured steps)")
+            continue
         peak = max([p["peak_bytes"] for p in r["memory"].get("per_rank", [])] or [r["memory"]["peak_bytes"]])
         eff = base / step["mean_ms"] if base and n > 1 else None
-        print(f"{name:22s} {n:5d} {step['mean_ms']:8.1f} ± {step['std_ms']:5.1f} {fmt(ms(r, 'forward')):>6s} "
-              f"{fmt(ms(r, 'backward')):>6s} {fmt(ms(r, 'optimizer')):>6s} {fmt(ms(r, 'comm')):>6s} "
-              f"{fmt(ms(r, 'comm_exposed')):>7s} {fmt(eff, '.3f'):>5s} {peak / GIB:8.2f} "
+        print(f"{label:{w}s} {name:20s} {n:5d} {step['mean_ms']:8.1f} ± {step['std_ms'] or 0:5.1f} "
+              f"{fmt(ms(r, 'forward')):>6s} {fmt(ms(r, 'backward')):>6s} {fmt(ms(r, 'optimizer')):>6s} "
+              f"{fmt(ms(r, 'comm')):>6s} {fmt(ms(r, 'comm_exposed')):>7s} {fmt(eff, '.3f'):>5s} {peak / GIB:8.2f} "
               f"{r['memory']['optimizer_state_bytes'] / GIB:7.2f}")
     for p in args.torch:
-        t = json.loads(pathlib.Path(p).read_text())
-        c = t["config"]
-        label = f"torch {c['mode']}" + (f" DDP {c.get('bucket_cap_mb')} MB" if c.get("world_size", 1) > 1 else "")
-        if t["status"] != "ok":
-            print(f"{label:22s} {c.get('world_size', 1):5d} {t['status']}")
+        t = load(p, "torch record")
+        c = t.get("config", {})
+        label = f"torch {c.get('mode')}" + (f" DDP {c.get('bucket_cap_mb')} MB" if c.get("world_size", 1) > 1 else "")
+        if t.get("status") != "ok":
+            print(f"{pathlib.Path(p).stem:{w}s} {label:20s} {c.get('world_size', 1):5d} {t.get('status')}")
             continue
         s = t["timing"]["step"]
-        print(f"{label:22s} {c.get('world_size', 1):5d} {s['mean_ms']:8.1f} ± {s['std_ms']:5.1f} "
-              f"{'':>6s} {'':>6s} {'':>6s} {'':>6s} {'':>7s} {'':>5s} {t['memory']['peak_bytes'] / GIB:8.2f}")
+        print(f"{pathlib.Path(p).stem:{w}s} {label:20s} {c.get('world_size', 1):5d} {s['mean_ms']:8.1f} ± "
+              f"{s['std_ms']:5.1f} {'':>6s} {'':>6s} {'':>6s} {'':>6s} {'':>7s} {'':>5s} "
+              f"{t['memory']['peak_bytes'] / GIB:8.2f}")
 
 
 if __name__ == "__main__":

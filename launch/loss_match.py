@@ -5,37 +5,56 @@ same global batch).
     launch/loss_match.py REF.json A.json B.json ...
 
 Prints, for each record, its strategy, the final loss, and the largest relative difference |a - ref| / |ref| over
-all steps (and the step where it occurs). Exits 1 if a record has a different number of steps. Standard library only.
+all steps (and the step where it occurs, numbered from 1 as in the trainer's log). Exits 1 if a record has a different number of steps. Standard library only.
 """
 import json
 import pathlib
 import sys
 
 
-def losses(path):
-    r = json.loads(pathlib.Path(path).read_text())
-    return r, r["loss"]["per_step"]
+def load(path):
+    try:
+        r = json.loads(pathlib.Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        sys.exit(f"loss_match: error: cannot read '{path}': {e}")
+    per_step = (r.get("loss") or {}).get("per_step") if isinstance(r, dict) else None
+    return r, per_step
+
+
+def setup(r):
+    """What must agree for curves to be comparable: precision, schedule and lr."""
+    c = r.get("config", {})
+    o = c.get("optimizer", {})
+    return (c.get("precision"), o.get("schedule"), o.get("lr"), o.get("warmup_steps"))
 
 
 def main(argv):
     if len(argv) < 2:
         print(__doc__)
         return 2
-    ref_rec, ref = losses(argv[0])
-    print(f"reference {argv[0]}: {len(ref)} steps, final loss {ref[-1]:.5f} "
-          f"({ref_rec['config']['precision']}, {ref_rec['config']['parallel']['strategy']})")
+    ref_rec, ref = load(argv[0])
+    if not ref:
+        sys.exit(f"loss_match: error: '{argv[0]}' has no per-step losses (not a trainer train record?)")
+    p, sch, lr, wu = setup(ref_rec)
+    print(f"reference {argv[0]}: {len(ref)} steps, final loss {ref[-1]:.5f} ({p}, schedule {sch}, lr {lr}, "
+          f"warm-up {wu}, strategy {ref_rec['config']['parallel']['strategy']})")
     print(f"{'record':44s} {'strategy':14s} {'final':>9s} {'max rel diff':>13s} {'at step':>7s}")
     status = 0
-    for p in argv[1:]:
-        rec, l = losses(p)
+    for path in argv[1:]:
+        rec, l = load(path)
+        if not l:
+            print(f"{pathlib.Path(path).name:44s} skipped: no per-step losses (not a trainer train record?)")
+            continue
         if len(l) != len(ref):
-            print(f"{p}: {len(l)} steps, reference has {len(ref)}")
+            print(f"{pathlib.Path(path).name:44s} {len(l)} steps, the reference has {len(ref)}")
             status = 1
             continue
         rel = [abs(a - b) / abs(b) for a, b in zip(l, ref)]
         k = max(range(len(rel)), key=rel.__getitem__)
-        print(f"{pathlib.Path(p).name:44s} {rec['config']['parallel']['strategy']:14s} {l[-1]:9.5f} {rel[k]:13.2e} "
-              f"{k:7d}")
+        note = "" if setup(rec) == setup(ref_rec) else \
+            "  (different precision/schedule/lr/warm-up: %s)" % (setup(rec),)
+        print(f"{pathlib.Path(path).name:44s} {rec['config']['parallel']['strategy']:14s} {l[-1]:9.5f} "
+              f"{rel[k]:13.2e} {k + 1:7d}{note}")
     return status
 
 

@@ -185,8 +185,13 @@ int main(int argc, char** argv) {
   record["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   record["machine"] = machine_info(record.value("backend", std::string()));
   if (rank == 0) {
-    write_json_atomic(results_path, record);
-    spdlog::info("result record: {} (status {})", results_path, record["status"].get<std::string>());
+    try {
+      write_json_atomic(results_path, record);
+      spdlog::info("result record: {} (status {})", results_path, record["status"].get<std::string>());
+    } catch (const std::exception& e) {  // the checks passed but the write failed (disk full, a device error)
+      spdlog::error("the result record could not be written: {}", e.what());
+      if (code == 0) code = 1;
+    }
   }
   if (code != 0 && world > 1) {
     // The other ranks may be blocked in a collective this rank will never join: stop them all. Ranks other than 0

@@ -274,7 +274,8 @@ TEST_CASE("config: --set overrides", "[config]") {
   }
   SECTION("errors name the key") {
     REQUIRE_THROWS_WITH(load_doc(dir, doc, {"optimizer.lrr=1"}),
-                        Equals("config: unknown key 'optimizer.lrr' (in --set optimizer.lrr=1)"));
+                        Equals("config: unknown key 'optimizer.lrr' (did you mean 'optimizer.lr'?) "
+                               "(in --set optimizer.lrr=1)"));
     REQUIRE_THROWS_WITH(load_doc(dir, doc, {"device.kind=1"}), Contains("unknown key 'device.kind'"));
     REQUIRE_THROWS_WITH(load_doc(dir, doc, {"nope=1"}), Contains("unknown key 'nope'"));
     REQUIRE_THROWS_WITH(load_doc(dir, doc, {R"(model={"layers":3})"}), Contains("unknown key 'model.layers'"));
@@ -447,6 +448,7 @@ TEST_CASE("config: validation rules", "[config]") {
   REQUIRE_THROWS_WITH(load_doc(dir, doc, {"bench.warmup_steps=2147483647", "bench.measure_steps=2147483647"}),
                       Contains("at most 1e9"));
   // A number beyond double's range names itself, from --set and from a file, as a config error.
+  REQUIRE_THROWS_WITH(load_doc(dir, doc, {"optimizer.lrr=1"}), Contains("did you mean 'optimizer.lr'?"));
   REQUIRE_THROWS_WITH(load_doc(dir, doc, {"optimizer.lr=1e400"}),
                       Contains("--set optimizer.lr=1e400") && Contains("beyond the range of a double"));
   const std::string huge = dir.write("huge.json", R"({"optimizer": {"lr": 1e400}})");

@@ -278,6 +278,10 @@ TEST_CASE("check_token_file: accepts a valid file and names each problem", "[io]
   CHECK_NOTHROW(check_token_file(tmp / "text.u16", "uint16", 256, 64));  // real data: odd slots are not all 0
   CHECK_THAT(config_error_of([&] { check_token_file(tmp / "text.u16", "uint32", 256, 64); }),
              Contains("is it a uint16 token file") && Contains("data.dtype=uint16"));
+  small32.resize(100);  // a short file too (200 uint16 slots)
+  write_tokens(tmp / "short.u32", small32);
+  CHECK_THAT(config_error_of([&] { check_token_file(tmp / "short.u32", "uint16", 256, 16); }),
+             Contains("looks like a uint32 token file"));
 }
 
 TEST_CASE("random token source: deterministic in (seed, step, row), slices equal the whole batch", "[io][tokens]") {
@@ -479,6 +483,35 @@ TEST_CASE("check_output_path: creates nothing, names the key on errors; writers 
   }
   CHECK_THAT(config_error_of([&] { check_output_path("/proc/out.json", "output.results"); }),
              Contains("output.results") && Contains("cannot create files in '/proc'"));
+}
+
+TEST_CASE("output paths: trailing slash, '..', FIFOs, devices and symbolic links", "[io][record]") {
+  TempDir tmp;
+  CHECK_THAT(config_error_of([&] { check_output_path(tmp / "sub/", "output.results"); }),
+             Contains("output.results") && Contains("names a directory"));
+  CHECK_THAT(config_error_of([&] { check_output_path(tmp / "sub/..", "profile.trace"); }),
+             Contains("profile.trace") && Contains("a directory"));
+  // "a/../out.json" is "out.json": the writer must not create "a".
+  CHECK_NOTHROW(check_output_path(tmp / "a/../out.json", "output.results"));
+  write_json_atomic(tmp / "a/../out.json", nlohmann::json{{"x", 1}});
+  CHECK(fs::is_regular_file(tmp / "out.json"));
+  CHECK_FALSE(fs::exists(tmp / "a"));
+  // A FIFO is refused up front (opening it would block, renaming over it would replace it).
+  REQUIRE(::mkfifo((tmp / "fifo").c_str(), 0600) == 0);
+  CHECK_THAT(config_error_of([&] { check_output_path(tmp / "fifo", "output.results"); }),
+             Contains("not a regular file or a character device"));
+  // A symbolic link (here dangling, relative) is written through: the link stays, its target gets the file.
+  fs::create_symlink("target.json", tmp / "link.json");
+  CHECK_NOTHROW(check_output_path(tmp / "link.json", "output.results"));
+  write_json_atomic(tmp / "link.json", nlohmann::json{{"y", 2}});
+  CHECK(fs::is_symlink(fs::symlink_status(tmp / "link.json")));
+  CHECK(nlohmann::json::parse(slurp(tmp / "target.json"))["y"] == 2);
+  // A character device is written through, never replaced.
+  if (fs::is_character_file("/dev/null")) {
+    CHECK_NOTHROW(check_output_path("/dev/null", "output.results"));
+    write_json_atomic("/dev/null", nlohmann::json{{"z", 3}});
+    CHECK(fs::is_character_file(fs::symlink_status("/dev/null")));
+  }
 }
 
 TEST_CASE("default_results_path and machine_info", "[io][record]") {

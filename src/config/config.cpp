@@ -403,7 +403,13 @@ void apply_override(json& full, const std::string& text) {
                    "config: '{}' has no element {} (it has {}){}", walked, part, node->size(), context);
       node = &(*node)[std::stoul(part)];
     } else {
-      throw ConfigError(fmt::format("config: unknown key '{}'{}", here, context));
+      std::string best, hint;  // the nearest existing key at this level, within 2 edits, as for config files
+      size_t best_d = 3;
+      if (node->is_object())
+        for (const auto& item : node->items())
+          if (const size_t d = edit_distance(part, item.key()); d < best_d) best_d = d, best = item.key();
+      if (!best.empty()) hint = fmt::format(" (did you mean '{}{}'?)", walked.empty() ? "" : walked + ".", best);
+      throw ConfigError(fmt::format("config: unknown key '{}'{}{}", here, hint, context));
     }
     walked = here;
   }
@@ -720,6 +726,8 @@ void validate_config(const RunConfig& c, int world_size) {
       {"profile.trace", &c.profile.trace},
       {"profile.memory_timeline", &c.profile.memory_timeline}};
   const auto same = [](const std::string& x) { return fs::absolute(x).lexically_normal(); };
+  for (const auto& [key, value] : outputs)  // before any path arithmetic: fs::absolute("") throws
+    CONFIG_CHECK(!*value || !(*value)->empty(), "{}: the output path is empty (remove the key or set null)", key);
   for (size_t i = 0; i < std::size(outputs); ++i) {
     if (!*outputs[i].second) continue;
     for (size_t k = 0; k < i; ++k)

@@ -27,10 +27,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// The directory that will hold `path` ("." for a bare file name).
+/// The directory that will hold `path` ("." for a bare file name), with "." and ".." resolved lexically, so that
+/// "a/../b.json" never creates "a".
 fs::path parent_dir(const std::string& path) {
-  fs::path parent = fs::path(path).parent_path();
+  fs::path parent = fs::path(path).lexically_normal().parent_path();
   return parent.empty() ? fs::path(".") : parent;
+}
+
+/// What is at `path` now, without following a final symbolic link.
+fs::file_status status_of(const std::string& path) {
+  std::error_code ec;
+  return fs::symlink_status(path, ec);
 }
 
 /// write(2) all n bytes, retrying on EINTR and partial writes. False with errno set on failure.
@@ -61,6 +68,24 @@ void check_output_path(const std::string& path, const std::string& key) {
   CONFIG_CHECK(!path.empty(), "{}: the output path is empty", key);
   std::error_code ec;
   CONFIG_CHECK(!fs::is_directory(path, ec), "{}: '{}' is a directory; give a file path", key, path);
+  CONFIG_CHECK(path.back() != '/' && fs::path(path).lexically_normal().has_filename(),
+               "{}: '{}' names a directory (it ends in '/' or '..'); give a file path", key, path);
+  // An existing output must be a regular file (replaced atomically), a symbolic link (its target is written) or a
+  // character device such as /dev/null (written through); anything else (a FIFO, a socket) is refused.
+  const fs::file_status st = status_of(path);
+  if (fs::exists(st)) {
+    const fs::file_status target = fs::status(path, ec);
+    CONFIG_CHECK(fs::is_regular_file(target) || fs::is_character_file(target) ||
+                     (fs::is_symlink(st) && !fs::exists(target)),
+                 "{}: '{}' exists and is not a regular file or a character device (a FIFO or socket?)", key, path);
+    if (fs::is_character_file(target)) {
+      const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK);
+      if (fd < 0)
+        throw ConfigError(fmt::format("{}: cannot write to the device '{}': {}", key, path, std::strerror(errno)));
+      ::close(fd);
+      return;
+    }
+  }
   // Nothing is created here (a rejected config leaves no trace): the writers make the missing directories. What
   // must hold is that the nearest existing ancestor is a directory that takes files.
   fs::path dir = parent_dir(path);
@@ -102,10 +127,31 @@ struct PendingTmp {
 };
 }  // namespace
 
-void write_file_atomic(const std::string& path, const std::vector<FilePart>& parts) {
+void write_file_atomic(const std::string& given, const std::vector<FilePart>& parts) {
+  std::error_code ec;
+  // A symbolic link is written through: the temp file and the rename go to its target's directory.
+  std::string path = fs::path(given).lexically_normal().string();  // "a/../x" is "x", as check_output_path saw it
+  for (int hops = 0; hops < 16 && fs::is_symlink(status_of(path)); ++hops) {  // a chain of links, even dangling
+    fs::path target = fs::read_symlink(path, ec);
+    if (ec) break;
+    if (target.is_relative()) target = fs::path(path).parent_path() / target;
+    path = target.lexically_normal().string();
+  }
+  // A character device (/dev/null, a terminal) cannot be replaced by a rename: write to it directly.
+  if (fs::is_character_file(fs::status(path, ec))) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) throw RuntimeError(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+    for (const FilePart& p : parts)
+      if (!write_all(fd, static_cast<const char*>(p.data), p.bytes)) {
+        const int err = errno;
+        ::close(fd);
+        throw RuntimeError(fmt::format("cannot write '{}': {}", path, std::strerror(err)));
+      }
+    ::close(fd);
+    return;
+  }
   const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
   const PendingTmp pending(tmp);
-  std::error_code ec;
   fs::create_directories(parent_dir(path), ec);
   if (ec) throw RuntimeError(fmt::format("cannot write '{}': creating its directory failed: {}", path, ec.message()));
   const auto fail = [&](const char* what, int err, int fd) {

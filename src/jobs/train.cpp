@@ -171,7 +171,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
     source->batch(step, cfg.data.batch_size, ctx.rank * rows_per_rank, rows_per_rank, T, inputs.data(),
                   targets.data());
     model.set_step_tokens(inputs.data(), targets.data());
-    if (measured) profiler.begin_step(step);
+    if (measured) profiler.begin_step(step + 1);  // numbered from 1, as in the log lines
     be->record(*ev[0]);
     if (do_backward) model.zero_grads();
     for (int m = 0; m < n_micro; ++m) {
@@ -266,10 +266,11 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   const double flops_per_step = fpt * (do_step || do_backward ? 3.0 : 1.0) * double(global_tokens);
   const double tflops = t_step.empty() ? 0.0 : flops_per_step / (mean_step / 1e3) / 1e12 / ctx.world_size;
   const double peak = peak_tflops(cfg);
-  r["throughput"] = {{"tokens_per_s", t_step.empty() ? 0.0 : double(global_tokens) / (mean_step / 1e3)},
-                     {"model_tflops_per_gpu", tflops},
+  const bool timed = !t_step.empty();  // no measured steps: no rates (null, not 0)
+  r["throughput"] = {{"tokens_per_s", timed ? json(double(global_tokens) / (mean_step / 1e3)) : json(nullptr)},
+                     {"model_tflops_per_gpu", timed ? json(tflops) : json(nullptr)},
                      {"peak_tflops", peak > 0 ? json(peak) : json(nullptr)},
-                     {"mfu", peak > 0 ? json(tflops / peak) : json(nullptr)}};
+                     {"mfu", peak > 0 && timed ? json(tflops / peak) : json(nullptr)}};
   const MemoryStats& ms = be->memory();
   json by_cat = json::object(), cat_peak = json::object();
   for (int i = 0; i < kNumCategories; ++i) {

@@ -101,9 +101,22 @@ void Profiler::end_step(const Communicator* comm) {
     spans_.push_back({std::move(open.name), open.cat, 0, step_, origin_offset_ms_ + t0, origin_offset_ms_ + t1});
   }
   closed_.clear();
-  if (comm)
-    for (const CommSpan& c : comm->spans(*origin_, host_origin_))
-      spans_.push_back({c.what, "comm", 1, step_, origin_offset_ms_ + c.start_ms, origin_offset_ms_ + c.end_ms});
+  if (comm) {
+    // Collectives that overlap in time (several MPI requests in flight) go on separate comm lanes (tid 1, 2, ...),
+    // so that every track nests; NCCL's run one after another on its stream and share lane 1.
+    std::vector<CommSpan> cs = comm->spans(*origin_, host_origin_);
+    std::sort(cs.begin(), cs.end(), [](const CommSpan& a, const CommSpan& b) { return a.start_ms < b.start_ms; });
+    std::vector<double> lane_end;
+    for (const CommSpan& c : cs) {
+      size_t lane = 0;
+      while (lane < lane_end.size() && lane_end[lane] > c.start_ms) ++lane;
+      if (lane == lane_end.size()) lane_end.push_back(0);
+      lane_end[lane] = c.end_ms;
+      lanes_ = std::max(lanes_, int(lane) + 1);
+      spans_.push_back({c.what, "comm", 1 + int(lane), step_, origin_offset_ms_ + c.start_ms,
+                        origin_offset_ms_ + c.end_ms});
+    }
+  }
   ++steps_traced_;
 }
 
@@ -112,7 +125,9 @@ nlohmann::json Profiler::trace_events(int rank) const {
   json ev = json::array();
   ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank}, {"args", {{"name", fmt::format("rank {}", rank)}}}});
   ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", 0}, {"args", {{"name", "compute stream"}}}});
-  ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", 1}, {"args", {{"name", "comm stream"}}}});
+  for (int l = 0; l < std::max(lanes_, 1); ++l)
+    ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", 1 + l},
+                  {"args", {{"name", l == 0 ? std::string("communication") : fmt::format("communication {}", l + 1)}}}});
   for (const Span& s : spans_)
     ev.push_back({{"name", s.name}, {"cat", s.cat}, {"ph", "X"}, {"pid", rank}, {"tid", s.tid},
                   {"ts", s.start_ms * 1e3}, {"dur", std::max(0.0, s.end_ms - s.start_ms) * 1e3},
@@ -146,11 +161,20 @@ nlohmann::json Profiler::summary() const {
     }
   }
   std::sort(backward.begin(), backward.end());
+  // Communication time is the union of the collectives' intervals (several may be in flight at once), and the part
+  // of that union inside the backward phase.
+  std::vector<std::pair<double, double>> comm;
   for (const Span& s : spans_)
-    if (s.tid == 1) {
-      comm_ms += s.end_ms - s.start_ms;
-      comm_in_bwd += covered(s.start_ms, s.end_ms, backward);
-    }
+    if (s.tid >= 1) comm.emplace_back(s.start_ms, s.end_ms);
+  std::sort(comm.begin(), comm.end());
+  std::vector<std::pair<double, double>> merged;
+  for (const auto& iv : comm)
+    if (!merged.empty() && iv.first <= merged.back().second) merged.back().second = std::max(merged.back().second, iv.second);
+    else merged.push_back(iv);
+  for (const auto& [a, b] : merged) {
+    comm_ms += b - a;
+    comm_in_bwd += covered(a, b, backward);
+  }
   std::vector<std::pair<std::pair<std::string, std::string>, Total>> rows(totals.begin(), totals.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
   json ranges = json::array();
@@ -162,9 +186,12 @@ nlohmann::json Profiler::summary() const {
           {"backward_ms_per_step", bwd_ms / n},
           {"comm_ms_per_step", comm_ms / n},
           {"comm_during_backward_ms_per_step", comm_in_bwd / n},
-          {"note", "GPU-timeline ms per traced step from events around each range (ranges nest: phase > block > "
-                   "op); comm from the communicator's own events; comm_during_backward: the part of comm that ran "
-                   "while the backward phase was running"},
+          {"note", "ms per traced step on the compute stream's timeline (GPU events; host clock on the CPU backend, "
+                   "which has no op ranges) from events around each range (ranges nest: phase > block > op); "
+                   "phase 'backward' is the model's backward only, 'finish_backward' the strategy's wait for its "
+                   "gradients; comm: the union of the collectives' intervals (communicator's own events: NCCL "
+                   "stream events, MPI host clock), per collective in ranges; comm_during_backward: the part of "
+                   "that union inside the backward phase"},
           {"ranges", ranges}};
 }
 

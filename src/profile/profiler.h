@@ -77,6 +77,7 @@ class Profiler final : public RangeSink {
   std::vector<Open> stack_;
   std::vector<std::pair<Open, size_t>> closed_;  // (range, end event) of the current step
   std::vector<Span> spans_;                      // every traced step
+  int lanes_ = 0;                                // comm lanes used (tid 1..lanes_)
 };
 
 }  // namespace trainer
