@@ -321,7 +321,8 @@ TEST_CASE("config: type errors name the key and the expected type", "[config]") 
   const Case cases[] = {
       {"data", "batch_size", "4", "config: 'data.batch_size' must be an integer, got string"},
       {"data", "batch_size", 2.5, "config: 'data.batch_size' must be an integer, got number 2.5"},
-      {"data", "batch_size", 1e10, "config: 'data.batch_size' must be an integer, got number 10000000000.0"},
+      {"data", "batch_size", 1e10,
+       "config: 'data.batch_size' must be an integer (32-bit), got number 10000000000.0"},
       {"data", "batch_size", 4294967296LL,
        "config: 'data.batch_size' must be an integer (32-bit), got number 4294967296"},
       {"data", "seed", -1, "config: 'data.seed' must be a non-negative integer, got number -1"},
@@ -449,6 +450,9 @@ TEST_CASE("config: validation rules", "[config]") {
                       Contains("at most 1e9"));
   // A number beyond double's range names itself, from --set and from a file, as a config error.
   REQUIRE_THROWS_WITH(load_doc(dir, doc, {"optimizer.lrr=1"}), Contains("did you mean 'optimizer.lr'?"));
+  REQUIRE_THROWS_WITH(load_doc(dir, doc, {"bench.measure_steps=1e10"}), Contains("an integer (32-bit)"));
+  REQUIRE_THROWS_WITH(load_doc(dir, doc, {"optimizer.lr=1e-400"}), Contains("underflows to 0"));
+  CHECK_NOTHROW(load_doc(dir, doc, {"optimizer.lr=0.0e-5", "optimizer.weight_decay=0e3"}));
   REQUIRE_THROWS_WITH(load_doc(dir, doc, {"optimizer.lr=1e400"}),
                       Contains("--set optimizer.lr=1e400") && Contains("beyond the range of a double"));
   const std::string huge = dir.write("huge.json", R"({"optimizer": {"lr": 1e400}})");

@@ -247,7 +247,8 @@ void read_value(const json& v, int& out, const std::string& key, bool nullable =
     if (x < int64_t(lo) || x > int64_t(hi)) type_error(key, "an integer (32-bit)", nullable, v);
   } else if (v.is_number_float()) {
     const double x = v.get<double>();
-    if (x != std::floor(x) || x < lo || x > hi) type_error(key, "an integer", nullable, v);
+    if (x != std::floor(x)) type_error(key, "an integer", nullable, v);
+    if (x < lo || x > hi) type_error(key, "an integer (32-bit)", nullable, v);
   } else {
     type_error(key, "an integer", nullable, v);
   }
@@ -421,6 +422,11 @@ void apply_override(json& full, const std::string& text) {
     value = raw;
   } catch (const json::out_of_range&) {  // 1e400: a number beyond double's range
     throw ConfigError(fmt::format("config: --set {}: the number is beyond the range of a double", text));
+  }
+  if (value.is_number_float() && value.get<double>() == 0.0) {  // 1e-400 parses as 0: say so rather than run with 0
+    const std::string mantissa = raw.substr(0, raw.find_first_of("eE"));
+    CONFIG_CHECK(mantissa.find_first_of("123456789") == std::string::npos,
+                 "config: --set {}: the number underflows to 0 (below the range of a double)", text);
   }
   static const RunConfig defaults;
   if (!value.is_string() && !value.is_null() && is_string_key(defaults, parts)) value = raw;
