@@ -456,6 +456,10 @@ TEST_CASE("config: validation rules", "[config]") {
   REQUIRE_THROWS_WITH(load_doc(dir, doc, {"optimizer.lr=1e400"}),
                       Contains("--set optimizer.lr=1e400") && Contains("beyond the range of a double"));
   const std::string huge = dir.write("huge.json", R"({"optimizer": {"lr": 1e400}})");
+  const std::string twice = dir.write("twice.json", R"({"optimizer": {"lr": 1e-3, "eps": 1e-8, "lr": 3e-4}})");
+  REQUIRE_THROWS_WITH(load_config(twice, {}, 1, false), Contains("gives the key 'optimizer.lr' twice"));
+  const std::string top = dir.write("top.json", R"({"job": "train", "model": {"preset": "tiny"}, "job": "train"})");
+  REQUIRE_THROWS_WITH(load_config(top, {}, 1, false), Contains("gives the key 'job' twice"));
   REQUIRE_THROWS_WITH(load_config(huge, {}, 1, false), Contains("huge.json") && Contains("beyond the range"));
 }
 

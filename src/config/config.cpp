@@ -19,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <span>
 #include <string_view>
 #include <type_traits>
@@ -343,10 +344,32 @@ std::string read_text_file(const std::string& path) {
   return text;
 }
 
-/// Parses config text; comments (// and /* */) are allowed. ConfigError with nlohmann's line/column message.
+/// Parses config text; comments (// and /* */) are allowed. ConfigError with nlohmann's line/column message, and for
+/// a key given twice in one object (JSON would silently keep the last one).
 json parse_config_text(const std::string& text, const std::string& origin) {
+  struct Frame {
+    std::string name;           // the key this object is the value of ("" for the root)
+    std::set<std::string> keys; // the keys seen in it so far
+  };
+  std::vector<Frame> frames;
+  std::string last_key;
+  const json::parser_callback_t check = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      frames.push_back({frames.empty() ? std::string() : last_key, {}});
+    } else if (event == json::parse_event_t::object_end) {
+      frames.pop_back();
+    } else if (event == json::parse_event_t::key) {
+      last_key = parsed.get<std::string>();
+      if (!frames.back().keys.insert(last_key).second) {
+        std::string where;
+        for (size_t f = 1; f < frames.size(); ++f) where += frames[f].name + ".";
+        throw ConfigError(fmt::format("config: '{}' gives the key '{}{}' twice", origin, where, last_key));
+      }
+    }
+    return true;
+  };
   try {
-    return json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+    return json::parse(text, check, /*allow_exceptions=*/true, /*ignore_comments=*/true);
   } catch (const json::parse_error& e) {
     std::string what = e.what();  // "[json.exception.parse_error.101] parse error at line 3, column 5: ..."
     if (const auto p = what.find("] "); what.rfind("[json.exception", 0) == 0 && p != std::string::npos)
