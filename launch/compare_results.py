@@ -89,23 +89,24 @@ def build_rows(records):
     """[(label, [cell per record])], in display order."""
     rows = []
 
-    def row(label, fn):
-        rows.append((label, [fn(r) for r in records]))
+    def row(label, fn, train_only=False):
+        rows.append((label, [fn(r) if not train_only or r.get("job", "train") == "train" else "-" for r in records]))
 
     row("status", lambda r: r.get("status", "-") + (f" ({r['error'][:60]})" if r.get("error") else ""))
     row("job / name", lambda r: f"{r.get('job', '-')} / {r.get('name') or '-'}")
-    row("model", model_summary)
+    row("model", model_summary, train_only=True)
     row("parameters", lambda r: fmt_rate(get(r, "model", "parameters")))
     row("device", device_summary)
     row("precision", lambda r: f"{get(r, 'config', 'precision', default='-')}"
         + (" +tf32" if get(r, "config", "allow_tf32") else ""))
-    row("attention", lambda r: get(r, "config", "attention", default="-"))
-    row("checkpointing", lambda r: get(r, "config", "checkpointing", "policy", default="-"))
+    row("attention", lambda r: get(r, "config", "attention", default="-"), train_only=True)
+    row("checkpointing", lambda r: get(r, "config", "checkpointing", "policy", default="-"), train_only=True)
     row("strategy / comm", lambda r: f"{get(r, 'config', 'parallel', 'strategy', default='-')} / "
         f"{get(r, 'config', 'parallel', 'comm', default='-')}")
     row("world size", lambda r: str(r.get("world_size", "-")))
     row("batch (global / micro)", lambda r: f"{get(r, 'config', 'data', 'batch_size', default='-')} / "
-        f"{get(r, 'steps', 'microbatch_size', default=get(r, 'config', 'data', 'microbatch_size', default='-'))}")
+        f"{get(r, 'steps', 'microbatch_size', default=get(r, 'config', 'data', 'microbatch_size', default='-'))}",
+        train_only=True)
     phases = PHASES + sorted({p for r in records for p in (r.get("timing") or {}) if p not in PHASES})
     for p in phases:
         if any(get(r, "timing", p) for r in records):
