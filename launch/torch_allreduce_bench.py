@@ -29,20 +29,19 @@ multicast stays off on the multi-GPU machines this runs on. Only rank 0 prints a
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import re
 import socket
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import List
 
-# Forced, not defaulted, before torch (and NCCL) load: NVLink multicast stays off even if the caller's environment
-# turns it on. The record lists them under machine.env.
-FORCED_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
-os.environ.update(FORCED_ENV)
+# The forced environment (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1) is set by torch_bench on import,
+# before torch (and NCCL) load; the helpers shared with it come from there.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch_bench  # noqa: E402  (sets FORCED_ENV first)
+from torch_bench import FORCED_ENV, nccl_version, write_json  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -63,22 +62,12 @@ def parse_size(text: str) -> int:
     return size
 
 
-def nccl_version() -> Optional[str]:
-    try:
-        v = torch.cuda.nccl.version()
-    except Exception:   # noqa: BLE001: a build without NCCL
-        return None
-    return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-
-
 def machine_info(device: str, backend: str) -> dict:
-    info = {"host": socket.gethostname(), "python": platform.python_version(), "torch": torch.__version__,
-            "cuda": torch.version.cuda, "backend": backend, "cpu_threads": torch.get_num_threads(),
-            "env": {k: os.environ.get(k) for k in FORCED_ENV}}
+    """torch_bench's machine description plus the process-group backend, the forced environment and the GPUs."""
+    info = torch_bench.machine_info(device)
+    info.update(backend=backend, env={k: os.environ.get(k) for k in FORCED_ENV})
     if device == "cuda":
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        info.update(gpu=props.name, gpu_memory_bytes=props.total_memory, capability=f"{props.major}.{props.minor}",
-                    gpu_count=torch.cuda.device_count(), nccl=nccl_version())
+        info.update(gpu_count=torch.cuda.device_count(), nccl=nccl_version())
     return info
 
 
@@ -149,15 +138,6 @@ def bench_one(size: int, device: str, warmup: int, iters: int) -> dict:
 
 
 COLUMNS = "  {:>12} {:>12} {:>10} {:>9} {:>9} {:>7}"   # a header line replaces the first blank by #
-
-
-def write_json(path: str, obj) -> None:
-    """Writes to <path>.tmp, then renames, so no half-written file is left."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
-    os.replace(tmp, p)
 
 
 def parse_args(argv=None):

@@ -38,11 +38,10 @@ Pass run_pass(Device dev, const ModelDims& d, DType act, AttnImpl attn, int rows
   return p;
 }
 
-void compare(const ModelDims& d, int rows, int T, AttnImpl attn) {
-  const Pass ref = run_pass(Device::cpu, d, DType::f32, AttnImpl::naive, rows, T, 3);
-  const Pass got = run_pass(Device::cuda, d, DType::f32, attn, rows, T, 3);
-  CHECK(std::fabs(got.loss - ref.loss) / ref.loss < 1e-4);
+/// Checks every parameter's gradient: max|got - ref| <= 1e-4 max|ref| per tensor; returns the worst ratio.
+double check_grads(const ModelDims& d, const Pass& got, const Pass& ref) {
   ParamLayout L(d);
+  double worst = 0;
   for (size_t k = 0; k < L.params().size(); ++k) {
     double max_diff = 0, max_ref = 0;
     for (size_t i = 0; i < ref.grads[k].size(); ++i) {
@@ -51,7 +50,16 @@ void compare(const ModelDims& d, int rows, int T, AttnImpl attn) {
     }
     INFO(L.params()[k].name << ": max|diff| " << max_diff << " max|ref| " << max_ref);
     CHECK(max_diff <= 1e-4 * max_ref);
+    worst = std::max(worst, max_diff / max_ref);
   }
+  return worst;
+}
+
+void compare(const ModelDims& d, int rows, int T, AttnImpl attn) {
+  const Pass ref = run_pass(Device::cpu, d, DType::f32, AttnImpl::naive, rows, T, 3);
+  const Pass got = run_pass(Device::cuda, d, DType::f32, attn, rows, T, 3);
+  CHECK(std::fabs(got.loss - ref.loss) / ref.loss < 1e-4);
+  check_grads(d, got, ref);
   const Pass bf = run_pass(Device::cuda, d, DType::bf16, attn, rows, T, 3);
   INFO("bf16 loss " << bf.loss << " fp32 reference " << ref.loss);
   CHECK(std::fabs(bf.loss - ref.loss) / ref.loss < 1e-2);
@@ -117,18 +125,7 @@ TEST_CASE("cuda model: small with flash2 matches naive attention (fp32 loss and 
   const Pass flash = run_pass(Device::cuda, small, DType::f32, AttnImpl::flash2, rows, T, 5);
   INFO("loss flash2 " << flash.loss << " naive " << naive.loss);
   CHECK(std::fabs(flash.loss - naive.loss) / naive.loss < 1e-4);
-  ParamLayout L(small);
-  double worst = 0;
-  for (size_t k = 0; k < L.params().size(); ++k) {
-    double max_diff = 0, max_ref = 0;
-    for (size_t i = 0; i < naive.grads[k].size(); ++i) {
-      max_diff = std::max(max_diff, double(std::fabs(flash.grads[k][i] - naive.grads[k][i])));
-      max_ref = std::max(max_ref, double(std::fabs(naive.grads[k][i])));
-    }
-    INFO(L.params()[k].name << ": max|diff| " << max_diff << " max|ref| " << max_ref);
-    CHECK(max_diff <= 1e-4 * max_ref);
-    worst = std::max(worst, max_diff / max_ref);
-  }
+  const double worst = check_grads(small, flash, naive);
   WARN("small fp32 flash2 vs naive: loss rel " << std::fabs(flash.loss - naive.loss) / naive.loss
                                                << ", worst gradient max|diff|/max|ref| " << worst);
 }
