@@ -150,6 +150,11 @@ void validate_config(const RunConfig& c, int world_size);
 
 /// The dims of a named preset (vocab, context, d_model, d_ff, layers, heads); raises ConfigError for unknown names.
 ModelCfg preset_model(const std::string& name);
+
+/// The dims of `m` that differ from its preset's (e.g. a preset run at another context length), as
+/// {field: {"preset": value, "used": value}}; empty without a preset. Records and the start line name them, so a
+/// record never claims a preset's shape it did not run.
+json changed_from_preset(const ModelCfg& m);
 std::vector<std::string> preset_names();
 
 /// `trainer --help` text: usage, every key with its default and allowed values.

@@ -36,8 +36,11 @@ class Communicator {
   virtual std::string name() const = 0;  // "mpi", "nccl"
   /// In place: buf = op over ranks of buf. f32.
   virtual std::unique_ptr<Work> all_reduce(Tensor buf, ReduceOp op, bool async = false) = 0;
-  /// out [n] = op over ranks of in[rank*n : (rank+1)*n]; in has size()*n elements.
+  /// out [n] = op over ranks of in[rank*n : (rank+1)*n]; in has size()*n elements. out may be in's own slot
+  /// (in + rank*n) only where reduce_scatter_in_place() says so.
   virtual std::unique_ptr<Work> reduce_scatter(Tensor out, const Tensor& in, ReduceOp op, bool async = false) = 0;
+  /// True when reduce_scatter accepts out == in + rank*n (NCCL does; MPI's in-place form puts the result elsewhere).
+  virtual bool reduce_scatter_in_place() const { return false; }
   /// out [size()*n] = concatenation over ranks of in [n].
   virtual std::unique_ptr<Work> all_gather(Tensor out, const Tensor& in, bool async = false) = 0;
   /// buf = root's buf.

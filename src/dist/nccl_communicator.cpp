@@ -131,6 +131,8 @@ class NcclCommunicator final : public Communicator {
     return finish(std::move(o), async);
   }
 
+  bool reduce_scatter_in_place() const override { return true; }  // recvbuff = sendbuff + rank * recvcount
+
   std::unique_ptr<Work> reduce_scatter(Tensor out, const Tensor& in, ReduceOp op, bool async) override {
     check(out, "reduce_scatter: out");
     check(in, "reduce_scatter: in");

@@ -51,22 +51,6 @@ void save_checkpoint(const Model& model, const std::string& path) {
   write_safetensors(path, named, {{"format", "pt"}, {"producer", "trainer"}});
 }
 
-/// The model fields that differ from cfg.model.preset's (e.g. a preset run at another context length), as
-/// {field: {"preset": value, "used": value}}; empty without a preset. Records and the start line name them, so a
-/// record never claims a preset's shape it did not run.
-nlohmann::json changed_from_preset(const ModelCfg& m) {
-  nlohmann::json out = nlohmann::json::object();
-  if (m.preset.empty()) return out;
-  const ModelCfg p = preset_model(m.preset);
-  const std::pair<const char*, std::pair<int, int>> fields[] = {
-      {"vocab_size", {p.vocab_size, m.vocab_size}}, {"context_length", {p.context_length, m.context_length}},
-      {"d_model", {p.d_model, m.d_model}},          {"d_ff", {p.d_ff, m.d_ff}},
-      {"num_layers", {p.num_layers, m.num_layers}}, {"num_heads", {p.num_heads, m.num_heads}}};
-  for (const auto& [name, v] : fields)
-    if (v.first != v.second) out[name] = {{"preset", v.first}, {"used", v.second}};
-  return out;
-}
-
 /// Gathers every rank's trace events to rank 0, which writes one Chrome trace file (atomically). Collective.
 void write_trace(const std::string& path, const Profiler& profiler, const RunContext& ctx) {
   const std::string mine = profiler.trace_events(ctx.rank).dump();

@@ -42,7 +42,7 @@ class Zero1 final : public Strategy {
     begin_ = chunk_ * comm_.rank();
     broadcast_weights(model, comm_);
     adamw_ = std::make_unique<AdamW>(be_, chunk_, cfg_.optimizer);
-    in_place_ = comm_.name() == "nccl";
+    in_place_ = comm_.reduce_scatter_in_place();
     if (!in_place_) grad_shard_ = be_.alloc(size_t(chunk_) * 4, Category::gradients);
     check_same_layout("zero1 shards", {model.flat_size(), n, chunk_});
     spdlog::info("zero1: {} shards of {} elements; AdamW state {} per rank (one process: {})", n, chunk_,
@@ -103,7 +103,7 @@ class Zero1 final : public Strategy {
   Model* model_ = nullptr;
   int64_t chunk_ = 0, begin_ = 0;  // elements per shard; this rank's first element
   std::unique_ptr<AdamW> adamw_;   // m, v [chunk]
-  bool in_place_ = false;          // the reduced chunk lives in the flat gradient buffer (NCCL)
+  bool in_place_ = false;          // the reduced chunk lives in the flat gradient buffer (comm allows it: NCCL)
   Buffer grad_shard_;              // f32 [chunk]: this rank's reduced gradient chunk (MPI)
 };
 }  // namespace

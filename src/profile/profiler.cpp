@@ -57,6 +57,7 @@ Event& Profiler::event(size_t i) {
 }
 
 void Profiler::push(const char* name, const char* cat, int index) {
+  if (!nvtx_ && !in_step_) return;  // a trace-only profiler outside a traced step (warm-up): no work per op
   std::string label = index >= 0 ? fmt::format("{} {}", name, index) : std::string(name);
   if (nvtx_) nvtx_push(label);
   if (!in_step_) return;
