@@ -429,6 +429,23 @@ TEST_CASE("CpuBackend matmul (f32) matches the double gemm; 3-D tensors fold int
   CHECK(rel_err(Cf, C) < 1e-5);
 }
 
+TEST_CASE("CpuBackend matmul_add: D = op(A) op(B) + R, R untouched; a mismatched R is an error",
+          "[cpu][backend][matmul]") {
+  CpuBackend be;
+  const int64_t M = 11, N = 7, K = 19;
+  Vec A = rnd(M * K, 4), B = rnd(N * K, 5), R = rnd(M * N, 6), D(size_t(M * N), 0.0);
+  auto Af = to_f32(A), Bf = to_f32(B), Rf = to_f32(R), Df = to_f32(D);
+  const auto R0 = Rf;
+  be.matmul_add(t32(Df, {M, N}), t32(Af, {M, K}), false, t32(Bf, {N, K}), true, t32(Rf, {M, N}));
+  Vec ref = R;
+  cpu::gemm<double>(false, true, M, N, K, 1.0, A.data(), K, B.data(), K, 1.0, ref.data(), N);
+  CHECK(rel_err(Df, ref) < 1e-5);
+  CHECK(Rf == R0);
+  auto bad = to_f32(rnd(M * (N + 1), 7));
+  CHECK_THROWS_AS(be.matmul_add(t32(Df, {M, N}), t32(Af, {M, K}), false, t32(Bf, {N, K}), true, t32(bad, {M, N + 1})),
+                  RuntimeError);
+}
+
 TEST_CASE("CpuBackend ops (f32) match the double templates", "[cpu][backend]") {
   CpuBackend be;
   const double tol = 1e-5;

@@ -227,6 +227,53 @@ TEST_CASE("cuda matmul on operands that are not 16-byte aligned", "[cuda][matmul
   check_normwise("matmul f32 unaligned", download(gpu(), gc), download(cpu(), cc.t), 1e-5);
 }
 
+TEST_CASE("cuda matmul_add (residual in the epilogue) and autotuned matmul match cpu", "[cuda][matmul]") {
+  REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  Rng rng(seed);
+  BackendOptions opts;
+  opts.gemm_autotune = true;
+  auto tuned = make_backend(Device::cuda, 0, opts);
+  struct Dims {
+    int M, N, K;
+  };
+  const Dims dims[] = {{7, 16, 17}, {513, 768, 100}, {2048, 768, 768}, {100, 2304, 768}};
+  for (const Dims& dm : dims)
+    for (DType t : {DType::f32, DType::bf16})
+      for (Backend* be : {&gpu(), tuned.get()}) {
+        const int M = dm.M, N = dm.N, K = dm.K;
+        const bool autotuned = be != &gpu();
+        CAPTURE(M, N, K, dn(t), autotuned);
+        const Vec a = as_dtype(rng.uniform(int64_t(M) * K), t), b = as_dtype(rng.uniform(int64_t(N) * K), t);
+        const Vec r = as_dtype(rng.uniform(int64_t(M) * N), t);
+        Dev ga = make_from(*be, t, {M, K}, a), gb = make_from(*be, t, {N, K}, b), gr = make_from(*be, t, {M, N}, r);
+        Dev gd = make(*be, t, {M, N}), gc = make(*be, t, {M, N});
+        be->fill(gd.t, std::numeric_limits<float>::quiet_NaN());
+        be->fill(gc.t, std::numeric_limits<float>::quiet_NaN());
+        be->matmul_add(gd.t, ga.t, false, gb.t, true, gr.t);  // D = A Bᵀ + R
+        be->matmul(gc.t, ga.t, false, gb.t, true, 1.f, 0.f);  // C = A Bᵀ
+        Dev ca = make_from(cpu(), DType::f32, {M, K}, a), cb = make_from(cpu(), DType::f32, {N, K}, b);
+        Dev cr = make_from(cpu(), DType::f32, {M, N}, r), cd = make(cpu(), DType::f32, {M, N}),
+            cc = make(cpu(), DType::f32, {M, N});
+        cpu().matmul_add(cd.t, ca.t, false, cb.t, true, cr.t);
+        cpu().matmul(cc.t, ca.t, false, cb.t, true, 1.f, 0.f);
+        check_normwise(std::string("matmul_add ") + dn(t), download(*be, gd.t), download(cpu(), cd.t), rtol_for(t));
+        check_normwise(std::string(autotuned ? "matmul autotuned " : "matmul ") + dn(t), download(*be, gc.t),
+                       download(cpu(), cc.t), rtol_for(t));
+        CHECK(download(*be, gr.t) == r);  // the residual input is left as it was
+      }
+  // Every shape of the tuned backend was timed once (shape x dtype; matmul_add shares matmul's plan).
+  const GemmTuning tu = tuned->gemm_tuning();
+  CHECK(tu.shapes >= 1);
+  CHECK(tu.shapes <= int(std::size(dims)) * 2);
+  CHECK(tu.tuned_ms <= tu.heuristic_ms);
+  CHECK(gpu().gemm_tuning().shapes == 0);
+  CHECK_THROWS_AS(gpu().matmul_add(make(gpu(), DType::f32, {4, 4}).t, make(gpu(), DType::f32, {4, 4}).t, false,
+                                   make(gpu(), DType::f32, {4, 4}).t, false, make(gpu(), DType::f32, {4, 5}).t),
+                  RuntimeError);
+}
+
 TEST_CASE("cuda embedding_fwd / embedding_bwd match cpu", "[cuda][embedding]") {
   REQUIRE_GPU();
   const uint64_t seed = fresh_seed();

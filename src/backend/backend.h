@@ -75,12 +75,23 @@ struct AdamWArgs {
   bool grad_sumsq = false;  // also return sum_i g[i]^2 (of g as given, before grad_scale), fused into the same pass
 };
 
+/// What GEMM autotuning did (cuda with gemm_autotune): shapes tuned, how many of them left the heuristic's first
+/// choice, and the summed per-call ms of the heuristic's choice and of the kept one (one call of each shape).
+struct GemmTuning {
+  int shapes = 0;
+  int changed = 0;
+  double heuristic_ms = 0;
+  double tuned_ms = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string name() const = 0;         // "cpu", "cuda:0"
   virtual std::string description() const = 0;  // "NVIDIA H200, 139 GiB", "CPU (OpenBLAS, 2 threads)"
+  /// GEMM autotuning so far (all zero where there is none: the CPU backend, or autotuning off).
+  virtual GemmTuning gemm_tuning() const { return {}; }
 
   // ---- memory ------------------------------------------------------------------------------------------------
   /// Allocates `bytes` tagged `cat`; throws OutOfMemory naming the request and what is in use by category.
@@ -108,6 +119,14 @@ class Backend {
   /// Tensors are seen as matrices (rows(), cols()). beta = 1 accumulates (weight gradients).
   virtual void matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b, float alpha,
                       float beta) = 0;
+  /// D = op(A) op(B) + R: a product plus a residual (D and R the same shape and dtype, distinct memory). The CUDA
+  /// backend adds R in cuBLASLt's epilogue (C input != D output); this default copies R into D, then accumulates.
+  virtual void matmul_add(Tensor D, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b, const Tensor& R) {
+    TRAINER_CHECK(D.dtype == R.dtype && D.numel() == R.numel(), "matmul_add: D {} {} and residual {} {} differ",
+                  dtype_name(D.dtype), D.shape_str(), dtype_name(R.dtype), R.shape_str());
+    copy(D.data, R.data, D.bytes());
+    matmul(D, A, trans_a, B, trans_b, 1.f, 1.f);
+  }
   /// out[n, :] = table[tokens[n], :]. tokens i32 [N], table [V, D], out [N, D].
   virtual void embedding_fwd(Tensor out, const Tensor& tokens, const Tensor& table) = 0;
   /// dtable[tokens[n], :] += dout[n, :] (accumulates; f32 dtable).
@@ -177,7 +196,8 @@ class ScopedRange {
 };
 
 struct BackendOptions {
-  bool allow_tf32 = false;  // fp32 matmuls may use TF32 tensor cores (cuda)
+  bool allow_tf32 = false;     // fp32 matmuls may use TF32 tensor cores (cuda)
+  bool gemm_autotune = false;  // time cuBLASLt's candidate algorithms per shape on first use, keep the fastest (cuda)
 };
 
 /// The backend for `device` ("cpu" or "cuda"); device_index picks the GPU. Throws ConfigError when CUDA was asked

@@ -143,6 +143,7 @@ void fields(S& c, F&& f) {
   f("device", c.device);
   f("precision", c.precision);
   f("allow_tf32", c.allow_tf32);
+  f("gemm_autotune", c.gemm_autotune);
   f("attention", c.attention);
   f("cuda_graph", c.cuda_graph);
   f("checkpointing", c.checkpointing);
@@ -527,6 +528,8 @@ const std::vector<KeyDoc>& key_docs() {
       {"precision", one_of(kPrecisions),
        "bf16: fp32 master weights, grads and optimizer state, bf16 matmuls and activations (cuda only)"},
       {"allow_tf32", "true | false", "let fp32 matmuls use TF32 tensor cores (cuda)"},
+      {"gemm_autotune", "true | false",
+       "cuda: on the first call of each GEMM shape, time cuBLASLt's candidate algorithms and keep the fastest"},
       {"attention", one_of(kAttention), "auto: flash2 for bf16 on cuda, else naive (materialised scores)"},
       {"cuda_graph", "true | false", "capture the training step in a CUDA graph (not implemented yet: must be false)"},
       {"checkpointing.policy", one_of(kCheckpointPolicies), "activation checkpointing policy"},

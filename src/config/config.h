@@ -99,6 +99,7 @@ struct RunConfig {
   std::string device = "auto";     // auto (cuda when available) | cpu | cuda
   std::string precision = "fp32";  // fp32 | bf16 (mixed: fp32 master weights, bf16 activations; cuda only)
   bool allow_tf32 = false;
+  bool gemm_autotune = true;       // cuda: time cuBLASLt's candidate algorithms per GEMM shape once, keep the fastest
   std::string attention = "auto";  // auto (flash2 for bf16 on cuda, else naive) | naive | flash2
   bool cuda_graph = false;
   CheckpointingCfg checkpointing;

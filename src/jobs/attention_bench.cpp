@@ -194,6 +194,7 @@ nlohmann::json run_attention_bench(const RunConfig& cfg, const RunContext& ctx, 
   const Device dev = cfg.device == "cuda" ? Device::cuda : Device::cpu;
   BackendOptions bopts;
   bopts.allow_tf32 = cfg.allow_tf32;
+  bopts.gemm_autotune = cfg.gemm_autotune;
   const std::string description = make_backend(dev, ctx.local_rank, bopts)->description();
   spdlog::info("attention_bench on {}: grids {}, warm-up {}, iterations {}", description, o.grids.size(),
                o.warmup, o.iters);

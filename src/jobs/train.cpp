@@ -89,6 +89,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   const Device dev = cfg.device == "cuda" ? Device::cuda : Device::cpu;
   BackendOptions bopts;
   bopts.allow_tf32 = cfg.allow_tf32;
+  bopts.gemm_autotune = cfg.gemm_autotune;
   auto be = make_backend(dev, ctx.local_rank, bopts);
 
   const ModelDims dims = model_dims(cfg.model);
@@ -281,6 +282,18 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   r["grad_norm"] = {{"per_step", gnorms}};
   r["lr"] = {{"per_step", lrs}};
   r["backend"] = be->description();
+  const GemmTuning tune = be->gemm_tuning();
+  r["gemm_autotune"] = {{"enabled", cfg.gemm_autotune && dev == Device::cuda},
+                        {"shapes", tune.shapes},
+                        {"changed", tune.changed},
+                        {"heuristic_ms", tune.heuristic_ms},
+                        {"tuned_ms", tune.tuned_ms},
+                        {"note", "one call of each tuned shape, summed: the heuristic's first algorithm vs the "
+                                 "kept one"}};
+  if (tune.shapes > 0)
+    spdlog::info("gemm autotune: {} shapes, {} moved off cuBLASLt's first choice; one call of each: {:.3f} -> "
+                 "{:.3f} ms",
+                 tune.shapes, tune.changed, tune.heuristic_ms, tune.tuned_ms);
   if (profiler.tracing()) {
     r["profile"] = profiler.summary();
     write_trace(*cfg.profile.trace, profiler, ctx);

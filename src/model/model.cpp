@@ -400,13 +400,11 @@ void Model::layer_forward(int l, const Tensor& x_in, Tensor x_out, BlockActs& a,
   be_.matmul(a.qkv, h, false, wqkv, true, 1.f, 0.f);  // [N, 3D] = h1 Wqkvᵀ
   be_.rope(a.qkv, s, float(dims_.rope_theta), false);
   be_.attention_fwd(attn_, s, a.attn_out, a.lse, a.probs, a.qkv);
-  be_.copy(a.x_mid.data, x_in.data, x_in.bytes());
-  be_.matmul(a.x_mid, a.attn_out, false, wo, true, 1.f, 1.f);  // x_mid = x_in + attn Woᵀ
+  be_.matmul_add(a.x_mid, a.attn_out, false, wo, true, x_in);  // x_mid = x_in + attn Woᵀ
   be_.rmsnorm_fwd(h, a.rstd2, a.x_mid, ln2, kNormEps);
   be_.matmul(a.ab, h, false, w13, true, 1.f, 0.f);  // [N, 2F] = h2 [W1; W3]ᵀ
   be_.swiglu_fwd(g, a.ab);
-  be_.copy(x_out.data, a.x_mid.data, a.x_mid.bytes());
-  be_.matmul(x_out, g, false, w2, true, 1.f, 1.f);  // x_out = x_mid + g W2ᵀ
+  be_.matmul_add(x_out, g, false, w2, true, a.x_mid);  // x_out = x_mid + g W2ᵀ
 }
 
 void Model::forward(const int32_t* inputs, const int32_t* targets, int rows, int seq_len, bool backward_next,

@@ -20,8 +20,8 @@ SOURCE_DIR = pathlib.Path(os.environ.get("TRAINER_SOURCE_DIR", pathlib.Path(__fi
 CONFIGS = SOURCE_DIR / "configs"
 
 TOP_LEVEL_KEYS = {
-    "job", "name", "model", "device", "precision", "allow_tf32", "attention", "cuda_graph", "checkpointing",
-    "parallel", "optimizer", "data", "bench", "init", "output", "profile", "collective",
+    "job", "name", "model", "device", "precision", "allow_tf32", "gemm_autotune", "attention", "cuda_graph",
+    "checkpointing", "parallel", "optimizer", "data", "bench", "init", "output", "profile", "collective",
 }
 
 # Handout Table 1 (vocab 10000, context 512), tiny and leaderboard_8b (DESIGN.md):

@@ -77,7 +77,8 @@ CudaBackend::CudaBackend(int local_rank, const BackendOptions& opts) : opts_(opt
   workspace_ = alloc(kWorkspaceBytes, Category::workspace);
   reduce_partials_ = alloc((kernels::kReduceMaxBlocks + 1) * sizeof(double), Category::workspace);
   CUDA_CHECK(cudaMallocHost(&host_result_, sizeof(double)));
-  blas_ = std::make_unique<CublasLtMatmul>(workspace_.data(), workspace_.bytes(), opts_.allow_tf32);
+  blas_ = std::make_unique<CublasLtMatmul>(workspace_.data(), workspace_.bytes(), opts_.allow_tf32,
+                                           opts_.gemm_autotune);
 }
 
 CudaBackend::~CudaBackend() {
@@ -163,13 +164,12 @@ float CudaBackend::elapsed_ms(Event& start, Event& end) {
 
 // ---- ops ------------------------------------------------------------------------------------------------------------
 
-void CudaBackend::gemm(const GemmShape& g, void* C, const void* A, const void* B, float alpha, float beta) {
-  blas_->gemm(g, C, A, B, alpha, beta, stream_);
+void CudaBackend::gemm(const GemmShape& g, void* C, const void* A, const void* B, float alpha, float beta,
+                       const void* C_in) {
+  blas_->gemm(g, C, A, B, alpha, beta, stream_, C_in);
 }
 
-void CudaBackend::matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b, float alpha,
-                         float beta) {
-  ScopedRange r(*this, "matmul");
+GemmShape CudaBackend::matmul_shape(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b) {
   check_float(C, "matmul", "C");
   check_float(A, "matmul", "A");
   check_float(B, "matmul", "B");
@@ -184,6 +184,20 @@ void CudaBackend::matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& 
                 A.shape_str(), trans_a, g.M);
   TRAINER_CHECK((trans_b ? B.cols() : B.rows()) == g.K && (trans_b ? B.rows() : B.cols()) == g.N,
                 "matmul: op(B) of {} (trans {}) is not [{}, {}]", B.shape_str(), trans_b, g.K, g.N);
+  g.trans_a = trans_a;
+  g.trans_b = trans_b;
+  g.ab = A.dtype;
+  g.c = C.dtype;
+  g.lda = A.cols();
+  g.ldb = B.cols();
+  g.ldc = C.cols();
+  return g;
+}
+
+void CudaBackend::matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b, float alpha,
+                         float beta) {
+  ScopedRange r(*this, "matmul");
+  const GemmShape g = matmul_shape(C, A, trans_a, B, trans_b);
   if (g.M == 0 || g.N == 0) return;
   if (g.K == 0) {  // C = beta C
     if (beta == 0.f)
@@ -192,14 +206,23 @@ void CudaBackend::matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& 
       kernels::scale(C.data, C.dtype, C.numel(), beta, stream_);
     return;
   }
-  g.trans_a = trans_a;
-  g.trans_b = trans_b;
-  g.ab = A.dtype;
-  g.c = C.dtype;
-  g.lda = A.cols();
-  g.ldb = B.cols();
-  g.ldc = C.cols();
   gemm(g, C.data, A.data, B.data, alpha, beta);
+}
+
+void CudaBackend::matmul_add(Tensor D, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b, const Tensor& R) {
+  ScopedRange r(*this, "matmul");
+  const GemmShape g = matmul_shape(D, A, trans_a, B, trans_b);
+  check_float(R, "matmul_add", "R");
+  TRAINER_CHECK(R.dtype == D.dtype && R.rows() == D.rows() && R.cols() == D.cols(),
+                "matmul_add: residual {} {} is not D's {} {}", dtype_name(R.dtype), R.shape_str(),
+                dtype_name(D.dtype), D.shape_str());
+  TRAINER_CHECK(R.data != D.data, "matmul_add: the residual is D itself (use matmul with beta 1)");
+  if (g.M == 0 || g.N == 0) return;
+  if (g.K == 0) {  // D = R
+    copy(D.data, R.data, D.bytes());
+    return;
+  }
+  gemm(g, D.data, A.data, B.data, 1.f, 1.f, R.data);
 }
 
 void CudaBackend::embedding_fwd(Tensor out, const Tensor& tokens, const Tensor& table) {

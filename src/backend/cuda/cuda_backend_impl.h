@@ -1,7 +1,7 @@
 // CudaBackend: the class behind make_cuda_backend (internal to src/backend/cuda/; the rest of the program sees only
 // Backend). Ops validate shapes and dtypes on the host (TRAINER_CHECK), then enqueue kernels/ launchers or cuBLASLt
 // products on the compute stream. Nothing here synchronises except the ops documented "(syncs)" in backend.h and
-// the rare growth of the scratch buffer.
+// the rare growth of the scratch buffer and, with gemm_autotune, the first call of each GEMM shape.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -22,6 +22,7 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::cuda; }
   std::string name() const override;
   std::string description() const override;
+  GemmTuning gemm_tuning() const override { return blas_ ? blas_->tuning() : GemmTuning{}; }
 
   void* raw_alloc(size_t bytes) override;
   void raw_free(void* p) override;
@@ -38,6 +39,7 @@ class CudaBackend final : public Backend {
 
   void matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b, float alpha,
               float beta) override;
+  void matmul_add(Tensor D, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b, const Tensor& R) override;
   void embedding_fwd(Tensor out, const Tensor& tokens, const Tensor& table) override;
   void embedding_bwd(Tensor dtable, const Tensor& tokens, const Tensor& dout) override;
   void rmsnorm_fwd(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps) override;
@@ -67,8 +69,11 @@ class CudaBackend final : public Backend {
   /// Stream order makes reuse safe. Grows (synchronising once, then freeing the old block) when too small.
   void* scratch(size_t bytes);
   double reduce(const Tensor& x, bool square);
-  /// Row-major product on the compute stream (see GemmShape).
-  void gemm(const GemmShape& g, void* C, const void* A, const void* B, float alpha, float beta);
+  /// Row-major product on the compute stream (see GemmShape); C_in: read in place of C for beta C (null: C).
+  void gemm(const GemmShape& g, void* C, const void* A, const void* B, float alpha, float beta,
+            const void* C_in = nullptr);
+  /// Checks C = op(A) op(B) (dtypes, shapes) and returns its GemmShape; K may be 0.
+  GemmShape matmul_shape(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b);
   /// flash2 for a d_head that kernels/flash_attn does not cover runs the naive path without stored probs; logs once.
   void note_flash2_fallback(AttnImpl impl, int d_head);
 

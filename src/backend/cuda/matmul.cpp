@@ -15,6 +15,7 @@
 
 #include "core/errors.h"
 
+#define CUDA_CHECK(expr) TRAINER_CHECK_LIB(expr, cudaSuccess, cudaGetErrorString, "CUDA")
 #define CUBLAS_CHECK(expr) TRAINER_CHECK_LIB(expr, CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString, "cuBLASLt")
 
 namespace trainer {
@@ -58,8 +59,8 @@ size_t CublasLtMatmul::KeyHash::operator()(const Key& k) const {
   return h;
 }
 
-CublasLtMatmul::CublasLtMatmul(void* workspace, size_t workspace_bytes, bool allow_tf32)
-    : workspace_(workspace), workspace_bytes_(workspace_bytes), allow_tf32_(allow_tf32) {
+CublasLtMatmul::CublasLtMatmul(void* workspace, size_t workspace_bytes, bool allow_tf32, bool autotune)
+    : workspace_(workspace), workspace_bytes_(workspace_bytes), allow_tf32_(allow_tf32), autotune_(autotune) {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
 }
 
@@ -73,7 +74,53 @@ CublasLtMatmul::~CublasLtMatmul() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-CublasLtMatmul::Plan CublasLtMatmul::make_plan(const Key& k) {
+int CublasLtMatmul::fastest(const Key& k, Plan& p, const cublasLtMatmulHeuristicResult_t* cand, int n,
+                            const void* A, const void* B, cudaStream_t stream) {
+  const GemmShape& g = k.g;
+  const size_t c_elems = size_t((g.M - 1) * g.ldc + g.N) + size_t(g.batch - 1) * size_t(g.stride_c);
+  void* C = nullptr;
+  if (cudaMalloc(&C, c_elems * dtype_size(g.c)) != cudaSuccess) {
+    (void)cudaGetLastError();  // no room for a temporary C: keep the heuristic's choice
+    return -1;
+  }
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  const float alpha = 1.f, beta = 0.f;
+  // Repetitions: about 2 ms of work per candidate, at least 3 and at most 20 calls (estimated at 500 TFLOP/s).
+  const double flops = 2.0 * double(g.M) * double(g.N) * double(g.K) * g.batch;
+  const int reps = std::clamp(int(2e-3 * 500e12 / std::max(flops, 1.0)), 3, 20);
+  int best = -1;
+  float best_ms = 0, first_ms = 0;
+  for (int i = 0; i < n; ++i) {
+    auto run = [&] {
+      return cublasLtMatmul(handle_, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &cand[i].algo, workspace_,
+                            workspace_bytes_, stream);
+    };
+    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that does not launch is skipped
+    CUDA_CHECK(cudaEventRecord(e0, stream));
+    for (int r = 0; r < reps; ++r) CUBLAS_CHECK(run());
+    CUDA_CHECK(cudaEventRecord(e1, stream));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    ms /= float(reps);
+    if (i == 0) first_ms = ms;
+    if (best < 0 || ms < best_ms) best = i, best_ms = ms;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  CUDA_CHECK(cudaFree(C));
+  if (best >= 0) {
+    tuning_.shapes += 1;
+    tuning_.changed += best != 0;
+    tuning_.heuristic_ms += first_ms > 0 ? first_ms : best_ms;
+    tuning_.tuned_ms += best_ms;
+  }
+  return best;
+}
+
+CublasLtMatmul::Plan CublasLtMatmul::make_plan(const Key& k, const void* A, const void* B, cudaStream_t stream) {
   const GemmShape& g = k.g;
   Plan p;
   const cublasComputeType_t compute =
@@ -113,9 +160,10 @@ CublasLtMatmul::Plan CublasLtMatmul::make_plan(const Key& k) {
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
   CUBLAS_CHECK(
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kCandidates]{};
   int found = 0;
-  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found));
+  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, autotune_ ? kCandidates : 1,
+                                               results, &found));
   cublasLtMatmulPreferenceDestroy(pref);
   if (found == 0)
     fatal("cuBLASLt", "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__,
@@ -123,26 +171,28 @@ CublasLtMatmul::Plan CublasLtMatmul::make_plan(const Key& k) {
                       "ldb {} ldc {}, batch {}, alignment {}/{}/{} bytes",
                       g.M, g.N, g.K, g.trans_a, g.trans_b, dtype_name(g.ab), dtype_name(g.ab), dtype_name(g.c), g.lda,
                       g.ldb, g.ldc, g.batch, k.align_a, k.align_b, k.align_c));
-  p.algo = result.algo;
+  const int best = autotune_ && found > 1 ? fastest(k, p, results, found, A, B, stream) : 0;
+  p.algo = results[best >= 0 ? best : 0].algo;
   return p;
 }
 
 void CublasLtMatmul::gemm(const GemmShape& g, void* C, const void* A, const void* B, float alpha, float beta,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, const void* C_in) {
   TRAINER_CHECK(g.M > 0 && g.N > 0 && g.K > 0 && g.batch >= 1, "matmul: empty product M {} N {} K {} batch {}", g.M,
                 g.N, g.K, g.batch);
   TRAINER_CHECK(g.c == DType::f32 || g.c == g.ab, "matmul: C dtype {} with A/B {}", dtype_name(g.c),
                 dtype_name(g.ab));
   const int64_t sab = int64_t(dtype_size(g.ab)), sc = int64_t(dtype_size(g.c));
-  Key k{g, alignment(A, g.stride_a * sab, g.batch), alignment(B, g.stride_b * sab, g.batch),
-        alignment(C, g.stride_c * sc, g.batch)};
+  uint8_t align_c = alignment(C, g.stride_c * sc, g.batch);
+  if (C_in) align_c = std::min(align_c, alignment(C_in, g.stride_c * sc, g.batch));
+  Key k{g, alignment(A, g.stride_a * sab, g.batch), alignment(B, g.stride_b * sab, g.batch), align_c};
   TRAINER_CHECK(k.align_a >= sab && k.align_b >= sab && k.align_c >= sc,
                 "matmul: operands are not aligned to their element size (A {}, B {}, C {})", A, B, C);
   auto it = cache_.find(k);
-  if (it == cache_.end()) it = cache_.emplace(k, make_plan(k)).first;
+  if (it == cache_.end()) it = cache_.emplace(k, make_plan(k, A, B, stream)).first;
   const Plan& p = it->second;
-  CUBLAS_CHECK(cublasLtMatmul(handle_, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, workspace_,
-                              workspace_bytes_, stream));
+  CUBLAS_CHECK(cublasLtMatmul(handle_, p.op, &alpha, B, p.a, A, p.b, &beta, C_in ? C_in : C, p.c, C, p.c, &p.algo,
+                              workspace_, workspace_bytes_, stream));
 }
 
 }  // namespace trainer

@@ -1,5 +1,6 @@
 // cuBLASLt matrix products for the CUDA backend: row-major C = alpha op(A) op(B) + beta C, optionally strided-batched,
-// with a per-shape cache of the descriptors and the heuristic's algorithm.
+// with a per-shape cache of the descriptors and the algorithm: the heuristic's first choice, or (autotune) the
+// fastest of its candidates timed on the first call of the shape.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <unordered_map>
 
+#include "backend/backend.h"
 #include "core/tensor.h"
 
 namespace trainer {
@@ -28,7 +30,10 @@ struct GemmShape {
 /// Owns a cuBLASLt handle and the cache; the workspace memory belongs to the caller (the backend's 32 MiB buffer).
 class CublasLtMatmul {
  public:
-  CublasLtMatmul(void* workspace, size_t workspace_bytes, bool allow_tf32);
+  /// autotune: on the first call of a shape, time up to kCandidates heuristic algorithms (beta 0, into a temporary
+  /// C from cudaMalloc, so C itself is untouched; the stream is synchronised) and keep the fastest. Without memory
+  /// for the temporary C the heuristic's first choice is kept.
+  CublasLtMatmul(void* workspace, size_t workspace_bytes, bool allow_tf32, bool autotune = false);
   ~CublasLtMatmul();
   CublasLtMatmul(const CublasLtMatmul&) = delete;
   CublasLtMatmul& operator=(const CublasLtMatmul&) = delete;
@@ -37,9 +42,15 @@ class CublasLtMatmul {
   /// they actually have (up to 16 bytes) is part of the cache key, so an algorithm that needs 16-byte operands is
   /// never used on less. fp32 uses CUBLAS_COMPUTE_32F (CUBLAS_COMPUTE_32F_FAST_TF32 when allow_tf32); bf16 uses
   /// CUBLAS_COMPUTE_32F (fp32 accumulation) with C bf16 or f32. Aborts (fatal) when cuBLASLt has no algorithm.
-  void gemm(const GemmShape& g, void* C, const void* A, const void* B, float alpha, float beta, cudaStream_t stream);
+  /// C_in (optional): read for beta C_in instead of C (same layout and alignment as C; cuBLASLt's separate C and D),
+  /// so D = alpha op(A) op(B) + beta C_in leaves C_in untouched.
+  void gemm(const GemmShape& g, void* C, const void* A, const void* B, float alpha, float beta, cudaStream_t stream,
+            const void* C_in = nullptr);
 
   size_t cached_plans() const { return cache_.size(); }
+  const GemmTuning& tuning() const { return tuning_; }
+
+  static constexpr int kCandidates = 8;  // heuristic algorithms timed per shape when autotuning
 
  private:
   struct Key {
@@ -55,12 +66,17 @@ class CublasLtMatmul {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  Plan make_plan(const Key& k);
+  Plan make_plan(const Key& k, const void* A, const void* B, cudaStream_t stream);
+  /// Index of the fastest of `n` algorithms for plan p (C = A B into a temporary, beta 0); -1 when not timed.
+  int fastest(const Key& k, Plan& p, const cublasLtMatmulHeuristicResult_t* cand, int n, const void* A, const void* B,
+              cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_;
   size_t workspace_bytes_;
   bool allow_tf32_;
+  bool autotune_;
+  GemmTuning tuning_;
   std::unordered_map<Key, Plan, KeyHash> cache_;
 };
 
