@@ -14,18 +14,41 @@
 namespace trainer::flash {
 
 /// Tile configuration per head dimension (bf16), chosen by the register report (-Xptxas -v) and by measurement on an
-/// H200 (NOTES.md): two m16 tiles per warp (FwdTraits/BwdTraits last parameter) for d 64 (forward and backward)
-/// and d 128 (forward); one elsewhere (the two-tile versions of those were not measured, or spilled).
+/// H200 (NOTES.md; results/h200x2/2026-11-30/v3/flash_xl): two m16 tiles per warp (FwdTraits/BwdTraits last
+/// parameter) for d 64, 80 and 128 forward and d 64 backward. d 80 (the xl model): forward 128 x 64, Q in
+/// registers; backward 64 keys x 64 queries, 4 warps (T 512: fwd 0.055 -> 0.046 ms, bwd 0.199 -> 0.163; T 2048:
+/// 0.474 -> 0.368, 1.679 -> 1.420). d 128 forward: 256 x 64 tiles, 8 warps x 2 (16 x 128, T 16384: 3.75 -> 3.61 ms,
+/// 293 -> 304 TFLOP/s).
+/// FwdShort / DkdvShort: the configuration used when the main one would launch fewer than two CTAs per SM (short
+/// sequences, few heads; see few_ctas): smaller tiles, more CTAs (d 64 at 4 x 12 heads, T 512: fwd 0.0215 -> 0.0174
+/// ms, bwd 0.0695 -> 0.0652; d 128: the 128-row forward). Where they equal the main ones, one kernel is compiled.
 template <int kD>
 struct Config {
-  using Fwd = std::conditional_t<kD == 64, FwdTraits<64, 128, 64, true, 1, 2>,
-                                 std::conditional_t<kD == 128, FwdTraits<128, 128, 32, false, 1, 2>,
-                                                    FwdTraits<kD, 128, (kD <= 32 ? 128 : 64), (kD <= 64)>>>;
+  using Fwd = std::conditional_t<
+      kD == 64, FwdTraits<64, 128, 64, true, 1, 2>,
+      std::conditional_t<kD == 128, FwdTraits<128, 256, 64, false, 1, 2>,
+                         std::conditional_t<kD == 80, FwdTraits<80, 128, 64, true, 1, 2>,
+                                            FwdTraits<kD, 128, (kD <= 32 ? 128 : 64), (kD <= 64)>>>>;
+  using FwdShort = std::conditional_t<kD == 64, FwdTraits<64, 64, 64, true>,
+                                      std::conditional_t<kD == 128, FwdTraits<128, 128, 32, false, 1, 2>, Fwd>>;
   using Dkdv = std::conditional_t<kD == 64, BwdTraits<64, 128, 32, true, 1, 2>,  // atomic dQ
-                                  BwdTraits<kD, 128, (kD <= 64 ? 64 : 32), true>>;
+                                  std::conditional_t<kD == 80, BwdTraits<80, 64, 64, true>,
+                                                     BwdTraits<kD, 128, (kD <= 64 ? 64 : 32), true>>>;
+  using DkdvShort = std::conditional_t<kD == 64, BwdTraits<64, 64, 64, true>, Dkdv>;
   using DkdvDet = BwdTraits<kD, 128, (kD <= 64 ? 64 : 32), false>;  // deterministic: dQ by its own pass
   using Dq = BwdDqTraits<kD, 64, (kD <= 64 ? 64 : 32)>;
 };
+
+/// True when tiles of `rows` rows give fewer than two CTAs per SM for this problem (ceil(T / rows) x heads x batch).
+inline bool few_ctas(int64_t seq_len, int64_t heads, int64_t batch, int rows) {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  return ceil_div(seq_len, int64_t(rows)) * heads * batch < 2 * int64_t(sms);
+}
 
 template <class K>
 void set_smem(K kernel, int bytes) {
@@ -65,14 +88,21 @@ void launch_bwd(const FlashBwdParams& p, cudaStream_t s) {
 // Per (d_head, causal), instantiated in fwd_d*.cu and bwd_d*.cu.
 template <int kD, bool kCausal>
 void fwd_launch(const FlashParams& p, cudaStream_t s) {
-  launch_fwd<typename Config<kD>::Fwd, kCausal>(p, s);
+  using C = Config<kD>;
+  if constexpr (!std::is_same_v<typename C::FwdShort, typename C::Fwd>) {
+    if (few_ctas(p.seq_len, p.num_heads, p.batch, C::Fwd::kBM)) return launch_fwd<typename C::FwdShort, kCausal>(p, s);
+  }
+  launch_fwd<typename C::Fwd, kCausal>(p, s);
 }
 template <int kD, bool kCausal>
 void bwd_launch(const FlashBwdParams& p, cudaStream_t s) {
-  if (p.deterministic)
-    launch_bwd<typename Config<kD>::DkdvDet, typename Config<kD>::Dq, kCausal>(p, s);
-  else
-    launch_bwd<typename Config<kD>::Dkdv, typename Config<kD>::Dq, kCausal>(p, s);
+  using C = Config<kD>;
+  if (p.deterministic) return launch_bwd<typename C::DkdvDet, typename C::Dq, kCausal>(p, s);
+  if constexpr (!std::is_same_v<typename C::DkdvShort, typename C::Dkdv>) {
+    if (few_ctas(p.seq_len, p.num_heads, p.batch, C::Dkdv::kBN))
+      return launch_bwd<typename C::DkdvShort, typename C::Dq, kCausal>(p, s);
+  }
+  launch_bwd<typename C::Dkdv, typename C::Dq, kCausal>(p, s);
 }
 
 }  // namespace trainer::flash

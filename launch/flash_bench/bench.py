@@ -2,6 +2,7 @@
 """GPU check and benchmark of kernels/flash_attn through the ctypes library built by launch/flash_bench/build.sh.
 
   python3 launch/flash_bench/bench.py [--lib .carry/flash/libflashbench.so] [--out DIR] [--quick] [--no-check]
+  python3 launch/flash_bench/bench.py --xl [--out DIR] [--inner 10] [--reps 30]
 
 1. Correctness: every (dtype, d_head, causal, T, batch x heads) of the issue against attention computed in float64 by
    PyTorch on the same (rounded) inputs, with autograd for dQ, dK, dV. Fresh random inputs per case, outputs
@@ -12,6 +13,13 @@
    event timings after warm-up. TFLOP/s count 2*T^2*d per head for a causal forward (4*T^2*d non-causal) and 3.5x
    that for forward+backward (ANCHORS.md convention).
 Writes flash_bench.json under --out (default $OUT or .) and prints a table.
+
+--xl instead: the d 80 tile-config variants of capi.cu (forward 0 and 20-27, backward 0, 1 and 20-26) at the xl model
+shapes (batch 4, 32 heads, d 80, T 512 and 2048, causal, bf16): errors against the float64 reference on the timed
+inputs (limits as above; the backward runs on the production forward's O and L), the same variants at ragged lengths
+(batch 2 x 3 heads, T 1, 17, 100, 1000, both masks), medians of --reps CUDA-event timings of --inner back-to-back calls
+each (so that the host launch latency of one call is not on the clock), and SDPA forward and forward+backward on the
+same shapes. Writes flash_bench_xl.json and xl_table.txt under --out and prints the table last.
 """
 import argparse
 import ctypes
@@ -31,6 +39,9 @@ p.add_argument("--quick", action="store_true")
 p.add_argument("--no-check", action="store_true")
 p.add_argument("--no-time", action="store_true")
 p.add_argument("--short", action="store_true", help="time only the two 16-head configurations")
+p.add_argument("--xl", action="store_true", help="only the d 80 variants at the xl shapes (see above)")
+p.add_argument("--inner", type=int, default=10, help="--xl: calls per CUDA-event timing")
+p.add_argument("--reps", type=int, default=30, help="--xl: timings per median (at least 20)")
 args = p.parse_args()
 
 lib = ctypes.CDLL(os.path.abspath(args.lib))
@@ -119,6 +130,15 @@ def rel(got, ref):
 
 LIM = {torch.bfloat16: (1e-2, 2e-2), torch.float32: (1e-4, 1e-3)}
 failures = []
+# d 80 variants of capi.cu (fa_fwd / fa_bwd variant numbers): FwdTraits<d, kBM, kBN, Q in registers, min CTAs per SM,
+# m16 tiles per warp>, BwdTraits<d, kBN, kBM, atomic dQ, min CTAs per SM, m16 key tiles per warp>.
+XL_FWD = {0: "production: Fwd<80,128,64,smemQ> 8w", 20: "Fwd<80,64,64,regQ> 4w", 21: "Fwd<80,128,64,regQ,1,2> 4wx2",
+          22: "Fwd<80,128,32,smemQ,1,2> 4wx2", 23: "Fwd<80,64,64,smemQ> 4w", 24: "Fwd<80,64,32,regQ> 4w",
+          25: "Fwd<80,128,32,regQ,1,2> 4wx2", 26: "Fwd<80,64,64,regQ,1,2> 2wx2", 27: "Fwd<80,128,64,regQ> 8w"}
+XL_BWD = {0: "production: Bwd<80,128,32,atomic> 8w", 1: "production deterministic: dK/dV + dQ pass",
+          20: "Bwd<80,64,32,atomic> 4w", 21: "Bwd<80,64,64,atomic> 4w", 22: "Bwd<80,128,64,atomic> 8w",
+          23: "Bwd<80,64,32,atomic,1,2> 2wx2", 24: "Bwd<80,128,32,atomic,1,2> 4wx2", 25: "Bwd<80,32,32,atomic> 2w",
+          26: "Bwd<80,128,16,atomic> 8w"}
 
 
 def check_case(dt, d, causal, T, B, H, fwd_variant=0, bwd_variants=(0,), o_f32=False, dqkv_f32=False, det_check=False):
@@ -192,11 +212,12 @@ def run_checks():
         check_case(torch.bfloat16, 80, causal, 333, 1, 3, o_f32=False, dqkv_f32=True, bwd_variants=(0,))
     # tile-config variants of capi.cu
     for fv, d in ((1, 64), (2, 64), (3, 64), (4, 128), (5, 128), (6, 128), (7, 64), (8, 64), (9, 128), (10, 128),
-                  (11, 64)):
+                  (11, 64)) + tuple((v, 80) for v in XL_FWD if v >= 20):
         for causal in (False, True):
             for T in ((1, 17, 100, 1000) if fv >= 7 else (1000,)):
                 check_case(torch.bfloat16, d, causal, T, 2, 3, fwd_variant=fv, bwd_variants=())
-    for bv, d in ((2, 64), (3, 64), (4, 128), (5, 128), (6, 64), (7, 64), (8, 64), (9, 64)):
+    for bv, d in ((2, 64), (3, 64), (4, 128), (5, 128), (6, 64), (7, 64), (8, 64), (9, 64)) + \
+            tuple((v, 80) for v in XL_BWD if v >= 20):
         for causal in (False, True):
             for T in ((1, 17, 100, 1000) if bv >= 7 else (1000,)):
                 check_case(torch.bfloat16, d, causal, T, 2, 3, bwd_variants=(bv,))
@@ -207,7 +228,8 @@ def run_checks():
         print("FAIL", f_)
 
 
-def median_ms(fn, reps=20, warmup=3):
+def median_ms(fn, reps=20, warmup=3, inner=1):
+    """Median of reps CUDA-event timings, each of inner back-to-back calls, per call."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -215,25 +237,26 @@ def median_ms(fn, reps=20, warmup=3):
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        fn()
+        for _ in range(inner):
+            fn()
         b.record()
         b.synchronize()
-        ts.append(a.elapsed_time(b))
+        ts.append(a.elapsed_time(b) / inner)
     ts.sort()
     return ts[len(ts) // 2]
 
 
-def sdpa_times(dt, B, T, H, d, causal):
+def sdpa_times(dt, B, T, H, d, causal, reps=20, inner=1):
     q, k, v = (torch.randn(B, H, T, d, device=dev, dtype=dt, requires_grad=True) for _ in range(3))
     do = torch.randn(B, H, T, d, device=dev, dtype=dt)
     with torch.no_grad():
-        f = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+        f = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), reps, inner=inner)
 
     def fb():
         o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         torch.autograd.grad(o, (q, k, v), do)
 
-    fbt = median_ms(fb)
+    fbt = median_ms(fb, reps, inner=inner)
     return f, fbt
 
 
@@ -309,6 +332,189 @@ def run_timing():
     time_case(f32, 1, 16384, 1, 64, True, label="1x64f32")
 
 
+# d 64 at the small model's attention shape (4 x 12 heads, T 512): the d 64 variants of capi.cu.
+SMALL_FWD = {0: "production: Fwd<64,128,64,regQ,1,2> 4wx2", 1: "Fwd<64,128,64,regQ,2>", 2: "Fwd<64,64,64,regQ> 4w",
+             3: "Fwd<64,128,128,regQ>", 8: "Fwd<64,128,64,smemQ,1,2>", 11: "Fwd<64,64,64,regQ,1,2> 2wx2"}
+SMALL_BWD = {0: "production: Bwd<64,128,32,atomic,1,2> 4wx2", 2: "Bwd<64,64,64,atomic> 4w",
+             3: "Bwd<64,128,32,atomic> 8w", 8: "Bwd<64,128,64,atomic,1,2>", 9: "Bwd<64,64,32,atomic,1,2> 2wx2"}
+
+
+def xl_shape(T, rows, B=4, H=32, d=80, causal=True, fwd_vars=None, bwd_vars=None):
+    """Every XL_FWD / XL_BWD variant (or the given ones) on one shape: errors on the timed inputs, timing; production
+    f+b; SDPA."""
+    fwd_vars = XL_FWD if fwd_vars is None else fwd_vars
+    bwd_vars = XL_BWD if bwd_vars is None else bwd_vars
+    dt, D = torch.bfloat16, H * d
+    lo, lg = LIM[dt]
+    flops_f = 2 * T * T * d * H * B
+    reps = max(20, args.reps)
+    shape = f"{B}x{H}x{d} T{T}"
+    qkv = torch.randn(B * T, 3 * H * d, device=dev).to(dt)
+    dout = torch.randn(B * T, H * d, device=dev).to(dt)
+    O_r, L_r, G_r = reference(qkv, dout, B, T, H, d, causal)
+
+    def add(row):
+        rows.append(row)
+        if not row.get("ok", True):
+            failures.append(f"xl {shape} {row['pass']} v{row['variant']}: {row}")
+        print(json.dumps(row), flush=True)
+
+    for fv, traits in fwd_vars.items():
+        row = {"shape": shape, "T": T, "pass": "fwd", "variant": fv, "traits": traits}
+        rc, out, lse = flash_fwd(qkv, B, T, H, d, causal, fv)
+        torch.cuda.synchronize()
+        if rc != 0:
+            add({**row, "rc": rc, "ok": False})
+            continue
+        row["O"], row["L"] = rel(out, O_r), rel(lse, L_r)
+        row["ok"] = row["O"] < lo and row["L"] < lo  # NaN compares False
+        ms = median_ms(Fwd(qkv, B, T, H, d, causal, fv), reps, inner=args.inner)
+        add({**row, "fwd_ms": ms, "tflops": flops_f / ms / 1e9})
+    fw = Fwd(qkv, B, T, H, d, causal, 0)  # the backward runs on the production forward's O and L
+    fw()
+    for bv, traits in bwd_vars.items():
+        row = {"shape": shape, "T": T, "pass": "bwd", "variant": bv, "traits": traits}
+        bw = Bwd(qkv, fw.out, fw.lse, dout, B, T, H, d, causal, bv)
+        rc = bw()
+        torch.cuda.synchronize()
+        if rc != 0:
+            add({**row, "rc": rc, "ok": False})
+            continue
+        g = bw.dqkv
+        row["dQ"], row["dK"], row["dV"] = (rel(g[:, i * D:(i + 1) * D], G_r[:, i * D:(i + 1) * D]) for i in range(3))
+        row["ok"] = all(row[k] < lg for k in ("dQ", "dK", "dV"))
+        ms = median_ms(bw, reps, inner=args.inner)
+        add({**row, "bwd_ms": ms, "tflops": 2.5 * flops_f / ms / 1e9})
+    bw = Bwd(qkv, fw.out, fw.lse, dout, B, T, H, d, causal, 0)
+
+    def fb():
+        fw()
+        bw()
+
+    ms = median_ms(fb, reps, inner=args.inner)
+    add({"shape": shape, "T": T, "pass": "f+b", "variant": "0+0", "traits": "production fwd + bwd, one timing",
+         "fwdbwd_ms": ms, "tflops": 3.5 * flops_f / ms / 1e9})
+    del fw, bw, qkv, dout, O_r, L_r, G_r
+    torch.cuda.empty_cache()
+    f, fb_ = sdpa_times(dt, B, T, H, d, causal, reps, inner=args.inner)
+    add({"shape": shape, "T": T, "pass": "fwd", "variant": "sdpa", "traits": "F.scaled_dot_product_attention",
+         "fwd_ms": f, "tflops": flops_f / f / 1e9})
+    add({"shape": shape, "T": T, "pass": "bwd", "variant": "sdpa", "traits": "SDPA f+b minus fwd (derived)",
+         "bwd_ms": fb_ - f, "tflops": 2.5 * flops_f / (fb_ - f) / 1e9})
+    add({"shape": shape, "T": T, "pass": "f+b", "variant": "sdpa", "traits": "SDPA forward + autograd backward",
+         "fwdbwd_ms": fb_, "tflops": 3.5 * flops_f / fb_ / 1e9})
+    torch.cuda.empty_cache()
+
+
+D128_FWD = {0: "production: Fwd<128,128,32,smemQ,1,2> 4wx2", 30: "Fwd<128,256,32,smemQ,1,2> 8wx2",
+            31: "Fwd<128,256,64,smemQ,1,2> 8wx2", 32: "Fwd<128,64,32,smemQ,1,2> 2wx2",
+            33: "Fwd<128,192,32,smemQ,1,2> 6wx2", 34: "Fwd<128,128,16,smemQ,1,2> 4wx2"}
+
+
+def d128_fwd(rows, B=1, H=16, T=16384, d=128):
+    """d 128 forward variants at 1 x 16 heads, T 16384, causal (the issue's >= 300 TFLOP/s target): each checked
+    against float64 at ragged lengths (2 x 3 heads; the full shape's reference would not fit), then timed."""
+    dt = torch.bfloat16
+    flops_f = 2 * T * T * d * H * B
+    shape = f"{B}x{H}x{d} T{T}"
+    qkv = torch.randn(B * T, 3 * H * d, device=dev).to(dt)
+    for fv, traits in D128_FWD.items():
+        n0 = len(failures)
+        for causal in (False, True):
+            for t in (1, 17, 100, 1000):
+                check_case(dt, d, causal, t, 2, 3, fwd_variant=fv, bwd_variants=())
+        row = {"shape": shape, "T": T, "pass": "fwd", "variant": fv, "traits": traits, "ok": len(failures) == n0,
+               "ragged_ok": len(failures) == n0}
+        fw = Fwd(qkv, B, T, H, d, True, fv)
+        if fw() != 0:
+            rows.append({**row, "rc": "rc", "ok": False})
+            continue
+        ms = median_ms(fw, max(20, args.reps), inner=1)
+        rows.append({**row, "fwd_ms": ms, "tflops": flops_f / ms / 1e9})
+        print(json.dumps(rows[-1]), flush=True)
+    f, _ = sdpa_times(dt, B, T, H, d, True, max(20, args.reps), inner=1)
+    rows.append({"shape": shape, "T": T, "pass": "fwd", "variant": "sdpa", "traits": "F.scaled_dot_product_attention",
+                 "fwd_ms": f, "tflops": flops_f / f / 1e9})
+    del qkv
+    torch.cuda.empty_cache()
+
+
+def xl_ragged():
+    """Every XL variant at ragged lengths (2 x 3 heads, both masks): {("fwd"|"bwd", variant): all cases ok}."""
+    bf = torch.bfloat16
+    res = {}
+    for kind, vs in (("fwd", XL_FWD), ("bwd", XL_BWD)):
+        for v in vs:
+            ok = True
+            for causal in (False, True):
+                for T in (1, 17, 100, 1000):
+                    rec = check_case(bf, 80, causal, T, 2, 3, fwd_variant=v if kind == "fwd" else 0,
+                                     bwd_variants=() if kind == "fwd" else (v,))
+                    ok = ok and bool(rec and rec["ok"])
+            res[(kind, v)] = ok
+    return res
+
+
+def xl_table(rows):
+    def num(r, k, fmt):
+        return format(r[k], fmt) if isinstance(r.get(k), float) else "-".rjust(int(fmt.split(".")[0]))
+
+    hdr = (f"{'shape':14s} {'pass':4s} {'var':>4s} {'traits':42s} {'fwd ms':>7s} {'bwd ms':>7s} {'f+b ms':>7s} "
+           f"{'TF/s':>5s} {'O':>7s} {'L':>7s} {'dQ':>7s} {'dK':>7s} {'dV':>7s} {'ragged':>6s} ok")
+    lines = [hdr, "-" * len(hdr)]
+    for r in rows:
+        ok = "" if "ok" not in r else ("ok" if r["ok"] else "FAIL")
+        if "rc" in r:
+            ok = f"FAIL rc {r['rc']}"
+        rg = {True: "ok", False: "FAIL", None: "-"}[r.get("ragged_ok")]
+        lines.append(f"{r['shape']:14s} {r['pass']:4s} {str(r['variant']):>4s} {r['traits'][:42]:42s} "
+                     f"{num(r, 'fwd_ms', '7.4f')} {num(r, 'bwd_ms', '7.4f')} {num(r, 'fwdbwd_ms', '7.4f')} "
+                     f"{num(r, 'tflops', '5.0f')} {num(r, 'O', '7.1e')} {num(r, 'L', '7.1e')} {num(r, 'dQ', '7.1e')} "
+                     f"{num(r, 'dK', '7.1e')} {num(r, 'dV', '7.1e')} {rg:>6s} {ok}")
+    return "\n".join(lines)
+
+
+def run_xl():
+    t0 = time.time()
+    rows, xl = [], {"device": results["device"], "torch": results["torch"], "reps": max(20, args.reps),
+                    "inner": args.inner, "rows": []}
+    os.makedirs(args.out, exist_ok=True)
+
+    def dump():
+        xl["rows"], xl["checks"], xl["failures"] = rows, results["checks"], failures
+        with open(os.path.join(args.out, "flash_bench_xl.json"), "w") as fh:
+            json.dump(xl, fh, indent=1)
+
+    for T in (512, 2048):
+        xl_shape(T, rows)
+        dump()
+    xl_shape(512, rows, B=4, H=12, d=64, fwd_vars=SMALL_FWD, bwd_vars=SMALL_BWD)
+    dump()
+    d128_fwd(rows)
+    dump()
+    try:
+        rag = xl_ragged()
+        for r in rows:
+            if isinstance(r["variant"], int) and r["pass"] in ("fwd", "bwd") and "x80 " in r["shape"]:
+                r["ragged_ok"] = rag[(r["pass"], r["variant"])]
+    except RuntimeError as e:  # a CUDA fault: keep the rows measured so far
+        print("ragged checks stopped:", e)
+        xl["ragged_error"] = str(e)
+    dump()
+    table = xl_table(rows)
+    with open(os.path.join(args.out, "xl_table.txt"), "w") as fh:
+        fh.write(table + "\n")
+    print(f"xl: {time.time() - t0:.1f} s, {len(failures)} failures (ragged and xl-shape checks; rows say which)")
+    for f_ in failures[:40]:
+        print("FAIL", f_)
+    print(f"times: median of {xl['reps']} CUDA-event timings of {args.inner} back-to-back calls, per call; "
+          "TF/s: fwd 2*T^2*d*H*B, bwd 2.5x, f+b 3.5x")
+    print(table)
+
+
+if args.xl:
+    run_xl()
+    sys.exit(0)
 if not args.no_check:
     run_checks()
 if not args.no_time:
