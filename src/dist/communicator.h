@@ -22,6 +22,18 @@ class Work {
   virtual void wait() = 0;  // blocks the host until done (MPI) or orders the compute stream after it (NCCL)
 };
 
+/// Several Works as one: wait() waits for each, in order.
+class WorkList final : public Work {
+ public:
+  explicit WorkList(std::vector<std::unique_ptr<Work>> works) : works_(std::move(works)) {}
+  void wait() override {
+    for (auto& w : works_) w->wait();
+  }
+
+ private:
+  std::vector<std::unique_ptr<Work>> works_;
+};
+
 /// One collective, for traces: what it was and when it ran, in ms after an origin (see Communicator::spans).
 struct CommSpan {
   std::string what;
@@ -36,12 +48,22 @@ class Communicator {
   virtual std::string name() const = 0;  // "mpi", "nccl"
   /// In place: buf = op over ranks of buf. f32.
   virtual std::unique_ptr<Work> all_reduce(Tensor buf, ReduceOp op, bool async = false) = 0;
+  /// all_reduce of each of `bufs`, issued together: one operation for waiting and timing. NCCL launches them as one
+  /// group (ncclGroupStart/End: one kernel, no per-collective launch latency); this default issues them in turn.
+  virtual std::unique_ptr<Work> all_reduce_many(const std::vector<Tensor>& bufs, ReduceOp op, bool async = false) {
+    std::vector<std::unique_ptr<Work>> works;
+    works.reserve(bufs.size());
+    for (const Tensor& b : bufs) works.push_back(all_reduce(b, op, /*async=*/true));
+    auto w = std::make_unique<WorkList>(std::move(works));
+    if (!async) w->wait();
+    return w;
+  }
   /// out [n] = op over ranks of in[rank*n : (rank+1)*n]; in has size()*n elements. out may be in's own slot
   /// (in + rank*n) only where reduce_scatter_in_place() says so.
   virtual std::unique_ptr<Work> reduce_scatter(Tensor out, const Tensor& in, ReduceOp op, bool async = false) = 0;
   /// True when reduce_scatter accepts out == in + rank*n (NCCL does; MPI's in-place form puts the result elsewhere).
   virtual bool reduce_scatter_in_place() const { return false; }
-  /// out [size()*n] = concatenation over ranks of in [n].
+  /// out [size()*n] = concatenation over ranks of in [n]. Any dtype (out and in alike): it only moves bytes.
   virtual std::unique_ptr<Work> all_gather(Tensor out, const Tensor& in, bool async = false) = 0;
   /// buf = root's buf.
   virtual std::unique_ptr<Work> broadcast(Tensor buf, int root, bool async = false) = 0;

@@ -117,7 +117,7 @@ class StagingPool {
 // ---- one collective in flight --------------------------------------------------------------------------------------
 
 struct MpiOp {
-  std::string what;                 // "all_reduce of 4 MiB (f32)", for the timeout message
+  std::string what;                 // "all_reduce of 4 MiB on 2 ranks", for the timeout message
   bool async = false;               // MPI_I* + polling; else the blocking call
   std::vector<MPI_Request> reqs;    // one per piece (async)
   Clock::time_point issued, completed;
@@ -227,31 +227,34 @@ class MpiCommunicator final : public Communicator {
   }
 
   std::unique_ptr<Work> all_gather(Tensor out, const Tensor& in, bool async) override {
-    check_f32(out, "all_gather: out");
-    check_f32(in, "all_gather: in");
-    const int64_t n = in.numel();
+    // Bytes only move, so any dtype goes as MPI_BYTE blocks of n * element size.
+    check_f32(out, "all_gather: out", /*any_dtype=*/true);
+    check_f32(in, "all_gather: in", /*any_dtype=*/true);
+    TRAINER_CHECK(out.dtype == in.dtype, "all_gather: out is {} but in is {}", dtype_name(out.dtype),
+                  dtype_name(in.dtype));
+    const int64_t n = in.numel(), nb = int64_t(in.bytes());
     TRAINER_CHECK(out.numel() == n * size_, "all_gather: out has {} elements, expected {} ranks x {}", out.numel(),
                   size_, n);
-    TRAINER_CHECK(n <= INT_MAX, "all_gather: {} elements per rank exceed MPI's int count", n);
+    TRAINER_CHECK(nb <= INT_MAX, "all_gather: {} bytes per rank exceed MPI's int count", nb);
     auto o = new_op("all_gather", out.bytes(), async);
-    float* dst = out.ptr<float>();
-    const bool in_place = in.data == static_cast<void*>(dst + rank_ * n);
+    char* dst = static_cast<char*>(out.data);
+    const bool in_place = in.data == static_cast<void*>(dst + rank_ * nb);
     if (staged(out) || staged(in)) {
       // Stage as an in-place gather: this rank's piece goes straight to its slot of the host block.
-      dst = static_cast<float*>(stage_out(*o, out.bytes()));
+      dst = static_cast<char*>(stage_out(*o, out.bytes()));
       if (n > 0) {
         be_.synchronize();
-        be_.copy_to_host(dst + rank_ * n, in.data, in.bytes());
+        be_.copy_to_host(dst + rank_ * nb, in.data, in.bytes());
       }
       set_copy_back(*o, out.data, dst, out.bytes());
     } else if (!in_place) {
       TRAINER_CHECK(!overlap(in.data, in.bytes(), out.data, out.bytes()),
                     "all_gather: in overlaps out other than as out's own slot (in place)");
-      std::copy_n(in.ptr<float>(), n, dst + rank_ * n);  // then gather in place: one code path
+      std::copy_n(static_cast<const char*>(in.data), nb, dst + rank_ * nb);  // then gather in place: one code path
     }
     issue(*o, [&](MPI_Request* r) {
-      return r ? MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, int(n), MPI_FLOAT, comm_, r)
-               : MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, int(n), MPI_FLOAT, comm_);
+      return r ? MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, int(nb), MPI_BYTE, comm_, r)
+               : MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, int(nb), MPI_BYTE, comm_);
     });
     return launch(std::move(o));
   }
@@ -340,8 +343,9 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
-  void check_f32(const Tensor& t, const char* what) const {
-    TRAINER_CHECK(t.dtype == DType::f32, "mpi communicator: {} has dtype {}, expected f32", what,
+  /// f32 (reductions), or any dtype where bytes only move (any_dtype).
+  void check_f32(const Tensor& t, const char* what, bool any_dtype = false) const {
+    TRAINER_CHECK(any_dtype || t.dtype == DType::f32, "mpi communicator: {} has dtype {}, expected f32", what,
                   dtype_name(t.dtype));
     TRAINER_CHECK(t.device == Device::cpu || be_.device() == t.device,
                   "mpi communicator: {} lives on a device the backend '{}' cannot copy from", what, be_.name());
@@ -352,7 +356,7 @@ class MpiCommunicator final : public Communicator {
   std::shared_ptr<MpiOp> new_op(const char* kind, size_t bytes, bool async) {
     for (auto& p : inflight_) test(*p);
     auto o = std::make_shared<MpiOp>();
-    o->what = fmt::format("{} of {} (f32) on {} ranks", kind, format_bytes(bytes), size_);
+    o->what = fmt::format("{} of {} on {} ranks", kind, format_bytes(bytes), size_);
     o->async = async || !watchdog_.joinable();
     o->issued = Clock::now();
     return o;

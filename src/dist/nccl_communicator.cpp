@@ -44,7 +44,7 @@ using Clock = std::chrono::steady_clock;
 
 /// One collective: its timing events (start, end on the comm stream) and when the host issued it.
 struct NcclOp {
-  std::string what;  // "all_reduce of 4 MiB (f32) on 8 ranks"
+  std::string what;  // "all_reduce of 4 MiB on 8 ranks"
   Clock::time_point issued;
   cudaEvent_t start = nullptr, end = nullptr;
   NcclOp() {
@@ -131,6 +131,21 @@ class NcclCommunicator final : public Communicator {
     return finish(std::move(o), async);
   }
 
+  std::unique_ptr<Work> all_reduce_many(const std::vector<Tensor>& bufs, ReduceOp op, bool async) override {
+    size_t bytes = 0;
+    for (const Tensor& b : bufs) {
+      check(b, "all_reduce_many: buf");
+      bytes += b.bytes();
+    }
+    auto o = begin("all_reduce", bytes);
+    o->what += fmt::format(" ({} tensors, one group)", bufs.size());
+    enqueue(*o, ncclGroupStart());
+    for (const Tensor& b : bufs)
+      enqueue(*o, ncclAllReduce(b.data, b.data, size_t(b.numel()), ncclFloat32, nccl_op(op), comm_, stream_));
+    enqueue(*o, ncclGroupEnd());
+    return finish(std::move(o), async);
+  }
+
   bool reduce_scatter_in_place() const override { return true; }  // recvbuff = sendbuff + rank * recvcount
 
   std::unique_ptr<Work> reduce_scatter(Tensor out, const Tensor& in, ReduceOp op, bool async) override {
@@ -144,13 +159,16 @@ class NcclCommunicator final : public Communicator {
   }
 
   std::unique_ptr<Work> all_gather(Tensor out, const Tensor& in, bool async) override {
-    check(out, "all_gather: out");
-    check(in, "all_gather: in");
+    check(out, "all_gather: out", /*any_float=*/true);
+    check(in, "all_gather: in", /*any_float=*/true);
+    TRAINER_CHECK(out.dtype == in.dtype, "all_gather: out is {} but in is {}", dtype_name(out.dtype),
+                  dtype_name(in.dtype));
     TRAINER_CHECK(out.numel() == in.numel() * size_, "all_gather: out has {} elements, expected {} ranks x {}",
                   out.numel(), size_, in.numel());
     auto o = begin("all_gather", out.bytes());
     // In place when in == out + rank * n (NCCL handles it).
-    enqueue(*o, ncclAllGather(in.data, out.data, size_t(in.numel()), ncclFloat32, comm_, stream_));
+    const ncclDataType_t t = in.dtype == DType::bf16 ? ncclBfloat16 : ncclFloat32;
+    enqueue(*o, ncclAllGather(in.data, out.data, size_t(in.numel()), t, comm_, stream_));
     return finish(std::move(o), async);
   }
 
@@ -190,16 +208,18 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
-  void check(const Tensor& t, const char* what) const {
-    TRAINER_CHECK(t.dtype == DType::f32, "nccl communicator: {} has dtype {}, expected f32", what,
-                  dtype_name(t.dtype));
+  /// f32 (reductions), or f32 / bf16 where bytes only move (any_float).
+  void check(const Tensor& t, const char* what, bool any_float = false) const {
+    TRAINER_CHECK(t.dtype == DType::f32 || (any_float && t.dtype == DType::bf16),
+                  "nccl communicator: {} has dtype {}, expected f32{}", what, dtype_name(t.dtype),
+                  any_float ? " or bf16" : "");
     TRAINER_CHECK(t.device == Device::cuda, "nccl communicator: {} is not a device buffer (use comm mpi)", what);
   }
 
   /// A new op ordered after the compute stream: ready_ recorded there, waited for on the comm stream, then start.
   std::shared_ptr<NcclOp> begin(const char* kind, size_t bytes) {
     auto o = std::make_shared<NcclOp>();
-    o->what = fmt::format("{} of {} (f32) on {} ranks", kind, format_bytes(bytes), size_);
+    o->what = fmt::format("{} of {} on {} ranks", kind, format_bytes(bytes), size_);
     o->issued = Clock::now();
     CUDA_CALL_CHECK(cudaEventRecord(ready_, compute_));
     CUDA_CALL_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));

@@ -223,6 +223,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
     }
   }
 
+  if (cfg.output.checkpoint) strategy->gather_params();  // collective: every rank
   if (cfg.output.checkpoint && ctx.rank == 0) {
     save_checkpoint(model, *cfg.output.checkpoint);
     spdlog::info("checkpoint written to {}", *cfg.output.checkpoint);

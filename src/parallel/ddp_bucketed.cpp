@@ -1,6 +1,7 @@
 // Strategy "ddp_bucketed": gradients are grouped into buckets of at most parallel.bucket_mb MiB (fp32), filled in
 // reverse layout order, which is the order the backward pass produces them (model.h: units L+1 .. 0). A bucket's
-// asynchronous all_reduce (sum) is launched as soon as every unit it touches has reported its gradient complete;
+// asynchronous all_reduce (sum) is launched as soon as every unit it touches has reported its gradient complete (the
+// buckets that one report completes are issued together, as one NCCL group: Communicator::all_reduce_many);
 // finish_backward() waits for all buckets. A tensor larger than a bucket forms a bucket of its own.
 // (CS336 assignment 2, "DDP bucketed"; PyTorch DDP's bucket_cap_mb, default 25 MiB: fewer, larger collectives than
 // ddp_overlap while still overlapping the backward pass.)
@@ -31,13 +32,17 @@ class DdpBucketed final : public DdpStrategy {
     TRAINER_CHECK(unit >= 0 && unit < int(unit_buckets_.size()), "ddp_bucketed: unit {} outside [0, {})", unit,
                   unit_buckets_.size());
     timer_.touch();
+    std::vector<int> ready;
     for (int b : unit_buckets_[size_t(unit)])
-      if (--pending_units_[size_t(b)] == 0) launch(b);
+      if (--pending_units_[size_t(b)] == 0) ready.push_back(b);
+    launch(ready);
   }
 
   void finish_backward() override {
     timer_.touch();
-    for (int b = 0; b < int(buckets_.size()); ++b) launch(b);  // any bucket whose hooks did not all fire
+    std::vector<int> rest(buckets_.size());  // any bucket whose hooks did not all fire
+    for (int b = 0; b < int(buckets_.size()); ++b) rest[size_t(b)] = b;
+    launch(rest);
     timer_.begin_exposed();
     for (auto& w : works_) w->wait();
     timer_.end_exposed();
@@ -87,11 +92,15 @@ class DdpBucketed final : public DdpStrategy {
   }
 
  private:
-  void launch(int b) {
-    if (launched_[size_t(b)]) return;
-    launched_[size_t(b)] = true;
-    works_.push_back(
-        comm_.all_reduce(grad_range(buckets_[size_t(b)].begin, buckets_[size_t(b)].end), ReduceOp::sum, true));
+  /// One all-reduce per bucket; the buckets completed by one hook are issued together (one NCCL group).
+  void launch(const std::vector<int>& bs) {
+    std::vector<Tensor> bufs;
+    for (int b : bs) {
+      if (launched_[size_t(b)]) continue;
+      launched_[size_t(b)] = true;
+      bufs.push_back(grad_range(buckets_[size_t(b)].begin, buckets_[size_t(b)].end));
+    }
+    if (!bufs.empty()) works_.push_back(comm_.all_reduce_many(bufs, ReduceOp::sum, /*async=*/true));
   }
 
   std::vector<Bucket> buckets_;                 // in launch order: bucket 0 holds the end of the flat buffer

@@ -1,5 +1,6 @@
 // Strategy "ddp_overlap": each parameter tensor's gradient is all-reduced (sum, asynchronously) as soon as the
-// backward pass has produced it, i.e. when the model's hook reports its unit complete; finish_backward() waits for all
+// backward pass has produced it, i.e. when the model's hook reports its unit complete (the unit's tensors are issued
+// together: Communicator::all_reduce_many); finish_backward() waits for all
 // of them. Communication of later layers overlaps the backward compute of earlier ones (CS336 assignment 2, "DDP
 // overlapping individual parameter communication with backward"; PyTorch DDP without bucketing).
 //
@@ -49,11 +50,13 @@ class DdpOverlap final : public DdpStrategy {
   void launch(int unit) {
     if (launched_[size_t(unit)]) return;
     launched_[size_t(unit)] = true;
-    // Reverse order inside the unit too: the backward pass finishes a unit's last tensor first.
+    // One all-reduce per parameter tensor, the unit's issued together (NCCL: one group launch, so the small RMSNorm
+    // gains cost no launch latency of their own); reverse order inside the unit: its last tensor is finished first.
     const auto& params = unit_params_[size_t(unit)];
+    std::vector<Tensor> bufs;
     for (auto it = params.rbegin(); it != params.rend(); ++it)
-      pending_.push_back(comm_.all_reduce(grad_range((*it)->offset, (*it)->offset + (*it)->numel), ReduceOp::sum,
-                                          /*async=*/true));
+      bufs.push_back(grad_range((*it)->offset, (*it)->offset + (*it)->numel));
+    pending_.push_back(comm_.all_reduce_many(bufs, ReduceOp::sum, /*async=*/true));
   }
 
   std::vector<std::vector<const ParamInfo*>> unit_params_;  // [unit] -> its parameter tensors, in layout order

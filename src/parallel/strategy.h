@@ -33,6 +33,10 @@ class Strategy {
   /// (and the bf16 working copy is refreshed). With want_norm, returns the global gradient norm (the value
   /// grad_norm() would give before the step) computed in the same pass over the gradients; else NaN. (syncs if asked)
   virtual double optimizer_step(double lr, double grad_scale, bool want_norm = false) = 0;
+  /// Makes every rank's fp32 master weights complete (collective). Only zero1 in mixed precision needs it: it keeps
+  /// just its shard of the master weights current and gathers the bf16 working copy. Call before reading the
+  /// weights on the host (checkpoints).
+  virtual void gather_params() {}
   /// Bytes of optimizer state this rank holds.
   virtual size_t optimizer_state_bytes() const = 0;
   /// Milliseconds of communication in the last step (issued to completed) and the part not hidden behind compute.

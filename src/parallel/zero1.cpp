@@ -14,8 +14,11 @@
 //                    Category::gradients;
 //   grad_norm:       sqrt(sum over ranks of the chunk's sum of squares), summed in fp64 with MPI_Allreduce: the
 //                    global norm over all shards, the same value as one process;
-//   optimizer_step:  AdamW on the owned chunk only, then an in-place all_gather of the parameter chunks so every rank
-//                    holds all updated weights, then the bf16 working copy is refreshed.
+//   optimizer_step:  AdamW on the owned chunk only, then an in-place all_gather so every rank holds all updated
+//                    weights. fp32: of the parameter chunks. Mixed precision (as in the paper, Sec. 5.1 and 6: the
+//                    fp32 master weights are part of the partitioned optimizer state): AdamW writes the chunk's bf16
+//                    working copy in its own pass and the bf16 copy is gathered (half the bytes, no separate cast);
+//                    the other chunks of the fp32 master stay stale until gather_params() (checkpoints).
 #include <mpi.h>
 #include <spdlog/spdlog.h>
 
@@ -67,7 +70,10 @@ class Zero1 final : public Strategy {
   double optimizer_step(double lr, double grad_scale, bool want_norm) override {
     const Tensor params = model_->params();
     const Tensor mine = params.slice(begin_, {chunk_});
-    const double local = adamw_->step(mine, shard(), Tensor(), lr, grad_scale, want_norm);
+    const bool mixed = model_->act_dtype() != DType::f32;
+    const Tensor work = model_->params_work();
+    const Tensor work_mine = mixed ? work.slice(begin_, {chunk_}) : Tensor();
+    const double local = adamw_->step(mine, shard(), work_mine, lr, grad_scale, want_norm);
     double total = std::nan("");
     if (want_norm) {
       timer_.begin_exposed();
@@ -76,11 +82,19 @@ class Zero1 final : public Strategy {
       total = std::sqrt(total);
     }
     timer_.begin_exposed();
-    comm_.all_gather(params, mine);  // in place: this rank's chunk is already in its slot
+    if (mixed)
+      comm_.all_gather(work, work_mine);  // in place: this rank's chunk is already in its slot
+    else
+      comm_.all_gather(params, mine);
     timer_.end_exposed();
-    model_->sync_work_copy();
     timer_.end_step();
     return total;
+  }
+
+  void gather_params() override {
+    if (model_->act_dtype() == DType::f32) return;  // the fp32 gather in every step already did it
+    const Tensor params = model_->params();
+    comm_.all_gather(params, params.slice(begin_, {chunk_}));
   }
 
   size_t optimizer_state_bytes() const override { return adamw_ ? adamw_->state_bytes() : 0; }

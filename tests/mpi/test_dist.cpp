@@ -129,6 +129,41 @@ TEST_CASE("mpi communicator: collectives match closed forms", "[dist][mpi]") {
   CHECK(comm->busy_ms() > 0);
 }
 
+TEST_CASE("mpi communicator: all_reduce_many and a bf16 all_gather match closed forms", "[dist][mpi]") {
+  const bool staged = GENERATE(false, true);
+  const bool async = GENERATE(false, true);
+  CAPTURE(staged, async);
+  auto be = make_backend(Device::cpu, 0);
+  auto comm = make_comm(*be, staged);
+  const int R = comm->size(), r = comm->rank();
+  const double tri = 0.5 * R * (R + 1);
+  // Three buffers of odd sizes, x_k[i] = (r + 1) * (k + 1) * (i % 3 + 1)  ->  sum = tri * (k + 1) * (i % 3 + 1).
+  const int64_t sizes[] = {1, 999, 4097};
+  std::vector<std::vector<float>> x;
+  std::vector<Tensor> bufs;
+  for (int k = 0; k < 3; ++k) {
+    x.emplace_back(size_t(sizes[k]));
+    for (int64_t i = 0; i < sizes[k]; ++i) x[size_t(k)][size_t(i)] = float((r + 1) * (k + 1) * (i % 3 + 1));
+  }
+  for (auto& v : x) bufs.push_back(Tensor(v.data(), DType::f32, Device::cpu, {int64_t(v.size())}));
+  auto w = comm->all_reduce_many(bufs, ReduceOp::sum, async);
+  // all_gather moves bytes of any dtype: bf16 elements with bit patterns 0x1000 + 16 r + i, gathered in place.
+  const int64_t n = 5;
+  const auto bits = [](int64_t q, int64_t i) { return uint16_t(0x1000 + 16 * q + i); };
+  std::vector<uint16_t> g(size_t(R * n), 0);
+  for (int64_t i = 0; i < n; ++i) g[size_t(r * n + i)] = bits(r, i);
+  auto wg = comm->all_gather(Tensor(g.data(), DType::bf16, Device::cpu, {R * n}),
+                             Tensor(g.data() + r * n, DType::bf16, Device::cpu, {n}), async);
+  w->wait();
+  wg->wait();
+  long long wrong = 0;
+  for (int k = 0; k < 3; ++k)
+    wrong += count_wrong(x[size_t(k)], [&](int64_t i) { return tri * (k + 1) * (i % 3 + 1); });
+  for (int q = 0; q < R; ++q)
+    for (int64_t i = 0; i < n; ++i) wrong += g[size_t(q * n + i)] != bits(q, i);
+  CHECK(sum_ranks(wrong) == 0);
+}
+
 TEST_CASE("check_same_layout: a layout differing on one rank is an error on every rank", "[dist][mpi]") {
   const int r = world_rank(), R = world_size();
   REQUIRE_NOTHROW(check_same_layout("test layout", {7, 8, 9}));
@@ -156,6 +191,7 @@ struct RunSpec {
   double bucket_mb = 25.0;
   bool staged = false;
   int steps = 5;
+  bool cuda_bf16 = false;  // on the GPU in mixed precision (bf16 working copy), comm mpi; else cpu fp32
 };
 
 struct RunOut {
@@ -170,7 +206,8 @@ struct RunOut {
 RunConfig config_for(const RunSpec& s) {
   RunConfig c;
   c.model = s.model;
-  c.device = "cpu";
+  c.device = s.cuda_bf16 ? "cuda" : "cpu";
+  c.precision = s.cuda_bf16 ? "bf16" : "fp32";
   c.parallel.strategy = s.strategy;
   c.parallel.comm = "mpi";
   c.parallel.bucket_mb = s.bucket_mb;
@@ -192,9 +229,10 @@ RunOut run(const RunSpec& s, bool distributed) {
   RunConfig none_cfg = cfg;
   none_cfg.parallel.strategy = "none";
   const int R = distributed ? world_size() : 1, r = distributed ? world_rank() : 0;
-  auto be = make_backend(Device::cpu, 0);
+  auto be = make_backend(s.cuda_bf16 ? Device::cuda : Device::cpu, 0);
   const ModelDims dims = model_dims(cfg.model);
-  Model model(*be, dims, DType::f32, AttnImpl::naive, ParamLayout::kAlign * R);
+  const DType act = s.cuda_bf16 ? DType::bf16 : DType::f32;
+  Model model(*be, dims, act, AttnImpl::naive, ParamLayout::kAlign * R);
   model.init_random(1234);
   std::unique_ptr<Communicator> comm = distributed ? make_comm(*be, s.staged) : nullptr;
   if (distributed && r != 0) {  // start from different weights: setup() must broadcast rank 0's
@@ -231,11 +269,13 @@ RunOut run(const RunSpec& s, bool distributed) {
     out.losses.push_back(loss / double(global_tokens));
     out.gnorms.push_back(gnorm);
     if (distributed) {  // bitwise identical weights on every rank: compare with rank 0's copy
-      std::vector<float> mine = flat(*be, model.params()), root = mine;
+      // (mixed precision: the working copy, the weights the next step uses; zero1 gathers only that one per step)
+      std::vector<float> mine = flat(*be, act == DType::f32 ? model.params() : model.params_work()), root = mine;
       MPI_Bcast(root.data(), int(root.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
       out.not_identical += sum_ranks(std::memcmp(mine.data(), root.data(), mine.size() * 4) != 0);
     }
   }
+  strategy->gather_params();
   out.params = flat(*be, model.params());
   out.optimizer_bytes = strategy->optimizer_state_bytes();
   out.param_count = model.layout().count();
@@ -337,6 +377,26 @@ TEST_CASE("mpi communicator: staged (device-style) buffers train the same", "[di
   s.strategy = strategy;
   s.staged = true;
   check_matches_one_process(s);
+}
+
+TEST_CASE("zero1 in mixed precision (GPU, comm mpi): gathers the bf16 working copy, matches ddp_flat exactly",
+          "[dist][zero1][cuda]") {
+  if (!cuda_available()) {
+    WARN("no GPU: skipped");
+    return;
+  }
+  RunSpec s;
+  s.cuda_bf16 = true;
+  s.strategy = "ddp_flat";
+  const RunOut flat_run = run(s, true);
+  s.strategy = "zero1";
+  const RunOut zero = run(s, true);
+  // The same reduced gradients and the same elementwise AdamW: the same bits, whether each rank updates all of the
+  // master weights (ddp_flat) or its shard and gathers the bf16 copy (zero1; gather_params() completes the master).
+  CHECK(zero.not_identical == 0);
+  CHECK(zero.losses == flat_run.losses);
+  CHECK(zero.params == flat_run.params);
+  CHECK(rel_diff(zero.params, run(RunSpec{.steps = 0, .cuda_bf16 = true}, true).params, zero.params.size()) > 1e-4);
 }
 
 TEST_CASE("zero1: parameter count not divisible by N; optimizer state ~1/N per rank", "[dist][zero1]") {
