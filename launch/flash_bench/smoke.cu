@@ -96,6 +96,7 @@ int main() {
   bad += run_case(1, 70, 1, 128, false, false, 0);
   bad += run_case(1, 100, 2, 64, true, true, 7, 7);    // two m16 tiles per warp (capi.cu variants)
   bad += run_case(1, 100, 1, 128, true, true, 0, 10);
+  bad += run_case(1, 300, 1, 128, true, true, 0, 31);  // d 128 forward with 256 x 64 tiles (production, many CTAs)
   std::printf("smoke: %s\n", bad ? "FAILED" : "ok");
   return bad ? 1 : 0;
 }
