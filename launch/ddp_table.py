@@ -37,6 +37,11 @@ def load(path, what):
         sys.exit(f"ddp_table: error: cannot read {what} '{path}': {e}")
 
 
+def per_gpu_rows(r):
+    """Rows of the batch each rank processes per step (the global batch over the ranks)."""
+    return r["config"]["data"]["batch_size"] // (r.get("world_size") or 1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("records", nargs="+", help="trainer result records of job train")
@@ -63,7 +68,7 @@ def main():
         c = r["config"]
         name = c["parallel"]["strategy"]
         if name == "ddp_bucketed":
-            name += f" {c['parallel']['bucket_mb']:g} MB"
+            name += f" {c['parallel']['bucket_mb']:g} MiB"
         n = r.get("world_size") or 1
         step = r["timing"]["step"]
         if step.get("mean_ms") is None:
@@ -71,6 +76,10 @@ def main():
             continue
         peak = max([p["peak_bytes"] for p in r["memory"].get("per_rank", [])] or [r["memory"]["peak_bytes"]])
         eff = base / step["mean_ms"] if base and n > 1 else None
+        if eff is not None and per_gpu_rows(r) != per_gpu_rows(one):
+            print(f"# {label}: {per_gpu_rows(r)} rows per GPU, the --one record {per_gpu_rows(one)}: no efficiency",
+                  file=sys.stderr)
+            eff = None
         print(f"{label:{w}s} {name:20s} {n:5d} {step['mean_ms']:8.1f} ± {step['std_ms'] or 0:5.1f} "
               f"{fmt(ms(r, 'forward')):>6s} {fmt(ms(r, 'backward')):>6s} {fmt(ms(r, 'optimizer')):>6s} "
               f"{fmt(ms(r, 'comm')):>6s} {fmt(ms(r, 'comm_exposed')):>7s} {fmt(eff, '.3f'):>5s} {peak / GIB:8.2f} "

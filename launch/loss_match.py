@@ -22,20 +22,25 @@ def load(path):
 
 
 def setup(r):
-    """What must agree for curves to be comparable: precision, schedule and lr."""
+    """What must agree for curves to be comparable: precision, schedule, lr, warm-up, model dims, global batch."""
     c = r.get("config", {})
     o = c.get("optimizer", {})
-    return (c.get("precision"), o.get("schedule"), o.get("lr"), o.get("warmup_steps"))
+    dims = (r.get("model") or {}).get("dims") or {}
+    return (c.get("precision"), o.get("schedule"), o.get("lr"), o.get("warmup_steps"),
+            tuple(sorted(dims.items())), (c.get("data") or {}).get("batch_size"))
 
 
 def main(argv):
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
     if len(argv) < 2:
         print(__doc__)
         return 2
     ref_rec, ref = load(argv[0])
     if not ref:
         sys.exit(f"loss_match: error: '{argv[0]}' has no per-step losses (not a trainer train record?)")
-    p, sch, lr, wu = setup(ref_rec)
+    p, sch, lr, wu = setup(ref_rec)[:4]
     print(f"reference {argv[0]}: {len(ref)} steps, final loss {ref[-1]:.5f} ({p}, schedule {sch}, lr {lr}, "
           f"warm-up {wu}, strategy {ref_rec['config']['parallel']['strategy']})")
     print(f"{'record':44s} {'strategy':14s} {'final':>9s} {'max rel diff':>13s} {'at step':>7s}")
@@ -51,8 +56,9 @@ def main(argv):
             continue
         rel = [abs(a - b) / abs(b) for a, b in zip(l, ref)]
         k = max(range(len(rel)), key=rel.__getitem__)
-        note = "" if setup(rec) == setup(ref_rec) else \
-            "  (different precision/schedule/lr/warm-up: %s)" % (setup(rec),)
+        names = ("precision", "schedule", "lr", "warm-up", "model", "global batch")
+        differ = [n for n, a, b in zip(names, setup(rec), setup(ref_rec)) if a != b]
+        note = f"  (not comparable: different {', '.join(differ)})" if differ else ""
         print(f"{pathlib.Path(path).name:44s} {rec['config']['parallel']['strategy']:14s} {l[-1]:9.5f} "
               f"{rel[k]:13.2e} {k + 1:7d}{note}")
     return status

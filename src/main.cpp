@@ -22,6 +22,7 @@
 #include "build_info.h"
 #include "config/config.h"
 #include "dist/bootstrap.h"
+#include "git_info.h"
 #include "io/result_record.h"
 #include "jobs/job.h"
 

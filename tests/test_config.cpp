@@ -461,6 +461,14 @@ TEST_CASE("config: validation rules", "[config]") {
   const std::string top = dir.write("top.json", R"({"job": "train", "model": {"preset": "tiny"}, "job": "train"})");
   REQUIRE_THROWS_WITH(load_config(top, {}, 1, false), Contains("gives the key 'job' twice"));
   REQUIRE_THROWS_WITH(load_config(huge, {}, 1, false), Contains("huge.json") && Contains("beyond the range"));
+  // 1e-400 in a file: JSON reads it as 0.0; the loader names the file, the line and the literal. Strings, comments
+  // and zeros written with an exponent are not numbers that underflow.
+  const std::string tiny_lr = dir.write("tiny_lr.json", "{\"optimizer\": {\n  \"lr\": 1e-400}}");
+  REQUIRE_THROWS_WITH(load_config(tiny_lr, {}, 1, false),
+                      Contains("tiny_lr.json") && Contains("line 2") && Contains("1e-400 underflows to 0"));
+  const std::string fine = dir.write("fine.json", R"({"name": "r1e-400", /* 1e-999 */ "model": {"preset": "tiny"}, "optimizer": {"lr": 0e-400,
+    "eps": 1e-300}} // 5e-500)");
+  CHECK_NOTHROW(load_config(fine, {}, 1, false));
 }
 
 TEST_CASE("config: validate_config checks a config built in code", "[config]") {

@@ -13,9 +13,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <concepts>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -345,9 +347,47 @@ std::string read_text_file(const std::string& path) {
   return text;
 }
 
-/// Parses config text; comments (// and /* */) are allowed. ConfigError with nlohmann's line/column message, and for
-/// a key given twice in one object (JSON would silently keep the last one).
+/// ConfigError for a number literal in config text that underflows to 0 (1e-400: JSON parsers read it as 0.0 without
+/// a word). Scans the text outside strings and comments; names the line.
+void check_no_underflow(const std::string& text, const std::string& origin) {
+  int line = 1;
+  for (size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line, ++i;
+    } else if (c == '"') {  // a string: skip to its closing quote
+      for (++i; i < text.size() && text[i] != '"'; ++i) {
+        if (text[i] == '\\') ++i;
+        else if (text[i] == '\n') ++line;
+      }
+      ++i;
+    } else if (c == '/' && i + 1 < text.size() && (text[i + 1] == '/' || text[i + 1] == '*')) {
+      const bool block = text[i + 1] == '*';
+      const size_t end = block ? text.find("*/", i + 2) : text.find('\n', i);
+      const size_t stop = end == std::string::npos ? text.size() : (block ? end + 2 : end);
+      line += int(std::count(text.begin() + long(i), text.begin() + long(stop), '\n'));
+      i = stop;
+    } else if (std::isdigit(static_cast<unsigned char>(c)) || c == '-') {
+      size_t j = i + 1;
+      while (j < text.size() && (std::isdigit(static_cast<unsigned char>(text[j])) || std::strchr(".eE+-", text[j])))
+        ++j;
+      const std::string lit = text.substr(i, j - i);
+      const std::string mantissa = lit.substr(0, lit.find_first_of("eE"));
+      if (lit.find_first_of("eE") != std::string::npos && mantissa.find_first_of("123456789") != std::string::npos &&
+          std::strtod(lit.c_str(), nullptr) == 0.0)
+        throw ConfigError(fmt::format(
+            "config: '{}' line {}: the number {} underflows to 0 (below the range of a double)", origin, line, lit));
+      i = j;
+    } else {
+      ++i;
+    }
+  }
+}
+
+/// Parses config text; comments (// and /* */) are allowed. ConfigError with nlohmann's line/column message, for
+/// a key given twice in one object (JSON would silently keep the last one), and for a number that underflows to 0.
 json parse_config_text(const std::string& text, const std::string& origin) {
+  check_no_underflow(text, origin);
   struct Frame {
     std::string name;           // the key this object is the value of ("" for the root)
     std::set<std::string> keys; // the keys seen in it so far

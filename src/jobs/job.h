@@ -16,6 +16,13 @@ struct RunContext {
   int local_size = 1;
 };
 
+struct GemmTuning;
+
+/// The record's gemm_autotune section: whether cuBLASLt autotuning ran (and why not), and the totals of `t`
+/// (shapes tuned, shapes that left the heuristic's first choice, one call of each shape with that first choice and
+/// with the kept algorithm, ms).
+nlohmann::json gemm_autotune_record(const RunConfig& cfg, const GemmTuning& t);
+
 /// job = "train": builds the model and strategy, runs bench.warmup_steps + bench.measure_steps steps of
 /// bench.phase, and returns {model, steps, timing, throughput, memory, loss, grad_norm, lr, machine.backend}.
 /// Raises OutOfMemory, RuntimeError.

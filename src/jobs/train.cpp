@@ -84,6 +84,24 @@ void write_trace(const std::string& path, const Profiler& profiler, const RunCon
 
 }  // namespace
 
+nlohmann::json gemm_autotune_record(const RunConfig& cfg, const GemmTuning& t) {
+  const bool on = cfg.gemm_autotune && cfg.device == "cuda";
+  nlohmann::json j = {{"enabled", on}};
+  if (!on) {
+    j["why_not"] = cfg.gemm_autotune ? "the cpu backend (OpenBLAS) has no algorithms to choose from"
+                                     : "gemm_autotune is false: cuBLASLt's first (heuristic) algorithm is used";
+    return j;
+  }
+  j.update({{"shapes", t.shapes},
+            {"changed", t.changed},
+            {"heuristic_ms", t.heuristic_ms},
+            {"tuned_ms", t.tuned_ms},
+            {"note", "the first call of each GEMM shape timed up to 8 cuBLASLt candidates and kept the fastest; "
+                     "heuristic_ms / tuned_ms: one call of each tuned shape, summed, with cuBLASLt's first choice and "
+                     "with the kept algorithm"}});
+  return j;
+}
+
 nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   using nlohmann::json;
   const Device dev = cfg.device == "cuda" ? Device::cuda : Device::cpu;
@@ -284,13 +302,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   r["lr"] = {{"per_step", lrs}};
   r["backend"] = be->description();
   const GemmTuning tune = be->gemm_tuning();
-  r["gemm_autotune"] = {{"enabled", cfg.gemm_autotune && dev == Device::cuda},
-                        {"shapes", tune.shapes},
-                        {"changed", tune.changed},
-                        {"heuristic_ms", tune.heuristic_ms},
-                        {"tuned_ms", tune.tuned_ms},
-                        {"note", "one call of each tuned shape, summed: the heuristic's first algorithm vs the "
-                                 "kept one"}};
+  r["gemm_autotune"] = gemm_autotune_record(cfg, tune);
   if (tune.shapes > 0)
     spdlog::info("gemm autotune: {} shapes, {} moved off cuBLASLt's first choice; one call of each: {:.3f} -> "
                  "{:.3f} ms",
@@ -299,8 +311,9 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
     r["profile"] = profiler.summary();
     write_trace(*cfg.profile.trace, profiler, ctx);
     r["profile"]["trace"] = *cfg.profile.trace;
-    spdlog::info("trace of {} step(s) written to {} (open in chrome://tracing or ui.perfetto.dev)",
-                 t_step.size(), *cfg.profile.trace);
+    if (ctx.rank == 0)  // rank 0 writes the one file of all ranks
+      spdlog::info("trace of {} step(s) written to {} (open in chrome://tracing or ui.perfetto.dev)",
+                   t_step.size(), *cfg.profile.trace);
   }
   if (!t_step.empty())
     spdlog::info("done: step {:.2f} ms mean over {} steps | {} tok/s | {:.3g} TFLOP/s | peak memory {} | loss {:.4f}",
