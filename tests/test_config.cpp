@@ -278,9 +278,13 @@ TEST_CASE("config: --set overrides", "[config]") {
                                "(in --set optimizer.lrr=1)"));
     REQUIRE_THROWS_WITH(load_doc(dir, doc, {"device.kind=1"}), Contains("unknown key 'device.kind'"));
     REQUIRE_THROWS_WITH(load_doc(dir, doc, {"nope=1"}), Contains("unknown key 'nope'"));
+    // A known key in the wrong section: the hint names where it lives.
+    REQUIRE_THROWS_WITH(load_doc(dir, doc, {"model.gemm_autotune=false"}),
+                        Contains("unknown key 'model.gemm_autotune' (did you mean 'gemm_autotune'?)"));
+    REQUIRE_THROWS_WITH(load_doc(dir, doc, {"gemm_autotune=maybe"}), Contains("got string \"maybe\""));
     REQUIRE_THROWS_WITH(load_doc(dir, doc, {R"(model={"layers":3})"}), Contains("unknown key 'model.layers'"));
     REQUIRE_THROWS_WITH(load_doc(dir, doc, {"data.batch_size=abc"}),
-                        Equals("config: 'data.batch_size' must be an integer, got string"));
+                        Equals("config: 'data.batch_size' must be an integer, got string \"abc\""));
     REQUIRE_THROWS_WITH(load_doc(dir, doc, {"precision"}),
                         Equals("config: --set 'precision' is not of the form key.path=value"));
     REQUIRE_THROWS_WITH(load_doc(dir, doc, {"=3"}), Contains("is not of the form key.path=value"));
@@ -319,7 +323,7 @@ TEST_CASE("config: type errors name the key and the expected type", "[config]") 
     const char* message;
   };
   const Case cases[] = {
-      {"data", "batch_size", "4", "config: 'data.batch_size' must be an integer, got string"},
+      {"data", "batch_size", "4", "config: 'data.batch_size' must be an integer, got string \"4\""},
       {"data", "batch_size", 2.5, "config: 'data.batch_size' must be an integer, got number 2.5"},
       {"data", "batch_size", 1e10,
        "config: 'data.batch_size' must be an integer (32-bit), got number 10000000000.0"},
@@ -327,10 +331,12 @@ TEST_CASE("config: type errors name the key and the expected type", "[config]") 
        "config: 'data.batch_size' must be an integer (32-bit), got number 4294967296"},
       {"data", "seed", -1, "config: 'data.seed' must be a non-negative integer, got number -1"},
       {"data", "path", 3, "config: 'data.path' must be a string or null, got number 3"},
-      {"optimizer", "lr", "fast", "config: 'optimizer.lr' must be a number, got string"},
+      {"optimizer", "lr", "fast", "config: 'optimizer.lr' must be a number, got string \"fast\""},
       {"optimizer", "betas", 0.9, "config: 'optimizer.betas' must be an array of numbers, got number 0.9"},
-      {"optimizer", "betas", json::array({0.9, "x"}), "config: 'optimizer.betas[1]' must be a number, got string"},
-      {"optimizer", "max_grad_norm", "1", "config: 'optimizer.max_grad_norm' must be a number or null, got string"},
+      {"optimizer", "betas", json::array({0.9, "x"}),
+       "config: 'optimizer.betas[1]' must be a number, got string \"x\""},
+      {"optimizer", "max_grad_norm", "1",
+       "config: 'optimizer.max_grad_norm' must be a number or null, got string \"1\""},
       {"profile", "nvtx", 1, "config: 'profile.nvtx' must be a boolean (true or false), got number 1"},
       {"model", "preset", nullptr, "config: 'model.preset' must be a string, got null"},
   };
@@ -342,7 +348,7 @@ TEST_CASE("config: type errors name the key and the expected type", "[config]") 
   }
   json doc = tiny_doc(dir);
   doc["model"] = "xl";
-  REQUIRE_THROWS_WITH(load_doc(dir, doc), Equals("config: 'model' must be an object, got string"));
+  REQUIRE_THROWS_WITH(load_doc(dir, doc), Equals("config: 'model' must be an object, got string \"xl\""));
   doc = tiny_doc(dir);
   doc["data"]["batch_size"] = 8.0;  // an integral float is an integer
   CHECK(load_doc(dir, doc).data.batch_size == 8);

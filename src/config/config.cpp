@@ -183,10 +183,25 @@ json to_value(const T& v) {
 }
 
 // ---- from_json: strict reading, every error names the dotted key ------------------------------------------------
-/// How a JSON value is described in "got ...": its type, plus the value for numbers (2.5 is not an integer).
+/// How a JSON value is described in "got ...": its type, plus the value for numbers (2.5 is not an integer) and
+/// strings (quoted, cut at 40 characters: "maybe" for a boolean).
 std::string describe(const json& v) {
   if (v.is_number()) return fmt::format("number {}", v.dump());
+  if (v.is_string()) {
+    const std::string& t = v.get_ref<const std::string&>();
+    return fmt::format("string \"{}\"", t.size() <= 40 ? t : t.substr(0, 37) + "...");
+  }
   return v.type_name();
+}
+
+/// The dotted path of the first key named `name` anywhere in `j` (depth first), or "": the "did you mean" hint for a
+/// known key given in the wrong section (model.gemm_autotune -> gemm_autotune).
+std::string find_key(const json& j, const std::string& name, const std::string& prefix = "") {
+  if (!j.is_object()) return "";
+  if (j.contains(name)) return prefix + name;
+  for (const auto& item : j.items())
+    if (std::string p = find_key(item.value(), name, prefix + item.key() + "."); !p.empty()) return p;
+  return "";
 }
 
 [[noreturn]] void type_error(const std::string& key, std::string_view expected, bool nullable, const json& got) {
@@ -474,6 +489,8 @@ void apply_override(json& full, const std::string& text) {
         for (const auto& item : node->items())
           if (const size_t d = edit_distance(part, item.key()); d < best_d) best_d = d, best = item.key();
       if (!best.empty()) hint = fmt::format(" (did you mean '{}{}'?)", walked.empty() ? "" : walked + ".", best);
+      else if (const std::string elsewhere = find_key(full, part); !elsewhere.empty())
+        hint = fmt::format(" (did you mean '{}'?)", elsewhere);
       throw ConfigError(fmt::format("config: unknown key '{}'{}{}", here, hint, context));
     }
     walked = here;
