@@ -66,7 +66,7 @@ def model_summary(r):
 
 
 def gemm_summary(r):
-    """'on: 15 shapes, 11 changed, 2.14 -> 2.06 ms', 'off' or 'cpu' (records without the section: '-')."""
+    """'on: 15 shapes, 11 changed, 2.14 -> 2.06 ms', 'off' or '- (cpu)' (records without the section: '-')."""
     g = r.get("gemm_autotune")
     if not isinstance(g, dict):
         return "-"

@@ -9,6 +9,7 @@
 #include "flash_attn/fwd_kernel.cuh"
 #include "flash_attn/launch.h"
 
+#include <atomic>
 #include <type_traits>
 
 namespace trainer::flash {
@@ -39,15 +40,19 @@ struct Config {
   using Dq = BwdDqTraits<kD, 64, (kD <= 64 ? 64 : 32)>;
 };
 
-/// True when tiles of `rows` rows give fewer than two CTAs per SM for this problem (ceil(T / rows) x heads x batch).
+/// True when tiles of `rows` rows give fewer than two CTAs per SM of the current device for this problem
+/// (ceil(T / rows) x heads x batch). SM counts are cached per device.
 inline bool few_ctas(int64_t seq_len, int64_t heads, int64_t batch, int rows) {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> sms[kMaxDevices] = {};
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  int n = dev < kMaxDevices ? sms[dev].load(std::memory_order_relaxed) : 0;
+  if (n == 0) {
     CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return ceil_div(seq_len, int64_t(rows)) * heads * batch < 2 * int64_t(sms);
+    if (dev < kMaxDevices) sms[dev].store(n, std::memory_order_relaxed);
+  }
+  return ceil_div(seq_len, int64_t(rows)) * heads * batch < 2 * int64_t(n);
 }
 
 template <class K>

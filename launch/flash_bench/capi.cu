@@ -83,7 +83,8 @@ int fa_fwd(int variant, const void* qkv, void* out, float* lse, int B, int T, in
       case 9: ok = fwd_variant<FwdTraits<128, 128, 64, false, 1, 2>>(p, s); break;
       case 10: ok = fwd_variant<FwdTraits<128, 128, 32, false, 1, 2>>(p, s); break;
       case 11: ok = fwd_variant<FwdTraits<64, 64, 64, true, 1, 2>>(p, s); break;
-      // d 80 (xl: 4 x 32 heads, T 512 / 2048); production Config<80>::Fwd is FwdTraits<80, 128, 64, false>
+      // d 80 (xl: 4 x 32 heads, T 512 / 2048); production Config<80>::Fwd was FwdTraits<80, 128, 64, false> when
+      // these were added and is variant 21 since (launch.cuh)
       // (8 warps x 1 m16 tile, Q from shared memory). FwdTraits<kD, kBM queries, kBN keys, Q in registers,
       // min CTAs per SM, m16 tiles per warp>.
       case 20: ok = fwd_variant<FwdTraits<80, 64, 64, true>>(p, s); break;          // 4 warps x 1, Q regs
@@ -93,8 +94,9 @@ int fa_fwd(int variant, const void* qkv, void* out, float* lse, int B, int T, in
       case 24: ok = fwd_variant<FwdTraits<80, 64, 32, true>>(p, s); break;          // 4 warps x 1, kBN 32
       case 25: ok = fwd_variant<FwdTraits<80, 128, 32, true, 1, 2>>(p, s); break;   // 4 warps x 2, kBN 32, Q regs
       case 26: ok = fwd_variant<FwdTraits<80, 64, 64, true, 1, 2>>(p, s); break;    // 2 warps x 2, Q regs
-      case 27: ok = fwd_variant<FwdTraits<80, 128, 64, true>>(p, s); break;         // production tiles, Q regs
-      // d 128 (issue target: 16 x 128, T 16384, causal forward >= 300 TFLOP/s); production is variant 10
+      case 27: ok = fwd_variant<FwdTraits<80, 128, 64, true>>(p, s); break;         // the old tiles, Q regs
+      // d 128 (issue target: 16 x 128, T 16384, causal forward >= 300 TFLOP/s); production was variant 10, is 31 now
+      // (variant 10 stays as the few-CTA configuration)
       case 30: ok = fwd_variant<FwdTraits<128, 256, 32, false, 1, 2>>(p, s); break;  // 8 warps x 2: K/V reused 16x
       case 31: ok = fwd_variant<FwdTraits<128, 256, 64, false, 1, 2>>(p, s); break;
       case 32: ok = fwd_variant<FwdTraits<128, 64, 32, false, 1, 2>>(p, s); break;   // 2 warps x 2
@@ -149,7 +151,8 @@ int fa_bwd(int variant, void* dqkv, int dqkv_f32, const void* dout, const void* 
       case 7: ok = bwd_variant<BwdTraits<64, 128, 32, true, 1, 2>, Dq64>(p, s); break;
       case 8: ok = bwd_variant<BwdTraits<64, 128, 64, true, 1, 2>, Dq64>(p, s); break;
       case 9: ok = bwd_variant<BwdTraits<64, 64, 32, true, 1, 2>, Dq64>(p, s); break;
-      // d 80 (xl), atomic dQ; production Config<80>::Dkdv is BwdTraits<80, 128, 32, true> (8 warps x 16 keys).
+      // d 80 (xl), atomic dQ; production Config<80>::Dkdv was BwdTraits<80, 128, 32, true> (8 warps x 16 keys) and
+      // is variant 21 since (launch.cuh).
       // BwdTraits<kD, kBN keys per CTA, kBM queries per iteration, atomic dQ, min CTAs per SM, m16 key tiles per
       // warp>; atomic dQ needs warps (kBN / (16 kNT)) a multiple of, and >= the m16 query tiles (kBM / 16).
       case 20: ok = bwd_variant<BwdTraits<80, 64, 32, true>, Dq80>(p, s); break;         // 4 warps x 1

@@ -122,8 +122,10 @@ class Backend {
   /// D = op(A) op(B) + R: a product plus a residual (D and R the same shape and dtype, distinct memory). The CUDA
   /// backend adds R in cuBLASLt's epilogue (C input != D output); this default copies R into D, then accumulates.
   virtual void matmul_add(Tensor D, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b, const Tensor& R) {
-    TRAINER_CHECK(D.dtype == R.dtype && D.numel() == R.numel(), "matmul_add: D {} {} and residual {} {} differ",
-                  dtype_name(D.dtype), D.shape_str(), dtype_name(R.dtype), R.shape_str());
+    TRAINER_CHECK(D.dtype == R.dtype && D.rows() == R.rows() && D.cols() == R.cols(),
+                  "matmul_add: D {} {} and residual {} {} differ", dtype_name(D.dtype), D.shape_str(),
+                  dtype_name(R.dtype), R.shape_str());
+    TRAINER_CHECK(D.data != R.data, "matmul_add: the residual is D itself (use matmul with beta 1)");
     copy(D.data, R.data, D.bytes());
     matmul(D, A, trans_a, B, trans_b, 1.f, 1.f);
   }

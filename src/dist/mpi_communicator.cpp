@@ -227,7 +227,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   std::unique_ptr<Work> all_gather(Tensor out, const Tensor& in, bool async) override {
-    // Bytes only move, so any dtype goes as MPI_BYTE blocks of n * element size.
+    // Bytes only move, so any dtype goes as an MPI type of its element size (the count stays in elements).
     check_f32(out, "all_gather: out", /*any_dtype=*/true);
     check_f32(in, "all_gather: in", /*any_dtype=*/true);
     TRAINER_CHECK(out.dtype == in.dtype, "all_gather: out is {} but in is {}", dtype_name(out.dtype),
@@ -235,7 +235,10 @@ class MpiCommunicator final : public Communicator {
     const int64_t n = in.numel(), nb = int64_t(in.bytes());
     TRAINER_CHECK(out.numel() == n * size_, "all_gather: out has {} elements, expected {} ranks x {}", out.numel(),
                   size_, n);
-    TRAINER_CHECK(nb <= INT_MAX, "all_gather: {} bytes per rank exceed MPI's int count", nb);
+    TRAINER_CHECK(n <= INT_MAX, "all_gather: {} elements per rank exceed MPI's int count", n);
+    const size_t es = dtype_size(in.dtype);
+    TRAINER_CHECK(es == 4 || es == 2, "all_gather: elements of {} bytes", es);
+    const MPI_Datatype type = es == 4 ? MPI_FLOAT : MPI_UINT16_T;
     auto o = new_op("all_gather", out.bytes(), async);
     char* dst = static_cast<char*>(out.data);
     const bool in_place = in.data == static_cast<void*>(dst + rank_ * nb);
@@ -253,8 +256,8 @@ class MpiCommunicator final : public Communicator {
       std::copy_n(static_cast<const char*>(in.data), nb, dst + rank_ * nb);  // then gather in place: one code path
     }
     issue(*o, [&](MPI_Request* r) {
-      return r ? MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, int(nb), MPI_BYTE, comm_, r)
-               : MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, int(nb), MPI_BYTE, comm_);
+      return r ? MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, int(n), type, comm_, r)
+               : MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, int(n), type, comm_);
     });
     return launch(std::move(o));
   }

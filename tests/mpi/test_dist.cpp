@@ -391,11 +391,17 @@ TEST_CASE("zero1 in mixed precision (GPU, comm mpi): gathers the bf16 working co
   const RunOut flat_run = run(s, true);
   s.strategy = "zero1";
   const RunOut zero = run(s, true);
-  // The same reduced gradients and the same elementwise AdamW: the same bits, whether each rank updates all of the
-  // master weights (ddp_flat) or its shard and gathers the bf16 copy (zero1; gather_params() completes the master).
+  // The same reduced gradients and the same elementwise AdamW: the same bits on 2 ranks, whether each rank updates
+  // all of the master weights (ddp_flat) or its shard and gathers the bf16 copy (zero1; gather_params() completes the
+  // master). On more ranks all-reduce and reduce-scatter may sum in different orders: close, not identical.
   CHECK(zero.not_identical == 0);
-  CHECK(zero.losses == flat_run.losses);
-  CHECK(zero.params == flat_run.params);
+  if (world_size() == 2) {
+    CHECK(zero.losses == flat_run.losses);
+    CHECK(zero.params == flat_run.params);
+  } else {
+    CHECK(rel_diff(zero.params, flat_run.params, zero.params.size()) < 1e-3);
+    for (size_t i = 0; i < zero.losses.size(); ++i) CHECK(std::abs(zero.losses[i] - flat_run.losses[i]) < 1e-3);
+  }
   CHECK(rel_diff(zero.params, run(RunSpec{.steps = 0, .cuda_bf16 = true}, true).params, zero.params.size()) > 1e-4);
 }
 

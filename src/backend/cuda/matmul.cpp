@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <memory>
+#include <vector>
 
 #include "core/errors.h"
 
@@ -65,12 +67,7 @@ CublasLtMatmul::CublasLtMatmul(void* workspace, size_t workspace_bytes, bool all
 }
 
 CublasLtMatmul::~CublasLtMatmul() {
-  for (auto& [key, p] : cache_) {
-    cublasLtMatrixLayoutDestroy(p.a);
-    cublasLtMatrixLayoutDestroy(p.b);
-    cublasLtMatrixLayoutDestroy(p.c);
-    cublasLtMatmulDescDestroy(p.op);
-  }
+  for (auto& [key, p] : cache_) destroy_plan(p);
   if (handle_) cublasLtDestroy(handle_);
 }
 
@@ -78,51 +75,76 @@ int CublasLtMatmul::fastest(const Key& k, Plan& p, const cublasLtMatmulHeuristic
                             const void* A, const void* B, cudaStream_t stream) {
   const GemmShape& g = k.g;
   const size_t c_elems = size_t((g.M - 1) * g.ldc + g.N) + size_t(g.batch - 1) * size_t(g.stride_c);
-  void* C = nullptr;
-  if (cudaMalloc(&C, c_elems * dtype_size(g.c)) != cudaSuccess) {
+  void* raw = nullptr;
+  if (cudaMalloc(&raw, c_elems * dtype_size(g.c)) != cudaSuccess) {
     (void)cudaGetLastError();  // no room for a temporary C: keep the heuristic's choice
     return -1;
   }
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-  CUDA_CHECK(cudaEventCreate(&e0));
-  CUDA_CHECK(cudaEventCreate(&e1));
+  // Owned for the whole timing, also when a check throws (cudaFree waits for the queued products).
+  const std::unique_ptr<void, decltype(&cudaFree)> C(raw, &cudaFree);
+  cudaEvent_t events[2] = {nullptr, nullptr};
+  const auto destroy = [](cudaEvent_t* e) {
+    for (int i = 0; i < 2; ++i)
+      if (e[i]) cudaEventDestroy(e[i]);
+  };
+  const std::unique_ptr<cudaEvent_t, decltype(destroy)> own_events(events, destroy);
+  CUDA_CHECK(cudaEventCreate(&events[0]));
+  CUDA_CHECK(cudaEventCreate(&events[1]));
+  CUDA_CHECK(cudaStreamSynchronize(stream));  // every candidate starts on an idle stream
   const float alpha = 1.f, beta = 0.f;
   // Repetitions: about 2 ms of work per candidate, at least 3 and at most 20 calls (estimated at 500 TFLOP/s).
   const double flops = 2.0 * double(g.M) * double(g.N) * double(g.K) * g.batch;
-  const int reps = std::clamp(int(2e-3 * 500e12 / std::max(flops, 1.0)), 3, 20);
-  int best = -1;
-  float best_ms = 0, first_ms = 0;
+  const int reps = int(std::clamp(2e-3 * 500e12 / std::max(flops, 1.0), 3.0, 20.0));
+  std::vector<float> ms(size_t(n), -1.f);  // per call; -1: not timed
   for (int i = 0; i < n; ++i) {
+    if (cand[i].state != CUBLAS_STATUS_SUCCESS) continue;
     auto run = [&] {
-      return cublasLtMatmul(handle_, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &cand[i].algo, workspace_,
-                            workspace_bytes_, stream);
+      return cublasLtMatmul(handle_, p.op, &alpha, B, p.a, A, p.b, &beta, C.get(), p.c, C.get(), p.c, &cand[i].algo,
+                            workspace_, workspace_bytes_, stream);
     };
-    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that does not launch is skipped
-    CUDA_CHECK(cudaEventRecord(e0, stream));
+    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that does not launch is skipped (the call warms up)
+    CUDA_CHECK(cudaEventRecord(events[0], stream));
     for (int r = 0; r < reps; ++r) CUBLAS_CHECK(run());
-    CUDA_CHECK(cudaEventRecord(e1, stream));
-    CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    ms /= float(reps);
-    if (i == 0) first_ms = ms;
-    if (best < 0 || ms < best_ms) best = i, best_ms = ms;
+    CUDA_CHECK(cudaEventRecord(events[1], stream));
+    CUDA_CHECK(cudaEventSynchronize(events[1]));
+    CUDA_CHECK(cudaEventElapsedTime(&ms[size_t(i)], events[0], events[1]));
+    ms[size_t(i)] /= float(reps);
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  CUDA_CHECK(cudaFree(C));
+  // The heuristic's first choice stays unless another is at least 3% faster: near-ties are timing noise, and
+  // switching on noise would only make runs pick different algorithms.
+  int best = ms[0] >= 0 ? 0 : -1;
+  for (int i = 1; i < n; ++i)
+    if (ms[size_t(i)] >= 0 && (best < 0 || ms[size_t(i)] < (best == 0 ? 0.97f : 1.f) * ms[size_t(best)])) best = i;
   if (best >= 0) {
     tuning_.shapes += 1;
     tuning_.changed += best != 0;
-    tuning_.heuristic_ms += first_ms > 0 ? first_ms : best_ms;
-    tuning_.tuned_ms += best_ms;
+    tuning_.heuristic_ms += ms[0] >= 0 ? ms[0] : ms[size_t(best)];
+    tuning_.tuned_ms += ms[size_t(best)];
   }
   return best;
 }
 
+void CublasLtMatmul::destroy_plan(Plan& p) {
+  if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+  if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+  if (p.c) cublasLtMatrixLayoutDestroy(p.c);
+  if (p.op) cublasLtMatmulDescDestroy(p.op);
+  p = Plan{};
+}
+
 CublasLtMatmul::Plan CublasLtMatmul::make_plan(const Key& k, const void* A, const void* B, cudaStream_t stream) {
-  const GemmShape& g = k.g;
   Plan p;
+  try {
+    fill_plan(k, p, A, B, stream);
+  } catch (...) {  // nothing half-made stays behind
+    destroy_plan(p);
+    throw;
+  }
+  return p;
+}
+
+void CublasLtMatmul::fill_plan(const Key& k, Plan& p, const void* A, const void* B, cudaStream_t stream) {
+  const GemmShape& g = k.g;
   const cublasComputeType_t compute =
       (g.ab == DType::f32 && allow_tf32_) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, compute, CUDA_R_32F));
@@ -146,8 +168,11 @@ CublasLtMatmul::Plan CublasLtMatmul::make_plan(const Key& k, const void* A, cons
     }
   }
 
-  cublasLtMatmulPreference_t pref = nullptr;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  cublasLtMatmulPreference_t raw_pref = nullptr;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
+  const std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, decltype(&cublasLtMatmulPreferenceDestroy)> own_pref(
+      raw_pref, &cublasLtMatmulPreferenceDestroy);
+  const cublasLtMatmulPreference_t pref = raw_pref;
   const uint64_t ws = workspace_bytes_;
   CUBLAS_CHECK(
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
@@ -164,7 +189,6 @@ CublasLtMatmul::Plan CublasLtMatmul::make_plan(const Key& k, const void* A, cons
   int found = 0;
   CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, autotune_ ? kCandidates : 1,
                                                results, &found));
-  cublasLtMatmulPreferenceDestroy(pref);
   if (found == 0)
     fatal("cuBLASLt", "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__,
           fmt::format("no algorithm for C[{},{}] = op(A) op(B), K {}, trans_a {}, trans_b {}, {} x {} -> {}, lda {} "
@@ -173,7 +197,6 @@ CublasLtMatmul::Plan CublasLtMatmul::make_plan(const Key& k, const void* A, cons
                       g.ldb, g.ldc, g.batch, k.align_a, k.align_b, k.align_c));
   const int best = autotune_ && found > 1 ? fastest(k, p, results, found, A, B, stream) : 0;
   p.algo = results[best >= 0 ? best : 0].algo;
-  return p;
 }
 
 void CublasLtMatmul::gemm(const GemmShape& g, void* C, const void* A, const void* B, float alpha, float beta,

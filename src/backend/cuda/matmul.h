@@ -31,7 +31,8 @@ struct GemmShape {
 class CublasLtMatmul {
  public:
   /// autotune: on the first call of a shape, time up to kCandidates heuristic algorithms (beta 0, into a temporary
-  /// C from cudaMalloc, so C itself is untouched; the stream is synchronised) and keep the fastest. Without memory
+  /// C from cudaMalloc, so C itself is untouched; the stream is synchronised) and keep the fastest (the heuristic's
+  /// first choice unless another is at least 3% faster). Without memory
   /// for the temporary C the heuristic's first choice is kept.
   CublasLtMatmul(void* workspace, size_t workspace_bytes, bool allow_tf32, bool autotune = false);
   ~CublasLtMatmul();
@@ -66,8 +67,12 @@ class CublasLtMatmul {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
+  /// A new plan for k (descriptors, layouts, algorithm); on an error nothing of it stays allocated.
   Plan make_plan(const Key& k, const void* A, const void* B, cudaStream_t stream);
-  /// Index of the fastest of `n` algorithms for plan p (C = A B into a temporary, beta 0); -1 when not timed.
+  void fill_plan(const Key& k, Plan& p, const void* A, const void* B, cudaStream_t stream);
+  static void destroy_plan(Plan& p);
+  /// Index of the fastest of `n` algorithms for plan p (C = A B into a temporary, beta 0; candidate 0, the
+  /// heuristic's first choice, unless another is at least 3% faster); -1 when not timed.
   int fastest(const Key& k, Plan& p, const cublasLtMatmulHeuristicResult_t* cand, int n, const void* A, const void* B,
               cudaStream_t stream);
 
