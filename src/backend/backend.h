@@ -119,15 +119,15 @@ class Backend {
   /// Tensors are seen as matrices (rows(), cols()). beta = 1 accumulates (weight gradients).
   virtual void matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b, float alpha,
                       float beta) = 0;
-  /// D = op(A) op(B) + R: a product plus a residual (D and R the same shape and dtype, distinct memory). The CUDA
-  /// backend adds R in cuBLASLt's epilogue (C input != D output); this default copies R into D, then accumulates.
-  virtual void matmul_add(Tensor D, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b, const Tensor& R) {
+  /// D = op(A) op(B) + R: a product plus a residual (D and R the same shape and dtype, distinct memory; a
+  /// RuntimeError otherwise). The CUDA backend adds R in cuBLASLt's epilogue (C input != D output); the default
+  /// copies R into D, then accumulates.
+  void matmul_add(Tensor D, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b, const Tensor& R) {
     TRAINER_CHECK(D.dtype == R.dtype && D.rows() == R.rows() && D.cols() == R.cols(),
                   "matmul_add: D {} {} and residual {} {} differ", dtype_name(D.dtype), D.shape_str(),
                   dtype_name(R.dtype), R.shape_str());
     TRAINER_CHECK(D.data != R.data, "matmul_add: the residual is D itself (use matmul with beta 1)");
-    copy(D.data, R.data, D.bytes());
-    matmul(D, A, trans_a, B, trans_b, 1.f, 1.f);
+    matmul_residual(D, A, trans_a, B, trans_b, R);
   }
   /// out[n, :] = table[tokens[n], :]. tokens i32 [N], table [V, D], out [N, D].
   virtual void embedding_fwd(Tensor out, const Tensor& tokens, const Tensor& table) = 0;
@@ -176,6 +176,13 @@ class Backend {
   virtual double adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) = 0;
 
  protected:
+  /// matmul_add after its checks.
+  virtual void matmul_residual(Tensor D, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
+                               const Tensor& R) {
+    copy(D.data, R.data, D.bytes());
+    matmul(D, A, trans_a, B, trans_b, 1.f, 1.f);
+  }
+
   MemoryStats stats_;
   RangeSink* ranges_ = nullptr;
 };

@@ -291,7 +291,8 @@ class MpiCommunicator final : public Communicator {
   /// Host ms during which at least one collective was in flight (union of [issue, completion observed]) since the
   /// last reset_busy(); collectives still in flight are not counted yet.
   double busy_ms() const override {
-    auto iv = busy_;
+    std::vector<std::pair<Clock::time_point, Clock::time_point>> iv;  // [issued, completed] of the finished ops
+    for (const auto& [what, a, b] : done_) iv.emplace_back(a, b);
     std::sort(iv.begin(), iv.end());
     double ms = 0;
     Clock::time_point end = reset_time_;
@@ -312,7 +313,6 @@ class MpiCommunicator final : public Communicator {
     return out;
   }
   void reset_busy() override {
-    busy_.clear();
     done_.clear();
     reset_time_ = Clock::now();
   }
@@ -338,7 +338,6 @@ class MpiCommunicator final : public Communicator {
     for (Block& b : op.blocks) pool_.release(b);
     op.blocks.clear();
     op.finished = true;
-    busy_.emplace_back(op.issued, op.completed);
     done_.emplace_back(op.what, op.issued, op.completed);
     inflight_.erase(std::remove_if(inflight_.begin(), inflight_.end(),
                                    [&](const std::shared_ptr<MpiOp>& p) { return p.get() == &op; }),
@@ -452,8 +451,8 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   StagingPool pool_;
   std::vector<std::shared_ptr<MpiOp>> inflight_;
-  std::vector<std::pair<Clock::time_point, Clock::time_point>> busy_;  // [issued, completed] of finished ops
-  std::vector<std::tuple<std::string, Clock::time_point, Clock::time_point>> done_;  // the same, named, for spans()
+  // finished ops since reset_busy(): (what, issued, completed), for busy_ms() and spans()
+  std::vector<std::tuple<std::string, Clock::time_point, Clock::time_point>> done_;
   Clock::time_point reset_time_;
   // watchdog of blocking calls
   std::thread watchdog_;

@@ -18,10 +18,10 @@ struct RunContext {
 
 struct GemmTuning;
 
-/// The record's gemm_autotune section: whether cuBLASLt autotuning ran (and why not), and the totals of `t`
-/// (shapes tuned, shapes that left the heuristic's first choice, one call of each shape with that first choice and
-/// with the kept algorithm, ms).
-nlohmann::json gemm_autotune_record(const RunConfig& cfg, const GemmTuning& t);
+/// The record's gemm_autotune section: whether cuBLASLt autotuning ran (and why not), and the totals of `t` when
+/// given (shapes tuned, shapes that left the heuristic's first choice, one call of each shape with that first choice
+/// and with the kept algorithm, ms); null t: totals not collected (attention_bench: one backend per point).
+nlohmann::json gemm_autotune_record(const RunConfig& cfg, const GemmTuning* t);
 
 /// job = "train": builds the model and strategy, runs bench.warmup_steps + bench.measure_steps steps of
 /// bench.phase, and returns {model, steps, timing, throughput, memory, loss, grad_norm, lr, machine.backend}.

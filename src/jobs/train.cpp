@@ -84,7 +84,7 @@ void write_trace(const std::string& path, const Profiler& profiler, const RunCon
 
 }  // namespace
 
-nlohmann::json gemm_autotune_record(const RunConfig& cfg, const GemmTuning& t) {
+nlohmann::json gemm_autotune_record(const RunConfig& cfg, const GemmTuning* t) {
   const bool on = cfg.gemm_autotune && cfg.device == "cuda";
   nlohmann::json j = {{"enabled", on}};
   if (!on) {
@@ -92,10 +92,14 @@ nlohmann::json gemm_autotune_record(const RunConfig& cfg, const GemmTuning& t) {
                                      : "gemm_autotune is false: cuBLASLt's first (heuristic) algorithm is used";
     return j;
   }
-  j.update({{"shapes", t.shapes},
-            {"changed", t.changed},
-            {"heuristic_ms", t.heuristic_ms},
-            {"tuned_ms", t.tuned_ms},
+  if (!t) {
+    j["note"] = "each point's backend times the GEMM candidates of its shapes in the point's warm-up iterations";
+    return j;
+  }
+  j.update({{"shapes", t->shapes},
+            {"changed", t->changed},
+            {"heuristic_ms", t->heuristic_ms},
+            {"tuned_ms", t->tuned_ms},
             {"note", "the first call of each GEMM shape timed up to 8 cuBLASLt candidates and kept the fastest (the "
                      "first choice unless another was at least 3% faster); "
                      "heuristic_ms / tuned_ms: one call of each tuned shape, summed, with cuBLASLt's first choice and "
@@ -303,7 +307,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   r["lr"] = {{"per_step", lrs}};
   r["backend"] = be->description();
   const GemmTuning tune = be->gemm_tuning();
-  r["gemm_autotune"] = gemm_autotune_record(cfg, tune);
+  r["gemm_autotune"] = gemm_autotune_record(cfg, &tune);
   if (tune.shapes > 0)
     spdlog::info("gemm autotune: {} shapes, {} moved off cuBLASLt's first choice; one call of each: {:.3f} -> "
                  "{:.3f} ms",

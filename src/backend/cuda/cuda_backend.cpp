@@ -209,14 +209,11 @@ void CudaBackend::matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& 
   gemm(g, C.data, A.data, B.data, alpha, beta);
 }
 
-void CudaBackend::matmul_add(Tensor D, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b, const Tensor& R) {
+void CudaBackend::matmul_residual(Tensor D, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
+                                  const Tensor& R) {
   ScopedRange r(*this, "matmul");
   const GemmShape g = matmul_shape(D, A, trans_a, B, trans_b);
   check_float(R, "matmul_add", "R");
-  TRAINER_CHECK(R.dtype == D.dtype && R.rows() == D.rows() && R.cols() == D.cols(),
-                "matmul_add: residual {} {} is not D's {} {}", dtype_name(R.dtype), R.shape_str(),
-                dtype_name(D.dtype), D.shape_str());
-  TRAINER_CHECK(R.data != D.data, "matmul_add: the residual is D itself (use matmul with beta 1)");
   if (g.M == 0 || g.N == 0) return;
   if (g.K == 0) {  // D = R
     copy(D.data, R.data, D.bytes());

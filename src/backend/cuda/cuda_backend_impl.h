@@ -39,7 +39,6 @@ class CudaBackend final : public Backend {
 
   void matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b, float alpha,
               float beta) override;
-  void matmul_add(Tensor D, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b, const Tensor& R) override;
   void embedding_fwd(Tensor out, const Tensor& tokens, const Tensor& table) override;
   void embedding_bwd(Tensor dtable, const Tensor& tokens, const Tensor& dout) override;
   void rmsnorm_fwd(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps) override;
@@ -72,6 +71,9 @@ class CudaBackend final : public Backend {
   /// Row-major product on the compute stream (see GemmShape); C_in: read in place of C for beta C (null: C).
   void gemm(const GemmShape& g, void* C, const void* A, const void* B, float alpha, float beta,
             const void* C_in = nullptr);
+  /// matmul_add (checked by Backend): R goes in as cuBLASLt's C input, D is the output.
+  void matmul_residual(Tensor D, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
+                       const Tensor& R) override;
   /// Checks C = op(A) op(B) (dtypes, shapes) and returns its GemmShape; K may be 0.
   GemmShape matmul_shape(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b);
   /// flash2 for a d_head that kernels/flash_attn does not cover runs the naive path without stored probs; logs once.

@@ -15,9 +15,9 @@
 #include <memory>
 #include <vector>
 
+#include "common.cuh"  // CUDA_CHECK
 #include "core/errors.h"
 
-#define CUDA_CHECK(expr) TRAINER_CHECK_LIB(expr, cudaSuccess, cudaGetErrorString, "CUDA")
 #define CUBLAS_CHECK(expr) TRAINER_CHECK_LIB(expr, CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString, "cuBLASLt")
 
 namespace trainer {

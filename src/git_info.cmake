@@ -6,7 +6,7 @@ execute_process(COMMAND git describe --always --dirty --tags WORKING_DIRECTORY $
 if(NOT git)
   set(git "unknown")
 endif()
-set(text "// Generated at build time by cmake/git_info.cmake. Do not edit.\n#pragma once\nnamespace trainer::build {\ninline constexpr const char* kGit = \"${git}\";\n}  // namespace trainer::build\n")
+set(text "// Generated at build time by src/git_info.cmake. Do not edit.\n#pragma once\nnamespace trainer::build {\ninline constexpr const char* kGit = \"${git}\";\n}  // namespace trainer::build\n")
 if(EXISTS ${OUT})
   file(READ ${OUT} old)
 endif()
