@@ -62,17 +62,19 @@ def main():
             continue
         rows.append((pathlib.Path(p).stem, r))
     w = max([len(n) for n, _ in rows] + [len("record")])
-    print(f"{'record':{w}s} {'strategy':20s} {'ranks':>5s} {'step ms':>16s} {'fwd':>6s} {'bwd':>6s} {'opt':>6s} "
+    print(f"{'record':{w}s} {'strategy':27s} {'ranks':>5s} {'step ms':>16s} {'fwd':>6s} {'bwd':>6s} {'opt':>6s} "
           f"{'comm':>6s} {'exposed':>7s} {'eff':>5s} {'peak GiB':>8s} {'opt GiB':>7s}")
     for label, r in rows:
         c = r["config"]
         name = c["parallel"]["strategy"]
         if name == "ddp_bucketed":
             name += f" {c['parallel']['bucket_mb']:g} MiB"
+        if c["parallel"].get("reduce_dtype", "f32") != "f32":
+            name += f" ({c['parallel']['reduce_dtype']})"
         n = r.get("world_size") or 1
         step = r["timing"]["step"]
         if step.get("mean_ms") is None:
-            print(f"{label:{w}s} {name:20s} {n:5d} (no measured steps)")
+            print(f"{label:{w}s} {name:27s} {n:5d} (no measured steps)")
             continue
         peak = max([p["peak_bytes"] for p in r["memory"].get("per_rank", [])] or [r["memory"]["peak_bytes"]])
         eff = base / step["mean_ms"] if base and n > 1 else None
@@ -80,7 +82,7 @@ def main():
             print(f"# {label}: {per_gpu_rows(r)} rows per GPU, the --one record {per_gpu_rows(one)}: no efficiency",
                   file=sys.stderr)
             eff = None
-        print(f"{label:{w}s} {name:20s} {n:5d} {step['mean_ms']:8.1f} ± {step['std_ms'] or 0:5.1f} "
+        print(f"{label:{w}s} {name:27s} {n:5d} {step['mean_ms']:8.1f} ± {step['std_ms'] or 0:5.1f} "
               f"{fmt(ms(r, 'forward')):>6s} {fmt(ms(r, 'backward')):>6s} {fmt(ms(r, 'optimizer')):>6s} "
               f"{fmt(ms(r, 'comm')):>6s} {fmt(ms(r, 'comm_exposed')):>7s} {fmt(eff, '.3f'):>5s} {peak / GIB:8.2f} "
               f"{r['memory']['optimizer_state_bytes'] / GIB:7.2f}")

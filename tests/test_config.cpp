@@ -403,6 +403,8 @@ TEST_CASE("config: validation rules", "[config]") {
       {{"parallel.comm=gloo"}, 1, "config: 'parallel.comm' must be one of auto, nccl, mpi; got 'gloo'"},
       {{"parallel.comm=nccl"}, 1, "parallel: comm 'nccl' needs device 'cuda'"},
       {{"parallel.bucket_mb=0"}, 1, "config: 'parallel.bucket_mb' must be > 0, got 0"},
+      {{"parallel.reduce_dtype=fp16"}, 1, "config: 'parallel.reduce_dtype' must be one of f32, bf16; got 'fp16'"},
+      {{"device=cpu", "parallel.reduce_dtype=bf16"}, 1, "parallel: reduce_dtype 'bf16' needs comm 'nccl' (MPI has no bf16 sum)"},
       {{"parallel.prefetch_layers=-1"}, 1, "config: 'parallel.prefetch_layers' must be >= 0, got -1"},
       {{"parallel.comm_timeout_s=-5"}, 1, "config: 'parallel.comm_timeout_s' must be > 0, got -5"},
       {{"optimizer.lr=-0.1"}, 1, "config: 'optimizer.lr' must be >= 0, got -0.1"},

@@ -214,5 +214,7 @@ struct BackendOptions {
 std::unique_ptr<Backend> make_backend(Device device, int device_index, const BackendOptions& opts = {});
 /// True when this build has the CUDA backend and a GPU is visible.
 bool cuda_available();
+/// GPUs visible to this process (0 without the CUDA backend or a driver).
+int cuda_device_count();
 
 }  // namespace trainer

@@ -46,6 +46,7 @@ const Names kAttention{"auto", "naive", "flash2"};
 const Names kCheckpointPolicies{"none"};
 const Names kStrategies{"none", "ddp_naive", "ddp_flat", "ddp_overlap", "ddp_bucketed", "zero1"};
 const Names kComms{"auto", "nccl", "mpi"};
+const Names kReduceDtypes{"f32", "bf16"};
 const Names kSchedules{"constant", "cosine"};
 const Names kSources{"random", "tokens"};
 const Names kDtypes{"uint16", "uint32"};
@@ -81,6 +82,7 @@ void fields(S& p, F&& f) {
   f("strategy", p.strategy);
   f("comm", p.comm);
   f("bucket_mb", p.bucket_mb);
+  f("reduce_dtype", p.reduce_dtype);
   f("prefetch_layers", p.prefetch_layers);
   f("comm_timeout_s", p.comm_timeout_s);
 }
@@ -594,6 +596,8 @@ const std::vector<KeyDoc>& key_docs() {
       {"parallel.strategy", one_of(kStrategies), "how gradients (and optimizer state) are shared between ranks"},
       {"parallel.comm", one_of(kComms), "communicator; auto: nccl on cuda, else mpi (nccl needs cuda)"},
       {"parallel.bucket_mb", "number > 0", "ddp_bucketed bucket size, MiB of fp32 gradients"},
+      {"parallel.reduce_dtype", one_of(kReduceDtypes),
+       "ddp_*: dtype of the gradients summed over ranks; bf16 halves the bytes (needs comm nccl)"},
       {"parallel.prefetch_layers", "integer >= 0", "layers whose parameter shards are gathered ahead of use"},
       {"parallel.comm_timeout_s", "number > 0", "a collective not done after this many seconds aborts every rank"},
       {"optimizer.lr", "number >= 0", "peak learning rate of AdamW"},
@@ -733,6 +737,12 @@ void validate_config(const RunConfig& c, int world_size) {
   check_enum(p.comm, kComms, "parallel.comm");
   CONFIG_CHECK(p.comm != "nccl" || c.device == "cuda", "parallel: comm 'nccl' needs device 'cuda' (use comm 'mpi')");
   check_positive(p.bucket_mb, "parallel.bucket_mb");
+  check_enum(p.reduce_dtype, kReduceDtypes, "parallel.reduce_dtype");
+  CONFIG_CHECK(p.reduce_dtype == "f32" || (c.device == "cuda" && p.comm != "mpi"),
+               "parallel: reduce_dtype 'bf16' needs comm 'nccl' (MPI has no bf16 sum), got device '{}' comm '{}'",
+               c.device, p.comm);
+  CONFIG_CHECK(p.reduce_dtype == "f32" || p.strategy.rfind("ddp_", 0) == 0,
+               "parallel: reduce_dtype 'bf16' applies to the ddp_* strategies, got strategy '{}'", p.strategy);
   check_non_negative(p.prefetch_layers, "parallel.prefetch_layers");
   check_positive(p.comm_timeout_s, "parallel.comm_timeout_s");
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/errors.h"
 
 namespace trainer {
 
@@ -46,7 +47,7 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string name() const = 0;  // "mpi", "nccl"
-  /// In place: buf = op over ranks of buf. f32.
+  /// In place: buf = op over ranks of buf. f32 (nccl: also bf16).
   virtual std::unique_ptr<Work> all_reduce(Tensor buf, ReduceOp op, bool async = false) = 0;
   /// all_reduce of each of `bufs`, issued together: one operation for waiting and timing. NCCL launches them as one
   /// group (ncclGroupStart/End: one kernel, no per-collective launch latency); this default issues them in turn.
@@ -57,6 +58,17 @@ class Communicator {
     auto w = std::make_unique<WorkList>(std::move(works));
     if (!async) w->wait();
     return w;
+  }
+  /// all_reduce_many with the sums carried in a narrower dtype: each f32 bufs[i] is cast into wire[i] (bf16, same
+  /// element count), the wire tensors are summed over ranks, and the sums are cast back into bufs[i]. The casts run
+  /// where the collective runs (NCCL: on the communicator's stream, beside the compute stream's kernels), so the
+  /// compute stream pays nothing for them. Each rank's values are rounded to bf16 before the sum (PyTorch DDP's
+  /// bf16_compress_hook). Raises RuntimeError where unsupported (MPI has no bf16 sum).
+  virtual std::unique_ptr<Work> all_reduce_many_via(const std::vector<Tensor>& bufs, const std::vector<Tensor>& wire,
+                                                    ReduceOp op, bool async = false) {
+    (void)bufs, (void)wire, (void)op, (void)async;
+    TRAINER_CHECK(false, "{} communicator: all_reduce in bf16 is not supported (use comm nccl)", name());
+    return nullptr;
   }
   /// out [n] = op over ranks of in[rank*n : (rank+1)*n]; in has size()*n elements. out may be in's own slot
   /// (in + rank*n) only where reduce_scatter_in_place() says so.

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "elementwise.cuh"  // kernels::cast
 
 namespace trainer {
 
@@ -125,24 +126,50 @@ class NcclCommunicator final : public Communicator {
   std::string name() const override { return "nccl"; }
 
   std::unique_ptr<Work> all_reduce(Tensor buf, ReduceOp op, bool async) override {
-    check(buf, "all_reduce: buf");
+    check(buf, "all_reduce: buf", /*any_float=*/true);
     auto o = begin("all_reduce", buf.bytes());
-    enqueue(*o, ncclAllReduce(buf.data, buf.data, size_t(buf.numel()), ncclFloat32, nccl_op(op), comm_, stream_));
+    enqueue(*o, ncclAllReduce(buf.data, buf.data, size_t(buf.numel()), nccl_type(buf), nccl_op(op), comm_, stream_));
     return finish(std::move(o), async);
   }
 
   std::unique_ptr<Work> all_reduce_many(const std::vector<Tensor>& bufs, ReduceOp op, bool async) override {
     size_t bytes = 0;
     for (const Tensor& b : bufs) {
-      check(b, "all_reduce_many: buf");
+      check(b, "all_reduce_many: buf", /*any_float=*/true);
       bytes += b.bytes();
     }
     auto o = begin("all_reduce", bytes);
     o->what += fmt::format(" ({} tensors, one group)", bufs.size());
     enqueue(*o, ncclGroupStart());
     for (const Tensor& b : bufs)
-      enqueue(*o, ncclAllReduce(b.data, b.data, size_t(b.numel()), ncclFloat32, nccl_op(op), comm_, stream_));
+      enqueue(*o, ncclAllReduce(b.data, b.data, size_t(b.numel()), nccl_type(b), nccl_op(op), comm_, stream_));
     enqueue(*o, ncclGroupEnd());
+    return finish(std::move(o), async);
+  }
+
+  std::unique_ptr<Work> all_reduce_many_via(const std::vector<Tensor>& bufs, const std::vector<Tensor>& wire,
+                                            ReduceOp op, bool async) override {
+    TRAINER_CHECK(bufs.size() == wire.size(), "all_reduce_many_via: {} buffers but {} wire tensors", bufs.size(),
+                  wire.size());
+    size_t bytes = 0;
+    for (size_t i = 0; i < bufs.size(); ++i) {
+      check(bufs[i], "all_reduce_many_via: buf");
+      check(wire[i], "all_reduce_many_via: wire", /*any_float=*/true);
+      TRAINER_CHECK(wire[i].numel() == bufs[i].numel(), "all_reduce_many_via: wire {} has {} elements, buf {}", i,
+                    wire[i].numel(), bufs[i].numel());
+      bytes += wire[i].bytes();
+    }
+    auto o = begin("all_reduce", bytes);
+    o->what += fmt::format(" ({} tensors as {}, one group)", bufs.size(),
+                           wire.empty() ? "f32" : dtype_name(wire[0].dtype));
+    for (size_t i = 0; i < bufs.size(); ++i)
+      kernels::cast(wire[i].data, wire[i].dtype, bufs[i].data, DType::f32, bufs[i].numel(), stream_);
+    enqueue(*o, ncclGroupStart());
+    for (const Tensor& w : wire)
+      enqueue(*o, ncclAllReduce(w.data, w.data, size_t(w.numel()), nccl_type(w), nccl_op(op), comm_, stream_));
+    enqueue(*o, ncclGroupEnd());
+    for (size_t i = 0; i < bufs.size(); ++i)
+      kernels::cast(bufs[i].data, DType::f32, wire[i].data, wire[i].dtype, bufs[i].numel(), stream_);
     return finish(std::move(o), async);
   }
 
@@ -167,7 +194,7 @@ class NcclCommunicator final : public Communicator {
                   out.numel(), size_, in.numel());
     auto o = begin("all_gather", out.bytes());
     // In place when in == out + rank * n (NCCL handles it).
-    const ncclDataType_t t = in.dtype == DType::bf16 ? ncclBfloat16 : ncclFloat32;
+    const ncclDataType_t t = nccl_type(in);
     enqueue(*o, ncclAllGather(in.data, out.data, size_t(in.numel()), t, comm_, stream_));
     return finish(std::move(o), async);
   }
@@ -208,7 +235,8 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
-  /// f32 (reductions), or f32 / bf16 where bytes only move (any_float).
+  static ncclDataType_t nccl_type(const Tensor& t) { return t.dtype == DType::bf16 ? ncclBfloat16 : ncclFloat32; }
+  /// f32, or also bf16 (any_float: all_reduce, all_gather).
   void check(const Tensor& t, const char* what, bool any_float = false) const {
     TRAINER_CHECK(t.dtype == DType::f32 || (any_float && t.dtype == DType::bf16),
                   "nccl communicator: {} has dtype {}, expected f32{}", what, dtype_name(t.dtype),

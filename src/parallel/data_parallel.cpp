@@ -84,7 +84,18 @@ void DdpStrategy::setup(Model& model) {
   model_ = &model;
   broadcast_weights(model, comm_);
   adamw_ = std::make_unique<AdamW>(be_, model.flat_size(), cfg_.optimizer);
+  if (cfg_.parallel.reduce_dtype == "bf16") staged_ = be_.alloc(size_t(model.flat_size()) * 2, Category::communication);
   setup_layout();
+}
+
+std::unique_ptr<Work> DdpStrategy::reduce(const std::vector<std::pair<int64_t, int64_t>>& ranges, bool async) {
+  std::vector<Tensor> bufs, wire;
+  for (const auto& [begin, end] : ranges) {
+    bufs.push_back(grad_range(begin, end));
+    if (staged_) wire.push_back(staged_.view(DType::bf16, {model_->flat_size()}).slice(begin, {end - begin}));
+  }
+  if (staged_) return comm_.all_reduce_many_via(bufs, wire, ReduceOp::sum, async);
+  return comm_.all_reduce_many(bufs, ReduceOp::sum, async);
 }
 
 double DdpStrategy::grad_norm() { return std::sqrt(be_.sum_squares(model_->grads())); }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -75,6 +76,10 @@ class DdpStrategy : public Strategy {
   virtual void setup_layout() {}
   /// The gradient range [begin, end) (elements of the flat buffer) as a tensor.
   Tensor grad_range(int64_t begin, int64_t end) const { return model_->grads().slice(begin, {end - begin}); }
+  /// Sums the gradient ranges [begin, end) (elements of the flat buffer) over ranks in place: one Work, issued
+  /// together (NCCL: one group). With parallel.reduce_dtype bf16 they travel as bf16 through the staging buffer
+  /// [flat_size] (Communicator::all_reduce_many_via: cast, sum and cast back on the communicator's stream).
+  std::unique_ptr<Work> reduce(const std::vector<std::pair<int64_t, int64_t>>& ranges, bool async);
 
   const RunConfig& cfg_;
   Backend& be_;
@@ -85,6 +90,7 @@ class DdpStrategy : public Strategy {
  private:
   std::string name_;
   std::unique_ptr<AdamW> adamw_;
+  Buffer staged_;  // bf16 [flat_size] with reduce_dtype bf16, else empty
 };
 
 std::unique_ptr<Strategy> make_ddp_naive_strategy(const RunConfig& cfg, Backend& be, Communicator* comm);

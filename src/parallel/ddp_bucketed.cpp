@@ -94,13 +94,14 @@ class DdpBucketed final : public DdpStrategy {
  private:
   /// One all-reduce per bucket; the buckets completed by one hook are issued together (one NCCL group).
   void launch(const std::vector<int>& bs) {
-    std::vector<Tensor> bufs;
+    std::vector<std::pair<int64_t, int64_t>> ranges;
     for (int b : bs) {
       if (launched_[size_t(b)]) continue;
       launched_[size_t(b)] = true;
-      bufs.push_back(grad_range(buckets_[size_t(b)].begin, buckets_[size_t(b)].end));
+      ranges.emplace_back(buckets_[size_t(b)].begin, buckets_[size_t(b)].end);
     }
-    if (!bufs.empty()) works_.push_back(comm_.all_reduce_many(bufs, ReduceOp::sum, /*async=*/true));
+    if (ranges.empty()) return;
+    works_.push_back(reduce(ranges, /*async=*/true));
   }
 
   std::vector<Bucket> buckets_;                 // in launch order: bucket 0 holds the end of the flat buffer

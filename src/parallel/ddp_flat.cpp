@@ -13,7 +13,7 @@ class DdpFlat final : public DdpStrategy {
   void finish_backward() override {
     timer_.begin_step();
     timer_.begin_exposed();
-    comm_.all_reduce(model_->grads(), ReduceOp::sum);
+    reduce({{0, model_->flat_size()}}, /*async=*/false);
     timer_.end_exposed();
     timer_.end_step();
   }

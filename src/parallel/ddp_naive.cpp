@@ -13,7 +13,7 @@ class DdpNaive final : public DdpStrategy {
     timer_.begin_step();
     timer_.begin_exposed();
     for (const ParamInfo& p : model_->layout().params())
-      comm_.all_reduce(grad_range(p.offset, p.offset + p.numel), ReduceOp::sum);
+      reduce({{p.offset, p.offset + p.numel}}, /*async=*/false);
     timer_.end_exposed();
     timer_.end_step();
   }

@@ -53,10 +53,10 @@ class DdpOverlap final : public DdpStrategy {
     // One all-reduce per parameter tensor, the unit's issued together (NCCL: one group launch, so the small RMSNorm
     // gains cost no launch latency of their own); reverse order inside the unit: its last tensor is finished first.
     const auto& params = unit_params_[size_t(unit)];
-    std::vector<Tensor> bufs;
+    std::vector<std::pair<int64_t, int64_t>> ranges;
     for (auto it = params.rbegin(); it != params.rend(); ++it)
-      bufs.push_back(grad_range((*it)->offset, (*it)->offset + (*it)->numel));
-    pending_.push_back(comm_.all_reduce_many(bufs, ReduceOp::sum, /*async=*/true));
+      ranges.emplace_back((*it)->offset, (*it)->offset + (*it)->numel);
+    pending_.push_back(reduce(ranges, /*async=*/true));
   }
 
   std::vector<std::vector<const ParamInfo*>> unit_params_;  // [unit] -> its parameter tensors, in layout order

@@ -47,14 +47,16 @@ void check_float(const Tensor& t, const char* op, const char* what) {
 
 // ---- construction, memory -------------------------------------------------------------------------------------------
 
-bool cuda_available() {
+int cuda_device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();  // no driver or no device: clear the sticky-free error and say no
-    return false;
+    (void)cudaGetLastError();  // no driver or no device: clear the sticky-free error and say none
+    return 0;
   }
-  return n > 0;
+  return n;
 }
+
+bool cuda_available() { return cuda_device_count() > 0; }
 
 std::unique_ptr<Backend> make_cuda_backend(int device_index, const BackendOptions& opts) {
   return std::make_unique<CudaBackend>(device_index, opts);
