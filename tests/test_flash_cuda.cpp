@@ -124,13 +124,24 @@ TEST_CASE("flash2 matches naive attention: small and ragged lengths, every head 
 }
 
 TEST_CASE("flash2 matches naive attention: T 1000 and 4097", "[cuda][flash]") {
+  // With few (batch, head) pairs these lengths take the split paths in bf16 (the forward's key chunks and the
+  // backward's split query loop: launch.cuh); 2 x 20 heads at T 1000 does not.
   REQUIRE_GPU();
   for (DType dt : {DType::bf16, DType::f32})
     for (bool causal : {false, true}) {
-      for (int dh : {16, 64, 128}) flash_case(dt, 1, 1000, 1, dh, causal, dt, dt);
+      for (int dh : {16, 32, 64, 80, 128}) flash_case(dt, 1, 1000, 1, dh, causal, dt, dt);
       flash_case(dt, 2, 1000, 20, dt == DType::bf16 ? 64 : 32, causal, dt, dt);
+      flash_case(dt, 2, 1000, 3, 80, causal, dt, dt);
       flash_case(dt, 1, 4097, 1, dt == DType::bf16 ? 128 : 64, causal, dt, dt);
     }
+}
+
+TEST_CASE("flash2 split paths on one head: forward key chunks, backward query chunks", "[cuda][flash][split]") {
+  // Small enough for compute-sanitizer racecheck: T 600 with one (batch, head) pair splits the forward's keys
+  // (d 64: 10 key tiles of 64; d 128: 19 of 32) and the dK/dV pass's query loop (launch.cuh, dkdv_chunk).
+  REQUIRE_GPU();
+  for (bool causal : {false, true})
+    for (int dh : {64, 128}) flash_case(DType::bf16, 1, 600, 1, dh, causal, DType::bf16, DType::bf16);
 }
 
 TEST_CASE("flash2 with bf16 inputs and f32 outputs or gradients", "[cuda][flash]") {
@@ -138,6 +149,7 @@ TEST_CASE("flash2 with bf16 inputs and f32 outputs or gradients", "[cuda][flash]
   for (bool causal : {false, true}) {
     flash_case(DType::bf16, 2, 100, 3, 64, causal, DType::f32, DType::f32);
     flash_case(DType::bf16, 1, 129, 2, 128, causal, DType::bf16, DType::f32);
+    flash_case(DType::bf16, 1, 1000, 1, 64, causal, DType::f32, DType::f32);  // the split paths, f32 stores
   }
 }
 

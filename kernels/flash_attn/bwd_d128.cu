@@ -3,4 +3,5 @@
 
 namespace trainer::flash {
 template void bwd_launch<128, false>(const FlashBwdParams&, cudaStream_t);
+template int bwd_dkdv_chunk<128>(int, int64_t, bool);
 }  // namespace trainer::flash

@@ -3,4 +3,5 @@
 
 namespace trainer::flash {
 template void bwd_launch<16, false>(const FlashBwdParams&, cudaStream_t);
+template int bwd_dkdv_chunk<16>(int, int64_t, bool);
 }  // namespace trainer::flash

@@ -3,4 +3,5 @@
 
 namespace trainer::flash {
 template void bwd_launch<64, false>(const FlashBwdParams&, cudaStream_t);
+template int bwd_dkdv_chunk<64>(int, int64_t, bool);
 }  // namespace trainer::flash

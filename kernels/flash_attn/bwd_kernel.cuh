@@ -10,6 +10,10 @@
 //   dQ pass (deterministic mode; one CTA per query tile, each warp 16 rows; loop over key tiles):
 //     S = Q Kᵀ,  P = exp2(...),  dP = dO Vᵀ,  dS = P ∘ (dP − D),  dQ += dS K;  dQ ·= scale.
 //   convert (atomic mode): dQ = scale · dQacc, into the dQ view in its dtype.
+//   split queries (few key tiles: short sequences, few heads): a key tile's query loop is cut into chunks of
+//     dkdv_chunk tiles, one CTA each (grid.x = key tiles x chunks); each adds its partial dK·scale and dV into fp32
+//     accumulators (atomics) and a convert pass writes dK, dV (FlashAttention-2's sequence-parallel split, applied
+//     to the query loop of the dK/dV pass, the way flash-decoding splits the key loop of the forward).
 // Rows past the end: K, V, Q, dO tiles are zero-filled; L of a missing query is +inf so its P is 0.
 #pragma once
 #include "flash_attn/mma.cuh"
@@ -65,6 +69,26 @@ __global__ void flash_bwd_convert_dq_kernel(const FlashBwdParams p) {
   store_pair(p.dq, off, std::is_same_v<TO, float>, v.x * p.softmax_scale, v.y * p.softmax_scale);
 }
 
+/// Split mode: dK, dV = dkv_accum [2][B, H, T, d] (already scaled) into their views (TO: f32 or bf16).
+template <class TO>
+__global__ void flash_bwd_convert_dkdv_kernel(const FlashBwdParams p) {
+  const int64_t n = int64_t(p.batch) * p.num_heads * p.seq_len * p.d_head;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (2 * i >= n) return;
+  const int64_t e = 2 * i;
+  const int c = int(e % p.d_head);
+  const int64_t bht = e / p.d_head;
+  const int tt = int(bht % p.seq_len);
+  const int64_t bh = bht / p.seq_len;
+  const int h = int(bh % p.num_heads), b = int(bh / p.num_heads);
+  const int64_t off = int64_t(b) * p.dqkv_batch_stride + int64_t(tt) * p.dqkv_row_stride +
+                      int64_t(h) * p.dqkv_head_stride + c;
+  const float2 k = *reinterpret_cast<const float2*>(p.dkv_accum + e);
+  const float2 v = *reinterpret_cast<const float2*>(p.dkv_accum + n + e);
+  store_pair(p.dk, off, std::is_same_v<TO, float>, k.x, k.y);
+  store_pair(p.dv, off, std::is_same_v<TO, float>, v.x, v.y);
+}
+
 template <int kD_, int kBN_, int kBM_, bool kAtomicDQ_, int kMinBlocks_ = 1, int kNT_ = 1>
 struct BwdTraits {
   static constexpr int kD = kD_, kBN = kBN_, kBM = kBM_;  // keys per CTA, queries per iteration
@@ -97,9 +121,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dkdv_k
   float* sDs = sL + 2 * kBM;                                       // [2][kBM] D
   bf16* sdS = reinterpret_cast<bf16*>(sDs + 2 * kBM);              // [kBN][kSStride] dSᵀ (atomic mode)
 
-  const int n_block = blockIdx.x;  // key tile; tile 0 (the most query tiles when causal) first
+  const int T = p.seq_len;
+  const int splits = gridDim.x / ((T + kBN - 1) / kBN);  // query chunks per key tile (1: no split)
+  const int n_block = blockIdx.x / splits;  // key tile; tile 0 (the most query tiles when causal) first
+  const int split = blockIdx.x % splits;
   const int h = blockIdx.y, b = blockIdx.z;
-  const int T = p.seq_len, n0 = n_block * kBN;
+  const int n0 = n_block * kBN;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int64_t ld = p.qkv_row_stride, ldo = p.o_row_stride;
   const int64_t off = int64_t(b) * p.qkv_batch_stride + int64_t(h) * p.qkv_head_stride;
@@ -112,7 +139,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dkdv_k
   const float* gL = p.lse + bh * T;
   const float* gD = p.dsum + bh * T;
 
-  const int m_begin = kCausal ? n0 / kBM : 0, m_end = (T + kBM - 1) / kBM;
+  int m_begin = kCausal ? n0 / kBM : 0, m_end = (T + kBM - 1) / kBM;
+  if (splits > 1) {  // this CTA's chunk of the query loop; a chunk past the end has nothing to do
+    m_begin += split * p.dkdv_chunk;
+    if (m_begin >= m_end) return;
+    m_end = min(m_end, m_begin + p.dkdv_chunk);
+  }
 
   auto load_q_tile = [&](int m, int buf) {
     load_tile_async<kBM, kD, kThreads>(sQ + buf * kBM * kStride, gq, ld, m * kBM, T, tid);
@@ -288,7 +320,33 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dkdv_k
   }
   cp_async_wait<0>();
 
-  // Epilogue: dK ·= scale; rows past the end are not written.
+  // Epilogue: dK ·= scale; rows past the end are not written. Split: add into the fp32 accumulators instead.
+  if (splits > 1) {
+    float* gdk = p.dkv_accum + bh * T * kD;
+    float* gdv = gdk + int64_t(p.batch) * p.num_heads * T * kD;
+#pragma unroll
+    for (int ni = 0; ni < kNT; ++ni)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int key = n0 + tile_key(ni) + g + r * 8;
+        if (key >= T) continue;
+#pragma unroll
+        for (int j = 0; j < kD / 8; ++j) {
+          const int64_t e = int64_t(key) * kD + j * 8 + 2 * t;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+          atomicAdd(reinterpret_cast<float2*>(gdk + e),
+                    make_float2(dk[ni][j][2 * r] * p.softmax_scale, dk[ni][j][2 * r + 1] * p.softmax_scale));
+          atomicAdd(reinterpret_cast<float2*>(gdv + e), make_float2(dv[ni][j][2 * r], dv[ni][j][2 * r + 1]));
+#else
+          atomicAdd(gdk + e, dk[ni][j][2 * r] * p.softmax_scale);
+          atomicAdd(gdk + e + 1, dk[ni][j][2 * r + 1] * p.softmax_scale);
+          atomicAdd(gdv + e, dv[ni][j][2 * r]);
+          atomicAdd(gdv + e + 1, dv[ni][j][2 * r + 1]);
+#endif
+        }
+      }
+    return;
+  }
   const int64_t goff = int64_t(b) * p.dqkv_batch_stride + int64_t(h) * p.dqkv_head_stride;
 #pragma unroll
   for (int ni = 0; ni < kNT; ++ni)

@@ -3,8 +3,12 @@
 #include "common.cuh"  // first (fmt set-up for nvcc)
 
 #include "flash_attn/bwd_kernel.cuh"
+#include "flash_attn/fwd_kernel.cuh"
 #include "flash_attn/fp32_kernel.cuh"
 #include "flash_attn/launch.h"
+
+#include <algorithm>
+#include <atomic>
 
 namespace trainer::flash {
 namespace {
@@ -54,6 +58,59 @@ void launch_bwd_convert_dq(const FlashBwdParams& p, cudaStream_t s) {
     flash_bwd_convert_dq_kernel<float><<<blocks, 256, 0, s>>>(p);
   else
     flash_bwd_convert_dq_kernel<__nv_bfloat16><<<blocks, 256, 0, s>>>(p);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_bwd_convert_dkdv(const FlashBwdParams& p, cudaStream_t s) {
+  const int64_t pairs = int64_t(p.batch) * p.num_heads * p.seq_len * p.d_head / 2;
+  const unsigned blocks = unsigned(ceil_div<int64_t>(pairs, 256));
+  if (p.dqkv_f32)
+    flash_bwd_convert_dkdv_kernel<float><<<blocks, 256, 0, s>>>(p);
+  else
+    flash_bwd_convert_dkdv_kernel<__nv_bfloat16><<<blocks, 256, 0, s>>>(p);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+int device_sm_count() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> sms[kMaxDevices] = {};
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  int n = dev < kMaxDevices ? sms[dev].load(std::memory_order_relaxed) : 0;
+  if (n == 0) {
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    if (dev < kMaxDevices) sms[dev].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+int dkdv_chunk(int seq_len, int kbn, int kbm, int64_t bh, bool causal) {
+  const int64_t sms = device_sm_count();
+  const int n_blocks = ceil_div(seq_len, kbn), m_tiles = ceil_div(seq_len, kbm);
+  if (int64_t(n_blocks) * bh >= 2 * sms) return 0;
+  int64_t pairs = 0;  // (key tile, query tile) pairs the pass visits
+  for (int n = 0; n < n_blocks; ++n) pairs += m_tiles - (causal ? int64_t(n) * kbn / kbm : 0);
+  const int chunk = int(std::max<int64_t>(2, ceil_div(pairs * bh, 4 * sms)));
+  return chunk < m_tiles ? chunk : 0;
+}
+
+int fwd_split_count(int seq_len, int kbm, int kbn, int64_t bh) {
+  const int64_t sms = device_sm_count(), ctas = ceil_div<int64_t>(seq_len, kbm) * bh;
+  const int n_tiles = ceil_div(seq_len, kbn);
+  if (ctas >= 2 * sms || n_tiles < 8) return 1;
+  const int64_t want = std::min<int64_t>({kMaxFwdSplits, ceil_div(4 * sms, ctas), n_tiles / 4});
+  if (want <= 1) return 1;
+  const int chunk = ceil_div(n_tiles, int(want));
+  return ceil_div(n_tiles, chunk);  // no chunk left empty by rounding
+}
+
+void launch_fwd_combine(const FlashParams& p, cudaStream_t s) {
+  const int64_t rows = int64_t(p.batch) * p.num_heads * p.seq_len;
+  const unsigned blocks = unsigned(ceil_div<int64_t>(rows * 32, 256));
+  if (p.o_f32)
+    flash_fwd_combine_kernel<float><<<blocks, 256, 0, s>>>(p);
+  else
+    flash_fwd_combine_kernel<__nv_bfloat16><<<blocks, 256, 0, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -26,12 +26,19 @@ void run_fwd(const FlashParams& p, cudaStream_t s);
 void run_bwd(const FlashBwdParams& p, cudaStream_t s);
 
 /// Bytes of workspace attention_bwd needs: D [B, H, T] f32, plus dQ accumulators [B, H, T, d] f32 for bf16 inputs
-/// in the (default) non-deterministic mode. 256-byte aligned parts.
+/// in the (default) non-deterministic mode, plus dK and dV accumulators (2 x [B, H, T, d] f32) there when the
+/// problem has so few key tiles that the dK/dV pass splits its query loop. 256-byte aligned parts.
 size_t bwd_workspace_bytes(const AttnShape& s, DType dtype, bool deterministic);
 
+/// Bytes of workspace attention_fwd needs: 0, or for bf16 problems with few query tiles (split keys) the partial
+/// results of each key chunk: S x [B, H, T, d] + S x [B, H, T] f32, 256-byte aligned parts.
+size_t fwd_workspace_bytes(const AttnShape& s, DType dtype);
+
 /// out [B*T, D] (qkv's dtype or f32) and lse [B, H, T] f32 from qkv [B*T, 3D] (f32 or bf16) with the Backend's
-/// layout (backend.h). Enqueued on `st`.
-void attention_fwd(const AttnShape& s, Tensor out, Tensor lse, const Tensor& qkv, cudaStream_t st);
+/// layout (backend.h). `workspace` holds at least fwd_workspace_bytes(s, qkv.dtype) bytes of device memory (may be
+/// null when that is 0). Enqueued on `st`.
+void attention_fwd(const AttnShape& s, Tensor out, Tensor lse, const Tensor& qkv, void* workspace,
+                   size_t workspace_bytes, cudaStream_t st);
 
 /// dqkv [B*T, 3D] (qkv's dtype or f32; overwritten) from dout [B*T, D] (qkv's dtype), qkv, out and lse of the
 /// forward. `workspace` holds at least bwd_workspace_bytes(s, qkv.dtype, deterministic) bytes of device memory.

@@ -35,6 +35,19 @@ void check_common(const FlashParams& p) {
                 "flash2: out pointer or strides not aligned for pair stores");
 }
 
+/// True when the bf16 dK/dV pass splits its query loop for this problem (launch_bwd, dkdv_chunk) and so needs the
+/// dK/dV accumulators.
+bool split_possible(const AttnShape& s) {
+  const int64_t bh = int64_t(s.B) * s.H;
+  switch (s.d_head) {
+    case 16: return bwd_dkdv_chunk<16>(int(s.T), bh, s.causal) > 0;
+    case 32: return bwd_dkdv_chunk<32>(int(s.T), bh, s.causal) > 0;
+    case 64: return bwd_dkdv_chunk<64>(int(s.T), bh, s.causal) > 0;
+    case 80: return bwd_dkdv_chunk<80>(int(s.T), bh, s.causal) > 0;
+    default: return bwd_dkdv_chunk<128>(int(s.T), bh, s.causal) > 0;
+  }
+}
+
 }  // namespace
 
 bool supports_head_dim(int d) { return d == 16 || d == 32 || d == 64 || d == 80 || d == 128; }
@@ -81,10 +94,34 @@ void run_bwd(const FlashBwdParams& p, cudaStream_t s) {
   });
 }
 
+namespace {
+int fwd_split_chunks(const AttnShape& s) {
+  const int64_t bh = int64_t(s.B) * s.H;
+  switch (s.d_head) {
+    case 16: return fwd_splits<16>(int(s.T), bh);
+    case 32: return fwd_splits<32>(int(s.T), bh);
+    case 64: return fwd_splits<64>(int(s.T), bh);
+    case 80: return fwd_splits<80>(int(s.T), bh);
+    default: return fwd_splits<128>(int(s.T), bh);
+  }
+}
+}  // namespace
+
+size_t fwd_workspace_bytes(const AttnShape& s, DType dtype) {
+  if (dtype != DType::bf16 || !supports_head_dim(s.d_head) || s.B * s.H * s.T == 0) return 0;
+  const int S = fwd_split_chunks(s);
+  if (S <= 1) return 0;
+  const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T);
+  return align_up(size_t(S) * rows * size_t(s.d_head) * sizeof(float)) + align_up(size_t(S) * rows * sizeof(float));
+}
+
 size_t bwd_workspace_bytes(const AttnShape& s, DType dtype, bool deterministic) {
   const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T);
   size_t bytes = align_up(rows * sizeof(float));
-  if (dtype == DType::bf16 && !deterministic) bytes += align_up(rows * size_t(s.d_head) * sizeof(float));
+  if (dtype == DType::bf16 && !deterministic) {
+    bytes += align_up(rows * size_t(s.d_head) * sizeof(float));
+    if (split_possible(s)) bytes += align_up(2 * rows * size_t(s.d_head) * sizeof(float));
+  }
   return bytes;
 }
 
@@ -117,9 +154,20 @@ void fill_params(FlashParams& p, const AttnShape& s, const Tensor& out, const Te
 
 }  // namespace
 
-void attention_fwd(const AttnShape& s, Tensor out, Tensor lse, const Tensor& qkv, cudaStream_t st) {
+void attention_fwd(const AttnShape& s, Tensor out, Tensor lse, const Tensor& qkv, void* workspace,
+                   size_t workspace_bytes, cudaStream_t st) {
   FlashParams p;
   fill_params(p, s, out, lse, qkv);
+  const size_t need = fwd_workspace_bytes(s, qkv.dtype);
+  if (need > 0) {
+    TRAINER_CHECK(workspace && workspace_bytes >= need && aligned(workspace, kAlign),
+                  "flash2: forward workspace {} bytes at {} (need {}, 256-byte aligned)", workspace_bytes, workspace,
+                  need);
+    const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T);
+    p.o_accum = static_cast<float*>(workspace);
+    p.lse_accum = reinterpret_cast<float*>(static_cast<char*>(workspace) +
+                                           align_up(size_t(fwd_split_chunks(s)) * rows * size_t(s.d_head) * 4));
+  }
   run_fwd(p, st);
 }
 
@@ -145,6 +193,9 @@ void attention_bwd(const AttnShape& s, Tensor dqkv, const Tensor& dout, const Te
   p.dsum = static_cast<float*>(workspace);
   p.dq_accum = reinterpret_cast<float*>(static_cast<char*>(workspace) + align_up(size_t(B * H * T) * sizeof(float)));
   p.deterministic = deterministic || qkv.dtype == DType::f32;
+  if (!p.deterministic && split_possible(s))
+    p.dkv_accum = reinterpret_cast<float*>(reinterpret_cast<char*>(p.dq_accum) +
+                                           align_up(size_t(B * H * T * dh) * sizeof(float)));
   run_bwd(p, st);
 }
 

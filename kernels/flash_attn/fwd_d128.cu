@@ -3,4 +3,5 @@
 
 namespace trainer::flash {
 template void fwd_launch<128, false>(const FlashParams&, cudaStream_t);
+template int fwd_splits<128>(int, int64_t);
 }  // namespace trainer::flash

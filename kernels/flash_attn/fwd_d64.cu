@@ -3,4 +3,5 @@
 
 namespace trainer::flash {
 template void fwd_launch<64, false>(const FlashParams&, cudaStream_t);
+template int fwd_splits<64>(int, int64_t);
 }  // namespace trainer::flash

@@ -3,4 +3,5 @@
 
 namespace trainer::flash {
 template void fwd_launch<80, false>(const FlashParams&, cudaStream_t);
+template int fwd_splits<80>(int, int64_t);
 }  // namespace trainer::flash

@@ -11,11 +11,58 @@
 // O += P V. At the end O /= l and L = (m + log2 l) ln 2, the natural-log logsumexp of scale·S.
 // Causal: key tiles wholly above the diagonal are never visited (the loop ends at the diagonal); the index
 // comparison runs only on tiles that cross it (and on the ragged last key tile).
+// Split keys (problems whose query tiles give fewer than two CTAs per SM): the key tiles are cut into fwd_chunk-tile
+// chunks, one CTA per (query tile, chunk); each writes its normalised partial O and logsumexp, and the combine kernel
+// merges them: L = log sum_s exp(L_s), O = sum_s exp(L_s - L) O_s (flash-decoding, Dao et al. 2023).
 #pragma once
 #include "flash_attn/mma.cuh"
 #include "flash_attn/params.h"
 
 namespace trainer::flash {
+
+constexpr int kMaxFwdSplits = 16;
+
+/// Split keys: merges the S = p.fwd_splits partial results into out and lse; one warp per (b, h, t) row.
+/// L = m + log sum_s exp(L_s - m) with m = max_s L_s; O = sum_s exp(L_s - L) O_s (chunks with L_s = -inf weigh 0 and
+/// their O_s is not read). TO: out's dtype (f32 or bf16).
+template <class TO>
+__global__ void flash_fwd_combine_kernel(const FlashParams p) {
+  const int64_t rows = int64_t(p.batch) * p.num_heads * p.seq_len;
+  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;  // whole warps leave together (blockDim is a multiple of 32)
+  const int S = p.fwd_splits, d = p.d_head;
+  const float ls = lane < S ? p.lse_accum[int64_t(lane) * rows + row] : -INFINITY;
+  float mx = ls;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  const float w = ls == -INFINITY ? 0.f : __expf(ls - mx);
+  float sum = w;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  float wts[kMaxFwdSplits];
+#pragma unroll
+  for (int s = 0; s < kMaxFwdSplits; ++s) wts[s] = __shfl_sync(0xffffffffu, w, s) / sum;
+  const int tt = int(row % p.seq_len);
+  const int64_t bh = row / p.seq_len;
+  const int h = int(bh % p.num_heads), b = int(bh / p.num_heads);
+  const int64_t ro = int64_t(b) * p.o_batch_stride + int64_t(tt) * p.o_row_stride + int64_t(h) * p.o_head_stride;
+  for (int c = 2 * lane; c < d; c += 64) {
+    float x = 0.f, y = 0.f;
+#pragma unroll
+    for (int s = 0; s < kMaxFwdSplits; ++s)
+      if (s < S && wts[s] > 0.f) {
+        const float2 v = *reinterpret_cast<const float2*>(p.o_accum + (int64_t(s) * rows + row) * d + c);
+        x = fmaf(wts[s], v.x, x);
+        y = fmaf(wts[s], v.y, y);
+      }
+    if constexpr (std::is_same_v<TO, float>)
+      *reinterpret_cast<float2*>(static_cast<float*>(p.o) + ro + c) = make_float2(x, y);
+    else
+      *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(p.o) + ro + c) = __floats2bfloat162_rn(x, y);
+  }
+  if (lane == 0) p.lse[row] = mx + logf(sum);
+}
 
 template <int kD_, int kBM_, int kBN_, bool kQRegs_, int kMinBlocks_ = 1, int kMT_ = 1>
 struct FwdTraits {
@@ -39,7 +86,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_kernel
   bf16* sK = sQ + kBM * kStride;       // [2][kBN][kStride]
   bf16* sV = sK + 2 * kBN * kStride;   // [2][kBN][kStride]
 
-  const int m_block = gridDim.x - 1 - blockIdx.x;  // the longest (causal) rows first
+  const int splits = p.fwd_splits > 1 ? p.fwd_splits : 1;
+  const int m_block = int(gridDim.x) / splits - 1 - int(blockIdx.x) / splits;  // the longest (causal) rows first
+  const int split = int(blockIdx.x) % splits;
   const int h = blockIdx.y, b = blockIdx.z;
   const int T = p.seq_len, m0 = m_block * kBM;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
@@ -49,8 +98,20 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_kernel
   const bf16* gk = static_cast<const bf16*>(p.k) + off;
   const bf16* gv = static_cast<const bf16*>(p.v) + off;
 
-  int n_blocks = (T + kBN - 1) / kBN;
+  int n_blocks = (T + kBN - 1) / kBN;  // key tiles [n_lo, n_blocks) are this CTA's
   if (kCausal) n_blocks = min(n_blocks, (m0 + kBM + kBN - 1) / kBN);
+  int n_lo = 0;
+  const int64_t part = (int64_t(split) * p.batch * p.num_heads + int64_t(b) * p.num_heads + h) * T;  // split rows
+  if (splits > 1) {
+    n_lo = split * p.fwd_chunk;
+    n_blocks = min(n_blocks, n_lo + p.fwd_chunk);
+    if (n_blocks <= n_lo) {  // a chunk wholly above the diagonal: no keys, weight 0 in the combine
+      for (int i = tid; i < kBM; i += kThreads)
+        if (m0 + i < T) p.lse_accum[part + m0 + i] = -INFINITY;
+      return;
+    }
+  }
+  const int n_cnt = n_blocks - n_lo;
 
   load_tile_async<kBM, kD, kThreads>(sQ, gq, ld, m0, T, tid);
   load_tile_async<kBN, kD, kThreads>(sK, gk, ld, (n_blocks - 1) * kBN, T, tid);
@@ -71,9 +132,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_kernel
   // Warp tile mi covers rows (warp * kMT + mi) * 16 .. +15 of the query tile; this thread's are g and g + 8 of it.
   auto tile_row = [&](int mi) { return (warp * kMT + mi) * 16; };
 
-  for (int it = 0; it < n_blocks; ++it) {
+  for (int it = 0; it < n_cnt; ++it) {
     const int nb = n_blocks - 1 - it, buf = it & 1;
-    if (it + 1 < n_blocks) {  // prefetch the next (lower) key tile into the other buffer
+    if (it + 1 < n_cnt) {  // prefetch the next (lower) key tile into the other buffer
       load_tile_async<kBN, kD, kThreads>(sK + (buf ^ 1) * kBN * kStride, gk, ld, (nb - 1) * kBN, T, tid);
       load_tile_async<kBN, kD, kThreads>(sV + (buf ^ 1) * kBN * kStride, gv, ld, (nb - 1) * kBN, T, tid);
     }
@@ -197,6 +258,16 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_kernel
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       const int row = m0 + tile_row(mi) + g + r * 8;
       if (row >= T) continue;
+      if (splits > 1) {  // partial result of this key chunk (a row may see none of its keys: l = 0)
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        float* go = p.o_accum + (part + row) * kD;
+#pragma unroll
+        for (int j = 0; j < kD / 8; ++j)
+          *reinterpret_cast<float2*>(go + j * 8 + 2 * t) =
+              make_float2(o[mi][j][2 * r] * inv, o[mi][j][2 * r + 1] * inv);
+        if (t == 0) p.lse_accum[part + row] = l > 0.f ? m_run[mi][r] * 0.6931471805599453f + logf(l) : -INFINITY;
+        continue;
+      }
       const float inv = 1.f / l;
       const int64_t ro = o_off + int64_t(row) * p.o_row_stride;
       if (p.o_f32) {

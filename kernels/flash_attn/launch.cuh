@@ -43,16 +43,7 @@ struct Config {
 /// True when tiles of `rows` rows give fewer than two CTAs per SM of the current device for this problem
 /// (ceil(T / rows) x heads x batch). SM counts are cached per device.
 inline bool few_ctas(int64_t seq_len, int64_t heads, int64_t batch, int rows) {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> sms[kMaxDevices] = {};
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  int n = dev < kMaxDevices ? sms[dev].load(std::memory_order_relaxed) : 0;
-  if (n == 0) {
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    if (dev < kMaxDevices) sms[dev].store(n, std::memory_order_relaxed);
-  }
-  return ceil_div(seq_len, int64_t(rows)) * heads * batch < 2 * int64_t(n);
+  return ceil_div(seq_len, int64_t(rows)) * heads * batch < 2 * int64_t(device_sm_count());
 }
 
 template <class K>
@@ -60,25 +51,45 @@ void set_smem(K kernel, int bytes) {
   if (bytes > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
+/// Forward with tile configuration Tr; with p.o_accum given (fwd_workspace_bytes reserved it for this problem) and
+/// few query tiles, split keys (fwd_split_count chunks) and combine.
 template <class Tr, bool kCausal>
-void launch_fwd(const FlashParams& p, cudaStream_t s) {
+void launch_fwd(const FlashParams& p_in, cudaStream_t s) {
+  FlashParams p = p_in;
+  const int splits = p.o_accum ? fwd_split_count(p.seq_len, Tr::kBM, Tr::kBN, int64_t(p.batch) * p.num_heads) : 1;
+  p.fwd_splits = splits > 1 ? splits : 0;
+  p.fwd_chunk = int(ceil_div(ceil_div(p.seq_len, Tr::kBN), splits));
   auto kernel = flash_fwd_kernel<Tr, kCausal>;
   set_smem(kernel, Tr::kSmemBytes);
-  const dim3 grid(unsigned(ceil_div(p.seq_len, Tr::kBM)), unsigned(p.num_heads), unsigned(p.batch));
+  const dim3 grid(unsigned(ceil_div(p.seq_len, Tr::kBM) * splits), unsigned(p.num_heads), unsigned(p.batch));
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
+  if (splits > 1) launch_fwd_combine(p, s);
 }
 
 /// Backward with explicit configurations: dK/dV pass with atomic dQ (Dkdv::kAtomicDQ) then the dQ conversion, or
-/// the dK/dV pass without dQ followed by the dQ pass (deterministic).
+/// the dK/dV pass without dQ followed by the dQ pass (deterministic). In atomic mode with few key tiles (and
+/// p.dkv_accum given) the dK/dV pass splits each key tile's query loop over several CTAs (dkdv_chunk) and a convert
+/// pass writes dK, dV.
 template <class Dkdv, class Dq, bool kCausal>
-void launch_bwd(const FlashBwdParams& p, cudaStream_t s) {
+void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
+  FlashBwdParams p = p_in;
+  const int n_blocks = int(ceil_div(p.seq_len, Dkdv::kBN));
+  int splits = 1;
+  p.dkdv_chunk = 0;
+  if (Dkdv::kAtomicDQ && p.dkv_accum) {
+    p.dkdv_chunk = dkdv_chunk(p.seq_len, Dkdv::kBN, Dkdv::kBM, int64_t(p.batch) * p.num_heads, kCausal);
+    if (p.dkdv_chunk > 0) splits = int(ceil_div(ceil_div(p.seq_len, Dkdv::kBM), p.dkdv_chunk));
+  }
   launch_bwd_preprocess(p, Dkdv::kAtomicDQ, s);
+  if (splits > 1)
+    CUDA_CHECK(cudaMemsetAsync(p.dkv_accum, 0, 2 * size_t(p.batch) * p.num_heads * p.seq_len * p.d_head * 4, s));
   auto kdkdv = flash_bwd_dkdv_kernel<Dkdv, kCausal>;
   set_smem(kdkdv, Dkdv::kSmemBytes);
-  const dim3 grid(unsigned(ceil_div(p.seq_len, Dkdv::kBN)), unsigned(p.num_heads), unsigned(p.batch));
+  const dim3 grid(unsigned(n_blocks * splits), unsigned(p.num_heads), unsigned(p.batch));
   kdkdv<<<grid, Dkdv::kThreads, Dkdv::kSmemBytes, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
+  if (splits > 1) launch_bwd_convert_dkdv(p, s);
   if constexpr (Dkdv::kAtomicDQ) {
     launch_bwd_convert_dq(p, s);
   } else {
@@ -98,6 +109,20 @@ void fwd_launch(const FlashParams& p, cudaStream_t s) {
     if (few_ctas(p.seq_len, p.num_heads, p.batch, C::Fwd::kBM)) return launch_fwd<typename C::FwdShort, kCausal>(p, s);
   }
   launch_fwd<typename C::Fwd, kCausal>(p, s);
+}
+template <int kD>
+int fwd_splits(int seq_len, int64_t bh) {
+  using C = Config<kD>;
+  if (!std::is_same_v<typename C::FwdShort, typename C::Fwd> && few_ctas(seq_len, bh, 1, C::Fwd::kBM))
+    return fwd_split_count(seq_len, C::FwdShort::kBM, C::FwdShort::kBN, bh);
+  return fwd_split_count(seq_len, C::Fwd::kBM, C::Fwd::kBN, bh);
+}
+template <int kD>
+int bwd_dkdv_chunk(int seq_len, int64_t bh, bool causal) {
+  using C = Config<kD>;
+  if (!std::is_same_v<typename C::DkdvShort, typename C::Dkdv> && few_ctas(seq_len, bh, 1, C::Dkdv::kBN))
+    return dkdv_chunk(seq_len, C::DkdvShort::kBN, C::DkdvShort::kBM, bh, causal);
+  return dkdv_chunk(seq_len, C::Dkdv::kBN, C::Dkdv::kBM, bh, causal);
 }
 template <int kD, bool kCausal>
 void bwd_launch(const FlashBwdParams& p, cudaStream_t s) {

@@ -24,6 +24,12 @@ struct FlashParams {
   bool causal = false;        // query t sees keys j <= t
   bool is_bf16 = true;        // q, k, v (and dout) are bf16; else f32
   bool o_f32 = false;         // out is f32 (always so when !is_bf16)
+  // Split keys (bf16 forward of problems with few query tiles; flash-decoding): workspace for the partial results
+  // of each key chunk, [S][B, H, T, d] normalised O and [S][B, H, T] logsumexp, f32 (fwd_workspace_bytes).
+  float* o_accum = nullptr;
+  float* lse_accum = nullptr;
+  int fwd_splits = 0;  // set by the launcher: key chunks S (0 or 1: no split)
+  int fwd_chunk = 0;   // set by the launcher: key tiles per chunk
 };
 
 struct FlashBwdParams : FlashParams {
@@ -34,6 +40,9 @@ struct FlashBwdParams : FlashParams {
   float* dsum = nullptr;                       // workspace [B, H, T]: D = rowsum(dO o O)
   float* dq_accum = nullptr;                   // workspace [B, H, T, d] f32 (bf16, non-deterministic mode only)
   bool deterministic = false;                  // dQ by a separate pass (no atomics) instead of fp32 atomics
+  float* dkv_accum = nullptr;  // workspace [2][B, H, T, d] f32 (dK then dV) where the problem has few key tiles
+                               // (bwd_workspace_bytes); lets the launcher split each key tile's query loop
+  int dkdv_chunk = 0;          // set by the launcher: query tiles per CTA of the dK/dV pass (0: all of them)
 };
 
 /// Calls f(std::true_type) or f(std::false_type): `bool_switch(p.causal, [&](auto c) { constexpr bool kC = c; })`.

@@ -134,6 +134,11 @@ int fa_bwd(int variant, void* dqkv, int dqkv_f32, const void* dout, const void* 
     p.dsum = static_cast<float*>(ws);
     p.dq_accum = reinterpret_cast<float*>(static_cast<char*>(ws) + (size_t(B) * H * T * 4 + 255) / 256 * 256);
     p.deterministic = variant == 1 || !bf16;
+    {  // the split dK/dV accumulators where bwd_workspace_bytes reserved them (as attention_bwd does)
+      const size_t a = (size_t(B) * H * T * 4 + 255) / 256 * 256, q = (size_t(B) * H * T * d * 4 + 255) / 256 * 256;
+      if (!p.deterministic && fa_bwd_ws(B, T, H, d, bf16, 0) > a + q)
+        p.dkv_accum = reinterpret_cast<float*>(static_cast<char*>(ws) + a + q);
+    }
     auto s = static_cast<cudaStream_t>(stream);
     bool ok = true;
     using Dq64 = BwdDqTraits<64, 64, 64>;

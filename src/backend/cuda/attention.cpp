@@ -47,8 +47,10 @@ void CudaBackend::note_flash2_fallback(AttnImpl impl, int d_head) {
 void CudaBackend::attention_fwd(AttnImpl impl, const AttnShape& s, Tensor out, Tensor lse, Tensor probs,
                                 const Tensor& qkv) {
   ScopedRange range(*this, impl == AttnImpl::flash2 ? "attention_fwd flash2" : "attention_fwd naive", "attention");
-  if (impl == AttnImpl::flash2 && flash::supports_head_dim(s.d_head))  // kernels/flash_attn (FlashAttention-2)
-    return flash::attention_fwd(s, out, lse, qkv, stream_);
+  if (impl == AttnImpl::flash2 && flash::supports_head_dim(s.d_head)) {  // kernels/flash_attn (FlashAttention-2)
+    const size_t ws = flash::fwd_workspace_bytes(s, qkv.dtype);
+    return flash::attention_fwd(s, out, lse, qkv, ws ? scratch(ws) : nullptr, ws, stream_);
+  }
   note_flash2_fallback(impl, s.d_head);
   TRAINER_CHECK(qkv.data && out.data && lse.data, "attention_fwd: qkv, out and lse must be given");
   const int64_t B = s.B, T = s.T, H = s.H, dh = s.d_head, D = H * dh;
