@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Data-parallel summary table from trainer result records (issue: DDP variants and ZeRO-1 on several GPUs).
+"""Data-parallel summary table from trainer result records (DDP variants and ZeRO-1 on one or more GPUs).
 
     launch/ddp_table.py --one results/h200x2/xl_1gpu.json results/h200x2/xl_2gpu_*.json [--torch T.json ...]
 
@@ -32,9 +32,12 @@ def is_train_record(r):
 
 def load(path, what):
     try:
-        return json.loads(pathlib.Path(path).read_text())
+        r = json.loads(pathlib.Path(path).read_text())
     except (OSError, json.JSONDecodeError) as e:
         sys.exit(f"ddp_table: error: cannot read {what} '{path}': {e}")
+    if not isinstance(r, dict):
+        sys.exit(f"ddp_table: error: {what} '{path}' is not a JSON object (a trainer result record is)")
+    return r
 
 
 def per_gpu_rows(r):
@@ -51,16 +54,25 @@ def main():
     one = load(args.one, "--one record") if args.one else None
     if one is not None and (not is_train_record(one) or one.get("world_size", 1) != 1):
         sys.exit(f"ddp_table: error: --one '{args.one}' must be a 1-rank trainer train record")
+    if one is not None and one.get("status") != "ok":
+        sys.exit(f"ddp_table: error: --one '{args.one}' is a failed run (status {one.get('status')!r}: "
+                 f"{one.get('error')})")
     base = ms(one, "step") if one else None
     rows = ([(pathlib.Path(args.one).stem, one)] if one else [])
     for p in args.records:
         r = load(p, "record")
         if not is_train_record(r):
-            kind = "a torch_bench record (pass it with --torch)" if str(r.get("schema", "")).startswith("torch_bench") \
-                else f"not a trainer train record (job {r.get('job')!r})"
+            if str(r.get("schema", "")).startswith("torch_bench"):
+                kind = "a torch_bench record (pass it with --torch)"
+            elif not str(r.get("schema", "")).startswith("trainer.result/"):
+                kind = "not a trainer result record (no trainer.result schema; a config file?)"
+            else:
+                kind = f"a record of job {r.get('job')!r}, not train"
             print(f"# skipped {p}: {kind}", file=sys.stderr)
             continue
         rows.append((pathlib.Path(p).stem, r))
+    if not rows and not args.torch:
+        sys.exit("ddp_table: error: no trainer train record among the inputs")
     w = max([len(n) for n, _ in rows] + [len("record")])
     print(f"{'record':{w}s} {'strategy':27s} {'ranks':>5s} {'step ms':>16s} {'fwd':>6s} {'bwd':>6s} {'opt':>6s} "
           f"{'comm':>6s} {'exposed':>7s} {'eff':>5s} {'peak GiB':>8s} {'opt GiB':>7s}")
@@ -69,9 +81,12 @@ def main():
         name = c["parallel"]["strategy"]
         if name == "ddp_bucketed":
             name += f" {c['parallel']['bucket_mb']:g} MiB"
-        if c["parallel"].get("reduce_dtype", "f32") != "f32":
+        if c["parallel"].get("reduce_dtype", "fp32") not in ("fp32", "f32"):
             name += f" ({c['parallel']['reduce_dtype']})"
         n = r.get("world_size") or 1
+        if r.get("status") != "ok":
+            print(f"{label:{w}s} {name:27s} {n:5d} {r.get('status')} ({r.get('error')})")
+            continue
         step = r["timing"]["step"]
         if step.get("mean_ms") is None:
             print(f"{label:{w}s} {name:27s} {n:5d} (no measured steps)")

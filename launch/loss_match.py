@@ -5,7 +5,8 @@ same global batch).
     launch/loss_match.py REF.json A.json B.json ...
 
 Prints, for each record, its strategy, the final loss, and the largest relative difference |a - ref| / |ref| over
-all steps (and the step where it occurs, numbered from 1 as in the trainer's log). Exits 1 if a record has a different number of steps. Standard library only.
+all steps (and the step where it occurs, numbered from 1 as in the trainer's log). Exits 1 if a record failed,
+has no per-step losses or has a different number of steps. Standard library only.
 """
 import json
 import pathlib
@@ -22,12 +23,15 @@ def load(path):
 
 
 def setup(r):
-    """What must agree for curves to be comparable: precision, schedule, lr, warm-up, model dims, global batch."""
+    """What must agree for curves to be comparable: precision, schedule, lr, warm-up, model dims, global batch, data
+    (source, file, sampling, seed) and the initial weights' seed."""
     c = r.get("config", {})
     o = c.get("optimizer", {})
+    d = c.get("data") or {}
     dims = (r.get("model") or {}).get("dims") or {}
     return (c.get("precision"), o.get("schedule"), o.get("lr"), o.get("warmup_steps"),
-            tuple(sorted(dims.items())), (c.get("data") or {}).get("batch_size"))
+            tuple(sorted(dims.items())), d.get("batch_size"),
+            (d.get("source"), d.get("path"), d.get("sampling"), d.get("seed")), (c.get("init") or {}).get("seed"))
 
 
 def main(argv):
@@ -38,6 +42,8 @@ def main(argv):
         print(__doc__)
         return 2
     ref_rec, ref = load(argv[0])
+    if isinstance(ref_rec, dict) and ref_rec.get("status") not in (None, "ok"):
+        sys.exit(f"loss_match: error: the reference '{argv[0]}' is a failed run ({ref_rec.get('error')})")
     if not ref:
         sys.exit(f"loss_match: error: '{argv[0]}' has no per-step losses (not a trainer train record?)")
     p, sch, lr, wu = setup(ref_rec)[:4]
@@ -47,8 +53,13 @@ def main(argv):
     status = 0
     for path in argv[1:]:
         rec, l = load(path)
+        if isinstance(rec, dict) and rec.get("status") not in (None, "ok"):
+            print(f"{pathlib.Path(path).name:44s} failed run: {rec.get('error')}")
+            status = 1
+            continue
         if not l:
-            print(f"{pathlib.Path(path).name:44s} skipped: no per-step losses (not a trainer train record?)")
+            print(f"{pathlib.Path(path).name:44s} no per-step losses (not a trainer train record?)")
+            status = 1
             continue
         if len(l) != len(ref):
             print(f"{pathlib.Path(path).name:44s} {len(l)} steps, the reference has {len(ref)}")
@@ -56,7 +67,7 @@ def main(argv):
             continue
         rel = [abs(a - b) / abs(b) for a, b in zip(l, ref)]
         k = max(range(len(rel)), key=rel.__getitem__)
-        names = ("precision", "schedule", "lr", "warm-up", "model", "global batch")
+        names = ("precision", "schedule", "lr", "warm-up", "model", "global batch", "data", "init seed")
         differ = [n for n, a, b in zip(names, setup(rec), setup(ref_rec)) if a != b]
         note = f"  (not comparable: different {', '.join(differ)})" if differ else ""
         print(f"{pathlib.Path(path).name:44s} {rec['config']['parallel']['strategy']:14s} {l[-1]:9.5f} "

@@ -46,7 +46,7 @@ const Names kAttention{"auto", "naive", "flash2"};
 const Names kCheckpointPolicies{"none"};
 const Names kStrategies{"none", "ddp_naive", "ddp_flat", "ddp_overlap", "ddp_bucketed", "zero1"};
 const Names kComms{"auto", "nccl", "mpi"};
-const Names kReduceDtypes{"f32", "bf16"};
+const Names kReduceDtypes{"fp32", "bf16"};  // the names of `precision`
 const Names kSchedules{"constant", "cosine"};
 const Names kSources{"random", "tokens"};
 const Names kDtypes{"uint16", "uint32"};
@@ -738,11 +738,11 @@ void validate_config(const RunConfig& c, int world_size) {
   CONFIG_CHECK(p.comm != "nccl" || c.device == "cuda", "parallel: comm 'nccl' needs device 'cuda' (use comm 'mpi')");
   check_positive(p.bucket_mb, "parallel.bucket_mb");
   check_enum(p.reduce_dtype, kReduceDtypes, "parallel.reduce_dtype");
-  CONFIG_CHECK(p.reduce_dtype == "f32" || (c.device == "cuda" && p.comm != "mpi"),
+  CONFIG_CHECK(p.reduce_dtype == "fp32" || p.strategy.rfind("ddp_", 0) == 0,
+               "parallel: reduce_dtype 'bf16' applies to the ddp_* strategies, got strategy '{}'", p.strategy);
+  CONFIG_CHECK(p.reduce_dtype == "fp32" || (c.device == "cuda" && p.comm != "mpi"),
                "parallel: reduce_dtype 'bf16' needs comm 'nccl' (MPI has no bf16 sum), got device '{}' comm '{}'",
                c.device, p.comm);
-  CONFIG_CHECK(p.reduce_dtype == "f32" || p.strategy.rfind("ddp_", 0) == 0,
-               "parallel: reduce_dtype 'bf16' applies to the ddp_* strategies, got strategy '{}'", p.strategy);
   check_non_negative(p.prefetch_layers, "parallel.prefetch_layers");
   check_positive(p.comm_timeout_s, "parallel.comm_timeout_s");
 

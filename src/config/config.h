@@ -34,7 +34,7 @@ struct ParallelCfg {
   std::string strategy = "none";  // none | ddp_naive | ddp_flat | ddp_overlap | ddp_bucketed | zero1
   std::string comm = "auto";      // auto (nccl on cuda, else mpi) | nccl | mpi
   double bucket_mb = 25.0;        // ddp_bucketed bucket size, MiB of fp32 gradients
-  std::string reduce_dtype = "f32";  // f32 | bf16: dtype in which DDP sums gradients over ranks (nccl)
+  std::string reduce_dtype = "fp32";  // fp32 | bf16: dtype in which DDP sums gradients over ranks (bf16: nccl)
   int prefetch_layers = 2;
   double comm_timeout_s = 300.0;  // a collective not done after this aborts every rank
 };

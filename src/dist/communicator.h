@@ -61,9 +61,10 @@ class Communicator {
   }
   /// all_reduce_many with the sums carried in a narrower dtype: each f32 bufs[i] is cast into wire[i] (bf16, same
   /// element count), the wire tensors are summed over ranks, and the sums are cast back into bufs[i]. The casts run
-  /// where the collective runs (NCCL: on the communicator's stream, beside the compute stream's kernels), so the
-  /// compute stream pays nothing for them. Each rank's values are rounded to bf16 before the sum (PyTorch DDP's
-  /// bf16_compress_hook). Raises RuntimeError where unsupported (MPI has no bf16 sum).
+  /// where the collective runs (NCCL: on the communicator's stream, beside the compute stream's kernels; they still
+  /// take SMs and memory bandwidth from it). Each rank's values are rounded to bf16, and so is every partial sum the
+  /// collective forms (NCCL's ring: error grows with the number of ranks); PyTorch DDP's bf16_compress_hook.
+  /// Raises RuntimeError where unsupported (MPI has no bf16 sum).
   virtual std::unique_ptr<Work> all_reduce_many_via(const std::vector<Tensor>& bufs, const std::vector<Tensor>& wire,
                                                     ReduceOp op, bool async = false) {
     (void)bufs, (void)wire, (void)op, (void)async;

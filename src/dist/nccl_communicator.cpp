@@ -15,8 +15,9 @@
 // was issued, aborts the communicator (ncclCommAbort) and then every rank (fatal(): message + MPI_Abort). The same
 // deadline bounds the wait for ncclInProgress after each NCCL call.
 //
-// busy_ms(): the sum of the collectives' durations on the comm stream (start/end events; they run one after another
-// there, so the sum is the time the stream was busy), since reset_busy(). Reading it syncs on those events.
+// busy_ms(): the sum of the collectives' durations on the comm stream (start/end events, so all_reduce_many_via's
+// casts count too; they run one after another there, so the sum is the time the stream was busy), since
+// reset_busy(). Reading it syncs on those events.
 #include "dist/nccl_communicator.h"
 
 #include <cuda_runtime.h>
@@ -139,7 +140,7 @@ class NcclCommunicator final : public Communicator {
       bytes += b.bytes();
     }
     auto o = begin("all_reduce", bytes);
-    o->what += fmt::format(" ({} tensors, one group)", bufs.size());
+    if (bufs.size() > 1) o->what += fmt::format(" ({} tensors, one group)", bufs.size());
     enqueue(*o, ncclGroupStart());
     for (const Tensor& b : bufs)
       enqueue(*o, ncclAllReduce(b.data, b.data, size_t(b.numel()), nccl_type(b), nccl_op(op), comm_, stream_));

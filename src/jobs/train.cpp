@@ -234,7 +234,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
       t_exposed.push_back(strategy->comm_exposed_ms());
       profiler.end_step(comm.get());
     }
-    if (!std::isfinite(loss)) throw RuntimeError(fmt::format("loss is {} at step {}", loss, step));
+    if (!std::isfinite(loss)) throw RuntimeError(fmt::format("loss is {} at step {}", loss, step + 1));
     if (cfg.bench.log_every > 0 && (step % cfg.bench.log_every == 0 || step == total_steps - 1)) {
       const double tok_s = double(global_tokens) / (step_ms / 1e3);
       std::string line = fmt::format("step {:4d}/{} | loss {:.4f}", step + 1, total_steps, loss);

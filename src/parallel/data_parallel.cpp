@@ -84,7 +84,7 @@ void DdpStrategy::setup(Model& model) {
   model_ = &model;
   broadcast_weights(model, comm_);
   adamw_ = std::make_unique<AdamW>(be_, model.flat_size(), cfg_.optimizer);
-  if (cfg_.parallel.reduce_dtype == "bf16") staged_ = be_.alloc(size_t(model.flat_size()) * 2, Category::communication);
+  if (cfg_.parallel.reduce_dtype == "bf16") wire_ = be_.alloc(size_t(model.flat_size()) * 2, Category::communication);
   setup_layout();
 }
 
@@ -92,9 +92,9 @@ std::unique_ptr<Work> DdpStrategy::reduce(const std::vector<std::pair<int64_t, i
   std::vector<Tensor> bufs, wire;
   for (const auto& [begin, end] : ranges) {
     bufs.push_back(grad_range(begin, end));
-    if (staged_) wire.push_back(staged_.view(DType::bf16, {model_->flat_size()}).slice(begin, {end - begin}));
+    if (wire_) wire.push_back(wire_.view(DType::bf16, {model_->flat_size()}).slice(begin, {end - begin}));
   }
-  if (staged_) return comm_.all_reduce_many_via(bufs, wire, ReduceOp::sum, async);
+  if (wire_) return comm_.all_reduce_many_via(bufs, wire, ReduceOp::sum, async);
   return comm_.all_reduce_many(bufs, ReduceOp::sum, async);
 }
 

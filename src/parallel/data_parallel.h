@@ -77,7 +77,7 @@ class DdpStrategy : public Strategy {
   /// The gradient range [begin, end) (elements of the flat buffer) as a tensor.
   Tensor grad_range(int64_t begin, int64_t end) const { return model_->grads().slice(begin, {end - begin}); }
   /// Sums the gradient ranges [begin, end) (elements of the flat buffer) over ranks in place: one Work, issued
-  /// together (NCCL: one group). With parallel.reduce_dtype bf16 they travel as bf16 through the staging buffer
+  /// together (NCCL: one group). With parallel.reduce_dtype bf16 they travel as bf16 through the wire buffer
   /// [flat_size] (Communicator::all_reduce_many_via: cast, sum and cast back on the communicator's stream).
   std::unique_ptr<Work> reduce(const std::vector<std::pair<int64_t, int64_t>>& ranges, bool async);
 
@@ -90,7 +90,7 @@ class DdpStrategy : public Strategy {
  private:
   std::string name_;
   std::unique_ptr<AdamW> adamw_;
-  Buffer staged_;  // bf16 [flat_size] with reduce_dtype bf16, else empty
+  Buffer wire_;  // bf16 [flat_size] with reduce_dtype bf16, else empty
 };
 
 std::unique_ptr<Strategy> make_ddp_naive_strategy(const RunConfig& cfg, Backend& be, Communicator* comm);
