@@ -9,7 +9,7 @@
 //     finally dK ·= scale.
 //   dQ pass (deterministic mode; one CTA per query tile, each warp 16 rows; loop over key tiles):
 //     S = Q Kᵀ,  P = exp2(...),  dP = dO Vᵀ,  dS = P ∘ (dP − D),  dQ += dS K;  dQ ·= scale.
-//   convert (atomic mode): dQ = scale · dQacc, into the dQ view in its dtype.
+//   convert (atomic mode): dQ = scale · dQacc, into the dQ view in its dtype (and dK, dV when split, below).
 //   split queries (few key tiles: short sequences, few heads): a key tile's query loop is cut into chunks of
 //     dkdv_chunk tiles, one CTA each (grid.x = key tiles x chunks); each adds its partial dK·scale and dV into fp32
 //     accumulators (atomics) and a convert pass writes dK, dV (FlashAttention-2's sequence-parallel split, applied
@@ -51,31 +51,14 @@ __global__ void flash_bwd_preprocess_kernel(const FlashBwdParams p) {
   if (lane == 0) p.dsum[(int64_t(b) * p.num_heads + h) * p.seq_len + tt] = acc;
 }
 
-/// dQ = scale · dq_accum: [B, H, T, d] f32 -> the dq view (TO: f32 or bf16); one thread per pair of elements.
+/// The atomic mode's last pass, one thread per pair of elements of [B, H, T, d]: dQ = scale · dq_accum into the dq
+/// view and, when the dK/dV pass was split (with_dkv), dK, dV = dkv_accum [2][B, H, T, d] (already scaled) into
+/// theirs. TO: the gradients' dtype (f32 or bf16).
 template <class TO>
-__global__ void flash_bwd_convert_dq_kernel(const FlashBwdParams p) {
-  const int64_t pairs = int64_t(p.batch) * p.num_heads * p.seq_len * p.d_head / 2;
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= pairs) return;
-  const int64_t e = 2 * i;
-  const int c = int(e % p.d_head);
-  const int64_t bht = e / p.d_head;
-  const int tt = int(bht % p.seq_len);
-  const int64_t bh = bht / p.seq_len;
-  const int h = int(bh % p.num_heads), b = int(bh / p.num_heads);
-  const float2 v = *reinterpret_cast<const float2*>(p.dq_accum + e);
-  const int64_t off = int64_t(b) * p.dqkv_batch_stride + int64_t(tt) * p.dqkv_row_stride +
-                      int64_t(h) * p.dqkv_head_stride + c;
-  store_pair(p.dq, off, std::is_same_v<TO, float>, v.x * p.softmax_scale, v.y * p.softmax_scale);
-}
-
-/// Split mode: dK, dV = dkv_accum [2][B, H, T, d] (already scaled) into their views (TO: f32 or bf16).
-template <class TO>
-__global__ void flash_bwd_convert_dkdv_kernel(const FlashBwdParams p) {
+__global__ void flash_bwd_convert_kernel(const FlashBwdParams p, bool with_dkv) {
   const int64_t n = int64_t(p.batch) * p.num_heads * p.seq_len * p.d_head;
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (2 * i >= n) return;
-  const int64_t e = 2 * i;
+  const int64_t e = 2 * (int64_t(blockIdx.x) * blockDim.x + threadIdx.x);
+  if (e >= n) return;
   const int c = int(e % p.d_head);
   const int64_t bht = e / p.d_head;
   const int tt = int(bht % p.seq_len);
@@ -83,10 +66,15 @@ __global__ void flash_bwd_convert_dkdv_kernel(const FlashBwdParams p) {
   const int h = int(bh % p.num_heads), b = int(bh / p.num_heads);
   const int64_t off = int64_t(b) * p.dqkv_batch_stride + int64_t(tt) * p.dqkv_row_stride +
                       int64_t(h) * p.dqkv_head_stride + c;
-  const float2 k = *reinterpret_cast<const float2*>(p.dkv_accum + e);
-  const float2 v = *reinterpret_cast<const float2*>(p.dkv_accum + n + e);
-  store_pair(p.dk, off, std::is_same_v<TO, float>, k.x, k.y);
-  store_pair(p.dv, off, std::is_same_v<TO, float>, v.x, v.y);
+  constexpr bool f32 = std::is_same_v<TO, float>;
+  const float2 q = *reinterpret_cast<const float2*>(p.dq_accum + e);
+  store_pair(p.dq, off, f32, q.x * p.softmax_scale, q.y * p.softmax_scale);
+  if (with_dkv) {
+    const float2 k = *reinterpret_cast<const float2*>(p.dkv_accum + e);
+    const float2 v = *reinterpret_cast<const float2*>(p.dkv_accum + n + e);
+    store_pair(p.dk, off, f32, k.x, k.y);
+    store_pair(p.dv, off, f32, v.x, v.y);
+  }
 }
 
 template <int kD_, int kBN_, int kBM_, bool kAtomicDQ_, int kMinBlocks_ = 1, int kNT_ = 1>
@@ -107,7 +95,9 @@ struct BwdTraits {
   static_assert(!kAtomicDQ || (kWarps % kMT == 0 && kWarps >= kMT), "dQ partition: warps a multiple of m16 tiles");
 };
 
-template <class Tr, bool kCausal>
+/// kSplit: the split-queries build (gridDim.x = key tiles x chunks of p.dkdv_chunk query tiles); without it the
+/// split code compiles away.
+template <class Tr, bool kCausal, bool kSplit = false>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dkdv_kernel(const FlashBwdParams p) {
   using bf16 = __nv_bfloat16;
   constexpr int kD = Tr::kD, kBN = Tr::kBN, kBM = Tr::kBM, kStride = Tr::kStride, kThreads = Tr::kThreads;
@@ -122,7 +112,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dkdv_k
   bf16* sdS = reinterpret_cast<bf16*>(sDs + 2 * kBM);              // [kBN][kSStride] dSᵀ (atomic mode)
 
   const int T = p.seq_len;
-  const int splits = gridDim.x / ((T + kBN - 1) / kBN);  // query chunks per key tile (1: no split)
+  const int splits = kSplit ? int(gridDim.x) / ((T + kBN - 1) / kBN) : 1;  // query chunks per key tile
   const int n_block = blockIdx.x / splits;  // key tile; tile 0 (the most query tiles when causal) first
   const int split = blockIdx.x % splits;
   const int h = blockIdx.y, b = blockIdx.z;

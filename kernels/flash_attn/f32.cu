@@ -1,5 +1,6 @@
-// fp32 FlashAttention-2 launchers (kernels in fp32_kernel.cuh; grid (64-row tiles, heads, batch), 256 threads)
-// and the dtype-generic backward helpers (preprocess D = rowsum(dO o O), dQ conversion).
+// fp32 FlashAttention-2 launchers (kernels in fp32_kernel.cuh; grid (64-row tiles, heads, batch), 256 threads),
+// the dtype-generic backward helpers (preprocess D = rowsum(dO o O), the dQ / dK / dV conversion), and the host side
+// of the bf16 split paths: the device's SM count, the split rules (fwd_split_count, dkdv_chunk) and the combine.
 #include "common.cuh"  // first (fmt set-up for nvcc)
 
 #include "flash_attn/bwd_kernel.cuh"
@@ -51,23 +52,13 @@ void launch_bwd_preprocess(const FlashBwdParams& p, bool zero_accum, cudaStream_
     CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, size_t(rows) * size_t(p.d_head) * sizeof(float), s));
 }
 
-void launch_bwd_convert_dq(const FlashBwdParams& p, cudaStream_t s) {
+void launch_bwd_convert(const FlashBwdParams& p, bool with_dkv, cudaStream_t s) {
   const int64_t pairs = int64_t(p.batch) * p.num_heads * p.seq_len * p.d_head / 2;
   const unsigned blocks = unsigned(ceil_div<int64_t>(pairs, 256));
   if (p.dqkv_f32)
-    flash_bwd_convert_dq_kernel<float><<<blocks, 256, 0, s>>>(p);
+    flash_bwd_convert_kernel<float><<<blocks, 256, 0, s>>>(p, with_dkv);
   else
-    flash_bwd_convert_dq_kernel<__nv_bfloat16><<<blocks, 256, 0, s>>>(p);
-  CUDA_CHECK(cudaGetLastError());
-}
-
-void launch_bwd_convert_dkdv(const FlashBwdParams& p, cudaStream_t s) {
-  const int64_t pairs = int64_t(p.batch) * p.num_heads * p.seq_len * p.d_head / 2;
-  const unsigned blocks = unsigned(ceil_div<int64_t>(pairs, 256));
-  if (p.dqkv_f32)
-    flash_bwd_convert_dkdv_kernel<float><<<blocks, 256, 0, s>>>(p);
-  else
-    flash_bwd_convert_dkdv_kernel<__nv_bfloat16><<<blocks, 256, 0, s>>>(p);
+    flash_bwd_convert_kernel<__nv_bfloat16><<<blocks, 256, 0, s>>>(p, with_dkv);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -105,6 +96,8 @@ int fwd_split_count(int seq_len, int kbm, int kbn, int64_t bh) {
 }
 
 void launch_fwd_combine(const FlashParams& p, cudaStream_t s) {
+  TRAINER_CHECK(p.fwd_splits > 1 && p.fwd_splits <= kMaxFwdSplits && p.o_accum && p.lse_accum,
+                "flash2: combine of {} key chunks (2 .. {}) without partials", p.fwd_splits, kMaxFwdSplits);
   const int64_t rows = int64_t(p.batch) * p.num_heads * p.seq_len;
   const unsigned blocks = unsigned(ceil_div<int64_t>(rows * 32, 256));
   if (p.o_f32)

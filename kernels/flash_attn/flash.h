@@ -34,6 +34,13 @@ size_t bwd_workspace_bytes(const AttnShape& s, DType dtype, bool deterministic);
 /// results of each key chunk: S x [B, H, T, d] + S x [B, H, T] f32, 256-byte aligned parts.
 size_t fwd_workspace_bytes(const AttnShape& s, DType dtype);
 
+/// Point p's workspace pointers into `workspace` (at least fwd_workspace_bytes / bwd_workspace_bytes bytes for the
+/// same arguments, 256-byte aligned): the forward's split partials (o_accum, lse_accum; none when 0 bytes are
+/// needed), the backward's dsum, dq_accum and dkv_accum. RuntimeError when the workspace is missing or too small.
+void bind_fwd_workspace(FlashParams& p, const AttnShape& s, DType dtype, void* workspace, size_t bytes);
+void bind_bwd_workspace(FlashBwdParams& p, const AttnShape& s, DType dtype, bool deterministic, void* workspace,
+                        size_t bytes);
+
 /// out [B*T, D] (qkv's dtype or f32) and lse [B, H, T] f32 from qkv [B*T, 3D] (f32 or bf16) with the Backend's
 /// layout (backend.h). `workspace` holds at least fwd_workspace_bytes(s, qkv.dtype) bytes of device memory (may be
 /// null when that is 0). Enqueued on `st`.

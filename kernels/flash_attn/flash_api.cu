@@ -36,8 +36,8 @@ void check_common(const FlashParams& p) {
 }
 
 /// True when the bf16 dK/dV pass splits its query loop for this problem (launch_bwd, dkdv_chunk) and so needs the
-/// dK/dV accumulators.
-bool split_possible(const AttnShape& s) {
+/// dK/dV accumulators (the same decision the launcher makes: same configuration, mask and device).
+bool bwd_dkdv_splits(const AttnShape& s) {
   const int64_t bh = int64_t(s.B) * s.H;
   switch (s.d_head) {
     case 16: return bwd_dkdv_chunk<16>(int(s.T), bh, s.causal) > 0;
@@ -95,7 +95,8 @@ void run_bwd(const FlashBwdParams& p, cudaStream_t s) {
 }
 
 namespace {
-int fwd_split_chunks(const AttnShape& s) {
+/// Key chunks of the bf16 forward for this problem (fwd_splits for the configuration fwd_launch picks).
+int fwd_num_splits(const AttnShape& s) {
   const int64_t bh = int64_t(s.B) * s.H;
   switch (s.d_head) {
     case 16: return fwd_splits<16>(int(s.T), bh);
@@ -109,7 +110,7 @@ int fwd_split_chunks(const AttnShape& s) {
 
 size_t fwd_workspace_bytes(const AttnShape& s, DType dtype) {
   if (dtype != DType::bf16 || !supports_head_dim(s.d_head) || s.B * s.H * s.T == 0) return 0;
-  const int S = fwd_split_chunks(s);
+  const int S = fwd_num_splits(s);
   if (S <= 1) return 0;
   const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T);
   return align_up(size_t(S) * rows * size_t(s.d_head) * sizeof(float)) + align_up(size_t(S) * rows * sizeof(float));
@@ -120,9 +121,35 @@ size_t bwd_workspace_bytes(const AttnShape& s, DType dtype, bool deterministic) 
   size_t bytes = align_up(rows * sizeof(float));
   if (dtype == DType::bf16 && !deterministic) {
     bytes += align_up(rows * size_t(s.d_head) * sizeof(float));
-    if (split_possible(s)) bytes += align_up(2 * rows * size_t(s.d_head) * sizeof(float));
+    if (bwd_dkdv_splits(s)) bytes += align_up(2 * rows * size_t(s.d_head) * sizeof(float));
   }
   return bytes;
+}
+
+void bind_fwd_workspace(FlashParams& p, const AttnShape& s, DType dtype, void* workspace, size_t bytes) {
+  const size_t need = fwd_workspace_bytes(s, dtype);
+  p.o_accum = p.lse_accum = nullptr;
+  if (need == 0) return;
+  TRAINER_CHECK(workspace && bytes >= need && aligned(workspace, kAlign),
+                "flash2: forward workspace {} bytes at {} (need {}, 256-byte aligned)", bytes, workspace, need);
+  const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T);
+  char* base = static_cast<char*>(workspace);
+  p.o_accum = reinterpret_cast<float*>(base);
+  p.lse_accum = reinterpret_cast<float*>(base + align_up(size_t(fwd_num_splits(s)) * rows * size_t(s.d_head) * 4));
+}
+
+void bind_bwd_workspace(FlashBwdParams& p, const AttnShape& s, DType dtype, bool deterministic, void* workspace,
+                        size_t bytes) {
+  const size_t need = bwd_workspace_bytes(s, dtype, deterministic);
+  TRAINER_CHECK(workspace && bytes >= need && aligned(workspace, kAlign),
+                "flash2: workspace {} bytes at {} (need {}, 256-byte aligned)", bytes, workspace, need);
+  const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T), dh = size_t(s.d_head);
+  char* base = static_cast<char*>(workspace);
+  p.dsum = reinterpret_cast<float*>(base);
+  p.dq_accum = p.dkv_accum = nullptr;
+  if (dtype != DType::bf16 || deterministic) return;
+  p.dq_accum = reinterpret_cast<float*>(base + align_up(rows * 4));
+  if (bwd_dkdv_splits(s)) p.dkv_accum = reinterpret_cast<float*>(base + align_up(rows * 4) + align_up(rows * dh * 4));
 }
 
 namespace {
@@ -158,16 +185,7 @@ void attention_fwd(const AttnShape& s, Tensor out, Tensor lse, const Tensor& qkv
                    size_t workspace_bytes, cudaStream_t st) {
   FlashParams p;
   fill_params(p, s, out, lse, qkv);
-  const size_t need = fwd_workspace_bytes(s, qkv.dtype);
-  if (need > 0) {
-    TRAINER_CHECK(workspace && workspace_bytes >= need && aligned(workspace, kAlign),
-                  "flash2: forward workspace {} bytes at {} (need {}, 256-byte aligned)", workspace_bytes, workspace,
-                  need);
-    const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T);
-    p.o_accum = static_cast<float*>(workspace);
-    p.lse_accum = reinterpret_cast<float*>(static_cast<char*>(workspace) +
-                                           align_up(size_t(fwd_split_chunks(s)) * rows * size_t(s.d_head) * 4));
-  }
+  bind_fwd_workspace(p, s, qkv.dtype, workspace, workspace_bytes);
   run_fwd(p, st);
 }
 
@@ -180,9 +198,6 @@ void attention_bwd(const AttnShape& s, Tensor dqkv, const Tensor& dout, const Te
                 "flash2: dqkv {} {} (qkv {})", dtype_name(dqkv.dtype), dqkv.shape_str(), dtype_name(qkv.dtype));
   TRAINER_CHECK(dout.rows() == B * T && dout.cols() == D && dout.dtype == qkv.dtype, "flash2: dout {} {} (qkv {})",
                 dtype_name(dout.dtype), dout.shape_str(), dtype_name(qkv.dtype));
-  const size_t need = bwd_workspace_bytes(s, qkv.dtype, deterministic);
-  TRAINER_CHECK(workspace && workspace_bytes >= need && aligned(workspace, kAlign),
-                "flash2: workspace {} bytes at {} (need {}, 256-byte aligned)", workspace_bytes, workspace, need);
   const size_t es = dtype_size(dqkv.dtype);
   p.dout = dout.data;
   p.dq = dqkv.data;
@@ -190,12 +205,8 @@ void attention_bwd(const AttnShape& s, Tensor dqkv, const Tensor& dout, const Te
   p.dv = static_cast<char*>(dqkv.data) + 2 * D * es;
   p.dqkv_batch_stride = T * 3 * D, p.dqkv_row_stride = 3 * D, p.dqkv_head_stride = dh;
   p.dqkv_f32 = dqkv.dtype == DType::f32;
-  p.dsum = static_cast<float*>(workspace);
-  p.dq_accum = reinterpret_cast<float*>(static_cast<char*>(workspace) + align_up(size_t(B * H * T) * sizeof(float)));
   p.deterministic = deterministic || qkv.dtype == DType::f32;
-  if (!p.deterministic && split_possible(s))
-    p.dkv_accum = reinterpret_cast<float*>(reinterpret_cast<char*>(p.dq_accum) +
-                                           align_up(size_t(B * H * T * dh) * sizeof(float)));
+  bind_bwd_workspace(p, s, qkv.dtype, p.deterministic, workspace, workspace_bytes);
   run_bwd(p, st);
 }
 

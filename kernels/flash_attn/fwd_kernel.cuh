@@ -11,9 +11,10 @@
 // O += P V. At the end O /= l and L = (m + log2 l) ln 2, the natural-log logsumexp of scale·S.
 // Causal: key tiles wholly above the diagonal are never visited (the loop ends at the diagonal); the index
 // comparison runs only on tiles that cross it (and on the ragged last key tile).
-// Split keys (problems whose query tiles give fewer than two CTAs per SM): the key tiles are cut into fwd_chunk-tile
-// chunks, one CTA per (query tile, chunk); each writes its normalised partial O and logsumexp, and the combine kernel
-// merges them: L = log sum_s exp(L_s), O = sum_s exp(L_s - L) O_s (flash-decoding, Dao et al. 2023).
+// Split keys (problems whose query tiles give fewer than two CTAs per SM, with >= 8 key tiles): the key tiles are
+// cut into fwd_chunk-tile chunks, one CTA per (query tile, chunk); each writes its normalised partial O and
+// logsumexp, and the combine kernel merges them: L = log sum_s exp(L_s), O = sum_s exp(L_s - L) O_s
+// (flash-decoding, Dao et al. 2023).
 #pragma once
 #include "flash_attn/mma.cuh"
 #include "flash_attn/params.h"
@@ -76,7 +77,9 @@ struct FwdTraits {
   static_assert(kD % 16 == 0 && kBM % (16 * kMT) == 0 && kBN % 16 == 0, "tiles are multiples of 16");
 };
 
-template <class Tr, bool kCausal>
+/// kSplit: the split-keys build (p.fwd_splits chunks); without it the split code compiles away (no registers spent
+/// on it in the main configurations).
+template <class Tr, bool kCausal, bool kSplit = false>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_kernel(const FlashParams p) {
   using bf16 = __nv_bfloat16;
   constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kStride = Tr::kStride, kThreads = Tr::kThreads;
@@ -86,7 +89,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_kernel
   bf16* sK = sQ + kBM * kStride;       // [2][kBN][kStride]
   bf16* sV = sK + 2 * kBN * kStride;   // [2][kBN][kStride]
 
-  const int splits = p.fwd_splits > 1 ? p.fwd_splits : 1;
+  const int splits = kSplit ? p.fwd_splits : 1;
   const int m_block = int(gridDim.x) / splits - 1 - int(blockIdx.x) / splits;  // the longest (causal) rows first
   const int split = int(blockIdx.x) % splits;
   const int h = blockIdx.y, b = blockIdx.z;

@@ -59,7 +59,7 @@ void launch_fwd(const FlashParams& p_in, cudaStream_t s) {
   const int splits = p.o_accum ? fwd_split_count(p.seq_len, Tr::kBM, Tr::kBN, int64_t(p.batch) * p.num_heads) : 1;
   p.fwd_splits = splits > 1 ? splits : 0;
   p.fwd_chunk = int(ceil_div(ceil_div(p.seq_len, Tr::kBN), splits));
-  auto kernel = flash_fwd_kernel<Tr, kCausal>;
+  auto kernel = splits > 1 ? flash_fwd_kernel<Tr, kCausal, true> : flash_fwd_kernel<Tr, kCausal, false>;
   set_smem(kernel, Tr::kSmemBytes);
   const dim3 grid(unsigned(ceil_div(p.seq_len, Tr::kBM) * splits), unsigned(p.num_heads), unsigned(p.batch));
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, s>>>(p);
@@ -84,14 +84,15 @@ void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
   launch_bwd_preprocess(p, Dkdv::kAtomicDQ, s);
   if (splits > 1)
     CUDA_CHECK(cudaMemsetAsync(p.dkv_accum, 0, 2 * size_t(p.batch) * p.num_heads * p.seq_len * p.d_head * 4, s));
-  auto kdkdv = flash_bwd_dkdv_kernel<Dkdv, kCausal>;
+  auto kdkdv = flash_bwd_dkdv_kernel<Dkdv, kCausal, false>;
+  if constexpr (Dkdv::kAtomicDQ)
+    if (splits > 1) kdkdv = flash_bwd_dkdv_kernel<Dkdv, kCausal, true>;
   set_smem(kdkdv, Dkdv::kSmemBytes);
   const dim3 grid(unsigned(n_blocks * splits), unsigned(p.num_heads), unsigned(p.batch));
   kdkdv<<<grid, Dkdv::kThreads, Dkdv::kSmemBytes, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
-  if (splits > 1) launch_bwd_convert_dkdv(p, s);
   if constexpr (Dkdv::kAtomicDQ) {
-    launch_bwd_convert_dq(p, s);
+    launch_bwd_convert(p, splits > 1, s);
   } else {
     auto kdq = flash_bwd_dq_kernel<Dq, kCausal>;
     set_smem(kdq, Dq::kSmemBytes);

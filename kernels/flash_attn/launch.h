@@ -15,10 +15,9 @@ void bwd_launch(const FlashBwdParams& p, cudaStream_t s);
 
 /// Backward preprocessing (any dtype): D = rowsum(dO o O) into p.dsum, and dq_accum = 0 when zero_accum.
 void launch_bwd_preprocess(const FlashBwdParams& p, bool zero_accum, cudaStream_t s);
-/// dQ = scale * dq_accum into the dq view (bf16 atomic mode).
-void launch_bwd_convert_dq(const FlashBwdParams& p, cudaStream_t s);
-/// dK, dV from dkv_accum into their views (split mode of the dK/dV pass).
-void launch_bwd_convert_dkdv(const FlashBwdParams& p, cudaStream_t s);
+/// dQ = scale * dq_accum into the dq view (bf16 atomic mode) and, with_dkv (split dK/dV pass), dK, dV from
+/// dkv_accum into theirs.
+void launch_bwd_convert(const FlashBwdParams& p, bool with_dkv, cudaStream_t s);
 /// Streaming multiprocessors of the current device (cached per device).
 int device_sm_count();
 /// dkdv_chunk for the dK/dV configuration bwd_launch<kD, *> picks in atomic mode (instantiated per kD): > 0 when
@@ -26,17 +25,18 @@ int device_sm_count();
 template <int kD>
 int bwd_dkdv_chunk(int seq_len, int64_t bh, bool causal);
 /// Key chunks of the forward for T keys in tiles of kbn, query tiles of kbm rows, bh = batch x heads: 1 unless the
-/// query tiles give fewer than two CTAs per SM; then up to kMaxFwdSplits chunks (at least 4 key tiles each) so that
-/// about four CTAs per SM run.
+/// query tiles give fewer than two CTAs per SM and there are at least 8 key tiles; then up to kMaxFwdSplits (16)
+/// chunks of at least 4 key tiles each, so that about four CTAs per SM run.
 int fwd_split_count(int seq_len, int kbm, int kbn, int64_t bh);
 /// fwd_split_count for the tile configuration fwd_launch<kD, *> picks for this problem (instantiated per kD).
 template <int kD>
 int fwd_splits(int seq_len, int64_t bh);
 /// Merges the split forward's partial results (p.fwd_splits, p.o_accum, p.lse_accum) into p.o and p.lse.
 void launch_fwd_combine(const FlashParams& p, cudaStream_t s);
-/// Query tiles per CTA of the dK/dV pass for a problem of `n_blocks` key tiles of kbn keys and query tiles of kbm
-/// rows, times `bh` (batch x heads): 0 (no split) unless the key tiles alone give fewer than two CTAs per SM; then
-/// chunks such that about four CTAs per SM do the (causal: triangular) work.
+/// Query tiles per CTA of the dK/dV pass for seq_len keys in tiles of kbn and queries in tiles of kbm, times `bh`
+/// (batch x heads): 0 (no split) unless the key tiles alone give fewer than two CTAs per SM; then chunks of at least
+/// 2 query tiles such that about four CTAs per SM do the (causal: triangular) work; 0 again when one chunk would
+/// cover every query tile.
 int dkdv_chunk(int seq_len, int kbn, int kbm, int64_t bh, bool causal);
 
 /// fp32 forward / backward (FMA tiles; any of the same head dimensions; p.causal at run time; always deterministic).

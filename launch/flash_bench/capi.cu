@@ -37,6 +37,24 @@ void fill(FlashParams& p, const void* qkv, void* out, float* lse, int B, int T, 
   p.softmax_scale = scale, p.causal = causal != 0, p.is_bf16 = bf16 != 0, p.o_f32 = o_f32 != 0;
 }
 
+AttnShape shape(int B, int T, int H, int d, int causal) {
+  AttnShape s;
+  s.B = B, s.T = T, s.H = H, s.d_head = d, s.causal = causal != 0;
+  return s;
+}
+
+/// Device memory for the production forward's split partials, kept across calls (grown on a first, untimed call).
+void* fwd_workspace(size_t bytes) {
+  static void* p = nullptr;
+  static size_t have = 0;
+  if (bytes > have) {
+    if (p) CUDA_CHECK(cudaFree(p));
+    CUDA_CHECK(cudaMalloc(&p, bytes));
+    have = bytes;
+  }
+  return p;
+}
+
 template <class Tr>
 bool fwd_variant(const FlashParams& p, cudaStream_t s) {
   if (p.d_head != Tr::kD || !p.is_bf16) return false;
@@ -70,7 +88,13 @@ int fa_fwd(int variant, const void* qkv, void* out, float* lse, int B, int T, in
     auto s = static_cast<cudaStream_t>(stream);
     bool ok = true;
     switch (variant) {
-      case 0: run_fwd(p, s); break;
+      case 0: {  // as Backend::attention_fwd: split keys where the problem has few query tiles
+        const AttnShape sh = shape(B, T, H, d, causal);
+        const size_t ws = fwd_workspace_bytes(sh, bf16 ? DType::bf16 : DType::f32);
+        bind_fwd_workspace(p, sh, bf16 ? DType::bf16 : DType::f32, ws ? fwd_workspace(ws) : nullptr, ws);
+        run_fwd(p, s);
+        break;
+      }
       case 1: ok = fwd_variant<FwdTraits<64, 128, 64, true, 2>>(p, s); break;
       case 2: ok = fwd_variant<FwdTraits<64, 64, 64, true>>(p, s); break;
       case 3: ok = fwd_variant<FwdTraits<64, 128, 128, true>>(p, s); break;
@@ -113,9 +137,7 @@ int fa_fwd(int variant, const void* qkv, void* out, float* lse, int B, int T, in
 
 /// Workspace bytes of the backward.
 size_t fa_bwd_ws(int B, int T, int H, int d, int bf16, int deterministic) {
-  AttnShape s;
-  s.B = B, s.T = T, s.H = H, s.d_head = d;
-  return bwd_workspace_bytes(s, bf16 ? DType::bf16 : DType::f32, deterministic != 0);
+  return bwd_workspace_bytes(shape(B, T, H, d, 1), bf16 ? DType::bf16 : DType::f32, deterministic != 0);
 }
 
 /// Backward. variant 0: production (atomic dQ for bf16), 1: production deterministic; others explicit configs.
@@ -131,14 +153,9 @@ int fa_bwd(int variant, void* dqkv, int dqkv_f32, const void* dout, const void* 
     p.dv = static_cast<char*>(dqkv) + 2 * D * es;
     p.dqkv_batch_stride = int64_t(T) * 3 * D, p.dqkv_row_stride = 3 * D, p.dqkv_head_stride = d;
     p.dqkv_f32 = dqkv_f32 != 0;
-    p.dsum = static_cast<float*>(ws);
-    p.dq_accum = reinterpret_cast<float*>(static_cast<char*>(ws) + (size_t(B) * H * T * 4 + 255) / 256 * 256);
     p.deterministic = variant == 1 || !bf16;
-    {  // the split dK/dV accumulators where bwd_workspace_bytes reserved them (as attention_bwd does)
-      const size_t a = (size_t(B) * H * T * 4 + 255) / 256 * 256, q = (size_t(B) * H * T * d * 4 + 255) / 256 * 256;
-      if (!p.deterministic && fa_bwd_ws(B, T, H, d, bf16, 0) > a + q)
-        p.dkv_accum = reinterpret_cast<float*>(static_cast<char*>(ws) + a + q);
-    }
+    bind_bwd_workspace(p, shape(B, T, H, d, causal), bf16 ? DType::bf16 : DType::f32, p.deterministic, ws,
+                       fa_bwd_ws(B, T, H, d, bf16, p.deterministic));
     auto s = static_cast<cudaStream_t>(stream);
     bool ok = true;
     using Dq64 = BwdDqTraits<64, 64, 64>;
