@@ -5,7 +5,8 @@
 //   mpirun -np 2 trainer configs/small.json --set parallel.strategy=ddp_bucketed
 //
 // Exit codes: 0 ok; 2 bad input (one line on stderr, nothing written); 1 the run failed (record with status
-// "error"); 3 out of memory (record with status "oom").
+// "error"; a diverged training run keeps its per-step losses up to the failing step); 3 out of memory (record with
+// status "oom").
 #include <mpi.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -177,6 +178,12 @@ int main(int argc, char** argv) {
     spdlog::shutdown();
     if (world > 1) MPI_Abort(MPI_COMM_WORLD, 2);
     return 2;
+  } catch (const PartialRunError& e) {  // keeps what the run measured before it failed (the loss curve)
+    record.update(e.partial);
+    record["status"] = "error";
+    record["error"] = e.what();
+    spdlog::error("run failed: {}", e.what());
+    code = 1;
   } catch (const std::exception& e) {
     record["status"] = "error";
     record["error"] = e.what();

@@ -3,7 +3,11 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include <string>
+#include <utility>
+
 #include "config/config.h"
+#include "core/errors.h"
 
 namespace trainer {
 
@@ -14,6 +18,14 @@ struct RunContext {
   int world_size = 1;
   int local_rank = 0;       // rank among the processes of this host (picks the GPU)
   int local_size = 1;
+};
+
+/// A run that failed part-way (a non-finite loss) together with what it measured until then, for the record
+/// (train: loss, grad_norm and lr per step, up to and including the failing step; non-finite values become null).
+struct PartialRunError : RuntimeError {
+  PartialRunError(const std::string& what, nlohmann::json partial_record)
+      : RuntimeError(what), partial(std::move(partial_record)) {}
+  nlohmann::json partial;
 };
 
 struct GemmTuning;

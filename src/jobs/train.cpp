@@ -234,7 +234,11 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
       t_exposed.push_back(strategy->comm_exposed_ms());
       profiler.end_step(comm.get());
     }
-    if (!std::isfinite(loss)) throw RuntimeError(fmt::format("loss is {} at step {}", loss, step + 1));
+    if (!std::isfinite(loss))
+      throw PartialRunError(fmt::format("loss is {} at step {}", loss, step + 1),
+                            {{"loss", {{"per_step", losses}, {"final", nullptr}}},
+                             {"grad_norm", {{"per_step", gnorms}}},
+                             {"lr", {{"per_step", lrs}}}});
     if (cfg.bench.log_every > 0 && (step % cfg.bench.log_every == 0 || step == total_steps - 1)) {
       const double tok_s = double(global_tokens) / (step_ms / 1e3);
       std::string line = fmt::format("step {:4d}/{} | loss {:.4f}", step + 1, total_steps, loss);

@@ -57,3 +57,21 @@ def test_record_names_what_differs_from_the_preset(tmp_path):
                        timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     assert json.loads((tmp_path / "b.json").read_text())["model"]["changed_from_preset"] == {}
+
+
+@pytest.mark.skipif(not BIN, reason="TRAINER_BIN is not set")
+def test_diverged_run_keeps_its_loss_curve(tmp_path):
+    """A run whose loss becomes non-finite exits 1 with a record of status error that names the step (counted from 1,
+    as in the log) and keeps the per-step losses up to the failing one (the non-finite value as null)."""
+    out = tmp_path / "diverged.json"
+    p = subprocess.run([BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set", "optimizer.lr=1e30",
+                        "--set", "bench.warmup_steps=0", "--set", "bench.measure_steps=10", "--set", "bench.log_every=1",
+                        "--set", f"output.results={out}"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1, p.stderr[-2000:]
+    r = json.loads(out.read_text())
+    assert r["status"] == "error" and r["error"].startswith("loss is ")
+    losses = r["loss"]["per_step"]
+    step = int(r["error"].rsplit(" ", 1)[1])
+    assert len(losses) == step and losses[-1] is None and r["loss"]["final"] is None
+    assert all(isinstance(x, float) for x in losses[:-1]) and losses[0] > 5.0  # finite before, near ln(vocab)
+    assert f"step {step - 1:4d}/10" in p.stdout + p.stderr or step == 1  # the log's last line is the step before
