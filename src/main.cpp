@@ -178,13 +178,9 @@ int main(int argc, char** argv) {
     spdlog::shutdown();
     if (world > 1) MPI_Abort(MPI_COMM_WORLD, 2);
     return 2;
-  } catch (const PartialRunError& e) {  // keeps what the run measured before it failed (the loss curve)
-    record.update(e.partial);
-    record["status"] = "error";
-    record["error"] = e.what();
-    spdlog::error("run failed: {}", e.what());
-    code = 1;
   } catch (const std::exception& e) {
+    // A run that failed part-way keeps what it measured until then (the loss curve).
+    if (const auto* partial = dynamic_cast<const PartialRunError*>(&e)) record.update(partial->partial);
     record["status"] = "error";
     record["error"] = e.what();
     spdlog::error("run failed: {}", e.what());

@@ -50,8 +50,10 @@ class Communicator {
   /// In place: buf = op over ranks of buf. f32 (nccl: also bf16).
   virtual std::unique_ptr<Work> all_reduce(Tensor buf, ReduceOp op, bool async = false) = 0;
   /// all_reduce of each of `bufs`, issued together: one operation for waiting and timing. NCCL launches them as one
-  /// group (ncclGroupStart/End: one kernel, no per-collective launch latency); this default issues them in turn.
+  /// group (ncclGroupStart/End: one kernel, no per-collective launch latency); this default issues them in turn
+  /// (one buffer: exactly all_reduce, so a synchronous call stays a blocking collective).
   virtual std::unique_ptr<Work> all_reduce_many(const std::vector<Tensor>& bufs, ReduceOp op, bool async = false) {
+    if (bufs.size() == 1) return all_reduce(bufs[0], op, async);
     std::vector<std::unique_ptr<Work>> works;
     works.reserve(bufs.size());
     for (const Tensor& b : bufs) works.push_back(all_reduce(b, op, /*async=*/true));
