@@ -1,0 +1,215 @@
+// FlashAttention forward for Hopper (sm_90a): warpgroup MMAs (wgmma) from 128B-swizzled shared memory.
+// Algorithm: FlashAttention-2 (Dao 2023, arXiv:2307.08691, Algorithm 1; online softmax in the exp2 domain, as
+// fwd_kernel.cuh); the tensor-core use follows FlashAttention-3 (Shah, Bikshandi, Zhang, Thakkar, Ramani, Dao 2024,
+// arXiv:2407.08608, section 3): each warpgroup of 128 threads owns 64 query rows; S = Q Kᵀ is one wgmma chain with
+// both operands in shared memory (Q and K K-major); P stays in registers (the S accumulators, packed to bf16, are the
+// A operand) and O += P V reads V [keys][d] as an N-major B operand, so no transpose is ever stored.
+// Not (yet) FlashAttention-3's producer warp with TMA and its ping-pong / intra-warpgroup overlap of softmax with
+// the next GEMM: all threads load the next K/V tile with cp.async into the other of two stages while the current
+// one is used, and the warpgroups (and co-resident CTAs) overlap each other's softmax with their GEMMs.
+//
+// One CTA per (query tile of kBM = 64 kWG rows, head, batch), longest causal rows first. Key tiles of kBN keys are
+// visited from the diagonal down; the causal / ragged-edge mask runs only on tiles that need it, and a warpgroup
+// skips a tile none of whose keys its rows see. Output O (bf16 or f32) and the natural-log logsumexp L, as
+// flash_fwd_kernel; problems with few query tiles (split keys) keep that kernel (launch.cuh).
+#pragma once
+#include "flash_attn/mma.cuh"
+#include "flash_attn/params.h"
+#include "flash_attn/wgmma.cuh"
+
+namespace trainer::flash::sm90 {
+
+/// kD: head dim (64 or 128); kBN: keys per tile (64 or 128); kWG: consumer warpgroups (64 query rows each);
+/// kMinBlocks: __launch_bounds__ CTAs per SM.
+template <int kD_, int kBN_, int kWG_, int kMinBlocks_ = 1>
+struct FwdTraits {
+  static constexpr int kD = kD_, kBN = kBN_, kWG = kWG_, kBM = 64 * kWG_, kThreads = 128 * kWG_;
+  static constexpr int kMinBlocks = kMinBlocks_;
+  static constexpr int kSub = kD / 64;  // 64-column swizzled sub-tiles per row
+  static constexpr int kQBytes = kBM * kD * 2, kKVBytes = kBN * kD * 2;
+  static constexpr int kSmemBytes = kQBytes + 4 * kKVBytes + 1024;  // Q, 2 stages of K and V, alignment slack
+  static_assert((kD == 64 || kD == 128) && (kBN == 64 || kBN == 128), "wgmma tiles: d 64/128, kBN 64/128");
+};
+
+/// Copies rows row0..row0+kRows-1 (rows >= nrows zero-filled) of a [*, ld] bf16 view, kD columns, into kD/64
+/// swizzled sub-tiles at `smem` (sub-tile s = columns 64s..64s+63, kRows * 128 bytes each); kThreads threads.
+template <int kRows, int kD, int kThreads>
+__device__ __forceinline__ void load_tile_sw128(uint8_t* smem, const __nv_bfloat16* g, int64_t ld, int row0, int nrows,
+                                                int tid) {
+  constexpr int kCPR = kD / 8, kChunks = kRows * kCPR;
+#pragma unroll
+  for (int i = 0; i < (kChunks + kThreads - 1) / kThreads; ++i) {
+    const int c = tid + i * kThreads;
+    if (kChunks % kThreads == 0 || c < kChunks) {
+      const int r = c / kCPR, cc = c % kCPR;
+      const bool valid = row0 + r < nrows;
+      const __nv_bfloat16* src = valid ? g + int64_t(row0 + r) * ld + cc * 8 : g;
+      cp_async_16(smem + (cc / 8) * (kRows * 128) + sw128_offset(r, cc % 8), src, valid);
+    }
+  }
+}
+
+/// d (+)= A B for a 64 x N accumulator, both operands from shared memory (N = 32, 64 or 128).
+template <int kTA, int kTB, int kN>
+__device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], uint64_t da, uint64_t db, bool acc) {
+  if constexpr (kN == 128) wgmma_ss_n128<kTA, kTB>(d, da, db, acc);
+  else if constexpr (kN == 64) wgmma_ss_n64<kTA, kTB>(d, da, db, acc);
+  else wgmma_ss_n32<kTA, kTB>(d, da, db, acc);
+}
+/// d (+)= A B for a 64 x N accumulator, A from registers, B from shared memory.
+template <int kTB, int kN>
+__device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t db, bool acc) {
+  if constexpr (kN == 128) wgmma_rs_n128<kTB>(d, a, db, acc);
+  else if constexpr (kN == 64) wgmma_rs_n64<kTB>(d, a, db, acc);
+  else wgmma_rs_n32<kTB>(d, a, db, acc);
+}
+
+template <class Tr, bool kCausal>
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_sm90_kernel(const FlashParams p) {
+  using bf16 = __nv_bfloat16;
+  constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kThreads = Tr::kThreads, kSub = Tr::kSub;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* sQ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* sK = sQ + Tr::kQBytes;       // [2 stages][kSub][kBN][64]
+  uint8_t* sV = sK + 2 * Tr::kKVBytes;  // [2 stages][kSub][kBN][64]
+
+  const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);  // the longest (causal) rows first
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int T = p.seq_len, m0 = m_block * kBM;
+  const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int64_t ld = p.qkv_row_stride;
+  const int64_t off = int64_t(b) * p.qkv_batch_stride + int64_t(h) * p.qkv_head_stride;
+  const bf16* gq = static_cast<const bf16*>(p.q) + off;
+  const bf16* gk = static_cast<const bf16*>(p.k) + off;
+  const bf16* gv = static_cast<const bf16*>(p.v) + off;
+
+  int n_blocks = (T + kBN - 1) / kBN;
+  if (kCausal) n_blocks = min(n_blocks, (m0 + kBM + kBN - 1) / kBN);
+
+  load_tile_sw128<kBM, kD, kThreads>(sQ, gq, ld, m0, T, tid);
+  load_tile_sw128<kBN, kD, kThreads>(sK, gk, ld, (n_blocks - 1) * kBN, T, tid);
+  load_tile_sw128<kBN, kD, kThreads>(sV, gv, ld, (n_blocks - 1) * kBN, T, tid);
+  cp_async_commit();
+
+  float o[kD / 2];
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) o[i] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scale·log2(e): scores in log2 units
+  const int row_lo = m0 + 64 * wg;                          // this warpgroup's rows: row_lo .. row_lo + 63
+  const int row0 = row_lo + 16 * warp + g;                  // this thread's: row0 and row0 + 8
+  const uint32_t q_addr = smem_addr(sQ) + uint32_t(64 * wg * 128);
+
+  for (int it = 0; it < n_blocks; ++it) {
+    const int nb = n_blocks - 1 - it, buf = it & 1;
+    cp_async_wait<0>();  // tile nb (issued one iteration ago) has landed
+    fence_proxy_async();
+    __syncthreads();     // ... for every thread; and every warpgroup is done with the other stage
+    if (it + 1 < n_blocks) {
+      load_tile_sw128<kBN, kD, kThreads>(sK + (buf ^ 1) * Tr::kKVBytes, gk, ld, (nb - 1) * kBN, T, tid);
+      load_tile_sw128<kBN, kD, kThreads>(sV + (buf ^ 1) * Tr::kKVBytes, gv, ld, (nb - 1) * kBN, T, tid);
+    }
+    cp_async_commit();
+    const int n0 = nb * kBN;
+    if (kCausal && n0 > row_lo + 63) continue;  // no key of this tile is visible to this warpgroup's rows
+    const uint32_t k_addr = smem_addr(sK + buf * Tr::kKVBytes), v_addr = smem_addr(sV + buf * Tr::kKVBytes);
+
+    // S = Q Kᵀ (64 rows x kBN keys per warpgroup), K-major A and B.
+    float s[kBN / 2];
+    wgmma_fence();
+#pragma unroll
+    for (int sub = 0; sub < kSub; ++sub)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        wgmma_ss<0, 0, kBN>(s, make_desc(q_addr + sub * kBM * 128 + kk * 32, 16, 1024),
+                            make_desc(k_addr + sub * kBN * 128 + kk * 32, 16, 1024), sub + kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(s);
+
+    // Mask: keys past the end, and (causal) keys after the query; only on tiles that need it.
+    if (n0 + kBN > T || (kCausal && n0 + kBN - 1 > row_lo)) {
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = n0 + j * 8 + 2 * t + (e & 1), row = row0 + (e >> 1) * 8;
+          if (key >= T || (kCausal && key > row)) s[4 * j + e] = -INFINITY;
+        }
+    }
+
+    // Online softmax, two rows per thread; a row is spread over the 4 threads of a quad.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m_run[r], mx * sl2);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row with nothing visible yet stays at 0
+      const float alpha = exp2_fast(m_run[r] - m_use);
+      m_run[r] = m_new;
+      float rs = 0.f;
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        s[4 * j + 2 * r] = exp2_fast(fmaf(s[4 * j + 2 * r], sl2, -m_use));
+        s[4 * j + 2 * r + 1] = exp2_fast(fmaf(s[4 * j + 2 * r + 1], sl2, -m_use));
+        rs += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+      }
+      l_run[r] = l_run[r] * alpha + rs;  // per-thread partial sum; the quad is summed at the end
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        o[4 * j + 2 * r] *= alpha;
+        o[4 * j + 2 * r + 1] *= alpha;
+      }
+    }
+
+    // O += P V: P from registers (bf16 A fragments), V [keys][d] N-major.
+    uint32_t pa[kBN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      pa[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+      pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+    fence_regs(o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk)
+      wgmma_rs<1, kD>(o, pa[kk], make_desc(v_addr + kk * 2048, kBN * 128, 1024), true);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(o);
+  }
+  cp_async_wait<0>();
+
+  // Epilogue: O / l and L = m ln2 + ln l.
+  const int64_t o_off = int64_t(b) * p.o_batch_stride + int64_t(h) * p.o_head_stride;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_run[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = row0 + r * 8;
+    if (row >= T) continue;
+    const float inv = 1.f / l;
+    const int64_t ro = o_off + int64_t(row) * p.o_row_stride;
+    if (p.o_f32) {
+      float* go = static_cast<float*>(p.o) + ro;
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j)
+        *reinterpret_cast<float2*>(go + j * 8 + 2 * t) = make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+    } else {
+      bf16* go = static_cast<bf16*>(p.o) + ro;
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j)
+        *reinterpret_cast<__nv_bfloat162*>(go + j * 8 + 2 * t) =
+            __floats2bfloat162_rn(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+    }
+    if (t == 0) p.lse[(int64_t(b) * p.num_heads + h) * T + row] = m_run[r] * 0.6931471805599453f + logf(l);
+  }
+}
+
+}  // namespace trainer::flash::sm90

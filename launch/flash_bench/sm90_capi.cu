@@ -1,0 +1,115 @@
+// C entry points over the Hopper (sm_90a, wgmma) FlashAttention kernels for launch/flash_bench/sm90_check.py:
+// tile-configuration variants compiled only here, checked against float64 PyTorch and timed beside the production
+// kernels (libflashbench.so) and SDPA. Built by launch/flash_bench/build_sm90.sh.
+#include "common.cuh"  // first (fmt set-up for nvcc)
+
+#include <cstdio>
+
+#include "flash_attn/bwd_sm90.cuh"
+#include "flash_attn/fwd_sm90.cuh"
+#include "flash_attn/launch.h"
+
+using namespace trainer::flash;
+
+namespace {
+template <class Tr>
+int fwd_variant(const FlashParams& p, cudaStream_t s) {
+  if (p.d_head != Tr::kD || !p.is_bf16) return -2;
+  auto kernel = p.causal ? sm90::flash_fwd_sm90_kernel<Tr, true> : sm90::flash_fwd_sm90_kernel<Tr, false>;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes) != cudaSuccess)
+    return -1;
+  const dim3 grid(unsigned((p.seq_len + Tr::kBM - 1) / Tr::kBM), unsigned(p.num_heads), unsigned(p.batch));
+  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, s>>>(p);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "fa_fwd_sm90: %s\n", cudaGetErrorString(e));
+    return -1;
+  }
+  return 0;
+}
+template <class Tr>
+int bwd_variant(const FlashBwdParams& p, cudaStream_t s) {
+  if (p.d_head != Tr::kD) return -2;
+  auto kernel = p.causal ? sm90::flash_bwd_sm90_kernel<Tr, true> : sm90::flash_bwd_sm90_kernel<Tr, false>;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes) != cudaSuccess)
+    return -1;
+  launch_bwd_preprocess(p, true, s);
+  const dim3 grid(unsigned((p.seq_len + Tr::kBN - 1) / Tr::kBN), unsigned(p.num_heads), unsigned(p.batch));
+  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, s>>>(p);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "fa_bwd_sm90: %s\n", cudaGetErrorString(e));
+    return -1;
+  }
+  launch_bwd_convert(p, false, s);
+  return 0;
+}
+}  // namespace
+
+extern "C" {
+/// Forward variants (sm90::FwdTraits<d, kBN, warpgroups, min CTAs per SM>); -2 when the variant does not fit.
+int fa_fwd_sm90(int variant, const void* qkv, void* out, float* lse, int B, int T, int H, int d, int causal, int o_f32,
+                float scale, void* stream) {
+  FlashParams p;
+  const int64_t D = int64_t(H) * d;
+  p.q = qkv;
+  p.k = static_cast<const char*>(qkv) + D * 2;
+  p.v = static_cast<const char*>(qkv) + 2 * D * 2;
+  p.o = out;
+  p.lse = lse;
+  p.qkv_batch_stride = int64_t(T) * 3 * D, p.qkv_row_stride = 3 * D, p.qkv_head_stride = d;
+  p.o_batch_stride = int64_t(T) * D, p.o_row_stride = D, p.o_head_stride = d;
+  p.batch = B, p.seq_len = T, p.num_heads = H, p.d_head = d;
+  p.softmax_scale = scale, p.causal = causal != 0, p.is_bf16 = true, p.o_f32 = o_f32 != 0;
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (variant) {
+    case 0: return fwd_variant<sm90::FwdTraits<64, 128, 2, 1>>(p, s);
+    case 1: return fwd_variant<sm90::FwdTraits<64, 128, 2, 2>>(p, s);
+    case 2: return fwd_variant<sm90::FwdTraits<64, 128, 3, 1>>(p, s);
+    case 3: return fwd_variant<sm90::FwdTraits<64, 64, 2, 2>>(p, s);
+    case 10: return fwd_variant<sm90::FwdTraits<128, 128, 2, 1>>(p, s);
+    case 11: return fwd_variant<sm90::FwdTraits<128, 64, 2, 1>>(p, s);
+    case 12: return fwd_variant<sm90::FwdTraits<128, 64, 2, 2>>(p, s);
+    case 13: return fwd_variant<sm90::FwdTraits<128, 128, 3, 1>>(p, s);
+    // one warpgroup (64 rows) per CTA: independent CTAs per SM overlap each other's softmax and GEMMs
+    case 4: return fwd_variant<sm90::FwdTraits<64, 128, 1, 3>>(p, s);
+    case 5: return fwd_variant<sm90::FwdTraits<64, 64, 1, 4>>(p, s);
+    case 14: return fwd_variant<sm90::FwdTraits<128, 64, 1, 2>>(p, s);
+    case 15: return fwd_variant<sm90::FwdTraits<128, 128, 1, 2>>(p, s);
+    default: return -2;
+  }
+}
+
+/// Backward variants (sm90::BwdTraits<d, warpgroups>), bf16 in and out; ws: B*H*T*(d + 1) floats (dq_accum, then
+/// dsum). out / lse from a forward. -2 when the variant does not fit.
+int fa_bwd_sm90(int variant, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                float* ws, int B, int T, int H, int d, int causal, float scale, void* stream) {
+  FlashBwdParams p;
+  const int64_t D = int64_t(H) * d;
+  p.q = qkv;
+  p.k = static_cast<const char*>(qkv) + D * 2;
+  p.v = static_cast<const char*>(qkv) + 2 * D * 2;
+  p.o = const_cast<void*>(out);
+  p.lse = const_cast<float*>(lse);
+  p.qkv_batch_stride = int64_t(T) * 3 * D, p.qkv_row_stride = 3 * D, p.qkv_head_stride = d;
+  p.o_batch_stride = int64_t(T) * D, p.o_row_stride = D, p.o_head_stride = d;
+  p.batch = B, p.seq_len = T, p.num_heads = H, p.d_head = d;
+  p.softmax_scale = scale, p.causal = causal != 0, p.is_bf16 = true, p.o_f32 = false;
+  p.dout = dout;
+  p.dq = dqkv;
+  p.dk = static_cast<char*>(dqkv) + D * 2;
+  p.dv = static_cast<char*>(dqkv) + 2 * D * 2;
+  p.dqkv_batch_stride = int64_t(T) * 3 * D, p.dqkv_row_stride = 3 * D, p.dqkv_head_stride = d;
+  p.dqkv_f32 = false;
+  p.dq_accum = ws;
+  p.dsum = ws + int64_t(B) * H * T * d;
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (variant) {
+    case 0: return bwd_variant<sm90::BwdTraits<64, 2>>(p, s);
+    case 1: return bwd_variant<sm90::BwdTraits<64, 1, 2>>(p, s);  // one warpgroup, 64 keys per CTA
+    case 10: return bwd_variant<sm90::BwdTraits<128, 2>>(p, s);
+    case 11: return bwd_variant<sm90::BwdTraits<128, 1, 2>>(p, s);
+    default: return -2;
+  }
+}
+}  // extern "C"

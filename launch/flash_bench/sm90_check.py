@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""GPU check and timing of the Hopper (sm_90a, wgmma) FlashAttention variants of launch/flash_bench/sm90_capi.cu.
+
+  python3 launch/flash_bench/sm90_check.py [--fwd 0,1,10] [--bwd ...] [--out DIR] [--no-check] [--no-time]
+
+Checks each variant against attention in float64 (PyTorch, same rounded inputs; fresh random inputs per case, outputs
+NaN-poisoned): O and L relative error < 1e-2 (bf16), dQ/dK/dV < 2e-2, at T 1, 17, 100, 128, 1000, 4097 (one
+(batch, head) pair) and 2 x 20 heads up to T 1000, causal and not. Then times them at 1 x 16 heads, T 16384, causal
+(d 64 and 128), beside the production kernels (libflashbench.so, when built) and SDPA in the same process: median of
+CUDA-event timings. Writes sm90_check.json under --out and prints a table last.
+"""
+import argparse
+import ctypes
+import json
+import math
+import os
+
+import torch
+import torch.nn.functional as F
+
+p = argparse.ArgumentParser()
+p.add_argument("--lib", default=".carry/flash/libflashbench.so")
+p.add_argument("--prod", default=".carry/flash/libflashbench.so")
+p.add_argument("--fwd", default="0,1,2,3,10,11,12,13")
+p.add_argument("--bwd", default="")
+p.add_argument("--out", default=os.environ.get("OUT", "."))
+p.add_argument("--no-check", action="store_true")
+p.add_argument("--no-time", action="store_true")
+args = p.parse_args()
+
+ci, vp, cf = ctypes.c_int, ctypes.c_void_p, ctypes.c_float
+lib = ctypes.CDLL(os.path.abspath(args.lib))
+lib.fa_fwd_sm90.argtypes = [ci, vp, vp, vp, ci, ci, ci, ci, ci, ci, cf, vp]
+lib.fa_fwd_sm90.restype = ci
+has_bwd = hasattr(lib, "fa_bwd_sm90")
+if has_bwd:
+    lib.fa_bwd_sm90.argtypes = [ci, vp, vp, vp, vp, vp, vp, ci, ci, ci, ci, ci, cf, vp]
+    lib.fa_bwd_sm90.restype = ci
+prod = None
+if os.path.exists(args.prod):
+    prod = ctypes.CDLL(os.path.abspath(args.prod))
+    prod.fa_fwd.argtypes = [ci, vp, vp, vp, ci, ci, ci, ci, ci, ci, ci, cf, vp]
+    prod.fa_bwd_ws.argtypes = [ci, ci, ci, ci, ci, ci]
+    prod.fa_bwd_ws.restype = ctypes.c_size_t
+    prod.fa_bwd.argtypes = [ci, vp, ci, vp, vp, vp, ci, vp, vp, ci, ci, ci, ci, ci, ci, cf, vp]
+
+dev = torch.device("cuda")
+FWD = [int(x) for x in args.fwd.split(",") if x]
+BWD = [int(x) for x in args.bwd.split(",") if x]
+res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "checks": [], "timing": []}
+failures = []
+
+
+def stream():
+    return ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+
+
+def fwd(v, qkv, B, T, H, d, causal, out=None, lse=None):
+    out = torch.full((B * T, H * d), float("nan"), device=dev, dtype=torch.bfloat16) if out is None else out
+    lse = torch.full((B, H, T), float("nan"), device=dev, dtype=torch.float32) if lse is None else lse
+    rc = lib.fa_fwd_sm90(v, qkv.data_ptr(), out.data_ptr(), lse.data_ptr(), B, T, H, d, int(causal), 0,
+                         1.0 / math.sqrt(d), stream())
+    return rc, out, lse
+
+
+def bwd(v, qkv, out, lse, dout, B, T, H, d, causal, dqkv=None, ws=None):
+    dqkv = torch.full((B * T, 3 * H * d), float("nan"), device=dev, dtype=torch.bfloat16) if dqkv is None else dqkv
+    ws = torch.empty(B * H * T * (d + 1) + 64, device=dev, dtype=torch.float32) if ws is None else ws
+    rc = lib.fa_bwd_sm90(v, dqkv.data_ptr(), dout.data_ptr(), qkv.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                         ws.data_ptr(), B, T, H, d, int(causal), 1.0 / math.sqrt(d), stream())
+    return rc, dqkv
+
+
+def reference(qkv, dout, B, T, H, d, causal):
+    x = qkv.double().detach().requires_grad_()
+    v5 = x.view(B, T, 3, H, d)
+    q, k, v = (v5[:, :, i].permute(0, 2, 1, 3) for i in range(3))
+    S = (q @ k.transpose(-1, -2)) / math.sqrt(d)
+    if causal:
+        S = S.masked_fill(torch.ones(T, T, dtype=torch.bool, device=dev).triu(1), float("-inf"))
+    L = torch.logsumexp(S, -1)
+    P = torch.exp(S - L[..., None])
+    O = (P @ v).permute(0, 2, 1, 3).reshape(B * T, H * d)
+    O.backward(dout.double())
+    return O.detach(), L.detach(), x.grad.detach()
+
+
+def rel(got, ref):
+    got = got.double()
+    if torch.isnan(got).any():
+        return float("nan")
+    n = ref.norm().item()
+    return (got - ref).norm().item() / (n if n > 0 else 1.0)
+
+
+def check(d, causal, T, B, H):
+    qkv = torch.randn(B * T, 3 * H * d, device=dev).to(torch.bfloat16)
+    dout = torch.randn(B * T, H * d, device=dev).to(torch.bfloat16)
+    O, L, G = reference(qkv, dout, B, T, H, d, causal)
+    D = H * d
+    for v in FWD:
+        rc, out, lse = fwd(v, qkv, B, T, H, d, causal)
+        if rc == -2:
+            continue
+        torch.cuda.synchronize()
+        e = {"pass": "fwd", "variant": v, "d": d, "causal": causal, "T": T, "BH": B * H, "rc": rc,
+             "O": rel(out, O), "L": rel(lse, L)}
+        ok = rc == 0 and e["O"] < 1e-2 and e["L"] < 1e-2
+        res["checks"].append(e)
+        if not ok:
+            failures.append(e)
+    for v in BWD:
+        o64 = O.to(torch.bfloat16)
+        rc, dqkv = bwd(v, qkv, o64, L.float().contiguous(), dout, B, T, H, d, causal)
+        if rc == -2:
+            continue
+        torch.cuda.synchronize()
+        e = {"pass": "bwd", "variant": v, "d": d, "causal": causal, "T": T, "BH": B * H, "rc": rc,
+             "dQ": rel(dqkv[:, :D], G[:, :D]), "dK": rel(dqkv[:, D:2 * D], G[:, D:2 * D]),
+             "dV": rel(dqkv[:, 2 * D:], G[:, 2 * D:])}
+        ok = rc == 0 and max(e["dQ"], e["dK"], e["dV"]) < 2e-2
+        res["checks"].append(e)
+        if not ok:
+            failures.append(e)
+
+
+def median_ms(fn, reps=20, warmup=3):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def time_shape(B, T, H, d, causal):
+    qkv = torch.randn(B * T, 3 * H * d, device=dev).to(torch.bfloat16)
+    dout = torch.randn(B * T, H * d, device=dev).to(torch.bfloat16)
+    fl = 2.0 * T * T * d * B * H * (1 if causal else 2)
+    rows = []
+    out = torch.empty(B * T, H * d, device=dev, dtype=torch.bfloat16)
+    lse = torch.empty(B, H, T, device=dev, dtype=torch.float32)
+    sc = 1.0 / math.sqrt(d)
+    if prod is not None:
+        ms = median_ms(lambda: prod.fa_fwd(0, qkv.data_ptr(), out.data_ptr(), lse.data_ptr(), B, T, H, d, int(causal),
+                                           1, 0, sc, stream()))
+        rows.append(("fwd", "prod", ms, fl / ms / 1e9))
+        ws = torch.empty(prod.fa_bwd_ws(B, T, H, d, 1, 0) // 4 + 64, device=dev, dtype=torch.float32)
+        dq = torch.empty(B * T, 3 * H * d, device=dev, dtype=torch.bfloat16)
+        ms = median_ms(lambda: prod.fa_bwd(0, dq.data_ptr(), 0, dout.data_ptr(), qkv.data_ptr(), out.data_ptr(), 0,
+                                           lse.data_ptr(), ws.data_ptr(), B, T, H, d, int(causal), 1, sc, stream()))
+        rows.append(("bwd", "prod", ms, 2.5 * fl / ms / 1e9))
+    for v in FWD:
+        if fwd(v, qkv, B, T, H, d, causal, out, lse)[0] != 0:
+            continue
+        ms = median_ms(lambda: fwd(v, qkv, B, T, H, d, causal, out, lse))
+        rows.append(("fwd", f"sm90 v{v}", ms, fl / ms / 1e9))
+    fwd(FWD[0] if FWD else 0, qkv, B, T, H, d, causal, out, lse)
+    dq = torch.empty(B * T, 3 * H * d, device=dev, dtype=torch.bfloat16)
+    ws = torch.empty(B * H * T * (d + 1) + 64, device=dev, dtype=torch.float32)
+    for v in BWD:
+        if bwd(v, qkv, out, lse, dout, B, T, H, d, causal, dq, ws)[0] != 0:
+            continue
+        ms = median_ms(lambda: bwd(v, qkv, out, lse, dout, B, T, H, d, causal, dq, ws))
+        rows.append(("bwd", f"sm90 v{v}", ms, 2.5 * fl / ms / 1e9))
+    q, k, v_ = (torch.randn(B, H, T, d, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    do = torch.randn(B, H, T, d, device=dev, dtype=torch.bfloat16)
+    with torch.no_grad():
+        ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v_, is_causal=causal))
+    rows.append(("fwd", "sdpa", ms, fl / ms / 1e9))
+
+    def fb():
+        o = F.scaled_dot_product_attention(q, k, v_, is_causal=causal)
+        torch.autograd.grad(o, (q, k, v_), do)
+    ms = median_ms(fb)
+    rows.append(("f+b", "sdpa", ms, 3.5 * fl / ms / 1e9))
+    for r in rows:
+        res["timing"].append({"shape": f"{B}x{H}x{d} T{T} {'causal' if causal else 'full'}", "pass": r[0],
+                              "kernel": r[1], "ms": r[2], "tflops": r[3]})
+
+
+if not args.no_check:
+    for d in (64, 128):
+        for causal in (True, False):
+            for T in (1, 17, 100, 128, 1000, 4097):
+                check(d, causal, T, 1, 1)
+            for T in (17, 128, 1000):
+                check(d, causal, T, 2, 20)
+if not args.no_time:
+    time_shape(1, 16384, 16, 64, True)
+    time_shape(1, 16384, 16, 128, True)
+os.makedirs(args.out, exist_ok=True)
+with open(os.path.join(args.out, "sm90_check.json"), "w") as f:
+    json.dump(res, f, indent=1)
+worst = {}
+for e in res["checks"]:
+    key = (e["pass"], e["variant"])
+    m = max(v for k, v in e.items() if k in ("O", "L", "dQ", "dK", "dV"))
+    worst[key] = max(worst.get(key, 0.0), m) if m == m else float("nan")
+print(f"checks: {len(res['checks'])} cases, {len(failures)} failures")
+for f_ in failures[:20]:
+    print("FAIL", f_)
+for k, v in sorted(worst.items()):
+    print(f"  worst rel error {k[0]} v{k[1]}: {v:.2e}")
+print(f"{'shape':26} {'pass':5} {'kernel':10} {'ms':>8} {'TFLOP/s':>8}")
+for t in res["timing"]:
+    print(f"{t['shape']:26} {t['pass']:5} {t['kernel']:10} {t['ms']:8.3f} {t['tflops']:8.1f}")
