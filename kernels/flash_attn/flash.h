@@ -1,5 +1,6 @@
 // FlashAttention-2 on the CUDA backend: the host entry points (validate, then dispatch on dtype, head dimension and
-// mask, then launch). Kernels: fwd_kernel.cuh, bwd_kernel.cuh (bf16, tensor cores), fp32_kernel.cuh (fp32, FMA).
+// mask, then launch). Kernels: fwd_kernel.cuh, bwd_kernel.cuh (bf16, tensor cores, mma.sync), fwd_sm90.cuh,
+// bwd_sm90.cuh (bf16 on Hopper, wgmma), fp32_kernel.cuh (fp32, FMA).
 // Formulas: Dao 2023, "FlashAttention-2", arXiv:2307.08691, Algorithms 1 (forward) and 2 (backward).
 #pragma once
 #include <cuda_runtime_api.h>
@@ -14,6 +15,11 @@ namespace trainer::flash {
 
 /// Head dimensions with a kernel (bf16 and fp32): 16, 32, 64, 80, 128.
 bool supports_head_dim(int d_head);
+
+/// True when attention_fwd and the non-deterministic attention_bwd run the Hopper kernels (sm_90a, wgmma:
+/// fwd_sm90.cuh, bwd_sm90.cuh) for this problem: bf16, d_head 64 or 128, at least two CTAs per SM with 128-row
+/// tiles, and a build for sm_90a running on a compute capability 9.0 device. Otherwise the FlashAttention-2 kernels.
+bool uses_sm90_kernels(const AttnShape& s, DType dtype);
 
 /// Forward on raw parameters: O [B, T, H, d] view and lse [B, H, T] (natural log) from the q, k, v views.
 /// Checks (RuntimeError via TRAINER_CHECK): supported d_head; non-null pointers; bf16 rows 16-byte aligned (pointer

@@ -108,6 +108,20 @@ int fwd_num_splits(const AttnShape& s) {
 }
 }  // namespace
 
+bool uses_sm90(int d_head, int64_t seq_len, int64_t heads, int64_t batch) {
+#ifdef TRAINER_FLASH_SM90
+  return (d_head == 64 || d_head == 128) &&
+         ceil_div(seq_len, int64_t(kSm90Tile)) * heads * batch >= 2 * int64_t(device_sm_count()) &&
+         sm90_flash_available();
+#else
+  return false;
+#endif
+}
+
+bool uses_sm90_kernels(const AttnShape& s, DType dtype) {
+  return dtype == DType::bf16 && uses_sm90(s.d_head, s.T, s.H, s.B);
+}
+
 size_t fwd_workspace_bytes(const AttnShape& s, DType dtype) {
   if (dtype != DType::bf16 || !supports_head_dim(s.d_head) || s.B * s.H * s.T == 0) return 0;
   const int S = fwd_num_splits(s);

@@ -6,12 +6,14 @@
 // A operand) and O += P V reads V [keys][d] as an N-major B operand, so no transpose is ever stored.
 // Not (yet) FlashAttention-3's producer warp with TMA and its ping-pong / intra-warpgroup overlap of softmax with
 // the next GEMM: all threads load the next K/V tile with cp.async into the other of two stages while the current
-// one is used, and the warpgroups (and co-resident CTAs) overlap each other's softmax with their GEMMs.
+// one is used, and the warpgroups (and co-resident CTAs) overlap each other's softmax with their GEMMs. (An
+// intra-warpgroup overlap version, S_j issued together with O += P_{j-1} V_{j-1}, was 5-30% slower: ptxas
+// serialized its wgmma (C7514) for reading S while the second product was in flight; NOTES.md.)
 //
 // One CTA per (query tile of kBM = 64 kWG rows, head, batch), longest causal rows first. Key tiles of kBN keys are
-// visited from the diagonal down; the causal / ragged-edge mask runs only on tiles that need it, and a warpgroup
-// skips a tile none of whose keys its rows see. Output O (bf16 or f32) and the natural-log logsumexp L, as
-// flash_fwd_kernel; problems with few query tiles (split keys) keep that kernel (launch.cuh).
+// visited from the diagonal down; the causal / ragged-edge mask runs only on tiles that need it. Output O (bf16 or
+// f32) and the natural-log logsumexp L, as flash_fwd_kernel; problems with few query tiles (split keys) keep that
+// kernel (launch.cuh).
 #pragma once
 #include "flash_attn/mma.cuh"
 #include "flash_attn/params.h"
@@ -25,9 +27,10 @@ template <int kD_, int kBN_, int kWG_, int kMinBlocks_ = 1>
 struct FwdTraits {
   static constexpr int kD = kD_, kBN = kBN_, kWG = kWG_, kBM = 64 * kWG_, kThreads = 128 * kWG_;
   static constexpr int kMinBlocks = kMinBlocks_;
+  static constexpr int kStages = 2;
   static constexpr int kSub = kD / 64;  // 64-column swizzled sub-tiles per row
   static constexpr int kQBytes = kBM * kD * 2, kKVBytes = kBN * kD * 2;
-  static constexpr int kSmemBytes = kQBytes + 4 * kKVBytes + 1024;  // Q, 2 stages of K and V, alignment slack
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 1024;  // Q, stages of K and V, alignment
   static_assert((kD == 64 || kD == 128) && (kBN == 64 || kBN == 128), "wgmma tiles: d 64/128, kBN 64/128");
 };
 
@@ -69,9 +72,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_sm90_k
   using bf16 = __nv_bfloat16;
   constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kThreads = Tr::kThreads, kSub = Tr::kSub;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* sQ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint8_t* sK = sQ + Tr::kQBytes;       // [2 stages][kSub][kBN][64]
-  uint8_t* sV = sK + 2 * Tr::kKVBytes;  // [2 stages][kSub][kBN][64]
+  uint8_t* sQ = align_smem_1024(smem_raw);
+  uint8_t* sK = sQ + Tr::kQBytes;                 // [stages][kSub][kBN][64]
+  uint8_t* sV = sK + Tr::kStages * Tr::kKVBytes;  // [stages][kSub][kBN][64]
 
   const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);  // the longest (causal) rows first
   const int h = blockIdx.y, b = blockIdx.z;
@@ -100,29 +103,33 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_sm90_k
   const int row0 = row_lo + 16 * warp + g;                  // this thread's: row0 and row0 + 8
   const uint32_t q_addr = smem_addr(sQ) + uint32_t(64 * wg * 128);
 
+  const uint64_t q_desc = make_desc(q_addr, 16, 1024);              // K-major A
+  const uint64_t k_desc = make_desc(smem_addr(sK), 16, 1024);        // K-major B (stage 0)
+  const uint64_t v_desc = make_desc(smem_addr(sV), kBN * 128, 1024);  // N-major B (stage 0)
+
   for (int it = 0; it < n_blocks; ++it) {
     const int nb = n_blocks - 1 - it, buf = it & 1;
+    const uint32_t stage = uint32_t(buf * Tr::kKVBytes);
     cp_async_wait<0>();  // tile nb (issued one iteration ago) has landed
     fence_proxy_async();
     __syncthreads();     // ... for every thread; and every warpgroup is done with the other stage
-    if (it + 1 < n_blocks) {
+    const int n0 = nb * kBN;
+    if (it + 1 < n_blocks) {  // prefetch the next (lower) key tile into the other stage
       load_tile_sw128<kBN, kD, kThreads>(sK + (buf ^ 1) * Tr::kKVBytes, gk, ld, (nb - 1) * kBN, T, tid);
       load_tile_sw128<kBN, kD, kThreads>(sV + (buf ^ 1) * Tr::kKVBytes, gv, ld, (nb - 1) * kBN, T, tid);
     }
     cp_async_commit();
-    const int n0 = nb * kBN;
-    if (kCausal && n0 > row_lo + 63) continue;  // no key of this tile is visible to this warpgroup's rows
-    const uint32_t k_addr = smem_addr(sK + buf * Tr::kKVBytes), v_addr = smem_addr(sV + buf * Tr::kKVBytes);
-
-    // S = Q Kᵀ (64 rows x kBN keys per warpgroup), K-major A and B.
+    // S = Q Kᵀ (64 rows x kBN keys per warpgroup), K-major A and B. Every warpgroup runs every tile, also one whose
+    // keys its rows cannot see (kBN < kBM, causal; the mask zeroes it): a branch on the warpgroup index around
+    // wgmma makes ptxas serialize them (C7518).
     float s[kBN / 2];
     wgmma_fence();
 #pragma unroll
     for (int sub = 0; sub < kSub; ++sub)
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        wgmma_ss<0, 0, kBN>(s, make_desc(q_addr + sub * kBM * 128 + kk * 32, 16, 1024),
-                            make_desc(k_addr + sub * kBN * 128 + kk * 32, 16, 1024), sub + kk > 0);
+        wgmma_ss<0, 0, kBN>(s, desc_add(q_desc, sub * kBM * 128 + kk * 32),
+                            desc_add(k_desc, stage + sub * kBN * 128 + kk * 32), sub + kk > 0);
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(s);
@@ -178,7 +185,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_sm90_k
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk)
-      wgmma_rs<1, kD>(o, pa[kk], make_desc(v_addr + kk * 2048, kBN * 128, 1024), true);
+      wgmma_rs<1, kD>(o, pa[kk], desc_add(v_desc, stage + kk * 2048), true);
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(o);

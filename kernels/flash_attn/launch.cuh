@@ -102,9 +102,14 @@ void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
   }
 }
 
-// Per (d_head, causal), instantiated in fwd_d*.cu and bwd_d*.cu.
+// Per (d_head, causal), instantiated in fwd_d*.cu and bwd_d*.cu. The Hopper kernels where uses_sm90; else the
+// FlashAttention-2 kernels above (mma.sync), with their split paths for problems with few tiles.
 template <int kD, bool kCausal>
 void fwd_launch(const FlashParams& p, cudaStream_t s) {
+#ifdef TRAINER_FLASH_SM90
+  if constexpr (kD == 64 || kD == 128)
+    if (uses_sm90(kD, p.seq_len, p.num_heads, p.batch)) return fwd_sm90_launch<kD, kCausal>(p, s);
+#endif
   using C = Config<kD>;
   if constexpr (!std::is_same_v<typename C::FwdShort, typename C::Fwd>) {
     if (few_ctas(p.seq_len, p.num_heads, p.batch, C::Fwd::kBM)) return launch_fwd<typename C::FwdShort, kCausal>(p, s);
@@ -127,6 +132,10 @@ int bwd_dkdv_chunk(int seq_len, int64_t bh, bool causal) {
 }
 template <int kD, bool kCausal>
 void bwd_launch(const FlashBwdParams& p, cudaStream_t s) {
+#ifdef TRAINER_FLASH_SM90
+  if constexpr (kD == 64 || kD == 128)
+    if (!p.deterministic && uses_sm90(kD, p.seq_len, p.num_heads, p.batch)) return bwd_sm90_launch<kD, kCausal>(p, s);
+#endif
   using C = Config<kD>;
   if (p.deterministic) return launch_bwd<typename C::DkdvDet, typename C::Dq, kCausal>(p, s);
   if constexpr (!std::is_same_v<typename C::DkdvShort, typename C::Dkdv>) {

@@ -3,6 +3,8 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 #include "flash_attn/params.h"
 
 namespace trainer::flash {
@@ -38,6 +40,19 @@ void launch_fwd_combine(const FlashParams& p, cudaStream_t s);
 /// 2 query tiles such that about four CTAs per SM do the (causal: triangular) work; 0 again when one chunk would
 /// cover every query tile.
 int dkdv_chunk(int seq_len, int kbn, int kbm, int64_t bh, bool causal);
+
+/// Hopper kernels (sm90.cu, built only for sm_90a: TRAINER_FLASH_SM90): bf16, d_head 64 and 128, tiles of
+/// kSm90Tile query rows (forward) and keys (backward). sm90_flash_available(): this device runs them (compute
+/// capability 9.0). The backward includes its preprocess and convert passes (atomic-mode workspace: dsum, dq_accum).
+constexpr int kSm90Tile = 128;
+bool sm90_flash_available();
+template <int kD, bool kCausal>
+void fwd_sm90_launch(const FlashParams& p, cudaStream_t s);
+template <int kD, bool kCausal>
+void bwd_sm90_launch(const FlashBwdParams& p, cudaStream_t s);
+/// True when fwd_launch / bwd_launch (deterministic = false) take the Hopper kernels for this problem: built and
+/// available, d_head 64 or 128, and at least two CTAs per SM with kSm90Tile-row tiles (else the split paths).
+bool uses_sm90(int d_head, int64_t seq_len, int64_t heads, int64_t batch);
 
 /// fp32 forward / backward (FMA tiles; any of the same head dimensions; p.causal at run time; always deterministic).
 void fwd_f32_launch(const FlashParams& p, cudaStream_t s);

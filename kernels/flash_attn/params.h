@@ -43,6 +43,8 @@ struct FlashBwdParams : FlashParams {
   float* dkv_accum = nullptr;  // workspace [2][B, H, T, d] f32 (dK then dV) where the problem has few key tiles
                                // (bwd_workspace_bytes); lets the launcher split each key tile's query loop
   int dkdv_chunk = 0;          // set by the launcher: query tiles per CTA of the dK/dV pass (0: all of them)
+  bool dq_accum_swizzled = false;  // set by the launcher: dq_accum rows hold 16-byte chunks swizzled (dq_swizzle,
+                                   // bwd_kernel.cuh; the Hopper backward writes them so)
 };
 
 /// Calls f(std::true_type) or f(std::false_type): `bool_switch(p.causal, [&](auto c) { constexpr bool kC = c; })`.

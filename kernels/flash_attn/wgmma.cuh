@@ -24,6 +24,13 @@
 
 namespace trainer::flash::sm90 {
 
+/// The first 1024-byte aligned byte at or after p (a shared-memory pointer). Pointer arithmetic on p itself, so that
+/// the compiler still knows the result is shared memory (a round trip through an integer would make every access a
+/// generic one: 64-bit addresses, no STS / LDS).
+__device__ __forceinline__ uint8_t* align_smem_1024(uint8_t* p) {
+  return p + ((1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(p)) & 1023u)) & 1023u);
+}
+
 /// Byte offset of the 16-byte chunk `chunk` (0..7) of row `row` inside a 128B-swizzled sub-tile.
 __device__ __forceinline__ uint32_t sw128_offset(int row, int chunk) {
   return uint32_t(row) * 128u + (uint32_t(chunk ^ (row & 7)) << 4);
@@ -35,6 +42,10 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
   return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t((lbo >> 4) & 0x3FFFu) << 16) |
          (uint64_t((sbo >> 4) & 0x3FFFu) << 32) | (uint64_t(1) << 62);
 }
+
+/// The descriptor d moved `bytes` further (a multiple of 16) in shared memory: the start address field is the low 14
+/// bits (address / 16) and shared addresses stay below 2^18, so a plain add cannot carry out of it.
+__device__ __forceinline__ uint64_t desc_add(uint64_t d, uint32_t bytes) { return d + (bytes >> 4); }
 
 /// Orders this thread's register accesses before the next wgmma (PTX: required before the first wgmma of a group
 /// whose accumulators or A registers were written by other instructions).

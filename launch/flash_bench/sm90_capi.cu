@@ -1,6 +1,6 @@
 // C entry points over the Hopper (sm_90a, wgmma) FlashAttention kernels for launch/flash_bench/sm90_check.py:
 // tile-configuration variants compiled only here, checked against float64 PyTorch and timed beside the production
-// kernels (libflashbench.so) and SDPA. Built by launch/flash_bench/build_sm90.sh.
+// kernels (libflashbench.so) and SDPA. Built by launch/flash_bench/build.sh (SM90_ONLY=1 rebuilds just these).
 #include "common.cuh"  // first (fmt set-up for nvcc)
 
 #include <cstdio>
@@ -103,11 +103,13 @@ int fa_bwd_sm90(int variant, void* dqkv, const void* dout, const void* qkv, cons
   p.dqkv_f32 = false;
   p.dq_accum = ws;
   p.dsum = ws + int64_t(B) * H * T * d;
+  p.dq_accum_swizzled = true;
   auto s = static_cast<cudaStream_t>(stream);
   switch (variant) {
     case 0: return bwd_variant<sm90::BwdTraits<64, 2>>(p, s);
     case 1: return bwd_variant<sm90::BwdTraits<64, 1, 2>>(p, s);  // one warpgroup, 64 keys per CTA
     case 10: return bwd_variant<sm90::BwdTraits<128, 2>>(p, s);
+
     case 11: return bwd_variant<sm90::BwdTraits<128, 1, 2>>(p, s);
     default: return -2;
   }

@@ -26,6 +26,8 @@ p.add_argument("--bwd", default="")
 p.add_argument("--out", default=os.environ.get("OUT", "."))
 p.add_argument("--no-check", action="store_true")
 p.add_argument("--no-time", action="store_true")
+p.add_argument("--profile", action="store_true", help="one call of each --fwd / --bwd variant at 16 x 64, T 16384 "
+               "(for a profiler), nothing else")
 args = p.parse_args()
 
 ci, vp, cf = ctypes.c_int, ctypes.c_void_p, ctypes.c_float
@@ -186,6 +188,16 @@ def time_shape(B, T, H, d, causal):
                               "kernel": r[1], "ms": r[2], "tflops": r[3]})
 
 
+if args.profile:
+    B, T, H, d = 1, 16384, 16, 64
+    qkv = torch.randn(B * T, 3 * H * d, device=dev).to(torch.bfloat16)
+    dout = torch.randn(B * T, H * d, device=dev).to(torch.bfloat16)
+    for v in FWD:
+        rc, out, lse = fwd(v, qkv, B, T, H, d, True)
+    for v in BWD:
+        bwd(v, qkv, out, lse, dout, B, T, H, d, True)
+    torch.cuda.synchronize()
+    raise SystemExit(0)
 if not args.no_check:
     for d in (64, 128):
         for causal in (True, False):

@@ -1,6 +1,7 @@
-// Small standalone run of the FlashAttention-2 kernels through the C entry points of capi.cu, for
+// Small standalone run of the FlashAttention kernels through the C entry points of capi.cu and sm90_capi.cu, for
 // compute-sanitizer (racecheck, memcheck): ragged lengths, causal and not, bf16 (atomic and deterministic dQ) and
-// fp32. Exits 1 if an output holds a NaN (outputs are NaN-poisoned first) or a call fails.
+// fp32, and the Hopper (wgmma) kernels' production configurations called directly at small shapes. Exits 1 if an
+// output holds a NaN (outputs are NaN-poisoned first) or a call fails.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -15,6 +16,10 @@ extern "C" size_t fa_bwd_ws(int, int, int, int, int, int);
 extern "C" int fa_bwd(int, void*, int, const void*, const void*, const void*, int, const float*, void*, int, int,
                       int, int, int, int, float, void*);
 
+extern "C" int fa_fwd_sm90(int, const void*, void*, float*, int, int, int, int, int, int, float, void*);
+extern "C" int fa_bwd_sm90(int, void*, const void*, const void*, const void*, const float*, float*, int, int, int, int,
+                           int, float, void*);
+
 #define CK(x)                                                                          \
   do {                                                                                 \
     cudaError_t e_ = (x);                                                              \
@@ -24,7 +29,9 @@ extern "C" int fa_bwd(int, void*, int, const void*, const void*, const void*, in
     }                                                                                  \
   } while (0)
 
-static int run_case(int B, int T, int H, int d, bool causal, bool bf16, int variant, int fwd_variant = 0) {
+/// sm90: variant / fwd_variant are fa_bwd_sm90 / fa_fwd_sm90 variants (bf16 only).
+static int run_case(int B, int T, int H, int d, bool causal, bool bf16, int variant, int fwd_variant = 0,
+                    bool sm90 = false) {
   const size_t D = size_t(H) * d, N = size_t(B) * T, es = bf16 ? 2 : 4;
   std::mt19937 rng(1234 + T + d);
   std::normal_distribution<float> nd;
@@ -44,7 +51,7 @@ static int run_case(int B, int T, int H, int d, bool causal, bool bf16, int vari
   auto hq = make(N * 3 * D), hdo = make(N * D);
   void *qkv, *out, *dout, *dqkv, *ws;
   float* lse;
-  const size_t wsb = fa_bwd_ws(B, T, H, d, bf16, variant == 1);
+  const size_t wsb = sm90 ? size_t(B) * H * T * (d + 1) * 4 : fa_bwd_ws(B, T, H, d, bf16, variant == 1);
   CK(cudaMalloc(&qkv, hq.size()));
   CK(cudaMalloc(&dout, hdo.size()));
   CK(cudaMalloc(&out, N * D * es));
@@ -57,8 +64,11 @@ static int run_case(int B, int T, int H, int d, bool causal, bool bf16, int vari
   CK(cudaMemset(dqkv, 0xff, N * 3 * D * es));
   CK(cudaMemset(lse, 0xff, size_t(B) * H * T * 4));
   const float scale = 1.f / std::sqrt(float(d));
-  int rc = fa_fwd(fwd_variant, qkv, out, lse, B, T, H, d, causal, bf16, !bf16, scale, nullptr);
-  if (rc == 0)
+  int rc = sm90 ? fa_fwd_sm90(fwd_variant, qkv, out, lse, B, T, H, d, causal, 0, scale, nullptr)
+                : fa_fwd(fwd_variant, qkv, out, lse, B, T, H, d, causal, bf16, !bf16, scale, nullptr);
+  if (rc == 0 && sm90)
+    rc = fa_bwd_sm90(variant, dqkv, dout, qkv, out, lse, static_cast<float*>(ws), B, T, H, d, causal, scale, nullptr);
+  else if (rc == 0)
     rc = fa_bwd(variant, dqkv, !bf16, dout, qkv, out, !bf16, lse, ws, B, T, H, d, causal, bf16, scale, nullptr);
   CK(cudaDeviceSynchronize());
   auto nan_count = [&](void* p, size_t n) {
@@ -79,7 +89,7 @@ static int run_case(int B, int T, int H, int d, bool causal, bool bf16, int vari
     return c;
   };
   const size_t no = nan_count(out, N * D), ng = nan_count(dqkv, N * 3 * D);
-  std::printf("smoke B=%d T=%d H=%d d=%d causal=%d %s variant=%d/%d: rc=%d nan(out)=%zu nan(dqkv)=%zu\n", B, T, H, d,
+  std::printf("smoke%s B=%d T=%d H=%d d=%d causal=%d %s variant=%d/%d: rc=%d nan(out)=%zu nan(dqkv)=%zu\n", sm90 ? " sm90" : "", B, T, H, d,
               int(causal), bf16 ? "bf16" : "f32", fwd_variant, variant, rc, no, ng);
   cudaFree(qkv), cudaFree(out), cudaFree(dout), cudaFree(dqkv), cudaFree(lse), cudaFree(ws);
   return rc != 0 || no || ng ? 1 : 0;
@@ -97,6 +107,11 @@ int main() {
   bad += run_case(1, 100, 2, 64, true, true, 7, 7);    // two m16 tiles per warp (capi.cu variants)
   bad += run_case(1, 100, 1, 128, true, true, 0, 10);
   bad += run_case(1, 300, 1, 128, true, true, 0, 31);  // d 128 forward with 256 x 64 tiles (production, many CTAs)
+  // Hopper kernels (production tiles: sm90.cu Sm90Config), ragged lengths
+  bad += run_case(1, 300, 2, 64, true, true, 0, 1, true);
+  bad += run_case(1, 201, 1, 64, false, true, 0, 1, true);
+  bad += run_case(2, 190, 1, 128, true, true, 10, 10, true);
+  bad += run_case(1, 129, 1, 128, false, true, 10, 10, true);
   std::printf("smoke: %s\n", bad ? "FAILED" : "ok");
   return bad ? 1 : 0;
 }
