@@ -138,26 +138,35 @@ TEST_CASE("flash2 matches naive attention: T 1000 and 4097", "[cuda][flash]") {
 
 #ifdef TRAINER_HAVE_CUDA
 TEST_CASE("flash2 on Hopper: the wgmma kernels at shapes that take them", "[cuda][flash][sm90]") {
-  // 2 x 20 heads with 128-row tiles give >= 2 CTAs per SM from T 897 (7 tiles, the last ragged) on 132 SMs: the
-  // sm_90a kernels (fwd_sm90.cuh, bwd_sm90.cuh) when the build has them and the GPU is an H100 / H200.
+  // 2 x 20 heads with 128-row tiles give >= 2 CTAs per SM from T 897 (7 tiles, the last ragged) on 132 SMs; 2 x 140
+  // heads at T 65 and 129 do with one or two tiles, the last one holding a single query row and key. These take the
+  // sm_90a kernels (fwd_sm90.cuh, bwd_sm90.cuh) whenever the build has them and the GPU is an H100 / H200.
   REQUIRE_GPU();
+  const bool available = flash::sm90_kernels_available();
+  if (!available) WARN("the Hopper kernels are not built for sm_90a or this GPU is not compute capability 9.0");
+  struct Shape {
+    int B, H, T;
+  };
   for (int dh : {64, 128})
     for (bool causal : {false, true})
-      for (int T : {897, 1024}) {
+      for (Shape sh : {Shape{2, 20, 897}, Shape{2, 20, 1024}, Shape{2, 140, 65}, Shape{2, 140, 129}}) {
         AttnShape s;
-        s.B = 2, s.T = T, s.H = 20, s.d_head = dh;
-        const bool sm90 = flash::uses_sm90_kernels(s, DType::bf16);
-        CAPTURE(sm90);
-        if (!sm90) WARN("the Hopper kernels are not used here (not built for sm_90a, or not a 9.0 GPU, or few SMs)");
-        flash_case(DType::bf16, 2, T, 20, dh, causal, DType::bf16, DType::bf16);
-        if (T == 897) flash_case(DType::bf16, 2, T, 20, dh, causal, DType::f32, DType::f32);
+        s.B = sh.B, s.T = sh.T, s.H = sh.H, s.d_head = dh;
+        CAPTURE(dh, causal, sh.B, sh.H, sh.T);
+        if (available) {
+          REQUIRE(flash::uses_sm90_kernels(s, DType::bf16, false));
+          REQUIRE(flash::uses_sm90_kernels(s, DType::bf16, true));
+        }
+        flash_case(DType::bf16, sh.B, sh.T, sh.H, dh, causal, DType::bf16, DType::bf16);
+        if (sh.T == 897) flash_case(DType::bf16, sh.B, sh.T, sh.H, dh, causal, DType::f32, DType::f32);
       }
 }
 #endif
 
 TEST_CASE("flash2 split paths on one head: forward key chunks, backward query chunks", "[cuda][flash][split]") {
   // Small enough for compute-sanitizer racecheck: T 600 with one (batch, head) pair splits the forward's keys
-  // (d 64: 10 key tiles of 64; d 128: 19 of 32) and the dK/dV pass's query loop (launch.cuh, dkdv_chunk).
+  // (d 64: 10 key tiles of 64; d 128: 19 of 32) and the dK/dV pass's query loop (launch.cuh, dkdv_chunk; on Hopper
+  // the wgmma backward's, 5 key tiles of 128 x 10 query tiles of 64).
   REQUIRE_GPU();
   for (bool causal : {false, true})
     for (int dh : {64, 128}) flash_case(DType::bf16, 1, 600, 1, dh, causal, DType::bf16, DType::bf16);

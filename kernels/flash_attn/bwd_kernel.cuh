@@ -57,8 +57,8 @@ __global__ void flash_bwd_preprocess_kernel(const FlashBwdParams p) {
 __host__ __device__ __forceinline__ int dq_swizzle(int t, int c) { return (((c >> 2) ^ (t & 7)) << 2) | (c & 3); }
 
 /// The atomic mode's last pass, one thread per pair of elements of [B, H, T, d]: dQ = scale · dq_accum (read through
-/// dq_swizzle when p.dq_accum_swizzled) into the dq view and, when the dK/dV pass was split (with_dkv), dK, dV = dkv_accum [2][B, H, T, d] (already scaled) into
-/// theirs. TO: the gradients' dtype (f32 or bf16).
+/// dq_swizzle when p.dq_accum_swizzled) into the dq view and, when the dK/dV pass was split (with_dkv), dK, dV =
+/// dkv_accum [2][B, H, T, d] (already scaled) into theirs. TO: the gradients' dtype (f32 or bf16).
 template <class TO>
 __global__ void flash_bwd_convert_kernel(const FlashBwdParams p, bool with_dkv) {
   const int64_t n = int64_t(p.batch) * p.num_heads * p.seq_len * p.d_head;

@@ -58,7 +58,14 @@ __device__ __forceinline__ void bulk_wait_read() {
 /// Waits until all of this thread's bulk groups are complete.
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
-template <class Tr, bool kCausal>
+/// dK, dV (bf16, or f32 when p.dqkv_f32) from bf16 q, k, v, dO views, lse and p.dsum = D [B, H, T] (the preprocess
+/// pass), adding dS K into p.dq_accum (f32 [B, H, T, d], zeroed, rows swizzled as dq_swizzle, 16-byte aligned: the
+/// convert pass turns it into dQ); d = Tr::kD, T >= 1. Grid (ceil(T / kBN) x splits, H, B), Tr::kThreads threads,
+/// Tr::kSmemBytes of dynamic shared memory. sm_90a only.
+/// kSplit: the split-queries build for problems with few key tiles (gridDim.x = key tiles x chunks of p.dkdv_chunk
+/// query tiles; each CTA adds its partial dK·scale and dV into the f32 accumulators p.dkv_accum, which the convert
+/// pass writes out), as flash_bwd_dkdv_kernel; without it the split code compiles away.
+template <class Tr, bool kCausal, bool kSplit = false>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_sm90_kernel(const FlashBwdParams p) {
   using bf16 = __nv_bfloat16;
   constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kThreads = Tr::kThreads, kSub = Tr::kSub;
@@ -73,9 +80,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_sm90_k
   float* sDs = sL + 2 * kBM;                                 // [2][kBM]
   float* sdQ = sDs + 2 * kBM;                                // [2][kBM][kD] f32 (16-byte aligned)
 
-  const int n_block = blockIdx.x;  // low key tiles see the most queries (causal): first
+  const int T = p.seq_len;
+  const int splits = kSplit ? int(gridDim.x) / ((T + kBN - 1) / kBN) : 1;  // query chunks per key tile
+  const int n_block = blockIdx.x / splits;  // low key tiles see the most queries (causal): first
+  const int split = blockIdx.x % splits;
   const int h = blockIdx.y, b = blockIdx.z;
-  const int T = p.seq_len, n0 = n_block * kBN;
+  const int n0 = n_block * kBN;
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int64_t ld = p.qkv_row_stride, ldo = p.o_row_stride;
   const int64_t off = int64_t(b) * p.qkv_batch_stride + int64_t(h) * p.qkv_head_stride;
@@ -89,7 +99,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_sm90_k
   const float* gdsum = p.dsum + bh * T;
   float* gdq = p.dq_accum + bh * T * kD;
 
-  const int m_lo = kCausal ? n0 / kBM : 0, m_hi = (T + kBM - 1) / kBM;
+  int m_lo = kCausal ? n0 / kBM : 0, m_hi = (T + kBM - 1) / kBM;
+  if (kSplit) {  // this CTA's chunk of the query loop; a chunk past the end has nothing to do (the whole CTA leaves)
+    m_lo += split * p.dkdv_chunk;
+    if (m_lo >= m_hi) return;
+    m_hi = min(m_hi, m_lo + p.dkdv_chunk);
+  }
   auto load_q_tile = [&](int m, int buf) {
     load_tile_sw128<kBM, kD, kThreads>(sQ + buf * Tr::kQBytes, gq, ld, m * kBM, T, tid);
     load_tile_sw128<kBM, kD, kThreads>(sdO + buf * Tr::kQBytes, gdo, ldo, m * kBM, T, tid);
@@ -259,7 +274,25 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_sm90_k
     bulk_wait_all();
   }
 
-  // Epilogue: dK = scale · dSᵀ Q, dV, rows key0 and key0 + 8, in the gradients' dtype.
+  // Epilogue: dK = scale · dSᵀ Q, dV, rows key0 and key0 + 8, in the gradients' dtype; split: added into the f32
+  // accumulators instead.
+  if constexpr (kSplit) {
+    float* gdk = p.dkv_accum + bh * T * kD;
+    float* gdv = gdk + int64_t(p.batch) * p.num_heads * T * kD;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int key = key0 + 8 * r;
+      if (key >= T) continue;
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        const int64_t e = int64_t(key) * kD + 8 * j + 2 * t;
+        atomicAdd(reinterpret_cast<float2*>(gdk + e),
+                  make_float2(dk[4 * j + 2 * r] * p.softmax_scale, dk[4 * j + 2 * r + 1] * p.softmax_scale));
+        atomicAdd(reinterpret_cast<float2*>(gdv + e), make_float2(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]));
+      }
+    }
+    return;
+  }
   const int64_t doff = int64_t(b) * p.dqkv_batch_stride + int64_t(h) * p.dqkv_head_stride;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {

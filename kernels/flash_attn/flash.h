@@ -16,10 +16,13 @@ namespace trainer::flash {
 /// Head dimensions with a kernel (bf16 and fp32): 16, 32, 64, 80, 128.
 bool supports_head_dim(int d_head);
 
-/// True when attention_fwd and the non-deterministic attention_bwd run the Hopper kernels (sm_90a, wgmma:
-/// fwd_sm90.cuh, bwd_sm90.cuh) for this problem: bf16, d_head 64 or 128, at least two CTAs per SM with 128-row
-/// tiles, and a build for sm_90a running on a compute capability 9.0 device. Otherwise the FlashAttention-2 kernels.
-bool uses_sm90_kernels(const AttnShape& s, DType dtype);
+/// True when attention_fwd (backward = false) or the non-deterministic attention_bwd (backward = true) runs the
+/// Hopper kernels (sm_90a, wgmma: fwd_sm90.cuh, bwd_sm90.cuh) for this problem: bf16, d_head 64 or 128, a build for
+/// sm_90a running on a compute capability 9.0 device, and for the forward at least two CTAs per SM with 128-row
+/// tiles (the backward splits its query loop instead). Otherwise the mma.sync FlashAttention-2 kernels.
+bool uses_sm90_kernels(const AttnShape& s, DType dtype, bool backward);
+/// True when this build has the Hopper kernels (sm_90a) and the current device runs them (compute capability 9.0).
+bool sm90_kernels_available();
 
 /// Forward on raw parameters: O [B, T, H, d] view and lse [B, H, T] (natural log) from the q, k, v views.
 /// Checks (RuntimeError via TRAINER_CHECK): supported d_head; non-null pointers; bf16 rows 16-byte aligned (pointer
@@ -27,8 +30,8 @@ bool uses_sm90_kernels(const AttnShape& s, DType dtype);
 void run_fwd(const FlashParams& p, cudaStream_t s);
 
 /// Backward on raw parameters: dq, dk, dv (overwritten) from dout, q, k, v, o and lse. p.dsum must hold B*H*T
-/// floats; p.dq_accum B*H*T*d floats in the bf16 non-deterministic mode (both from bwd_workspace_bytes). Same checks
-/// as run_fwd.
+/// floats; p.dq_accum B*H*T*d floats, 16-byte aligned, in the bf16 non-deterministic mode (both from
+/// bwd_workspace_bytes; bind_bwd_workspace sets them). Same checks as run_fwd.
 void run_bwd(const FlashBwdParams& p, cudaStream_t s);
 
 /// Bytes of workspace attention_bwd needs: D [B, H, T] f32, plus dQ accumulators [B, H, T, d] f32 for bf16 inputs

@@ -35,10 +35,11 @@ void check_common(const FlashParams& p) {
                 "flash2: out pointer or strides not aligned for pair stores");
 }
 
-/// True when the bf16 dK/dV pass splits its query loop for this problem (launch_bwd, dkdv_chunk) and so needs the
-/// dK/dV accumulators (the same decision the launcher makes: same configuration, mask and device).
+/// True when the bf16 dK/dV pass splits its query loop for this problem (launch_bwd / bwd_sm90_launch, dkdv_chunk)
+/// and so needs the dK/dV accumulators (the same decision the launcher makes: same kernel, tiles, mask and device).
 bool bwd_dkdv_splits(const AttnShape& s) {
   const int64_t bh = int64_t(s.B) * s.H;
+  if (uses_sm90_bwd(s.d_head)) return dkdv_chunk(int(s.T), kSm90Tile, kSm90BwdQueryTile, bh, s.causal) > 0;
   switch (s.d_head) {
     case 16: return bwd_dkdv_chunk<16>(int(s.T), bh, s.causal) > 0;
     case 32: return bwd_dkdv_chunk<32>(int(s.T), bh, s.causal) > 0;
@@ -72,7 +73,8 @@ void run_bwd(const FlashBwdParams& p, cudaStream_t s) {
   check_common(p);
   TRAINER_CHECK(p.dout && p.dq && p.dk && p.dv && p.dsum, "flash2 bwd: null dout/dq/dk/dv/dsum");
   TRAINER_CHECK(p.is_bf16 || p.dqkv_f32, "flash2 bwd: f32 inputs need f32 gradients");
-  TRAINER_CHECK(!(p.is_bf16 && !p.deterministic) || p.dq_accum, "flash2 bwd: null dq_accum (atomic mode)");
+  TRAINER_CHECK(!(p.is_bf16 && !p.deterministic) || (p.dq_accum && aligned(p.dq_accum, 16)),
+                "flash2 bwd: dq_accum null or not 16-byte aligned (atomic mode; the Hopper backward's bulk reduction)");
   if (p.is_bf16)
     TRAINER_CHECK(aligned(p.dout, 16) && p.o_row_stride % 8 == 0 && p.o_batch_stride % 8 == 0 &&
                       p.o_head_stride % 8 == 0,
@@ -108,18 +110,24 @@ int fwd_num_splits(const AttnShape& s) {
 }
 }  // namespace
 
-bool uses_sm90(int d_head, int64_t seq_len, int64_t heads, int64_t batch) {
+bool uses_sm90_fwd(int d_head, int64_t seq_len, int64_t heads, int64_t batch) {
+  return uses_sm90_bwd(d_head) &&
+         ceil_div(seq_len, int64_t(kSm90Tile)) * heads * batch >= 2 * int64_t(device_sm_count());
+}
+
+bool uses_sm90_bwd(int d_head) {
 #ifdef TRAINER_FLASH_SM90
-  return (d_head == 64 || d_head == 128) &&
-         ceil_div(seq_len, int64_t(kSm90Tile)) * heads * batch >= 2 * int64_t(device_sm_count()) &&
-         sm90_flash_available();
+  return (d_head == 64 || d_head == 128) && sm90_flash_available();
 #else
   return false;
 #endif
 }
 
-bool uses_sm90_kernels(const AttnShape& s, DType dtype) {
-  return dtype == DType::bf16 && uses_sm90(s.d_head, s.T, s.H, s.B);
+bool sm90_kernels_available() { return uses_sm90_bwd(64); }
+
+bool uses_sm90_kernels(const AttnShape& s, DType dtype, bool backward) {
+  if (dtype != DType::bf16) return false;
+  return backward ? uses_sm90_bwd(s.d_head) : uses_sm90_fwd(s.d_head, s.T, s.H, s.B);
 }
 
 size_t fwd_workspace_bytes(const AttnShape& s, DType dtype) {

@@ -7,7 +7,7 @@
 // Not (yet) FlashAttention-3's producer warp with TMA and its ping-pong / intra-warpgroup overlap of softmax with
 // the next GEMM: all threads load the next K/V tile with cp.async into the other of two stages while the current
 // one is used, and the warpgroups (and co-resident CTAs) overlap each other's softmax with their GEMMs. (An
-// intra-warpgroup overlap version, S_j issued together with O += P_{j-1} V_{j-1}, was 5-30% slower: ptxas
+// intra-warpgroup overlap version, S_j issued together with O += P_{j-1} V_{j-1}, was 20-38% slower: ptxas
 // serialized its wgmma (C7514) for reading S while the second product was in flight; NOTES.md.)
 //
 // One CTA per (query tile of kBM = 64 kWG rows, head, batch), longest causal rows first. Key tiles of kBN keys are
@@ -59,14 +59,16 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], uint64_t da, uint64
   else if constexpr (kN == 64) wgmma_ss_n64<kTA, kTB>(d, da, db, acc);
   else wgmma_ss_n32<kTA, kTB>(d, da, db, acc);
 }
-/// d (+)= A B for a 64 x N accumulator, A from registers, B from shared memory.
+/// d (+)= A B for a 64 x N accumulator, A from registers, B from shared memory (N = 64 or 128).
 template <int kTB, int kN>
 __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t db, bool acc) {
   if constexpr (kN == 128) wgmma_rs_n128<kTB>(d, a, db, acc);
-  else if constexpr (kN == 64) wgmma_rs_n64<kTB>(d, a, db, acc);
-  else wgmma_rs_n32<kTB>(d, a, db, acc);
+  else wgmma_rs_n64<kTB>(d, a, db, acc);
 }
 
+/// O [B, T, H, d] (bf16, or f32 when p.o_f32) and lse [B, H, T] (f32, natural log; rows < T) from bf16 q, k, v
+/// views (params.h; rows 16-byte aligned, checked by run_fwd), d = Tr::kD, T >= 1. Grid (ceil(T / kBM), H, B),
+/// Tr::kThreads threads, Tr::kSmemBytes of dynamic shared memory. sm_90a only.
 template <class Tr, bool kCausal>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_sm90_kernel(const FlashParams p) {
   using bf16 = __nv_bfloat16;
@@ -207,7 +209,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_sm90_k
       float* go = static_cast<float*>(p.o) + ro;
 #pragma unroll
       for (int j = 0; j < kD / 8; ++j)
-        *reinterpret_cast<float2*>(go + j * 8 + 2 * t) = make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+        *reinterpret_cast<float2*>(go + j * 8 + 2 * t) =
+            make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
     } else {
       bf16* go = static_cast<bf16*>(p.o) + ro;
 #pragma unroll

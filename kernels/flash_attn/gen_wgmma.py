@@ -32,6 +32,6 @@ __device__ __forceinline__ void wgmma_rs_n{n}(float (&d)[{nacc}], const uint32_t
 out = []
 for n in (32, 64, 128):
     out.append(ss(n))
-for n in (32, 64, 128):
+for n in (64, 128):
     out.append(rs(n))
 print("\n".join(out))

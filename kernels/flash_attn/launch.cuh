@@ -102,13 +102,13 @@ void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
   }
 }
 
-// Per (d_head, causal), instantiated in fwd_d*.cu and bwd_d*.cu. The Hopper kernels where uses_sm90; else the
+// Per (d_head, causal), instantiated in fwd_d*.cu and bwd_d*.cu. The Hopper kernels where uses_sm90_*; else the
 // FlashAttention-2 kernels above (mma.sync), with their split paths for problems with few tiles.
 template <int kD, bool kCausal>
 void fwd_launch(const FlashParams& p, cudaStream_t s) {
 #ifdef TRAINER_FLASH_SM90
   if constexpr (kD == 64 || kD == 128)
-    if (uses_sm90(kD, p.seq_len, p.num_heads, p.batch)) return fwd_sm90_launch<kD, kCausal>(p, s);
+    if (uses_sm90_fwd(kD, p.seq_len, p.num_heads, p.batch)) return fwd_sm90_launch<kD, kCausal>(p, s);
 #endif
   using C = Config<kD>;
   if constexpr (!std::is_same_v<typename C::FwdShort, typename C::Fwd>) {
@@ -134,7 +134,7 @@ template <int kD, bool kCausal>
 void bwd_launch(const FlashBwdParams& p, cudaStream_t s) {
 #ifdef TRAINER_FLASH_SM90
   if constexpr (kD == 64 || kD == 128)
-    if (!p.deterministic && uses_sm90(kD, p.seq_len, p.num_heads, p.batch)) return bwd_sm90_launch<kD, kCausal>(p, s);
+    if (!p.deterministic && uses_sm90_bwd(kD)) return bwd_sm90_launch<kD, kCausal>(p, s);
 #endif
   using C = Config<kD>;
   if (p.deterministic) return launch_bwd<typename C::DkdvDet, typename C::Dq, kCausal>(p, s);

@@ -20,6 +20,7 @@ if [ -z "${SM90_ONLY:-}" ]; then
 fi
 echo $sm90 | tr ' ' '\n' | xargs -P 2 -I{} sh -c \
   'nvcc '"$flags"' -gencode=arch=compute_90a,code=sm_90a -c {} -o '"$obj"'/$(basename {} .cu).o'
-nvcc -shared -arch=sm_90 -o $out/libflashbench.so $obj/*.o
+objs=$(for f in $srcs $sm90; do echo $obj/$(basename $f .cu).o; done)  # not stale objects of removed files
+nvcc -shared -arch=sm_90 -o $out/libflashbench.so $objs
 nvcc $flags -arch=sm_90 -o $out/smoke launch/flash_bench/smoke.cu -L$out -lflashbench -Xlinker -rpath='$ORIGIN'
 echo "built $out/libflashbench.so $out/smoke"

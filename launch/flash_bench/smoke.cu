@@ -89,7 +89,8 @@ static int run_case(int B, int T, int H, int d, bool causal, bool bf16, int vari
     return c;
   };
   const size_t no = nan_count(out, N * D), ng = nan_count(dqkv, N * 3 * D);
-  std::printf("smoke%s B=%d T=%d H=%d d=%d causal=%d %s variant=%d/%d: rc=%d nan(out)=%zu nan(dqkv)=%zu\n", sm90 ? " sm90" : "", B, T, H, d,
+  std::printf("smoke%s B=%d T=%d H=%d d=%d causal=%d %s variant=%d/%d: rc=%d nan(out)=%zu nan(dqkv)=%zu\n",
+              sm90 ? " sm90" : "", B, T, H, d,
               int(causal), bf16 ? "bf16" : "f32", fwd_variant, variant, rc, no, ng);
   cudaFree(qkv), cudaFree(out), cudaFree(dout), cudaFree(dqkv), cudaFree(lse), cudaFree(ws);
   return rc != 0 || no || ng ? 1 : 0;
@@ -107,7 +108,10 @@ int main() {
   bad += run_case(1, 100, 2, 64, true, true, 7, 7);    // two m16 tiles per warp (capi.cu variants)
   bad += run_case(1, 100, 1, 128, true, true, 0, 10);
   bad += run_case(1, 300, 1, 128, true, true, 0, 31);  // d 128 forward with 256 x 64 tiles (production, many CTAs)
-  // Hopper kernels (production tiles: sm90.cu Sm90Config), ragged lengths
+  // production dispatch at one head, T 600: on Hopper the wgmma backward with its split query loop (dkdv_chunk)
+  bad += run_case(1, 600, 1, 64, true, true, 0);
+  bad += run_case(1, 600, 1, 128, false, true, 0);
+  // Hopper kernels (production tiles: sm90.cu Sm90Config) called directly, ragged lengths
   bad += run_case(1, 300, 2, 64, true, true, 0, 1, true);
   bad += run_case(1, 201, 1, 64, false, true, 0, 1, true);
   bad += run_case(2, 190, 1, 128, true, true, 10, 10, true);
