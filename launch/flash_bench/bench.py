@@ -32,6 +32,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from torch_ref import median_ms, reference, rel, stream
+
 p = argparse.ArgumentParser()
 p.add_argument("--lib", default=".carry/flash/libflashbench.so")
 p.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -55,10 +57,6 @@ lib.fa_bwd.restype = ci
 
 dev = torch.device("cuda")
 results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "checks": [], "timing": []}
-
-
-def stream():
-    return ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
 
 
 def flash_fwd(qkv, B, T, H, d, causal, variant=0, o_f32=False):
@@ -103,29 +101,6 @@ class Bwd:
         return lib.fa_bwd(variant, self.dqkv.data_ptr(), int(self.dqkv.dtype == torch.float32), dout.data_ptr(),
                           qkv.data_ptr(), out.data_ptr(), int(out.dtype == torch.float32), lse.data_ptr(),
                           self.ws.data_ptr(), B, T, H, d, int(causal), int(self.bf16), 1.0 / math.sqrt(d), stream())
-
-
-def reference(qkv, dout, B, T, H, d, causal):
-    """O [B*T, D], L [B, H, T], dqkv [B*T, 3D] in float64."""
-    x = qkv.double().detach().requires_grad_()
-    v5 = x.view(B, T, 3, H, d)
-    q, k, v = (v5[:, :, i].permute(0, 2, 1, 3) for i in range(3))
-    S = (q @ k.transpose(-1, -2)) / math.sqrt(d)
-    if causal:
-        S = S.masked_fill(torch.ones(T, T, dtype=torch.bool, device=dev).triu(1), float("-inf"))
-    L = torch.logsumexp(S, -1)
-    P = torch.exp(S - L[..., None])
-    O = (P @ v).permute(0, 2, 1, 3).reshape(B * T, H * d)
-    O.backward(dout.double())
-    return O.detach(), L.detach(), x.grad.detach()
-
-
-def rel(got, ref):
-    got = got.double()
-    if torch.isnan(got).any():
-        return float("nan")
-    n = ref.norm().item()
-    return (got - ref).norm().item() / (n if n > 0 else 1.0)
 
 
 LIM = {torch.bfloat16: (1e-2, 2e-2), torch.float32: (1e-4, 1e-3)}
@@ -226,24 +201,6 @@ def run_checks():
     print("worst relative errors:", json.dumps(worst))
     for f_ in failures[:40]:
         print("FAIL", f_)
-
-
-def median_ms(fn, reps=20, warmup=3, inner=1):
-    """Median of reps CUDA-event timings, each of inner back-to-back calls, per call."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(inner):
-            fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) / inner)
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 def sdpa_times(dt, B, T, H, d, causal, reps=20, inner=1):

@@ -18,6 +18,8 @@ import os
 import torch
 import torch.nn.functional as F
 
+from torch_ref import median_ms, reference, rel, stream
+
 p = argparse.ArgumentParser()
 p.add_argument("--lib", default=".carry/flash/libflashbench.so")
 p.add_argument("--prod", default=".carry/flash/libflashbench.so")
@@ -51,10 +53,6 @@ res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "chec
 failures = []
 
 
-def stream():
-    return ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-
-
 def fwd(v, qkv, B, T, H, d, causal, out=None, lse=None):
     out = torch.full((B * T, H * d), float("nan"), device=dev, dtype=torch.bfloat16) if out is None else out
     lse = torch.full((B, H, T), float("nan"), device=dev, dtype=torch.float32) if lse is None else lse
@@ -69,28 +67,6 @@ def bwd(v, qkv, out, lse, dout, B, T, H, d, causal, dqkv=None, ws=None):
     rc = lib.fa_bwd_sm90(v, dqkv.data_ptr(), dout.data_ptr(), qkv.data_ptr(), out.data_ptr(), lse.data_ptr(),
                          ws.data_ptr(), B, T, H, d, int(causal), 1.0 / math.sqrt(d), stream())
     return rc, dqkv
-
-
-def reference(qkv, dout, B, T, H, d, causal):
-    x = qkv.double().detach().requires_grad_()
-    v5 = x.view(B, T, 3, H, d)
-    q, k, v = (v5[:, :, i].permute(0, 2, 1, 3) for i in range(3))
-    S = (q @ k.transpose(-1, -2)) / math.sqrt(d)
-    if causal:
-        S = S.masked_fill(torch.ones(T, T, dtype=torch.bool, device=dev).triu(1), float("-inf"))
-    L = torch.logsumexp(S, -1)
-    P = torch.exp(S - L[..., None])
-    O = (P @ v).permute(0, 2, 1, 3).reshape(B * T, H * d)
-    O.backward(dout.double())
-    return O.detach(), L.detach(), x.grad.detach()
-
-
-def rel(got, ref):
-    got = got.double()
-    if torch.isnan(got).any():
-        return float("nan")
-    n = ref.norm().item()
-    return (got - ref).norm().item() / (n if n > 0 else 1.0)
 
 
 def check(d, causal, T, B, H):
@@ -122,22 +98,6 @@ def check(d, causal, T, B, H):
         res["checks"].append(e)
         if not ok:
             failures.append(e)
-
-
-def median_ms(fn, reps=20, warmup=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 def time_shape(B, T, H, d, causal):
