@@ -243,9 +243,7 @@ void rmsnorm_bwd(void* dx, DType tdx, float* dw, const void* dy, DType tdy, cons
           const size_t smem = size_t(D) * sizeof(float);
           TRAINER_CHECK(smem <= size_t(kMaxSmemBytes), "rmsnorm_bwd: d_model {} needs {} bytes of shared memory", D,
                         smem);
-          if (smem > 48 * 1024)  // above 48 KiB a kernel must opt in
-            CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_bwd_kernel<TDX, TDY, TX, TW>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+          set_smem(rmsnorm_bwd_kernel<TDX, TDY, TX, TW>, smem);
           rmsnorm_bwd_kernel<TDX, TDY, TX, TW><<<G, threads_for(D), smem, s>>>(
               static_cast<TDX*>(dx), partial, static_cast<const TDY*>(dy), static_cast<const TX*>(x),
               static_cast<const TW*>(w), rstd, N, D);

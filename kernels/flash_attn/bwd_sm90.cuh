@@ -158,19 +158,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_sm90_k
     // computed while dPᵀ still runs (and dSᵀ while dV does).
     float st[kBM / 2], dpt[kBM / 2];
     wgmma_fence();
-#pragma unroll
-    for (int sub = 0; sub < kSub; ++sub)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        wgmma_ss<0, 0, kBM>(st, desc_add(k_desc, sub * kBN * 128 + kk * 32),
-                            desc_add(q_desc, stage + sub * kBM * 128 + kk * 32), sub + kk > 0);
+    wgmma_kmajor<kBM, kSub>(st, k_desc, kBN * 128, desc_add(q_desc, stage), kBM * 128);
     wgmma_commit();
-#pragma unroll
-    for (int sub = 0; sub < kSub; ++sub)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        wgmma_ss<0, 0, kBM>(dpt, desc_add(v_desc, sub * kBN * 128 + kk * 32),
-                            desc_add(do_desc, stage + sub * kBM * 128 + kk * 32), sub + kk > 0);
+    wgmma_kmajor<kBM, kSub>(dpt, v_desc, kBN * 128, desc_add(do_desc, stage), kBM * 128);
     wgmma_commit();
 
     const bool need_mask = (kCausal && n0 + kBN - 1 > q0) || q0 + kBM > T || n0 + kBN > T;

@@ -16,7 +16,7 @@ namespace {
 
 template <class K>
 void launch_f32(K kernel, int smem, const FlashParams& p, cudaStream_t s, const void* params) {
-  if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  set_smem(kernel, size_t(smem));
   const dim3 grid(unsigned(ceil_div(p.seq_len, kF32Tile)), unsigned(p.num_heads), unsigned(p.batch));
   void* args[] = {const_cast<void*>(params)};
   CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, dim3(kF32Threads), args, size_t(smem), s));
@@ -50,6 +50,8 @@ void launch_bwd_preprocess(const FlashBwdParams& p, bool zero_accum, cudaStream_
   CUDA_CHECK(cudaGetLastError());
   if (zero_accum)
     CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, size_t(rows) * size_t(p.d_head) * sizeof(float), s));
+  if (zero_accum && p.dkdv_chunk > 0)  // the split dK/dV pass adds into dkv_accum [2][B, H, T, d]
+    CUDA_CHECK(cudaMemsetAsync(p.dkv_accum, 0, 2 * size_t(rows) * size_t(p.d_head) * sizeof(float), s));
 }
 
 void launch_bwd_convert(const FlashBwdParams& p, bool with_dkv, cudaStream_t s) {

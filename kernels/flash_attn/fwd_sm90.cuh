@@ -69,6 +69,18 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)
 /// O [B, T, H, d] (bf16, or f32 when p.o_f32) and lse [B, H, T] (f32, natural log; rows < T) from bf16 q, k, v
 /// views (params.h; rows 16-byte aligned, checked by run_fwd), d = Tr::kD, T >= 1. Grid (ceil(T / kBM), H, B),
 /// Tr::kThreads threads, Tr::kSmemBytes of dynamic shared memory. sm_90a only.
+/// acc = A Bᵀ over K = 64 kSub columns, A (64 rows) and B (kN rows) K-major in 128B-swizzled sub-tiles of 64
+/// columns, kSub of each, a_sub / b_sub bytes apart, starting at descriptors a and b: kSub x 4 chained k16 steps.
+template <int kN, int kSub>
+__device__ __forceinline__ void wgmma_kmajor(float (&acc)[kN / 2], uint64_t a, uint32_t a_sub, uint64_t b,
+                                             uint32_t b_sub) {
+#pragma unroll
+  for (int sub = 0; sub < kSub; ++sub)
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_ss<0, 0, kN>(acc, desc_add(a, sub * a_sub + kk * 32), desc_add(b, sub * b_sub + kk * 32), sub + kk > 0);
+}
+
 template <class Tr, bool kCausal>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_sm90_kernel(const FlashParams p) {
   using bf16 = __nv_bfloat16;
@@ -126,12 +138,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_sm90_k
     // wgmma makes ptxas serialize them (C7518).
     float s[kBN / 2];
     wgmma_fence();
-#pragma unroll
-    for (int sub = 0; sub < kSub; ++sub)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        wgmma_ss<0, 0, kBN>(s, desc_add(q_desc, sub * kBM * 128 + kk * 32),
-                            desc_add(k_desc, stage + sub * kBN * 128 + kk * 32), sub + kk > 0);
+    wgmma_kmajor<kBN, kSub>(s, q_desc, kBM * 128, desc_add(k_desc, stage), kBN * 128);
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(s);

@@ -46,11 +46,6 @@ inline bool few_ctas(int64_t seq_len, int64_t heads, int64_t batch, int rows) {
   return ceil_div(seq_len, int64_t(rows)) * heads * batch < 2 * int64_t(device_sm_count());
 }
 
-template <class K>
-void set_smem(K kernel, int bytes) {
-  if (bytes > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
-
 /// Forward with tile configuration Tr; with p.o_accum given (fwd_workspace_bytes reserved it for this problem) and
 /// few query tiles, split keys (fwd_split_count chunks) and combine.
 template <class Tr, bool kCausal>
@@ -81,9 +76,7 @@ void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
     p.dkdv_chunk = dkdv_chunk(p.seq_len, Dkdv::kBN, Dkdv::kBM, int64_t(p.batch) * p.num_heads, kCausal);
     if (p.dkdv_chunk > 0) splits = int(ceil_div(ceil_div(p.seq_len, Dkdv::kBM), p.dkdv_chunk));
   }
-  launch_bwd_preprocess(p, Dkdv::kAtomicDQ, s);
-  if (splits > 1)
-    CUDA_CHECK(cudaMemsetAsync(p.dkv_accum, 0, 2 * size_t(p.batch) * p.num_heads * p.seq_len * p.d_head * 4, s));
+  launch_bwd_preprocess(p, Dkdv::kAtomicDQ, s);  // (zeroes dkv_accum too when the pass splits: p.dkdv_chunk)
   auto kdkdv = flash_bwd_dkdv_kernel<Dkdv, kCausal, false>;
   if constexpr (Dkdv::kAtomicDQ)
     if (splits > 1) kdkdv = flash_bwd_dkdv_kernel<Dkdv, kCausal, true>;

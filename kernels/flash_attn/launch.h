@@ -15,7 +15,8 @@ void fwd_launch(const FlashParams& p, cudaStream_t s);
 template <int kD, bool kCausal>
 void bwd_launch(const FlashBwdParams& p, cudaStream_t s);
 
-/// Backward preprocessing (any dtype): D = rowsum(dO o O) into p.dsum, and dq_accum = 0 when zero_accum.
+/// Backward preprocessing (any dtype): D = rowsum(dO o O) into p.dsum; when zero_accum, dq_accum = 0, and
+/// dkv_accum = 0 too when the dK/dV pass splits its query loop (p.dkdv_chunk > 0, set before this call).
 void launch_bwd_preprocess(const FlashBwdParams& p, bool zero_accum, cudaStream_t s);
 /// dQ = scale * dq_accum into the dq view (bf16 atomic mode) and, with_dkv (split dK/dV pass), dK, dV from
 /// dkv_accum into theirs.

@@ -1,14 +1,13 @@
-// Launchers of the Hopper (sm_90a, wgmma) FlashAttention kernels (fwd_sm90.cuh, bwd_sm90.cuh): bf16, d_head 64 and
-// 128, the tile configuration per head dimension chosen by measurement on an H200 (NOTES.md, 2026-12-01 evening).
+// The Hopper (sm_90a, wgmma) FlashAttention kernels in production (fwd_sm90.cuh, bwd_sm90.cuh, launch_sm90.cuh): bf16,
+// d_head 64 and 128, the tile configuration per head dimension chosen by measurement on an H200 (NOTES.md,
+// 2026-12-01 evening), and whether the device runs them.
 // Compiled for sm_90a only (CMake object library trainer_flash_sm90; trainer_lib then defines TRAINER_FLASH_SM90,
 // which turns on the dispatch in launch.cuh): fwd_launch / bwd_launch call these when uses_sm90_fwd / uses_sm90_bwd.
 #include "common.cuh"  // first (fmt set-up for nvcc)
 
 #include <atomic>
 
-#include "flash_attn/bwd_sm90.cuh"
-#include "flash_attn/fwd_sm90.cuh"
-#include "flash_attn/launch.h"
+#include "flash_attn/launch_sm90.cuh"
 
 namespace trainer::flash {
 namespace {
@@ -23,13 +22,6 @@ struct Sm90Config {
   static_assert(Fwd::kBM == kSm90Tile && Bwd::kBN == kSm90Tile && Bwd::kBM == kSm90BwdQueryTile,
                 "launch.h's tile constants (the dispatch and workspace rules) are these");
 };
-
-/// Opts the kernel in to `bytes` of dynamic shared memory (above the 48 KiB default); per launch, as launch.cuh does
-/// (the attribute belongs to the function; the call costs about a microsecond of host time).
-template <class K>
-void set_smem(K kernel, int bytes) {
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
 
 }  // namespace
 
@@ -51,32 +43,12 @@ bool sm90_flash_available() {
 
 template <int kD, bool kCausal>
 void fwd_sm90_launch(const FlashParams& p, cudaStream_t s) {
-  using Tr = typename Sm90Config<kD>::Fwd;
-  auto kernel = sm90::flash_fwd_sm90_kernel<Tr, kCausal>;
-  set_smem(kernel, Tr::kSmemBytes);
-  const dim3 grid(unsigned(ceil_div(p.seq_len, Tr::kBM)), unsigned(p.num_heads), unsigned(p.batch));
-  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, s>>>(p);
-  CUDA_CHECK(cudaGetLastError());
+  sm90::launch_fwd<typename Sm90Config<kD>::Fwd, kCausal>(p, s);
 }
 
 template <int kD, bool kCausal>
-void bwd_sm90_launch(const FlashBwdParams& p_in, cudaStream_t s) {
-  using Tr = typename Sm90Config<kD>::Bwd;
-  FlashBwdParams p = p_in;
-  p.dq_accum_swizzled = true;
-  // Few key tiles (short sequences, few heads): split each key tile's query loop (dkdv_chunk, the rule of the
-  // mma.sync path; bwd_workspace_bytes reserved dkv_accum by the same rule).
-  p.dkdv_chunk = p.dkv_accum ? dkdv_chunk(p.seq_len, Tr::kBN, Tr::kBM, int64_t(p.batch) * p.num_heads, kCausal) : 0;
-  const int splits = p.dkdv_chunk > 0 ? int(ceil_div(ceil_div(p.seq_len, Tr::kBM), p.dkdv_chunk)) : 1;
-  launch_bwd_preprocess(p, true, s);
-  if (splits > 1)
-    CUDA_CHECK(cudaMemsetAsync(p.dkv_accum, 0, 2 * size_t(p.batch) * p.num_heads * p.seq_len * p.d_head * 4, s));
-  auto kernel = splits > 1 ? sm90::flash_bwd_sm90_kernel<Tr, kCausal, true> : sm90::flash_bwd_sm90_kernel<Tr, kCausal>;
-  set_smem(kernel, Tr::kSmemBytes);
-  const dim3 grid(unsigned(ceil_div(p.seq_len, Tr::kBN) * splits), unsigned(p.num_heads), unsigned(p.batch));
-  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, s>>>(p);
-  CUDA_CHECK(cudaGetLastError());
-  launch_bwd_convert(p, splits > 1, s);
+void bwd_sm90_launch(const FlashBwdParams& p, cudaStream_t s) {
+  sm90::launch_bwd<typename Sm90Config<kD>::Bwd, kCausal>(p, s);
 }
 
 template void fwd_sm90_launch<64, false>(const FlashParams&, cudaStream_t);

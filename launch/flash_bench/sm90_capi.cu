@@ -3,45 +3,22 @@
 // kernels (libflashbench.so) and SDPA. Built by launch/flash_bench/build.sh (SM90_ONLY=1 rebuilds just these).
 #include "common.cuh"  // first (fmt set-up for nvcc)
 
-#include <cstdio>
-
-#include "flash_attn/bwd_sm90.cuh"
-#include "flash_attn/fwd_sm90.cuh"
-#include "flash_attn/launch.h"
+#include "flash_attn/launch_sm90.cuh"
 
 using namespace trainer::flash;
 
 namespace {
+/// The variant's launcher (launch_sm90.cuh, as production), or -2 when it does not fit the head dimension.
 template <class Tr>
 int fwd_variant(const FlashParams& p, cudaStream_t s) {
   if (p.d_head != Tr::kD || !p.is_bf16) return -2;
-  auto kernel = p.causal ? sm90::flash_fwd_sm90_kernel<Tr, true> : sm90::flash_fwd_sm90_kernel<Tr, false>;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes) != cudaSuccess)
-    return -1;
-  const dim3 grid(unsigned((p.seq_len + Tr::kBM - 1) / Tr::kBM), unsigned(p.num_heads), unsigned(p.batch));
-  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, s>>>(p);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "fa_fwd_sm90: %s\n", cudaGetErrorString(e));
-    return -1;
-  }
+  bool_switch(p.causal, [&](auto c) { sm90::launch_fwd<Tr, decltype(c)::value>(p, s); });
   return 0;
 }
 template <class Tr>
 int bwd_variant(const FlashBwdParams& p, cudaStream_t s) {
   if (p.d_head != Tr::kD) return -2;
-  auto kernel = p.causal ? sm90::flash_bwd_sm90_kernel<Tr, true> : sm90::flash_bwd_sm90_kernel<Tr, false>;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes) != cudaSuccess)
-    return -1;
-  launch_bwd_preprocess(p, true, s);
-  const dim3 grid(unsigned((p.seq_len + Tr::kBN - 1) / Tr::kBN), unsigned(p.num_heads), unsigned(p.batch));
-  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, s>>>(p);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "fa_bwd_sm90: %s\n", cudaGetErrorString(e));
-    return -1;
-  }
-  launch_bwd_convert(p, false, s);
+  bool_switch(p.causal, [&](auto c) { sm90::launch_bwd<Tr, decltype(c)::value>(p, s); });
   return 0;
 }
 }  // namespace
@@ -97,7 +74,6 @@ int fa_bwd_sm90(int variant, void* dqkv, const void* dout, const void* qkv, cons
   p.dqkv_f32 = false;
   p.dq_accum = ws;
   p.dsum = ws + int64_t(B) * H * T * d;
-  p.dq_accum_swizzled = true;
   auto s = static_cast<cudaStream_t>(stream);
   switch (variant) {
     case 0: return bwd_variant<sm90::BwdTraits<64, 2>>(p, s);     // production d 64

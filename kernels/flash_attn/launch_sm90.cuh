@@ -1,0 +1,41 @@
+// Launchers of the Hopper (sm_90a, wgmma) FlashAttention kernels for one tile configuration, as launch.cuh's
+// launch_fwd / launch_bwd are for the mma.sync kernels: used by sm90.cu (the production configuration per head
+// dimension) and by the flash bench's tile variants (launch/flash_bench/sm90_capi.cu). Compile for sm_90a only.
+#pragma once
+#include "common.cuh"  // first (fmt set-up for nvcc)
+
+#include "flash_attn/bwd_sm90.cuh"
+#include "flash_attn/fwd_sm90.cuh"
+#include "flash_attn/launch.h"
+
+namespace trainer::flash::sm90 {
+
+/// Forward with tile configuration Tr (FwdTraits): grid (ceil(T / kBM), H, B). CUDA errors abort (CUDA_CHECK).
+template <class Tr, bool kCausal>
+void launch_fwd(const FlashParams& p, cudaStream_t s) {
+  auto kernel = flash_fwd_sm90_kernel<Tr, kCausal>;
+  set_smem(kernel, Tr::kSmemBytes);
+  const dim3 grid(unsigned(ceil_div(p.seq_len, Tr::kBM)), unsigned(p.num_heads), unsigned(p.batch));
+  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, s>>>(p);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+/// Backward with tile configuration Tr (BwdTraits): preprocess (D, zeroed accumulators), the dK/dV/dQ kernel, the
+/// convert pass (dQ, and dK / dV when split). With few key tiles and p.dkv_accum given (bwd_workspace_bytes reserves
+/// it by the same rule) each key tile's query loop is split over CTAs (dkdv_chunk, the rule of the mma.sync path).
+template <class Tr, bool kCausal>
+void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
+  FlashBwdParams p = p_in;
+  p.dq_accum_swizzled = true;
+  p.dkdv_chunk = p.dkv_accum ? dkdv_chunk(p.seq_len, Tr::kBN, Tr::kBM, int64_t(p.batch) * p.num_heads, kCausal) : 0;
+  const int splits = p.dkdv_chunk > 0 ? int(ceil_div(ceil_div(p.seq_len, Tr::kBM), p.dkdv_chunk)) : 1;
+  launch_bwd_preprocess(p, true, s);
+  auto kernel = splits > 1 ? flash_bwd_sm90_kernel<Tr, kCausal, true> : flash_bwd_sm90_kernel<Tr, kCausal>;
+  set_smem(kernel, Tr::kSmemBytes);
+  const dim3 grid(unsigned(ceil_div(p.seq_len, Tr::kBN) * splits), unsigned(p.num_heads), unsigned(p.batch));
+  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, s>>>(p);
+  CUDA_CHECK(cudaGetLastError());
+  launch_bwd_convert(p, splits > 1, s);
+}
+
+}  // namespace trainer::flash::sm90
