@@ -1,7 +1,9 @@
-// FlashAttention-2 backward, bf16, d_head 32, causal = false (see launch.cuh).
+// FlashAttention-2 backward, d_head 32, causal = false, bf16 and fp32 (see launch.cuh).
 #include "flash_attn/launch.cuh"
 
 namespace trainer::flash {
-template void bwd_launch<32, false>(const FlashBwdParams&, cudaStream_t);
-template int bwd_dkdv_chunk<32>(int, int64_t, bool);
+template void bwd_launch<32, false, false>(const FlashBwdParams&, cudaStream_t);
+template void bwd_launch<32, false, true>(const FlashBwdParams&, cudaStream_t);
+template int bwd_dkdv_chunk<32, false>(int, int64_t, bool);
+template int bwd_dkdv_chunk<32, true>(int, int64_t, bool);
 }  // namespace trainer::flash

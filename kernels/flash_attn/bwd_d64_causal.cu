@@ -1,6 +1,7 @@
-// FlashAttention-2 backward, bf16, d_head 64, causal = true (see launch.cuh).
+// FlashAttention-2 backward, d_head 64, causal = true, bf16 and fp32 (see launch.cuh).
 #include "flash_attn/launch.cuh"
 
 namespace trainer::flash {
-template void bwd_launch<64, true>(const FlashBwdParams&, cudaStream_t);
+template void bwd_launch<64, true, false>(const FlashBwdParams&, cudaStream_t);
+template void bwd_launch<64, true, true>(const FlashBwdParams&, cudaStream_t);
 }  // namespace trainer::flash

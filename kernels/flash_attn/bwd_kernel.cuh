@@ -1,4 +1,5 @@
-// FlashAttention-2 backward, bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation).
+// FlashAttention-2 backward on the tensor cores (mma.sync, fp32 accumulation): bf16 inputs (m16n8k16), or fp32
+// inputs as 3xTF32 (m16n8k8; one kernel for both through the fragment layer of mma.cuh).
 // Dao 2023, arXiv:2307.08691, Algorithm 2 and section 3.2; the partitioning follows flash-attention's
 // `flash_bwd_kernel.h` (a CTA owns a K/V tile and loops over query tiles; dQ through fp32 atomics).
 //
@@ -32,8 +33,10 @@ __device__ __forceinline__ void store_pair(void* base, int64_t off, bool f32, fl
 }
 
 /// dsum[b, h, t] = sum_i dO[b, t, h, i] O[b, t, h, i] (fp32); one warp per (b, t, h) row. TI: dO's type, TO: O's.
+/// zero_dq / zero_dkv: the same warp zeroes the row's dq_accum [B, H, T, d] (and dkv_accum's two [B, H, T, d]
+/// halves) for the atomic passes that follow (d % 4 == 0; the workspaces are 16-byte aligned).
 template <class TI, class TO>
-__global__ void flash_bwd_preprocess_kernel(const FlashBwdParams p) {
+__global__ void flash_bwd_preprocess_kernel(const FlashBwdParams p, bool zero_dq, bool zero_dkv) {
   const int64_t rows = int64_t(p.batch) * p.seq_len * p.num_heads;
   const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
@@ -48,7 +51,15 @@ __global__ void flash_bwd_preprocess_kernel(const FlashBwdParams p) {
   for (int i = lane; i < p.d_head; i += 32) acc += float(dO[i]) * float(O[i]);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  if (lane == 0) p.dsum[(int64_t(b) * p.num_heads + h) * p.seq_len + tt] = acc;
+  const int64_t bht = (int64_t(b) * p.num_heads + h) * p.seq_len + tt;
+  if (lane == 0) p.dsum[bht] = acc;
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int c = 4 * lane; c < p.d_head && zero_dq; c += 128)
+    *reinterpret_cast<float4*>(p.dq_accum + bht * p.d_head + c) = zero;
+  for (int c = 4 * lane; c < p.d_head && zero_dkv; c += 128) {
+    *reinterpret_cast<float4*>(p.dkv_accum + bht * p.d_head + c) = zero;
+    *reinterpret_cast<float4*>(p.dkv_accum + (rows + bht) * p.d_head + c) = zero;
+  }
 }
 
 /// Column at which element (row t, column c) of a dq_accum row is stored when p.dq_accum_swizzled: 16-byte chunks
@@ -83,8 +94,11 @@ __global__ void flash_bwd_convert_kernel(const FlashBwdParams p, bool with_dkv) 
   }
 }
 
-template <int kD_, int kBN_, int kBM_, bool kAtomicDQ_, int kMinBlocks_ = 1, int kNT_ = 1>
+/// Elt: the element type of q, k, v, dO (bf16, or float for the 3xTF32 fp32 kernels; mma.cuh).
+template <int kD_, int kBN_, int kBM_, bool kAtomicDQ_, int kMinBlocks_ = 1, int kNT_ = 1, class Elt_ = __nv_bfloat16>
 struct BwdTraits {
+  using Elt = Elt_;
+  using Reg = FragReg<Elt>;
   static constexpr int kD = kD_, kBN = kBN_, kBM = kBM_;  // keys per CTA, queries per iteration
   static constexpr int kMinBlocks = kMinBlocks_;           // __launch_bounds__ CTAs per SM
   static constexpr bool kAtomicDQ = kAtomicDQ_;
@@ -95,8 +109,8 @@ struct BwdTraits {
   static constexpr int kWarpsPerMT = kWarps / kMT;
   static constexpr int kNG = kD / 16;                           // n16 groups of the dQ product
   static constexpr int kNGPerWarp = (kNG + kWarpsPerMT - 1) / kWarpsPerMT;
-  static constexpr int kSmemBytes = (2 * kBN + 4 * kBM) * kStride * 2 + 4 * kBM * 4 +
-                                    (kAtomicDQ ? kBN * kSStride * 2 : 0);
+  static constexpr int kSmemBytes = (2 * kBN + 4 * kBM) * kStride * int(sizeof(Elt)) + 4 * kBM * 4 +
+                                    (kAtomicDQ ? kBN * kSStride * int(sizeof(Elt)) : 0);
   static_assert(kD % 16 == 0 && kBN % (16 * kNT) == 0 && kBM % 16 == 0, "tiles are multiples of 16");
   static_assert(!kAtomicDQ || (kWarps % kMT == 0 && kWarps >= kMT), "dQ partition: warps a multiple of m16 tiles");
 };
@@ -105,17 +119,18 @@ struct BwdTraits {
 /// split code compiles away.
 template <class Tr, bool kCausal, bool kSplit = false>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dkdv_kernel(const FlashBwdParams p) {
-  using bf16 = __nv_bfloat16;
+  using E = typename Tr::Elt;
+  using Reg = typename Tr::Reg;
   constexpr int kD = Tr::kD, kBN = Tr::kBN, kBM = Tr::kBM, kStride = Tr::kStride, kThreads = Tr::kThreads;
   constexpr int kSStride = Tr::kSStride, kNT = Tr::kNT;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* sK = reinterpret_cast<bf16*>(smem_raw);  // [kBN][kStride]
-  bf16* sV = sK + kBN * kStride;                 // [kBN][kStride]
-  bf16* sQ = sV + kBN * kStride;                 // [2][kBM][kStride]
-  bf16* sdO = sQ + 2 * kBM * kStride;            // [2][kBM][kStride]
+  E* sK = reinterpret_cast<E*>(smem_raw);  // [kBN][kStride]
+  E* sV = sK + kBN * kStride;              // [kBN][kStride]
+  E* sQ = sV + kBN * kStride;              // [2][kBM][kStride]
+  E* sdO = sQ + 2 * kBM * kStride;         // [2][kBM][kStride]
   float* sL = reinterpret_cast<float*>(sdO + 2 * kBM * kStride);  // [2][kBM] L·log2e (+inf past the end)
   float* sDs = sL + 2 * kBM;                                       // [2][kBM] D
-  bf16* sdS = reinterpret_cast<bf16*>(sDs + 2 * kBM);              // [kBN][kSStride] dSᵀ (atomic mode)
+  E* sdS = reinterpret_cast<E*>(sDs + 2 * kBM);                    // [kBN][kSStride] dSᵀ (atomic mode)
 
   const int T = p.seq_len;
   const int splits = kSplit ? int(gridDim.x) / ((T + kBN - 1) / kBN) : 1;  // query chunks per key tile
@@ -127,10 +142,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dkdv_k
   const int64_t ld = p.qkv_row_stride, ldo = p.o_row_stride;
   const int64_t off = int64_t(b) * p.qkv_batch_stride + int64_t(h) * p.qkv_head_stride;
   const int64_t ooff = int64_t(b) * p.o_batch_stride + int64_t(h) * p.o_head_stride;
-  const bf16* gq = static_cast<const bf16*>(p.q) + off;
-  const bf16* gk = static_cast<const bf16*>(p.k) + off;
-  const bf16* gv = static_cast<const bf16*>(p.v) + off;
-  const bf16* gdo = static_cast<const bf16*>(p.dout) + ooff;
+  const E* gq = static_cast<const E*>(p.q) + off;
+  const E* gk = static_cast<const E*>(p.k) + off;
+  const E* gv = static_cast<const E*>(p.v) + off;
+  const E* gdo = static_cast<const E*>(p.dout) + ooff;
   const int64_t bh = int64_t(b) * p.num_heads + h;
   const float* gL = p.lse + bh * T;
   const float* gD = p.dsum + bh * T;
@@ -173,8 +188,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dkdv_k
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    const bf16* sQb = sQ + buf * kBM * kStride;
-    const bf16* sdOb = sdO + buf * kBM * kStride;
+    const E* sQb = sQ + buf * kBM * kStride;
+    const E* sdOb = sdO + buf * kBM * kStride;
     const float* sLb = sL + buf * kBM;
     const float* sDb = sDs + buf * kBM;
 
@@ -188,23 +203,23 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dkdv_k
         for (int e = 0; e < 4; ++e) s[ni][j][e] = dp[ni][j][e] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      uint32_t ak[kNT][4], av[kNT][4];
+      Reg ak[kNT][4], av[kNT][4];
 #pragma unroll
       for (int ni = 0; ni < kNT; ++ni) {
-        ldmatrix_x4(ak[ni], a_frag_addr<kStride>(sK, tile_key(ni), kk * 16, lane));
-        ldmatrix_x4(av[ni], a_frag_addr<kStride>(sV, tile_key(ni), kk * 16, lane));
+        load_a<kStride>(ak[ni], sK, tile_key(ni), kk * 16, lane);
+        load_a<kStride>(av[ni], sV, tile_key(ni), kk * 16, lane);
       }
 #pragma unroll
       for (int nn = 0; nn < kBM / 16; ++nn) {
-        uint32_t bq[4], bo[4];
-        ldmatrix_x4(bq, b_nk_addr<kStride>(sQb, nn * 16, kk * 16, lane));
-        ldmatrix_x4(bo, b_nk_addr<kStride>(sdOb, nn * 16, kk * 16, lane));
+        Reg bq[4], bo[4];
+        load_b_nk<kStride>(bq, sQb, nn * 16, kk * 16, lane);
+        load_b_nk<kStride>(bo, sdOb, nn * 16, kk * 16, lane);
 #pragma unroll
         for (int ni = 0; ni < kNT; ++ni) {
-          mma_bf16(s[ni][2 * nn], ak[ni], bq[0], bq[1]);
-          mma_bf16(s[ni][2 * nn + 1], ak[ni], bq[2], bq[3]);
-          mma_bf16(dp[ni][2 * nn], av[ni], bo[0], bo[1]);
-          mma_bf16(dp[ni][2 * nn + 1], av[ni], bo[2], bo[3]);
+          mma(s[ni][2 * nn], ak[ni], bq[0], bq[1]);
+          mma(s[ni][2 * nn + 1], ak[ni], bq[2], bq[3]);
+          mma(dp[ni][2 * nn], av[ni], bo[0], bo[1]);
+          mma(dp[ni][2 * nn + 1], av[ni], bo[2], bo[3]);
         }
       }
     }
@@ -232,10 +247,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dkdv_k
         }
     }
 
-    // dV += Pᵀ dO, dK += dSᵀ Q: A from registers, B = dO / Q [queries][d] through ldmatrix.trans.
+    // dV += Pᵀ dO, dK += dSᵀ Q: A from registers, B = dO / Q [queries][d] read transposed.
 #pragma unroll
     for (int kk = 0; kk < kBM / 16; ++kk) {
-      uint32_t ap[kNT][4], ads[kNT][4];
+      Reg ap[kNT][4], ads[kNT][4];
 #pragma unroll
       for (int ni = 0; ni < kNT; ++ni) {
         c_to_a(ap[ni], s[ni][2 * kk], s[ni][2 * kk + 1]);
@@ -243,29 +258,28 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dkdv_k
       }
 #pragma unroll
       for (int dd = 0; dd < kD / 16; ++dd) {
-        uint32_t bo[4], bq[4];
-        ldmatrix_x4_trans(bo, b_kn_addr<kStride>(sdOb, kk * 16, dd * 16, lane));
-        ldmatrix_x4_trans(bq, b_kn_addr<kStride>(sQb, kk * 16, dd * 16, lane));
+        Reg bo[4], bq[4];
+        load_b_kn<kStride>(bo, sdOb, kk * 16, dd * 16, lane);
+        load_b_kn<kStride>(bq, sQb, kk * 16, dd * 16, lane);
 #pragma unroll
         for (int ni = 0; ni < kNT; ++ni) {
-          mma_bf16(dv[ni][2 * dd], ap[ni], bo[0], bo[1]);
-          mma_bf16(dv[ni][2 * dd + 1], ap[ni], bo[2], bo[3]);
-          mma_bf16(dk[ni][2 * dd], ads[ni], bq[0], bq[1]);
-          mma_bf16(dk[ni][2 * dd + 1], ads[ni], bq[2], bq[3]);
+          mma(dv[ni][2 * dd], ap[ni], bo[0], bo[1]);
+          mma(dv[ni][2 * dd + 1], ap[ni], bo[2], bo[3]);
+          mma(dk[ni][2 * dd], ads[ni], bq[0], bq[1]);
+          mma(dk[ni][2 * dd + 1], ads[ni], bq[2], bq[3]);
         }
       }
     }
 
     if constexpr (Tr::kAtomicDQ) {
-      // dSᵀ (bf16) to shared [key][query], then dQacc[m tile] += dS K, partitioned over the warps by output tile.
+      // dSᵀ (as Elt) to shared [key][query], then dQacc[m tile] += dS K, partitioned over the warps by output tile.
 #pragma unroll
       for (int ni = 0; ni < kNT; ++ni)
 #pragma unroll
         for (int j = 0; j < kBM / 8; ++j)
 #pragma unroll
           for (int r = 0; r < 2; ++r)
-            *reinterpret_cast<uint32_t*>(sdS + (tile_key(ni) + g + r * 8) * kSStride + j * 8 + 2 * t) =
-                pack_bf16(dp[ni][j][2 * r], dp[ni][j][2 * r + 1]);
+            sts_pair<kSStride>(sdS, tile_key(ni) + g + r * 8, j * 8 + 2 * t, dp[ni][j][2 * r], dp[ni][j][2 * r + 1]);
       __syncthreads();
       const int mt = warp % Tr::kMT, ng0 = warp / Tr::kMT;
       float acc[Tr::kNGPerWarp][2][4];
@@ -275,16 +289,16 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dkdv_k
         for (int e = 0; e < 4; ++e) acc[i][0][e] = acc[i][1][e] = 0.f;
 #pragma unroll
       for (int kk = 0; kk < kBN / 16; ++kk) {
-        uint32_t a[4];
-        ldmatrix_x4_trans(a, a_t_addr<kSStride>(sdS, mt * 16, kk * 16, lane));
+        Reg a[4];
+        load_a_t<kSStride>(a, sdS, mt * 16, kk * 16, lane);
 #pragma unroll
         for (int i = 0; i < Tr::kNGPerWarp; ++i) {
           const int ng = ng0 + i * Tr::kWarpsPerMT;
           if (ng < Tr::kNG) {
-            uint32_t bk[4];
-            ldmatrix_x4_trans(bk, b_kn_addr<kStride>(sK, kk * 16, ng * 16, lane));
-            mma_bf16(acc[i][0], a, bk[0], bk[1]);
-            mma_bf16(acc[i][1], a, bk[2], bk[3]);
+            Reg bk[4];
+            load_b_kn<kStride>(bk, sK, kk * 16, ng * 16, lane);
+            mma(acc[i][0], a, bk[0], bk[1]);
+            mma(acc[i][1], a, bk[2], bk[3]);
           }
         }
       }
@@ -360,26 +374,29 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dkdv_k
     }
 }
 
-template <int kD_, int kBM_, int kBN_, int kMinBlocks_ = 1>
+template <int kD_, int kBM_, int kBN_, int kMinBlocks_ = 1, class Elt_ = __nv_bfloat16>
 struct BwdDqTraits {
+  using Elt = Elt_;
+  using Reg = FragReg<Elt>;
   static constexpr int kD = kD_, kBM = kBM_, kBN = kBN_;  // queries per CTA, keys per iteration
   static constexpr int kMinBlocks = kMinBlocks_;
   static constexpr int kWarps = kBM / 16, kThreads = kWarps * 32;
   static constexpr int kStride = kD + 8;
-  static constexpr int kSmemBytes = (2 * kBM + 4 * kBN) * kStride * 2;
+  static constexpr int kSmemBytes = (2 * kBM + 4 * kBN) * kStride * int(sizeof(Elt));
   static_assert(kD % 16 == 0 && kBM % 16 == 0 && kBN % 16 == 0, "tiles are multiples of 16");
 };
 
 /// Deterministic dQ pass: one CTA per query tile, the K/V tiles streamed as in the forward.
 template <class Tr, bool kCausal>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dq_kernel(const FlashBwdParams p) {
-  using bf16 = __nv_bfloat16;
+  using E = typename Tr::Elt;
+  using Reg = typename Tr::Reg;
   constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kStride = Tr::kStride, kThreads = Tr::kThreads;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
-  bf16* sdO = sQ + kBM * kStride;
-  bf16* sK = sdO + kBM * kStride;      // [2][kBN][kStride]
-  bf16* sV = sK + 2 * kBN * kStride;   // [2][kBN][kStride]
+  E* sQ = reinterpret_cast<E*>(smem_raw);
+  E* sdO = sQ + kBM * kStride;
+  E* sK = sdO + kBM * kStride;     // [2][kBN][kStride]
+  E* sV = sK + 2 * kBN * kStride;  // [2][kBN][kStride]
 
   const int m_block = gridDim.x - 1 - blockIdx.x;
   const int h = blockIdx.y, b = blockIdx.z;
@@ -388,10 +405,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dq_ker
   const int64_t ld = p.qkv_row_stride;
   const int64_t off = int64_t(b) * p.qkv_batch_stride + int64_t(h) * p.qkv_head_stride;
   const int64_t ooff = int64_t(b) * p.o_batch_stride + int64_t(h) * p.o_head_stride;
-  const bf16* gq = static_cast<const bf16*>(p.q) + off;
-  const bf16* gk = static_cast<const bf16*>(p.k) + off;
-  const bf16* gv = static_cast<const bf16*>(p.v) + off;
-  const bf16* gdo = static_cast<const bf16*>(p.dout) + ooff;
+  const E* gq = static_cast<const E*>(p.q) + off;
+  const E* gk = static_cast<const E*>(p.k) + off;
+  const E* gv = static_cast<const E*>(p.v) + off;
+  const E* gdo = static_cast<const E*>(p.dout) + ooff;
   const int64_t bh = int64_t(b) * p.num_heads + h;
 
   int n_blocks = (T + kBN - 1) / kBN;
@@ -424,8 +441,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dq_ker
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    const bf16* sKb = sK + buf * kBN * kStride;
-    const bf16* sVb = sV + buf * kBN * kStride;
+    const E* sKb = sK + buf * kBN * kStride;
+    const E* sVb = sV + buf * kBN * kStride;
 
     float s[kBN / 8][4], dp[kBN / 8][4];
 #pragma unroll
@@ -434,18 +451,18 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dq_ker
       for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      uint32_t aq[4], ao[4];
-      ldmatrix_x4(aq, a_frag_addr<kStride>(sQ, warp * 16, kk * 16, lane));
-      ldmatrix_x4(ao, a_frag_addr<kStride>(sdO, warp * 16, kk * 16, lane));
+      Reg aq[4], ao[4];
+      load_a<kStride>(aq, sQ, warp * 16, kk * 16, lane);
+      load_a<kStride>(ao, sdO, warp * 16, kk * 16, lane);
 #pragma unroll
       for (int nn = 0; nn < kBN / 16; ++nn) {
-        uint32_t bk[4], bv[4];
-        ldmatrix_x4(bk, b_nk_addr<kStride>(sKb, nn * 16, kk * 16, lane));
-        ldmatrix_x4(bv, b_nk_addr<kStride>(sVb, nn * 16, kk * 16, lane));
-        mma_bf16(s[2 * nn], aq, bk[0], bk[1]);
-        mma_bf16(s[2 * nn + 1], aq, bk[2], bk[3]);
-        mma_bf16(dp[2 * nn], ao, bv[0], bv[1]);
-        mma_bf16(dp[2 * nn + 1], ao, bv[2], bv[3]);
+        Reg bk[4], bv[4];
+        load_b_nk<kStride>(bk, sKb, nn * 16, kk * 16, lane);
+        load_b_nk<kStride>(bv, sVb, nn * 16, kk * 16, lane);
+        mma(s[2 * nn], aq, bk[0], bk[1]);
+        mma(s[2 * nn + 1], aq, bk[2], bk[3]);
+        mma(dp[2 * nn], ao, bv[0], bv[1]);
+        mma(dp[2 * nn + 1], ao, bv[2], bv[3]);
       }
     }
     const int n0 = nb * kBN;
@@ -462,17 +479,17 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dq_ker
         }
         dp[j][e] = pv * (dp[j][e] - Dr[r]);
       }
-    // dQ += dS K: dS from registers, K [keys][d] through ldmatrix.trans.
+    // dQ += dS K: dS from registers, K [keys][d] read transposed.
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk) {
-      uint32_t a[4];
+      Reg a[4];
       c_to_a(a, dp[2 * kk], dp[2 * kk + 1]);
 #pragma unroll
       for (int dd = 0; dd < kD / 16; ++dd) {
-        uint32_t bk[4];
-        ldmatrix_x4_trans(bk, b_kn_addr<kStride>(sKb, kk * 16, dd * 16, lane));
-        mma_bf16(dq[2 * dd], a, bk[0], bk[1]);
-        mma_bf16(dq[2 * dd + 1], a, bk[2], bk[3]);
+        Reg bk[4];
+        load_b_kn<kStride>(bk, sKb, kk * 16, dd * 16, lane);
+        mma(dq[2 * dd], a, bk[0], bk[1]);
+        mma(dq[2 * dd + 1], a, bk[2], bk[3]);
       }
     }
     __syncthreads();

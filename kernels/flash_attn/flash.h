@@ -1,6 +1,6 @@
 // FlashAttention-2 on the CUDA backend: the host entry points (validate, then dispatch on dtype, head dimension and
-// mask, then launch). Kernels: fwd_kernel.cuh, bwd_kernel.cuh (bf16, tensor cores, mma.sync), fwd_sm90.cuh,
-// bwd_sm90.cuh (bf16 on Hopper, wgmma), fp32_kernel.cuh (fp32, FMA).
+// mask, then launch). Kernels: fwd_kernel.cuh, bwd_kernel.cuh (tensor cores, mma.sync: bf16, and fp32 as 3xTF32),
+// fwd_sm90.cuh, bwd_sm90.cuh (bf16 on Hopper, wgmma).
 // Formulas: Dao 2023, "FlashAttention-2", arXiv:2307.08691, Algorithms 1 (forward) and 2 (backward).
 #pragma once
 #include <cuda_runtime_api.h>
@@ -26,20 +26,20 @@ bool sm90_kernels_available();
 
 /// Forward on raw parameters: O [B, T, H, d] view and lse [B, H, T] (natural log) from the q, k, v views.
 /// Checks (RuntimeError via TRAINER_CHECK): supported d_head; non-null pointers; bf16 rows 16-byte aligned (pointer
-/// and every stride a multiple of 8 elements); output pairs aligned; softmax_scale > 0; f32 inputs need f32 output.
+/// and every stride a multiple of 16 bytes); output pairs aligned; softmax_scale > 0; f32 inputs need f32 output.
 void run_fwd(const FlashParams& p, cudaStream_t s);
 
 /// Backward on raw parameters: dq, dk, dv (overwritten) from dout, q, k, v, o and lse. p.dsum must hold B*H*T
-/// floats; p.dq_accum B*H*T*d floats, 16-byte aligned, in the bf16 non-deterministic mode (both from
+/// floats; p.dq_accum B*H*T*d floats, 16-byte aligned, in the non-deterministic mode (both from
 /// bwd_workspace_bytes; bind_bwd_workspace sets them). Same checks as run_fwd.
 void run_bwd(const FlashBwdParams& p, cudaStream_t s);
 
-/// Bytes of workspace attention_bwd needs: D [B, H, T] f32, plus dQ accumulators [B, H, T, d] f32 for bf16 inputs
-/// in the (default) non-deterministic mode, plus dK and dV accumulators (2 x [B, H, T, d] f32) there when the
+/// Bytes of workspace attention_bwd needs: D [B, H, T] f32, plus dQ accumulators [B, H, T, d] f32 in the (default)
+/// non-deterministic mode, plus dK and dV accumulators (2 x [B, H, T, d] f32) there when the
 /// problem has so few key tiles that the dK/dV pass splits its query loop. 256-byte aligned parts.
 size_t bwd_workspace_bytes(const AttnShape& s, DType dtype, bool deterministic);
 
-/// Bytes of workspace attention_fwd needs: 0, or for bf16 problems with few query tiles (split keys) the partial
+/// Bytes of workspace attention_fwd needs: 0, or for problems with few query tiles (split keys) the partial
 /// results of each key chunk: S x [B, H, T, d] + S x [B, H, T] f32, 256-byte aligned parts.
 size_t fwd_workspace_bytes(const AttnShape& s, DType dtype);
 
@@ -58,7 +58,7 @@ void attention_fwd(const AttnShape& s, Tensor out, Tensor lse, const Tensor& qkv
 
 /// dqkv [B*T, 3D] (qkv's dtype or f32; overwritten) from dout [B*T, D] (qkv's dtype), qkv, out and lse of the
 /// forward. `workspace` holds at least bwd_workspace_bytes(s, qkv.dtype, deterministic) bytes of device memory.
-/// deterministic: dQ by a separate pass instead of fp32 atomics (bitwise reproducible; fp32 is always so).
+/// deterministic: dQ by a separate pass instead of fp32 atomics (bitwise reproducible).
 void attention_bwd(const AttnShape& s, Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                    const Tensor& lse, void* workspace, size_t workspace_bytes, bool deterministic, cudaStream_t st);
 

@@ -7,6 +7,7 @@
 #include "flash_attn/launch.h"
 
 #include <cmath>
+#include <type_traits>
 
 namespace trainer::flash {
 namespace {
@@ -24,29 +25,38 @@ void check_common(const FlashParams& p) {
                 p.softmax_scale);
   TRAINER_CHECK(p.q && p.k && p.v && p.o && p.lse, "flash2: null q/k/v/o/lse");
   TRAINER_CHECK(p.is_bf16 || p.o_f32, "flash2: f32 inputs need an f32 output");
-  if (p.is_bf16) {  // cp.async moves 16-byte chunks of a row
-    TRAINER_CHECK(aligned(p.q, 16) && aligned(p.k, 16) && aligned(p.v, 16), "flash2: q/k/v not 16-byte aligned");
-    TRAINER_CHECK(p.qkv_row_stride % 8 == 0 && p.qkv_batch_stride % 8 == 0 && p.qkv_head_stride % 8 == 0,
-                  "flash2: q/k/v strides ({}, {}, {}) not multiples of 8 elements", p.qkv_batch_stride,
-                  p.qkv_row_stride, p.qkv_head_stride);
-  }
+  const int chunk = p.is_bf16 ? 8 : 4;  // elements per 16 bytes: cp.async moves 16-byte chunks of a row
+  TRAINER_CHECK(aligned(p.q, 16) && aligned(p.k, 16) && aligned(p.v, 16), "flash2: q/k/v not 16-byte aligned");
+  TRAINER_CHECK(p.qkv_row_stride % chunk == 0 && p.qkv_batch_stride % chunk == 0 && p.qkv_head_stride % chunk == 0,
+                "flash2: q/k/v strides ({}, {}, {}) not multiples of {} elements", p.qkv_batch_stride,
+                p.qkv_row_stride, p.qkv_head_stride, chunk);
   TRAINER_CHECK(aligned(p.o, p.o_f32 ? 8 : 4) && p.o_row_stride % 2 == 0 && p.o_batch_stride % 2 == 0 &&
                     p.o_head_stride % 2 == 0,
                 "flash2: out pointer or strides not aligned for pair stores");
 }
 
-/// True when the bf16 dK/dV pass splits its query loop for this problem (launch_bwd / bwd_sm90_launch, dkdv_chunk)
-/// and so needs the dK/dV accumulators (the same decision the launcher makes: same kernel, tiles, mask and device).
-bool bwd_dkdv_splits(const AttnShape& s) {
-  const int64_t bh = int64_t(s.B) * s.H;
-  if (uses_sm90_bwd(s.d_head)) return dkdv_chunk(int(s.T), kSm90Tile, kSm90BwdQueryTile, bh, s.causal) > 0;
-  switch (s.d_head) {
-    case 16: return bwd_dkdv_chunk<16>(int(s.T), bh, s.causal) > 0;
-    case 32: return bwd_dkdv_chunk<32>(int(s.T), bh, s.causal) > 0;
-    case 64: return bwd_dkdv_chunk<64>(int(s.T), bh, s.causal) > 0;
-    case 80: return bwd_dkdv_chunk<80>(int(s.T), bh, s.causal) > 0;
-    default: return bwd_dkdv_chunk<128>(int(s.T), bh, s.causal) > 0;
+/// Calls f(std::integral_constant<int, d_head>{}) for a supported head dimension (checked before).
+template <class F>
+auto head_dim_switch(int d_head, F&& f) {
+  switch (d_head) {
+    case 16: return f(std::integral_constant<int, 16>{});
+    case 32: return f(std::integral_constant<int, 32>{});
+    case 64: return f(std::integral_constant<int, 64>{});
+    case 80: return f(std::integral_constant<int, 80>{});
+    default: return f(std::integral_constant<int, 128>{});
   }
+}
+
+/// True when the dK/dV pass splits its query loop for this problem (launch_bwd / bwd_sm90_launch, dkdv_chunk) and
+/// so needs the dK/dV accumulators (the same decision the launcher makes: same kernel, tiles, mask and device).
+bool bwd_dkdv_splits(const AttnShape& s, DType dtype) {
+  const int64_t bh = int64_t(s.B) * s.H;
+  if (dtype == DType::bf16 && uses_sm90_bwd(s.d_head))
+    return dkdv_chunk(int(s.T), kSm90Tile, kSm90BwdQueryTile, bh, s.causal) > 0;
+  return head_dim_switch(s.d_head, [&](auto d) {
+    return dtype == DType::f32 ? bwd_dkdv_chunk<d, true>(int(s.T), bh, s.causal) > 0
+                               : bwd_dkdv_chunk<d, false>(int(s.T), bh, s.causal) > 0;
+  });
 }
 
 }  // namespace
@@ -56,16 +66,10 @@ bool supports_head_dim(int d) { return d == 16 || d == 32 || d == 64 || d == 80 
 void run_fwd(const FlashParams& p, cudaStream_t s) {
   check_common(p);
   if (p.batch == 0 || p.seq_len == 0 || p.num_heads == 0) return;
-  if (!p.is_bf16) return fwd_f32_launch(p, s);
   bool_switch(p.causal, [&](auto c) {
-    constexpr bool kC = decltype(c)::value;
-    switch (p.d_head) {
-      case 16: return fwd_launch<16, kC>(p, s);
-      case 32: return fwd_launch<32, kC>(p, s);
-      case 64: return fwd_launch<64, kC>(p, s);
-      case 80: return fwd_launch<80, kC>(p, s);
-      default: return fwd_launch<128, kC>(p, s);
-    }
+    bool_switch(!p.is_bf16, [&](auto f32) {
+      head_dim_switch(p.d_head, [&](auto d) { fwd_launch<d, decltype(c)::value, decltype(f32)::value>(p, s); });
+    });
   });
 }
 
@@ -73,40 +77,30 @@ void run_bwd(const FlashBwdParams& p, cudaStream_t s) {
   check_common(p);
   TRAINER_CHECK(p.dout && p.dq && p.dk && p.dv && p.dsum, "flash2 bwd: null dout/dq/dk/dv/dsum");
   TRAINER_CHECK(p.is_bf16 || p.dqkv_f32, "flash2 bwd: f32 inputs need f32 gradients");
-  TRAINER_CHECK(!(p.is_bf16 && !p.deterministic) || (p.dq_accum && aligned(p.dq_accum, 16)),
+  TRAINER_CHECK(p.deterministic || (p.dq_accum && aligned(p.dq_accum, 16)),
                 "flash2 bwd: dq_accum null or not 16-byte aligned (atomic mode; the Hopper backward's bulk reduction)");
-  if (p.is_bf16)
-    TRAINER_CHECK(aligned(p.dout, 16) && p.o_row_stride % 8 == 0 && p.o_batch_stride % 8 == 0 &&
-                      p.o_head_stride % 8 == 0,
-                  "flash2 bwd: dout not 16-byte aligned rows");
+  const int chunk = p.is_bf16 ? 8 : 4;  // dout rows are read in 16-byte chunks like q, k, v
+  TRAINER_CHECK(aligned(p.dout, 16) && p.o_row_stride % chunk == 0 && p.o_batch_stride % chunk == 0 &&
+                    p.o_head_stride % chunk == 0,
+                "flash2 bwd: dout not 16-byte aligned rows");
   TRAINER_CHECK(aligned(p.dq, 8) && aligned(p.dk, 8) && aligned(p.dv, 8) && p.dqkv_row_stride % 2 == 0 &&
                     p.dqkv_batch_stride % 2 == 0 && p.dqkv_head_stride % 2 == 0,
                 "flash2 bwd: dq/dk/dv not aligned for pair stores");
   if (p.batch == 0 || p.seq_len == 0 || p.num_heads == 0) return;
-  if (!p.is_bf16) return bwd_f32_launch(p, s);
   bool_switch(p.causal, [&](auto c) {
-    constexpr bool kC = decltype(c)::value;
-    switch (p.d_head) {
-      case 16: return bwd_launch<16, kC>(p, s);
-      case 32: return bwd_launch<32, kC>(p, s);
-      case 64: return bwd_launch<64, kC>(p, s);
-      case 80: return bwd_launch<80, kC>(p, s);
-      default: return bwd_launch<128, kC>(p, s);
-    }
+    bool_switch(!p.is_bf16, [&](auto f32) {
+      head_dim_switch(p.d_head, [&](auto d) { bwd_launch<d, decltype(c)::value, decltype(f32)::value>(p, s); });
+    });
   });
 }
 
 namespace {
-/// Key chunks of the bf16 forward for this problem (fwd_splits for the configuration fwd_launch picks).
-int fwd_num_splits(const AttnShape& s) {
+/// Key chunks of the forward for this problem (fwd_splits for the mma.sync configuration fwd_launch picks).
+int fwd_num_splits(const AttnShape& s, DType dtype) {
   const int64_t bh = int64_t(s.B) * s.H;
-  switch (s.d_head) {
-    case 16: return fwd_splits<16>(int(s.T), bh);
-    case 32: return fwd_splits<32>(int(s.T), bh);
-    case 64: return fwd_splits<64>(int(s.T), bh);
-    case 80: return fwd_splits<80>(int(s.T), bh);
-    default: return fwd_splits<128>(int(s.T), bh);
-  }
+  return head_dim_switch(s.d_head, [&](auto d) {
+    return dtype == DType::f32 ? fwd_splits<d, true>(int(s.T), bh) : fwd_splits<d, false>(int(s.T), bh);
+  });
 }
 }  // namespace
 
@@ -131,8 +125,9 @@ bool uses_sm90_kernels(const AttnShape& s, DType dtype, bool backward) {
 }
 
 size_t fwd_workspace_bytes(const AttnShape& s, DType dtype) {
-  if (dtype != DType::bf16 || !supports_head_dim(s.d_head) || s.B * s.H * s.T == 0) return 0;
-  const int S = fwd_num_splits(s);
+  const bool known = dtype == DType::bf16 || dtype == DType::f32;
+  if (!known || !supports_head_dim(s.d_head) || s.B * s.H * s.T == 0) return 0;
+  const int S = fwd_num_splits(s, dtype);
   if (S <= 1) return 0;
   const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T);
   return align_up(size_t(S) * rows * size_t(s.d_head) * sizeof(float)) + align_up(size_t(S) * rows * sizeof(float));
@@ -141,9 +136,9 @@ size_t fwd_workspace_bytes(const AttnShape& s, DType dtype) {
 size_t bwd_workspace_bytes(const AttnShape& s, DType dtype, bool deterministic) {
   const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T);
   size_t bytes = align_up(rows * sizeof(float));
-  if (dtype == DType::bf16 && !deterministic) {
+  if (!deterministic) {
     bytes += align_up(rows * size_t(s.d_head) * sizeof(float));
-    if (bwd_dkdv_splits(s)) bytes += align_up(2 * rows * size_t(s.d_head) * sizeof(float));
+    if (bwd_dkdv_splits(s, dtype)) bytes += align_up(2 * rows * size_t(s.d_head) * sizeof(float));
   }
   return bytes;
 }
@@ -157,7 +152,8 @@ void bind_fwd_workspace(FlashParams& p, const AttnShape& s, DType dtype, void* w
   const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T);
   char* base = static_cast<char*>(workspace);
   p.o_accum = reinterpret_cast<float*>(base);
-  p.lse_accum = reinterpret_cast<float*>(base + align_up(size_t(fwd_num_splits(s)) * rows * size_t(s.d_head) * 4));
+  const size_t splits = size_t(fwd_num_splits(s, dtype));
+  p.lse_accum = reinterpret_cast<float*>(base + align_up(splits * rows * size_t(s.d_head) * 4));
 }
 
 void bind_bwd_workspace(FlashBwdParams& p, const AttnShape& s, DType dtype, bool deterministic, void* workspace,
@@ -169,9 +165,10 @@ void bind_bwd_workspace(FlashBwdParams& p, const AttnShape& s, DType dtype, bool
   char* base = static_cast<char*>(workspace);
   p.dsum = reinterpret_cast<float*>(base);
   p.dq_accum = p.dkv_accum = nullptr;
-  if (dtype != DType::bf16 || deterministic) return;
+  if (deterministic) return;
   p.dq_accum = reinterpret_cast<float*>(base + align_up(rows * 4));
-  if (bwd_dkdv_splits(s)) p.dkv_accum = reinterpret_cast<float*>(base + align_up(rows * 4) + align_up(rows * dh * 4));
+  if (bwd_dkdv_splits(s, dtype))
+    p.dkv_accum = reinterpret_cast<float*>(base + align_up(rows * 4) + align_up(rows * dh * 4));
 }
 
 namespace {
@@ -227,7 +224,7 @@ void attention_bwd(const AttnShape& s, Tensor dqkv, const Tensor& dout, const Te
   p.dv = static_cast<char*>(dqkv.data) + 2 * D * es;
   p.dqkv_batch_stride = T * 3 * D, p.dqkv_row_stride = 3 * D, p.dqkv_head_stride = dh;
   p.dqkv_f32 = dqkv.dtype == DType::f32;
-  p.deterministic = deterministic || qkv.dtype == DType::f32;
+  p.deterministic = deterministic;
   bind_bwd_workspace(p, s, qkv.dtype, p.deterministic, workspace, workspace_bytes);
   run_bwd(p, st);
 }

@@ -1,7 +1,9 @@
-// FlashAttention-2 forward, bf16, d_head 128, causal = false (see launch.cuh).
+// FlashAttention-2 forward, d_head 128, causal = false, bf16 and fp32 (see launch.cuh).
 #include "flash_attn/launch.cuh"
 
 namespace trainer::flash {
-template void fwd_launch<128, false>(const FlashParams&, cudaStream_t);
-template int fwd_splits<128>(int, int64_t);
+template void fwd_launch<128, false, false>(const FlashParams&, cudaStream_t);
+template void fwd_launch<128, false, true>(const FlashParams&, cudaStream_t);
+template int fwd_splits<128, false>(int, int64_t);
+template int fwd_splits<128, true>(int, int64_t);
 }  // namespace trainer::flash

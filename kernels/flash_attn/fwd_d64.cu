@@ -1,7 +1,9 @@
-// FlashAttention-2 forward, bf16, d_head 64, causal = false (see launch.cuh).
+// FlashAttention-2 forward, d_head 64, causal = false, bf16 and fp32 (see launch.cuh).
 #include "flash_attn/launch.cuh"
 
 namespace trainer::flash {
-template void fwd_launch<64, false>(const FlashParams&, cudaStream_t);
-template int fwd_splits<64>(int, int64_t);
+template void fwd_launch<64, false, false>(const FlashParams&, cudaStream_t);
+template void fwd_launch<64, false, true>(const FlashParams&, cudaStream_t);
+template int fwd_splits<64, false>(int, int64_t);
+template int fwd_splits<64, true>(int, int64_t);
 }  // namespace trainer::flash

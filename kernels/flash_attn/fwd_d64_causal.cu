@@ -1,6 +1,7 @@
-// FlashAttention-2 forward, bf16, d_head 64, causal = true (see launch.cuh).
+// FlashAttention-2 forward, d_head 64, causal = true, bf16 and fp32 (see launch.cuh).
 #include "flash_attn/launch.cuh"
 
 namespace trainer::flash {
-template void fwd_launch<64, true>(const FlashParams&, cudaStream_t);
+template void fwd_launch<64, true, false>(const FlashParams&, cudaStream_t);
+template void fwd_launch<64, true, true>(const FlashParams&, cudaStream_t);
 }  // namespace trainer::flash

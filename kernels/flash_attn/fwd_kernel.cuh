@@ -1,4 +1,5 @@
-// FlashAttention-2 forward, bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation).
+// FlashAttention-2 forward on the tensor cores (mma.sync, fp32 accumulation): bf16 inputs (m16n8k16), or fp32 inputs
+// as 3xTF32 (m16n8k8; the fragment layer of mma.cuh gives both the same fragments, so this one kernel serves both).
 // Dao 2023, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning", arXiv:2307.08691,
 // Algorithm 1, with the warp partitioning of section 3.3 (each warp owns kMT x 16 query rows and sees the whole K/V
 // tile, so no shared-memory exchange is needed between warps; each K/V fragment read from shared memory serves the
@@ -65,15 +66,18 @@ __global__ void flash_fwd_combine_kernel(const FlashParams p) {
   if (lane == 0) p.lse[row] = mx + logf(sum);
 }
 
-template <int kD_, int kBM_, int kBN_, bool kQRegs_, int kMinBlocks_ = 1, int kMT_ = 1>
+/// Elt: the element type of q, k, v (bf16, or float for the 3xTF32 fp32 kernels; mma.cuh).
+template <int kD_, int kBM_, int kBN_, bool kQRegs_, int kMinBlocks_ = 1, int kMT_ = 1, class Elt_ = __nv_bfloat16>
 struct FwdTraits {
+  using Elt = Elt_;
+  using Reg = FragReg<Elt>;
   static constexpr int kD = kD_, kBM = kBM_, kBN = kBN_;
   static constexpr int kMinBlocks = kMinBlocks_;  // __launch_bounds__ CTAs per SM (caps the registers)
   static constexpr bool kQRegs = kQRegs_;         // keep Q's A fragments in registers across the K/V loop
   static constexpr int kMT = kMT_;                // m16 row tiles per warp: K/V fragments are reused kMT times
   static constexpr int kWarps = kBM / (16 * kMT), kThreads = kWarps * 32;
   static constexpr int kStride = kD + 8;  // padded shared row, elements
-  static constexpr int kSmemBytes = (kBM + 4 * kBN) * kStride * 2;
+  static constexpr int kSmemBytes = (kBM + 4 * kBN) * kStride * int(sizeof(Elt));
   static_assert(kD % 16 == 0 && kBM % (16 * kMT) == 0 && kBN % 16 == 0, "tiles are multiples of 16");
 };
 
@@ -82,12 +86,14 @@ struct FwdTraits {
 template <class Tr, bool kCausal, bool kSplit = false>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_kernel(const FlashParams p) {
   using bf16 = __nv_bfloat16;
+  using E = typename Tr::Elt;
+  using Reg = typename Tr::Reg;
   constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kStride = Tr::kStride, kThreads = Tr::kThreads;
   constexpr int kMT = Tr::kMT;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
-  bf16* sK = sQ + kBM * kStride;       // [2][kBN][kStride]
-  bf16* sV = sK + 2 * kBN * kStride;   // [2][kBN][kStride]
+  E* sQ = reinterpret_cast<E*>(smem_raw);
+  E* sK = sQ + kBM * kStride;      // [2][kBN][kStride]
+  E* sV = sK + 2 * kBN * kStride;  // [2][kBN][kStride]
 
   const int splits = kSplit ? p.fwd_splits : 1;
   const int m_block = int(gridDim.x) / splits - 1 - int(blockIdx.x) / splits;  // the longest (causal) rows first
@@ -97,9 +103,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_kernel
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int64_t ld = p.qkv_row_stride;
   const int64_t off = int64_t(b) * p.qkv_batch_stride + int64_t(h) * p.qkv_head_stride;
-  const bf16* gq = static_cast<const bf16*>(p.q) + off;
-  const bf16* gk = static_cast<const bf16*>(p.k) + off;
-  const bf16* gv = static_cast<const bf16*>(p.v) + off;
+  const E* gq = static_cast<const E*>(p.q) + off;
+  const E* gk = static_cast<const E*>(p.k) + off;
+  const E* gv = static_cast<const E*>(p.v) + off;
 
   int n_blocks = (T + kBN - 1) / kBN;  // key tiles [n_lo, n_blocks) are this CTA's
   if (kCausal) n_blocks = min(n_blocks, (m0 + kBM + kBN - 1) / kBN);
@@ -130,7 +136,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_kernel
     m_run[mi][0] = m_run[mi][1] = -INFINITY;
     l_run[mi][0] = l_run[mi][1] = 0.f;
   }
-  uint32_t qf[kMT][Tr::kQRegs ? kD / 16 : 1][4];
+  Reg qf[kMT][Tr::kQRegs ? kD / 16 : 1][4];
   const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scale·log2(e): scores in log2 units
   // Warp tile mi covers rows (warp * kMT + mi) * 16 .. +15 of the query tile; this thread's are g and g + 8 of it.
   auto tile_row = [&](int mi) { return (warp * kMT + mi) * 16; };
@@ -144,15 +150,15 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_kernel
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    const bf16* sKb = sK + buf * kBN * kStride;
-    const bf16* sVb = sV + buf * kBN * kStride;
+    const E* sKb = sK + buf * kBN * kStride;
+    const E* sVb = sV + buf * kBN * kStride;
     if constexpr (Tr::kQRegs) {
       if (it == 0) {
 #pragma unroll
         for (int mi = 0; mi < kMT; ++mi)
 #pragma unroll
           for (int kk = 0; kk < kD / 16; ++kk)
-            ldmatrix_x4(qf[mi][kk], a_frag_addr<kStride>(sQ, tile_row(mi), kk * 16, lane));
+            load_a<kStride>(qf[mi][kk], sQ, tile_row(mi), kk * 16, lane);
       }
     }
 
@@ -164,24 +170,24 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_kernel
       for (int j = 0; j < kBN / 8; ++j) s[mi][j][0] = s[mi][j][1] = s[mi][j][2] = s[mi][j][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      uint32_t a[kMT][4];
+      Reg a[kMT][4];
 #pragma unroll
       for (int mi = 0; mi < kMT; ++mi) {
         if constexpr (Tr::kQRegs) {
 #pragma unroll
           for (int i = 0; i < 4; ++i) a[mi][i] = qf[mi][kk][i];
         } else {
-          ldmatrix_x4(a[mi], a_frag_addr<kStride>(sQ, tile_row(mi), kk * 16, lane));
+          load_a<kStride>(a[mi], sQ, tile_row(mi), kk * 16, lane);
         }
       }
 #pragma unroll
       for (int nn = 0; nn < kBN / 16; ++nn) {
-        uint32_t bb[4];
-        ldmatrix_x4(bb, b_nk_addr<kStride>(sKb, nn * 16, kk * 16, lane));
+        Reg bb[4];
+        load_b_nk<kStride>(bb, sKb, nn * 16, kk * 16, lane);
 #pragma unroll
         for (int mi = 0; mi < kMT; ++mi) {
-          mma_bf16(s[mi][2 * nn], a[mi], bb[0], bb[1]);
-          mma_bf16(s[mi][2 * nn + 1], a[mi], bb[2], bb[3]);
+          mma(s[mi][2 * nn], a[mi], bb[0], bb[1]);
+          mma(s[mi][2 * nn + 1], a[mi], bb[2], bb[3]);
         }
       }
     }
@@ -229,20 +235,20 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_kernel
         }
       }
 
-    // O += P V: P (bf16) from registers as the A operand, V [keys][d] through ldmatrix.trans (shared by the tiles).
+    // O += P V: P from registers as the A operand, V [keys][d] read transposed (shared by the tiles).
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk) {
-      uint32_t a[kMT][4];
+      Reg a[kMT][4];
 #pragma unroll
       for (int mi = 0; mi < kMT; ++mi) c_to_a(a[mi], s[mi][2 * kk], s[mi][2 * kk + 1]);
 #pragma unroll
       for (int dd = 0; dd < kD / 16; ++dd) {
-        uint32_t bb[4];
-        ldmatrix_x4_trans(bb, b_kn_addr<kStride>(sVb, kk * 16, dd * 16, lane));
+        Reg bb[4];
+        load_b_kn<kStride>(bb, sVb, kk * 16, dd * 16, lane);
 #pragma unroll
         for (int mi = 0; mi < kMT; ++mi) {
-          mma_bf16(o[mi][2 * dd], a[mi], bb[0], bb[1]);
-          mma_bf16(o[mi][2 * dd + 1], a[mi], bb[2], bb[3]);
+          mma(o[mi][2 * dd], a[mi], bb[0], bb[1]);
+          mma(o[mi][2 * dd + 1], a[mi], bb[2], bb[3]);
         }
       }
     }

@@ -1,7 +1,7 @@
-// Launchers of the bf16 FlashAttention-2 kernels: the tile configuration per head dimension and the launch itself
-// (flash-attention `flash_fwd_launch_template.h`: grid (query tiles, heads, batch), dynamic shared memory opted in
-// above 48 KiB with cudaFuncSetAttribute). Instantiated once per (d_head, causal) in fwd_d*.cu / bwd_d*.cu so that
-// the kernels compile in parallel.
+// Launchers of the mma.sync FlashAttention-2 kernels (bf16, and fp32 as 3xTF32): the tile configuration per head
+// dimension and dtype and the launch itself (flash-attention `flash_fwd_launch_template.h`: grid (query tiles, heads,
+// batch), dynamic shared memory opted in above 48 KiB with cudaFuncSetAttribute). Instantiated once per (d_head,
+// causal) in fwd_d*.cu / bwd_d*.cu so that the kernels compile in parallel.
 #pragma once
 #include "common.cuh"  // first (fmt set-up for nvcc)
 
@@ -23,7 +23,7 @@ namespace trainer::flash {
 /// FwdShort / DkdvShort: the configuration used when the main one would launch fewer than two CTAs per SM (short
 /// sequences, few heads; see few_ctas): smaller tiles, more CTAs (d 64 at 4 x 12 heads, T 512: fwd 0.0215 -> 0.0174
 /// ms, bwd 0.0695 -> 0.0652; d 128: the 128-row forward). Where they equal the main ones, one kernel is compiled.
-template <int kD>
+template <int kD, bool kF32 = false>
 struct Config {
   using Fwd = std::conditional_t<
       kD == 64, FwdTraits<64, 128, 64, true, 1, 2>,
@@ -38,6 +38,20 @@ struct Config {
   using DkdvShort = std::conditional_t<kD == 64, BwdTraits<64, 64, 64, true>, Dkdv>;
   using DkdvDet = BwdTraits<kD, 128, (kD <= 64 ? 64 : 32), false>;  // deterministic: dQ by its own pass
   using Dq = BwdDqTraits<kD, 64, (kD <= 64 ? 64 : 32)>;
+};
+
+/// fp32 (3xTF32, three tf32 mmas per product; mma.cuh): fp32 tiles take twice the shared memory of bf16 ones and the
+/// split fragments twice the registers, so 64-row tiles, one m16 tile per warp, Q read from shared memory, 32-key
+/// tiles from d 80 and 16-query tiles in the d 128 backward: every configuration fits two CTAs per SM. The
+/// few-CTA configurations equal the main ones (the split paths cover short sequences).
+template <int kD>
+struct Config<kD, true> {
+  using Fwd = FwdTraits<kD, 64, (kD <= 64 ? 64 : 32), false, 1, 1, float>;
+  using FwdShort = Fwd;
+  using Dkdv = BwdTraits<kD, 64, (kD <= 80 ? 32 : 16), true, 1, 1, float>;
+  using DkdvShort = Dkdv;
+  using DkdvDet = BwdTraits<kD, 64, (kD <= 80 ? 32 : 16), false, 1, 1, float>;
+  using Dq = BwdDqTraits<kD, 64, (kD <= 64 ? 64 : 32), 1, float>;
 };
 
 /// True when tiles of `rows` rows give fewer than two CTAs per SM of the current device for this problem
@@ -95,41 +109,42 @@ void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
   }
 }
 
-// Per (d_head, causal), instantiated in fwd_d*.cu and bwd_d*.cu. The Hopper kernels where uses_sm90_*; else the
-// FlashAttention-2 kernels above (mma.sync), with their split paths for problems with few tiles.
-template <int kD, bool kCausal>
+// Per (d_head, causal, dtype), instantiated in fwd_d*.cu and bwd_d*.cu. The Hopper kernels (bf16) where
+// uses_sm90_*; else the FlashAttention-2 kernels above (mma.sync; bf16 or 3xTF32), with their split paths for
+// problems with few tiles.
+template <int kD, bool kCausal, bool kF32>
 void fwd_launch(const FlashParams& p, cudaStream_t s) {
 #ifdef TRAINER_FLASH_SM90
-  if constexpr (kD == 64 || kD == 128)
+  if constexpr (!kF32 && (kD == 64 || kD == 128))
     if (uses_sm90_fwd(kD, p.seq_len, p.num_heads, p.batch)) return fwd_sm90_launch<kD, kCausal>(p, s);
 #endif
-  using C = Config<kD>;
+  using C = Config<kD, kF32>;
   if constexpr (!std::is_same_v<typename C::FwdShort, typename C::Fwd>) {
     if (few_ctas(p.seq_len, p.num_heads, p.batch, C::Fwd::kBM)) return launch_fwd<typename C::FwdShort, kCausal>(p, s);
   }
   launch_fwd<typename C::Fwd, kCausal>(p, s);
 }
-template <int kD>
+template <int kD, bool kF32>
 int fwd_splits(int seq_len, int64_t bh) {
-  using C = Config<kD>;
+  using C = Config<kD, kF32>;
   if (!std::is_same_v<typename C::FwdShort, typename C::Fwd> && few_ctas(seq_len, bh, 1, C::Fwd::kBM))
     return fwd_split_count(seq_len, C::FwdShort::kBM, C::FwdShort::kBN, bh);
   return fwd_split_count(seq_len, C::Fwd::kBM, C::Fwd::kBN, bh);
 }
-template <int kD>
+template <int kD, bool kF32>
 int bwd_dkdv_chunk(int seq_len, int64_t bh, bool causal) {
-  using C = Config<kD>;
+  using C = Config<kD, kF32>;
   if (!std::is_same_v<typename C::DkdvShort, typename C::Dkdv> && few_ctas(seq_len, bh, 1, C::Dkdv::kBN))
     return dkdv_chunk(seq_len, C::DkdvShort::kBN, C::DkdvShort::kBM, bh, causal);
   return dkdv_chunk(seq_len, C::Dkdv::kBN, C::Dkdv::kBM, bh, causal);
 }
-template <int kD, bool kCausal>
+template <int kD, bool kCausal, bool kF32>
 void bwd_launch(const FlashBwdParams& p, cudaStream_t s) {
 #ifdef TRAINER_FLASH_SM90
-  if constexpr (kD == 64 || kD == 128)
+  if constexpr (!kF32 && (kD == 64 || kD == 128))
     if (!p.deterministic && uses_sm90_bwd(kD)) return bwd_sm90_launch<kD, kCausal>(p, s);
 #endif
-  using C = Config<kD>;
+  using C = Config<kD, kF32>;
   if (p.deterministic) return launch_bwd<typename C::DkdvDet, typename C::Dq, kCausal>(p, s);
   if constexpr (!std::is_same_v<typename C::DkdvShort, typename C::Dkdv>) {
     if (few_ctas(p.seq_len, p.num_heads, p.batch, C::Dkdv::kBN))

@@ -1,5 +1,6 @@
-// Declarations of the per-(d_head, causal) launchers; their definitions are in launch.cuh (bf16) and f32.cu (fp32),
-// explicitly instantiated in fwd_d*.cu / bwd_d*.cu. Host code includes this header only.
+// Declarations of the per-(d_head, causal, dtype) launchers; their definitions are in launch.cuh, explicitly
+// instantiated in fwd_d*.cu / bwd_d*.cu; the shared passes (preprocess, convert, combine, split rules) are in
+// passes.cu. Host code includes this header only.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -9,10 +10,11 @@
 
 namespace trainer::flash {
 
-/// bf16 forward / backward for one head dimension (16, 32, 64, 80, 128) and mask.
-template <int kD, bool kCausal>
+/// Forward / backward for one head dimension (16, 32, 64, 80, 128), mask and dtype (kF32: fp32 inputs, 3xTF32
+/// tensor-core kernels; else bf16).
+template <int kD, bool kCausal, bool kF32>
 void fwd_launch(const FlashParams& p, cudaStream_t s);
-template <int kD, bool kCausal>
+template <int kD, bool kCausal, bool kF32>
 void bwd_launch(const FlashBwdParams& p, cudaStream_t s);
 
 /// Backward preprocessing (any dtype): D = rowsum(dO o O) into p.dsum; when zero_accum, dq_accum = 0, and
@@ -23,16 +25,17 @@ void launch_bwd_preprocess(const FlashBwdParams& p, bool zero_accum, cudaStream_
 void launch_bwd_convert(const FlashBwdParams& p, bool with_dkv, cudaStream_t s);
 /// Streaming multiprocessors of the current device (cached per device).
 int device_sm_count();
-/// dkdv_chunk for the dK/dV configuration bwd_launch<kD, *> picks in atomic mode (instantiated per kD): > 0 when
-/// that pass splits its query loop and needs p.dkv_accum.
-template <int kD>
+/// dkdv_chunk for the dK/dV configuration bwd_launch<kD, *, kF32> picks in atomic mode (instantiated per kD and
+/// dtype): > 0 when that pass splits its query loop and needs p.dkv_accum.
+template <int kD, bool kF32>
 int bwd_dkdv_chunk(int seq_len, int64_t bh, bool causal);
 /// Key chunks of the forward for T keys in tiles of kbn, query tiles of kbm rows, bh = batch x heads: 1 unless the
 /// query tiles give fewer than two CTAs per SM and there are at least 8 key tiles; then up to kMaxFwdSplits (16)
 /// chunks of at least 4 key tiles each, so that about four CTAs per SM run.
 int fwd_split_count(int seq_len, int kbm, int kbn, int64_t bh);
-/// fwd_split_count for the tile configuration fwd_launch<kD, *> picks for this problem (instantiated per kD).
-template <int kD>
+/// fwd_split_count for the tile configuration fwd_launch<kD, *, kF32> picks for this problem (instantiated per kD
+/// and dtype).
+template <int kD, bool kF32>
 int fwd_splits(int seq_len, int64_t bh);
 /// Merges the split forward's partial results (p.fwd_splits, p.o_accum, p.lse_accum) into p.o and p.lse.
 void launch_fwd_combine(const FlashParams& p, cudaStream_t s);
@@ -58,9 +61,5 @@ void bwd_sm90_launch(const FlashBwdParams& p, cudaStream_t s);
 /// available (uses_sm90_bwd): with few key tiles it splits the query loop itself.
 bool uses_sm90_fwd(int d_head, int64_t seq_len, int64_t heads, int64_t batch);
 bool uses_sm90_bwd(int d_head);
-
-/// fp32 forward / backward (FMA tiles; any of the same head dimensions; p.causal at run time; always deterministic).
-void fwd_f32_launch(const FlashParams& p, cudaStream_t s);
-void bwd_f32_launch(const FlashBwdParams& p, cudaStream_t s);
 
 }  // namespace trainer::flash

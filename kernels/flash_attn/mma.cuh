@@ -2,7 +2,8 @@
 //  - cp.async 16-byte copies global -> shared with zero fill (the tile pipeline),
 //  - ldmatrix (.trans) loads of 8x8 b16 matrices into mma fragments,
 //  - mma.sync.m16n8k16 bf16 x bf16 -> f32,
-//  - the fragment layout helpers.
+//  - the fragment layout helpers,
+//  - the fp32 (3xTF32) versions of the fragments, loads and mma under the same names (below).
 // Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16"), g = lane / 4, t = lane % 4:
 //   A 16x16 (row): a[0] = (g, 2t..2t+1), a[1] = (g+8, 2t..), a[2] = (g, 2t+8..), a[3] = (g+8, 2t+8..)   (bf16 pairs)
 //   B 16x8 (col):  b[0] = (k 2t..2t+1, n g), b[1] = (k 2t+8..2t+9, n g)
@@ -14,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace trainer::flash {
 
@@ -102,31 +104,198 @@ __device__ __forceinline__ const __nv_bfloat16* a_t_addr(const __nv_bfloat16* ba
   return base + (k0 + (lane & 7) + (lane >> 4) * 8) * kStride + m0 + ((lane >> 3) & 1) * 8;
 }
 
-/// Copies a tile of kRows rows x kCols bf16 (kCols % 8 == 0) from global (row `row0` of a view with row stride
-/// `ld` elements, rows >= nrows zero-filled) into a padded shared tile, 16 bytes per cp.async, kThreads threads.
-template <int kRows, int kCols, int kThreads>
-__device__ __forceinline__ void load_tile_async(__nv_bfloat16* smem, const __nv_bfloat16* gmem, int64_t ld, int row0,
-                                                int nrows, int tid) {
-  constexpr int kChunksPerRow = kCols / 8;
-  constexpr int kChunks = kRows * kChunksPerRow;
-  constexpr int kIters = (kChunks + kThreads - 1) / kThreads;
-#pragma unroll
-  for (int i = 0; i < kIters; ++i) {
-    const int c = tid + i * kThreads;
-    if (kChunks % kThreads == 0 || c < kChunks) {
-      const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
-      const bool valid = row0 + r < nrows;
-      const __nv_bfloat16* src = valid ? gmem + int64_t(row0 + r) * ld + col : gmem;
-      cp_async_16(smem + r * (kCols + 8) + col, src, valid);
-    }
-  }
-}
-
 /// 2^x by the special-function unit (ex2.approx.ftz: about 2 ulp; 2^-inf = 0).
 __device__ __forceinline__ float exp2_fast(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// fp32 inputs on the tensor cores: 3xTF32 (NVIDIA CUTLASS "3xTF32"; Ootomo & Yokota 2022, arXiv:2203.03341).
+// Each fp32 operand x is split into hi = x rounded to TF32 (10-bit mantissa) and lo = x - hi (exact in fp32; the
+// tensor core reads its top 10 mantissa bits), and a b ~ a_lo b_hi + a_hi b_lo + a_hi b_hi (m16n8k8 .tf32 mma,
+// fp32 accumulation): the dropped a_lo b_lo and lo's truncation leave a relative error of about 2^-21 per product,
+// fp32's order, at a third of the TF32 rate (no TF32 rounding reaches the result: allow_tf32 stays false).
+//
+// The fp32 fragment register is a Tf32Pair: the two fp32 values at the positions of one bf16 pair of the m16n8k16
+// layouts above, split. A k16 step of the bf16 kernels becomes two k8 mmas whose k slots are permuted within each
+// half: slot t holds k = 2t and slot t + 4 holds k = 2t + 1 (PTX m16n8k8 .tf32: a0 = (g, t), a1 = (g+8, t),
+// a2 = (g, t+4), a3 = (g+8, t+4); b0 = (k t, n g), b1 = (k t+4, n g)). A sum over k does not care about the order,
+// so every kernel written for the bf16 fragments runs unchanged on Tf32Pair fragments: same C layout, P and dS
+// stay in registers (c_to_a), and the fragment loads below return the same logical elements as ldmatrix.
+//
+// fp32 shared tiles: row stride kStride = cols + 8 floats (= 8 or 24 mod 32) and, in rows with bit 2 set, column
+// bit 3 flipped (tile_off). Then the 64-bit fragment loads of 16 lanes (rows g, cols 2t) and the 32-bit transposed
+// loads (rows 2t, cols g) of 32 lanes each hit 32 distinct banks.
+// ---------------------------------------------------------------------------------------------------------------
+
+struct Tf32Pair {
+  uint32_t hi[2], lo[2];
+};
+
+/// x -> (hi, lo): hi = x rounded to TF32 (half away from zero on the magnitude), lo = x - hi.
+__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
+  const uint32_t h = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+  hi = h;
+  lo = __float_as_uint(x - __uint_as_float(h));
+}
+__device__ __forceinline__ Tf32Pair split_pair(float x, float y) {
+  Tf32Pair r;
+  split_tf32(x, r.hi[0], r.lo[0]);
+  split_tf32(y, r.hi[1], r.lo[1]);
+  return r;
+}
+
+/// c += a b, m16n8k8, tf32 inputs (32-bit registers), f32 accumulators.
+__device__ __forceinline__ void mma_tf32(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/// One k8 half in 3xTF32: A rows g / g+8 from x (row g) and y (row g+8), B from b (the k slots t, t+4 are the
+/// pair's two values). The small products first.
+__device__ __forceinline__ void mma_3xtf32_k8(float (&c)[4], const Tf32Pair& x, const Tf32Pair& y, const Tf32Pair& b) {
+  mma_tf32(c, x.lo[0], y.lo[0], x.lo[1], y.lo[1], b.hi[0], b.hi[1]);
+  mma_tf32(c, x.hi[0], y.hi[0], x.hi[1], y.hi[1], b.lo[0], b.lo[1]);
+  mma_tf32(c, x.hi[0], y.hi[0], x.hi[1], y.hi[1], b.hi[0], b.hi[1]);
+}
+
+/// c += a b for one k16 step on fp32 fragments (the bf16 m16n8k16 positions; two 3xTF32 k8 halves).
+__device__ __forceinline__ void mma(float (&c)[4], const Tf32Pair (&a)[4], const Tf32Pair& b0, const Tf32Pair& b1) {
+  mma_3xtf32_k8(c, a[0], a[1], b0);
+  mma_3xtf32_k8(c, a[2], a[3], b1);
+}
+/// The bf16 version under the same name (the kernels call mma() for either element type).
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  mma_bf16(c, a, b0, b1);
+}
+
+/// The A fragment of k16 step j from the f32 C fragments c[2j], c[2j+1], fp32 version (split; see c_to_a).
+__device__ __forceinline__ void c_to_a(Tf32Pair (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+  a[0] = split_pair(c0[0], c0[1]);
+  a[1] = split_pair(c0[2], c0[3]);
+  a[2] = split_pair(c1[0], c1[1]);
+  a[3] = split_pair(c1[2], c1[3]);
+}
+
+/// The fragment register type of element type E: uint32_t (two bf16) or Tf32Pair (two split fp32).
+template <class E>
+using FragReg = std::conditional_t<std::is_same_v<E, float>, Tf32Pair, uint32_t>;
+
+/// Element offset of (row r, column c) in a shared tile of row stride kStride: plain for bf16, column bit 3 flipped
+/// in rows with bit 2 set for fp32 (see above).
+template <int kStride>
+__device__ __forceinline__ int tile_off(const __nv_bfloat16*, int r, int c) {
+  return r * kStride + c;
+}
+template <int kStride>
+__device__ __forceinline__ int tile_off(const float*, int r, int c) {
+  static_assert(kStride % 16 == 8, "fp32 tile rows are 8 (mod 16) floats");
+  return r * kStride + (c ^ ((r & 4) << 1));
+}
+
+// Fragment loads over a shared tile (element type bf16: ldmatrix; fp32: 64-bit or two 32-bit loads, split):
+//  load_a:    A of rows r0..r0+15, cols c0..c0+15 of a tile stored [m][k].
+//  load_b_nk: B of two n8 tiles from a tile stored [n][k]: b[0], b[1] = n tile n0 (k c0.., c0+8..), b[2], b[3] =
+//             n tile n0 + 8.
+//  load_b_kn: the same from a tile stored [k][n] (transposed read).
+//  load_a_t:  A of rows (m) m0..m0+15, cols (k) k0..k0+15 from a tile stored [k][m] (transposed read).
+template <int kStride>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const __nv_bfloat16* base, int r0, int c0, int lane) {
+  ldmatrix_x4(a, a_frag_addr<kStride>(base, r0, c0, lane));
+}
+template <int kStride>
+__device__ __forceinline__ void load_b_nk(uint32_t (&b)[4], const __nv_bfloat16* base, int n0, int k0, int lane) {
+  ldmatrix_x4(b, b_nk_addr<kStride>(base, n0, k0, lane));
+}
+template <int kStride>
+__device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const __nv_bfloat16* base, int k0, int n0, int lane) {
+  ldmatrix_x4_trans(b, b_kn_addr<kStride>(base, k0, n0, lane));
+}
+template <int kStride>
+__device__ __forceinline__ void load_a_t(uint32_t (&a)[4], const __nv_bfloat16* base, int m0, int k0, int lane) {
+  ldmatrix_x4_trans(a, a_t_addr<kStride>(base, m0, k0, lane));
+}
+
+/// fp32 pair (r, c), (r, c + 1) (one 64-bit load), split.
+template <int kStride>
+__device__ __forceinline__ Tf32Pair lds_row_pair(const float* base, int r, int c) {
+  const float2 v = *reinterpret_cast<const float2*>(base + tile_off<kStride>(base, r, c));
+  return split_pair(v.x, v.y);
+}
+/// fp32 pair (r, c), (r + 1, c) (two 32-bit loads), split.
+template <int kStride>
+__device__ __forceinline__ Tf32Pair lds_col_pair(const float* base, int r, int c) {
+  return split_pair(base[tile_off<kStride>(base, r, c)], base[tile_off<kStride>(base, r + 1, c)]);
+}
+template <int kStride>
+__device__ __forceinline__ void load_a(Tf32Pair (&a)[4], const float* base, int r0, int c0, int lane) {
+  const int g = lane / 4, t = lane % 4;
+  a[0] = lds_row_pair<kStride>(base, r0 + g, c0 + 2 * t);
+  a[1] = lds_row_pair<kStride>(base, r0 + g + 8, c0 + 2 * t);
+  a[2] = lds_row_pair<kStride>(base, r0 + g, c0 + 2 * t + 8);
+  a[3] = lds_row_pair<kStride>(base, r0 + g + 8, c0 + 2 * t + 8);
+}
+template <int kStride>
+__device__ __forceinline__ void load_b_nk(Tf32Pair (&b)[4], const float* base, int n0, int k0, int lane) {
+  const int g = lane / 4, t = lane % 4;
+  b[0] = lds_row_pair<kStride>(base, n0 + g, k0 + 2 * t);
+  b[1] = lds_row_pair<kStride>(base, n0 + g, k0 + 2 * t + 8);
+  b[2] = lds_row_pair<kStride>(base, n0 + 8 + g, k0 + 2 * t);
+  b[3] = lds_row_pair<kStride>(base, n0 + 8 + g, k0 + 2 * t + 8);
+}
+template <int kStride>
+__device__ __forceinline__ void load_b_kn(Tf32Pair (&b)[4], const float* base, int k0, int n0, int lane) {
+  const int g = lane / 4, t = lane % 4;
+  b[0] = lds_col_pair<kStride>(base, k0 + 2 * t, n0 + g);
+  b[1] = lds_col_pair<kStride>(base, k0 + 2 * t + 8, n0 + g);
+  b[2] = lds_col_pair<kStride>(base, k0 + 2 * t, n0 + 8 + g);
+  b[3] = lds_col_pair<kStride>(base, k0 + 2 * t + 8, n0 + 8 + g);
+}
+template <int kStride>
+__device__ __forceinline__ void load_a_t(Tf32Pair (&a)[4], const float* base, int m0, int k0, int lane) {
+  const int g = lane / 4, t = lane % 4;
+  a[0] = lds_col_pair<kStride>(base, k0 + 2 * t, m0 + g);
+  a[1] = lds_col_pair<kStride>(base, k0 + 2 * t, m0 + g + 8);
+  a[2] = lds_col_pair<kStride>(base, k0 + 2 * t + 8, m0 + g);
+  a[3] = lds_col_pair<kStride>(base, k0 + 2 * t + 8, m0 + g + 8);
+}
+
+/// Stores the pair (r, c), (r, c + 1) of f32 values into a shared tile of bf16 (rounded) or fp32.
+template <int kStride>
+__device__ __forceinline__ void sts_pair(__nv_bfloat16* base, int r, int c, float x, float y) {
+  *reinterpret_cast<uint32_t*>(base + tile_off<kStride>(base, r, c)) = pack_bf16(x, y);
+}
+template <int kStride>
+__device__ __forceinline__ void sts_pair(float* base, int r, int c, float x, float y) {
+  *reinterpret_cast<float2*>(base + tile_off<kStride>(base, r, c)) = make_float2(x, y);
+}
+
+/// Copies a tile of kRows rows x kCols elements (bf16 or fp32; rows of whole 16-byte chunks) from global (row `row0`
+/// of a view with row stride `ld` elements, rows >= nrows zero-filled) into a padded shared tile of row stride
+/// kCols + 8 (tile_off), 16 bytes per cp.async, kThreads threads.
+template <int kRows, int kCols, int kThreads, class E>
+__device__ __forceinline__ void load_tile_async(E* smem, const E* gmem, int64_t ld, int row0, int nrows, int tid) {
+  constexpr int kPerChunk = 16 / int(sizeof(E));
+  constexpr int kChunksPerRow = kCols / kPerChunk;
+  constexpr int kChunks = kRows * kChunksPerRow;
+  constexpr int kIters = (kChunks + kThreads - 1) / kThreads;
+  static_assert(kCols % kPerChunk == 0, "rows of whole 16-byte chunks");
+#pragma unroll
+  for (int i = 0; i < kIters; ++i) {
+    const int c = tid + i * kThreads;
+    if (kChunks % kThreads == 0 || c < kChunks) {
+      const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * kPerChunk;
+      const bool valid = row0 + r < nrows;
+      const E* src = valid ? gmem + int64_t(row0 + r) * ld + col : gmem;
+      cp_async_16(smem + tile_off<kCols + 8>(smem, r, col), src, valid);
+    }
+  }
 }
 
 }  // namespace trainer::flash

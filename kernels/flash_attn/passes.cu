@@ -1,57 +1,31 @@
-// fp32 FlashAttention-2 launchers (kernels in fp32_kernel.cuh; grid (64-row tiles, heads, batch), 256 threads),
-// the dtype-generic backward helpers (preprocess D = rowsum(dO o O), the dQ / dK / dV conversion), and the host side
-// of the bf16 split paths: the device's SM count, the split rules (fwd_split_count, dkdv_chunk) and the combine.
+// The passes around the FlashAttention-2 kernels, for every dtype: the backward's preprocess (D = rowsum(dO o O)) and
+// dQ / dK / dV conversion, and the host side of the split paths: the device's SM count, the split rules
+// (fwd_split_count, dkdv_chunk) and the forward's combine.
 #include "common.cuh"  // first (fmt set-up for nvcc)
 
 #include "flash_attn/bwd_kernel.cuh"
 #include "flash_attn/fwd_kernel.cuh"
-#include "flash_attn/fp32_kernel.cuh"
 #include "flash_attn/launch.h"
 
 #include <algorithm>
 #include <atomic>
 
 namespace trainer::flash {
-namespace {
-
-template <class K>
-void launch_f32(K kernel, int smem, const FlashParams& p, cudaStream_t s, const void* params) {
-  set_smem(kernel, size_t(smem));
-  const dim3 grid(unsigned(ceil_div(p.seq_len, kF32Tile)), unsigned(p.num_heads), unsigned(p.batch));
-  void* args[] = {const_cast<void*>(params)};
-  CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, dim3(kF32Threads), args, size_t(smem), s));
-}
-
-template <int kD>
-void fwd_f32(const FlashParams& p, cudaStream_t s) {
-  launch_f32(flash_fwd_f32_kernel<kD>, F32Traits<kD>::kFwdSmem, p, s, &p);
-}
-
-template <int kD>
-void bwd_f32(const FlashBwdParams& p, cudaStream_t s) {
-  launch_bwd_preprocess(p, false, s);
-  launch_f32(flash_bwd_dkdv_f32_kernel<kD>, F32Traits<kD>::kDkdvSmem, p, s, &p);
-  launch_f32(flash_bwd_dq_f32_kernel<kD>, F32Traits<kD>::kDqSmem, p, s, &p);
-}
-
-}  // namespace
 
 void launch_bwd_preprocess(const FlashBwdParams& p, bool zero_accum, cudaStream_t s) {
   const int64_t rows = int64_t(p.batch) * p.seq_len * p.num_heads;
   const unsigned blocks = unsigned(ceil_div<int64_t>(rows * 32, 256));
+  // The accumulators are zeroed by the same warps (one launch instead of three: short problems are launch-bound).
+  const bool zero_dq = zero_accum, zero_dkv = zero_accum && p.dkdv_chunk > 0;
   if (p.is_bf16) {
     if (p.o_f32)
-      flash_bwd_preprocess_kernel<__nv_bfloat16, float><<<blocks, 256, 0, s>>>(p);
+      flash_bwd_preprocess_kernel<__nv_bfloat16, float><<<blocks, 256, 0, s>>>(p, zero_dq, zero_dkv);
     else
-      flash_bwd_preprocess_kernel<__nv_bfloat16, __nv_bfloat16><<<blocks, 256, 0, s>>>(p);
+      flash_bwd_preprocess_kernel<__nv_bfloat16, __nv_bfloat16><<<blocks, 256, 0, s>>>(p, zero_dq, zero_dkv);
   } else {
-    flash_bwd_preprocess_kernel<float, float><<<blocks, 256, 0, s>>>(p);
+    flash_bwd_preprocess_kernel<float, float><<<blocks, 256, 0, s>>>(p, zero_dq, zero_dkv);
   }
   CUDA_CHECK(cudaGetLastError());
-  if (zero_accum)
-    CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, size_t(rows) * size_t(p.d_head) * sizeof(float), s));
-  if (zero_accum && p.dkdv_chunk > 0)  // the split dK/dV pass adds into dkv_accum [2][B, H, T, d]
-    CUDA_CHECK(cudaMemsetAsync(p.dkv_accum, 0, 2 * size_t(rows) * size_t(p.d_head) * sizeof(float), s));
 }
 
 void launch_bwd_convert(const FlashBwdParams& p, bool with_dkv, cudaStream_t s) {
@@ -107,28 +81,6 @@ void launch_fwd_combine(const FlashParams& p, cudaStream_t s) {
   else
     flash_fwd_combine_kernel<__nv_bfloat16><<<blocks, 256, 0, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
-}
-
-void fwd_f32_launch(const FlashParams& p, cudaStream_t s) {
-  switch (p.d_head) {
-    case 16: return fwd_f32<16>(p, s);
-    case 32: return fwd_f32<32>(p, s);
-    case 64: return fwd_f32<64>(p, s);
-    case 80: return fwd_f32<80>(p, s);
-    case 128: return fwd_f32<128>(p, s);
-    default: TRAINER_CHECK(false, "flash2 fp32: d_head {} not supported", p.d_head);
-  }
-}
-
-void bwd_f32_launch(const FlashBwdParams& p, cudaStream_t s) {
-  switch (p.d_head) {
-    case 16: return bwd_f32<16>(p, s);
-    case 32: return bwd_f32<32>(p, s);
-    case 64: return bwd_f32<64>(p, s);
-    case 80: return bwd_f32<80>(p, s);
-    case 128: return bwd_f32<128>(p, s);
-    default: TRAINER_CHECK(false, "flash2 fp32: d_head {} not supported", p.d_head);
-  }
 }
 
 }  // namespace trainer::flash
