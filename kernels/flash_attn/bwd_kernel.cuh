@@ -12,7 +12,7 @@
 //     S = Q Kᵀ,  P = exp2(...),  dP = dO Vᵀ,  dS = P ∘ (dP − D),  dQ += dS K;  dQ ·= scale.
 //   convert (atomic mode): dQ = scale · dQacc, into the dQ view in its dtype (and dK, dV when split, below).
 //   split queries (few key tiles: short sequences, few heads): a key tile's query loop is cut into chunks of
-//     dkdv_chunk tiles, one CTA each (grid.x = key tiles x chunks); each adds its partial dK·scale and dV into fp32
+//     dkdv_chunk tiles, one CTA each (key tiles x chunks CTAs per head); each adds its partial dK·scale and dV into fp32
 //     accumulators (atomics) and a convert pass writes dK, dV (FlashAttention-2's sequence-parallel split, applied
 //     to the query loop of the dK/dV pass, the way flash-decoding splits the key loop of the forward).
 // Rows past the end: K, V, Q, dO tiles are zero-filled; L of a missing query is +inf so its P is 0.
@@ -115,7 +115,7 @@ struct BwdTraits {
   static_assert(!kAtomicDQ || (kWarps % kMT == 0 && kWarps >= kMT), "dQ partition: warps a multiple of m16 tiles");
 };
 
-/// kSplit: the split-queries build (gridDim.x = key tiles x chunks of p.dkdv_chunk query tiles); without it the
+/// kSplit: the split-queries build (key tiles x chunks of p.dkdv_chunk query tiles per head); without it the
 /// split code compiles away.
 template <class Tr, bool kCausal, bool kSplit = false>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dkdv_kernel(const FlashBwdParams p) {
@@ -133,10 +133,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dkdv_k
   E* sdS = reinterpret_cast<E*>(sDs + 2 * kBM);                    // [kBN][kSStride] dSᵀ (atomic mode)
 
   const int T = p.seq_len;
-  const int splits = kSplit ? int(gridDim.x) / ((T + kBN - 1) / kBN) : 1;  // query chunks per key tile
-  const int n_block = blockIdx.x / splits;  // key tile; tile 0 (the most query tiles when causal) first
-  const int split = blockIdx.x % splits;
-  const int h = blockIdx.y, b = blockIdx.z;
+  const TileCoord c = tile_coord(p);  // c.tiles: key tiles x query chunks
+  if (c.b >= p.batch) return;         // past the last (b, h) pair (the last group of tile_grid)
+  const int splits = kSplit ? c.tiles / ((T + kBN - 1) / kBN) : 1;  // query chunks per key tile
+  const int n_block = c.tile / splits;  // key tile; tile 0 (the most query tiles when causal) first
+  const int split = c.tile % splits;
+  const int h = c.h, b = c.b;
   const int n0 = n_block * kBN;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int64_t ld = p.qkv_row_stride, ldo = p.o_row_stride;
@@ -357,7 +359,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dkdv_k
       }
     return;
   }
-  const int64_t goff = int64_t(b) * p.dqkv_batch_stride + int64_t(h) * p.dqkv_head_stride;
+  const TileCoord ce = tile_coord(p);  // b, h recomputed here (tile_coord)
+  const int64_t goff = int64_t(ce.b) * p.dqkv_batch_stride + int64_t(ce.h) * p.dqkv_head_stride;
 #pragma unroll
   for (int ni = 0; ni < kNT; ++ni)
 #pragma unroll
@@ -398,8 +401,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dq_ker
   E* sK = sdO + kBM * kStride;     // [2][kBN][kStride]
   E* sV = sK + 2 * kBN * kStride;  // [2][kBN][kStride]
 
-  const int m_block = gridDim.x - 1 - blockIdx.x;
-  const int h = blockIdx.y, b = blockIdx.z;
+  const TileCoord c = tile_coord(p);
+  if (c.b >= p.batch) return;  // past the last (b, h) pair (the last group of tile_grid)
+  const int m_block = c.tiles - 1 - c.tile;  // the longest (causal) rows first
+  const int h = c.h, b = c.b;
   const int T = p.seq_len, m0 = m_block * kBM;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int64_t ld = p.qkv_row_stride;
@@ -496,7 +501,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dq_ker
   }
   cp_async_wait<0>();
 
-  const int64_t goff = int64_t(b) * p.dqkv_batch_stride + int64_t(h) * p.dqkv_head_stride;
+  const TileCoord ce = tile_coord(p);  // b, h recomputed here (tile_coord)
+  const int64_t goff = int64_t(ce.b) * p.dqkv_batch_stride + int64_t(ce.h) * p.dqkv_head_stride;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = row0 + r * 8;

@@ -25,8 +25,9 @@ bool uses_sm90_kernels(const AttnShape& s, DType dtype, bool backward);
 bool sm90_kernels_available();
 
 /// Forward on raw parameters: O [B, T, H, d] view and lse [B, H, T] (natural log) from the q, k, v views.
-/// Checks (RuntimeError via TRAINER_CHECK): supported d_head; non-null pointers; bf16 rows 16-byte aligned (pointer
-/// and every stride a multiple of 16 bytes); output pairs aligned; softmax_scale > 0; f32 inputs need f32 output.
+/// Checks (RuntimeError via TRAINER_CHECK): supported d_head; non-null pointers; q, k, v rows 16-byte aligned (pointer
+/// and every stride a multiple of 16 bytes); seq and batch x heads within the grid limits; output pairs aligned;
+/// softmax_scale > 0; f32 inputs need f32 output.
 void run_fwd(const FlashParams& p, cudaStream_t s);
 
 /// Backward on raw parameters: dq, dk, dv (overwritten) from dout, q, k, v, o and lse. p.dsum must hold B*H*T

@@ -21,6 +21,10 @@ void check_common(const FlashParams& p) {
   TRAINER_CHECK(supports_head_dim(p.d_head), "flash2: d_head {} not supported (16, 32, 64, 80, 128)", p.d_head);
   TRAINER_CHECK(p.batch >= 0 && p.seq_len >= 0 && p.num_heads >= 0 && p.batch <= 65535 && p.num_heads <= 65535,
                 "flash2: batch {} heads {} seq {} out of range", p.batch, p.num_heads, p.seq_len);
+  // grid limits of tile_grid: y = tiles per (b, h) pair (16 rows at least), z = groups of tile_group pairs
+  TRAINER_CHECK(p.seq_len <= 16 * 65535 && int64_t(p.batch) * p.num_heads <= int64_t(65535) * tile_group(p),
+                "flash2: seq {} (at most {}) or batch x heads {} (at most {}) too large for the grid", p.seq_len,
+                16 * 65535, int64_t(p.batch) * p.num_heads, int64_t(65535) * tile_group(p));
   TRAINER_CHECK(p.softmax_scale > 0.f && std::isfinite(p.softmax_scale), "flash2: softmax_scale {} must be > 0",
                 p.softmax_scale);
   TRAINER_CHECK(p.q && p.k && p.v && p.o && p.lse, "flash2: null q/k/v/o/lse");
@@ -79,6 +83,7 @@ void run_bwd(const FlashBwdParams& p, cudaStream_t s) {
   TRAINER_CHECK(p.is_bf16 || p.dqkv_f32, "flash2 bwd: f32 inputs need f32 gradients");
   TRAINER_CHECK(p.deterministic || (p.dq_accum && aligned(p.dq_accum, 16)),
                 "flash2 bwd: dq_accum null or not 16-byte aligned (atomic mode; the Hopper backward's bulk reduction)");
+  TRAINER_CHECK(!p.dkv_accum || aligned(p.dkv_accum, 16), "flash2 bwd: dkv_accum not 16-byte aligned");
   const int chunk = p.is_bf16 ? 8 : 4;  // dout rows are read in 16-byte chunks like q, k, v
   TRAINER_CHECK(aligned(p.dout, 16) && p.o_row_stride % chunk == 0 && p.o_batch_stride % chunk == 0 &&
                     p.o_head_stride % chunk == 0,

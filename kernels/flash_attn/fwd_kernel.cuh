@@ -96,9 +96,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_kernel
   E* sV = sK + 2 * kBN * kStride;  // [2][kBN][kStride]
 
   const int splits = kSplit ? p.fwd_splits : 1;
-  const int m_block = int(gridDim.x) / splits - 1 - int(blockIdx.x) / splits;  // the longest (causal) rows first
-  const int split = int(blockIdx.x) % splits;
-  const int h = blockIdx.y, b = blockIdx.z;
+  const TileCoord c = tile_coord(p);  // c.tiles: query tiles x splits
+  if (c.b >= p.batch) return;         // past the last (b, h) pair (the last group of tile_grid)
+  const int m_block = c.tiles / splits - 1 - c.tile / splits;  // the longest (causal) rows first
+  const int split = c.tile % splits;
+  const int h = c.h, b = c.b;
   const int T = p.seq_len, m0 = m_block * kBM;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int64_t ld = p.qkv_row_stride;
@@ -257,7 +259,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_kernel
   cp_async_wait<0>();
 
   // Epilogue: O / l and L = m ln2 + ln l.
-  const int64_t o_off = int64_t(b) * p.o_batch_stride + int64_t(h) * p.o_head_stride;
+  const TileCoord ce = tile_coord(p);  // b, h recomputed here (tile_coord)
+  const int64_t o_off = int64_t(ce.b) * p.o_batch_stride + int64_t(ce.h) * p.o_head_stride;
 #pragma unroll
   for (int mi = 0; mi < kMT; ++mi)
 #pragma unroll
@@ -292,7 +295,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_kernel
           *reinterpret_cast<__nv_bfloat162*>(go + j * 8 + 2 * t) =
               __floats2bfloat162_rn(o[mi][j][2 * r] * inv, o[mi][j][2 * r + 1] * inv);
       }
-      if (t == 0) p.lse[(int64_t(b) * p.num_heads + h) * T + row] = m_run[mi][r] * 0.6931471805599453f + logf(l);
+      if (t == 0) p.lse[(int64_t(ce.b) * p.num_heads + ce.h) * T + row] = m_run[mi][r] * 0.6931471805599453f + logf(l);
     }
 }
 

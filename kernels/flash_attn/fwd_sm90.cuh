@@ -67,8 +67,8 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)
 }
 
 /// O [B, T, H, d] (bf16, or f32 when p.o_f32) and lse [B, H, T] (f32, natural log; rows < T) from bf16 q, k, v
-/// views (params.h; rows 16-byte aligned, checked by run_fwd), d = Tr::kD, T >= 1. Grid (ceil(T / kBM), H, B),
-/// Tr::kThreads threads, Tr::kSmemBytes of dynamic shared memory. sm_90a only.
+/// views (params.h; rows 16-byte aligned, checked by run_fwd), d = Tr::kD, T >= 1. Grid: ceil(T / kBM) x H x B CTAs
+/// (tile_grid), Tr::kThreads threads, Tr::kSmemBytes of dynamic shared memory. sm_90a only.
 /// acc = A Bᵀ over K = 64 kSub columns, A (64 rows) and B (kN rows) K-major in 128B-swizzled sub-tiles of 64
 /// columns, kSub of each, a_sub / b_sub bytes apart, starting at descriptors a and b: kSub x 4 chained k16 steps.
 template <int kN, int kSub>
@@ -90,8 +90,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_sm90_k
   uint8_t* sK = sQ + Tr::kQBytes;                 // [stages][kSub][kBN][64]
   uint8_t* sV = sK + Tr::kStages * Tr::kKVBytes;  // [stages][kSub][kBN][64]
 
-  const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);  // the longest (causal) rows first
-  const int h = blockIdx.y, b = blockIdx.z;
+  const TileCoord c = tile_coord(p);
+  if (c.b >= p.batch) return;  // past the last (b, h) pair (the last group of tile_grid)
+  const int m_block = c.tiles - 1 - c.tile;  // the longest (causal) rows first
+  const int h = c.h, b = c.b;
   const int T = p.seq_len, m0 = m_block * kBM;
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int64_t ld = p.qkv_row_stride;
@@ -202,7 +204,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_sm90_k
   cp_async_wait<0>();
 
   // Epilogue: O / l and L = m ln2 + ln l.
-  const int64_t o_off = int64_t(b) * p.o_batch_stride + int64_t(h) * p.o_head_stride;
+  const TileCoord ce = tile_coord(p);  // b, h recomputed here (tile_coord)
+  const int64_t o_off = int64_t(ce.b) * p.o_batch_stride + int64_t(ce.h) * p.o_head_stride;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = l_run[r];
@@ -225,7 +228,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_sm90_k
         *reinterpret_cast<__nv_bfloat162*>(go + j * 8 + 2 * t) =
             __floats2bfloat162_rn(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
     }
-    if (t == 0) p.lse[(int64_t(b) * p.num_heads + h) * T + row] = m_run[r] * 0.6931471805599453f + logf(l);
+    if (t == 0) p.lse[(int64_t(ce.b) * p.num_heads + ce.h) * T + row] = m_run[r] * 0.6931471805599453f + logf(l);
   }
 }
 

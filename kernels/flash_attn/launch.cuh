@@ -1,7 +1,7 @@
 // Launchers of the mma.sync FlashAttention-2 kernels (bf16, and fp32 as 3xTF32): the tile configuration per head
-// dimension and dtype and the launch itself (flash-attention `flash_fwd_launch_template.h`: grid (query tiles, heads,
-// batch), dynamic shared memory opted in above 48 KiB with cudaFuncSetAttribute). Instantiated once per (d_head,
-// causal) in fwd_d*.cu / bwd_d*.cu so that the kernels compile in parallel.
+// dimension and dtype and the launch itself (flash-attention `flash_fwd_launch_template.h`; the grid of tile_grid,
+// whose CTA order is tile_coord's; dynamic shared memory opted in above 48 KiB with cudaFuncSetAttribute).
+// Instantiated once per (d_head, causal) in fwd_d*.cu / bwd_d*.cu so that the kernels compile in parallel.
 #pragma once
 #include "common.cuh"  // first (fmt set-up for nvcc)
 
@@ -42,12 +42,14 @@ struct Config {
 
 /// fp32 (3xTF32, three tf32 mmas per product; mma.cuh): fp32 tiles take twice the shared memory of bf16 ones and the
 /// split fragments twice the registers, so 64-row tiles, one m16 tile per warp, Q read from shared memory, 32-key
-/// tiles from d 80 and 16-query tiles in the d 128 backward: every configuration fits two CTAs per SM. The
-/// few-CTA configurations equal the main ones (the split paths cover short sequences).
+/// tiles from d 80 and 16-query tiles in the d 128 backward: two CTAs per SM (the deterministic dQ pass at d 128:
+/// one). d 64 forward: 128 rows, two m16 tiles per warp (each K / V fragment split once for both; 16 x 64, T 16384:
+/// 10.31 -> 9.36 ms, flash bench variants 40 / 41), the 64-row tiles where that gives few CTAs. The other few-CTA
+/// configurations equal the main ones (the split paths cover short sequences).
 template <int kD>
 struct Config<kD, true> {
-  using Fwd = FwdTraits<kD, 64, (kD <= 64 ? 64 : 32), false, 1, 1, float>;
-  using FwdShort = Fwd;
+  using FwdShort = FwdTraits<kD, 64, (kD <= 64 ? 64 : 32), false, 1, 1, float>;
+  using Fwd = std::conditional_t<kD == 64, FwdTraits<64, 128, 64, false, 1, 2, float>, FwdShort>;
   using Dkdv = BwdTraits<kD, 64, (kD <= 80 ? 32 : 16), true, 1, 1, float>;
   using DkdvShort = Dkdv;
   using DkdvDet = BwdTraits<kD, 64, (kD <= 80 ? 32 : 16), false, 1, 1, float>;
@@ -65,13 +67,13 @@ inline bool few_ctas(int64_t seq_len, int64_t heads, int64_t batch, int rows) {
 template <class Tr, bool kCausal>
 void launch_fwd(const FlashParams& p_in, cudaStream_t s) {
   FlashParams p = p_in;
+  p.tile_group = tile_group(p);
   const int splits = p.o_accum ? fwd_split_count(p.seq_len, Tr::kBM, Tr::kBN, int64_t(p.batch) * p.num_heads) : 1;
   p.fwd_splits = splits > 1 ? splits : 0;
   p.fwd_chunk = int(ceil_div(ceil_div(p.seq_len, Tr::kBN), splits));
   auto kernel = splits > 1 ? flash_fwd_kernel<Tr, kCausal, true> : flash_fwd_kernel<Tr, kCausal, false>;
   set_smem(kernel, Tr::kSmemBytes);
-  const dim3 grid(unsigned(ceil_div(p.seq_len, Tr::kBM) * splits), unsigned(p.num_heads), unsigned(p.batch));
-  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, s>>>(p);
+  kernel<<<tile_grid(p, ceil_div(p.seq_len, Tr::kBM) * splits), Tr::kThreads, Tr::kSmemBytes, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
   if (splits > 1) launch_fwd_combine(p, s);
 }
@@ -83,6 +85,7 @@ void launch_fwd(const FlashParams& p_in, cudaStream_t s) {
 template <class Dkdv, class Dq, bool kCausal>
 void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
   FlashBwdParams p = p_in;
+  p.tile_group = tile_group(p);
   const int n_blocks = int(ceil_div(p.seq_len, Dkdv::kBN));
   int splits = 1;
   p.dkdv_chunk = 0;
@@ -95,16 +98,14 @@ void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
   if constexpr (Dkdv::kAtomicDQ)
     if (splits > 1) kdkdv = flash_bwd_dkdv_kernel<Dkdv, kCausal, true>;
   set_smem(kdkdv, Dkdv::kSmemBytes);
-  const dim3 grid(unsigned(n_blocks * splits), unsigned(p.num_heads), unsigned(p.batch));
-  kdkdv<<<grid, Dkdv::kThreads, Dkdv::kSmemBytes, s>>>(p);
+  kdkdv<<<tile_grid(p, int64_t(n_blocks) * splits), Dkdv::kThreads, Dkdv::kSmemBytes, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
   if constexpr (Dkdv::kAtomicDQ) {
     launch_bwd_convert(p, splits > 1, s);
   } else {
     auto kdq = flash_bwd_dq_kernel<Dq, kCausal>;
     set_smem(kdq, Dq::kSmemBytes);
-    const dim3 g2(unsigned(ceil_div(p.seq_len, Dq::kBM)), unsigned(p.num_heads), unsigned(p.batch));
-    kdq<<<g2, Dq::kThreads, Dq::kSmemBytes, s>>>(p);
+    kdq<<<tile_grid(p, ceil_div(p.seq_len, Dq::kBM)), Dq::kThreads, Dq::kSmemBytes, s>>>(p);
     CUDA_CHECK(cudaGetLastError());
   }
 }

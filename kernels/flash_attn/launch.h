@@ -17,6 +17,18 @@ void fwd_launch(const FlashParams& p, cudaStream_t s);
 template <int kD, bool kCausal, bool kF32>
 void bwd_launch(const FlashBwdParams& p, cudaStream_t s);
 
+/// (batch, head) pairs whose tiles interleave in the tile kernels' CTA order (FlashParams::tile_group, tile_coord in
+/// params.h) unless the caller chose: measured on one H200 (kernels/flash_attn/NOTES.md, "CTA order").
+constexpr int kTileGroup = 16;
+/// The tile kernels' grid for `tiles` CTAs per (batch, head) pair, in the CTA order of tile_coord (params.h):
+/// (G, tiles, ceil(batch x heads / G)) with G = p.tile_group (set by the launcher, tile_group()) capped at the pairs.
+inline dim3 tile_grid(const FlashParams& p, int64_t tiles) {
+  const int64_t pairs = int64_t(p.batch) * p.num_heads, G = p.tile_group < pairs ? p.tile_group : pairs;
+  return dim3(unsigned(G), unsigned(tiles), unsigned((pairs + G - 1) / G));
+}
+/// p.tile_group, or kTileGroup when unset.
+inline int tile_group(const FlashParams& p) { return p.tile_group > 0 ? p.tile_group : kTileGroup; }
+
 /// Backward preprocessing (any dtype): D = rowsum(dO o O) into p.dsum; when zero_accum, dq_accum = 0, and
 /// dkv_accum = 0 too when the dK/dV pass splits its query loop (p.dkdv_chunk > 0, set before this call).
 void launch_bwd_preprocess(const FlashBwdParams& p, bool zero_accum, cudaStream_t s);

@@ -10,13 +10,15 @@
 
 namespace trainer::flash::sm90 {
 
-/// Forward with tile configuration Tr (FwdTraits): grid (ceil(T / kBM), H, B). CUDA errors abort (CUDA_CHECK).
+/// Forward with tile configuration Tr (FwdTraits): ceil(T / kBM) x H x B CTAs (tile_grid). CUDA errors abort
+/// (CUDA_CHECK).
 template <class Tr, bool kCausal>
-void launch_fwd(const FlashParams& p, cudaStream_t s) {
+void launch_fwd(const FlashParams& p_in, cudaStream_t s) {
+  FlashParams p = p_in;
+  p.tile_group = tile_group(p);
   auto kernel = flash_fwd_sm90_kernel<Tr, kCausal>;
   set_smem(kernel, Tr::kSmemBytes);
-  const dim3 grid(unsigned(ceil_div(p.seq_len, Tr::kBM)), unsigned(p.num_heads), unsigned(p.batch));
-  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, s>>>(p);
+  kernel<<<tile_grid(p, ceil_div(p.seq_len, Tr::kBM)), Tr::kThreads, Tr::kSmemBytes, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -32,6 +34,9 @@ void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
   launch_bwd_preprocess(p, true, s);
   auto kernel = splits > 1 ? flash_bwd_sm90_kernel<Tr, kCausal, true> : flash_bwd_sm90_kernel<Tr, kCausal>;
   set_smem(kernel, Tr::kSmemBytes);
+  // Grid (tiles, H, B): each head's key tiles in turn. Not tile_grid's order: with its computed coordinates the d 128
+  // build (at the register limit) spilled 60-144 bytes and ran 6.2 -> 7.6 ms (16 x 128, T 16384), while the order
+  // gained the d 64 build at most 1% (kernels/flash_attn/NOTES.md, "CTA order").
   const dim3 grid(unsigned(ceil_div(p.seq_len, Tr::kBN) * splits), unsigned(p.num_heads), unsigned(p.batch));
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, s>>>(p);
   CUDA_CHECK(cudaGetLastError());

@@ -134,7 +134,9 @@ struct Tf32Pair {
   uint32_t hi[2], lo[2];
 };
 
-/// x -> (hi, lo): hi = x rounded to TF32 (half away from zero on the magnitude), lo = x - hi.
+/// x -> (hi, lo): hi = x rounded to TF32 (half away from zero on the magnitude), lo = x - hi (exact). lo keeps its
+/// low 13 bits: the tensor core reads a .tf32 operand's sign, exponent and top 10 mantissa bits (PTX calls the tf32
+/// layout implementation-defined; CUTLASS's 3xTF32 relies on the same), which truncates lo at ~2^-22 relative.
 __device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
   const uint32_t h = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
   hi = h;

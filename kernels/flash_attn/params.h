@@ -24,12 +24,15 @@ struct FlashParams {
   bool causal = false;        // query t sees keys j <= t
   bool is_bf16 = true;        // q, k, v (and dout) are bf16; else f32
   bool o_f32 = false;         // out is f32 (always so when !is_bf16)
-  // Split keys (bf16 forward of problems with few query tiles; flash-decoding): workspace for the partial results
+  // Split keys (forward of problems with few query tiles; flash-decoding): workspace for the partial results
   // of each key chunk, [S][B, H, T, d] normalised O and [S][B, H, T] logsumexp, f32 (fwd_workspace_bytes).
   float* o_accum = nullptr;
   float* lse_accum = nullptr;
   int fwd_splits = 0;  // set by the launcher: key chunks S (0 or 1: no split)
   int fwd_chunk = 0;   // set by the launcher: key tiles per chunk
+  // CTA order of the tile kernels (tile_coord): the tiles of tile_group (batch, head) pairs interleave. 0: the
+  // launcher's choice (kTileGroup, launch.h); > 0 is kept (the flash bench sweeps it). Read by the launcher only.
+  int tile_group = 0;
 };
 
 struct FlashBwdParams : FlashParams {
@@ -38,7 +41,7 @@ struct FlashBwdParams : FlashParams {
   int64_t dqkv_batch_stride = 0, dqkv_row_stride = 0, dqkv_head_stride = 0;
   bool dqkv_f32 = false;                       // gradients stored as f32 (always so when !is_bf16)
   float* dsum = nullptr;                       // workspace [B, H, T]: D = rowsum(dO o O)
-  float* dq_accum = nullptr;                   // workspace [B, H, T, d] f32 (bf16, non-deterministic mode only)
+  float* dq_accum = nullptr;                   // workspace [B, H, T, d] f32 (non-deterministic mode only)
   bool deterministic = false;                  // dQ by a separate pass (no atomics) instead of fp32 atomics
   float* dkv_accum = nullptr;  // workspace [2][B, H, T, d] f32 (dK then dV) where the problem has few key tiles
                                // (bwd_workspace_bytes); lets the launcher split each key tile's query loop
@@ -46,6 +49,29 @@ struct FlashBwdParams : FlashParams {
   bool dq_accum_swizzled = false;  // set by the launcher: dq_accum rows hold 16-byte chunks swizzled (dq_swizzle,
                                    // bwd_kernel.cuh; the Hopper backward writes them so)
 };
+
+#ifdef __CUDACC__
+/// A tile kernel CTA's coordinates: tile index (0 = the CTA the kernel wants first) of `tiles`, batch and head.
+struct TileCoord {
+  int tile, tiles, b, h;
+};
+/// Coordinates of this CTA on the tile kernels' grid (G, tiles, ceil(batch x heads / G)) (launch.h, tile_grid): CTAs
+/// start in blockIdx order, x fastest, so the (b, h) pairs run in groups of G, one group after the other, and inside
+/// a group tile t of every pair before tile t + 1 of any. The kernels number their longest (causal) tiles first, so
+/// the longest tiles of G heads start together and the last wave holds short tiles (load balance), while the CTAs in
+/// flight read the K / V of about G heads (L2 reuse). The last group may have CTAs past the last pair: b >= batch
+/// (the kernel returns at once). b and h are computed from block indices read through volatile asm, so that a second
+/// call in an epilogue recomputes them there rather than keeping them in registers across the main loop (the d 128
+/// Hopper backward, at its register limit, spilled otherwise); the tile index stays a plain blockIdx.y read.
+__device__ __forceinline__ TileCoord tile_coord(const FlashParams& p) {
+  unsigned x, z, nx;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(x));
+  asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(z));
+  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(nx));
+  const int bh = int(z * nx + x);
+  return {int(blockIdx.y), int(gridDim.y), bh / p.num_heads, bh % p.num_heads};
+}
+#endif
 
 /// Calls f(std::true_type) or f(std::false_type): `bool_switch(p.causal, [&](auto c) { constexpr bool kC = c; })`.
 template <class F>
