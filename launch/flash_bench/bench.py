@@ -3,6 +3,8 @@
 
   python3 launch/flash_bench/bench.py [--lib .carry/flash/libflashbench.so] [--out DIR] [--quick] [--no-check]
   python3 launch/flash_bench/bench.py --xl [--out DIR] [--inner 10] [--reps 30]
+  python3 launch/flash_bench/bench.py --f32 [--out DIR]
+  python3 launch/flash_bench/bench.py --groups 1,2,4,16 [--out DIR]
 
 1. Correctness: every (dtype, d_head, causal, T, batch x heads) of the issue against attention computed in float64 by
    PyTorch on the same (rounded) inputs, with autograd for dQ, dK, dV. Fresh random inputs per case, outputs
@@ -20,6 +22,10 @@ inputs (limits as above; the backward runs on the production forward's O and L),
 (batch 2 x 3 heads, T 1, 17, 100, 1000, both masks), medians of --reps CUDA-event timings of --inner back-to-back calls
 each (so that the host launch latency of one call is not on the clock), and SDPA forward and forward+backward on the
 same shapes. Writes flash_bench_xl.json and xl_table.txt under --out and prints the table last.
+
+--f32 instead: the fp32 (3xTF32) tile-config variants of capi.cu (forward 40-47, backward 40-45; F32_FWD / F32_BWD
+below) against float64 at ragged lengths, then timed with the production path (forward and backward variant 0,
+deterministic backward 1) at 16 heads and one head (T 16384, d 64 and 128, causal) next to SDPA in fp32.
 """
 import argparse
 import ctypes
@@ -42,6 +48,10 @@ p.add_argument("--no-check", action="store_true")
 p.add_argument("--no-time", action="store_true")
 p.add_argument("--short", action="store_true", help="time only the two 16-head configurations")
 p.add_argument("--xl", action="store_true", help="only the d 80 variants at the xl shapes (see above)")
+p.add_argument("--groups", default="", help="comma list of tile groups G: time the production path in each CTA "
+               "order (variant + 100 G; params.h tile_coord) at the 16-head and model shapes, then exit")
+p.add_argument("--f32", action="store_true", help="only the fp32 (3xTF32) variants: checks, then 16-head and "
+               "one-head timings next to SDPA in fp32")
 p.add_argument("--inner", type=int, default=10, help="--xl: calls per CUDA-event timing")
 p.add_argument("--reps", type=int, default=30, help="--xl: timings per median (at least 20)")
 args = p.parse_args()
@@ -171,7 +181,7 @@ def run_checks():
         for d in ds:
             for causal in (False, True):
                 for (T, B, H) in Ts:
-                    bvs = (0, 1) if dt == torch.bfloat16 else (0,)
+                    bvs = (0, 1)
                     rec = check_case(dt, d, causal, T, B, H, bwd_variants=bvs, det_check=(T == 1000 and B == 1))
                     if rec:
                         key = str(dt)[6:]
@@ -287,6 +297,49 @@ def run_timing():
     time_case(bf, 4, 512, 32, 80, True, label="xl-512")
     time_case(bf, 8, 4096, 1, 64, False, label="grid-a")
     time_case(f32, 1, 16384, 1, 64, True, label="1x64f32")
+
+
+F32_FWD = {40: (64, "production Fwd<64,64,64,smemQ,1,1,f32>"), 41: (64, "Fwd<64,128,64,smemQ,1,2,f32> 4wx2"),
+           42: (64, "Fwd<64,128,32,smemQ,1,2,f32>"), 43: (64, "Fwd<64,64,32,smemQ,1,1,f32>"),
+           44: (128, "production Fwd<128,64,32,smemQ,1,1,f32>"), 45: (128, "Fwd<128,128,32,smemQ,1,2,f32>"),
+           46: (128, "Fwd<128,64,64,smemQ,1,1,f32>"), 47: (128, "Fwd<128,64,32,smemQ,1,2,f32> 2wx2")}
+F32_BWD = {40: (64, "production Bwd<64,64,32,atomic,1,1,f32>"), 41: (64, "Bwd<64,128,32,atomic,1,2,f32> 4wx2"),
+           42: (64, "Bwd<64,64,64,atomic,1,1,f32>"), 43: (64, "Bwd<64,64,16,atomic,1,1,f32>"),
+           44: (128, "production Bwd<128,64,16,atomic,1,1,f32>"), 45: (128, "Bwd<128,32,32,atomic,1,1,f32> 2w")}
+
+
+def run_groups():
+    """The production kernels with each CTA order of --groups (FlashParams::tile_group), side by side per shape."""
+    gs = [int(x) for x in args.groups.split(",") if x]
+    bf, f32 = torch.bfloat16, torch.float32
+    for dt, B, T, H, d, label in ((bf, 1, 16384, 16, 64, "16x64"), (bf, 1, 16384, 16, 128, "16x128"),
+                                  (bf, 4, 2048, 32, 80, "xl-2048"), (bf, 4, 512, 32, 80, "xl-512"),
+                                  (bf, 4, 512, 20, 64, "large"), (bf, 4, 512, 12, 64, "small"),
+                                  (f32, 1, 16384, 16, 64, "16x64f32"), (f32, 4, 512, 32, 80, "xl-512f32")):
+        vs = [100 * g for g in gs]
+        time_case(dt, B, T, H, d, True, fwd_variants=vs, bwd_variants=vs, sdpa=False, label=label)
+
+
+def run_f32():
+    """fp32 tile variants of capi.cu: float64 checks at ragged lengths, then timings of every variant at 16 heads and
+    one head (T 16384, causal) next to the production path and PyTorch's fp32 SDPA in the same process."""
+    f32 = torch.float32
+    for fv, (d, _) in F32_FWD.items():
+        for causal in (False, True):
+            for T in (1, 17, 100, 1000):
+                check_case(f32, d, causal, T, 2, 3, fwd_variant=fv, bwd_variants=())
+    for bv, (d, _) in F32_BWD.items():
+        for causal in (False, True):
+            for T in (1, 17, 100, 1000):
+                check_case(f32, d, causal, T, 2, 3, bwd_variants=(bv,))
+    print(f"f32 checks: {len(results['checks'])} cases, {len(failures)} failures", flush=True)
+    for f_ in failures[:40]:
+        print("FAIL", f_)
+    for d in (64, 128):
+        fv = tuple(v for v, (dd, _) in F32_FWD.items() if dd == d)
+        bv = tuple(v for v, (dd, _) in F32_BWD.items() if dd == d)
+        time_case(f32, 1, 16384, 16, d, True, fwd_variants=(0,) + fv, bwd_variants=(0, 1) + bv, label=f"16x{d}f32")
+        time_case(f32, 1, 16384, 1, d, True, fwd_variants=(0,) + fv, bwd_variants=(0,) + bv, label=f"1x{d}f32")
 
 
 # d 64 at the small model's attention shape (4 x 12 heads, T 512): the d 64 variants of capi.cu.
@@ -472,9 +525,17 @@ def run_xl():
 if args.xl:
     run_xl()
     sys.exit(0)
-if not args.no_check:
+if args.groups:
+    run_groups()
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "flash_bench_groups.json"), "w") as fh:
+        json.dump(results, fh, indent=1)
+    sys.exit(0)
+if args.f32:
+    run_f32()
+elif not args.no_check:
     run_checks()
-if not args.no_time:
+if not args.no_time and not args.f32:
     run_timing()
 os.makedirs(args.out, exist_ok=True)
 with open(os.path.join(args.out, "flash_bench.json"), "w") as fh:

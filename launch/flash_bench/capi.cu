@@ -55,9 +55,15 @@ void* fwd_workspace(size_t bytes) {
   return p;
 }
 
+/// True when the traits' element type is the problem's input dtype.
+template <class Tr>
+bool dtype_fits(const FlashParams& p) {
+  return p.is_bf16 == std::is_same_v<typename Tr::Elt, __nv_bfloat16>;
+}
+
 template <class Tr>
 bool fwd_variant(const FlashParams& p, cudaStream_t s) {
-  if (p.d_head != Tr::kD || !p.is_bf16) return false;
+  if (p.d_head != Tr::kD || !dtype_fits<Tr>(p)) return false;
   if (p.causal)
     launch_fwd<Tr, true>(p, s);
   else
@@ -66,7 +72,7 @@ bool fwd_variant(const FlashParams& p, cudaStream_t s) {
 }
 template <class Dkdv, class Dq>
 bool bwd_variant(const FlashBwdParams& p, cudaStream_t s) {
-  if (p.d_head != Dkdv::kD || !p.is_bf16) return false;
+  if (p.d_head != Dkdv::kD || !dtype_fits<Dkdv>(p)) return false;
   if (p.causal)
     launch_bwd<Dkdv, Dq, true>(p, s);
   else
@@ -78,13 +84,16 @@ bool bwd_variant(const FlashBwdParams& p, cudaStream_t s) {
 
 extern "C" {
 
-/// Forward. variant 0: the production path (run_fwd); others: explicit tile configurations (see the switch).
+/// Forward. variant 0: the production path (run_fwd); others: explicit tile configurations (see the switch); plus
+/// 100 G: the CTA order's tile group G (0: the launcher's).
 /// Returns 0, -1 on an exception (printed), -2 when the variant does not fit (d_head, dtype).
 int fa_fwd(int variant, const void* qkv, void* out, float* lse, int B, int T, int H, int d, int causal, int bf16,
            int o_f32, float scale, void* stream) {
   try {
     FlashParams p;
     fill(p, qkv, out, lse, B, T, H, d, causal, bf16, o_f32, scale);
+    p.tile_group = variant / 100;  // variant + 100 G: CTA order with tile group G (params.h, tile_coord)
+    variant %= 100;
     auto s = static_cast<cudaStream_t>(stream);
     bool ok = true;
     switch (variant) {
@@ -126,6 +135,15 @@ int fa_fwd(int variant, const void* qkv, void* out, float* lse, int B, int T, in
       case 32: ok = fwd_variant<FwdTraits<128, 64, 32, false, 1, 2>>(p, s); break;   // 2 warps x 2
       case 33: ok = fwd_variant<FwdTraits<128, 192, 32, false, 1, 2>>(p, s); break;  // 6 warps x 2
       case 34: ok = fwd_variant<FwdTraits<128, 128, 16, false, 1, 2>>(p, s); break;
+      // fp32 (3xTF32): production Config<64 / 128, true>::Fwd is 40 / 44
+      case 40: ok = fwd_variant<FwdTraits<64, 64, 64, false, 1, 1, float>>(p, s); break;
+      case 41: ok = fwd_variant<FwdTraits<64, 128, 64, false, 1, 2, float>>(p, s); break;  // 4 warps x 2
+      case 42: ok = fwd_variant<FwdTraits<64, 128, 32, false, 1, 2, float>>(p, s); break;
+      case 43: ok = fwd_variant<FwdTraits<64, 64, 32, false, 1, 1, float>>(p, s); break;
+      case 44: ok = fwd_variant<FwdTraits<128, 64, 32, false, 1, 1, float>>(p, s); break;
+      case 45: ok = fwd_variant<FwdTraits<128, 128, 32, false, 1, 2, float>>(p, s); break;  // 1 CTA per SM
+      case 46: ok = fwd_variant<FwdTraits<128, 64, 64, false, 1, 1, float>>(p, s); break;   // 1 CTA per SM
+      case 47: ok = fwd_variant<FwdTraits<128, 64, 32, false, 1, 2, float>>(p, s); break;   // 2 warps x 2
       default: ok = false;
     }
     return ok ? 0 : -2;
@@ -140,12 +158,15 @@ size_t fa_bwd_ws(int B, int T, int H, int d, int bf16, int deterministic) {
   return bwd_workspace_bytes(shape(B, T, H, d, 1), bf16 ? DType::bf16 : DType::f32, deterministic != 0);
 }
 
-/// Backward. variant 0: production (atomic dQ for bf16), 1: production deterministic; others explicit configs.
+/// Backward. variant 0: production (atomic dQ), 1: production deterministic; others explicit configs; plus 100 G
+/// as fa_fwd.
 int fa_bwd(int variant, void* dqkv, int dqkv_f32, const void* dout, const void* qkv, const void* out, int o_f32,
            const float* lse, void* ws, int B, int T, int H, int d, int causal, int bf16, float scale, void* stream) {
   try {
     FlashBwdParams p;
     fill(p, qkv, const_cast<void*>(out), const_cast<float*>(lse), B, T, H, d, causal, bf16, o_f32, scale);
+    p.tile_group = variant / 100;  // as fa_fwd
+    variant %= 100;
     const int64_t D = int64_t(H) * d, es = dqkv_f32 ? 4 : 2;
     p.dout = dout;
     p.dq = dqkv;
@@ -153,7 +174,7 @@ int fa_bwd(int variant, void* dqkv, int dqkv_f32, const void* dout, const void* 
     p.dv = static_cast<char*>(dqkv) + 2 * D * es;
     p.dqkv_batch_stride = int64_t(T) * 3 * D, p.dqkv_row_stride = 3 * D, p.dqkv_head_stride = d;
     p.dqkv_f32 = dqkv_f32 != 0;
-    p.deterministic = variant == 1 || !bf16;
+    p.deterministic = variant == 1;
     bind_bwd_workspace(p, shape(B, T, H, d, causal), bf16 ? DType::bf16 : DType::f32, p.deterministic, ws,
                        fa_bwd_ws(B, T, H, d, bf16, p.deterministic));
     auto s = static_cast<cudaStream_t>(stream);
@@ -161,6 +182,8 @@ int fa_bwd(int variant, void* dqkv, int dqkv_f32, const void* dout, const void* 
     using Dq64 = BwdDqTraits<64, 64, 64>;
     using Dq128 = BwdDqTraits<128, 64, 32>;
     using Dq80 = BwdDqTraits<80, 64, 32>;  // only instantiated by non-atomic variants (none below)
+    using Dq64f = BwdDqTraits<64, 64, 64, 1, float>;  // (the same: atomic variants do not launch it)
+    using Dq128f = BwdDqTraits<128, 64, 32, 1, float>;
     switch (variant) {
       case 0:
       case 1: run_bwd(p, s); break;
@@ -184,6 +207,13 @@ int fa_bwd(int variant, void* dqkv, int dqkv_f32, const void* dout, const void* 
       case 24: ok = bwd_variant<BwdTraits<80, 128, 32, true, 1, 2>, Dq80>(p, s); break;  // 4 warps x 2
       case 25: ok = bwd_variant<BwdTraits<80, 32, 32, true>, Dq80>(p, s); break;         // 2 warps x 1
       case 26: ok = bwd_variant<BwdTraits<80, 128, 16, true>, Dq80>(p, s); break;        // 8 warps x 1, kBM 16
+      // fp32 (3xTF32), atomic dQ: production Config<64 / 128, true>::Dkdv is 40 / 44
+      case 40: ok = bwd_variant<BwdTraits<64, 64, 32, true, 1, 1, float>, Dq64f>(p, s); break;
+      case 41: ok = bwd_variant<BwdTraits<64, 128, 32, true, 1, 2, float>, Dq64f>(p, s); break;  // 4 warps x 2
+      case 42: ok = bwd_variant<BwdTraits<64, 64, 64, true, 1, 1, float>, Dq64f>(p, s); break;   // 1 CTA per SM
+      case 43: ok = bwd_variant<BwdTraits<64, 64, 16, true, 1, 1, float>, Dq64f>(p, s); break;
+      case 44: ok = bwd_variant<BwdTraits<128, 64, 16, true, 1, 1, float>, Dq128f>(p, s); break;
+      case 45: ok = bwd_variant<BwdTraits<128, 32, 32, true, 1, 1, float>, Dq128f>(p, s); break;  // 2 warps
       default: ok = false;
     }
     return ok ? 0 : -2;
