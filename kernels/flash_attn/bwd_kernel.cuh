@@ -24,14 +24,6 @@ namespace trainer::flash {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-/// Stores a pair of f32 values as f32 or bf16.
-__device__ __forceinline__ void store_pair(void* base, int64_t off, bool f32, float x, float y) {
-  if (f32)
-    *reinterpret_cast<float2*>(static_cast<float*>(base) + off) = make_float2(x, y);
-  else
-    *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(base) + off) = __floats2bfloat162_rn(x, y);
-}
-
 /// dsum[b, h, t] = sum_i dO[b, t, h, i] O[b, t, h, i] (fp32); one warp per (b, t, h) row. TI: dO's type, TO: O's.
 /// zero_dq / zero_dkv: the same warp zeroes the row's dq_accum [B, H, T, d] (and dkv_accum's two [B, H, T, d]
 /// halves) for the atomic passes that follow (d % 4 == 0; the workspaces are 16-byte aligned).
@@ -359,8 +351,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dkdv_k
       }
     return;
   }
-  const TileCoord ce = tile_coord(p);  // b, h recomputed here (tile_coord)
-  const int64_t goff = int64_t(ce.b) * p.dqkv_batch_stride + int64_t(ce.h) * p.dqkv_head_stride;
+  const int64_t goff = int64_t(b) * p.dqkv_batch_stride + int64_t(h) * p.dqkv_head_stride;
 #pragma unroll
   for (int ni = 0; ni < kNT; ++ni)
 #pragma unroll
@@ -501,8 +492,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_dq_ker
   }
   cp_async_wait<0>();
 
-  const TileCoord ce = tile_coord(p);  // b, h recomputed here (tile_coord)
-  const int64_t goff = int64_t(ce.b) * p.dqkv_batch_stride + int64_t(ce.h) * p.dqkv_head_stride;
+  const int64_t goff = int64_t(b) * p.dqkv_batch_stride + int64_t(h) * p.dqkv_head_stride;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = row0 + r * 8;

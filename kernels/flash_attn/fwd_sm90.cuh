@@ -204,8 +204,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_sm90_k
   cp_async_wait<0>();
 
   // Epilogue: O / l and L = m ln2 + ln l.
-  const TileCoord ce = tile_coord(p);  // b, h recomputed here (tile_coord)
-  const int64_t o_off = int64_t(ce.b) * p.o_batch_stride + int64_t(ce.h) * p.o_head_stride;
+  const int64_t o_off = int64_t(b) * p.o_batch_stride + int64_t(h) * p.o_head_stride;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = l_run[r];
@@ -215,20 +214,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_sm90_k
     if (row >= T) continue;
     const float inv = 1.f / l;
     const int64_t ro = o_off + int64_t(row) * p.o_row_stride;
-    if (p.o_f32) {
-      float* go = static_cast<float*>(p.o) + ro;
 #pragma unroll
-      for (int j = 0; j < kD / 8; ++j)
-        *reinterpret_cast<float2*>(go + j * 8 + 2 * t) =
-            make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-    } else {
-      bf16* go = static_cast<bf16*>(p.o) + ro;
-#pragma unroll
-      for (int j = 0; j < kD / 8; ++j)
-        *reinterpret_cast<__nv_bfloat162*>(go + j * 8 + 2 * t) =
-            __floats2bfloat162_rn(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-    }
-    if (t == 0) p.lse[(int64_t(ce.b) * p.num_heads + ce.h) * T + row] = m_run[r] * 0.6931471805599453f + logf(l);
+    for (int j = 0; j < kD / 8; ++j)
+      store_pair(p.o, ro + j * 8 + 2 * t, p.o_f32, o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+    if (t == 0) p.lse[(int64_t(b) * p.num_heads + h) * T + row] = m_run[r] * 0.6931471805599453f + logf(l);
   }
 }
 

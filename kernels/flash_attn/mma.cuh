@@ -58,6 +58,14 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/// Stores a pair of f32 values as f32 or bf16 (an output element pair of any epilogue; base + off 8- / 4-byte aligned).
+__device__ __forceinline__ void store_pair(void* base, int64_t off, bool f32, float x, float y) {
+  if (f32)
+    *reinterpret_cast<float2*>(static_cast<float*>(base) + off) = make_float2(x, y);
+  else
+    *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(base) + off) = __floats2bfloat162_rn(x, y);
+}
+
 /// Two floats -> one register of two bf16 (x in the low half: the lower column), round to nearest even.
 __device__ __forceinline__ uint32_t pack_bf16(float x, float y) {
   __nv_bfloat162 h = __floats2bfloat162_rn(x, y);

@@ -60,16 +60,10 @@ struct TileCoord {
 /// a group tile t of every pair before tile t + 1 of any. The kernels number their longest (causal) tiles first, so
 /// the longest tiles of G heads start together and the last wave holds short tiles (load balance), while the CTAs in
 /// flight read the K / V of about G heads (L2 reuse). The last group may have CTAs past the last pair: b >= batch
-/// (the kernel returns at once). b and h are computed from block indices read through volatile asm, so that a second
-/// call in an epilogue recomputes them there rather than keeping them in registers across the main loop (the tile
-/// index stays a plain blockIdx.y read). That did not cure the d 128 Hopper backward's spill (at its register limit),
-/// which therefore keeps its own (tiles, heads, batch) grid (launch_sm90.cuh).
+/// (the kernel returns at once). The d 128 Hopper backward, at its register limit, spilled with these coordinates and
+/// keeps its own (tiles, heads, batch) grid (launch_sm90.cuh).
 __device__ __forceinline__ TileCoord tile_coord(const FlashParams& p) {
-  unsigned x, z, nx;
-  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(x));
-  asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(z));
-  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(nx));
-  const int bh = int(z * nx + x);
+  const int bh = int(blockIdx.z * gridDim.x + blockIdx.x);
   return {int(blockIdx.y), int(gridDim.y), bh / p.num_heads, bh % p.num_heads};
 }
 #endif
