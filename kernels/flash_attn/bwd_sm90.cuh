@@ -265,7 +265,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_sm90_k
   }
 
   // Epilogue: dK = scale · dSᵀ Q, dV, rows key0 and key0 + 8, in the gradients' dtype; split: added into the f32
-  // accumulators instead.
+  // accumulators instead. (The dtype branch stays outside the loops, not store_pair's per pair: the d 128 build is at
+  // its register limit and spilled 4 bytes with store_pair.)
   if constexpr (kSplit) {
     float* gdk = p.dkv_accum + bh * T * kD;
     float* gdv = gdk + int64_t(p.batch) * p.num_heads * T * kD;
