@@ -28,6 +28,7 @@ template <int kD_, int kWG_ = 2, int kMinBlocks_ = 1>
 struct BwdTraits {
   static constexpr int kD = kD_, kWG = kWG_, kBN = 64 * kWG_, kBM = 64, kThreads = 128 * kWG_;
   static constexpr int kMinBlocks = kMinBlocks_;
+  static constexpr bool kWarpSpecialized = false;  // flash_bwd_sm90_kernel
   static constexpr int kSub = kD / 64;
   static constexpr int kDqN = kD / kWG;  // dQ columns per warpgroup
   static constexpr int kKBytes = kBN * kD * 2, kQBytes = kBM * kD * 2, kDsBytes = kBN * kBM * 2;
@@ -57,6 +58,63 @@ __device__ __forceinline__ void bulk_wait_read() {
 }
 /// Waits until all of this thread's bulk groups are complete.
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+/// Epilogue of the Hopper backward kernels: this thread's dK = scale · dk and dV = dv accumulators (the m64nkD
+/// layout of its warpgroup: rows key0 and key0 + 8, columns 8j + 2t, +1) into the gradients' dtype; kSplit: added
+/// into the f32 accumulators p.dkv_accum instead. Rows >= T are skipped.
+template <int kD, bool kSplit>
+__device__ __forceinline__ void store_dkdv(const FlashBwdParams& p, const float (&dk)[kD / 2], const float (&dv)[kD / 2],
+                                           int key0, int b, int h, int t) {
+  using bf16 = __nv_bfloat16;
+  const int T = p.seq_len;
+  const int64_t bh = int64_t(b) * p.num_heads + h;
+  // (The dtype branch stays outside the loops, not store_pair's per pair: the d 128 build is at
+  // its register limit and spilled 4 bytes with store_pair.)
+  if constexpr (kSplit) {
+    float* gdk = p.dkv_accum + bh * T * kD;
+    float* gdv = gdk + int64_t(p.batch) * p.num_heads * T * kD;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int key = key0 + 8 * r;
+      if (key >= T) continue;
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        const int64_t e = int64_t(key) * kD + 8 * j + 2 * t;
+        atomicAdd(reinterpret_cast<float2*>(gdk + e),
+                  make_float2(dk[4 * j + 2 * r] * p.softmax_scale, dk[4 * j + 2 * r + 1] * p.softmax_scale));
+        atomicAdd(reinterpret_cast<float2*>(gdv + e), make_float2(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]));
+      }
+    }
+    return;
+  }
+  const int64_t doff = int64_t(b) * p.dqkv_batch_stride + int64_t(h) * p.dqkv_head_stride;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = key0 + 8 * r;
+    if (key >= T) continue;
+    const int64_t ro = doff + int64_t(key) * p.dqkv_row_stride;
+    if (p.dqkv_f32) {
+      float* gk_ = static_cast<float*>(p.dk) + ro;
+      float* gv_ = static_cast<float*>(p.dv) + ro;
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        *reinterpret_cast<float2*>(gk_ + 8 * j + 2 * t) =
+            make_float2(dk[4 * j + 2 * r] * p.softmax_scale, dk[4 * j + 2 * r + 1] * p.softmax_scale);
+        *reinterpret_cast<float2*>(gv_ + 8 * j + 2 * t) = make_float2(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+      }
+    } else {
+      bf16* gk_ = static_cast<bf16*>(p.dk) + ro;
+      bf16* gv_ = static_cast<bf16*>(p.dv) + ro;
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        *reinterpret_cast<__nv_bfloat162*>(gk_ + 8 * j + 2 * t) =
+            __floats2bfloat162_rn(dk[4 * j + 2 * r] * p.softmax_scale, dk[4 * j + 2 * r + 1] * p.softmax_scale);
+        *reinterpret_cast<__nv_bfloat162*>(gv_ + 8 * j + 2 * t) =
+            __floats2bfloat162_rn(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+      }
+    }
+  }
+}
 
 /// dK, dV (bf16, or f32 when p.dqkv_f32) from bf16 q, k, v, dO views, lse and p.dsum = D [B, H, T] (the preprocess
 /// pass), adding dS K into p.dq_accum (f32 [B, H, T, d], zeroed, rows swizzled as dq_swizzle, 16-byte aligned: the
@@ -264,53 +322,296 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_bwd_sm90_k
     bulk_wait_all();
   }
 
-  // Epilogue: dK = scale · dSᵀ Q, dV, rows key0 and key0 + 8, in the gradients' dtype; split: added into the f32
-  // accumulators instead. (The dtype branch stays outside the loops, not store_pair's per pair: the d 128 build is at
-  // its register limit and spilled 4 bytes with store_pair.)
-  if constexpr (kSplit) {
-    float* gdk = p.dkv_accum + bh * T * kD;
-    float* gdv = gdk + int64_t(p.batch) * p.num_heads * T * kD;
+  store_dkdv<kD, kSplit>(p, dk, dv, key0, b, h, t);
+}
+
+/// load_tile_sw128 for kWarps warps with few registers (the producer warps of flash_bwd_sm90_ws_kernel): rows
+/// row0..row0+kRows-1 of a [*, ld] bf16 view (rows >= nrows zero-filled), kD columns, into kD/64 swizzled sub-tiles;
+/// lane l of producer warp w (0..kWarps-1) copies 16-byte chunk l % 8 of rows l / 8 + 4 w, + 4 kWarps, ..., one
+/// row per (not unrolled) step.
+template <int kRows, int kD, int kWarps>
+__device__ __forceinline__ void load_tile_sw128_warps(uint8_t* smem, const __nv_bfloat16* g, int64_t ld, int row0,
+                                                      int nrows, int w, int lane) {
+  const int cc = lane % 8;
+#pragma unroll 1
+  for (int r = lane / 8 + 4 * w; r < kRows; r += 4 * kWarps) {
+    const bool valid = row0 + r < nrows;
+    const __nv_bfloat16* src = g + int64_t(valid ? row0 + r : 0) * ld + cc * 8;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int key = key0 + 8 * r;
-      if (key >= T) continue;
-#pragma unroll
-      for (int j = 0; j < kD / 8; ++j) {
-        const int64_t e = int64_t(key) * kD + 8 * j + 2 * t;
-        atomicAdd(reinterpret_cast<float2*>(gdk + e),
-                  make_float2(dk[4 * j + 2 * r] * p.softmax_scale, dk[4 * j + 2 * r + 1] * p.softmax_scale));
-        atomicAdd(reinterpret_cast<float2*>(gdv + e), make_float2(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]));
+    for (int sub = 0; sub < kD / 64; ++sub)
+      cp_async_16(smem + sub * (kRows * 128) + sw128_offset(r, cc), src + 64 * sub, valid);
+  }
+}
+
+/// Tile configuration of the warp-specialized backward (flash_bwd_sm90_ws_kernel): warpgroup 0 is the producer
+/// (warps 0 .. kLoadWarps-1 load Q / dO / L / D, warp 3 adds dQ tiles into dq_accum), warpgroups 1 and 2 the
+/// consumers (64 keys each, as BwdTraits); kStages: Q / dO stages; kRegsProducer / kRegsConsumer: setmaxnreg budgets (128 threads each,
+/// 64K registers per SM: 40 + 2 x 232 = 3 x 168, the launch bound's count).
+template <int kD_, int kStages_ = 2, int kLoadWarps_ = 3, int kRegsProducer_ = 40, int kRegsConsumer_ = 232>
+struct BwdWsTraits {
+  static constexpr int kLoadWarps = kLoadWarps_;  // producer warps 0 .. kLoadWarps-1 load; warp 3 adds dQ tiles
+  static constexpr int kD = kD_, kWG = 2, kBN = 64 * kWG, kBM = 64, kThreads = 128 * (kWG + 1), kMinBlocks = 1;
+  static constexpr bool kWarpSpecialized = true;  // flash_bwd_sm90_ws_kernel
+  static constexpr int kStages = kStages_, kDsStages = 2, kDqStages = 2;
+  static constexpr int kRegsProducer = kRegsProducer_, kRegsConsumer = kRegsConsumer_;
+  static constexpr int kSub = kD / 64;
+  static constexpr int kDqN = kD / kWG;  // dQ columns per consumer warpgroup
+  static constexpr int kKBytes = kBN * kD * 2, kQBytes = kBM * kD * 2, kDsBytes = kBN * kBM * 2;
+  static constexpr int kBarriers = 2 * (kStages + kDsStages + kDqStages);
+  // K, V; stages of Q, dO, L, D; stages of dSᵀ and of the dQ tile (f32); mbarriers; alignment slack
+  static constexpr int kSmemBytes = 2 * kKBytes + kStages * (2 * kQBytes + 2 * kBM * 4) + kDsStages * kDsBytes +
+                                    kDqStages * kBM * kD * 4 + 8 * kBarriers + 1024;
+  static_assert((kD == 64 || kD == 128) && (kDqN == 32 || kDqN == 64), "wgmma tiles");
+  static_assert(kLoadWarps >= 1 && kLoadWarps <= 3, "warp 3 of the producer warpgroup adds the dQ tiles");
+  static_assert(kRegsProducer + kWG * kRegsConsumer == 3 * 168 && kRegsProducer % 8 == 0 && kRegsConsumer % 8 == 0,
+                "setmaxnreg budgets must add up to the launch bound's registers (__launch_bounds__(384, 1): 168)");
+};
+
+/// The backward of flash_bwd_sm90_kernel (same inputs, outputs, grid and split rule; Tr = BwdWsTraits) with
+/// FlashAttention-3's warp specialization (Shah et al. 2024, section 3.1) and no CTA barrier in the loop:
+///  - a producer warp streams Q / dO / L / D tiles through Tr::kStages stages guarded by mbarriers (full: its
+///    cp.async arrivals; empty: every consumer thread, when its wgmma reading the stage are done);
+///  - the consumer warpgroups compute dQ of query tile m (each kD / 2 columns over all 128 keys, which needs both
+///    warpgroups' dSᵀ) one query tile late, after their own Sᵀ ... dK of tile m + 1 are issued: the dSᵀ tile goes
+///    through two shared stages with their own mbarriers (ds_full: both warpgroups wrote it; ds_empty: both read
+///    it), so a warpgroup waits for the other only when that one is a whole tile behind, and their exp / dS phases
+///    can run under each other's wgmma;
+///  - a second producer warp adds each finished f32 dQ tile into dq_accum with one bulk reduction (dq_full /
+///    dq_empty), as flash_bwd_sm90_kernel's thread 0 does.
+/// Register reallocation (setmaxnreg) gives the consumers Tr::kRegsConsumer registers.
+template <class Tr, bool kCausal, bool kSplit = false>
+__global__ void __launch_bounds__(Tr::kThreads, 1) flash_bwd_sm90_ws_kernel(const FlashBwdParams p) {
+  using bf16 = __nv_bfloat16;
+  constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kSub = Tr::kSub, kStages = Tr::kStages;
+  constexpr int kDqN = Tr::kDqN, kDsStages = Tr::kDsStages, kDqStages = Tr::kDqStages;
+  constexpr int kConsumers = 128 * Tr::kWG;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* sK = align_smem_1024(smem_raw);
+  uint8_t* sV = sK + Tr::kKBytes;
+  uint8_t* sQ = sV + Tr::kKBytes;              // [kStages][kSub][kBM][64]
+  uint8_t* sdO = sQ + kStages * Tr::kQBytes;   // [kStages][kSub][kBM][64]
+  uint8_t* sdS = sdO + kStages * Tr::kQBytes;  // [kDsStages][kBN keys][kBM queries] (dSᵀ)
+  float* sL = reinterpret_cast<float*>(sdS + kDsStages * Tr::kDsBytes);  // [kStages][kBM]
+  float* sDs = sL + kStages * kBM;                                       // [kStages][kBM]
+  float* sdQ = sDs + kStages * kBM;  // [kDqStages][kBM][kD] f32, dq_accum's row layout (16-byte aligned)
+  uint64_t* full = reinterpret_cast<uint64_t*>(sdQ + kDqStages * kBM * kD);
+  uint64_t* empty = full + kStages;
+  uint64_t* ds_full = empty + kStages;
+  uint64_t* ds_empty = ds_full + kDsStages;
+  uint64_t* dq_full = ds_empty + kDsStages;
+  uint64_t* dq_empty = dq_full + kDqStages;
+
+  const int T = p.seq_len;
+  const int splits = kSplit ? int(gridDim.x) / ((T + kBN - 1) / kBN) : 1;
+  const int n_block = blockIdx.x / splits;  // low key tiles see the most queries (causal): first
+  const int split = blockIdx.x % splits;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int n0 = n_block * kBN;
+  int m_lo = kCausal ? n0 / kBM : 0, m_hi = (T + kBM - 1) / kBM;
+  if (kSplit) {  // this CTA's chunk of the query loop; a chunk past the end has nothing to do (the whole CTA leaves)
+    m_lo += split * p.dkdv_chunk;
+    if (m_lo >= m_hi) return;
+    m_hi = min(m_hi, m_lo + p.dkdv_chunk);
+  }
+  const int n_tiles = m_hi - m_lo;
+  const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
+  const int64_t bh = int64_t(b) * p.num_heads + h;
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full + s, 32 * Tr::kLoadWarps);  // the loader warps' lanes (cp.async arrivals)
+      mbar_init(empty + s, kConsumers);
+    }
+    for (int s = 0; s < kDsStages; ++s) {
+      mbar_init(ds_full + s, kConsumers);
+      mbar_init(ds_empty + s, kConsumers);
+    }
+    for (int s = 0; s < kDqStages; ++s) {
+      mbar_init(dq_full + s, kConsumers);
+      mbar_init(dq_empty + s, 1);  // the dQ warp's issuing lane
+    }
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // ---- producer warpgroup ----
+    setmaxnreg_dec<Tr::kRegsProducer>();
+    if (warp < Tr::kLoadWarps) {  // loaders: K, V with the first stage, then Q / dO / L / D per query tile
+      const int64_t ld = p.qkv_row_stride, ldo = p.o_row_stride;
+      const int64_t off = int64_t(b) * p.qkv_batch_stride + int64_t(h) * p.qkv_head_stride;
+      const int64_t off_o = int64_t(b) * p.o_batch_stride + int64_t(h) * p.o_head_stride;
+      const bf16* gq = static_cast<const bf16*>(p.q) + off;
+      const bf16* gdo = static_cast<const bf16*>(p.dout) + off_o;
+      const float* glse = p.lse + bh * T;
+      const float* gdsum = p.dsum + bh * T;
+      constexpr int kW = Tr::kLoadWarps;
+      load_tile_sw128_warps<kBN, kD, kW>(sK, static_cast<const bf16*>(p.k) + off, ld, n0, T, warp, lane);
+      load_tile_sw128_warps<kBN, kD, kW>(sV, static_cast<const bf16*>(p.v) + off, ld, n0, T, warp, lane);
+      for (int i = 0; i < n_tiles; ++i) {
+        const int s = i % kStages, m = m_lo + i;
+        mbar_wait(empty + s, ((i / kStages) & 1) ^ 1);  // released by the consumers (free before its first use)
+        load_tile_sw128_warps<kBM, kD, kW>(sQ + s * Tr::kQBytes, gq, ld, m * kBM, T, warp, lane);
+        load_tile_sw128_warps<kBM, kD, kW>(sdO + s * Tr::kQBytes, gdo, ldo, m * kBM, T, warp, lane);
+#pragma unroll 1
+        for (int r = lane + 32 * warp; r < kBM; r += 32 * kW) {
+          const int q = m * kBM + r;
+          cp_async_4(sL + s * kBM + r, glse + (q < T ? q : 0), q < T);
+          cp_async_4(sDs + s * kBM + r, gdsum + (q < T ? q : 0), q < T);
+        }
+        mbar_arrive_cp_async(full + s);
       }
+    } else if (warp == 3 && lane == 0) {  // dQ: each finished tile added into dq_accum by one bulk reduction
+      float* gdq = p.dq_accum + bh * T * kD;
+      for (int i = 0; i < n_tiles; ++i) {
+        const int j = i % kDqStages, m = m_lo + i;
+        mbar_wait(dq_full + j, (i / kDqStages) & 1);
+        bulk_reduce_add_f32(gdq + int64_t(m) * kBM * kD, sdQ + j * kBM * kD, uint32_t(min(kBM, T - m * kBM) * kD * 4));
+        bulk_wait_read<0>();
+        mbar_arrive(dq_empty + j);
+      }
+      bulk_wait_all();
     }
     return;
   }
-  const int64_t doff = int64_t(b) * p.dqkv_batch_stride + int64_t(h) * p.dqkv_head_stride;
+
+  // ---- consumer warpgroups: c owns keys n0 + 64c .. +63 and dQ columns c kDqN .. +kDqN-1 ----
+  setmaxnreg_inc<Tr::kRegsConsumer>();
+  const int c = wg - 1, g = lane / 4, t = lane % 4;
+  float dv[kD / 2], dk[kD / 2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int key = key0 + 8 * r;
-    if (key >= T) continue;
-    const int64_t ro = doff + int64_t(key) * p.dqkv_row_stride;
-    if (p.dqkv_f32) {
-      float* gk_ = static_cast<float*>(p.dk) + ro;
-      float* gv_ = static_cast<float*>(p.dv) + ro;
+  for (int i = 0; i < kD / 2; ++i) dv[i] = dk[i] = 0.f;
+  const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scale·log2(e)
+  const int key0 = n0 + 64 * c + 16 * warp + g;             // this thread's keys: key0 and key0 + 8
+  const uint32_t kw_off = uint32_t(64 * c * 128);           // this warpgroup's 64 key rows inside K / V / dSᵀ
+  const uint32_t dq_b_off = uint32_t((c * kDqN) / 64 * (kBN * 128) + (c * kDqN) % 64 * 2);  // its dQ columns in K
+  const uint64_t k_desc = make_desc(smem_addr(sK) + kw_off, 16, 1024);
+  const uint64_t v_desc = make_desc(smem_addr(sV) + kw_off, 16, 1024);
+  const uint64_t q_desc = make_desc(smem_addr(sQ), 16, 1024), do_desc = make_desc(smem_addr(sdO), 16, 1024);
+  const uint64_t q_desc_n = make_desc(smem_addr(sQ), kBM * 128, 1024);
+  const uint64_t do_desc_n = make_desc(smem_addr(sdO), kBM * 128, 1024);
+  const uint64_t ds_desc = make_desc(smem_addr(sdS), kBM * 128, 1024);               // M-major A of dQ (stage 0)
+  const uint64_t kq_desc_n = make_desc(smem_addr(sK) + dq_b_off, kBN * 128, 1024);  // N-major B of dQ
+
+  // dQ of the i-th query tile (both warpgroups' dSᵀ in stage i % kDsStages), this warpgroup's columns, into the dQ
+  // tile (once the dQ warp has read that stage's previous tile), then handed to the dQ warp.
+  auto dq_tile = [&](int i) {
+    const int d = i % kDsStages;
+    mbar_wait(ds_full + d, (i / kDsStages) & 1);
+    float dq[kDqN / 2];
+    wgmma_fence();
 #pragma unroll
-      for (int j = 0; j < kD / 8; ++j) {
-        *reinterpret_cast<float2*>(gk_ + 8 * j + 2 * t) =
-            make_float2(dk[4 * j + 2 * r] * p.softmax_scale, dk[4 * j + 2 * r + 1] * p.softmax_scale);
-        *reinterpret_cast<float2*>(gv_ + 8 * j + 2 * t) = make_float2(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
-      }
-    } else {
-      bf16* gk_ = static_cast<bf16*>(p.dk) + ro;
-      bf16* gv_ = static_cast<bf16*>(p.dv) + ro;
+    for (int kk = 0; kk < kBN / 16; ++kk)
+      wgmma_ss<1, 1, kDqN>(dq, desc_add(ds_desc, d * Tr::kDsBytes + kk * 2048), desc_add(kq_desc_n, kk * 2048),
+                           kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>();  // also every earlier group of this warpgroup (dV, dK)
+    fence_regs(dv);
+    fence_regs(dk);
+    fence_regs(dq);
+    mbar_arrive(ds_empty + d);
+    const int jq = i % kDqStages;
+    if (i >= kDqStages) mbar_wait(dq_empty + jq, ((i / kDqStages) - 1) & 1);
+    float* sdq = sdQ + jq * kBM * kD;
 #pragma unroll
-      for (int j = 0; j < kD / 8; ++j) {
-        *reinterpret_cast<__nv_bfloat162*>(gk_ + 8 * j + 2 * t) =
-            __floats2bfloat162_rn(dk[4 * j + 2 * r] * p.softmax_scale, dk[4 * j + 2 * r + 1] * p.softmax_scale);
-        *reinterpret_cast<__nv_bfloat162*>(gv_ + 8 * j + 2 * t) =
-            __floats2bfloat162_rn(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+    for (int r = 0; r < 2; ++r) {
+      const int row = 16 * warp + g + 8 * r;
+      float* dst = sdq + row * kD;
+#pragma unroll
+      for (int j = 0; j < kDqN / 8; ++j)
+        *reinterpret_cast<float2*>(dst + dq_swizzle(row, c * kDqN + 8 * j + 2 * t)) =
+            make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+    }
+    fence_proxy_async();
+    mbar_arrive(dq_full + jq);
+  };
+
+  for (int i = 0; i < n_tiles; ++i) {
+    const int m = m_lo + i, s = i % kStages, q0 = m * kBM;
+    const uint32_t stage = uint32_t(s * Tr::kQBytes);
+    mbar_wait(full + s, (i / kStages) & 1);
+    fence_proxy_async();  // the loader's cp.async writes, seen through the barrier, before the wgmma reads
+    float st[kBM / 2], dpt[kBM / 2];
+    wgmma_fence();
+    wgmma_kmajor<kBM, kSub>(st, k_desc, kBN * 128, desc_add(q_desc, stage), kBM * 128);
+    wgmma_commit();
+    wgmma_kmajor<kBM, kSub>(dpt, v_desc, kBN * 128, desc_add(do_desc, stage), kBM * 128);
+    wgmma_commit();
+
+    const bool need_mask = (kCausal && n0 + kBN - 1 > q0) || q0 + kBM > T || n0 + kBN > T;
+    const float* sLb = sL + s * kBM;
+    const float* sDb = sDs + s * kBM;
+    uint32_t pa[kBM / 16][4], da[kBM / 16][4];
+    wgmma_wait<1>();  // Sᵀ
+    fence_regs(st);
+    // Pᵀ = exp(scale·Sᵀ - L) (0 where masked), per (key row, query column).
+#pragma unroll
+    for (int j = 0; j < kBM / 8; ++j) {
+      const float2 l2 = *reinterpret_cast<const float2*>(sLb + 8 * j + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float lq = (e & 1) ? l2.y : l2.x;
+        float pv = exp2_fast(fmaf(st[4 * j + e], sl2, -lq * kLog2e));
+        if (need_mask) {
+          const int key = key0 + (e >> 1) * 8, q = q0 + 8 * j + 2 * t + (e & 1);
+          if (q >= T || key >= T || (kCausal && key > q)) pv = 0.f;
+        }
+        st[4 * j + e] = pv;
       }
     }
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) pa[kk][r] = pack_bf16(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
+    // dV += Pᵀ dO: A from registers, dO N-major.
+    fence_regs(dv);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk)
+      wgmma_rs<1, kD>(dv, pa[kk], desc_add(do_desc_n, stage + kk * 2048), true);
+    wgmma_commit();
+    wgmma_wait<1>();  // dPᵀ (dV may still run)
+    fence_regs(dpt);
+    // dSᵀ = Pᵀ o (dPᵀ - D).
+#pragma unroll
+    for (int j = 0; j < kBM / 8; ++j) {
+      const float2 dd = *reinterpret_cast<const float2*>(sDb + 8 * j + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - ((e & 1) ? dd.y : dd.x));
+    }
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) da[kk][r] = pack_bf16(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
+    // dSᵀ -> this warpgroup's rows of dSᵀ stage i % kDsStages, once both warpgroups have read its previous tile.
+    const int d = i % kDsStages;
+    if (i >= kDsStages) mbar_wait(ds_empty + d, ((i / kDsStages) - 1) & 1);
+    {
+      uint8_t* ds = sdS + d * Tr::kDsBytes;
+      const int r0 = 64 * c + 16 * warp + g;
+#pragma unroll
+      for (int kk = 0; kk < kBM / 16; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          *reinterpret_cast<uint32_t*>(ds + sw128_offset(r0 + 8 * (r & 1), 2 * kk + (r >> 1)) + 4 * t) = da[kk][r];
+    }
+    fence_proxy_async();
+    mbar_arrive(ds_full + d);
+    // dK += dSᵀ Q: A from registers, Q N-major.
+    fence_regs(dk);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBM / 16; ++kk)
+      wgmma_rs<1, kD>(dk, da[kk], desc_add(q_desc_n, stage + kk * 2048), true);
+    wgmma_commit();
+    if (i > 0) {
+      dq_tile(i - 1);  // waits for all of this warpgroup's wgmma: this stage's dV, dK are done too
+    } else {
+      wgmma_wait<0>();
+      fence_regs(dv);
+      fence_regs(dk);
+    }
+    mbar_arrive(empty + s);  // done with this stage's Q, dO, L, D
   }
+  dq_tile(n_tiles - 1);
+  store_dkdv<kD, kSplit>(p, dk, dv, key0, b, h, t);
 }
 
 }  // namespace trainer::flash::sm90

@@ -32,7 +32,12 @@ void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
   p.dkdv_chunk = p.dkv_accum ? dkdv_chunk(p.seq_len, Tr::kBN, Tr::kBM, int64_t(p.batch) * p.num_heads, kCausal) : 0;
   const int splits = p.dkdv_chunk > 0 ? int(ceil_div(ceil_div(p.seq_len, Tr::kBM), p.dkdv_chunk)) : 1;
   launch_bwd_preprocess(p, true, s);
-  auto kernel = splits > 1 ? flash_bwd_sm90_kernel<Tr, kCausal, true> : flash_bwd_sm90_kernel<Tr, kCausal>;
+  auto kernel = [&] {
+    if constexpr (Tr::kWarpSpecialized)
+      return splits > 1 ? flash_bwd_sm90_ws_kernel<Tr, kCausal, true> : flash_bwd_sm90_ws_kernel<Tr, kCausal>;
+    else
+      return splits > 1 ? flash_bwd_sm90_kernel<Tr, kCausal, true> : flash_bwd_sm90_kernel<Tr, kCausal>;
+  }();
   set_smem(kernel, Tr::kSmemBytes);
   // Grid (tiles, H, B): each head's key tiles in turn. Not tile_grid's order: with its computed coordinates the d 128
   // build (at the register limit) spilled 60-144 bytes and ran 6.2 -> 7.6 ms (16 x 128, T 16384), while the order
