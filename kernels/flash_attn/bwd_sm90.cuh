@@ -20,6 +20,7 @@
 #pragma once
 #include "flash_attn/bwd_kernel.cuh"
 #include "flash_attn/fwd_sm90.cuh"
+#include "flash_attn/tma.cuh"
 
 namespace trainer::flash::sm90 {
 
@@ -347,9 +348,13 @@ __device__ __forceinline__ void load_tile_sw128_warps(uint8_t* smem, const __nv_
 /// (warps 0 .. kLoadWarps-1 load Q / dO / L / D, warp 3 adds dQ tiles into dq_accum), warpgroups 1 and 2 the
 /// consumers (64 keys each, as BwdTraits); kStages: Q / dO stages; kRegsProducer / kRegsConsumer: setmaxnreg budgets (128 threads each,
 /// 64K registers per SM: 40 + 2 x 232 = 3 x 168, the launch bound's count).
-template <int kD_, int kStages_ = 2, int kLoadWarps_ = 3, int kRegsProducer_ = 40, int kRegsConsumer_ = 232>
+template <int kD_, int kStages_ = 2, bool kTma_ = true, int kLoadWarps_ = 3, int kRegsProducer_ = 40,
+          int kRegsConsumer_ = 232>
 struct BwdWsTraits {
-  static constexpr int kLoadWarps = kLoadWarps_;  // producer warps 0 .. kLoadWarps-1 load; warp 3 adds dQ tiles
+  // kTma: warp 0's lane 0 loads K, V, Q, dO by TMA (its lanes L, D by cp.async); else producer warps
+  // 0 .. kLoadWarps-1 load everything by cp.async. Warp 3 adds the dQ tiles.
+  static constexpr bool kTma = kTma_;
+  static constexpr int kLoadWarps = kTma_ ? 1 : kLoadWarps_;
   static constexpr int kD = kD_, kWG = 2, kBN = 64 * kWG, kBM = 64, kThreads = 128 * (kWG + 1), kMinBlocks = 1;
   static constexpr bool kWarpSpecialized = true;  // flash_bwd_sm90_ws_kernel
   static constexpr int kStages = kStages_, kDsStages = 2, kDqStages = 2;
@@ -380,7 +385,8 @@ struct BwdWsTraits {
 ///    dq_empty), as flash_bwd_sm90_kernel's thread 0 does.
 /// Register reallocation (setmaxnreg) gives the consumers Tr::kRegsConsumer registers.
 template <class Tr, bool kCausal, bool kSplit = false>
-__global__ void __launch_bounds__(Tr::kThreads, 1) flash_bwd_sm90_ws_kernel(const FlashBwdParams p) {
+__global__ void __launch_bounds__(Tr::kThreads, 1)
+    flash_bwd_sm90_ws_kernel(const FlashBwdParams p, const __grid_constant__ BwdTmaMaps tma) {
   using bf16 = __nv_bfloat16;
   constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kSub = Tr::kSub, kStages = Tr::kStages;
   constexpr int kDqN = Tr::kDqN, kDsStages = Tr::kDsStages, kDqStages = Tr::kDqStages;
@@ -418,7 +424,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) flash_bwd_sm90_ws_kernel(cons
   const int64_t bh = int64_t(b) * p.num_heads + h;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(full + s, 32 * Tr::kLoadWarps);  // the loader warps' lanes (cp.async arrivals)
+      mbar_init(full + s, 32 * Tr::kLoadWarps + (Tr::kTma ? 1 : 0));  // loader lanes' cp.async, the TMA issuer
       mbar_init(empty + s, kConsumers);
     }
     for (int s = 0; s < kDsStages; ++s) {
@@ -443,13 +449,30 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) flash_bwd_sm90_ws_kernel(cons
       const float* glse = p.lse + bh * T;
       const float* gdsum = p.dsum + bh * T;
       constexpr int kW = Tr::kLoadWarps;
-      load_tile_sw128_warps<kBN, kD, kW>(sK, static_cast<const bf16*>(p.k) + off, ld, n0, T, warp, lane);
-      load_tile_sw128_warps<kBN, kD, kW>(sV, static_cast<const bf16*>(p.v) + off, ld, n0, T, warp, lane);
+      if constexpr (!Tr::kTma) {
+        load_tile_sw128_warps<kBN, kD, kW>(sK, static_cast<const bf16*>(p.k) + off, ld, n0, T, warp, lane);
+        load_tile_sw128_warps<kBN, kD, kW>(sV, static_cast<const bf16*>(p.v) + off, ld, n0, T, warp, lane);
+      }
       for (int i = 0; i < n_tiles; ++i) {
         const int s = i % kStages, m = m_lo + i;
         mbar_wait(empty + s, ((i / kStages) & 1) ^ 1);  // released by the consumers (free before its first use)
-        load_tile_sw128_warps<kBM, kD, kW>(sQ + s * Tr::kQBytes, gq, ld, m * kBM, T, warp, lane);
-        load_tile_sw128_warps<kBM, kD, kW>(sdO + s * Tr::kQBytes, gdo, ldo, m * kBM, T, warp, lane);
+        if constexpr (Tr::kTma) {
+          if (lane == 0) {
+            mbar_arrive_expect_tx(full + s, uint32_t(2 * Tr::kQBytes + (i == 0 ? 2 * Tr::kKBytes : 0)));
+#pragma unroll
+            for (int sub = 0; sub < kSub; ++sub) {
+              if (i == 0) {
+                tma_load_4d(sK + sub * kBN * 128, &tma.k, 64 * sub, n0, h, b, full + s);
+                tma_load_4d(sV + sub * kBN * 128, &tma.v, 64 * sub, n0, h, b, full + s);
+              }
+              tma_load_4d(sQ + s * Tr::kQBytes + sub * kBM * 128, &tma.q, 64 * sub, m * kBM, h, b, full + s);
+              tma_load_4d(sdO + s * Tr::kQBytes + sub * kBM * 128, &tma.dout, 64 * sub, m * kBM, h, b, full + s);
+            }
+          }
+        } else {
+          load_tile_sw128_warps<kBM, kD, kW>(sQ + s * Tr::kQBytes, gq, ld, m * kBM, T, warp, lane);
+          load_tile_sw128_warps<kBM, kD, kW>(sdO + s * Tr::kQBytes, gdo, ldo, m * kBM, T, warp, lane);
+        }
 #pragma unroll 1
         for (int r = lane + 32 * warp; r < kBM; r += 32 * kW) {
           const int q = m * kBM + r;

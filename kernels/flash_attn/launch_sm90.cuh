@@ -43,7 +43,19 @@ void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
   // build (at the register limit) spilled 60-144 bytes and ran 6.2 -> 7.6 ms (16 x 128, T 16384), while the order
   // gained the d 64 build at most 1% (kernels/flash_attn/NOTES.md, "CTA order").
   const dim3 grid(unsigned(ceil_div(p.seq_len, Tr::kBN) * splits), unsigned(p.num_heads), unsigned(p.batch));
-  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, s>>>(p);
+  if constexpr (Tr::kWarpSpecialized) {
+    BwdTmaMaps maps{};
+    if constexpr (Tr::kTma) {
+      const int B = p.batch, T = p.seq_len, H = p.num_heads, d = p.d_head;
+      maps.q = encode_tma_bf16(p.q, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBM);
+      maps.k = encode_tma_bf16(p.k, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBN);
+      maps.v = encode_tma_bf16(p.v, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBN);
+      maps.dout = encode_tma_bf16(p.dout, B, T, H, d, p.o_batch_stride, p.o_row_stride, p.o_head_stride, Tr::kBM);
+    }
+    kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, s>>>(p, maps);
+  } else {
+    kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, s>>>(p);
+  }
   CUDA_CHECK(cudaGetLastError());
   launch_bwd_convert(p, splits > 1, s);
 }

@@ -78,14 +78,14 @@ int fa_bwd_sm90(int variant, void* dqkv, const void* dout, const void* qkv, cons
   switch (variant) {
     case 0: return bwd_variant<sm90::BwdTraits<64, 2>>(p, s);     // production d 64
     case 1: return bwd_variant<sm90::BwdTraits<64, 1, 2>>(p, s);  // one warpgroup, 64 keys per CTA
-    // warp-specialized (producer warps, mbarriers, dQ one query tile late): Q / dO stages, loader warps, registers
-    case 2: return bwd_variant<sm90::BwdWsTraits<64, 2, 1>>(p, s);
-    case 3: return bwd_variant<sm90::BwdWsTraits<64, 2, 2>>(p, s);
-    case 4: return bwd_variant<sm90::BwdWsTraits<64, 2, 3>>(p, s);
-    case 5: return bwd_variant<sm90::BwdWsTraits<64, 3, 3>>(p, s);
-    case 6: return bwd_variant<sm90::BwdWsTraits<64, 2, 3, 24, 240>>(p, s);
-    case 12: return bwd_variant<sm90::BwdWsTraits<128, 2, 3, 24, 240>>(p, s);
-    case 13: return bwd_variant<sm90::BwdWsTraits<128, 2, 3, 40, 232>>(p, s);
+    // warp-specialized (producer warps, mbarriers, dQ one query tile late): Q / dO stages, TMA or cp.async loader
+    // warps, registers
+    case 2: return bwd_variant<sm90::BwdWsTraits<64, 2, true>>(p, s);
+    case 3: return bwd_variant<sm90::BwdWsTraits<64, 3, true>>(p, s);
+    case 4: return bwd_variant<sm90::BwdWsTraits<64, 2, false, 3>>(p, s);
+    case 5: return bwd_variant<sm90::BwdWsTraits<64, 2, true, 1, 24, 240>>(p, s);
+    case 12: return bwd_variant<sm90::BwdWsTraits<128, 2, true, 1, 24, 240>>(p, s);
+    case 13: return bwd_variant<sm90::BwdWsTraits<128, 2, true>>(p, s);
     case 10: return bwd_variant<sm90::BwdTraits<128, 2>>(p, s);   // production d 128
     default: return -2;
   }

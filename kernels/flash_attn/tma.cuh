@@ -1,0 +1,67 @@
+// Tensor memory accelerator (TMA, sm_90) loads of the Hopper FlashAttention kernels: the host encodes a tensor map of
+// a strided [B, T, H, d] bf16 view (cuTensorMapEncodeTiled, reached through the runtime's driver entry point, so no
+// libcuda link), and one thread copies a box of rows x 64 columns into a 128B-swizzled shared sub-tile (the layout of
+// wgmma.cuh), completing on an mbarrier by transaction bytes. Rows past T are zero-filled by the hardware.
+// PTX ISA 8.x: "cp.async.bulk.tensor", "mbarrier.expect_tx"; CUDA driver API: cuTensorMapEncodeTiled.
+#pragma once
+#include "common.cuh"
+
+#include <cuda.h>  // CUtensorMap (types only)
+#include <cudaTypedefs.h>
+
+#include "flash_attn/mma.cuh"
+
+namespace trainer::flash::sm90 {
+
+/// Tensor map of a [B, T, H, d] bf16 view (strides in elements, d contiguous): dims (d, T, H, B), box (64, box_rows,
+/// 1, 1), 128-byte swizzle. Aborts (trainer::fatal) when the driver refuses it (base not 16-byte aligned, strides
+/// not multiples of 8 elements, T or B beyond 2^32).
+inline CUtensorMap encode_tma_bf16(const void* base, int B, int T, int H, int d, int64_t batch_stride,
+                                   int64_t row_stride, int64_t head_stride, int box_rows) {
+  static const auto encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+    if (q != cudaDriverEntryPointSuccess || fn == nullptr)
+      fatal("CUDA", "cudaGetDriverEntryPointByVersion", __FILE__, __LINE__, "the driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  CUtensorMap map{};
+  const cuuint64_t dims[4] = {cuuint64_t(d), cuuint64_t(T), cuuint64_t(H), cuuint64_t(B)};
+  const cuuint64_t strides[3] = {cuuint64_t(row_stride) * 2, cuuint64_t(head_stride) * 2, cuuint64_t(batch_stride) * 2};
+  const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, strides, box,
+                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    fatal("CUDA", "cuTensorMapEncodeTiled", __FILE__, __LINE__,
+          fmt::format("error {} for the [B {}, T {}, H {}, d {}] view with strides {} / {} / {}", int(r), B, T, H, d,
+                      batch_stride, row_stride, head_stride));
+  return map;
+}
+
+/// The tensor maps of the backward's inputs (q, k, v with the qkv strides, dout with the o strides): a kernel
+/// parameter (__grid_constant__), so that the TMA unit reads them from the parameter space.
+struct BwdTmaMaps {
+  CUtensorMap q, k, v, dout;
+};
+
+#ifdef __CUDACC__
+/// The box at (column c0, row c1, head c2, batch c3) of `map` into the 1024-byte aligned shared sub-tile `smem`;
+/// completes `bytes` (the box size) on the mbarrier `bar`. One thread.
+__device__ __forceinline__ void tma_load_4d(void* smem, const CUtensorMap* map, int c0, int c1, int c2, int c3,
+                                           uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(smem_addr(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar))
+      : "memory");
+}
+/// One arrival on `bar` that also expects `bytes` more transaction bytes in the current phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+#endif
+
+}  // namespace trainer::flash::sm90
