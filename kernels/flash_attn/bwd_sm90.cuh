@@ -513,8 +513,19 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   const uint64_t ds_desc = make_desc(smem_addr(sdS), kBM * 128, 1024);               // M-major A of dQ (stage 0)
   const uint64_t kq_desc_n = make_desc(smem_addr(sK) + dq_b_off, kBN * 128, 1024);  // N-major B of dQ
 
+  // Hand-offs to the other warpgroup and to the dQ warp: a fence.proxy.async waits for this thread's shared stores
+  // to land, so each one is issued after some other work (the dSᵀ tile's after the dK products are issued, the dQ
+  // tile's after the next query tile's Sᵀ / dPᵀ are).
+  int dq_pending = -1;  // a dQ tile stored but not yet handed to the dQ warp
+  auto publish_dq = [&] {
+    if (dq_pending >= 0) {
+      fence_proxy_async();
+      mbar_arrive(dq_full + dq_pending % kDqStages);
+      dq_pending = -1;
+    }
+  };
   // dQ of the i-th query tile (both warpgroups' dSᵀ in stage i % kDsStages), this warpgroup's columns, into the dQ
-  // tile (once the dQ warp has read that stage's previous tile), then handed to the dQ warp.
+  // tile (once the dQ warp has read that stage's previous tile); handed over by publish_dq.
   auto dq_tile = [&](int i) {
     const int d = i % kDsStages;
     mbar_wait(ds_full + d, (i / kDsStages) & 1);
@@ -542,36 +553,40 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         *reinterpret_cast<float2*>(dst + dq_swizzle(row, c * kDqN + 8 * j + 2 * t)) =
             make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
     }
-    fence_proxy_async();
-    mbar_arrive(dq_full + jq);
+    dq_pending = i;
   };
 
   for (int i = 0; i < n_tiles; ++i) {
     const int m = m_lo + i, s = i % kStages, q0 = m * kBM;
     const uint32_t stage = uint32_t(s * Tr::kQBytes);
     mbar_wait(full + s, (i / kStages) & 1);
-    fence_proxy_async();  // the loader's cp.async writes, seen through the barrier, before the wgmma reads
+    if constexpr (!Tr::kTma) fence_proxy_async();  // cp.async writes of Q / dO, seen through the barrier, before wgmma
+    // -L·log2(e) of this thread's query columns 8j + 2t, +1, read before the products so that the loads overlap them
+    float nl[kBM / 4];
+#pragma unroll
+    for (int j = 0; j < kBM / 8; ++j) {
+      const float2 l2 = *reinterpret_cast<const float2*>(sL + s * kBM + 8 * j + 2 * t);
+      nl[2 * j] = -l2.x * kLog2e;
+      nl[2 * j + 1] = -l2.y * kLog2e;
+    }
     float st[kBM / 2], dpt[kBM / 2];
     wgmma_fence();
     wgmma_kmajor<kBM, kSub>(st, k_desc, kBN * 128, desc_add(q_desc, stage), kBM * 128);
     wgmma_commit();
     wgmma_kmajor<kBM, kSub>(dpt, v_desc, kBN * 128, desc_add(do_desc, stage), kBM * 128);
     wgmma_commit();
+    publish_dq();
 
     const bool need_mask = (kCausal && n0 + kBN - 1 > q0) || q0 + kBM > T || n0 + kBN > T;
-    const float* sLb = sL + s * kBM;
-    const float* sDb = sDs + s * kBM;
     uint32_t pa[kBM / 16][4], da[kBM / 16][4];
     wgmma_wait<1>();  // Sᵀ
     fence_regs(st);
     // Pᵀ = exp(scale·Sᵀ - L) (0 where masked), per (key row, query column).
 #pragma unroll
     for (int j = 0; j < kBM / 8; ++j) {
-      const float2 l2 = *reinterpret_cast<const float2*>(sLb + 8 * j + 2 * t);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float lq = (e & 1) ? l2.y : l2.x;
-        float pv = exp2_fast(fmaf(st[4 * j + e], sl2, -lq * kLog2e));
+        float pv = exp2_fast(fmaf(st[4 * j + e], sl2, nl[2 * j + (e & 1)]));
         if (need_mask) {
           const int key = key0 + (e >> 1) * 8, q = q0 + 8 * j + 2 * t + (e & 1);
           if (q >= T || key >= T || (kCausal && key > q)) pv = 0.f;
@@ -590,15 +605,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     for (int kk = 0; kk < kBM / 16; ++kk)
       wgmma_rs<1, kD>(dv, pa[kk], desc_add(do_desc_n, stage + kk * 2048), true);
     wgmma_commit();
+    float2 dd[kBM / 8];  // D of the query columns, read while dPᵀ may still run
+#pragma unroll
+    for (int j = 0; j < kBM / 8; ++j) dd[j] = *reinterpret_cast<const float2*>(sDs + s * kBM + 8 * j + 2 * t);
     wgmma_wait<1>();  // dPᵀ (dV may still run)
     fence_regs(dpt);
     // dSᵀ = Pᵀ o (dPᵀ - D).
 #pragma unroll
-    for (int j = 0; j < kBM / 8; ++j) {
-      const float2 dd = *reinterpret_cast<const float2*>(sDb + 8 * j + 2 * t);
+    for (int j = 0; j < kBM / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - ((e & 1) ? dd.y : dd.x));
-    }
+      for (int e = 0; e < 4; ++e) dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - ((e & 1) ? dd[j].y : dd[j].x));
 #pragma unroll
     for (int kk = 0; kk < kBM / 16; ++kk)
 #pragma unroll
@@ -615,8 +631,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         for (int r = 0; r < 4; ++r)
           *reinterpret_cast<uint32_t*>(ds + sw128_offset(r0 + 8 * (r & 1), 2 * kk + (r >> 1)) + 4 * t) = da[kk][r];
     }
-    fence_proxy_async();
-    mbar_arrive(ds_full + d);
     // dK += dSᵀ Q: A from registers, Q N-major.
     fence_regs(dk);
     wgmma_fence();
@@ -624,6 +638,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     for (int kk = 0; kk < kBM / 16; ++kk)
       wgmma_rs<1, kD>(dk, da[kk], desc_add(q_desc_n, stage + kk * 2048), true);
     wgmma_commit();
+    fence_proxy_async();  // this warpgroup's dSᵀ rows, for both warpgroups' dQ products
+    mbar_arrive(ds_full + d);
     if (i > 0) {
       dq_tile(i - 1);  // waits for all of this warpgroup's wgmma: this stage's dV, dK are done too
     } else {
@@ -633,7 +649,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     }
     mbar_arrive(empty + s);  // done with this stage's Q, dO, L, D
   }
+  publish_dq();
   dq_tile(n_tiles - 1);
+  publish_dq();
   store_dkdv<kD, kSplit>(p, dk, dv, key0, b, h, t);
 }
 
