@@ -22,8 +22,8 @@ void launch_fwd(const FlashParams& p_in, cudaStream_t s) {
   CUDA_CHECK(cudaGetLastError());
 }
 
-/// Backward with tile configuration Tr (BwdTraits): preprocess (D, zeroed accumulators), the dK/dV/dQ kernel, the
-/// convert pass (dQ, and dK / dV when split). With few key tiles and p.dkv_accum given (bwd_workspace_bytes reserves
+/// Backward with tile configuration Tr (BwdTraits): preprocess (D, zeroed accumulators), the dK/dV/dQ kernel (its
+/// inputs also as TMA tensor maps, encoded here per call), the convert pass (dQ, and dK / dV when split). With few key tiles and p.dkv_accum given (bwd_workspace_bytes reserves
 /// it by the same rule) each key tile's query loop is split over CTAs (dkdv_chunk, the rule of the mma.sync path).
 template <class Tr, bool kCausal>
 void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
@@ -32,30 +32,18 @@ void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
   p.dkdv_chunk = p.dkv_accum ? dkdv_chunk(p.seq_len, Tr::kBN, Tr::kBM, int64_t(p.batch) * p.num_heads, kCausal) : 0;
   const int splits = p.dkdv_chunk > 0 ? int(ceil_div(ceil_div(p.seq_len, Tr::kBM), p.dkdv_chunk)) : 1;
   launch_bwd_preprocess(p, true, s);
-  auto kernel = [&] {
-    if constexpr (Tr::kWarpSpecialized)
-      return splits > 1 ? flash_bwd_sm90_ws_kernel<Tr, kCausal, true> : flash_bwd_sm90_ws_kernel<Tr, kCausal>;
-    else
-      return splits > 1 ? flash_bwd_sm90_kernel<Tr, kCausal, true> : flash_bwd_sm90_kernel<Tr, kCausal>;
-  }();
+  auto kernel = splits > 1 ? flash_bwd_sm90_kernel<Tr, kCausal, true> : flash_bwd_sm90_kernel<Tr, kCausal>;
   set_smem(kernel, Tr::kSmemBytes);
-  // Grid (tiles, H, B): each head's key tiles in turn. Not tile_grid's order: with its computed coordinates the d 128
-  // build (at the register limit) spilled 60-144 bytes and ran 6.2 -> 7.6 ms (16 x 128, T 16384), while the order
-  // gained the d 64 build at most 1% (kernels/flash_attn/NOTES.md, "CTA order").
+  // Grid (tiles, H, B): each head's key tiles in turn (tile_grid's order moved the previous design's d 64 build by
+  // <= 1%, and its computed coordinates made that design's d 128 build spill; kernels/flash_attn/NOTES.md).
   const dim3 grid(unsigned(ceil_div(p.seq_len, Tr::kBN) * splits), unsigned(p.num_heads), unsigned(p.batch));
-  if constexpr (Tr::kWarpSpecialized) {
-    BwdTmaMaps maps{};
-    if constexpr (Tr::kTma) {
-      const int B = p.batch, T = p.seq_len, H = p.num_heads, d = p.d_head;
-      maps.q = encode_tma_bf16(p.q, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBM);
-      maps.k = encode_tma_bf16(p.k, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBN);
-      maps.v = encode_tma_bf16(p.v, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBN);
-      maps.dout = encode_tma_bf16(p.dout, B, T, H, d, p.o_batch_stride, p.o_row_stride, p.o_head_stride, Tr::kBM);
-    }
-    kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, s>>>(p, maps);
-  } else {
-    kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, s>>>(p);
-  }
+  const int B = p.batch, T = p.seq_len, H = p.num_heads, d = p.d_head;
+  BwdTmaMaps maps;
+  maps.q = encode_tma_bf16(p.q, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBM);
+  maps.k = encode_tma_bf16(p.k, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBN);
+  maps.v = encode_tma_bf16(p.v, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBN);
+  maps.dout = encode_tma_bf16(p.dout, B, T, H, d, p.o_batch_stride, p.o_row_stride, p.o_head_stride, Tr::kBM);
+  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, s>>>(p, maps);
   CUDA_CHECK(cudaGetLastError());
   launch_bwd_convert(p, splits > 1, s);
 }

@@ -51,8 +51,11 @@ int fa_fwd_sm90(int variant, const void* qkv, void* out, float* lse, int B, int 
   }
 }
 
-/// Backward variants (sm90::BwdTraits<d, warpgroups>), bf16 in and out; ws: B*H*T*(d + 1) floats (dq_accum, then
-/// dsum). out / lse from a forward. -2 when the variant does not fit.
+/// Backward variants (sm90::BwdTraits<d, query stages, producer / consumer registers>), bf16 in and out; ws:
+/// B*H*T*(d + 1) floats (dq_accum, then dsum). out / lse from a forward. -2 when the variant does not fit.
+/// Production: 0 (d 64) and 10 (d 128), sm90.cu Sm90Config. The warp-specialized design's development variants (one to
+/// three cp.async loader warps, dQ per warpgroup over its own keys) and the previous design (CTA barriers) are
+/// recorded in results/h200/2026-12-01/v7_ws/ and kernels/flash_attn/NOTES.md ("warp specialization").
 int fa_bwd_sm90(int variant, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                 float* ws, int B, int T, int H, int d, int causal, float scale, void* stream) {
   FlashBwdParams p;
@@ -76,17 +79,11 @@ int fa_bwd_sm90(int variant, void* dqkv, const void* dout, const void* qkv, cons
   p.dsum = ws + int64_t(B) * H * T * d;
   auto s = static_cast<cudaStream_t>(stream);
   switch (variant) {
-    case 0: return bwd_variant<sm90::BwdTraits<64, 2>>(p, s);     // production d 64
-    case 1: return bwd_variant<sm90::BwdTraits<64, 1, 2>>(p, s);  // one warpgroup, 64 keys per CTA
-    // warp-specialized (producer warps, mbarriers, dQ one query tile late): Q / dO stages, TMA or cp.async loader
-    // warps, registers
-    case 2: return bwd_variant<sm90::BwdWsTraits<64, 2, true>>(p, s);
-    case 3: return bwd_variant<sm90::BwdWsTraits<64, 3, true>>(p, s);
-    case 4: return bwd_variant<sm90::BwdWsTraits<64, 2, false, 3>>(p, s);
-    case 5: return bwd_variant<sm90::BwdWsTraits<64, 2, true, 1, 24, 240>>(p, s);
-    case 12: return bwd_variant<sm90::BwdWsTraits<128, 2, true, 1, 24, 240>>(p, s);
-    case 13: return bwd_variant<sm90::BwdWsTraits<128, 2, true>>(p, s);
-    case 10: return bwd_variant<sm90::BwdTraits<128, 2>>(p, s);   // production d 128
+    case 0: return bwd_variant<sm90::BwdTraits<64, 2, 40, 232>>(p, s);    // production d 64
+    case 1: return bwd_variant<sm90::BwdTraits<64, 3, 40, 232>>(p, s);    // three query stages
+    case 2: return bwd_variant<sm90::BwdTraits<64, 2, 24, 240>>(p, s);    // consumer registers 240
+    case 10: return bwd_variant<sm90::BwdTraits<128, 2, 24, 240>>(p, s);  // production d 128
+    case 11: return bwd_variant<sm90::BwdTraits<128, 2, 40, 232>>(p, s);  // consumer registers 232 (spills)
     default: return -2;
   }
 }
