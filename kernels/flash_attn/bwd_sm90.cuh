@@ -144,7 +144,7 @@ __device__ __forceinline__ void store_dkdv(const FlashBwdParams& p, const float 
 /// pass writes out), as flash_bwd_dkdv_kernel; without it the split code compiles away.
 template <class Tr, bool kCausal, bool kSplit = false>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
-    flash_bwd_sm90_kernel(const FlashBwdParams p, const __grid_constant__ BwdTmaMaps tma) {
+    flash_bwd_sm90_kernel(const FlashBwdParams p, const __grid_constant__ TmaMaps tma) {
   constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kSub = Tr::kSub, kStages = Tr::kStages;
   constexpr int kDqN = Tr::kDqN, kDsStages = Tr::kDsStages, kDqStages = Tr::kDqStages;
   constexpr int kConsumers = 128 * Tr::kWG;

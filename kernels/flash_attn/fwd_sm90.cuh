@@ -17,6 +17,7 @@
 #pragma once
 #include "flash_attn/mma.cuh"
 #include "flash_attn/params.h"
+#include "flash_attn/tma.cuh"
 #include "flash_attn/wgmma.cuh"
 
 namespace trainer::flash::sm90 {
@@ -27,6 +28,7 @@ template <int kD_, int kBN_, int kWG_, int kMinBlocks_ = 1>
 struct FwdTraits {
   static constexpr int kD = kD_, kBN = kBN_, kWG = kWG_, kBM = 64 * kWG_, kThreads = 128 * kWG_;
   static constexpr int kMinBlocks = kMinBlocks_;
+  static constexpr bool kWarpSpecialized = false;  // flash_fwd_sm90_kernel
   static constexpr int kStages = 2;
   static constexpr int kSub = kD / 64;  // 64-column swizzled sub-tiles per row
   static constexpr int kQBytes = kBM * kD * 2, kKVBytes = kBN * kD * 2;
@@ -204,6 +206,175 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_sm90_k
   cp_async_wait<0>();
 
   // Epilogue: O / l and L = m ln2 + ln l.
+  const int64_t o_off = int64_t(b) * p.o_batch_stride + int64_t(h) * p.o_head_stride;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_run[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = row0 + r * 8;
+    if (row >= T) continue;
+    const float inv = 1.f / l;
+    const int64_t ro = o_off + int64_t(row) * p.o_row_stride;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j)
+      store_pair(p.o, ro + j * 8 + 2 * t, p.o_f32, o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+    if (t == 0) p.lse[(int64_t(b) * p.num_heads + h) * T + row] = m_run[r] * 0.6931471805599453f + logf(l);
+  }
+}
+
+/// Tile configuration of the warp-specialized forward (flash_fwd_sm90_ws_kernel): warpgroup 0 is the producer (one
+/// lane loads Q and the K / V tiles by TMA), warpgroups 1 .. kWG the consumers (64 query rows each); kStages: K / V
+/// stages; kRegsProducer / kRegsConsumer: setmaxnreg budgets (128 threads each; at most the launch bound's share).
+template <int kD_, int kBN_, int kWG_, int kStages_ = 2, int kRegsProducer_ = 24, int kRegsConsumer_ = 160>
+struct FwdWsTraits {
+  static constexpr int kD = kD_, kBN = kBN_, kWG = kWG_, kBM = 64 * kWG_, kThreads = 128 * (kWG_ + 1);
+  static constexpr int kMinBlocks = 1;
+  static constexpr bool kWarpSpecialized = true;
+  static constexpr int kStages = kStages_;
+  static constexpr int kRegsProducer = kRegsProducer_, kRegsConsumer = kRegsConsumer_;
+  static constexpr int kSub = kD / 64;
+  static constexpr int kQBytes = kBM * kD * 2, kKVBytes = kBN * kD * 2;
+  // Q, stages of K and V, mbarriers (Q, full and empty per stage), alignment
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 8 * (1 + 2 * kStages) + 1024;
+  static_assert((kD == 64 || kD == 128) && (kBN == 64 || kBN == 128) && kBM <= 256, "wgmma tiles, TMA box rows");
+  static_assert(kRegsProducer + kWG * kRegsConsumer <= (kWG + 1) * ((65536 / kThreads) & ~7) &&
+                    kRegsProducer % 8 == 0 && kRegsConsumer % 8 == 0,
+                "setmaxnreg budgets beyond the registers of __launch_bounds__(kThreads, 1)");
+};
+
+/// flash_fwd_sm90_kernel (same inputs, outputs, grid) with FlashAttention-3's warp specialization (Shah et al. 2024,
+/// section 3.1): a producer lane loads Q and streams the K / V tiles by TMA through Tr::kStages stages guarded by
+/// mbarriers (full: transaction bytes; empty: every consumer thread, after its O += P V of the stage), so that no CTA
+/// barrier couples the consumer warpgroups; setmaxnreg moves registers from the producer to the consumers.
+template <class Tr, bool kCausal>
+__global__ void __launch_bounds__(Tr::kThreads, 1)
+    flash_fwd_sm90_ws_kernel(const FlashParams p, const __grid_constant__ TmaMaps tma) {
+  constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kSub = Tr::kSub, kStages = Tr::kStages;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* sQ = align_smem_1024(smem_raw);
+  uint8_t* sK = sQ + Tr::kQBytes;            // [stages][kSub][kBN][64]
+  uint8_t* sV = sK + kStages * Tr::kKVBytes;  // [stages][kSub][kBN][64]
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(sV + kStages * Tr::kKVBytes);
+  uint64_t* full = q_full + 1;
+  uint64_t* empty = full + kStages;
+
+  const TileCoord c = tile_coord(p);
+  if (c.b >= p.batch) return;  // past the last (b, h) pair (the last group of tile_grid)
+  const int m_block = c.tiles - 1 - c.tile;  // the longest (causal) rows first
+  const int h = c.h, b = c.b;
+  const int T = p.seq_len, m0 = m_block * kBM;
+  const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  int n_blocks = (T + kBN - 1) / kBN;
+  if (kCausal) n_blocks = min(n_blocks, (m0 + kBM + kBN - 1) / kBN);
+  if (tid == 0) {
+    mbar_init(q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full + s, 1);
+      mbar_init(empty + s, 128 * Tr::kWG);
+    }
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // ---- producer ----
+    setmaxnreg_dec<Tr::kRegsProducer>();
+    if (warp == 0 && lane == 0) {
+      mbar_arrive_expect_tx(q_full, uint32_t(Tr::kQBytes));
+#pragma unroll
+      for (int sub = 0; sub < kSub; ++sub) tma_load_4d(sQ + sub * kBM * 128, &tma.q, 64 * sub, m0, h, b, q_full);
+      for (int it = 0; it < n_blocks; ++it) {  // key tiles from the diagonal down
+        const int nb = n_blocks - 1 - it, s = it % kStages;
+        mbar_wait(empty + s, ((it / kStages) & 1) ^ 1);
+        mbar_arrive_expect_tx(full + s, uint32_t(2 * Tr::kKVBytes));
+#pragma unroll
+        for (int sub = 0; sub < kSub; ++sub) {
+          tma_load_4d(sK + s * Tr::kKVBytes + sub * kBN * 128, &tma.k, 64 * sub, nb * kBN, h, b, full + s);
+          tma_load_4d(sV + s * Tr::kKVBytes + sub * kBN * 128, &tma.v, 64 * sub, nb * kBN, h, b, full + s);
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- consumers: warpgroup wc owns rows m0 + 64 wc .. +63 ----
+  setmaxnreg_inc<Tr::kRegsConsumer>();
+  const int wc = wg - 1;
+  float o[kD / 2];
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) o[i] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scale·log2(e): scores in log2 units
+  const int row_lo = m0 + 64 * wc;                          // this warpgroup's rows: row_lo .. row_lo + 63
+  const int row0 = row_lo + 16 * warp + g;                  // this thread's: row0 and row0 + 8
+  const uint64_t q_desc = make_desc(smem_addr(sQ) + uint32_t(64 * wc * 128), 16, 1024);  // K-major A
+  const uint64_t k_desc = make_desc(smem_addr(sK), 16, 1024);                            // K-major B (stage 0)
+  const uint64_t v_desc = make_desc(smem_addr(sV), kBN * 128, 1024);                     // N-major B (stage 0)
+  mbar_wait(q_full, 0);
+
+  for (int it = 0; it < n_blocks; ++it) {
+    const int nb = n_blocks - 1 - it, s = it % kStages;
+    const uint32_t stage = uint32_t(s * Tr::kKVBytes);
+    const int n0 = nb * kBN;
+    mbar_wait(full + s, (it / kStages) & 1);
+    float sc[kBN / 2];
+    wgmma_fence();
+    wgmma_kmajor<kBN, kSub>(sc, q_desc, kBM * 128, desc_add(k_desc, stage), kBN * 128);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(sc);
+    if (n0 + kBN > T || (kCausal && n0 + kBN - 1 > row_lo)) {
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = n0 + j * 8 + 2 * t + (e & 1), row = row0 + (e >> 1) * 8;
+          if (key >= T || (kCausal && key > row)) sc[4 * j + e] = -INFINITY;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) mx = fmaxf(mx, fmaxf(sc[4 * j + 2 * r], sc[4 * j + 2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m_run[r], mx * sl2);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float alpha = exp2_fast(m_run[r] - m_use);
+      m_run[r] = m_new;
+      float rs = 0.f;
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        sc[4 * j + 2 * r] = exp2_fast(fmaf(sc[4 * j + 2 * r], sl2, -m_use));
+        sc[4 * j + 2 * r + 1] = exp2_fast(fmaf(sc[4 * j + 2 * r + 1], sl2, -m_use));
+        rs += sc[4 * j + 2 * r] + sc[4 * j + 2 * r + 1];
+      }
+      l_run[r] = l_run[r] * alpha + rs;
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        o[4 * j + 2 * r] *= alpha;
+        o[4 * j + 2 * r + 1] *= alpha;
+      }
+    }
+    uint32_t pa[kBN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      pa[kk][0] = pack_bf16(sc[8 * kk + 0], sc[8 * kk + 1]);
+      pa[kk][1] = pack_bf16(sc[8 * kk + 2], sc[8 * kk + 3]);
+      pa[kk][2] = pack_bf16(sc[8 * kk + 4], sc[8 * kk + 5]);
+      pa[kk][3] = pack_bf16(sc[8 * kk + 6], sc[8 * kk + 7]);
+    }
+    fence_regs(o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk)
+      wgmma_rs<1, kD>(o, pa[kk], desc_add(v_desc, stage + kk * 2048), true);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(o);
+    mbar_arrive(empty + s);
+  }
+
   const int64_t o_off = int64_t(b) * p.o_batch_stride + int64_t(h) * p.o_head_stride;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {

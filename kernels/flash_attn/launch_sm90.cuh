@@ -16,9 +16,20 @@ template <class Tr, bool kCausal>
 void launch_fwd(const FlashParams& p_in, cudaStream_t s) {
   FlashParams p = p_in;
   p.tile_group = tile_group(p);
-  auto kernel = flash_fwd_sm90_kernel<Tr, kCausal>;
-  set_smem(kernel, Tr::kSmemBytes);
-  kernel<<<tile_grid(p, ceil_div(p.seq_len, Tr::kBM)), Tr::kThreads, Tr::kSmemBytes, s>>>(p);
+  if constexpr (Tr::kWarpSpecialized) {
+    auto kernel = flash_fwd_sm90_ws_kernel<Tr, kCausal>;
+    set_smem(kernel, Tr::kSmemBytes);
+    const int B = p.batch, T = p.seq_len, H = p.num_heads, d = p.d_head;
+    TmaMaps maps;
+    maps.q = encode_tma_bf16(p.q, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBM);
+    maps.k = encode_tma_bf16(p.k, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBN);
+    maps.v = encode_tma_bf16(p.v, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBN);
+    kernel<<<tile_grid(p, ceil_div(p.seq_len, Tr::kBM)), Tr::kThreads, Tr::kSmemBytes, s>>>(p, maps);
+  } else {
+    auto kernel = flash_fwd_sm90_kernel<Tr, kCausal>;
+    set_smem(kernel, Tr::kSmemBytes);
+    kernel<<<tile_grid(p, ceil_div(p.seq_len, Tr::kBM)), Tr::kThreads, Tr::kSmemBytes, s>>>(p);
+  }
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -38,7 +49,7 @@ void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
   // <= 1%, and its computed coordinates made that design's d 128 build spill; kernels/flash_attn/NOTES.md).
   const dim3 grid(unsigned(ceil_div(p.seq_len, Tr::kBN) * splits), unsigned(p.num_heads), unsigned(p.batch));
   const int B = p.batch, T = p.seq_len, H = p.num_heads, d = p.d_head;
-  BwdTmaMaps maps;
+  TmaMaps maps;
   maps.q = encode_tma_bf16(p.q, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBM);
   maps.k = encode_tma_bf16(p.k, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBN);
   maps.v = encode_tma_bf16(p.v, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBN);

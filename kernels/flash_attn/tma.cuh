@@ -41,9 +41,9 @@ inline CUtensorMap encode_tma_bf16(const void* base, int B, int T, int H, int d,
   return map;
 }
 
-/// The tensor maps of the backward's inputs (q, k, v with the qkv strides, dout with the o strides): a kernel
-/// parameter (__grid_constant__), so that the TMA unit reads them from the parameter space.
-struct BwdTmaMaps {
+/// The tensor maps of the attention inputs (q, k, v with the qkv strides; dout with the o strides, backward only): a
+/// kernel parameter (__grid_constant__), so that the TMA unit reads them from the parameter space.
+struct TmaMaps {
   CUtensorMap q, k, v, dout;
 };
 

@@ -47,6 +47,12 @@ int fa_fwd_sm90(int variant, const void* qkv, void* out, float* lse, int B, int 
     case 1: return fwd_variant<sm90::FwdTraits<64, 128, 2, 2>>(p, s);
     case 4: return fwd_variant<sm90::FwdTraits<64, 128, 1, 3>>(p, s);
     case 10: return fwd_variant<sm90::FwdTraits<128, 128, 2, 1>>(p, s);
+    // warp-specialized (TMA producer, mbarrier stages, setmaxnreg): d, keys per tile, consumer warpgroups, stages
+    case 20: return fwd_variant<sm90::FwdWsTraits<64, 128, 3, 2, 24, 160>>(p, s);
+    case 21: return fwd_variant<sm90::FwdWsTraits<64, 128, 2, 2, 24, 240>>(p, s);
+    case 22: return fwd_variant<sm90::FwdWsTraits<64, 128, 3, 3, 24, 160>>(p, s);
+    case 23: return fwd_variant<sm90::FwdWsTraits<128, 128, 2, 2, 24, 240>>(p, s);
+    case 24: return fwd_variant<sm90::FwdWsTraits<128, 64, 3, 2, 24, 160>>(p, s);
     default: return -2;
   }
 }
