@@ -56,7 +56,7 @@ auto head_dim_switch(int d_head, F&& f) {
 bool bwd_dkdv_splits(const AttnShape& s, DType dtype) {
   const int64_t bh = int64_t(s.B) * s.H;
   if (dtype == DType::bf16 && uses_sm90_bwd(s.d_head))
-    return dkdv_chunk(int(s.T), kSm90Tile, kSm90BwdQueryTile, bh, s.causal) > 0;
+    return dkdv_chunk(int(s.T), kSm90BwdKeyTile, kSm90BwdQueryTile, bh, s.causal) > 0;
   return head_dim_switch(s.d_head, [&](auto d) {
     return dtype == DType::f32 ? bwd_dkdv_chunk<d, true>(int(s.T), bh, s.causal) > 0
                                : bwd_dkdv_chunk<d, false>(int(s.T), bh, s.causal) > 0;
@@ -111,7 +111,7 @@ int fwd_num_splits(const AttnShape& s, DType dtype) {
 
 bool uses_sm90_fwd(int d_head, int64_t seq_len, int64_t heads, int64_t batch) {
   return uses_sm90_bwd(d_head) &&
-         ceil_div(seq_len, int64_t(kSm90Tile)) * heads * batch >= 2 * int64_t(device_sm_count());
+         ceil_div(seq_len, int64_t(sm90_fwd_rows(d_head))) * heads * batch >= int64_t(device_sm_count());
 }
 
 bool uses_sm90_bwd(int d_head) {

@@ -4,11 +4,15 @@
 // arXiv:2407.08608, section 3): each warpgroup of 128 threads owns 64 query rows; S = Q Kᵀ is one wgmma chain with
 // both operands in shared memory (Q and K K-major); P stays in registers (the S accumulators, packed to bf16, are the
 // A operand) and O += P V reads V [keys][d] as an N-major B operand, so no transpose is ever stored.
-// Not (yet) FlashAttention-3's producer warp with TMA and its ping-pong / intra-warpgroup overlap of softmax with
-// the next GEMM: all threads load the next K/V tile with cp.async into the other of two stages while the current
-// one is used, and the warpgroups (and co-resident CTAs) overlap each other's softmax with their GEMMs. (An
-// intra-warpgroup overlap version, S_j issued together with O += P_{j-1} V_{j-1}, was 20-38% slower: ptxas
-// serialized its wgmma (C7514) for reading S while the second product was in flight; NOTES.md.)
+// Warp specialization as FlashAttention-3 (section 3.1): warpgroup 0 is the producer (setmaxnreg down): one lane
+// loads the Q tile and streams the K / V tiles by TMA through Tr::kStages shared stages guarded by mbarriers (full:
+// the transaction bytes; empty: every consumer thread, once its O += P V of the stage is done); warpgroups 1 .. kWG
+// are the consumers (setmaxnreg up), 64 query rows each, with no CTA barrier between them, so that one's softmax runs
+// under another's wgmma. Not (yet) FlashAttention-3's ping-pong scheduling or intra-warpgroup overlap (an
+// intra-warpgroup overlap version of the earlier design, S_j issued together with O += P_{j-1} V_{j-1}, was 20-38%
+// slower: ptxas serialized its wgmma (C7514) for reading S while the second product was in flight; NOTES.md).
+// Measured (one H200, 16 heads, T 16384, causal): d 64 with three consumers (192 rows) 1.15 ms, d 128 with two
+// 1.91 ms, against 1.40 / 2.71 for the earlier design (all threads loading by cp.async, a CTA barrier per key tile).
 //
 // One CTA per (query tile of kBM = 64 kWG rows, head, batch), longest causal rows first. Key tiles of kBN keys are
 // visited from the diagonal down; the causal / ragged-edge mask runs only on tiles that need it. Output O (bf16 or
@@ -21,38 +25,6 @@
 #include "flash_attn/wgmma.cuh"
 
 namespace trainer::flash::sm90 {
-
-/// kD: head dim (64 or 128); kBN: keys per tile (64 or 128); kWG: consumer warpgroups (64 query rows each);
-/// kMinBlocks: __launch_bounds__ CTAs per SM.
-template <int kD_, int kBN_, int kWG_, int kMinBlocks_ = 1>
-struct FwdTraits {
-  static constexpr int kD = kD_, kBN = kBN_, kWG = kWG_, kBM = 64 * kWG_, kThreads = 128 * kWG_;
-  static constexpr int kMinBlocks = kMinBlocks_;
-  static constexpr bool kWarpSpecialized = false;  // flash_fwd_sm90_kernel
-  static constexpr int kStages = 2;
-  static constexpr int kSub = kD / 64;  // 64-column swizzled sub-tiles per row
-  static constexpr int kQBytes = kBM * kD * 2, kKVBytes = kBN * kD * 2;
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 1024;  // Q, stages of K and V, alignment
-  static_assert((kD == 64 || kD == 128) && (kBN == 64 || kBN == 128), "wgmma tiles: d 64/128, kBN 64/128");
-};
-
-/// Copies rows row0..row0+kRows-1 (rows >= nrows zero-filled) of a [*, ld] bf16 view, kD columns, into kD/64
-/// swizzled sub-tiles at `smem` (sub-tile s = columns 64s..64s+63, kRows * 128 bytes each); kThreads threads.
-template <int kRows, int kD, int kThreads>
-__device__ __forceinline__ void load_tile_sw128(uint8_t* smem, const __nv_bfloat16* g, int64_t ld, int row0, int nrows,
-                                                int tid) {
-  constexpr int kCPR = kD / 8, kChunks = kRows * kCPR;
-#pragma unroll
-  for (int i = 0; i < (kChunks + kThreads - 1) / kThreads; ++i) {
-    const int c = tid + i * kThreads;
-    if (kChunks % kThreads == 0 || c < kChunks) {
-      const int r = c / kCPR, cc = c % kCPR;
-      const bool valid = row0 + r < nrows;
-      const __nv_bfloat16* src = valid ? g + int64_t(row0 + r) * ld + cc * 8 : g;
-      cp_async_16(smem + (cc / 8) * (kRows * 128) + sw128_offset(r, cc % 8), src, valid);
-    }
-  }
-}
 
 /// d (+)= A B for a 64 x N accumulator, both operands from shared memory (N = 32, 64 or 128).
 template <int kTA, int kTB, int kN>
@@ -68,9 +40,6 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)
   else wgmma_rs_n64<kTB>(d, a, db, acc);
 }
 
-/// O [B, T, H, d] (bf16, or f32 when p.o_f32) and lse [B, H, T] (f32, natural log; rows < T) from bf16 q, k, v
-/// views (params.h; rows 16-byte aligned, checked by run_fwd), d = Tr::kD, T >= 1. Grid: ceil(T / kBM) x H x B CTAs
-/// (tile_grid), Tr::kThreads threads, Tr::kSmemBytes of dynamic shared memory. sm_90a only.
 /// acc = A Bᵀ over K = 64 kSub columns, A (64 rows) and B (kN rows) K-major in 128B-swizzled sub-tiles of 64
 /// columns, kSub of each, a_sub / b_sub bytes apart, starting at descriptors a and b: kSub x 4 chained k16 steps.
 template <int kN, int kSub>
@@ -83,154 +52,12 @@ __device__ __forceinline__ void wgmma_kmajor(float (&acc)[kN / 2], uint64_t a, u
       wgmma_ss<0, 0, kN>(acc, desc_add(a, sub * a_sub + kk * 32), desc_add(b, sub * b_sub + kk * 32), sub + kk > 0);
 }
 
-template <class Tr, bool kCausal>
-__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) flash_fwd_sm90_kernel(const FlashParams p) {
-  using bf16 = __nv_bfloat16;
-  constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kThreads = Tr::kThreads, kSub = Tr::kSub;
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* sQ = align_smem_1024(smem_raw);
-  uint8_t* sK = sQ + Tr::kQBytes;                 // [stages][kSub][kBN][64]
-  uint8_t* sV = sK + Tr::kStages * Tr::kKVBytes;  // [stages][kSub][kBN][64]
-
-  const TileCoord c = tile_coord(p);
-  if (c.b >= p.batch) return;  // past the last (b, h) pair (the last group of tile_grid)
-  const int m_block = c.tiles - 1 - c.tile;  // the longest (causal) rows first
-  const int h = c.h, b = c.b;
-  const int T = p.seq_len, m0 = m_block * kBM;
-  const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const int64_t ld = p.qkv_row_stride;
-  const int64_t off = int64_t(b) * p.qkv_batch_stride + int64_t(h) * p.qkv_head_stride;
-  const bf16* gq = static_cast<const bf16*>(p.q) + off;
-  const bf16* gk = static_cast<const bf16*>(p.k) + off;
-  const bf16* gv = static_cast<const bf16*>(p.v) + off;
-
-  int n_blocks = (T + kBN - 1) / kBN;
-  if (kCausal) n_blocks = min(n_blocks, (m0 + kBM + kBN - 1) / kBN);
-
-  load_tile_sw128<kBM, kD, kThreads>(sQ, gq, ld, m0, T, tid);
-  load_tile_sw128<kBN, kD, kThreads>(sK, gk, ld, (n_blocks - 1) * kBN, T, tid);
-  load_tile_sw128<kBN, kD, kThreads>(sV, gv, ld, (n_blocks - 1) * kBN, T, tid);
-  cp_async_commit();
-
-  float o[kD / 2];
-#pragma unroll
-  for (int i = 0; i < kD / 2; ++i) o[i] = 0.f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-  const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scale·log2(e): scores in log2 units
-  const int row_lo = m0 + 64 * wg;                          // this warpgroup's rows: row_lo .. row_lo + 63
-  const int row0 = row_lo + 16 * warp + g;                  // this thread's: row0 and row0 + 8
-  const uint32_t q_addr = smem_addr(sQ) + uint32_t(64 * wg * 128);
-
-  const uint64_t q_desc = make_desc(q_addr, 16, 1024);              // K-major A
-  const uint64_t k_desc = make_desc(smem_addr(sK), 16, 1024);        // K-major B (stage 0)
-  const uint64_t v_desc = make_desc(smem_addr(sV), kBN * 128, 1024);  // N-major B (stage 0)
-
-  for (int it = 0; it < n_blocks; ++it) {
-    const int nb = n_blocks - 1 - it, buf = it & 1;
-    const uint32_t stage = uint32_t(buf * Tr::kKVBytes);
-    cp_async_wait<0>();  // tile nb (issued one iteration ago) has landed
-    fence_proxy_async();
-    __syncthreads();     // ... for every thread; and every warpgroup is done with the other stage
-    const int n0 = nb * kBN;
-    if (it + 1 < n_blocks) {  // prefetch the next (lower) key tile into the other stage
-      load_tile_sw128<kBN, kD, kThreads>(sK + (buf ^ 1) * Tr::kKVBytes, gk, ld, (nb - 1) * kBN, T, tid);
-      load_tile_sw128<kBN, kD, kThreads>(sV + (buf ^ 1) * Tr::kKVBytes, gv, ld, (nb - 1) * kBN, T, tid);
-    }
-    cp_async_commit();
-    // S = Q Kᵀ (64 rows x kBN keys per warpgroup), K-major A and B. Every warpgroup runs every tile, also one whose
-    // keys its rows cannot see (kBN < kBM, causal; the mask zeroes it): a branch on the warpgroup index around
-    // wgmma makes ptxas serialize them (C7518).
-    float s[kBN / 2];
-    wgmma_fence();
-    wgmma_kmajor<kBN, kSub>(s, q_desc, kBM * 128, desc_add(k_desc, stage), kBN * 128);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(s);
-
-    // Mask: keys past the end, and (causal) keys after the query; only on tiles that need it.
-    if (n0 + kBN > T || (kCausal && n0 + kBN - 1 > row_lo)) {
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = n0 + j * 8 + 2 * t + (e & 1), row = row0 + (e >> 1) * 8;
-          if (key >= T || (kCausal && key > row)) s[4 * j + e] = -INFINITY;
-        }
-    }
-
-    // Online softmax, two rows per thread; a row is spread over the 4 threads of a quad.
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_run[r], mx * sl2);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row with nothing visible yet stays at 0
-      const float alpha = exp2_fast(m_run[r] - m_use);
-      m_run[r] = m_new;
-      float rs = 0.f;
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-        s[4 * j + 2 * r] = exp2_fast(fmaf(s[4 * j + 2 * r], sl2, -m_use));
-        s[4 * j + 2 * r + 1] = exp2_fast(fmaf(s[4 * j + 2 * r + 1], sl2, -m_use));
-        rs += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
-      }
-      l_run[r] = l_run[r] * alpha + rs;  // per-thread partial sum; the quad is summed at the end
-#pragma unroll
-      for (int j = 0; j < kD / 8; ++j) {
-        o[4 * j + 2 * r] *= alpha;
-        o[4 * j + 2 * r + 1] *= alpha;
-      }
-    }
-
-    // O += P V: P from registers (bf16 A fragments), V [keys][d] N-major.
-    uint32_t pa[kBN / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) {
-      pa[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
-      pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
-    }
-    fence_regs(o);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk)
-      wgmma_rs<1, kD>(o, pa[kk], desc_add(v_desc, stage + kk * 2048), true);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(o);
-  }
-  cp_async_wait<0>();
-
-  // Epilogue: O / l and L = m ln2 + ln l.
-  const int64_t o_off = int64_t(b) * p.o_batch_stride + int64_t(h) * p.o_head_stride;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = l_run[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int row = row0 + r * 8;
-    if (row >= T) continue;
-    const float inv = 1.f / l;
-    const int64_t ro = o_off + int64_t(row) * p.o_row_stride;
-#pragma unroll
-    for (int j = 0; j < kD / 8; ++j)
-      store_pair(p.o, ro + j * 8 + 2 * t, p.o_f32, o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-    if (t == 0) p.lse[(int64_t(b) * p.num_heads + h) * T + row] = m_run[r] * 0.6931471805599453f + logf(l);
-  }
-}
-
-/// Tile configuration of the warp-specialized forward (flash_fwd_sm90_ws_kernel): warpgroup 0 is the producer (one
-/// lane loads Q and the K / V tiles by TMA), warpgroups 1 .. kWG the consumers (64 query rows each); kStages: K / V
-/// stages; kRegsProducer / kRegsConsumer: setmaxnreg budgets (128 threads each; at most the launch bound's share).
+/// Tile configuration: kD: head dim (64 or 128); kBN: keys per tile (64 or 128); kWG: consumer warpgroups (64 query
+/// rows each, kBM = 64 kWG rows per CTA); kStages: K / V stages; kRegsProducer / kRegsConsumer: setmaxnreg budgets
+/// (128 threads each; together at most the registers of __launch_bounds__(kThreads, 1)).
 template <int kD_, int kBN_, int kWG_, int kStages_ = 2, int kRegsProducer_ = 24, int kRegsConsumer_ = 160>
-struct FwdWsTraits {
+struct FwdTraits {
   static constexpr int kD = kD_, kBN = kBN_, kWG = kWG_, kBM = 64 * kWG_, kThreads = 128 * (kWG_ + 1);
-  static constexpr int kMinBlocks = 1;
-  static constexpr bool kWarpSpecialized = true;
   static constexpr int kStages = kStages_;
   static constexpr int kRegsProducer = kRegsProducer_, kRegsConsumer = kRegsConsumer_;
   static constexpr int kSub = kD / 64;
@@ -243,13 +70,13 @@ struct FwdWsTraits {
                 "setmaxnreg budgets beyond the registers of __launch_bounds__(kThreads, 1)");
 };
 
-/// flash_fwd_sm90_kernel (same inputs, outputs, grid) with FlashAttention-3's warp specialization (Shah et al. 2024,
-/// section 3.1): a producer lane loads Q and streams the K / V tiles by TMA through Tr::kStages stages guarded by
-/// mbarriers (full: transaction bytes; empty: every consumer thread, after its O += P V of the stage), so that no CTA
-/// barrier couples the consumer warpgroups; setmaxnreg moves registers from the producer to the consumers.
+/// O [B, T, H, d] (bf16, or f32 when p.o_f32) and lse [B, H, T] (f32, natural log; rows < T) from bf16 q, k, v
+/// views (params.h; rows 16-byte aligned, checked by run_fwd) and their TMA tensor maps `tma` (launch_sm90.cuh),
+/// d = Tr::kD, T >= 1. Grid: ceil(T / kBM) x H x B CTAs (tile_grid), Tr::kThreads threads, Tr::kSmemBytes of
+/// dynamic shared memory. sm_90a only.
 template <class Tr, bool kCausal>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
-    flash_fwd_sm90_ws_kernel(const FlashParams p, const __grid_constant__ TmaMaps tma) {
+    flash_fwd_sm90_kernel(const FlashParams p, const __grid_constant__ TmaMaps tma) {
   constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kSub = Tr::kSub, kStages = Tr::kStages;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* sQ = align_smem_1024(smem_raw);

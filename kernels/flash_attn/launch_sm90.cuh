@@ -10,26 +10,20 @@
 
 namespace trainer::flash::sm90 {
 
-/// Forward with tile configuration Tr (FwdTraits): ceil(T / kBM) x H x B CTAs (tile_grid). CUDA errors abort
-/// (CUDA_CHECK).
+/// Forward with tile configuration Tr (FwdTraits): ceil(T / kBM) x H x B CTAs (tile_grid), the inputs also as TMA
+/// tensor maps (encoded here per call). CUDA errors abort (CUDA_CHECK).
 template <class Tr, bool kCausal>
 void launch_fwd(const FlashParams& p_in, cudaStream_t s) {
   FlashParams p = p_in;
   p.tile_group = tile_group(p);
-  if constexpr (Tr::kWarpSpecialized) {
-    auto kernel = flash_fwd_sm90_ws_kernel<Tr, kCausal>;
-    set_smem(kernel, Tr::kSmemBytes);
-    const int B = p.batch, T = p.seq_len, H = p.num_heads, d = p.d_head;
-    TmaMaps maps;
-    maps.q = encode_tma_bf16(p.q, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBM);
-    maps.k = encode_tma_bf16(p.k, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBN);
-    maps.v = encode_tma_bf16(p.v, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBN);
-    kernel<<<tile_grid(p, ceil_div(p.seq_len, Tr::kBM)), Tr::kThreads, Tr::kSmemBytes, s>>>(p, maps);
-  } else {
-    auto kernel = flash_fwd_sm90_kernel<Tr, kCausal>;
-    set_smem(kernel, Tr::kSmemBytes);
-    kernel<<<tile_grid(p, ceil_div(p.seq_len, Tr::kBM)), Tr::kThreads, Tr::kSmemBytes, s>>>(p);
-  }
+  auto kernel = flash_fwd_sm90_kernel<Tr, kCausal>;
+  set_smem(kernel, Tr::kSmemBytes);
+  const int B = p.batch, T = p.seq_len, H = p.num_heads, d = p.d_head;
+  TmaMaps maps;
+  maps.q = encode_tma_bf16(p.q, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBM);
+  maps.k = encode_tma_bf16(p.k, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBN);
+  maps.v = encode_tma_bf16(p.v, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBN);
+  kernel<<<tile_grid(p, ceil_div(p.seq_len, Tr::kBM)), Tr::kThreads, Tr::kSmemBytes, s>>>(p, maps);
   CUDA_CHECK(cudaGetLastError());
 }
 

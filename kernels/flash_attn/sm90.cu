@@ -12,15 +12,17 @@
 namespace trainer::flash {
 namespace {
 
-/// Forward: 128 query rows (2 warpgroups) x 128 keys; d 64 caps registers at 2 CTAs per SM (a few spills, faster:
-/// 16 x 64, T 16384, causal: 1.50 vs 1.80 ms). Backward: 128 keys (2 consumer warpgroups) x 64 queries, two query
-/// stages; the consumers' register budget 232 at d 64 (no spill), 240 at d 128 (48-64 bytes of spill, against more
-/// with 232); its query loop split over CTAs when the key tiles give fewer than two CTAs per SM.
+/// Forward: three consumer warpgroups (192 query rows, 160 registers each) at d 64, two (128 rows, 240 registers)
+/// at d 128, 128 keys per tile, two K / V stages (16 x 64, T 16384, causal: 1.15 ms; two consumers at d 64: 1.43).
+/// Backward: 128 keys (2 consumer warpgroups) x 64 queries, two query stages; the consumers' register budget 232
+/// at d 64 (no spill), 240 at d 128 (48-64 bytes of spill, against more with 232); its query loop split over CTAs
+/// when the key tiles give fewer than two CTAs per SM.
 template <int kD>
 struct Sm90Config {
-  using Fwd = std::conditional_t<kD == 64, sm90::FwdTraits<64, 128, 2, 2>, sm90::FwdTraits<128, 128, 2, 1>>;
+  using Fwd = std::conditional_t<kD == 64, sm90::FwdTraits<64, 128, 3, 2, 24, 160>,
+                                 sm90::FwdTraits<128, 128, 2, 2, 24, 240>>;
   using Bwd = std::conditional_t<kD == 64, sm90::BwdTraits<64, 2, 40, 232>, sm90::BwdTraits<128, 2, 24, 240>>;
-  static_assert(Fwd::kBM == kSm90Tile && Bwd::kBN == kSm90Tile && Bwd::kBM == kSm90BwdQueryTile,
+  static_assert(Fwd::kBM == sm90_fwd_rows(kD) && Bwd::kBN == kSm90BwdKeyTile && Bwd::kBM == kSm90BwdQueryTile,
                 "launch.h's tile constants (the dispatch and workspace rules) are these");
 };
 

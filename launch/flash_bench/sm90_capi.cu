@@ -24,7 +24,7 @@ int bwd_variant(const FlashBwdParams& p, cudaStream_t s) {
 }  // namespace
 
 extern "C" {
-/// Forward variants (sm90::FwdTraits<d, kBN, warpgroups, min CTAs per SM>); -2 when the variant does not fit.
+/// Forward variants (sm90::FwdTraits); -2 when the variant does not fit.
 int fa_fwd_sm90(int variant, const void* qkv, void* out, float* lse, int B, int T, int H, int d, int causal, int o_f32,
                 float scale, void* stream) {
   FlashParams p;
@@ -39,20 +39,15 @@ int fa_fwd_sm90(int variant, const void* qkv, void* out, float* lse, int B, int 
   p.batch = B, p.seq_len = T, p.num_heads = H, p.d_head = d;
   p.softmax_scale = scale, p.causal = causal != 0, p.is_bf16 = true, p.o_f32 = o_f32 != 0;
   auto s = static_cast<cudaStream_t>(stream);
-  // Production: 1 (d 64) and 10 (d 128), sm90.cu Sm90Config. Kept from the measurements of kernels/flash_attn/NOTES.md
-  // (2026-12-01 evening; the other variants of those runs are recorded in results/h200/2026-12-01/v5_sm90/experiments):
-  // 0: d 64 with one CTA per SM (registers uncapped), 4: one warpgroup (64 rows) per CTA.
+  // FwdTraits<d, keys per tile, consumer warpgroups, K / V stages, producer / consumer registers>. Production: 0 (d 64)
+  // and 10 (d 128), sm90.cu Sm90Config. The earlier design (all threads loading by cp.async, CTA barriers) is recorded
+  // in results/h200/2026-12-01/v5_sm90 and v7_ws/experiments.
   switch (variant) {
-    case 0: return fwd_variant<sm90::FwdTraits<64, 128, 2, 1>>(p, s);
-    case 1: return fwd_variant<sm90::FwdTraits<64, 128, 2, 2>>(p, s);
-    case 4: return fwd_variant<sm90::FwdTraits<64, 128, 1, 3>>(p, s);
-    case 10: return fwd_variant<sm90::FwdTraits<128, 128, 2, 1>>(p, s);
-    // warp-specialized (TMA producer, mbarrier stages, setmaxnreg): d, keys per tile, consumer warpgroups, stages
-    case 20: return fwd_variant<sm90::FwdWsTraits<64, 128, 3, 2, 24, 160>>(p, s);
-    case 21: return fwd_variant<sm90::FwdWsTraits<64, 128, 2, 2, 24, 240>>(p, s);
-    case 22: return fwd_variant<sm90::FwdWsTraits<64, 128, 3, 3, 24, 160>>(p, s);
-    case 23: return fwd_variant<sm90::FwdWsTraits<128, 128, 2, 2, 24, 240>>(p, s);
-    case 24: return fwd_variant<sm90::FwdWsTraits<128, 64, 3, 2, 24, 160>>(p, s);
+    case 0: return fwd_variant<sm90::FwdTraits<64, 128, 3, 2, 24, 160>>(p, s);
+    case 1: return fwd_variant<sm90::FwdTraits<64, 128, 3, 3, 24, 160>>(p, s);   // three K / V stages
+    case 2: return fwd_variant<sm90::FwdTraits<64, 128, 2, 2, 24, 240>>(p, s);   // two consumer warpgroups
+    case 10: return fwd_variant<sm90::FwdTraits<128, 128, 2, 2, 24, 240>>(p, s);
+    case 11: return fwd_variant<sm90::FwdTraits<128, 64, 3, 2, 24, 160>>(p, s);  // three consumers, 64 keys
     default: return -2;
   }
 }

@@ -23,7 +23,7 @@ from torch_ref import median_ms, reference, rel, stream
 p = argparse.ArgumentParser()
 p.add_argument("--lib", default=".carry/flash/libflashbench.so")
 p.add_argument("--prod", default=".carry/flash/libflashbench.so")
-p.add_argument("--fwd", default="1,10", help="fa_fwd_sm90 variants (sm90_capi.cu); 1, 10: the production tiles")
+p.add_argument("--fwd", default="0,10", help="fa_fwd_sm90 variants (sm90_capi.cu); 0, 10: the production configurations")
 p.add_argument("--bwd", default="0,10", help="fa_bwd_sm90 variants; 0, 10: the production configurations")
 p.add_argument("--out", default=os.environ.get("OUT", "."))
 p.add_argument("--no-check", action="store_true")

@@ -112,8 +112,8 @@ int main() {
   bad += run_case(1, 600, 1, 64, true, true, 0);
   bad += run_case(1, 600, 1, 128, false, true, 0);
   // Hopper kernels (production tiles: sm90.cu Sm90Config) called directly, ragged lengths
-  bad += run_case(1, 300, 2, 64, true, true, 0, 1, true);
-  bad += run_case(1, 201, 1, 64, false, true, 0, 1, true);
+  bad += run_case(1, 300, 2, 64, true, true, 0, 0, true);
+  bad += run_case(1, 201, 1, 64, false, true, 0, 0, true);
   bad += run_case(2, 190, 1, 128, true, true, 10, 10, true);
   bad += run_case(1, 129, 1, 128, false, true, 10, 10, true);
   std::printf("smoke: %s\n", bad ? "FAILED" : "ok");
