@@ -436,12 +436,18 @@ void attention_case(Rng& rng, AttnImpl impl, DType dt, DType dqkv_t, int B, int 
   // So bf16 attention is held to the normwise 2e-2 of matmul, which carries the accuracy claim, plus an elementwise
   // guard against gross errors: 5e-2 forward, 1e-1 backward (the tails of a sum of bf16 roundings, about twice the
   // worst seen; flash-attention's tests likewise allow 2x the error of a reference in the same precision).
+  // f32 flash2 runs its products as 3xTF32 on the tensor cores (each fp32 product from three TF32 products; the
+  // dropped lo·lo term is ~2^-22 relative) with ex2.approx exponentials: its elementwise errors on the H200 were
+  // 5.5e-6 .. 1.03e-5 of |ref| + rms (out, dq, dk, dv; three runs, fresh seeds), at the 1e-5 of exact fp32 arithmetic, so it
+  // is held to 5e-5 (about 5x the worst seen; the FlashAttention issue's fp32 bound is 1e-4). The naive path (cuBLAS
+  // fp32 GEMMs, exact exponentials) keeps 1e-5.
+  const double rt_f32 = naive ? rt : 5e-5;
   auto check_attn = [&](const std::string& name, const Vec& got, const Vec& ref, double elementwise_bf16) {
     if (dt == DType::bf16) {
       check_normwise(name + " (normwise)", got, ref, 2e-2);
       check_close(name, got, ref, elementwise_bf16);
     } else {
-      check_close(name, got, ref, rt);
+      check_close(name, got, ref, rt_f32);
     }
   };
   check_attn("attention_fwd out " + tag, download(gpu(), go.t), download(cpu(), co.t), 5e-2);
