@@ -139,9 +139,10 @@ TEST_CASE("flash2 matches naive attention: T 1000 and 4097", "[cuda][flash]") {
 
 #ifdef TRAINER_HAVE_CUDA
 TEST_CASE("flash2 on Hopper: the wgmma kernels at shapes that take them", "[cuda][flash][sm90]") {
-  // 2 x 20 heads with 128-row tiles give >= 2 CTAs per SM from T 897 (7 tiles, the last ragged) on 132 SMs; 2 x 140
-  // heads at T 65 and 129 do with one or two tiles, the last one holding a single query row and key. These take the
-  // sm_90a kernels (fwd_sm90.cuh, bwd_sm90.cuh) whenever the build has them and the GPU is an H100 / H200.
+  // 2 x 20 heads give at least one forward query tile per SM from T 897 on 132 SMs (d 64: 192-row tiles, 5 x 40, the
+  // last ragged; d 128: 128-row tiles, 7 x 40); 2 x 140 heads at T 65 and 129 do with one or two tiles, the last one
+  // holding a single key (backward, 128-key tiles) and, at d 128, a single query row. These take the sm_90a kernels
+  // (fwd_sm90.cuh, bwd_sm90.cuh) whenever the build has them and the GPU is an H100 / H200.
   REQUIRE_GPU();
   const bool available = flash::sm90_kernels_available();
   if (!available) WARN("the Hopper kernels are not built for sm_90a or this GPU is not compute capability 9.0");
