@@ -140,7 +140,7 @@ TEST_CASE("flash2 matches naive attention: T 1000 and 4097", "[cuda][flash]") {
 #ifdef TRAINER_HAVE_CUDA
 TEST_CASE("flash2 on Hopper: the wgmma kernels at shapes that take them", "[cuda][flash][sm90]") {
   // 2 x 20 heads give at least one forward query tile per SM from T 897 on 132 SMs (d 64: 192-row tiles, 5 x 40, the
-  // last ragged; d 128: 128-row tiles, 7 x 40); 2 x 140 heads at T 65 and 129 do with one or two tiles, the last one
+  // last ragged; d 128: 128-row tiles, 8 x 40, the last one row); 2 x 140 heads at T 65 and 129 do with one or two tiles, the last one
   // holding a single key (backward, 128-key tiles) and, at d 128, a single query row. These take the sm_90a kernels
   // (fwd_sm90.cuh, bwd_sm90.cuh) whenever the build has them and the GPU is an H100 / H200.
   REQUIRE_GPU();

@@ -36,8 +36,8 @@
 namespace trainer::flash::sm90 {
 
 /// Tile configuration: 128 keys per CTA (two consumer warpgroups of 64) x query tiles of 64; kD: head dim (64 or
-/// 128); kStages: Q / dO / L / D stages; kRegsProducer / kRegsConsumer: setmaxnreg budgets (128 threads each; they
-/// must add up to 3 x 168, the register count of __launch_bounds__(384, 1)).
+/// 128); kStages: Q / dO / L / D stages; kRegsProducer / kRegsConsumer: setmaxnreg budgets (128 threads each;
+/// together at most 3 x 168, the register count of __launch_bounds__(384, 1)).
 template <int kD_, int kStages_ = 2, int kRegsProducer_ = 40, int kRegsConsumer_ = 232>
 struct BwdTraits {
   static constexpr int kD = kD_, kWG = 2, kBN = 64 * kWG, kBM = 64, kThreads = 128 * (kWG + 1);
@@ -52,8 +52,11 @@ struct BwdTraits {
                                     kDqStages * kBM * kD * 4 + 8 * kBarriers + 1024;
   static_assert((kD == 64 || kD == 128) && (kDqN == 32 || kDqN == 64), "wgmma tiles");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm_90 CTA");
-  static_assert(kRegsProducer + kWG * kRegsConsumer == 3 * 168 && kRegsProducer % 8 == 0 && kRegsConsumer % 8 == 0,
-                "setmaxnreg budgets must add up to the launch bound's registers (__launch_bounds__(384, 1): 168)");
+  static constexpr int kRegsLaunch = (65536 / kThreads) & ~7;  // 168 under __launch_bounds__(384, 1)
+  static_assert(kRegsProducer <= kRegsLaunch && kRegsConsumer >= kRegsLaunch &&
+                    kRegsProducer + kWG * kRegsConsumer <= (kWG + 1) * kRegsLaunch && kRegsProducer % 8 == 0 &&
+                    kRegsConsumer % 8 == 0,
+                "setmaxnreg: the producer gives registers up, the consumers take at most what it gave");
 };
 
 /// 4 bytes global -> shared, asynchronously; valid = false writes zeros.
@@ -192,6 +195,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       mbar_init(dq_full + s, kConsumers);
       mbar_init(dq_empty + s, 1);  // the dQ warp's issuing lane
     }
+    mbar_init_fence();
   }
   __syncthreads();
 

@@ -100,8 +100,10 @@ void run_bwd(const FlashBwdParams& p, cudaStream_t s) {
 }
 
 namespace {
-/// Key chunks of the forward for this problem (fwd_splits for the mma.sync configuration fwd_launch picks).
+/// Key chunks of the forward for this problem (fwd_splits for the mma.sync configuration fwd_launch picks; 1 where
+/// it takes the Hopper kernel, which never splits).
 int fwd_num_splits(const AttnShape& s, DType dtype) {
+  if (dtype == DType::bf16 && uses_sm90_fwd(s.d_head, s.T, s.H, s.B)) return 1;
   const int64_t bh = int64_t(s.B) * s.H;
   return head_dim_switch(s.d_head, [&](auto d) {
     return dtype == DType::f32 ? fwd_splits<d, true>(int(s.T), bh) : fwd_splits<d, false>(int(s.T), bh);

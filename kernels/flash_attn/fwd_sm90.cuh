@@ -65,9 +65,12 @@ struct FwdTraits {
   // Q, stages of K and V, mbarriers (Q, full and empty per stage), alignment
   static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 8 * (1 + 2 * kStages) + 1024;
   static_assert((kD == 64 || kD == 128) && (kBN == 64 || kBN == 128) && kBM <= 256, "wgmma tiles, TMA box rows");
-  static_assert(kRegsProducer + kWG * kRegsConsumer <= (kWG + 1) * ((65536 / kThreads) & ~7) &&
-                    kRegsProducer % 8 == 0 && kRegsConsumer % 8 == 0,
-                "setmaxnreg budgets beyond the registers of __launch_bounds__(kThreads, 1)");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm_90 CTA");
+  static constexpr int kRegsLaunch = (65536 / kThreads) & ~7;  // per thread under __launch_bounds__(kThreads, 1)
+  static_assert(kRegsProducer <= kRegsLaunch && kRegsConsumer >= kRegsLaunch &&
+                    kRegsProducer + kWG * kRegsConsumer <= (kWG + 1) * kRegsLaunch && kRegsProducer % 8 == 0 &&
+                    kRegsConsumer % 8 == 0,
+                "setmaxnreg: the producer gives registers up, the consumers take at most what it gave");
 };
 
 /// O [B, T, H, d] (bf16, or f32 when p.o_f32) and lse [B, H, T] (f32, natural log; rows < T) from bf16 q, k, v
@@ -100,6 +103,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       mbar_init(full + s, 1);
       mbar_init(empty + s, 128 * Tr::kWG);
     }
+    mbar_init_fence();
   }
   __syncthreads();
 

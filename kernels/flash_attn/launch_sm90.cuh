@@ -28,8 +28,9 @@ void launch_fwd(const FlashParams& p_in, cudaStream_t s) {
 }
 
 /// Backward with tile configuration Tr (BwdTraits): preprocess (D, zeroed accumulators), the dK/dV/dQ kernel (its
-/// inputs also as TMA tensor maps, encoded here per call), the convert pass (dQ, and dK / dV when split). With few key tiles and p.dkv_accum given (bwd_workspace_bytes reserves
-/// it by the same rule) each key tile's query loop is split over CTAs (dkdv_chunk, the rule of the mma.sync path).
+/// inputs also as TMA tensor maps, encoded here per call), the convert pass (dQ, and dK / dV when split). With few
+/// key tiles and p.dkv_accum given (bwd_workspace_bytes reserves it by the same rule) each key tile's query loop is
+/// split over CTAs (dkdv_chunk, the rule of the mma.sync path).
 template <class Tr, bool kCausal>
 void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
   FlashBwdParams p = p_in;

@@ -66,8 +66,8 @@ __device__ __forceinline__ void fence_regs(float (&d)[N]) {
 /// operand reads); each writing thread, before the barrier that publishes them.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-// ---- mbarriers, named barriers, register reallocation (warp-specialized kernels) ----
-// PTX ISA 8.x, "mbarrier", "bar.sync", "setmaxnreg". An mbarrier completes a phase when its expected number of
+// ---- mbarriers and register reallocation (warp-specialized kernels) ----
+// PTX ISA 8.x, "mbarrier", "setmaxnreg". An mbarrier completes a phase when its expected number of
 // arrivals has arrived; waiting names the phase by its parity (the first phase is 0; waiting on parity 1 of a fresh
 // barrier returns at once, which lets a producer treat every stage as free before its first use).
 
@@ -77,6 +77,11 @@ __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))),
                "r"(count)
                : "memory");
+}
+/// After a thread's mbar_init calls (before the CTA barrier that publishes them): makes the initialised barriers
+/// visible to the async proxy (TMA transaction bytes, cp.async arrivals), as CUTLASS's fence_barrier_init does.
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 /// One arrival of this thread (release semantics: its earlier memory accesses happen before the phase completes).
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
@@ -99,10 +104,6 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       "@!done bra WAIT;\n}\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))),
       "r"(parity)
       : "memory");
-}
-/// CTA barrier number `id` (1..15; 0 is __syncthreads) among `threads` threads (a multiple of 32).
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 /// Register reallocation between warpgroups (every warp of the warpgroup executes it): this warpgroup's threads
 /// give up registers down to / take registers up to kRegs (a multiple of 8, 24..256).
