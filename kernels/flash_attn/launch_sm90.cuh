@@ -10,6 +10,17 @@
 
 namespace trainer::flash::sm90 {
 
+/// TMA tensor maps of p's q, k, v views (boxes of q_rows / kv_rows rows); the backward adds dout's. Host, per launch.
+inline TmaMaps qkv_tma_maps(const FlashParams& p, int q_rows, int kv_rows) {
+  const int B = p.batch, T = p.seq_len, H = p.num_heads, d = p.d_head;
+  const int64_t bs = p.qkv_batch_stride, rs = p.qkv_row_stride, hs = p.qkv_head_stride;
+  TmaMaps maps;
+  maps.q = encode_tma_bf16(p.q, B, T, H, d, bs, rs, hs, q_rows);
+  maps.k = encode_tma_bf16(p.k, B, T, H, d, bs, rs, hs, kv_rows);
+  maps.v = encode_tma_bf16(p.v, B, T, H, d, bs, rs, hs, kv_rows);
+  return maps;
+}
+
 /// Forward with tile configuration Tr (FwdTraits): ceil(T / kBM) x H x B CTAs (tile_grid), the inputs also as TMA
 /// tensor maps (encoded here per call). CUDA errors abort (CUDA_CHECK).
 template <class Tr, bool kCausal>
@@ -18,11 +29,7 @@ void launch_fwd(const FlashParams& p_in, cudaStream_t s) {
   p.tile_group = tile_group(p);
   auto kernel = flash_fwd_sm90_kernel<Tr, kCausal>;
   set_smem(kernel, Tr::kSmemBytes);
-  const int B = p.batch, T = p.seq_len, H = p.num_heads, d = p.d_head;
-  TmaMaps maps;
-  maps.q = encode_tma_bf16(p.q, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBM);
-  maps.k = encode_tma_bf16(p.k, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBN);
-  maps.v = encode_tma_bf16(p.v, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBN);
+  const TmaMaps maps = qkv_tma_maps(p, Tr::kBM, Tr::kBN);
   kernel<<<tile_grid(p, ceil_div(p.seq_len, Tr::kBM)), Tr::kThreads, Tr::kSmemBytes, s>>>(p, maps);
   CUDA_CHECK(cudaGetLastError());
 }
@@ -43,12 +50,9 @@ void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
   // Grid (tiles, H, B): each head's key tiles in turn (tile_grid's order moved the previous design's d 64 build by
   // <= 1%, and its computed coordinates made that design's d 128 build spill; kernels/flash_attn/NOTES.md).
   const dim3 grid(unsigned(ceil_div(p.seq_len, Tr::kBN) * splits), unsigned(p.num_heads), unsigned(p.batch));
-  const int B = p.batch, T = p.seq_len, H = p.num_heads, d = p.d_head;
-  TmaMaps maps;
-  maps.q = encode_tma_bf16(p.q, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBM);
-  maps.k = encode_tma_bf16(p.k, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBN);
-  maps.v = encode_tma_bf16(p.v, B, T, H, d, p.qkv_batch_stride, p.qkv_row_stride, p.qkv_head_stride, Tr::kBN);
-  maps.dout = encode_tma_bf16(p.dout, B, T, H, d, p.o_batch_stride, p.o_row_stride, p.o_head_stride, Tr::kBM);
+  TmaMaps maps = qkv_tma_maps(p, Tr::kBM, Tr::kBN);
+  maps.dout = encode_tma_bf16(p.dout, p.batch, p.seq_len, p.num_heads, p.d_head, p.o_batch_stride, p.o_row_stride,
+                              p.o_head_stride, Tr::kBM);
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, s>>>(p, maps);
   CUDA_CHECK(cudaGetLastError());
   launch_bwd_convert(p, splits > 1, s);

@@ -22,6 +22,8 @@
 
 #include <cstdint>
 
+#include "flash_attn/mma.cuh"  // smem_addr
+
 namespace trainer::flash::sm90 {
 
 /// The first 1024-byte aligned byte at or after p (a shared-memory pointer). Pointer arithmetic on p itself, so that
@@ -74,9 +76,7 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 /// Initializes the mbarrier at `bar` (shared, 8-byte aligned) to expect `count` arrivals per phase. One thread, then
 /// a CTA barrier before any use.
 __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))),
-               "r"(count)
-               : "memory");
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
 }
 /// After a thread's mbar_init calls (before the CTA barrier that publishes them): makes the initialised barriers
 /// visible to the async proxy (TMA transaction bytes, cp.async arrivals), as CUTLASS's fence_barrier_init does.
@@ -85,23 +85,19 @@ __device__ __forceinline__ void mbar_init_fence() {
 }
 /// One arrival of this thread (release semantics: its earlier memory accesses happen before the phase completes).
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(bar)))
-               : "memory");
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
 /// One arrival of this thread when all of its earlier cp.async copies have landed (cp.async.mbarrier.arrive.noinc:
 /// the barrier's expected count must include this arrival).
 __device__ __forceinline__ void mbar_arrive_cp_async(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(bar)))
-               : "memory");
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
 /// Waits until the phase of parity `parity` of the mbarrier at `bar` has completed (acquire semantics).
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   asm volatile(
       "{\n.reg .pred done;\nWAIT:\n"
       "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n}\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))),
+      "@!done bra WAIT;\n}\n" ::"r"(smem_addr(bar)),
       "r"(parity)
       : "memory");
 }
