@@ -84,7 +84,7 @@ int fa_bwd_sm90(int variant, void* dqkv, const void* dout, const void* qkv, cons
     case 1: return bwd_variant<sm90::BwdTraits<64, 3, 40, 232>>(p, s);    // three query stages
     case 2: return bwd_variant<sm90::BwdTraits<64, 2, 24, 240>>(p, s);    // consumer registers 240
     case 10: return bwd_variant<sm90::BwdTraits<128, 2, 24, 240>>(p, s);  // production d 128
-    case 11: return bwd_variant<sm90::BwdTraits<128, 2, 40, 232>>(p, s);  // 232 registers: spills, wgmma serialized (C7512)
+    case 11: return bwd_variant<sm90::BwdTraits<128, 2, 40, 232>>(p, s);  // 232 regs: spills, serialized wgmma
     default: return -2;
   }
 }
