@@ -11,6 +11,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "core/memory.h"
 #include "core/tensor.h"
@@ -188,20 +189,44 @@ class Backend {
 };
 
 /// A named range on `be`'s timeline for the scope's lifetime (cat: "phase", "block", "attention", "op"); costs one
-/// pointer test when no profiler is attached.
+/// pointer test when no profiler is attached. "phase" and "block" ranges also set the memory context
+/// (MemoryStats::phase / block), which the memory timeline and the peak's place in the record report.
 class ScopedRange {
  public:
   ScopedRange(Backend& be, const char* name, const char* cat = "op", int index = -1) : sink_(be.range_sink()) {
+    if (cat[0] == 'p' && std::string_view(cat) == "phase") {
+      mem_ = &be.memory();
+      saved_name_ = mem_->phase;
+      mem_->phase = name;
+      kind_ = 1;
+    } else if (cat[0] == 'b' && std::string_view(cat) == "block") {
+      mem_ = &be.memory();
+      saved_name_ = mem_->block_name;
+      saved_index_ = mem_->block;
+      mem_->block_name = name;
+      mem_->block = index;
+      kind_ = 2;
+    }
     if (sink_) sink_->push(name, cat, index);
   }
   ~ScopedRange() {
     if (sink_) sink_->pop();
+    if (kind_ == 1) {
+      mem_->phase = saved_name_;
+    } else if (kind_ == 2) {
+      mem_->block_name = saved_name_;
+      mem_->block = saved_index_;
+    }
   }
   ScopedRange(const ScopedRange&) = delete;
   ScopedRange& operator=(const ScopedRange&) = delete;
 
  private:
   RangeSink* sink_;
+  MemoryStats* mem_ = nullptr;
+  const char* saved_name_ = nullptr;
+  int saved_index_ = -1;
+  int kind_ = 0;  // 0 other, 1 phase, 2 block
 };
 
 struct BackendOptions {

@@ -26,6 +26,9 @@ void MemoryStats::on_alloc(Category c, size_t bytes) {
   if (total > peak_total) {
     peak_total = total;
     at_peak = current;
+    peak_phase = phase;
+    peak_block_name = block_name;
+    peak_block = block;
   }
 }
 
@@ -38,6 +41,9 @@ void MemoryStats::on_free(Category c, size_t bytes) {
 void MemoryStats::reset_peak() {
   peak_total = total;
   at_peak = current;
+  peak_phase = phase;
+  peak_block_name = block_name;
+  peak_block = block;
   peak = current;
 }
 

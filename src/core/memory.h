@@ -18,6 +18,17 @@ struct MemoryStats {
   size_t total = 0;                               // bytes in use now
   size_t peak_total = 0;                          // highest total seen, bytes
 
+  /// Where the program is now: the innermost open "phase" range (forward, backward, finish_backward, optimizer;
+  /// "setup" outside any) and "block" range (name "block" with its index, or "lm_head" with index -1; nullptr outside
+  /// any). ScopedRange keeps them current, whether or not a profiler is attached.
+  const char* phase = "setup";
+  const char* block_name = nullptr;
+  int block = -1;
+  /// The same, at the moment the total peaked.
+  const char* peak_phase = "setup";
+  const char* peak_block_name = nullptr;
+  int peak_block = -1;
+
   void on_alloc(Category c, size_t bytes);
   void on_free(Category c, size_t bytes);
   void reset_peak();                               // peak := current (e.g. after set-up)

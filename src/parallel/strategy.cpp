@@ -6,6 +6,20 @@ namespace trainer {
 
 std::unique_ptr<Strategy> make_none_strategy(const RunConfig& cfg, Backend& be);
 
+void Strategy::attach(Model& model) {
+  attached_ = &model;
+  model.set_residency(this);
+  setup(model);
+}
+
+UnitView Strategy::acquire(int unit, UnitPass pass) { return attached_->full_view(unit, pass); }
+
+void Strategy::release(int unit, UnitPass pass) {
+  attached_->full_release(unit, pass);
+  if ((pass == UnitPass::backward || pass == UnitPass::forward_backward) && micro_ == n_micro_ - 1)
+    on_unit_ready(unit);
+}
+
 std::unique_ptr<Strategy> make_strategy(const RunConfig& cfg, Backend& be, Communicator* comm) {
   const std::string& s = cfg.parallel.strategy;
   if (s == "none") return make_none_strategy(cfg, be);

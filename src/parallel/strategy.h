@@ -1,8 +1,12 @@
-// Strategy: how gradients and optimizer state are shared between data-parallel ranks.
+// Strategy: where weights, gradients and optimizer state live, and how they are shared between data-parallel ranks.
 //
-// The train loop calls, per step: model.zero_grads(); for each microbatch forward + backward(hook) where the hook is
-// on_unit_ready(unit) on the last microbatch only; then finish_backward(); then, with clipping, grad_norm() and
-// optimizer_step(lr, clip factor), or without, optimizer_step(lr, 1, want_norm = true) (the norm read in AdamW's pass).
+// A Strategy is the model's ParamResidency (model/residency.h): the model gets each unit's weights through acquire()
+// and hands its gradient back at release(). The default (none, ddp_*, zero1) serves views of the Model's full flat
+// buffers and, on the step's last microbatch, turns the release of a unit's backward into on_unit_ready(unit).
+//
+// The train step (jobs/train_step.h) calls, per step: model.zero_grads(); for each microbatch begin_microbatch(m, n),
+// forward + backward; then finish_backward(); then, with clipping, grad_norm() and optimizer_step(lr, clip factor),
+// or without, optimizer_step(lr, 1, want_norm = true) (the norm read in AdamW's pass).
 // Gradients accumulate scaled by 1 / (tokens of the global batch), so a sum over ranks is the exact global mean.
 // Implementations: none (one process), ddp_naive, ddp_flat, ddp_overlap, ddp_bucketed, zero1 (src/parallel/*).
 #pragma once
@@ -12,15 +16,30 @@
 #include "backend/backend.h"
 #include "config/config.h"
 #include "model/model.h"
+#include "model/residency.h"
 
 namespace trainer {
 
 class Communicator;
 
-class Strategy {
+class Strategy : public ParamResidency {
  public:
   virtual ~Strategy() = default;
   virtual std::string name() const = 0;
+  /// Binds the strategy to `model` (the model then reaches its weights through acquire / release) and calls setup().
+  void attach(Model& model);
+  /// Whether the Model should allocate the full flat parameter, bf16 copy and gradient buffers (false: fsdp keeps
+  /// shards of its own).
+  virtual bool full_params() const { return true; }
+  /// Before microbatch m (0-based) of n_micro in the step.
+  virtual void begin_microbatch(int m, int n_micro) {
+    micro_ = m;
+    n_micro_ = n_micro;
+  }
+  /// ParamResidency, default: views of the Model's full buffers (Model::full_view); releasing a backward or
+  /// forward_backward use on the step's last microbatch calls on_unit_ready(unit).
+  UnitView acquire(int unit, UnitPass pass) override;
+  void release(int unit, UnitPass pass) override;
   /// Once at start: make every rank's weights rank 0's (broadcast) and set up buckets/shards and optimizer state.
   virtual void setup(Model& model) = 0;
   /// During the last microbatch's backward: unit u's gradient range is complete (model.h: units and layout).
@@ -42,6 +61,10 @@ class Strategy {
   /// Milliseconds of communication in the last step (issued to completed) and the part not hidden behind compute.
   virtual double comm_ms() const { return 0; }
   virtual double comm_exposed_ms() const { return 0; }
+
+ protected:
+  Model* attached_ = nullptr;  // set by attach()
+  int micro_ = 0, n_micro_ = 1;
 };
 
 /// The strategy named by cfg.parallel.strategy. comm may be null only for "none".
