@@ -12,6 +12,7 @@
 #include "io/safetensors.h"
 #include "io/token_data.h"
 #include "jobs/job.h"
+#include "jobs/train_step.h"
 #include "model/model.h"
 #include "optim/schedule.h"
 #include "parallel/strategy.h"
@@ -148,7 +149,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   Profiler profiler(*be, cfg.profile.nvtx, cfg.profile.trace.has_value());
   auto comm = make_communicator(cfg, *be, ctx);
   auto strategy = make_strategy(cfg, *be, comm.get());
-  strategy->setup(model);
+  strategy->attach(model);
   model.reserve(micro, T);
   auto source = make_token_source(cfg.data, dims.vocab_size);
   std::vector<int32_t> inputs(static_cast<size_t>(rank_tokens)), targets(static_cast<size_t>(rank_tokens));
@@ -168,9 +169,23 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   // One set of events per step: start, then (forward end, backward end) per microbatch, comm end, optimizer end.
   std::vector<std::unique_ptr<Event>> ev;
   for (int i = 0; i < 2 * n_micro + 3; ++i) ev.push_back(be->make_event());
+  StepEvents marks;
+  marks.start = ev[0].get();
+  for (int m = 0; m < n_micro; ++m) {
+    marks.forward_end.push_back(ev[size_t(1 + 2 * m)].get());
+    marks.backward_end.push_back(ev[size_t(2 + 2 * m)].get());
+  }
+  marks.comm_end = ev[size_t(2 * n_micro + 1)].get();
+  marks.optimizer_end = ev[size_t(2 * n_micro + 2)].get();
+  StepShape shape;
+  shape.n_micro = n_micro;
+  shape.micro = micro;
+  shape.seq_len = T;
+  shape.global_tokens = global_tokens;
+  shape.backward = do_backward;
+  shape.optimizer = do_step;
   std::vector<double> t_fwd, t_bwd, t_opt, t_step, t_comm, t_exposed;
   json losses = json::array(), gnorms = json::array(), lrs = json::array();
-  const std::function<void(int)> hook = [&](int u) { strategy->on_unit_ready(u); };
 
   for (int step = 0; step < total_steps; ++step) {
     const bool measured = step >= cfg.bench.warmup_steps;
@@ -180,37 +195,8 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                   targets.data());
     model.set_step_tokens(inputs.data(), targets.data());
     if (measured) profiler.begin_step(step + 1);  // numbered from 1, as in the log lines
-    be->record(*ev[0]);
-    if (do_backward) model.zero_grads();
-    for (int m = 0; m < n_micro; ++m) {
-      const int64_t off = int64_t(m) * micro * T;
-      {
-        ScopedRange range(*be, "forward", "phase", m);
-        model.forward(off, micro, T, do_backward, float(1.0 / global_tokens));
-      }
-      be->record(*ev[1 + 2 * m]);
-      if (do_backward) {
-        ScopedRange range(*be, "backward", "phase", m);
-        model.backward(m == n_micro - 1 ? hook : std::function<void(int)>());
-      }
-      be->record(*ev[2 + 2 * m]);
-    }
-    if (do_backward) {
-      ScopedRange range(*be, "finish_backward", "phase");
-      strategy->finish_backward();
-    }
-    be->record(*ev[2 * n_micro + 1]);
-    double gnorm = std::nan(""), lr = learning_rate(cfg.optimizer, step, total_steps);
-    if (do_step) {
-      ScopedRange range(*be, "optimizer", "phase");
-      if (cfg.optimizer.max_grad_norm) {  // the clip factor is needed before the update: a separate pass
-        gnorm = strategy->grad_norm();
-        strategy->optimizer_step(lr, clip_factor(gnorm, cfg.optimizer.max_grad_norm));
-      } else {  // the norm (for the record) is read in AdamW's own pass over the gradients
-        gnorm = strategy->optimizer_step(lr, 1.0, /*want_norm=*/true);
-      }
-    }
-    be->record(*ev[2 * n_micro + 2]);
+    const double lr = learning_rate(cfg.optimizer, step, total_steps);
+    const double gnorm = train_step(*be, model, *strategy, shape, lr, cfg.optimizer.max_grad_norm, marks);
     const double loss = all_ranks_sum(model.step_loss_sum(), ctx) / double(global_tokens);  // syncs
     be->synchronize();
 

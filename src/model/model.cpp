@@ -341,7 +341,25 @@ void Model::sync_work_copy() {
   if (act_dtype_ != DType::f32) be_.cast(params_work(), params());
 }
 
+UnitView Model::full_view(int unit, UnitPass pass) {
+  const int64_t b = layout_.unit_begin(unit), n = layout_.unit_end(unit) - b;
+  if (unit_written_.size() != size_t(layout_.num_units())) unit_written_.assign(size_t(layout_.num_units()), false);
+  UnitView v;
+  v.weights = params_work().slice(b, {n});
+  if (pass == UnitPass::backward || pass == UnitPass::forward_backward) {
+    v.grads = grads().slice(b, {n});
+    v.accumulate = unit_written_[size_t(unit)];
+  }
+  return v;
+}
+
+void Model::full_release(int unit, UnitPass pass) {
+  if (unit_written_.size() != size_t(layout_.num_units())) unit_written_.assign(size_t(layout_.num_units()), false);
+  if (pass == UnitPass::backward || pass == UnitPass::forward_backward) unit_written_[size_t(unit)] = true;
+}
+
 void Model::zero_grads() {
+  unit_written_.assign(size_t(layout_.num_units()), false);
   // The next backward writes instead of accumulating (grad_beta_ = 0: the weight-gradient GEMMs with beta 0, the
   // RMSNorm gains with accumulate_dw false), so only the embedding, whose rows receive scattered adds, is zeroed
   // here. The layout's padding is never written and stays zero from construction.
@@ -499,18 +517,22 @@ void Model::backward(const std::function<void(int)>& on_unit_ready) {
   be_.rmsnorm_bwd(dx, w(lnf, G, {D}), dh, h.x_final.slice(0, {N, D}), w(lnf, W, {D}), h.rstdf.slice(0, {N}),
                   /*accumulate_dw=*/grad_beta_ != 0.f);
   head_range.reset();
-  if (on_unit_ready) on_unit_ready(L + 1);
+  auto unit_done = [&](int u) {
+    if (on_unit_ready) on_unit_ready(u);
+    else if (residency_) residency_->release(u, UnitPass::backward);
+  };
+  unit_done(L + 1);
   for (int l = L - 1; l >= 0; --l) {
     {
       ScopedRange range(be_, "block", "block", l);
       BlockActs a = sized(blocks_[l], rows, T);
       layer_backward(l, dx, a, s);
     }
-    if (on_unit_ready) on_unit_ready(l + 1);
+    unit_done(l + 1);
   }
   be_.embedding_bwd(w(*emb_, G, {V, D}), cur_inputs_, dx);
   grad_beta_ = 1.f;  // later microbatches of the step accumulate
-  if (on_unit_ready) on_unit_ready(0);
+  unit_done(0);
 }
 
 }  // namespace trainer

@@ -21,6 +21,7 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "model/residency.h"
 
 namespace trainer {
 
@@ -110,7 +111,16 @@ class Model {
                float dscale, int64_t loss_slot);
   /// Backward of the last forward; gradients accumulate into grads(). on_unit_ready(u) fires when unit u's gradient
   /// range is complete (only when non-null).
-  void backward(const std::function<void(int)>& on_unit_ready);
+  void backward(const std::function<void(int)>& on_unit_ready = {});
+
+  /// The parallel strategy that provides each unit's weights and takes its gradients (model/residency.h); without
+  /// one (nullptr, the default) the model uses its own full buffers.
+  void set_residency(ParamResidency* r) { residency_ = r; }
+  /// The residency over the Model's own full buffers: unit u's range of the working weights and (backward uses) of
+  /// the gradients; accumulate is true once the unit's gradient was written since zero_grads().
+  UnitView full_view(int unit, UnitPass pass);
+  /// Ends a use of full_view: a backward / forward_backward use marks the unit's gradient written.
+  void full_release(int unit, UnitPass pass);
   /// Resizes and zeroes the step's per-token loss buffer to `tokens` entries (and sizes the step's token buffer).
   void begin_step_losses(int64_t tokens);
   double step_loss_sum();  // (syncs)
@@ -146,6 +156,8 @@ class Model {
   struct HeadActs;
   std::unique_ptr<HeadActs> head_;
   int64_t loss_capacity_ = 0, loss_used_ = 0;
+  ParamResidency* residency_ = nullptr;
+  std::vector<bool> unit_written_;  // [unit] gradient written since zero_grads() (full_view's accumulate)
 };
 
 }  // namespace trainer
