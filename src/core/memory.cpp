@@ -12,6 +12,7 @@ const char* category_name(Category c) {
     case Category::gradients: return "gradients";
     case Category::optimizer: return "optimizer";
     case Category::activations: return "activations";
+    case Category::head: return "head";
     case Category::workspace: return "workspace";
     case Category::communication: return "communication";
     default: return "?";

@@ -7,7 +7,8 @@
 
 namespace trainer {
 
-enum class Category : int { parameters, gradients, optimizer, activations, workspace, communication, kCount };
+// head: the fused LM head + loss's per-chunk buffers (ln_final output, logits, their gradient).
+enum class Category : int { parameters, gradients, optimizer, activations, head, workspace, communication, kCount };
 inline constexpr int kNumCategories = int(Category::kCount);
 const char* category_name(Category c);
 

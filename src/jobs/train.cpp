@@ -129,7 +129,10 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   const bool do_backward = phase != "forward", do_step = phase == "train_step";
   const int total_steps = cfg.bench.warmup_steps + cfg.bench.measure_steps;
 
-  Model model(*be, dims, act, attn, ParamLayout::kAlign * ctx.world_size);
+  auto comm = make_communicator(cfg, *be, ctx);
+  auto strategy = make_strategy(cfg, *be, comm.get());
+  Model model(*be, dims, act, attn, ParamLayout::kAlign * ctx.world_size, strategy->full_params(),
+              ActivationPolicy::from(cfg.checkpointing));
   const nlohmann::json changed = changed_from_preset(cfg.model);
   std::string preset_note;
   if (!cfg.model.preset.empty()) {
@@ -147,9 +150,8 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
     model.init_random(cfg.init.seed);
   }
   Profiler profiler(*be, cfg.profile.nvtx, cfg.profile.trace.has_value());
-  auto comm = make_communicator(cfg, *be, ctx);
-  auto strategy = make_strategy(cfg, *be, comm.get());
   strategy->attach(model);
+  model.release_weight_source();
   model.reserve(micro, T);
   auto source = make_token_source(cfg.data, dims.vocab_size);
   std::vector<int32_t> inputs(static_cast<size_t>(rank_tokens)), targets(static_cast<size_t>(rank_tokens));
