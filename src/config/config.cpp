@@ -650,7 +650,7 @@ const std::vector<KeyDoc>& key_docs() {
       {"output.checkpoint", "null | writable path", "safetensors of the weights written at the end; null: none"},
       {"profile.nvtx", "true | false", "NVTX ranges around layers and phases (for Nsight Systems)"},
       {"profile.trace", "null | writable path", "Chrome trace (chrome://tracing, Perfetto) of the measured steps of job train: phases, blocks, ops and collectives on the GPU timeline; one file for all ranks"},
-      {"profile.memory_timeline", "null | writable path", "device memory timeline by category (not implemented yet: must be null)"},
+      {"profile.memory_timeline", "null | writable path", "job train: every allocation and free (bytes, category, phase, block, time) as JSON for launch/plot_memory.py; rank r > 0 writes PATH with .rank<r> before the extension"},
       {"collective.ops", "non-empty array of " + one_of(kCollectiveOps), "collective_bench: collectives to time"},
       {"collective.sizes_mb", "non-empty array of numbers > 0",
        "collective_bench: MiB of the whole array (nccl-tests size; reduce_scatter input, all_gather output)"},
@@ -842,8 +842,9 @@ void validate_config(const RunConfig& c, int world_size) {
                "ddp_overlap, ddp_bucketed or zero1)", world_size);
   CONFIG_CHECK(!c.profile.trace || c.job == "train",
                "profile.trace: only job 'train' records Chrome traces (job is '{}'); remove the key or set null", c.job);
-  CONFIG_CHECK(!c.profile.memory_timeline,
-               "profile.memory_timeline: memory timelines are not implemented yet; remove the key or set null");
+  CONFIG_CHECK(!c.profile.memory_timeline || c.job == "train",
+               "profile.memory_timeline: only job 'train' logs its allocations (job is '{}'); remove the key or set "
+               "null", c.job);
 
   // files: inputs first, then outputs (check_output_path creates directories, so it runs only for a valid config)
   if (d.source == "tokens") {

@@ -133,6 +133,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   BackendOptions bopts;
   bopts.allow_tf32 = cfg.allow_tf32;
   bopts.gemm_autotune = cfg.gemm_autotune;
+  bopts.memory_timeline = ctx.memory_timeline;  // before anything is allocated; main() writes it
   auto be = make_backend(dev, ctx.local_rank, bopts);
 
   const ModelDims dims = model_dims(cfg.model);
@@ -308,12 +309,15 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
     cat_peak[category_name(Category(i))] = ms.peak[i];
   }
   r["memory"] = {{"peak_bytes", ms.peak_total},
+                 {"reserved_peak_bytes", be->peak_reserved_bytes() ? json(be->peak_reserved_bytes()) : json(nullptr)},
                  {"by_category", by_cat},
                  {"category_peaks", cat_peak},
                  {"optimizer_state_bytes", strategy->optimizer_state_bytes()},
                  {"saved_activation_bytes_per_block", model.saved_bytes_per_block(micro, T)},
                  {"checkpointing", checkpointing_record(model, micro, T)},
-                 {"note", "bytes allocated through the trainer's pool; by_category is the split at the peak"}};
+                 {"note", "bytes allocated through the trainer's pool; by_category is the split at the peak; "
+                          "reserved_peak_bytes: the most the caching allocator held from the device (live blocks "
+                          "rounded up plus cached free ones; null on the cpu, which has no cache)"}};
   if (ctx.world_size > 1) {  // every rank's peak and optimizer state (zero1 shards differ between ranks)
     std::vector<unsigned long long> mine = {ms.peak_total, strategy->optimizer_state_bytes()},
                                     all(2 * size_t(ctx.world_size));
