@@ -12,12 +12,14 @@
 namespace trainer {
 
 class Communicator;
+struct Plan;
 
 struct RunContext {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;       // rank among the processes of this host (picks the GPU)
   int local_size = 1;
+  const Plan* plan = nullptr;  // job train: this rank's plan (plan/planner.h), made before the run; may be null
 };
 
 /// A run that failed part-way (a non-finite loss) together with what it measured until then, for the record

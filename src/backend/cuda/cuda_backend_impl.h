@@ -23,6 +23,7 @@ class CudaBackend final : public Backend {
   std::string name() const override;
   std::string description() const override;
   GemmTuning gemm_tuning() const override { return blas_ ? blas_->tuning() : GemmTuning{}; }
+  size_t device_memory_bytes() const override { return gpu_bytes_; }
 
   void* raw_alloc(size_t bytes) override;
   void raw_free(void* p) override;
