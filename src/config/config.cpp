@@ -887,6 +887,7 @@ void validate_config(const RunConfig& c, int world_size) {
 std::string help_text() {
   std::string s =
       "usage: trainer [CONFIG.json] [--set key.path=value ...] [--print-config] [--log-all-ranks]\n"
+      "       trainer --plan [CONFIG.json] [--set ...] [--world-size N] [--device cpu|cuda] [--json]\n"
       "       trainer --help | --version\n"
       "       mpirun -np N trainer CONFIG.json ...     (one process per GPU; batch_size is split over the N ranks)\n"
       "\n"
@@ -899,6 +900,13 @@ std::string help_text() {
       "                        array elements by index: --set optimizer.betas.1=0.95\n"
       "  --print-config        print the resolved config as JSON and exit\n"
       "  --log-all-ranks       log on every rank (default: rank 0 at info, other ranks at warn)\n"
+      "  --plan                run nothing: print the memory plan (bytes by category at the peak, the peak's\n"
+      "                        phase and block), FLOPs and predicted step time of one rank of the train run,\n"
+      "                        from a dry run of the real code on a meta backend (no GPU needed)\n"
+      "  --world-size N        (--plan) plan for N ranks (default 1, or the mpirun world size)\n"
+      "  --device cpu|cuda     (--plan) the device to plan for; default: the config's device, and for device\n"
+      "                        auto cuda when the config asks for bf16 or flash2, else cpu\n"
+      "  --json                (--plan) print the plan as one JSON object\n"
       "  --help                print this text and exit\n"
       "  --version             print the version and git commit and exit\n"
       "\n"

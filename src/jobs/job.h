@@ -13,6 +13,7 @@ namespace trainer {
 
 class Communicator;
 class MemoryTimeline;
+struct Plan;
 
 struct RunContext {
   int rank = 0;
@@ -22,6 +23,7 @@ struct RunContext {
   /// profile.memory_timeline: the log the job attaches to its backend from its construction on (BackendOptions);
   /// owned by main(), which writes it after the job, whether the job succeeded or ran out of memory. Else nullptr.
   MemoryTimeline* memory_timeline = nullptr;
+  const Plan* plan = nullptr;  // job train: this rank's plan (plan/planner.h), made before the run; may be null
 };
 
 /// A run that failed part-way (a non-finite loss) together with what it measured until then, for the record

@@ -12,6 +12,8 @@
 #include "io/safetensors.h"
 #include "io/token_data.h"
 #include "jobs/job.h"
+#include "jobs/train_setup.h"
+#include "plan/planner.h"
 #include "jobs/train_step.h"
 #include "model/model.h"
 #include "optim/schedule.h"
@@ -135,24 +137,28 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   bopts.gemm_autotune = cfg.gemm_autotune;
   bopts.memory_timeline = ctx.memory_timeline;  // before anything is allocated; main() writes it
   auto be = make_backend(dev, ctx.local_rank, bopts);
+  if (ctx.plan) {
+    spdlog::info("{}", ctx.plan->summary_line());
+    const size_t cap = be->device_memory_bytes();
+    if (cap && ctx.plan->peak_bytes > cap)
+      spdlog::warn("the plan predicts a peak of {} on rank {}, more than the device's {}: expect out of memory "
+                   "(trainer --plan shows where; checkpointing or microbatches lower it)",
+                   format_bytes(ctx.plan->peak_bytes), ctx.rank, format_bytes(cap));
+  }
 
-  const ModelDims dims = model_dims(cfg.model);
-  const DType act = cfg.precision == "bf16" ? DType::bf16 : DType::f32;
-  const AttnImpl attn = cfg.attention == "flash2" ? AttnImpl::flash2 : AttnImpl::naive;
-  const int T = dims.context_length;
-  const int rows_per_rank = cfg.data.batch_size / ctx.world_size;
-  const int micro = cfg.data.microbatch_size > 0 ? cfg.data.microbatch_size : rows_per_rank;
-  const int n_micro = rows_per_rank / micro;
-  const int64_t global_tokens = int64_t(cfg.data.batch_size) * T;
-  const int64_t rank_tokens = int64_t(rows_per_rank) * T;
-  const std::string& phase = cfg.bench.phase;
-  const bool do_backward = phase != "forward", do_step = phase == "train_step";
-  const int total_steps = cfg.bench.warmup_steps + cfg.bench.measure_steps;
-
+  Profiler profiler(*be, cfg.profile.nvtx, cfg.profile.trace.has_value());
   auto comm = make_communicator(cfg, *be, ctx);
-  auto strategy = make_strategy(cfg, *be, comm.get());
-  Model model(*be, dims, act, attn, ParamLayout::kAlign * ctx.world_size, strategy->full_params(),
-              ActivationPolicy::from(cfg.checkpointing));
+  TrainSetup setup = setup_training(cfg, *be, comm.get(), ctx.world_size, /*init_weights=*/true);
+  Model& model = *setup.model;
+  Strategy* strategy = setup.strategy.get();
+  const ModelDims& dims = setup.dims;
+  const StepShape& shape = setup.shape;
+  const int T = dims.context_length;
+  const int rows_per_rank = setup.rows_per_rank, micro = shape.micro, n_micro = shape.n_micro;
+  const int64_t global_tokens = shape.global_tokens, rank_tokens = setup.rank_tokens;
+  const std::string& phase = cfg.bench.phase;
+  const bool do_backward = shape.backward, do_step = shape.optimizer;
+  const int total_steps = cfg.bench.warmup_steps + cfg.bench.measure_steps;
   const nlohmann::json changed = changed_from_preset(cfg.model);
   std::string preset_note;
   if (!cfg.model.preset.empty()) {
@@ -164,15 +170,6 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   spdlog::info("model: {} parameters ({:.1f} M), d_model {}, d_ff {}, {} layers, {} heads, vocab {}, context {}{}",
                model.layout().count(), model.layout().count() / 1e6, dims.d_model, dims.d_ff, dims.num_layers,
                dims.num_heads, dims.vocab_size, dims.context_length, preset_note);
-  if (cfg.init.weights) {
-    model.load(read_safetensors(*cfg.init.weights), *cfg.init.weights);
-  } else {
-    model.init_random(cfg.init.seed);
-  }
-  Profiler profiler(*be, cfg.profile.nvtx, cfg.profile.trace.has_value());
-  strategy->attach(model);
-  model.release_weight_source();
-  model.reserve(micro, T);
   auto source = make_token_source(cfg.data, dims.vocab_size);
   std::vector<int32_t> inputs(static_cast<size_t>(rank_tokens)), targets(static_cast<size_t>(rank_tokens));
   const size_t setup_bytes = be->memory().total;
@@ -195,7 +192,8 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                  cfg.checkpointing.policy,
                  cfg.checkpointing.policy == "every_k" ? fmt::format(" (k {})", cfg.checkpointing.k) : "",
                  format_bytes(model.saved_bytes_per_block(micro, T)), recomputes, dims.num_layers,
-                 lm_head_chunk_rows(int64_t(micro) * T, dims.vocab_size, act, cfg.checkpointing.lm_head_chunk_tokens));
+                 lm_head_chunk_rows(int64_t(micro) * T, dims.vocab_size, model.act_dtype(),
+                                    cfg.checkpointing.lm_head_chunk_tokens));
   }
 
   // One set of events per step: start, then (forward end, backward end) per microbatch, comm end, optimizer end.
@@ -209,13 +207,6 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   }
   marks.comm_end = ev[size_t(2 * n_micro + 1)].get();
   marks.optimizer_end = ev[size_t(2 * n_micro + 2)].get();
-  StepShape shape;
-  shape.n_micro = n_micro;
-  shape.micro = micro;
-  shape.seq_len = T;
-  shape.global_tokens = global_tokens;
-  shape.backward = do_backward;
-  shape.optimizer = do_step;
   std::vector<double> t_fwd, t_bwd, t_opt, t_step, t_comm, t_exposed;
   json losses = json::array(), gnorms = json::array(), lrs = json::array();
 
