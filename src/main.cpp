@@ -203,6 +203,7 @@ int main(int argc, char** argv) {
   // ---- 1. arguments and config: every problem is one line on stderr and exit code 2, before any output ----------
   Args args;
   RunConfig cfg;
+  std::vector<std::string> warnings;  // from resolving the config; logged on rank 0 once logging is set up
   std::string error, plan_assumed;
   int plan_world = world;
   try {
@@ -211,7 +212,8 @@ int main(int argc, char** argv) {
       plan_world = args.world_size > 0 ? args.world_size : world;
       cfg = load_plan_config(args, plan_world, &plan_assumed);
     } else if (!args.help && !args.version) {
-      cfg = load_config(args.config, args.overrides, world, cuda_available());
+      cfg = load_config(args.config, args.overrides, world, cuda_available(),
+                        HostInfo{mpi.local_size(), cuda_device_count()}, &warnings);
       CONFIG_CHECK(args.print_config || cfg.device != "cuda" || cuda_available(),
                    "device: 'cuda' was asked for but {}", TRAINER_HAVE_CUDA_BUILD
                        ? "no CUDA device is visible" : "this trainer was built without CUDA (no nvcc at build time)");
@@ -262,6 +264,8 @@ int main(int argc, char** argv) {
 
   // ---- 2. run the job -----------------------------------------------------------------------------------------
   setup_logging(rank, args.log_all_ranks);
+  if (rank == 0)
+    for (const std::string& w : warnings) spdlog::warn("{}", w);
   const std::string results_path = cfg.output.results ? *cfg.output.results : default_results_path(cfg.name);
   nlohmann::json record = {{"schema", "trainer.result/1"},
                            {"status", "ok"},

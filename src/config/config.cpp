@@ -529,7 +529,8 @@ void apply_override(json& full, const std::string& text) {
 }
 
 // ---- resolution -----------------------------------------------------------------------------------------------
-void resolve(RunConfig& c, const std::string& path, int world_size, bool cuda_available) {
+void resolve(RunConfig& c, const std::string& path, int world_size, bool cuda_available, const HostInfo& host,
+             std::vector<std::string>* warnings) {
   if (!c.model.preset.empty()) {
     const ModelCfg p = preset_model(c.model.preset);
     auto fill = [](int& v, int from) { v = v == 0 ? from : v; };
@@ -542,7 +543,9 @@ void resolve(RunConfig& c, const std::string& path, int world_size, bool cuda_av
   }
   if (c.device == "auto") c.device = cuda_available ? "cuda" : "cpu";
   if (c.attention == "auto") c.attention = c.device == "cuda" && c.precision == "bf16" ? "flash2" : "naive";
-  if (c.parallel.comm == "auto") c.parallel.comm = c.device == "cuda" ? "nccl" : "mpi";
+  const CommChoice comm = resolve_comm(c.parallel.comm, c.device, host);
+  c.parallel.comm = comm.comm;
+  if (!comm.warning.empty() && warnings) warnings->push_back(comm.warning);
   if (c.name.empty()) c.name = path.empty() ? "default" : fs::path(path).stem().string();
   if (c.data.microbatch_size == 0 && world_size > 0) c.data.microbatch_size = c.data.batch_size / world_size;
 }
@@ -615,7 +618,7 @@ const std::vector<KeyDoc>& key_docs() {
        "tokens per chunk of the fused LM head + cross-entropy (logits, loss and their gradients in one pass); "
        "0: auto, the largest multiple of 128 whose logits take at most 256 MiB"},
       {"parallel.strategy", one_of(kStrategies), "how gradients (and optimizer state) are shared between ranks"},
-      {"parallel.comm", one_of(kComms), "communicator; auto: nccl on cuda, else mpi (nccl needs cuda)"},
+      {"parallel.comm", one_of(kComms), "communicator; auto: nccl on cuda with a GPU per rank, else mpi"},
       {"parallel.bucket_mb", "number > 0", "ddp_bucketed bucket size, MiB of fp32 gradients"},
       {"parallel.reduce_dtype", one_of(kReduceDtypes),
        "ddp_*: dtype of the gradients summed over ranks; bf16 halves the bytes (needs comm nccl)"},
@@ -700,8 +703,23 @@ void to_json(json& j, const CollectiveCfg& c) { j = to_value(c); }
 void from_json(const json& j, CollectiveCfg& c) { read_root(j, c, "collective"); }
 
 // ---- public: load and validate --------------------------------------------------------------------------------
+CommChoice resolve_comm(const std::string& comm, const std::string& device, const HostInfo& host) {
+  const bool shared = device == "cuda" && host.cuda_devices > 0 && host.local_size > host.cuda_devices;
+  const std::string sharing = fmt::format("{} ranks share {} GPU(s) on this host", host.local_size, host.cuda_devices);
+  if (comm == "auto") {
+    if (device != "cuda") return {"mpi", ""};
+    if (!shared) return {"nccl", ""};
+    return {"mpi", fmt::format("parallel.comm: auto resolves to mpi, not nccl: {} (NCCL needs a GPU per rank)",
+                               sharing)};
+  }
+  CONFIG_CHECK(comm != "nccl" || !shared,
+               "parallel.comm: 'nccl' needs a GPU per rank, but {} (NCCL would fail or hang); use parallel.comm=mpi",
+               sharing);
+  return {comm, ""};
+}
+
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size,
-                      bool cuda_available) {
+                      bool cuda_available, const HostInfo& host, std::vector<std::string>* warnings) {
   TRAINER_CHECK(world_size >= 1, "load_config: world_size {} < 1", world_size);
   const std::string text = path.empty() ? std::string(build::kDefaultConfig) : read_text_file(path);
   const json doc = parse_config_text(text, path.empty() ? "<embedded default config>" : path);
@@ -715,7 +733,7 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
     from_json(full, overridden);  // wrong types given by an override
     c = std::move(overridden);
   }
-  resolve(c, path, world_size, cuda_available);
+  resolve(c, path, world_size, cuda_available, host, warnings);
   validate_config(c, world_size);
   return c;
 }
@@ -930,7 +948,8 @@ std::string help_text() {
                      p.d_ff, p.num_layers, p.num_heads);
   }
   s += "\nresolution: device auto -> cuda if available else cpu; attention auto -> flash2 for bf16 on cuda else\n"
-       "naive; parallel.comm auto -> nccl on cuda else mpi; name \"\" -> config file stem; data.microbatch_size 0 ->\n"
+       "naive; parallel.comm auto -> nccl on cuda with a GPU per rank else mpi (with a warning when ranks share a\n"
+       "GPU); name \"\" -> config file stem; data.microbatch_size 0 ->\n"
        "batch_size / world_size. Config errors exit with code 2 before any output is written.\n";
   return s;
 }

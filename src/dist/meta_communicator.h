@@ -25,6 +25,16 @@ class MetaCommunicator final : public Communicator {
   std::unique_ptr<Work> all_gather(Tensor out, const Tensor& in, bool async = false) override;
   std::unique_ptr<Work> broadcast(Tensor buf, int root, bool async = false) override;
   void barrier() override {}
+  // Host collectives: as if every rank held this rank's values (sums and extrema leave them as they are; gathers
+  // repeat them), which keeps layout checks and norms of the dry run consistent. They cost nothing.
+  void all_reduce_host(double*, size_t, HostOp) override {}
+  void all_reduce_host(int64_t*, size_t, HostOp) override {}
+  void all_reduce_host(uint64_t*, size_t, HostOp) override {}
+  void all_gather_host(const void* mine, size_t bytes, void* all) override;
+  void broadcast_host(void*, size_t, int) override {}
+  std::vector<std::string> gather_host(const std::string& mine, int root) override;
+  /// Every rank is assumed to pass the same colour: a MetaCommunicator of the same rank and size.
+  std::unique_ptr<Communicator> split(int color, int key) override;
 
   /// Bytes this rank would send (busbw convention) and the predicted seconds, since construction or reset_cost().
   double bytes() const { return bytes_; }

@@ -1,9 +1,7 @@
 // job = "train": forward / forward_backward / train_step benchmark and training loop.
-#include <mpi.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 
 #include "dist/bootstrap.h"
@@ -30,11 +28,9 @@ double peak_tflops(const RunConfig& c) {
   return c.precision == "bf16" ? 756.0 : (c.allow_tf32 ? 378.0 : 51.0);
 }
 
-double all_ranks_sum(double x, const RunContext& ctx) {
-  if (ctx.world_size == 1) return x;
-  double out = 0;
-  MPI_CHECK(MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-  return out;
+double all_ranks_sum(double x, Communicator& comm) {
+  comm.all_reduce_host(&x, 1, HostOp::sum);
+  return x;
 }
 
 std::string fmt_rate(double tok_s) {
@@ -55,30 +51,14 @@ void save_checkpoint(const Model& model, const std::string& path) {
 }
 
 /// Gathers every rank's trace events to rank 0, which writes one Chrome trace file (atomically). Collective.
-void write_trace(const std::string& path, const Profiler& profiler, const RunContext& ctx) {
-  const std::string mine = profiler.trace_events(ctx.rank).dump();
-  std::string all = mine;
-  if (ctx.world_size > 1) {
-    const int n = int(mine.size());
-    std::vector<int> counts(size_t(ctx.world_size)), displs(size_t(ctx.world_size));
-    MPI_CHECK(MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
-    std::string buf;
-    if (ctx.rank == 0) {
-      int64_t total = 0;
-      for (int i = 0; i < ctx.world_size; ++i) {
-        displs[size_t(i)] = int(total);
-        total += counts[size_t(i)];
-      }
-      TRAINER_CHECK(total < INT32_MAX, "profile.trace: the ranks' traces are {} bytes together, over 2 GiB", total);
-      buf.resize(size_t(total));
-    }
-    MPI_CHECK(MPI_Gatherv(mine.data(), n, MPI_CHAR, buf.data(), counts.data(), displs.data(), MPI_CHAR, 0,
-                          MPI_COMM_WORLD));
-    if (ctx.rank != 0) return;
+void write_trace(const std::string& path, const Profiler& profiler, Communicator& comm) {
+  std::string all = profiler.trace_events(comm.rank()).dump();
+  if (comm.size() > 1) {
+    const std::vector<std::string> parts = comm.gather_host(all, /*root=*/0);
+    if (comm.rank() != 0) return;
     nlohmann::json merged = nlohmann::json::array();
-    for (int i = 0; i < ctx.world_size; ++i)
-      for (auto& e : nlohmann::json::parse(buf.substr(size_t(displs[size_t(i)]), size_t(counts[size_t(i)]))))
-        merged.push_back(std::move(e));
+    for (const std::string& part : parts)
+      for (auto& e : nlohmann::json::parse(part)) merged.push_back(std::move(e));
     all = merged.dump();
   }
   const std::string head = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": ", tail = "}\n";
@@ -220,7 +200,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
     if (measured) profiler.begin_step(step + 1);  // numbered from 1, as in the log lines
     const double lr = learning_rate(cfg.optimizer, step, total_steps);
     const double gnorm = train_step(*be, model, *strategy, shape, lr, cfg.optimizer.max_grad_norm, marks);
-    const double loss = all_ranks_sum(model.step_loss_sum(), ctx) / double(global_tokens);  // syncs
+    const double loss = all_ranks_sum(model.step_loss_sum(), *comm) / double(global_tokens);  // syncs
     be->synchronize();
 
     double fwd = 0, bwd = 0;
@@ -266,6 +246,11 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   }
 
   // ---- the job's part of the result record -----------------------------------------------------------------------
+  // A step is done when its slowest rank is: the step statistics (and the throughput) use, per step, the maximum over
+  // ranks of the step time; each rank's own mean is listed in timing.per_rank.
+  double own_mean_step = 0;
+  for (double x : t_step) own_mean_step += x / double(t_step.size());
+  comm->all_reduce_host(t_step.data(), t_step.size(), HostOp::max);
   json r;
   const double fpt = forward_flops_per_token(dims);
   r["model"] = {{"preset", cfg.model.preset.empty() ? json(nullptr) : json(cfg.model.preset)},
@@ -282,6 +267,12 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   if (ctx.world_size > 1) {
     r["timing"]["comm"] = timing_stats(t_comm);
     r["timing"]["comm_exposed"] = timing_stats(t_exposed);
+    std::vector<double> means(size_t(ctx.world_size));
+    comm->all_gather_host(&own_mean_step, sizeof own_mean_step, means.data());
+    json per_rank = json::array();
+    for (int i = 0; i < ctx.world_size; ++i)
+      per_rank.push_back({{"rank", i}, {"step_mean_ms", t_step.empty() ? json(nullptr) : json(means[size_t(i)])}});
+    r["timing"]["per_rank"] = per_rank;
   }
   double mean_step = 0;
   for (double x : t_step) mean_step += x / double(t_step.size());
@@ -310,10 +301,9 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                           "reserved_peak_bytes: the most the caching allocator held from the device (live blocks "
                           "rounded up plus cached free ones; null on the cpu, which has no cache)"}};
   if (ctx.world_size > 1) {  // every rank's peak and optimizer state (zero1 shards differ between ranks)
-    std::vector<unsigned long long> mine = {ms.peak_total, strategy->optimizer_state_bytes()},
-                                    all(2 * size_t(ctx.world_size));
-    MPI_CHECK(MPI_Allgather(mine.data(), 2, MPI_UNSIGNED_LONG_LONG, all.data(), 2, MPI_UNSIGNED_LONG_LONG,
-                            MPI_COMM_WORLD));
+    const uint64_t mine[2] = {ms.peak_total, strategy->optimizer_state_bytes()};
+    std::vector<uint64_t> all(2 * size_t(ctx.world_size));
+    comm->all_gather_host(mine, sizeof mine, all.data());
     json per_rank = json::array();
     for (int i = 0; i < ctx.world_size; ++i)
       per_rank.push_back({{"rank", i}, {"peak_bytes", all[2 * i]}, {"optimizer_state_bytes", all[2 * i + 1]}});
@@ -331,7 +321,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                  tune.shapes, tune.changed, tune.heuristic_ms, tune.tuned_ms);
   if (profiler.tracing()) {
     r["profile"] = profiler.summary();
-    write_trace(*cfg.profile.trace, profiler, ctx);
+    write_trace(*cfg.profile.trace, profiler, *comm);
     r["profile"]["trace"] = *cfg.profile.trace;
     if (ctx.rank == 0)  // rank 0 writes the one file of all ranks
       spdlog::info("trace of {} step(s) written to {} (open in chrome://tracing or ui.perfetto.dev)",
