@@ -106,7 +106,8 @@ TEST_CASE("planner: FLOPs per step are 3 x forward_flops_per_token x tokens with
 TEST_CASE("planner: the cuda target mirrors the CUDA backend's own buffers", "[planner]") {
   // bf16 flash2 on the meta cuda backend: the planner needs no GPU. The workspace holds at least the cuBLASLt
   // workspace (32 MiB) and the reduction partials; parameters are fp32 master + bf16 copy (6 bytes per element).
-  RunConfig cfg = load_config("", {"model.preset=tiny", "device=cuda", "precision=bf16", "data.batch_size=2"}, 1, true);
+  RunConfig cfg = load_config(
+      "", {"model.preset=tiny", "device=cuda", "precision=bf16", "data.source=random", "data.batch_size=2"}, 1, true);
   const Plan p = make_plan(cfg, 1);
   const ModelDims d = model_dims(cfg.model);
   const ParamLayout layout(d);
