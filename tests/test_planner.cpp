@@ -117,8 +117,8 @@ TEST_CASE("planner: the cuda target mirrors the CUDA backend's own buffers", "[p
   CHECK(p.category_peaks[size_t(Category::parameters)] <= size_t(layout.total() + 64) * 6);
   CHECK(p.device_memory_bytes > 0);
 
-  // Strategies over several ranks (zero1's shards, NCCL vs MPI) are checked through the binary (tests/cli/test_plan.py):
-  // their set-up still calls MPI directly, which this executable does not initialise.
+  // Strategies over several ranks (zero1's shards, NCCL vs MPI) are checked through the binary
+  // (tests/cli/test_plan.py): their set-up still calls MPI directly, which this executable does not initialise.
 }
 
 TEST_CASE("meta backend: fake addresses, no-op ops that count FLOPs and bytes", "[planner]") {
