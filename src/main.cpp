@@ -127,18 +127,26 @@ RunConfig load_plan_config(const Args& a, int world, std::string* assumed) {
   }
   RunConfig on_cuda = load_config(a.config, ov, world, /*cuda_available=*/true);
   if (on_cuda.device != "cuda") return on_cuda;  // the config says cpu
-  RunConfig on_cpu;
+  // device 'cuda' or 'auto'? Without a GPU, auto resolves to cpu (asked with the CUDA-only settings taken out).
+  bool is_auto = false;
+  try {
+    std::vector<std::string> probe = ov;
+    for (const char* o : {"precision=fp32", "attention=naive", "parallel.comm=mpi", "parallel.reduce_dtype=fp32"})
+      probe.push_back(o);
+    is_auto = load_config(a.config, probe, world, /*cuda_available=*/false).device == "cpu";
+  } catch (const ConfigError&) {
+  }
+  if (!is_auto) return on_cuda;
+  std::optional<RunConfig> on_cpu;
   try {
     on_cpu = load_config(a.config, ov, world, /*cuda_available=*/false);
-  } catch (const ConfigError&) {
-    return on_cuda;  // it needs cuda (asked for it, or bf16 / nccl)
+  } catch (const ConfigError&) {  // it needs cuda (bf16, nccl)
   }
-  if (on_cpu.device == "cuda") return on_cuda;  // device 'cuda' in the config
-  const bool wants_cuda = on_cuda.precision == "bf16" || on_cpu.attention == "flash2";
+  const bool wants_cuda = !on_cpu || on_cuda.precision == "bf16" || on_cpu->attention == "flash2";
   *assumed = fmt::format("device auto: planned for {} ({}; --device cpu|cuda to choose)",
                          wants_cuda ? "cuda (an H200)" : "cpu",
-                         wants_cuda ? "the config asks for bf16 or flash2" : "the config runs on the CPU");
-  return wants_cuda ? on_cuda : on_cpu;
+                         wants_cuda ? "the config asks for bf16, flash2 or nccl" : "the config runs on the CPU");
+  return wants_cuda ? on_cuda : *on_cpu;
 }
 
 /// trainer --plan: prints rank 0's plan (and every rank's where they differ). Returns the exit code.

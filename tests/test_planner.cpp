@@ -106,7 +106,8 @@ TEST_CASE("planner: FLOPs per step are 3 x forward_flops_per_token x tokens with
 TEST_CASE("planner: the cuda target mirrors the CUDA backend's own buffers", "[planner]") {
   // bf16 flash2 on the meta cuda backend: the planner needs no GPU. The workspace holds at least the cuBLASLt
   // workspace (32 MiB) and the reduction partials; parameters are fp32 master + bf16 copy (6 bytes per element).
-  RunConfig cfg = load_config("", {"model.preset=tiny", "device=cuda", "precision=bf16", "data.batch_size=2"}, 1, true);
+  RunConfig cfg = load_config(
+      "", {"model.preset=tiny", "device=cuda", "precision=bf16", "data.source=random", "data.batch_size=2"}, 1, true);
   const Plan p = make_plan(cfg, 1);
   const ModelDims d = model_dims(cfg.model);
   const ParamLayout layout(d);
@@ -116,8 +117,8 @@ TEST_CASE("planner: the cuda target mirrors the CUDA backend's own buffers", "[p
   CHECK(p.category_peaks[size_t(Category::parameters)] <= size_t(layout.total() + 64) * 6);
   CHECK(p.device_memory_bytes > 0);
 
-  // Strategies over several ranks (zero1's shards, NCCL vs MPI) are checked through the binary (tests/cli/test_plan.py):
-  // their set-up still calls MPI directly, which this executable does not initialise.
+  // Strategies over several ranks (zero1's shards, NCCL vs MPI) are checked through the binary
+  // (tests/cli/test_plan.py): their set-up still calls MPI directly, which this executable does not initialise.
 }
 
 TEST_CASE("meta backend: fake addresses, no-op ops that count FLOPs and bytes", "[planner]") {

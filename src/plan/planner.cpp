@@ -67,6 +67,7 @@ Plan make_plan(const RunConfig& cfg, int world_size, int rank) {
   // One step as the train job runs it (jobs/train.cpp): the step's losses and tokens, then train_step.
   s.model->begin_step_losses(s.rank_tokens);
   p.setup_bytes = be.memory().total;
+  const auto setup_high = be.phase_high_water();  // "setup" before the step (outside the step's phases it reads so too)
   be.reset_cost();
   comm.reset_cost();
   const std::vector<int32_t> tokens(size_t(s.rank_tokens), 0);
@@ -82,6 +83,7 @@ Plan make_plan(const RunConfig& cfg, int world_size, int rank) {
   if (ms.peak_block_name)
     p.peak_block = ms.peak_block >= 0 ? fmt::format("{} {}", ms.peak_block_name, ms.peak_block) : ms.peak_block_name;
   p.phase_high_water = be.phase_high_water();
+  p.phase_high_water["setup"] = setup_high.count("setup") ? setup_high.at("setup") : 0;
   const MetaCost& c = be.cost();
   p.flops = c.flops;
   p.executed_flops = c.executed_flops;

@@ -1,8 +1,8 @@
 // The planner: memory, FLOPs and a predicted step time of a train run, per rank, without running it.
 //
 // It is a dry run of the real code on the meta backend (backend/meta): the same set-up as the train job
-// (jobs/train_setup.h: Model, Strategy, activation store) and exactly one step through train_step() (jobs/train_step.h),
-// on a backend that allocates nothing and runs no op, with a MetaCommunicator as rank `rank` of `world_size`. What
+// (jobs/train_setup.h: Model, Strategy, activation store) and exactly one step through train_step()
+// (jobs/train_step.h), on a backend that allocates nothing and runs no op, with a MetaCommunicator as rank `rank` of `world_size`. What
 // its MemoryStats saw is the prediction (peak, split by category at the peak, the phase and block of the peak), so
 // the plan follows whatever the model, the checkpointing policy or the strategy allocates. A pure function of the
 // resolved config and the world size: no GPU, no MPI traffic, nothing written.
