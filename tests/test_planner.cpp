@@ -103,7 +103,7 @@ TEST_CASE("planner: predicted peak and categories within 5% of a real CPU run, e
 
 TEST_CASE("planner: FLOPs per step are 3 x forward_flops_per_token x tokens without recompute", "[planner]") {
   for (const auto& model : kModels) {
-    const RunConfig cfg = run_config(model, "none", 4, 2);
+    const RunConfig cfg = run_config(model, {"checkpointing.policy=none"}, 4, 2);
     const Plan plan = make_plan(cfg, 1);
     const double want = 3.0 * forward_flops_per_token(model_dims(cfg.model)) * double(cfg.data.batch_size) *
                         double(cfg.model.context_length);
