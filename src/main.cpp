@@ -293,8 +293,14 @@ int main(int argc, char** argv) {
     RunContext ctx{rank, world, mpi.local_rank(), mpi.local_size(),
                    cfg.profile.memory_timeline ? &timeline : nullptr};
     if (cfg.job == "train") {  // the prediction goes into the record beside the measurement (and into an OOM record)
-      plan = make_plan(cfg, world, rank);
-      ctx.plan = &*plan;
+      try {
+        plan = make_plan(cfg, world, rank);
+        ctx.plan = &*plan;
+      } catch (const ConfigError&) {
+        throw;
+      } catch (const std::exception& e) {  // a planner failure costs the prediction, not the run
+        spdlog::warn("plan: the dry run failed ({}); the record carries no prediction", e.what());
+      }
     }
     nlohmann::json part;
     if (cfg.job == "train") part = run_train(cfg, ctx);
