@@ -22,6 +22,8 @@ def row(path):
         return {"name": pathlib.Path(path).stem, "status": f"unreadable ({e})"}
     if isinstance(r, list):  # a torch_bench sweep file
         r = r[0] if r else {}
+    if str(r.get("schema", "")).startswith("trainer.memory_timeline"):
+        return None  # a timeline, not a record
     out = {"name": pathlib.Path(path).stem, "status": r.get("status", "?")}
     if not str(r.get("schema", "")).startswith("trainer.result"):  # torch_bench record
         c = r.get("config", {})
@@ -57,7 +59,7 @@ def main():
     ap.add_argument("records", nargs="+")
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args()
-    rows = [row(p) for p in a.records]
+    rows = [r for r in (row(p) for p in a.records) if r is not None]
     head = ["record", "status", "ctx", "policy", "step ms", "peak GiB", "planned GiB", "planned/measured",
             "activations GiB", "head GiB"]
     lines = []
