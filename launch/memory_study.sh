@@ -7,7 +7,8 @@
 #   stages: regress   xl bf16 ctx 512 with selective (the default) and none: the step against earlier versions
 #           policies  xl bf16 ctx 2048: none, selective, full (overheads against none)
 #           everyk    xl bf16 ctx 2048: every_k with k = 1, 2, 4, 8, 16, 32 (handout 3.2 b), plus sqrt and nested
-#           long      xl bf16 at ctx 8192 (selective, full), 16384 (full), 32768 (full, sqrt, nested)
+#           long      xl bf16 at ctx 8192 (selective), 16384 (full on blocks 0-20), 32768 (full, sqrt, nested)
+#           long_full xl bf16 at ctx 8192 and 16384 with full
 #           b8        the 8B shape with 4 blocks, batch 1, ctx 32768 (head category, step time)
 #           timeline  memory timelines of xl ctx 2048: forward only, a train step with none and with full (+ PNGs)
 #           peer      PyTorch compiled, per-block checkpointing, xl bf16 ctx 8192 and 16384 (launch/torch_bench.py)
@@ -50,11 +51,15 @@ for stage in "$@"; do
       run xl_c2048_nested xl.json 1 3 model.context_length=2048 checkpointing.policy=nested ;;
     long)
       run xl_c8192_selective xl.json 1 2 model.context_length=8192
+      # as few recomputed blocks as fit (the planner's choice): blocks 0-20 recomputed, the last 11 stored
+      run xl_c16384_full_blocks0-20 xl.json 1 2 model.context_length=16384 checkpointing.policy=full \
+        "checkpointing.blocks=[$(seq -s, 0 20)]"
+      for p in full sqrt nested; do
+        run "xl_c32768_$p" xl.json 1 1 model.context_length=32768 checkpointing.policy=$p
+      done ;;
+    long_full)
       run xl_c8192_full xl.json 1 2 model.context_length=8192 checkpointing.policy=full
-      run xl_c16384_full xl.json 1 2 model.context_length=16384 checkpointing.policy=full
-      run xl_c32768_full xl.json 1 2 model.context_length=32768 checkpointing.policy=full
-      run xl_c32768_sqrt xl.json 1 2 model.context_length=32768 checkpointing.policy=sqrt
-      run xl_c32768_nested xl.json 1 2 model.context_length=32768 checkpointing.policy=nested ;;
+      run xl_c16384_full xl.json 1 2 model.context_length=16384 checkpointing.policy=full ;;
     b8)
       run b8_4blocks_selective leaderboard_8b.json 2 5 model.num_layers=4 data.batch_size=1
       run b8_4blocks_none leaderboard_8b.json 2 5 model.num_layers=4 data.batch_size=1 checkpointing.policy=none ;;
@@ -65,7 +70,7 @@ for stage in "$@"; do
           profile.memory_timeline="$out/xl_c2048_timeline_$1_$2.memory.json"
         /usr/bin/env python3 "$here/plot_memory.py" "$out/xl_c2048_timeline_$1_$2.memory.json" \
           -o "$out/xl_c2048_timeline_$1_$2.png" --title "xl bf16 batch 4 ctx 2048: $1, checkpointing $2" \
-          > "$out/xl_c2048_timeline_$1_$2.top.txt" 2>&1 || echo "   plot failed" >&2
+          > "$out/xl_c2048_timeline_$1_$2.top.txt" 2>&1 || echo "   plot failed (matplotlib?)" >&2
       done ;;
     peer)
       for c in 8192 16384; do

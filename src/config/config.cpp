@@ -616,7 +616,7 @@ const std::vector<KeyDoc>& key_docs() {
        "none / selective"},
       {"checkpointing.lm_head_chunk_tokens", "integer >= 0",
        "tokens per chunk of the fused LM head + cross-entropy (logits, loss and their gradients in one pass); "
-       "0: auto, the largest multiple of 128 whose logits take at most 256 MiB"},
+       "0: auto, the largest multiple of 128 whose logits take at most 768 MiB"},
       {"parallel.strategy", one_of(kStrategies), "how gradients (and optimizer state) are shared between ranks"},
       {"parallel.comm", one_of(kComms), "communicator; auto: nccl on cuda with a GPU per rank, else mpi"},
       {"parallel.bucket_mb", "number > 0", "ddp_bucketed bucket size, MiB of fp32 gradients"},

@@ -95,7 +95,10 @@ std::vector<Segment> ActivationPolicy::segments(int L) const {
 
 int64_t lm_head_chunk_rows(int64_t N, int64_t vocab, DType act, int chunk_tokens) {
   if (chunk_tokens > 0) return std::max<int64_t>(1, std::min<int64_t>(N, chunk_tokens));
-  const int64_t budget = int64_t(256) << 20;
+  // 768 MiB: each chunk after the first reads and writes the head's fp32 weight gradient [V, D] once more (dW += ...),
+  // so chunks should be few; the 8B shape (V 151936, D 4096): 2560-token chunks, 13 of them at 32768 tokens, the
+  // head category 0.76 GiB (with 768-token chunks the extra traffic cost 50 ms of a 720 ms 4-block step).
+  const int64_t budget = int64_t(768) << 20;
   const int64_t rows = budget / std::max<int64_t>(1, vocab * int64_t(dtype_size(act))) / 128 * 128;
   return std::max<int64_t>(1, std::min<int64_t>(N, std::max<int64_t>(128, rows)));
 }
