@@ -107,6 +107,10 @@ int main(int argc, char** argv) {
       CONFIG_CHECK(args.print_config || cfg.device != "cuda" || cuda_available(),
                    "device: 'cuda' was asked for but {}", TRAINER_HAVE_CUDA_BUILD
                        ? "no CUDA device is visible" : "this trainer was built without CUDA (no nvcc at build time)");
+      // NCCL needs a GPU of its own per rank; ranks sharing one would fail or hang in its set-up (issue 16).
+      CONFIG_CHECK(args.print_config || cfg.parallel.comm != "nccl" || mpi.local_size() <= cuda_device_count(),
+                   "parallel.comm: 'nccl' needs one GPU per rank, but {} ranks on this host share {} GPU(s); use "
+                   "parallel.comm=mpi", mpi.local_size(), cuda_device_count());
     }
   } catch (const ConfigError& e) {
     error = e.what();

@@ -149,6 +149,20 @@ TEST_CASE("config: every preset config file resolves", "[config]") {
   }
 }
 
+TEST_CASE("config: configs/xl_fsdp.json resolves to the handout's FSDP run on 2 ranks", "[config]") {
+  TempDir dir;
+  const std::string path = std::string(trainer::build::kSourceDir) + "/configs/xl_fsdp.json";
+  const RunConfig c = load_config(path, {"output.results=" + dir.path("r.json")}, 2, /*cuda_available=*/true);
+  check_dims(c.model, kTable1[4]);
+  CHECK(std::string(kTable1[4].name) == "xl");
+  CHECK(c.precision == "bf16");
+  CHECK(c.attention == "flash2");
+  CHECK(c.parallel.strategy == "fsdp");
+  CHECK(c.parallel.prefetch_layers == 2);
+  CHECK(c.data.batch_size == 8);
+  CHECK(c.data.microbatch_size == 4);  // the handout's batch 4 on each of 2 ranks
+}
+
 TEST_CASE("config: embedded default is configs/default.json and resolves", "[config]") {
   const std::string src = std::string(trainer::build::kSourceDir) + "/configs/default.json";
   CHECK(json::parse(trainer::build::kDefaultConfig) == json::parse(read_text(src)));
@@ -450,6 +464,7 @@ TEST_CASE("config: validation rules", "[config]") {
                                     "bench.measure_steps=0", "optimizer.weight_decay=0"}));
   CHECK_NOTHROW(load_doc(dir, doc, {"precision=bf16", "device=cuda"}));
   CHECK_NOTHROW(load_doc(dir, doc, {"data.batch_size=8", "data.microbatch_size=2", "parallel.strategy=zero1"}, 2));
+  CHECK_NOTHROW(load_doc(dir, doc, {"data.batch_size=6", "parallel.strategy=fsdp", "parallel.prefetch_layers=0"}, 3));
   // One process per run unless a data-parallel strategy is chosen; unimplemented outputs are refused, not ignored.
   REQUIRE_THROWS_WITH(load_doc(dir, doc, {"data.batch_size=8"}, 2), Contains("parallel.strategy: 'none' runs one"));
   CHECK_NOTHROW(load_doc(dir, doc, {"profile.trace=" + dir.path("t.json")}));
