@@ -22,6 +22,13 @@ p *= 1 - lr wd and everything else are the same. With eps = 1e-8 the difference 
 Phases: forward (the loss, autograd on unless --forward-no-grad, graph dropped), forward_backward, train_step
 (zero grads, forward, backward, optional clipping, optimizer step). Random tokens, the same batch every step.
 
+Activation checkpointing (--checkpoint block): every Transformer block runs under
+torch.utils.checkpoint.checkpoint(block, x, ..., use_reentrant=False), so only each block's input is kept and its
+forward is recomputed in the backward (the trainer's checkpointing.policy "full"); recorded as config.checkpoint.
+For the long-context comparisons, e.g. xl bf16 batch 4 at ctx 8192 and 16384:
+    python launch/torch_bench.py --preset xl --mode compiled --batch 4 --ctx 16384 --checkpoint block \
+        --json results/torch_xl_compiled_ckpt_16k.json
+
 Timing: `warmup` untimed steps, then `steps` steps, each between two CUDA events and followed by
 torch.cuda.synchronize() (time.perf_counter on the CPU). Peak memory is torch.cuda.max_memory_allocated() over
 warm-up and measured steps (parameters, grads and optimizer state included). An out-of-memory error gives a row
@@ -67,12 +74,16 @@ from typing import Dict, List, Optional
 FORCED_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 os.environ.update(FORCED_ENV)
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "parity"))
-import reference_model as ref  # noqa: E402  (the one implementation of the model, shared with the parity tests)
+try:
+    import torch  # noqa: E402
+    import torch.distributed as dist  # noqa: E402
+    import torch.utils.checkpoint  # noqa: E402
+    import reference_model as ref  # noqa: E402  (the one implementation of the model, shared with the parity tests)
+except ImportError as e:   # --help still works; anything else stops in parse_args with one line
+    torch = dist = ref = None
+    TORCH_IMPORT_ERROR = str(e)
 
 # DESIGN.md Table 1 and src/config/presets.cpp: (vocab, context, d_model, d_ff, num_layers, num_heads).
 # --vocab and --ctx override the first two. tiny (the trainer's test model) is for smoke tests on a CPU.
@@ -94,6 +105,7 @@ def preset_config(preset: str, vocab, ctx) -> "ref.ModelConfig":
 SWEEP_PRESETS = ["small", "medium", "large", "xl", "10B"]
 MODES = ["fp32", "bf16", "compiled"]
 PHASES = ["forward", "forward_backward", "train_step"]   # in order of memory use: an OOM skips the later phases
+CHECKPOINTS = ["none", "block"]   # --checkpoint: none, or every block recomputed in the backward
 SCHEMA = "torch_bench.result/1"
 GIB = 1024 ** 3
 
@@ -101,15 +113,32 @@ GIB = 1024 ** 3
 # ---------------------------------------------------------------------------------------------------------------------
 # One run
 # ---------------------------------------------------------------------------------------------------------------------
-class LossModule(torch.nn.Module):
-    """(inputs [B, T], targets [B, T]) -> mean cross-entropy; wraps the model so torch.compile sees the loss too."""
+if torch is not None:
+    class LossModule(torch.nn.Module):
+        """(inputs [B, T], targets [B, T]) -> mean cross-entropy; wraps the model so torch.compile sees the loss."""
 
-    def __init__(self, model: torch.nn.Module):
-        super().__init__()
-        self.model = model
+        def __init__(self, model: torch.nn.Module):
+            super().__init__()
+            self.model = model
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return ref.cross_entropy(self.model(x), y)
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return ref.cross_entropy(self.model(x), y)
+
+    class CheckpointedBlock(torch.nn.Module):
+        """A block whose forward keeps only its inputs and is recomputed in the backward (non-reentrant
+        torch.utils.checkpoint, which also replays the autocast state and works under torch.compile)."""
+
+        def __init__(self, block: torch.nn.Module):
+            super().__init__()
+            self.block = block
+
+        def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+            return torch.utils.checkpoint.checkpoint(self.block, x, cos, sin, use_reentrant=False)
+
+
+def checkpoint_blocks(model) -> None:
+    """--checkpoint block: wraps every block of model.layers in CheckpointedBlock (parameters unchanged)."""
+    model.layers = torch.nn.ModuleList(CheckpointedBlock(b) for b in model.layers)
 
 
 @dataclass
@@ -220,7 +249,8 @@ def run_one(args, ctx: Optional[DistContext] = None) -> dict:
                    "d_ff": cfg.d_ff, "num_layers": cfg.num_layers, "num_heads": cfg.num_heads,
                    "warmup": args.warmup, "steps": args.steps,
                    "attention": attention, "optimizer": optimizer_kind, "max_grad_norm": args.max_grad_norm,
-                   "forward_no_grad": args.forward_no_grad, "allow_tf32": False, "seed": args.seed},
+                   "forward_no_grad": args.forward_no_grad, "allow_tf32": False, "seed": args.seed,
+                   "checkpoint": args.checkpoint},
         "machine": machine_info(device),
         "model": {"params": sum(math.prod(s) for s in ref.param_shapes(cfg).values())},
     }
@@ -238,6 +268,8 @@ def run_one(args, ctx: Optional[DistContext] = None) -> dict:
         torch.backends.cudnn.allow_tf32 = False
         torch.manual_seed(args.seed)
         model = ref.TransformerLM(cfg, attention=attention, device=device, dtype=torch.float32)
+        if args.checkpoint == "block":
+            checkpoint_blocks(model)
         loss_fn = LossModule(model)
         if ctx is not None:   # DDP first, then torch.compile on the DDP module (dynamo's DDPOptimizer)
             loss_fn = wrap_ddp(loss_fn, ctx, args.bucket_cap_mb, args.ddp_static_graph)
@@ -361,9 +393,10 @@ def table_header(machine: dict, args, world_size: int = 1) -> str:
     if world_size > 1:
         batch += (f" per rank x {world_size} ranks (DDP, bucket {args.bucket_cap_mb:g} MB"
                   f"{', static graph' if args.ddp_static_graph else ''}; slowest rank's times, largest peak)")
+    ckpt = "  checkpoint block" if args.checkpoint != "none" else ""
     return "\n".join([
         f"# torch_bench  device {where}  torch {machine['torch']}  batch {batch}  ctx {args.ctx or 'preset'}  "
-        f"vocab {args.vocab or 'preset'}  warmup {args.warmup}  steps {args.steps}",
+        f"vocab {args.vocab or 'preset'}  warmup {args.warmup}  steps {args.steps}{ckpt}",
         "#" + COLUMNS.format("preset", "mode", "phase", "params", "mean", "± std", "tokens/s", "peak", "status")[1:],
         "#" + COLUMNS.format("", "", "", "(M)", "(ms)", "(ms)", "(tok/s)", "(GiB)", "")[1:],
     ])
@@ -398,7 +431,7 @@ def child_args(args, preset: str, mode: str, phase: str, json_path: str) -> List
     cmd = [sys.executable, str(Path(__file__).resolve()), "--preset", preset, "--mode", mode, "--phase", phase,
            "--batch", str(args.batch), "--warmup", str(args.warmup), "--steps", str(args.steps),
            "--device", args.device, "--optimizer", args.optimizer, "--seed", str(args.seed),
-           "--json", json_path, "--quiet"]
+           "--checkpoint", args.checkpoint, "--json", json_path, "--quiet"]
     for flag, value in (("--ctx", args.ctx), ("--vocab", args.vocab), ("--max-grad-norm", args.max_grad_norm)):
         if value is not None:
             cmd += [flag, str(value)]
@@ -411,7 +444,7 @@ def placeholder(args, preset: str, mode: str, phase: str, status: str, error: st
     cfg = preset_config(preset, args.vocab, args.ctx)
     return {"schema": SCHEMA, "status": status, "error": error,
             "config": {"preset": preset, "mode": mode, "phase": phase, "device": args.device, "batch": args.batch,
-                       "ctx": cfg.context_length, "vocab": cfg.vocab_size},
+                       "ctx": cfg.context_length, "vocab": cfg.vocab_size, "checkpoint": args.checkpoint},
             "model": {"params": sum(math.prod(s) for s in ref.param_shapes(cfg).values())}}
 
 
@@ -466,11 +499,14 @@ def parse_args(argv=None):
     ap.add_argument("--vocab", type=int, default=None, help="vocabulary (default: preset's, 10000; tiny 256)")
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps first (default 5)")
     ap.add_argument("--steps", type=int, default=10, help="timed steps (default 10)")
-    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda when a GPU is visible")
     ap.add_argument("--optimizer", choices=["auto", "course", "torch", "fused"], default="auto",
                     help="auto: course for fp32, fused (cuda) or torch (cpu) for bf16/compiled")
     ap.add_argument("--max-grad-norm", type=float, default=None, help="clip grads in train_step (default: off)")
     ap.add_argument("--forward-no-grad", action="store_true", help="phase forward under torch.no_grad()")
+    ap.add_argument("--checkpoint", choices=CHECKPOINTS, default="none",
+                    help="block: activation checkpointing of every Transformer block (torch.utils.checkpoint, "
+                         "non-reentrant); none (default) keeps all activations")
     ap.add_argument("--seed", type=int, default=0, help="init seed; data seed + rank (default 0)")
     ap.add_argument("--bucket-cap-mb", type=float, default=25.0,
                     help="torchrun: DDP gradient bucket size in MB (default 25, PyTorch's)")
@@ -483,6 +519,10 @@ def parse_args(argv=None):
     ap.add_argument("--timeout", type=float, default=1800, help="sweep: seconds per configuration (default 1800)")
     ap.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if torch is None:
+        ap.error(f"PyTorch is not available to {sys.executable} ({TORCH_IMPORT_ERROR})")
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda but no CUDA device is visible (use --device cpu)")
     if args.warmup < 0 or args.steps < 1:

@@ -22,6 +22,7 @@
 #include "backend/backend.h"
 #include "build_info.h"
 #include "config/config.h"
+#include "core/memory.h"
 #include "dist/bootstrap.h"
 #include "git_info.h"
 #include "io/result_record.h"
@@ -162,8 +163,10 @@ int main(int argc, char** argv) {
                            {"git", build::kGit}};
   int code = 0;
   const auto t0 = std::chrono::steady_clock::now();
+  MemoryTimeline timeline;  // attached to the job's backend only with profile.memory_timeline
   try {
-    const RunContext ctx{rank, world, mpi.local_rank(), mpi.local_size()};
+    const RunContext ctx{rank, world, mpi.local_rank(), mpi.local_size(),
+                         cfg.profile.memory_timeline ? &timeline : nullptr};
     nlohmann::json part;
     if (cfg.job == "train") part = run_train(cfg, ctx);
     else if (cfg.job == "collective_bench") part = run_collective_bench(cfg, ctx);
@@ -189,6 +192,25 @@ int main(int argc, char** argv) {
     record["error"] = e.what();
     spdlog::error("run failed: {}", e.what());
     code = 1;
+  }
+  if (cfg.profile.memory_timeline) {
+    // Written here, after the job, so that a run that ran out of memory leaves its log too (its last allocation is
+    // logged as failed); the job's backend is gone by now, so its teardown frees are in it as well.
+    const std::string path = memory_timeline_path(*cfg.profile.memory_timeline, rank);
+    try {
+      const std::string text = timeline.to_json(rank, world, record.value("backend", cfg.device));
+      write_file_atomic(path, {{text.data(), text.size()}});
+      record["profile"]["memory_timeline"] = *cfg.profile.memory_timeline;
+      spdlog::info("memory timeline: {} events written to {} (launch/plot_memory.py draws it)",
+                   timeline.events().size(), path);
+    } catch (const std::exception& e) {
+      spdlog::error("the memory timeline could not be written: {}", e.what());
+      if (code == 0) {
+        record["status"] = "error";
+        record["error"] = fmt::format("the memory timeline could not be written: {}", e.what());
+        code = 1;
+      }
+    }
   }
   record["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   record["machine"] = machine_info(record.value("backend", std::string()));

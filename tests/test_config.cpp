@@ -470,7 +470,10 @@ TEST_CASE("config: validation rules", "[config]") {
   CHECK_NOTHROW(load_doc(dir, doc, {"profile.trace=" + dir.path("t.json")}));
   REQUIRE_THROWS_WITH(load_doc(dir, doc, {"job=collective_bench", "profile.trace=" + dir.path("t.json")}),
                       Contains("only job 'train'"));
-  REQUIRE_THROWS_WITH(load_doc(dir, doc, {"profile.memory_timeline=m.json"}), Contains("not implemented yet"));
+  CHECK(load_doc(dir, doc, {"profile.memory_timeline=" + dir.path("m.json")}).profile.memory_timeline ==
+        dir.path("m.json"));
+  REQUIRE_THROWS_WITH(load_doc(dir, doc, {"job=collective_bench", "profile.memory_timeline=" + dir.path("m.json")}),
+                      Contains("profile.memory_timeline: only job 'train'"));
   REQUIRE_THROWS_WITH(load_doc(dir, doc, {"bench.warmup_steps=2147483647", "bench.measure_steps=2147483647"}),
                       Contains("at most 1e9"));
   // A number beyond double's range names itself, from --set and from a file, as a config error.

@@ -162,6 +162,53 @@ TEST_CASE("cuda backend: description, events, out of memory", "[cuda]") {
   CHECK(gpu().sum(x.t) == double(1 << 20) * 2.0);
 }
 
+TEST_CASE("cuda caching allocator: freed blocks are reused, reserved bytes, flush on out of memory", "[cuda][memory]") {
+  REQUIRE_GPU();
+  constexpr size_t MiB = size_t(1) << 20;
+  auto be = make_backend(Device::cuda, 0);  // a fresh one: its cache holds nothing yet
+  const size_t r0 = be->reserved_bytes();   // the backend's own buffers (cuBLASLt workspace, partial sums)
+  CHECK(r0 >= be->memory().total);
+  CHECK(be->peak_reserved_bytes() == r0);
+  void* a = be->raw_alloc(3 * MiB + 100);  // reserves 4 MiB
+  REQUIRE(a);
+  CHECK(be->reserved_bytes() == r0 + 4 * MiB);
+  be->raw_free(a);
+  CHECK(be->reserved_bytes() == r0 + 4 * MiB);  // cached, not returned
+  void* b = be->raw_alloc(4 * MiB);
+  CHECK(b == a);  // the same block again
+  void* c = be->raw_alloc(4 * MiB);
+  CHECK(c != b);
+  CHECK(be->reserved_bytes() == r0 + 8 * MiB);
+  be->raw_free(b);
+  be->raw_free(c);
+
+  // Through Buffer, with data: a block reused in stream order holds what the later op wrote.
+  {
+    Buffer x = be->alloc(4 * MiB, Category::activations);
+    CHECK((x.data() == a || x.data() == c));
+    be->fill(x.view(DType::f32, {int64_t(MiB)}), 3.f);
+    CHECK(be->sum(x.view(DType::f32, {int64_t(MiB)})) == 3.0 * double(MiB));
+  }
+  {
+    Buffer y = be->alloc(4 * MiB, Category::activations);  // reused without a sync: the fill below runs after
+    be->fill(y.view(DType::f32, {int64_t(MiB)}), -1.f);     // the sum above in stream order
+    CHECK(be->sum(y.view(DType::f32, {int64_t(MiB)})) == -double(MiB));
+  }
+  CHECK(be->reserved_bytes() == r0 + 8 * MiB);
+  CHECK(be->peak_reserved_bytes() == r0 + 8 * MiB);
+
+  // An impossible request: the cache is emptied (both 4 MiB blocks go back), the retry fails, OutOfMemory.
+  CHECK_THROWS_AS(be->alloc(size_t(1) << 50, Category::activations), OutOfMemory);
+  CHECK(be->reserved_bytes() == r0);
+  CHECK(be->peak_reserved_bytes() == r0 + 8 * MiB);
+  void* d = be->raw_alloc(4 * MiB);
+  REQUIRE(d);
+  CHECK(be->reserved_bytes() == r0 + 4 * MiB);
+  be->raw_free(d);
+  // The CPU backend has no cache.
+  CHECK(cpu().reserved_bytes() == 0);
+}
+
 TEST_CASE("cuda matmul matches cpu (f32 strict, bf16 -> bf16, bf16 -> f32; all transposes; beta 0 and 1)",
           "[cuda][matmul]") {
   REQUIRE_GPU();

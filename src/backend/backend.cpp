@@ -10,11 +10,13 @@ namespace trainer {
 Buffer::Buffer(Backend* be, size_t bytes, Category cat) : be_(be), bytes_(bytes), cat_(cat) {
   if (bytes == 0) return;
   data_ = be->raw_alloc(bytes);
-  if (!data_)
+  if (!data_) {
+    be->memory().on_alloc_failed(cat, bytes);
     throw OutOfMemory(fmt::format("out of memory on {}: asked for {} ({}) with {} in use ({})", be->name(),
                                   format_bytes(bytes), category_name(cat), format_bytes(be->memory().total),
                                   be->memory().describe_current()));
-  be->memory().on_alloc(cat, bytes);
+  }
+  id_ = be->memory().on_alloc(cat, bytes);
 }
 
 Buffer::~Buffer() { reset(); }
@@ -22,16 +24,18 @@ Buffer::~Buffer() { reset(); }
 void Buffer::reset() {
   if (data_) {
     be_->raw_free(data_);
-    be_->memory().on_free(cat_, bytes_);
+    be_->memory().on_free(cat_, bytes_, id_);
   }
   data_ = nullptr;
   bytes_ = 0;
+  id_ = 0;
 }
 
 void Buffer::swap(Buffer& o) noexcept {
   std::swap(be_, o.be_);
   std::swap(data_, o.data_);
   std::swap(bytes_, o.bytes_);
+  std::swap(id_, o.id_);
   std::swap(cat_, o.cat_);
 }
 
@@ -42,7 +46,11 @@ Tensor Buffer::view(DType t, std::initializer_list<int64_t> shape) const {
 }
 
 std::unique_ptr<Backend> make_backend(Device device, int device_index, const BackendOptions& opts) {
-  if (device == Device::cpu) return std::make_unique<CpuBackend>();
+  if (device == Device::cpu) {
+    auto be = std::make_unique<CpuBackend>();  // allocates nothing before this
+    be->memory().timeline = opts.memory_timeline;
+    return be;
+  }
 #ifdef TRAINER_HAVE_CUDA
   CONFIG_CHECK(cuda_available(), "device: 'cuda' was asked for but no CUDA device is visible");
   return make_cuda_backend(device_index, opts);

@@ -42,6 +42,7 @@ class Buffer {
   Backend* be_ = nullptr;
   void* data_ = nullptr;
   size_t bytes_ = 0;
+  uint64_t id_ = 0;  // MemoryStats::on_alloc's id (the memory timeline matches frees to allocations by it)
   Category cat_ = Category::workspace;
 };
 
@@ -100,6 +101,10 @@ class Backend {
   MemoryStats& memory() { return stats_; }
   virtual void* raw_alloc(size_t bytes) = 0;  // nullptr when out of memory
   virtual void raw_free(void* p) = 0;
+  /// Device memory the backend's allocator holds, bytes: live allocations (rounded up) plus the cached free blocks
+  /// it keeps for reuse; and the highest value so far. 0 for a backend without a caching allocator (cpu).
+  virtual size_t reserved_bytes() const { return 0; }
+  virtual size_t peak_reserved_bytes() const { return 0; }
   virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;  // (syncs)
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;    // (syncs)
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;            // device to device
@@ -232,6 +237,9 @@ class ScopedRange {
 struct BackendOptions {
   bool allow_tf32 = false;     // fp32 matmuls may use TF32 tensor cores (cuda)
   bool gemm_autotune = false;  // time cuBLASLt's candidate algorithms per shape on first use, keep the fastest (cuda)
+  /// Logs every allocation and free from the backend's construction on (profile.memory_timeline); owned by the
+  /// caller, who keeps it alive past the backend (the backend's own buffers are freed in its destructor).
+  MemoryTimeline* memory_timeline = nullptr;
 };
 
 /// The backend for `device` ("cpu" or "cuda"); device_index picks the GPU. Throws ConfigError when CUDA was asked

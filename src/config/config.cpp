@@ -43,7 +43,7 @@ const Names kJobs{"train", "attention_bench", "collective_bench"};
 const Names kDevices{"auto", "cpu", "cuda"};
 const Names kPrecisions{"fp32", "bf16"};
 const Names kAttention{"auto", "naive", "flash2"};
-const Names kCheckpointPolicies{"none"};
+const Names kCheckpointPolicies{"none", "selective", "full", "every_k", "sqrt", "nested"};
 const Names kStrategies{"none", "ddp_naive", "ddp_flat", "ddp_overlap", "ddp_bucketed", "zero1", "fsdp"};
 const Names kComms{"auto", "nccl", "mpi"};
 const Names kReduceDtypes{"fp32", "bf16"};  // the names of `precision`
@@ -76,6 +76,8 @@ template <Is<CheckpointingCfg> S, class F>
 void fields(S& c, F&& f) {
   f("policy", c.policy);
   f("k", c.k);
+  f("blocks", c.blocks);
+  f("lm_head_chunk_tokens", c.lm_head_chunk_tokens);
 }
 template <Is<ParallelCfg> S, class F>
 void fields(S& p, F&& f) {
@@ -290,6 +292,13 @@ void read_value(const json& v, uint64_t& out, const std::string& key, bool nulla
 void read_value(const json& v, std::vector<double>& out, const std::string& key, bool nullable = false) {
   if (!v.is_array()) type_error(key, "an array of numbers", nullable, v);
   std::vector<double> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) read_value(v[i], r[i], fmt::format("{}[{}]", key, i));
+  out = std::move(r);
+}
+
+void read_value(const json& v, std::vector<int>& out, const std::string& key, bool nullable = false) {
+  if (!v.is_array()) type_error(key, "an array of integers", nullable, v);
+  std::vector<int> r(v.size());
   for (size_t i = 0; i < v.size(); ++i) read_value(v[i], r[i], fmt::format("{}[{}]", key, i));
   out = std::move(r);
 }
@@ -591,8 +600,20 @@ const std::vector<KeyDoc>& key_docs() {
        "cuda: on the first call of each GEMM shape, time cuBLASLt's candidate algorithms and keep the fastest"},
       {"attention", one_of(kAttention), "auto: flash2 for bf16 on cuda, else naive (materialised scores)"},
       {"cuda_graph", "true | false", "capture the training step in a CUDA graph (not implemented yet: must be false)"},
-      {"checkpointing.policy", one_of(kCheckpointPolicies), "activation checkpointing policy"},
-      {"checkpointing.k", "integer >= 1", "policy parameter (reserved for activation-checkpointing policies; unused by none)"},
+      {"checkpointing.policy", one_of(kCheckpointPolicies),
+       "what each block keeps for its backward: none (everything), selective (all but the RMSNorm outputs and the "
+       "SwiGLU product, recomputed in backward), full (only its input; the block is recomputed), every_k (one "
+       "input per segment of k blocks; the segment is recomputed), sqrt (every_k with k = round(sqrt(num_layers))), "
+       "nested (recursive halving: O(log L) inputs kept, O(L log L) block recomputes)"},
+      {"checkpointing.k", "integer >= 1", "every_k: blocks per recomputed segment"},
+      {"checkpointing.blocks", "null | array of block indices",
+       "only these blocks are checkpointed (the others keep what selective keeps, or everything under none); "
+       "full / none / selective: each listed block is recomputed on its own; every_k / sqrt / nested: consecutive "
+       "listed blocks are grouped by the policy. null: every block under full / every_k / sqrt / nested, none under "
+       "none / selective"},
+      {"checkpointing.lm_head_chunk_tokens", "integer >= 0",
+       "tokens per chunk of the fused LM head + cross-entropy (logits, loss and their gradients in one pass); "
+       "0: auto, the largest multiple of 128 whose logits take at most 256 MiB"},
       {"parallel.strategy", one_of(kStrategies),
        "how gradients (and optimizer state) are shared between ranks; fsdp also shards the weights (each rank keeps "
        "1/N of every unit, all-gathered before use)"},
@@ -633,7 +654,7 @@ const std::vector<KeyDoc>& key_docs() {
       {"output.checkpoint", "null | writable path", "safetensors of the weights written at the end; null: none"},
       {"profile.nvtx", "true | false", "NVTX ranges around layers and phases (for Nsight Systems)"},
       {"profile.trace", "null | writable path", "Chrome trace (chrome://tracing, Perfetto) of the measured steps of job train: phases, blocks, ops and collectives on the GPU timeline; one file for all ranks"},
-      {"profile.memory_timeline", "null | writable path", "device memory timeline by category (not implemented yet: must be null)"},
+      {"profile.memory_timeline", "null | writable path", "job train: every allocation and free (bytes, category, phase, block, time) as JSON for launch/plot_memory.py; rank r > 0 writes PATH with .rank<r> before the extension"},
       {"collective.ops", "non-empty array of " + one_of(kCollectiveOps), "collective_bench: collectives to time"},
       {"collective.sizes_mb", "non-empty array of numbers > 0",
        "collective_bench: MiB of the whole array (nccl-tests size; reduce_scatter input, all_gather output)"},
@@ -736,6 +757,18 @@ void validate_config(const RunConfig& c, int world_size) {
   // checkpointing and parallel
   check_enum(c.checkpointing.policy, kCheckpointPolicies, "checkpointing.policy");
   CONFIG_CHECK(c.checkpointing.k >= 1, "config: 'checkpointing.k' must be >= 1, got {}", c.checkpointing.k);
+  check_non_negative(c.checkpointing.lm_head_chunk_tokens, "checkpointing.lm_head_chunk_tokens");
+  if (c.checkpointing.blocks) {
+    std::vector<int> seen;
+    for (int b : *c.checkpointing.blocks) {
+      CONFIG_CHECK(b >= 0 && b < c.model.num_layers,
+                   "config: 'checkpointing.blocks' lists block {}, outside [0, {}) (model.num_layers {})", b,
+                   c.model.num_layers, c.model.num_layers);
+      CONFIG_CHECK(std::find(seen.begin(), seen.end(), b) == seen.end(),
+                   "config: 'checkpointing.blocks' lists block {} twice", b);
+      seen.push_back(b);
+    }
+  }
   const ParallelCfg& p = c.parallel;
   check_enum(p.strategy, kStrategies, "parallel.strategy");
   check_enum(p.comm, kComms, "parallel.comm");
@@ -813,8 +846,9 @@ void validate_config(const RunConfig& c, int world_size) {
                "ddp_overlap, ddp_bucketed, zero1 or fsdp)", world_size);
   CONFIG_CHECK(!c.profile.trace || c.job == "train",
                "profile.trace: only job 'train' records Chrome traces (job is '{}'); remove the key or set null", c.job);
-  CONFIG_CHECK(!c.profile.memory_timeline,
-               "profile.memory_timeline: memory timelines are not implemented yet; remove the key or set null");
+  CONFIG_CHECK(!c.profile.memory_timeline || c.job == "train",
+               "profile.memory_timeline: only job 'train' logs its allocations (job is '{}'); remove the key or set "
+               "null", c.job);
 
   // files: inputs first, then outputs (check_output_path creates directories, so it runs only for a valid config)
   if (d.source == "tokens") {

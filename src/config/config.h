@@ -26,8 +26,10 @@ struct ModelCfg {
 };
 
 struct CheckpointingCfg {
-  std::string policy = "none";  // none (more policies come with activation checkpointing)
-  int k = 1;
+  std::string policy = "selective";  // none | selective | full | every_k | sqrt | nested (model/activations.h)
+  int k = 2;                         // every_k: blocks per recomputed segment
+  std::optional<std::vector<int>> blocks;  // only these blocks are checkpointed (null: the policy's choice)
+  int lm_head_chunk_tokens = 0;      // tokens per chunk of the fused LM head + loss; 0: auto (<= 256 MiB of logits)
 };
 
 struct ParallelCfg {

@@ -87,6 +87,25 @@ void write_trace(const std::string& path, const Profiler& profiler, const RunCon
   write_file_atomic(path, {{head.data(), head.size()}, {all.data(), all.size()}, {tail.data(), tail.size()}});
 }
 
+/// What the activation policy made of the model: the segments (stored / flat / nested runs of blocks), how many
+/// block forwards the backward recomputes, and the LM head's chunk.
+nlohmann::json checkpointing_record(Model& model, int micro, int T) {
+  const ActivationPolicy& p = model.policy();
+  nlohmann::json segs = nlohmann::json::array();
+  for (const Segment& s : p.segments(model.dims().num_layers))
+    segs.push_back({s.begin, s.end,
+                    s.kind == Segment::Kind::stored ? "stored" : s.kind == Segment::Kind::flat ? "flat" : "nested"});
+  int recomputes = 0;
+  for (const UnitUse& u : model.unit_schedule(true)) recomputes += u.pass == UnitPass::recompute;
+  return {{"policy", p.policy},
+          {"k", p.k},
+          {"blocks", p.blocks ? nlohmann::json(*p.blocks) : nlohmann::json(nullptr)},
+          {"segments", segs},
+          {"recomputed_blocks_per_microbatch", recomputes},
+          {"lm_head_chunk_tokens",
+           lm_head_chunk_rows(int64_t(micro) * T, model.dims().vocab_size, model.act_dtype(), p.lm_head_chunk_tokens)}};
+}
+
 }  // namespace
 
 nlohmann::json gemm_autotune_record(const RunConfig& cfg, const GemmTuning* t) {
@@ -118,6 +137,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   BackendOptions bopts;
   bopts.allow_tf32 = cfg.allow_tf32;
   bopts.gemm_autotune = cfg.gemm_autotune;
+  bopts.memory_timeline = ctx.memory_timeline;  // before anything is allocated; main() writes it
   auto be = make_backend(dev, ctx.local_rank, bopts);
 
   const ModelDims dims = model_dims(cfg.model);
@@ -133,7 +153,10 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   const bool do_backward = phase != "forward", do_step = phase == "train_step";
   const int total_steps = cfg.bench.warmup_steps + cfg.bench.measure_steps;
 
-  Model model(*be, dims, act, attn, ParamLayout::kAlign * ctx.world_size);
+  auto comm = make_communicator(cfg, *be, ctx);
+  auto strategy = make_strategy(cfg, *be, comm.get());
+  Model model(*be, dims, act, attn, ParamLayout::kAlign * ctx.world_size, strategy->full_params(),
+              ActivationPolicy::from(cfg.checkpointing));
   const nlohmann::json changed = changed_from_preset(cfg.model);
   std::string preset_note;
   if (!cfg.model.preset.empty()) {
@@ -151,9 +174,8 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
     model.init_random(cfg.init.seed);
   }
   Profiler profiler(*be, cfg.profile.nvtx, cfg.profile.trace.has_value());
-  auto comm = make_communicator(cfg, *be, ctx);
-  auto strategy = make_strategy(cfg, *be, comm.get());
   strategy->attach(model);
+  model.release_weight_source();
   model.reserve(micro, T);
   auto source = make_token_source(cfg.data, dims.vocab_size);
   std::vector<int32_t> inputs(static_cast<size_t>(rank_tokens)), targets(static_cast<size_t>(rank_tokens));
@@ -169,6 +191,16 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                phase, cfg.precision, cfg.attention, strategy->name(), ctx.world_size,
                cfg.data.batch_size, ctx.world_size, n_micro, micro, total_steps, cfg.bench.warmup_steps,
                format_bytes(setup_bytes));
+  {
+    int recomputes = 0;
+    for (const UnitUse& u : model.unit_schedule(do_backward)) recomputes += u.pass == UnitPass::recompute;
+    spdlog::info("activations: checkpointing.policy {}{}; a stored block keeps {}; the backward recomputes {} of "
+                 "{} block forwards per microbatch; LM head in chunks of {} tokens",
+                 cfg.checkpointing.policy,
+                 cfg.checkpointing.policy == "every_k" ? fmt::format(" (k {})", cfg.checkpointing.k) : "",
+                 format_bytes(model.saved_bytes_per_block(micro, T)), recomputes, dims.num_layers,
+                 lm_head_chunk_rows(int64_t(micro) * T, dims.vocab_size, act, cfg.checkpointing.lm_head_chunk_tokens));
+  }
 
   // One set of events per step: start, then (forward end, backward end) per microbatch, comm end, optimizer end.
   std::vector<std::unique_ptr<Event>> ev;
@@ -281,11 +313,15 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
     cat_peak[category_name(Category(i))] = ms.peak[i];
   }
   r["memory"] = {{"peak_bytes", ms.peak_total},
+                 {"reserved_peak_bytes", be->peak_reserved_bytes() ? json(be->peak_reserved_bytes()) : json(nullptr)},
                  {"by_category", by_cat},
                  {"category_peaks", cat_peak},
                  {"optimizer_state_bytes", strategy->optimizer_state_bytes()},
                  {"saved_activation_bytes_per_block", model.saved_bytes_per_block(micro, T)},
-                 {"note", "bytes allocated through the trainer's pool; by_category is the split at the peak"}};
+                 {"checkpointing", checkpointing_record(model, micro, T)},
+                 {"note", "bytes allocated through the trainer's pool; by_category is the split at the peak; "
+                          "reserved_peak_bytes: the most the caching allocator held from the device (live blocks "
+                          "rounded up plus cached free ones; null on the cpu, which has no cache)"}};
   if (ctx.world_size > 1) {  // every rank's peak and optimizer state (zero1 shards differ between ranks)
     std::vector<unsigned long long> mine = {ms.peak_total, strategy->optimizer_state_bytes()},
                                     all(2 * size_t(ctx.world_size));

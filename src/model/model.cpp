@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "io/safetensors.h"
@@ -130,34 +131,32 @@ double forward_flops_per_token(const ModelDims& d) {
 
 // ---- activation store ----------------------------------------------------------------------------------------------
 
-// Tensors one block keeps from forward for backward (rows N = B*T of the microbatch). The cheap elementwise results
-// ln1(x_in), ln2(x_mid) and silu(a) * b are not kept: backward recomputes them (one RMSNorm or SwiGLU pass each,
-// ~1.5% of an xl step) and saves 30% of the block's bytes (selective recomputation, as Megatron-LM does for
-// attention; Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models").
+// A block's activations as views. What the policy keeps (model/activations.h: the table) points into the block's
+// store, an allocation of its own made by its forward (or recompute) and freed by its backward; the elementwise
+// results a store does not keep point into the shared scratch, where the backward recomputes them.
 struct Model::BlockActs {
-  Tensor x_in;      // [N, D]  block input (residual stream)
-  Tensor rstd1;     // [N]     f32
-  Tensor qkv;       // [N, 3D] after RoPE
-  Tensor attn_out;  // [N, D]  attention output before output_proj
-  Tensor lse;       // [B, H, T] f32
-  Tensor probs;     // [B, H, T, T] naive attention only
-  Tensor x_mid;     // [N, D]  x_in + attention
-  Tensor rstd2;     // [N]     f32
-  Tensor ab;        // [N, 2F] [w1 h2 | w3 h2]
+  Tensor x_in, h1, rstd1, qkv, attn_out, lse, probs, x_mid, h2, rstd2, ab, g;
+  bool elementwise_kept = false;
 };
 
-struct Model::HeadActs {
-  Tensor x_final;  // [N, D] output of the last block
-  Tensor hf;       // [N, D] ln_final(x_final)
-  Tensor rstdf;    // [N] f32
-  Tensor logits;   // [N, V]; holds dlogits after the fused cross-entropy when backward follows
-  // scratch, shared by all blocks: in forward dh holds h1 / h2 and dg holds g; in backward they hold the recomputed
-  // h2, g, h1 until the gradients that overwrite them are computed
-  Tensor dx, dh, dg, dbig;  // [N, D], [N, D], [N, F], [N, max(3D, 2F)]
+// The backward's running gradient and temporaries, shared by all blocks: dx [N, D], dh [N, D], dg [N, F],
+// dbig [N, max(3D, 2F)]. In the forward dh holds h1 / h2 and dg holds g when the store does not keep them; in the
+// backward they hold the recomputed h2, g, h1 until the gradients that overwrite them are computed.
+struct Model::Scratch {
+  Tensor dx, dh, dg, dbig;
 };
 
 namespace {
-// Carves aligned tensors out of one buffer; with base == nullptr it only measures.
+Tensor make_view(void* p, DType t, Device dev, int ndim, const std::array<int64_t, 4>& s) {
+  switch (ndim) {
+    case 1: return Tensor(p, t, dev, {s[0]});
+    case 2: return Tensor(p, t, dev, {s[0], s[1]});
+    case 3: return Tensor(p, t, dev, {s[0], s[1], s[2]});
+    default: return Tensor(p, t, dev, {s[0], s[1], s[2], s[3]});
+  }
+}
+
+// Carves 256-B aligned tensors out of one buffer; with base == nullptr it only measures.
 struct Carver {
   char* base;
   Device dev;
@@ -168,13 +167,21 @@ struct Carver {
     off += v.bytes();
     return v;
   }
+  Tensor take(const SavedTensorSpec& s) {
+    off = (off + 255) / 256 * 256;
+    Tensor v = make_view(base ? base + off : nullptr, s.dtype, dev, s.ndim, s.shape);
+    off += v.bytes();
+    return v;
+  }
 };
 }  // namespace
 
-Model::Model(Backend& be, const ModelDims& dims, DType act_dtype, AttnImpl attn, int64_t flat_multiple)
-    : be_(be), dims_(dims), layout_(dims), act_dtype_(act_dtype), attn_(attn),
+Model::Model(Backend& be, const ModelDims& dims, DType act_dtype, AttnImpl attn, int64_t flat_multiple,
+             bool full_params, ActivationPolicy policy)
+    : be_(be), dims_(dims), layout_(dims), act_dtype_(act_dtype), attn_(attn), policy_(std::move(policy)),
+      segments_(policy_.segments(dims.num_layers)),
       flat_size_(align_up(layout_.total(), std::max<int64_t>(flat_multiple, 1))),
-      head_(std::make_unique<HeadActs>()) {
+      scratch_(std::make_unique<Scratch>()) {
   for (int l = 0; l < dims_.num_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     layer_refs_.push_back({&layout_.find(p + "ln1.weight"), &layout_.find(p + "attn.q_proj.weight"),
@@ -184,6 +191,11 @@ Model::Model(Backend& be, const ModelDims& dims, DType act_dtype, AttnImpl attn,
   emb_ = &layout_.find("token_embeddings.weight");
   ln_final_ = &layout_.find("ln_final.weight");
   lm_head_ = &layout_.find("lm_head.weight");
+  x_.resize(size_t(dims_.num_layers) + 1);
+  x_alive_.assign(size_t(dims_.num_layers) + 1, false);
+  store_.resize(size_t(dims_.num_layers));
+  unit_written_.assign(size_t(layout_.num_units()), false);
+  if (!full_params) return;
   const size_t P = size_t(flat_size_);
   params_ = be_.alloc(P * 4, Category::parameters);
   grads_ = be_.alloc(P * 4, Category::gradients);
@@ -197,153 +209,192 @@ Model::Model(Backend& be, const ModelDims& dims, DType act_dtype, AttnImpl attn,
 
 Model::~Model() = default;
 
-Tensor Model::params() const { return params_.view(DType::f32, {flat_size_}); }
-Tensor Model::grads() const { return grads_.view(DType::f32, {flat_size_}); }
+Tensor Model::params() const {
+  TRAINER_CHECK(params_, "Model::params: this model keeps no full parameters (the strategy shards them)");
+  return params_.view(DType::f32, {flat_size_});
+}
+Tensor Model::grads() const {
+  TRAINER_CHECK(grads_, "Model::grads: this model keeps no full gradients (the strategy shards them)");
+  return grads_.view(DType::f32, {flat_size_});
+}
 Tensor Model::params_work() const {
+  TRAINER_CHECK(params_, "Model::params_work: this model keeps no full parameters (the strategy shards them)");
   return act_dtype_ == DType::f32 ? params() : work_.view(act_dtype_, {flat_size_});
 }
 
-Tensor Model::w(const ParamInfo& p, const Tensor& flat, std::initializer_list<int64_t> shape) const {
-  return flat.slice(p.offset, shape);
+Tensor Model::w(const ParamInfo& p, const UnitView& v, std::initializer_list<int64_t> shape) const {
+  return v.weights.slice(p.offset - layout_.unit_begin(p.unit), shape);
+}
+Tensor Model::g(const ParamInfo& p, const UnitView& v, std::initializer_list<int64_t> shape) const {
+  return v.grads.slice(p.offset - layout_.unit_begin(p.unit), shape);
+}
+
+std::vector<SavedTensorSpec> Model::table(int rows, int T) const {
+  return block_saved_tensors(dims_.d_model, dims_.d_ff, dims_.num_heads, act_dtype_, attn_ == AttnImpl::naive, rows,
+                             T);
 }
 
 size_t Model::saved_bytes_per_block(int rows, int seq_len) const {
-  Carver c{nullptr, be_.device()};
-  const int64_t N = int64_t(rows) * seq_len, D = dims_.d_model, F = dims_.d_ff, H = dims_.num_heads;
-  const DType a = act_dtype_;
-  c.take(a, {N, D});                        // x_in
-  c.take(DType::f32, {N});                  // rstd1
-  c.take(a, {N, 3 * D});                    // qkv
-  c.take(a, {N, D});                        // attn_out
-  c.take(DType::f32, {rows, H, seq_len});   // lse
-  if (attn_ == AttnImpl::naive) c.take(a, {rows, H, seq_len, seq_len});  // probs
-  c.take(a, {N, D});                        // x_mid
-  c.take(DType::f32, {N});                  // rstd2
-  c.take(a, {N, 2 * F});                    // ab
-  return (c.off + 255) / 256 * 256;
+  return store_bytes(table(rows, seq_len), /*with_input=*/true, policy_.keep_elementwise());
+}
+
+Model::BlockActs Model::carve(char* store, const Tensor& x_in, int rows, int T, bool with_elementwise) const {
+  const int64_t N = int64_t(rows) * T, D = dims_.d_model, F = dims_.d_ff;
+  BlockActs a;
+  a.x_in = x_in;
+  a.elementwise_kept = with_elementwise;
+  Carver c{store, be_.device()};
+  for (const SavedTensorSpec& s : table(rows, T)) {
+    if (s.kind == SavedKind::input) continue;
+    const std::string_view n = s.name;
+    Tensor* f = n == "h1" ? &a.h1 : n == "rstd1" ? &a.rstd1 : n == "qkv" ? &a.qkv : n == "attn_out" ? &a.attn_out
+              : n == "lse" ? &a.lse : n == "probs" ? &a.probs : n == "x_mid" ? &a.x_mid : n == "h2" ? &a.h2
+              : n == "rstd2" ? &a.rstd2 : n == "ab" ? &a.ab : n == "g" ? &a.g : nullptr;
+    TRAINER_CHECK(f != nullptr, "Model::carve: saved tensor '{}' has no field", s.name);
+    if (s.kind == SavedKind::elementwise && !with_elementwise) {  // recomputed: a scratch view
+      *f = n == "g" ? scratch_->dg.slice(0, {N, F}) : scratch_->dh.slice(0, {N, D});
+    } else {
+      *f = c.take(s);
+    }
+  }
+  return a;
 }
 
 void Model::reserve(int rows, int seq_len) {
   if (rows <= cap_rows_ && seq_len == cap_T_) return;
-  acts_.reset();
-  scratch_.reset();
-  blocks_.clear();
-  const int64_t N = int64_t(rows) * seq_len, D = dims_.d_model, F = dims_.d_ff, H = dims_.num_heads,
-                V = dims_.vocab_size;
+  free_activations();
+  scratch_buf_.reset();
+  const int64_t N = int64_t(rows) * seq_len, D = dims_.d_model, F = dims_.d_ff;
   const DType a = act_dtype_;
-  auto carve_blocks = [&](Carver& c) {
-    std::vector<BlockActs> bl(dims_.num_layers);
-    for (auto& b : bl) {
-      b.x_in = c.take(a, {N, D});
-      b.rstd1 = c.take(DType::f32, {N});
-      b.qkv = c.take(a, {N, 3 * D});
-      b.attn_out = c.take(a, {N, D});
-      b.lse = c.take(DType::f32, {rows, H, seq_len});
-      if (attn_ == AttnImpl::naive) b.probs = c.take(a, {rows, H, seq_len, seq_len});
-      b.x_mid = c.take(a, {N, D});
-      b.rstd2 = c.take(DType::f32, {N});
-      b.ab = c.take(a, {N, 2 * F});
-    }
-    HeadActs h;
-    h.x_final = c.take(a, {N, D});
-    h.hf = c.take(a, {N, D});
-    h.rstdf = c.take(DType::f32, {N});
-    h.logits = c.take(a, {N, V});
-    return std::make_pair(std::move(bl), h);
+  auto carve_scratch = [&](Carver& s, Scratch& h) {
+    h.dx = s.take(a, {N, D});
+    h.dh = s.take(a, {N, D});
+    h.dg = s.take(a, {N, F});
+    h.dbig = s.take(a, {N, std::max(3 * D, 2 * F)});
   };
   Carver measure{nullptr, be_.device()};
-  carve_blocks(measure);
-  acts_ = be_.alloc(measure.off, Category::activations);
-  Carver c{static_cast<char*>(acts_.data()), be_.device()};
-  auto [bl, h] = carve_blocks(c);
-  blocks_ = std::move(bl);
-
-  auto carve_scratch = [&](Carver& s, HeadActs& hh) {
-    hh.dx = s.take(a, {N, D});
-    hh.dh = s.take(a, {N, D});
-    hh.dg = s.take(a, {N, F});
-    hh.dbig = s.take(a, {N, std::max(3 * D, 2 * F)});
-  };
-  Carver ms{nullptr, be_.device()};
-  HeadActs tmp;
-  carve_scratch(ms, tmp);
-  scratch_ = be_.alloc(ms.off, Category::workspace);
-  Carver sc{static_cast<char*>(scratch_.data()), be_.device()};
-  carve_scratch(sc, h);
-  *head_ = h;
+  Scratch tmp;
+  carve_scratch(measure, tmp);
+  scratch_buf_ = be_.alloc(measure.off, Category::workspace);
+  Carver sc{static_cast<char*>(scratch_buf_.data()), be_.device()};
+  carve_scratch(sc, *scratch_);
   cap_rows_ = rows;
   cap_T_ = seq_len;
 }
 
+Tensor Model::x(int l) const {
+  return x_[size_t(l)].view(act_dtype_, {int64_t(rows_) * T_, dims_.d_model});
+}
+
+void Model::alloc_x(int l) {
+  x_alive_[size_t(l)] = true;
+  if (recording_ || x_[size_t(l)]) return;
+  x_[size_t(l)] = be_.alloc(size_t(rows_) * size_t(T_) * size_t(dims_.d_model) * dtype_size(act_dtype_),
+                            Category::activations);
+}
+
+void Model::free_x(int l) {
+  x_alive_[size_t(l)] = false;
+  if (!recording_) x_[size_t(l)].reset();
+}
+
+void Model::free_activations() {
+  for (auto& b : store_) b.reset();
+  for (auto& b : x_) b.reset();
+  x_alive_.assign(x_alive_.size(), false);
+  backward_ready_ = false;
+}
+
 // ---- parameters --------------------------------------------------------------------------------------------------
 
-void Model::init_random(uint64_t seed) {
-  const auto& ps = layout_.params();
-  std::vector<float> host;
-  for (size_t k = 0; k < ps.size(); ++k) {
-    const ParamInfo& p = ps[k];
-    host.resize(size_t(p.numel));
-    if (p.shape.size() == 1) {
-      std::fill(host.begin(), host.end(), 1.f);  // RMSNorm gains
+std::vector<float> Model::initial_values(const ParamInfo& p) const {
+  std::vector<float> host(size_t(p.numel));
+  if (init_tensors_) {
+    const HostTensor& t = init_tensors_->at(p.name);  // load() checked names, shapes and dtypes
+    if (t.dtype == "F32") {
+      std::memcpy(host.data(), t.bytes.data(), host.size() * 4);
+    } else if (t.dtype == "F64") {
+      const double* d = reinterpret_cast<const double*>(t.bytes.data());
+      for (size_t i = 0; i < host.size(); ++i) host[i] = float(d[i]);
     } else {
-      // Embedding: N(0, 1) truncated at ±3. Linear [d_out, d_in]: N(0, 2/(d_in+d_out)) truncated at ±3 std.
-      const bool embedding = p.name == "token_embeddings.weight";
-      const float std = embedding ? 1.f : float(std::sqrt(2.0 / double(p.shape[0] + p.shape[1])));
-      float* out = host.data();
-      parallel_for(p.numel, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) out[i] = std * truncated_normal(seed, k, uint64_t(i));
-      });
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(t.bytes.data());
+      for (size_t i = 0; i < host.size(); ++i) host[i] = bf16_to_float(h[i]);
     }
+    return host;
+  }
+  TRAINER_CHECK(init_seed_.has_value(), "Model::initial_values: no weight source (init_random or load first)");
+  if (p.shape.size() == 1) {
+    std::fill(host.begin(), host.end(), 1.f);  // RMSNorm gains
+    return host;
+  }
+  // Embedding: N(0, 1) truncated at ±3. Linear [d_out, d_in]: N(0, 2/(d_in+d_out)) truncated at ±3 std. The stream
+  // is the parameter's index in the layout, so every parameter draws independently of the others.
+  const auto& ps = layout_.params();
+  const uint64_t stream = uint64_t(&p - ps.data());
+  TRAINER_CHECK(stream < ps.size(), "Model::initial_values: '{}' is not a parameter of this model's layout", p.name);
+  const bool embedding = p.name == "token_embeddings.weight";
+  const float std = embedding ? 1.f : float(std::sqrt(2.0 / double(p.shape[0] + p.shape[1])));
+  float* out = host.data();
+  const uint64_t seed = *init_seed_;
+  parallel_for(p.numel, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[i] = std * truncated_normal(seed, stream, uint64_t(i));
+  });
+  return host;
+}
+
+void Model::init_random(uint64_t seed) {
+  init_tensors_.reset();
+  init_seed_ = seed;
+  if (!params_) return;
+  for (const ParamInfo& p : layout_.params()) {
+    const std::vector<float> host = initial_values(p);
     be_.copy_from_host(static_cast<float*>(params_.data()) + p.offset, host.data(), host.size() * 4);
   }
   sync_work_copy();
 }
 
-void Model::load(const std::map<std::string, HostTensor>& tensors, const std::string& source) {
-  std::vector<float> host;
+void Model::load(std::map<std::string, HostTensor> tensors, const std::string& source) {
   for (const ParamInfo& p : layout_.params()) {
     auto it = tensors.find(p.name);
     CONFIG_CHECK(it != tensors.end(), "init.weights: '{}' has no tensor '{}'", source, p.name);
     const HostTensor& t = it->second;
     CONFIG_CHECK(t.shape == p.shape, "init.weights: '{}': tensor '{}' has shape [{}], the model needs [{}]", source,
                  p.name, fmt::join(t.shape, ", "), fmt::join(p.shape, ", "));
-    host.resize(size_t(p.numel));
-    if (t.dtype == "F32") {
-      std::memcpy(host.data(), t.bytes.data(), host.size() * 4);
-    } else if (t.dtype == "F64") {
-      const double* d = reinterpret_cast<const double*>(t.bytes.data());
-      for (size_t i = 0; i < host.size(); ++i) host[i] = float(d[i]);
-    } else if (t.dtype == "BF16") {
-      const uint16_t* h = reinterpret_cast<const uint16_t*>(t.bytes.data());
-      for (size_t i = 0; i < host.size(); ++i) host[i] = bf16_to_float(h[i]);
-    } else {
+    if (t.dtype != "F32" && t.dtype != "F64" && t.dtype != "BF16")
       throw ConfigError(fmt::format("init.weights: '{}': tensor '{}' has dtype {}; F32, F64 or BF16 expected", source,
                                     p.name, t.dtype));
-    }
-    be_.copy_from_host(static_cast<float*>(params_.data()) + p.offset, host.data(), host.size() * 4);
   }
   for (auto& [name, t] : tensors) {
     bool known = false;
     for (const ParamInfo& p : layout_.params()) known = known || p.name == name;
     if (!known) spdlog::warn("init.weights: '{}': ignoring tensor '{}' (not a model parameter)", source, name);
   }
+  init_seed_.reset();
+  init_tensors_ = std::make_shared<const std::map<std::string, HostTensor>>(std::move(tensors));
+  if (!params_) return;  // a sharded strategy copies its shard in setup(), then release_weight_source()
+  for (const ParamInfo& p : layout_.params()) {
+    const std::vector<float> host = initial_values(p);
+    be_.copy_from_host(static_cast<float*>(params_.data()) + p.offset, host.data(), host.size() * 4);
+  }
+  release_weight_source();
   sync_work_copy();
 }
 
+void Model::release_weight_source() { init_tensors_.reset(); }
+
 std::vector<float> Model::download(const ParamInfo& p, bool grad) const {
   std::vector<float> host(size_t(p.numel));
-  const Buffer& b = grad ? grads_ : params_;
-  be_.copy_to_host(host.data(), static_cast<const float*>(b.data()) + p.offset, host.size() * 4);
+  const Tensor b = grad ? grads() : params();
+  be_.copy_to_host(host.data(), static_cast<const float*>(b.data) + p.offset, host.size() * 4);
   return host;
 }
 
 void Model::sync_work_copy() {
-  if (act_dtype_ != DType::f32) be_.cast(params_work(), params());
+  if (params_ && act_dtype_ != DType::f32) be_.cast(params_work(), params());
 }
 
 UnitView Model::full_view(int unit, UnitPass pass) {
   const int64_t b = layout_.unit_begin(unit), n = layout_.unit_end(unit) - b;
-  if (unit_written_.size() != size_t(layout_.num_units())) unit_written_.assign(size_t(layout_.num_units()), false);
   UnitView v;
   v.weights = params_work().slice(b, {n});
   if (pass == UnitPass::backward || pass == UnitPass::forward_backward) {
@@ -354,17 +405,26 @@ UnitView Model::full_view(int unit, UnitPass pass) {
 }
 
 void Model::full_release(int unit, UnitPass pass) {
-  if (unit_written_.size() != size_t(layout_.num_units())) unit_written_.assign(size_t(layout_.num_units()), false);
   if (pass == UnitPass::backward || pass == UnitPass::forward_backward) unit_written_[size_t(unit)] = true;
 }
 
-void Model::zero_grads() {
-  unit_written_.assign(size_t(layout_.num_units()), false);
-  // The next backward writes instead of accumulating (grad_beta_ = 0: the weight-gradient GEMMs with beta 0, the
-  // RMSNorm gains with accumulate_dw false), so only the embedding, whose rows receive scattered adds, is zeroed
-  // here. The layout's padding is never written and stays zero from construction.
-  grad_beta_ = 0.f;
-  be_.fill(w(*emb_, grads(), {emb_->numel}), 0.f);
+void Model::zero_grads() { unit_written_.assign(size_t(layout_.num_units()), false); }
+
+UnitView Model::acquire(int unit, UnitPass pass, bool weights) {
+  (void)weights;  // the schedule (unit_schedule) tells the residency which uses read no weights
+  return residency_ ? residency_->acquire(unit, pass) : full_view(unit, pass);
+}
+
+void Model::release(int unit, UnitPass pass) {
+  if (residency_) {
+    residency_->release(unit, pass);
+    return;
+  }
+  full_release(unit, pass);
+  if (pass == UnitPass::backward || pass == UnitPass::forward_backward) {
+    if (on_unit_ready_) on_unit_ready_(unit);
+    else if (pass == UnitPass::forward_backward) head_ready_pending_ = true;  // reported when backward() starts
+  }
 }
 
 void Model::begin_step_losses(int64_t tokens) {
@@ -387,43 +447,229 @@ void Model::set_step_tokens(const int32_t* inputs, const int32_t* targets) {
 
 double Model::step_loss_sum() { return be_.sum(losses_.view(DType::f32, {loss_used_})); }
 
-// Views of a block's activations resized to a microbatch of `rows` (<= the reserved capacity).
-Model::BlockActs Model::sized(const BlockActs& f, int rows, int T) const {
-  const int64_t N = int64_t(rows) * T, D = dims_.d_model, F = dims_.d_ff, H = dims_.num_heads;
-  BlockActs a;
-  a.x_in = f.x_in.slice(0, {N, D});
-  a.rstd1 = f.rstd1.slice(0, {N});
-  a.qkv = f.qkv.slice(0, {N, 3 * D});
-  a.attn_out = f.attn_out.slice(0, {N, D});
-  a.lse = f.lse.slice(0, {rows, H, T});
-  if (f.probs.data) a.probs = f.probs.slice(0, {rows, H, T, T});
-  a.x_mid = f.x_mid.slice(0, {N, D});
-  a.rstd2 = f.rstd2.slice(0, {N});
-  a.ab = f.ab.slice(0, {N, 2 * F});
-  return a;
-}
+// ---- one block ---------------------------------------------------------------------------------------------------
 
-// ---- forward -----------------------------------------------------------------------------------------------------
-
-void Model::layer_forward(int l, const Tensor& x_in, Tensor x_out, BlockActs& a, const AttnShape& s) {
-  const LayerRefs& r = layer_refs_[l];
-  const Tensor W = params_work();
+void Model::layer_forward(const UnitView& v, int l, BlockActs& a, Tensor x_out, const AttnShape& s) {
+  const LayerRefs& r = layer_refs_[size_t(l)];
   const int64_t D = dims_.d_model, F = dims_.d_ff;
-  const Tensor ln1 = w(*r.ln1, W, {D}), wqkv = w(*r.wqkv, W, {3 * D, D}), wo = w(*r.wo, W, {D, D}),
-               ln2 = w(*r.ln2, W, {D}), w13 = w(*r.w13, W, {2 * F, D}), w2 = w(*r.w2, W, {D, F});
-  const int64_t N = x_in.rows();
-  const Tensor h = head_->dh.slice(0, {N, D}), g = head_->dg.slice(0, {N, F});  // not kept (recomputed)
-
-  be_.rmsnorm_fwd(h, a.rstd1, x_in, ln1, kNormEps);
-  be_.matmul(a.qkv, h, false, wqkv, true, 1.f, 0.f);  // [N, 3D] = h1 Wqkvᵀ
+  const Tensor ln1 = w(*r.ln1, v, {D}), wqkv = w(*r.wqkv, v, {3 * D, D}), wo = w(*r.wo, v, {D, D}),
+               ln2 = w(*r.ln2, v, {D}), w13 = w(*r.w13, v, {2 * F, D}), w2 = w(*r.w2, v, {D, F});
+  be_.rmsnorm_fwd(a.h1, a.rstd1, a.x_in, ln1, kNormEps);
+  be_.matmul(a.qkv, a.h1, false, wqkv, true, 1.f, 0.f);  // [N, 3D] = h1 Wqkvᵀ
   be_.rope(a.qkv, s, float(dims_.rope_theta), false);
   be_.attention_fwd(attn_, s, a.attn_out, a.lse, a.probs, a.qkv);
-  be_.matmul_add(a.x_mid, a.attn_out, false, wo, true, x_in);  // x_mid = x_in + attn Woᵀ
-  be_.rmsnorm_fwd(h, a.rstd2, a.x_mid, ln2, kNormEps);
-  be_.matmul(a.ab, h, false, w13, true, 1.f, 0.f);  // [N, 2F] = h2 [W1; W3]ᵀ
-  be_.swiglu_fwd(g, a.ab);
-  be_.matmul_add(x_out, g, false, w2, true, a.x_mid);  // x_out = x_mid + g W2ᵀ
+  be_.matmul_add(a.x_mid, a.attn_out, false, wo, true, a.x_in);  // x_mid = x_in + attn Woᵀ
+  be_.rmsnorm_fwd(a.h2, a.rstd2, a.x_mid, ln2, kNormEps);
+  be_.matmul(a.ab, a.h2, false, w13, true, 1.f, 0.f);  // [N, 2F] = h2 [W1; W3]ᵀ
+  be_.swiglu_fwd(a.g, a.ab);
+  if (x_out.data) be_.matmul_add(x_out, a.g, false, w2, true, a.x_mid);  // x_out = x_mid + g W2ᵀ
 }
+
+void Model::layer_backward(const UnitView& v, int l, Tensor dx, BlockActs& a, const AttnShape& s) {
+  const LayerRefs& r = layer_refs_[size_t(l)];
+  const int64_t N = dx.rows(), D = dims_.d_model, F = dims_.d_ff;
+  const ParamInfo &ln1 = *r.ln1, &wqkv = *r.wqkv, &wo = *r.wo, &ln2 = *r.ln2, &w13 = *r.w13, &w2 = *r.w2;
+  const Tensor dh = scratch_->dh.slice(0, {N, D}), dg = scratch_->dg.slice(0, {N, F});
+  const Tensor dab = scratch_->dbig.slice(0, {N, 2 * F}), dqkv = scratch_->dbig.slice(0, {N, 3 * D});
+  const bool acc = v.accumulate;  // gradients of an earlier microbatch are there: add (beta 1), else write (beta 0)
+  const float gb = acc ? 1.f : 0.f;
+  const bool kept = a.elementwise_kept;  // h1, h2, g in the store; else recomputed into the dh / dg scratch
+  // FFN: x_out = x_mid + g W2ᵀ
+  be_.matmul(dg, dx, false, w(w2, v, {D, F}), false, 1.f, 0.f);  // dg [N, F] = dx W2
+  if (kept) be_.swiglu_bwd(dab, dg, a.ab);
+  else be_.swiglu_bwd(dab, dg, a.ab, dg);                        // dab; dg := g = silu(a) * b
+  be_.matmul(g(w2, v, {D, F}), dx, true, kept ? a.g : dg, false, 1.f, gb);  // dW2 (+)= dxᵀ g
+  if (!kept) be_.rmsnorm_fwd(dh, a.rstd2, a.x_mid, w(ln2, v, {D}), kNormEps);  // h2 again (same rstd2 values)
+  be_.matmul(g(w13, v, {2 * F, D}), dab, true, kept ? a.h2 : dh, false, 1.f, gb);  // d[W1; W3] (+)= dabᵀ h2
+  be_.matmul(dh, dab, false, w(w13, v, {2 * F, D}), false, 1.f, 0.f);             // dh2 = dab [W1; W3]
+  be_.rmsnorm_bwd(dx, g(ln2, v, {D}), dh, a.x_mid, w(ln2, v, {D}), a.rstd2, acc);  // dx := d x_mid
+  // Attention: x_mid = x_in + attn_out Woᵀ
+  const Tensor d_attn = dh;  // reuse [N, D]
+  be_.matmul(d_attn, dx, false, w(wo, v, {D, D}), false, 1.f, 0.f);
+  be_.matmul(g(wo, v, {D, D}), dx, true, a.attn_out, false, 1.f, gb);
+  be_.attention_bwd(attn_, s, dqkv, d_attn, a.qkv, a.attn_out, a.lse, a.probs);
+  be_.rope(dqkv, s, float(dims_.rope_theta), true);  // d(pre-RoPE) = Rᵀ d(post-RoPE)
+  if (!kept) be_.rmsnorm_fwd(dh, a.rstd1, a.x_in, w(ln1, v, {D}), kNormEps);       // h1 again
+  be_.matmul(g(wqkv, v, {3 * D, D}), dqkv, true, kept ? a.h1 : dh, false, 1.f, gb);  // dWqkv (+)= dqkvᵀ h1
+  be_.matmul(dh, dqkv, false, w(wqkv, v, {3 * D, D}), false, 1.f, 0.f);              // dh1 = dqkv Wqkv
+  be_.rmsnorm_bwd(dx, g(ln1, v, {D}), dh, a.x_in, w(ln1, v, {D}), a.rstd1, acc);     // dx := d x_in
+}
+
+// ---- the step's control flow -------------------------------------------------------------------------------------
+// One description of the order of work serves three purposes: running it, listing its unit uses for the residency's
+// prefetch (unit_schedule: the same functions with recording_ set), and the planner's dry run (plan/: running it on
+// the meta backend). The residual stream x(l) and each block's store are allocated when produced and freed when their
+// last reader is done, so the memory in use follows the policy and the timeline shows it.
+
+void Model::block_forward(int l, UnitPass pass, Store store, bool need_output) {
+  if (need_output) alloc_x(l + 1);
+  if (recording_) {
+    recording_->push_back({l + 1, pass, true});
+    return;
+  }
+  ScopedRange range(be_, pass == UnitPass::recompute ? "recompute" : "block", "block", l);
+  const AttnShape s{rows_, T_, dims_.num_heads, dims_.d_head(), true, float(1.0 / std::sqrt(dims_.d_head()))};
+  const bool elementwise = policy_.keep_elementwise();
+  Buffer st = be_.alloc(store_bytes(table(rows_, T_), false, elementwise), Category::activations);
+  BlockActs a = carve(static_cast<char*>(st.data()), x(l), rows_, T_, elementwise);
+  const UnitView v = acquire(l + 1, pass);
+  layer_forward(v, l, a, need_output ? x(l + 1) : Tensor(), s);
+  release(l + 1, pass);
+  if (store == Store::keep) store_[size_t(l)] = std::move(st);  // else freed here: the next block reuses it
+}
+
+void Model::block_backward(int l) {
+  if (recording_) {
+    recording_->push_back({l + 1, UnitPass::backward, true});
+  } else {
+    ScopedRange range(be_, "block", "block", l);
+    TRAINER_CHECK(store_[size_t(l)] && x_[size_t(l)], "Model: backward of block {} without its activations", l);
+    const AttnShape s{rows_, T_, dims_.num_heads, dims_.d_head(), true, float(1.0 / std::sqrt(dims_.d_head()))};
+    BlockActs a = carve(static_cast<char*>(store_[size_t(l)].data()), x(l), rows_, T_, policy_.keep_elementwise());
+    const UnitView v = acquire(l + 1, UnitPass::backward);
+    layer_backward(v, l, scratch_->dx.slice(0, {int64_t(rows_) * T_, dims_.d_model}), a, s);
+    release(l + 1, UnitPass::backward);
+    store_[size_t(l)].reset();
+  }
+  free_x(l);
+}
+
+// Backward of blocks [a, b) whose input x(a) is alive; frees x(a). Recursive halving (Chen et al. 2016, Sec. 4.2).
+void Model::nested_backward(int a, int b) {
+  if (b - a == 1) {
+    block_forward(a, UnitPass::recompute, Store::keep, /*need_output=*/false);
+    block_backward(a);
+    return;
+  }
+  const int m = (a + b) / 2;
+  if (!x_alive_[size_t(m)]) {
+    for (int l = a; l < m; ++l) {
+      block_forward(l, UnitPass::recompute, Store::discard, true);
+      if (l > a) free_x(l);
+    }
+  }
+  nested_backward(m, b);
+  nested_backward(a, m);
+}
+
+void Model::head(bool backward_next) {
+  const int L = dims_.num_layers;
+  const UnitPass pass = backward_next ? UnitPass::forward_backward : UnitPass::forward;
+  if (recording_) {
+    recording_->push_back({L + 1, pass, true});
+    if (backward_next) free_x(L);
+    return;
+  }
+  // Fused, chunked LM head + cross-entropy: per chunk of C tokens, hf = ln_final(x), logits = hf Wᵀ, the losses and
+  // (backward_next) dlogits in place, dhf = dlogits W, dW (+)= dlogitsᵀ hf and ln_final's backward into dx. The
+  // [N, V] logits never exist at once (Wijmans et al. 2024, "Cut Your Losses in Large-Vocabulary Language Models",
+  // and Liger Kernel's fused linear cross-entropy do the same).
+  ScopedRange range(be_, "lm_head", "block");
+  const int64_t N = int64_t(rows_) * T_, D = dims_.d_model, V = dims_.vocab_size;
+  const int64_t C = lm_head_chunk_rows(N, V, act_dtype_, policy_.lm_head_chunk_tokens);
+  const DType a = act_dtype_;
+  Carver measure{nullptr, be_.device()};
+  measure.take(a, {C, D});
+  measure.take(DType::f32, {C});
+  measure.take(a, {C, V});
+  if (backward_next) measure.take(a, {C, D});
+  Buffer buf = be_.alloc(measure.off, Category::head);
+  Carver c{static_cast<char*>(buf.data()), be_.device()};
+  const Tensor hf_all = c.take(a, {C, D}), rstd_all = c.take(DType::f32, {C}), logits_all = c.take(a, {C, V});
+  const Tensor dhf_all = backward_next ? c.take(a, {C, D}) : Tensor();
+  const Tensor dx = scratch_->dx.slice(0, {N, D}), xf = x(L);
+  const Tensor losses = losses_.view(DType::f32, {loss_used_});
+  const UnitView v = acquire(L + 1, pass);
+  const Tensor lnf = w(*ln_final_, v, {D}), wlm = w(*lm_head_, v, {V, D});
+  if (backward_next) be_.fill(dx, 0.f);  // rmsnorm_bwd adds into dx
+  for (int64_t i0 = 0; i0 < N; i0 += C) {
+    const int64_t n = std::min(C, N - i0);
+    const bool first = !v.accumulate && i0 == 0;  // write the head's gradients, else add
+    const Tensor xs = xf.slice(i0 * D, {n, D}), hf = hf_all.slice(0, {n, D}), rstd = rstd_all.slice(0, {n}),
+                 logits = logits_all.slice(0, {n, V});
+    be_.rmsnorm_fwd(hf, rstd, xs, lnf, kNormEps);
+    be_.matmul(logits, hf, false, wlm, true, 1.f, 0.f);
+    be_.cross_entropy(losses.slice(loss_offset_ + i0, {n}), backward_next ? logits : Tensor(), logits,
+                      cur_targets_.slice(i0, {n}), dscale_);
+    if (!backward_next) continue;
+    const Tensor dhf = dhf_all.slice(0, {n, D});
+    be_.matmul(dhf, logits, false, wlm, false, 1.f, 0.f);                                  // dhf = dlogits Wlm
+    be_.matmul(g(*lm_head_, v, {V, D}), logits, true, hf, false, 1.f, first ? 0.f : 1.f);  // dWlm (+)= dlogitsᵀ hf
+    be_.rmsnorm_bwd(dx.slice(i0 * D, {n, D}), g(*ln_final_, v, {D}), dhf, xs, lnf, rstd, /*accumulate_dw=*/!first);
+  }
+  release(L + 1, pass);
+  if (backward_next) free_x(L);
+}
+
+void Model::run_forward(bool backward_next) {
+  const int64_t V = dims_.vocab_size, D = dims_.d_model;
+  alloc_x(0);
+  if (recording_) {
+    recording_->push_back({0, UnitPass::forward, true});
+  } else {
+    const UnitView v = acquire(0, UnitPass::forward);
+    be_.embedding_fwd(x(0), cur_inputs_, w(*emb_, v, {V, D}));
+    release(0, UnitPass::forward);
+  }
+  for (const Segment& seg : segments_) {
+    if (seg.kind == Segment::Kind::stored) {
+      block_forward(seg.begin, UnitPass::forward, Store::keep, true);
+      continue;
+    }
+    // A checkpointed segment keeps its input; nested also the midpoints its backward halves to first.
+    std::vector<bool> keep(size_t(seg.end - seg.begin) + 1, false);
+    keep[0] = true;
+    if (seg.kind == Segment::Kind::nested)
+      for (int a = seg.begin, b = seg.end; b - a > 1; a = (a + b) / 2) keep[size_t((a + b) / 2 - seg.begin)] = true;
+    for (int l = seg.begin; l < seg.end; ++l) {
+      block_forward(l, UnitPass::forward, Store::discard, true);
+      if (!keep[size_t(l - seg.begin)]) free_x(l);
+    }
+  }
+  head(backward_next);
+}
+
+void Model::run_backward() {
+  for (auto it = segments_.rbegin(); it != segments_.rend(); ++it) {
+    const Segment& seg = *it;
+    switch (seg.kind) {
+      case Segment::Kind::stored: block_backward(seg.begin); break;
+      case Segment::Kind::flat:
+        for (int l = seg.begin; l < seg.end; ++l)
+          block_forward(l, UnitPass::recompute, Store::keep, /*need_output=*/l + 1 < seg.end);
+        for (int l = seg.end - 1; l >= seg.begin; --l) block_backward(l);
+        break;
+      case Segment::Kind::nested: nested_backward(seg.begin, seg.end); break;
+    }
+  }
+  if (recording_) {
+    recording_->push_back({0, UnitPass::backward, false});  // the embedding's backward reads no weights
+    return;
+  }
+  const int64_t V = dims_.vocab_size, D = dims_.d_model, N = int64_t(rows_) * T_;
+  const UnitView v = acquire(0, UnitPass::backward, /*weights=*/false);
+  const Tensor gemb = g(*emb_, v, {V, D});
+  if (!v.accumulate) be_.fill(gemb, 0.f);  // its rows receive scattered adds
+  be_.embedding_bwd(gemb, cur_inputs_, scratch_->dx.slice(0, {N, D}));
+  release(0, UnitPass::backward);
+}
+
+std::vector<UnitUse> Model::unit_schedule(bool backward_next) {
+  auto& cached = schedule_[backward_next ? 1 : 0];
+  if (!cached.empty()) return cached;
+  std::vector<UnitUse> uses;
+  const std::vector<bool> alive = x_alive_;
+  x_alive_.assign(x_alive_.size(), false);
+  recording_ = &uses;
+  run_forward(backward_next);
+  if (backward_next) run_backward();
+  recording_ = nullptr;
+  x_alive_ = alive;
+  cached = uses;
+  return uses;
+}
+
+// ---- forward and backward ----------------------------------------------------------------------------------------
 
 void Model::forward(const int32_t* inputs, const int32_t* targets, int rows, int seq_len, bool backward_next,
                     float dscale, int64_t loss_slot) {
@@ -438,101 +684,31 @@ void Model::forward(const int32_t* inputs, const int32_t* targets, int rows, int
 
 void Model::forward(int64_t offset, int rows, int seq_len, bool backward_next, float dscale) {
   reserve(rows, seq_len);
-  rows_ = rows;
-  T_ = seq_len;
-  const int64_t N = int64_t(rows) * seq_len, D = dims_.d_model, V = dims_.vocab_size;
+  free_activations();  // a forward without its backward leaves nothing behind
+  const int64_t N = int64_t(rows) * seq_len;
   TRAINER_CHECK(offset >= 0 && offset + N <= loss_used_, "tokens {}+{} outside the step's {} tokens", offset, N,
                 loss_used_);
-  HeadActs& h = *head_;
+  rows_ = rows;
+  T_ = seq_len;
+  loss_offset_ = offset;
+  dscale_ = dscale;
   const Tensor step_tokens(tokens_.data(), DType::i32, be_.device(), {2 * loss_capacity_});
-  const Tensor inp = step_tokens.slice(offset, {N}), tgt = step_tokens.slice(loss_capacity_ + offset, {N});
-  cur_inputs_ = inp;
-
-  const AttnShape s{rows, seq_len, dims_.num_heads, dims_.d_head(), true, float(1.0 / std::sqrt(dims_.d_head()))};
-  const Tensor W = params_work();
-  const int L = dims_.num_layers;
-  auto resid = [&](int l) { return (l < L ? blocks_[l].x_in : h.x_final).slice(0, {N, D}); };
-  be_.embedding_fwd(resid(0), inp, w(*emb_, W, {V, D}));
-  for (int l = 0; l < L; ++l) {
-    ScopedRange range(be_, "block", "block", l);
-    BlockActs a = sized(blocks_[l], rows, seq_len);
-    layer_forward(l, resid(l), resid(l + 1), a, s);
-  }
-  ScopedRange range(be_, "lm_head", "block");
-  const Tensor hf = h.hf.slice(0, {N, D}), rstdf = h.rstdf.slice(0, {N}), logits = h.logits.slice(0, {N, V});
-  be_.rmsnorm_fwd(hf, rstdf, resid(L), w(*ln_final_, W, {D}), kNormEps);
-  be_.matmul(logits, hf, false, w(*lm_head_, W, {V, D}), true, 1.f, 0.f);
-  const Tensor losses = losses_.view(DType::f32, {loss_used_}).slice(offset, {N});
-  be_.cross_entropy(losses, backward_next ? logits : Tensor(), logits, tgt, dscale);
-}
-
-// ---- backward ----------------------------------------------------------------------------------------------------
-
-void Model::layer_backward(int l, Tensor dx, BlockActs& a, const AttnShape& s) {
-  const LayerRefs& r = layer_refs_[l];
-  const Tensor W = params_work(), G = grads();
-  const int64_t N = dx.rows(), D = dims_.d_model, F = dims_.d_ff;
-  const ParamInfo &ln1 = *r.ln1, &wqkv = *r.wqkv, &wo = *r.wo, &ln2 = *r.ln2, &w13 = *r.w13, &w2 = *r.w2;
-  HeadActs& h = *head_;
-  const Tensor dh = h.dh.slice(0, {N, D}), dg = h.dg.slice(0, {N, F});
-  const Tensor dab = h.dbig.slice(0, {N, 2 * F}), dqkv = h.dbig.slice(0, {N, 3 * D});
-
-  const float gb = grad_beta_;  // 0 on the step's first backward (weight gradients written), else 1 (accumulated)
-  const bool acc = gb != 0.f;
-  // FFN: x_out = x_mid + g W2ᵀ. g is recomputed by swiglu_bwd into dg's buffer (after reading dg), h2 and later h1
-  // into the dh scratch, which their gradients then overwrite.
-  const Tensor hr = dh;
-  be_.matmul(dg, dx, false, w(w2, W, {D, F}), false, 1.f, 0.f);  // dg [N, F] = dx W2
-  be_.swiglu_bwd(dab, dg, a.ab, dg);                              // dab; dg := g = silu(a) * b
-  be_.matmul(w(w2, G, {D, F}), dx, true, dg, false, 1.f, gb);     // dW2 (+)= dxᵀ g
-  be_.rmsnorm_fwd(hr, a.rstd2, a.x_mid, w(ln2, W, {D}), kNormEps);        // h2 again (rstd2 rewritten, same values)
-  be_.matmul(w(w13, G, {2 * F, D}), dab, true, hr, false, 1.f, gb);       // d[W1; W3] (+)= dabᵀ h2
-  be_.matmul(dh, dab, false, w(w13, W, {2 * F, D}), false, 1.f, 0.f);    // dh2 = dab [W1; W3]
-  be_.rmsnorm_bwd(dx, w(ln2, G, {D}), dh, a.x_mid, w(ln2, W, {D}), a.rstd2, acc);  // dx := d x_mid
-  // Attention: x_mid = x_in + attn_out Woᵀ
-  const Tensor d_attn = dh;  // reuse [N, D]
-  be_.matmul(d_attn, dx, false, w(wo, W, {D, D}), false, 1.f, 0.f);
-  be_.matmul(w(wo, G, {D, D}), dx, true, a.attn_out, false, 1.f, gb);
-  be_.attention_bwd(attn_, s, dqkv, d_attn, a.qkv, a.attn_out, a.lse, a.probs);
-  be_.rope(dqkv, s, float(dims_.rope_theta), true);  // d(pre-RoPE) = Rᵀ d(post-RoPE)
-  be_.rmsnorm_fwd(hr, a.rstd1, a.x_in, w(ln1, W, {D}), kNormEps);           // h1 again
-  be_.matmul(w(wqkv, G, {3 * D, D}), dqkv, true, hr, false, 1.f, gb);       // dWqkv (+)= dqkvᵀ h1
-  be_.matmul(dh, dqkv, false, w(wqkv, W, {3 * D, D}), false, 1.f, 0.f);    // dh1 = dqkv Wqkv
-  be_.rmsnorm_bwd(dx, w(ln1, G, {D}), dh, a.x_in, w(ln1, W, {D}), a.rstd1, acc);  // dx := d x_in
+  cur_inputs_ = step_tokens.slice(offset, {N});
+  cur_targets_ = step_tokens.slice(loss_capacity_ + offset, {N});
+  if (residency_) residency_->begin_schedule(unit_schedule(backward_next));
+  run_forward(backward_next);
+  if (backward_next) backward_ready_ = true;
+  else free_activations();
 }
 
 void Model::backward(const std::function<void(int)>& on_unit_ready) {
-  const int rows = rows_, T = T_, L = dims_.num_layers;
-  const int64_t N = int64_t(rows) * T, D = dims_.d_model, V = dims_.vocab_size;
-  const AttnShape s{rows, T, dims_.num_heads, dims_.d_head(), true, float(1.0 / std::sqrt(dims_.d_head()))};
-  HeadActs& h = *head_;
-  const Tensor W = params_work(), G = grads();
-  const Tensor dlogits = h.logits.slice(0, {N, V}), hf = h.hf.slice(0, {N, D}), dx = h.dx.slice(0, {N, D}),
-               dh = h.dh.slice(0, {N, D});
-  const ParamInfo &lm = *lm_head_, &lnf = *ln_final_;
-  std::optional<ScopedRange> head_range(std::in_place, be_, "lm_head", "block");
-  be_.matmul(dh, dlogits, false, w(lm, W, {V, D}), false, 1.f, 0.f);   // dhf = dlogits Wlm
-  be_.matmul(w(lm, G, {V, D}), dlogits, true, hf, false, 1.f, grad_beta_);  // dWlm (+)= dlogitsᵀ hf
-  be_.fill(dx, 0.f);
-  be_.rmsnorm_bwd(dx, w(lnf, G, {D}), dh, h.x_final.slice(0, {N, D}), w(lnf, W, {D}), h.rstdf.slice(0, {N}),
-                  /*accumulate_dw=*/grad_beta_ != 0.f);
-  head_range.reset();
-  auto unit_done = [&](int u) {
-    if (on_unit_ready) on_unit_ready(u);
-    else if (residency_) residency_->release(u, UnitPass::backward);
-  };
-  unit_done(L + 1);
-  for (int l = L - 1; l >= 0; --l) {
-    {
-      ScopedRange range(be_, "block", "block", l);
-      BlockActs a = sized(blocks_[l], rows, T);
-      layer_backward(l, dx, a, s);
-    }
-    unit_done(l + 1);
-  }
-  be_.embedding_bwd(w(*emb_, G, {V, D}), cur_inputs_, dx);
-  grad_beta_ = 1.f;  // later microbatches of the step accumulate
-  unit_done(0);
+  TRAINER_CHECK(backward_ready_, "Model::backward: no forward with backward_next = true to go back through");
+  on_unit_ready_ = on_unit_ready;
+  if (on_unit_ready_ && head_ready_pending_) on_unit_ready_(dims_.num_layers + 1);  // the fused head's, from forward
+  head_ready_pending_ = false;
+  run_backward();
+  on_unit_ready_ = nullptr;
+  backward_ready_ = false;
 }
 
 }  // namespace trainer

@@ -16,16 +16,20 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "io/safetensors.h"
+#include "model/activations.h"
 #include "model/residency.h"
 
 namespace trainer {
 
-struct HostTensor;
+
 
 struct ModelDims {
   int vocab_size = 0, context_length = 0, d_model = 0, d_ff = 0, num_layers = 0, num_heads = 0;
@@ -66,11 +70,13 @@ double forward_flops_per_token(const ModelDims& d);
 
 class Model {
  public:
-  /// Allocates parameters and gradients on `be`. act_dtype f32 (fp32) or bf16 (mixed precision: adds a bf16 copy).
-  /// The flat buffers hold flat_size() = layout().total() rounded up to `flat_multiple` elements (zero padding), so
-  /// sharded strategies can split them into equal chunks.
+  /// act_dtype f32 (fp32) or bf16 (mixed precision: adds a bf16 working copy). With full_params (every strategy but
+  /// fsdp) the Model allocates the full flat master weights, working copy and gradients; they hold flat_size() =
+  /// layout().total() rounded up to `flat_multiple` elements (zero padding), so sharded strategies can split them into
+  /// equal chunks. Without, the strategy attached by set_residency() keeps the weights (model/residency.h).
+  /// `policy` decides what each block keeps for its backward (model/activations.h).
   Model(Backend& be, const ModelDims& dims, DType act_dtype, AttnImpl attn,
-        int64_t flat_multiple = ParamLayout::kAlign);
+        int64_t flat_multiple = ParamLayout::kAlign, bool full_params = true, ActivationPolicy policy = {});
   int64_t flat_size() const { return flat_size_; }
   ~Model();
 
@@ -78,40 +84,59 @@ class Model {
   const ParamLayout& layout() const { return layout_; }
   Backend& backend() { return be_; }
   DType act_dtype() const { return act_dtype_; }
-  Tensor params() const;       // f32 [flat_size] master weights
-  Tensor grads() const;        // f32 [flat_size]
-  Tensor params_work() const;  // act dtype [flat_size]: the bf16 copy, or the master itself in fp32
+  AttnImpl attention() const { return attn_; }
+  const ActivationPolicy& policy() const { return policy_; }
+  bool has_full_params() const { return bool(params_); }
+  Tensor params() const;       // f32 [flat_size] master weights (full_params only)
+  Tensor grads() const;        // f32 [flat_size] (full_params only)
+  Tensor params_work() const;  // act dtype [flat_size]: the bf16 copy, or the master itself in fp32 (full_params only)
 
-  /// Truncated-normal init (DESIGN.md), deterministic in seed (counter-based, parallel over threads).
+  /// Truncated-normal init (DESIGN.md), deterministic in seed (counter-based, parallel over threads). Records the
+  /// seed as the weight source (initial_values) and fills the full buffers when the model has them.
   void init_random(uint64_t seed);
   /// Loads every parameter by reference name; ConfigError naming the file if a name is missing, a shape differs
-  /// or a dtype is not F32/F64/BF16.
-  void load(const std::map<std::string, HostTensor>& tensors, const std::string& source);
-  /// One parameter (or its gradient) copied to the host as fp32.
+  /// or a dtype is not F32/F64/BF16. Fills the full buffers when the model has them; otherwise keeps the tensors as
+  /// the weight source until release_weight_source().
+  void load(std::map<std::string, HostTensor> tensors, const std::string& source);
+  /// The host fp32 values of parameter p from the weight source (init_random's seed or load's tensors): what a
+  /// sharded strategy copies its shard from in setup(). RuntimeError when there is no source.
+  std::vector<float> initial_values(const ParamInfo& p) const;
+  /// Frees load()'s tensors (after the strategy's setup).
+  void release_weight_source();
+  /// One parameter (or its gradient) copied to the host as fp32 (full_params only; Strategy::download_param
+  /// works for every strategy).
   std::vector<float> download(const ParamInfo& p, bool grad = false) const;
   /// Refreshes the bf16 working copy from the master weights (no-op in fp32).
   void sync_work_copy();
-  /// Starts a step's gradients: the next backward writes the weight and RMSNorm gradients (later ones accumulate);
-  /// the embedding gradient, which receives scattered adds, is zeroed here.
+  /// Starts a step's gradients: the next backward of each unit writes its gradient (later microbatches accumulate).
   void zero_grads();
 
-  /// Allocates the activation store for microbatches of up to `rows` sequences of `seq_len` tokens.
+  /// Allocates the backward's scratch for microbatches of up to `rows` sequences of `seq_len` tokens. Activations
+  /// are allocated as the forward runs and freed as the backward consumes them (policy()).
   void reserve(int rows, int seq_len);
   /// Uploads the whole step's tokens (inputs, targets: host int32 [tokens], tokens as given to begin_step_losses)
   /// in one copy, so the microbatches' forwards enqueue without a host round trip each.
   void set_step_tokens(const int32_t* inputs, const int32_t* targets);
   /// Forward of one microbatch: rows x seq_len tokens starting at token `offset` of the step's tokens
   /// (set_step_tokens). Per-token losses go to [offset, offset + rows*seq_len) of the step's loss buffer (read with
-  /// step_loss_sum()). If backward_next, the fused cross-entropy also writes dlogits scaled by dscale (1 / tokens of
-  /// the global batch) for backward().
+  /// step_loss_sum()). If backward_next, the fused LM head also computes the head's gradients and the gradient
+  /// flowing into the last block (loss scaled by dscale = 1 / tokens of the global batch) for backward().
   void forward(int64_t offset, int rows, int seq_len, bool backward_next, float dscale);
   /// The same with this microbatch's tokens given here (host int32 [rows, seq_len]): they are uploaded into the
   /// step's tokens at loss_slot first (one synchronising copy; tests and one-microbatch callers).
   void forward(const int32_t* inputs, const int32_t* targets, int rows, int seq_len, bool backward_next,
                float dscale, int64_t loss_slot);
-  /// Backward of the last forward; gradients accumulate into grads(). on_unit_ready(u) fires when unit u's gradient
-  /// range is complete (only when non-null).
+  /// Backward of the last forward (which had backward_next); gradients go where the residency says (accumulating
+  /// over microbatches). Without an attached residency, on_unit_ready(u) fires when unit u's gradient range is
+  /// complete (only when non-null).
   void backward(const std::function<void(int)>& on_unit_ready = {});
+  /// Resizes and zeroes the step's per-token loss buffer to `tokens` entries (and sizes the step's token buffer).
+  void begin_step_losses(int64_t tokens);
+  double step_loss_sum();  // (syncs)
+
+  /// The order of unit uses of one microbatch (forward, and backward when backward_next) under policy(): what
+  /// forward() hands to ParamResidency::begin_schedule.
+  std::vector<UnitUse> unit_schedule(bool backward_next);
 
   /// The parallel strategy that provides each unit's weights and takes its gradients (model/residency.h); without
   /// one (nullptr, the default) the model uses its own full buffers.
@@ -121,43 +146,68 @@ class Model {
   UnitView full_view(int unit, UnitPass pass);
   /// Ends a use of full_view: a backward / forward_backward use marks the unit's gradient written.
   void full_release(int unit, UnitPass pass);
-  /// Resizes and zeroes the step's per-token loss buffer to `tokens` entries (and sizes the step's token buffer).
-  void begin_step_losses(int64_t tokens);
-  double step_loss_sum();  // (syncs)
 
-  /// Bytes of activations one block keeps for backward at `rows` x `seq_len` tokens.
+  /// Bytes of activations one stored block keeps for backward at `rows` x `seq_len` tokens (its input included),
+  /// under policy() (none keeps the elementwise results too).
   size_t saved_bytes_per_block(int rows, int seq_len) const;
 
  private:
   struct BlockActs;
+  struct Scratch;
   struct LayerRefs {  // a block's parameters in the flat layout
     const ParamInfo *ln1, *wqkv, *wo, *ln2, *w13, *w2;
   };
-  BlockActs sized(const BlockActs& full, int rows, int seq_len) const;
-  Tensor w(const ParamInfo& p, const Tensor& flat, std::initializer_list<int64_t> shape) const;
-  void layer_forward(int l, const Tensor& x_in, Tensor x_out, BlockActs& a, const AttnShape& s);
-  void layer_backward(int l, Tensor dx, BlockActs& a, const AttnShape& s);
+  enum class Store : uint8_t { keep, discard };  // a block forward's activations: kept for its backward, or not
+  std::vector<SavedTensorSpec> table(int rows, int T) const;
+  BlockActs carve(char* store, const Tensor& x_in, int rows, int T, bool with_elementwise) const;
+  Tensor w(const ParamInfo& p, const UnitView& v, std::initializer_list<int64_t> shape) const;
+  Tensor g(const ParamInfo& p, const UnitView& v, std::initializer_list<int64_t> shape) const;
+  UnitView acquire(int unit, UnitPass pass, bool weights = true);
+  void release(int unit, UnitPass pass);
+  // the step's control flow; with recording_ set, the block functions only append their unit use
+  void run_forward(bool backward_next);
+  void run_backward();
+  void block_forward(int l, UnitPass pass, Store store, bool need_output);
+  void block_backward(int l);
+  void nested_backward(int a, int b);
+  void head(bool backward_next);
+  void layer_forward(const UnitView& v, int l, BlockActs& a, Tensor x_out, const AttnShape& s);
+  void layer_backward(const UnitView& v, int l, Tensor dx, BlockActs& a, const AttnShape& s);
+  Tensor x(int l) const;  // the residual stream entering block l (l = L: the head's input), [N, D]
+  void alloc_x(int l);
+  void free_x(int l);
+  void free_activations();
 
   Backend& be_;
   ModelDims dims_;
   ParamLayout layout_;
   DType act_dtype_;
   AttnImpl attn_;
+  ActivationPolicy policy_;
+  std::vector<Segment> segments_;
   int64_t flat_size_ = 0;
   std::vector<LayerRefs> layer_refs_;
   const ParamInfo *emb_ = nullptr, *ln_final_ = nullptr, *lm_head_ = nullptr;
   Buffer params_, grads_, work_;
-  // activation store (sized by reserve)
+  std::optional<uint64_t> init_seed_;                                   // weight source: random init
+  std::shared_ptr<const std::map<std::string, HostTensor>> init_tensors_;  // weight source: loaded tensors
+  // activations (allocated per step)
   int cap_rows_ = 0, cap_T_ = 0, rows_ = 0, T_ = 0;
-  Buffer acts_, scratch_, tokens_, losses_;  // tokens_: the step's inputs then targets, i32 [2 * loss_capacity_]
-  Tensor cur_inputs_;                         // the last forward's inputs, for embedding_bwd
-  float grad_beta_ = 1.f;                     // 0 after zero_grads(): the next backward writes weight gradients
-  std::vector<BlockActs> blocks_;
-  struct HeadActs;
-  std::unique_ptr<HeadActs> head_;
-  int64_t loss_capacity_ = 0, loss_used_ = 0;
+  bool backward_ready_ = false;               // the last forward had backward_next and its backward is pending
+  std::vector<Buffer> x_;                     // [L + 1] residual stream at each block boundary (empty: not alive)
+  std::vector<Buffer> store_;                 // [L] a block's kept activations (empty: not alive)
+  std::unique_ptr<Scratch> scratch_;          // the backward's gradient buffers and forward temporaries
+  Buffer scratch_buf_, tokens_, losses_;      // tokens_: the step's inputs then targets, i32 [2 * loss_capacity_]
+  Tensor cur_inputs_, cur_targets_;           // the last forward's tokens
+  float dscale_ = 1.f;
+  std::vector<UnitUse>* recording_ = nullptr;  // unit_schedule: record the uses instead of running
+  std::vector<bool> x_alive_;                 // [L + 1] x(l) alive (kept current while recording too)
+  std::vector<UnitUse> schedule_[2];          // unit_schedule(false / true), computed once
+  bool head_ready_pending_ = false;           // the fused head's gradient is done, not yet reported (no residency)
+  int64_t loss_capacity_ = 0, loss_used_ = 0, loss_offset_ = 0;
   ParamResidency* residency_ = nullptr;
-  std::vector<bool> unit_written_;  // [unit] gradient written since zero_grads() (full_view's accumulate)
+  std::function<void(int)> on_unit_ready_;    // backward()'s hook (no residency attached)
+  std::vector<bool> unit_written_;            // [unit] gradient written since zero_grads() (full_view's accumulate)
 };
 
 }  // namespace trainer

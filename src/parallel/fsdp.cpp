@@ -114,7 +114,7 @@ class Fsdp final : public Strategy {
       const int64_t lo = std::max(p.offset - x.begin, int64_t(r) * x.shard),
                     hi = std::min(p.offset - x.begin + p.numel, int64_t(r + 1) * x.shard);
       if (lo >= hi) continue;
-      const std::vector<float> v = initial_values(p);
+      const std::vector<float> v = model.initial_values(p);
       be_.copy_from_host(static_cast<float*>(master_.data()) + x.shard_off + (lo - int64_t(r) * x.shard),
                          v.data() + (lo - (p.offset - x.begin)), size_t(hi - lo) * 4);
     }
@@ -289,10 +289,6 @@ class Fsdp final : public Strategy {
     return gather_bufs_[j % gather_bufs_.size()].view(cdtype_, {largest_});
   }
 
-  /// The model's host values of p from its weight source.
-  // TODO(seam merge): Model::initial_values(p) (the run's weight source, without full buffers); until then the
-  // model still holds the full weights.
-  std::vector<float> initial_values(const ParamInfo& p) const { return model_->download(p); }
 
   void issue_gather(size_t j) {
     Gather& g = gathers_[j];

@@ -200,6 +200,7 @@ struct RunSpec {
   std::string comm = "mpi";  // nccl: one GPU per rank (cuda_bf16)
   std::string reduce_dtype = "fp32";
   int prefetch_layers = 2;  // fsdp
+  CheckpointingCfg checkpointing;  // the activation policy (default: selective)
 };
 
 struct RunOut {
@@ -222,6 +223,7 @@ RunConfig config_for(const RunSpec& s) {
   c.parallel.reduce_dtype = s.reduce_dtype;
   c.parallel.bucket_mb = s.bucket_mb;
   c.parallel.prefetch_layers = s.prefetch_layers;
+  c.checkpointing = s.checkpointing;
   c.optimizer.max_grad_norm = s.max_grad_norm;
   c.data.batch_size = s.batch;
   return c;
@@ -249,7 +251,8 @@ RunOut run(const RunSpec& s, bool distributed) {
                             : make_comm(*be, s.staged);
   auto strategy = make_strategy(distributed ? cfg : none_cfg, *be, comm.get());
   const bool sharded = !strategy->full_params();
-  Model model(*be, dims, act, AttnImpl::naive, ParamLayout::kAlign * R);
+  Model model(*be, dims, act, AttnImpl::naive, ParamLayout::kAlign * R, !sharded,
+              ActivationPolicy::from(s.checkpointing));
   model.init_random(1234);
   if (distributed && r != 0 && !sharded) {  // start from different weights: setup() must broadcast rank 0's
     be->scale(model.params(), 0.5f);
@@ -359,8 +362,7 @@ RunOut check_matches_one_process(const RunSpec& s) {
   return got;
 }
 
-const char* kStrategies[] = {"ddp_naive", "ddp_flat", "ddp_overlap", "ddp_bucketed", "zero1"};
-const char* kAllStrategies[] = {"ddp_naive", "ddp_flat", "ddp_overlap", "ddp_bucketed", "zero1", "fsdp"};
+const char* kStrategies[] = {"ddp_naive", "ddp_flat", "ddp_overlap", "ddp_bucketed", "zero1", "fsdp"};
 
 TEST_CASE("strategies: 5 steps on N ranks equal one process on the whole batch", "[dist][strategy]") {
   const std::string strategy = GENERATE(from_range(std::begin(kStrategies), std::end(kStrategies)));
@@ -392,7 +394,7 @@ TEST_CASE("ddp_bucketed: buckets smaller than the largest tensor", "[dist][strat
 }
 
 TEST_CASE("mpi communicator: staged (device-style) buffers train the same", "[dist][strategy]") {
-  const std::string strategy = GENERATE(as<std::string>{}, "ddp_overlap", "zero1");
+  const std::string strategy = GENERATE(as<std::string>{}, "ddp_overlap", "zero1", "fsdp");
   RunSpec s;
   s.strategy = strategy;
   s.staged = true;
@@ -588,7 +590,7 @@ void check_fsdp_machinery(const FsdpDevice& dev, int prefetch, int n_micro, bool
       dev.comm == "nccl" ? make_world_communicator("nccl", 60.0, *be, RunContext{r, R, r, R}) : make_comm(*be, false);
   auto fsdp = make_strategy(cfg, *be, comm.get());
   REQUIRE(!fsdp->full_params());
-  Model model(*be, dims, act, AttnImpl::naive, ParamLayout::kAlign * R);
+  Model model(*be, dims, act, AttnImpl::naive, ParamLayout::kAlign * R, /*full_params=*/false);
   model.init_random(99);
   fsdp->attach(model);
   Model ref(*be, dims, act, AttnImpl::naive);  // one process, full buffers
@@ -742,10 +744,14 @@ TEST_CASE("fsdp (GPU): gathered weights equal the just-updated shards when the c
 }
 
 TEST_CASE("fsdp: training on N ranks equals one process (odd widths, microbatches, clipping)",
-          "[dist][fsdp][.seam]") {
+          "[dist][fsdp]") {
   const int microbatch = GENERATE(0, 1);  // 1: 2 microbatches per rank
   const int prefetch = GENERATE(0, 2);
+  // full: every block recomputed in backward (a recompute and the backward of a block share one gather)
+  const std::string policy = GENERATE(as<std::string>{}, "selective", "full");
+  CAPTURE(microbatch, prefetch, policy);
   RunSpec s;
+  s.checkpointing.policy = policy;
   s.strategy = "fsdp";
   s.model = odd_model();
   s.batch = 2 * world_size();
@@ -757,7 +763,7 @@ TEST_CASE("fsdp: training on N ranks equals one process (odd widths, microbatche
 }
 
 TEST_CASE("fsdp: optimizer state, parameters and gradients are 1/N per rank plus the gather and staging buffers",
-          "[dist][fsdp][.seam]") {
+          "[dist][fsdp]") {
   const int R = world_size();
   RunSpec t;
   t.strategy = "fsdp";
@@ -794,7 +800,7 @@ TEST_CASE("fsdp: a use out of the schedule's order is an error", "[dist][fsdp]")
   auto be = make_backend(Device::cpu, 0);
   auto comm = make_comm(*be, false);
   auto fsdp = make_strategy(cfg, *be, comm.get());
-  Model model(*be, model_dims(cfg.model), DType::f32, AttnImpl::naive, ParamLayout::kAlign * world_size());
+  Model model(*be, model_dims(cfg.model), DType::f32, AttnImpl::naive, ParamLayout::kAlign * world_size(), false);
   model.init_random(1);
   fsdp->attach(model);
   fsdp->begin_microbatch(0, 1);
@@ -807,7 +813,7 @@ TEST_CASE("fsdp: a use out of the schedule's order is an error", "[dist][fsdp]")
 TEST_CASE("strategies on one rank: no communicator is an error for ddp/zero1/fsdp", "[dist][strategy]") {
   RunConfig c = config_for(RunSpec{});
   auto be = make_backend(Device::cpu, 0);
-  for (const char* s : kAllStrategies) {
+  for (const char* s : kStrategies) {
     c.parallel.strategy = s;
     CHECK_THROWS_AS(make_strategy(c, *be, nullptr), ConfigError);
   }

@@ -63,6 +63,7 @@ std::unique_ptr<Backend> make_cuda_backend(int device_index, const BackendOption
 }
 
 CudaBackend::CudaBackend(int local_rank, const BackendOptions& opts) : opts_(opts) {
+  stats_.timeline = opts.memory_timeline;  // before the first allocation (the workspace below)
   int count = 0;
   CUDA_CHECK(cudaGetDeviceCount(&count));
   CONFIG_CHECK(local_rank >= 0 && count > 0, "device: no GPU for local rank {} ({} visible)", local_rank, count);
@@ -76,6 +77,22 @@ CudaBackend::CudaBackend(int local_rank, const BackendOptions& opts) : opts_(opt
   gpu_bytes_ = prop.totalGlobalMem;
   CUDA_CHECK(cudaRuntimeGetVersion(&runtime_version_));
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CachingAllocator::Source src;
+  src.alloc = [](size_t bytes) -> void* {
+    void* p = nullptr;
+    const cudaError_t st = cudaMalloc(&p, bytes);
+    if (st == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // clear it: the allocator empties its cache and retries, or reports nullptr
+      return nullptr;
+    }
+    CUDA_CHECK(st);
+    return p;
+  };
+  src.free = [](void* p) { CUDA_CHECK(cudaFree(p)); };
+  // Every stream, not only the compute stream: cudaFree waits for the device anyway, and a communicator's stream
+  // must not be reading a block that goes back.
+  src.sync = [] { CUDA_CHECK(cudaDeviceSynchronize()); };
+  pool_ = std::make_unique<CachingAllocator>(std::move(src));
   workspace_ = alloc(kWorkspaceBytes, Category::workspace);
   reduce_partials_ = alloc((kernels::kReduceMaxBlocks + 1) * sizeof(double), Category::workspace);
   CUDA_CHECK(cudaMallocHost(&host_result_, sizeof(double)));
@@ -89,6 +106,8 @@ CudaBackend::~CudaBackend() {
   workspace_.reset();
   scratch_.reset();
   reduce_partials_.reset();
+  rope_table_.reset();
+  pool_.reset();  // the cached blocks go back to the driver (the stream is idle: synchronised above)
   if (host_result_) cudaFreeHost(host_result_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -100,18 +119,9 @@ std::string CudaBackend::description() const {
                      runtime_version_ / 1000, (runtime_version_ % 1000) / 10);
 }
 
-void* CudaBackend::raw_alloc(size_t bytes) {
-  void* p = nullptr;
-  const cudaError_t st = cudaMalloc(&p, bytes);
-  if (st == cudaErrorMemoryAllocation) {
-    (void)cudaGetLastError();  // clear it: the caller reports OutOfMemory and the run may go on (e.g. a smaller try)
-    return nullptr;
-  }
-  CUDA_CHECK(st);
-  return p;
-}
+void* CudaBackend::raw_alloc(size_t bytes) { return pool_->allocate(bytes); }
 
-void CudaBackend::raw_free(void* p) { CUDA_CHECK(cudaFree(p)); }
+void CudaBackend::raw_free(void* p) { pool_->deallocate(p); }
 
 void CudaBackend::copy_from_host(void* dst, const void* src, size_t bytes) {
   if (!bytes) return;

@@ -1,7 +1,8 @@
 // CudaBackend: the class behind make_cuda_backend (internal to src/backend/cuda/; the rest of the program sees only
 // Backend). Ops validate shapes and dtypes on the host (TRAINER_CHECK), then enqueue kernels/ launchers or cuBLASLt
 // products on the compute stream. Nothing here synchronises except the ops documented "(syncs)" in backend.h and
-// the rare growth of the scratch buffer and, with gemm_autotune, the first call of each GEMM shape.
+// the rare growth of the scratch buffer, with gemm_autotune the first call of each GEMM shape, and an allocation that
+// finds the device full (the caching allocator then synchronises and empties its cache).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -11,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/matmul.h"
+#include "core/caching_allocator.h"
 
 namespace trainer {
 
@@ -24,8 +26,12 @@ class CudaBackend final : public Backend {
   std::string description() const override;
   GemmTuning gemm_tuning() const override { return blas_ ? blas_->tuning() : GemmTuning{}; }
 
+  /// Through the caching allocator (core/caching_allocator.h): no cudaMalloc / cudaFree once a step's sizes are
+  /// cached, and no synchronisation, as every op runs on the one compute stream.
   void* raw_alloc(size_t bytes) override;
   void raw_free(void* p) override;
+  size_t reserved_bytes() const override { return pool_->reserved_bytes(); }
+  size_t peak_reserved_bytes() const override { return pool_->peak_reserved_bytes(); }
   void copy_from_host(void* dst, const void* src, size_t bytes) override;
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
@@ -60,6 +66,8 @@ class CudaBackend final : public Backend {
   void cast(Tensor dst, const Tensor& src) override;
   double adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) override;
 
+  /// The caching allocator behind raw_alloc (for tests and logs).
+  const CachingAllocator& allocator() const { return *pool_; }
   /// Products cached by the cuBLASLt wrapper so far (for tests and logs).
   size_t cached_matmul_plans() const { return blas_->cached_plans(); }
 
@@ -85,6 +93,7 @@ class CudaBackend final : public Backend {
   size_t gpu_bytes_ = 0;
   int runtime_version_ = 0;
   cudaStream_t stream_ = nullptr;
+  std::unique_ptr<CachingAllocator> pool_;  // device memory behind raw_alloc; outlives every Buffer member below
   Buffer workspace_;        // cuBLASLt workspace, 32 MiB
   Buffer scratch_;          // per-op temporaries (attention scores, sort keys, partial sums)
   Buffer reduce_partials_;  // fp64 partial sums + the result of sum / sum_squares

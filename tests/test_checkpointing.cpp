@@ -1,0 +1,257 @@
+// Activation checkpointing policies and the fused, chunked LM head (issue 15) on the CPU backend (fp32 reference).
+//
+// Recomputation must change no number: every policy runs the same kernels on the same inputs, so losses, gradients and
+// the parameters after AdamW steps are compared BITWISE with policy none. The chunked head sums the head's weight
+// gradient chunk by chunk (a different summation order than one GEMM over all tokens), so it is compared with a
+// tolerance. The schedule the model hands to the residency must be exactly the uses it then makes.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+
+#include "backend/backend.h"
+#include "jobs/train_step.h"
+#include "model/model.h"
+#include "parallel/strategy.h"
+#include "test_helpers.h"
+
+using namespace trainer;
+
+namespace {
+
+struct PolicyCase {
+  std::string name;
+  std::string policy;
+  int k = 2;
+  std::optional<std::vector<int>> blocks;
+  int head_chunk = 0;
+};
+
+struct Run {
+  std::vector<double> losses;
+  std::vector<float> grads, params;
+  size_t peak_activations = 0, peak_total = 0;
+};
+
+constexpr int kLayers = 6, kRows = 4, kT = 16, kVocab = 97;
+
+ModelDims tiny6() { return ModelDims{kVocab, kT, 64, 172, kLayers, 4, 10000.0}; }
+
+/// `steps` AdamW steps of the tiny 6-block model (fp32, naive attention) through the train job's own step function.
+Run run(const PolicyCase& pc, int micro, int steps = 3) {
+  auto be = make_backend(Device::cpu, 0);
+  RunConfig cfg;
+  cfg.device = "cpu";
+  cfg.parallel.strategy = "none";
+  cfg.checkpointing.policy = pc.policy;
+  cfg.checkpointing.k = pc.k;
+  cfg.checkpointing.blocks = pc.blocks;
+  cfg.checkpointing.lm_head_chunk_tokens = pc.head_chunk;
+  auto strategy = make_strategy(cfg, *be, nullptr);
+  Model m(*be, tiny6(), DType::f32, AttnImpl::naive, ParamLayout::kAlign, true,
+          ActivationPolicy::from(cfg.checkpointing));
+  m.init_random(3);
+  strategy->attach(m);
+  m.reserve(micro, kT);
+  StepShape s;
+  s.n_micro = kRows / micro;
+  s.micro = micro;
+  s.seq_len = kT;
+  s.global_tokens = int64_t(kRows) * kT;
+  std::vector<int32_t> in(size_t(kRows) * kT), tg(in.size());
+  Run out;
+  be->memory().reset_peak();
+  for (int step = 0; step < steps; ++step) {
+    for (size_t i = 0; i < in.size(); ++i) {
+      in[i] = int32_t((i * 7 + 3 + size_t(step) * 11) % kVocab);
+      tg[i] = int32_t((i * 5 + 1 + size_t(step) * 13) % kVocab);
+    }
+    m.begin_step_losses(int64_t(in.size()));
+    m.set_step_tokens(in.data(), tg.data());
+    train_step(*be, m, *strategy, s, 1e-2, std::nullopt);
+    out.losses.push_back(m.step_loss_sum());
+  }
+  const Tensor g = m.grads(), p = m.params();
+  out.grads.assign(g.ptr<float>(), g.ptr<float>() + g.numel());
+  out.params.assign(p.ptr<float>(), p.ptr<float>() + p.numel());
+  out.peak_activations = be->memory().peak[int(Category::activations)];
+  out.peak_total = be->memory().peak_total;
+  return out;
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+const std::vector<PolicyCase>& policy_cases() {
+  static const std::vector<PolicyCase> cases = {
+      {"selective", "selective"},
+      {"full", "full"},
+      {"every_k k=1", "every_k", 1},
+      {"every_k k=2", "every_k", 2},
+      {"every_k k=3", "every_k", 3},
+      {"every_k k=4 (uneven last segment)", "every_k", 4},
+      {"sqrt", "sqrt"},
+      {"nested", "nested"},
+      {"selective, blocks 1 2 4", "selective", 2, std::vector<int>{1, 2, 4}},
+      {"every_k k=2, blocks 0-3", "every_k", 2, std::vector<int>{0, 1, 2, 3}},
+      {"nested, blocks 0-4 (last block stored)", "nested", 2, std::vector<int>{0, 1, 2, 3, 4}},
+      {"none, blocks 5", "none", 2, std::vector<int>{5}},
+  };
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("checkpointing: every policy gives bitwise the losses, gradients and parameters of none", "[checkpointing]") {
+  for (int micro : {4, 2}) {
+    const Run ref = run({"none", "none"}, micro);
+    for (const PolicyCase& pc : policy_cases()) {
+      INFO("policy " << pc.name << ", microbatch " << micro);
+      const Run r = run(pc, micro);
+      CHECK(r.losses == ref.losses);
+      CHECK(bitwise_equal(r.grads, ref.grads));
+      CHECK(bitwise_equal(r.params, ref.params));
+    }
+  }
+}
+
+TEST_CASE("checkpointing: recomputation lowers the activation peak in the expected order", "[checkpointing]") {
+  const size_t none = run({"none", "none"}, 4, 1).peak_activations;
+  const size_t selective = run({"selective", "selective"}, 4, 1).peak_activations;
+  const size_t every3 = run({"k3", "every_k", 3}, 4, 1).peak_activations;
+  const size_t full = run({"full", "full"}, 4, 1).peak_activations;
+  const size_t nested = run({"nested", "nested"}, 4, 1).peak_activations;
+  CHECK(selective < none);
+  CHECK(every3 < selective);
+  CHECK(full < every3);
+  CHECK(nested < selective);
+  // full keeps 6 block inputs plus one block's store: far below 6 stores (none keeps elementwise results too)
+  CHECK(double(full) < 0.5 * double(selective));
+}
+
+TEST_CASE("checkpointing: policies group blocks into the documented segments", "[checkpointing]") {
+  using K = Segment::Kind;
+  auto segs = [](const std::string& policy, int k, std::optional<std::vector<int>> blocks, int L) {
+    ActivationPolicy p;
+    p.policy = policy;
+    p.k = k;
+    p.blocks = std::move(blocks);
+    std::vector<std::tuple<int, int, K>> out;
+    for (const Segment& s : p.segments(L)) out.emplace_back(s.begin, s.end, s.kind);
+    return out;
+  };
+  using V = std::vector<std::tuple<int, int, K>>;
+  CHECK(segs("none", 2, {}, 3) == V{{0, 1, K::stored}, {1, 2, K::stored}, {2, 3, K::stored}});
+  CHECK(segs("full", 2, {}, 2) == V{{0, 1, K::flat}, {1, 2, K::flat}});
+  CHECK(segs("every_k", 3, {}, 7) == V{{0, 3, K::flat}, {3, 6, K::flat}, {6, 7, K::flat}});
+  CHECK(segs("sqrt", 1, {}, 32) == V{{0, 6, K::flat}, {6, 12, K::flat}, {12, 18, K::flat}, {18, 24, K::flat},
+                                     {24, 30, K::flat}, {30, 32, K::flat}});
+  CHECK(segs("nested", 2, {}, 5) == V{{0, 5, K::nested}});
+  CHECK(segs("every_k", 2, std::vector<int>{0, 1, 2, 4}, 6) ==
+        V{{0, 2, K::flat}, {2, 3, K::flat}, {3, 4, K::stored}, {4, 5, K::flat}, {5, 6, K::stored}});
+  CHECK(segs("selective", 2, std::vector<int>{1}, 3) == V{{0, 1, K::stored}, {1, 2, K::flat}, {2, 3, K::stored}});
+}
+
+namespace {
+/// A residency that serves the model's full buffers and checks every use against the announced schedule.
+class CheckingResidency final : public ParamResidency {
+ public:
+  explicit CheckingResidency(Model& m) : m_(m) {}
+  void begin_schedule(const std::vector<UnitUse>& uses) override {
+    CHECK(next_ == uses_.size());  // the previous microbatch used everything it announced
+    uses_ = uses;
+    next_ = 0;
+  }
+  UnitView acquire(int unit, UnitPass pass) override {
+    REQUIRE(next_ < uses_.size());
+    CHECK(uses_[next_].unit == unit);
+    CHECK(uses_[next_].pass == pass);
+    if (pass == UnitPass::recompute) ++recomputes_;
+    return m_.full_view(unit, pass);
+  }
+  void release(int unit, UnitPass pass) override {
+    CHECK(uses_[next_].unit == unit);
+    ++next_;
+    m_.full_release(unit, pass);
+  }
+  size_t recomputes_ = 0;
+
+ private:
+  Model& m_;
+  std::vector<UnitUse> uses_;
+  size_t next_ = 0;
+};
+}  // namespace
+
+TEST_CASE("checkpointing: the announced unit schedule is exactly the uses made", "[checkpointing]") {
+  struct Expect {
+    PolicyCase pc;
+    size_t recomputes;
+  };
+  // full: each block once; every_k 4 on 6: 6; nested on 6 blocks: forward to the midpoints of [0,3) and [3,6) is
+  // kept from the forward for the spine (3, 4 / 5), so it recomputes 0..2 -> {0: 1 to reach 1, ...}: counted here by
+  // the closed form of the recursion below.
+  std::function<size_t(int, int, bool)> nested = [&](int a, int b, bool spine) -> size_t {
+    if (b - a == 1) return 1;
+    const int m = (a + b) / 2;
+    return size_t(spine ? 0 : m - a) + nested(m, b, spine) + nested(a, m, false);
+  };
+  const std::vector<Expect> cases = {
+      {{"none", "none"}, 0},  {{"selective", "selective"}, 0},    {{"full", "full"}, 6},
+      {{"k4", "every_k", 4}, 6}, {{"nested", "nested"}, nested(0, 6, true)},
+  };
+  for (const Expect& e : cases) {
+    INFO(e.pc.name);
+    auto be = make_backend(Device::cpu, 0);
+    RunConfig cfg;
+    cfg.checkpointing.policy = e.pc.policy;
+    cfg.checkpointing.k = e.pc.k;
+    Model m(*be, tiny6(), DType::f32, AttnImpl::naive, ParamLayout::kAlign, true,
+            ActivationPolicy::from(cfg.checkpointing));
+    m.init_random(1);
+    CheckingResidency res(m);
+    m.set_residency(&res);
+    std::vector<int32_t> in(size_t(kRows) * kT, 5), tg(in.size(), 7);
+    m.zero_grads();
+    m.begin_step_losses(int64_t(in.size()));
+    m.forward(in.data(), tg.data(), kRows, kT, true, 1.f / float(in.size()), 0);
+    m.backward();
+    CHECK(res.recomputes_ == e.recomputes);
+    const auto uses = m.unit_schedule(true);
+    CHECK(uses.front().unit == 0);
+    CHECK(uses.back().unit == 0);
+    CHECK_FALSE(uses.back().weights);  // the embedding's backward reads no weights
+  }
+}
+
+TEST_CASE("lm head: chunked logits + loss match the unchunked head", "[checkpointing][head]") {
+  // 64 tokens in chunks of 64 (one chunk), 16, 10 (a ragged last chunk) and 1.
+  const Run one = run({"one chunk", "selective", 2, {}, 64}, 4);
+  for (int chunk : {16, 10, 1}) {
+    INFO("chunk " << chunk);
+    const Run r = run({"chunked", "selective", 2, {}, chunk}, 4);
+    // Per-token losses come from the same row products: equal to rounding of the row-chunked GEMM.
+    CHECK(testing::max_rel_error(r.losses, one.losses) < 1e-6);
+    // The head's weight gradient sums over tokens chunk by chunk: a different fp32 summation order.
+    CHECK(testing::all_close(r.grads, one.grads, 1e-6, 1e-4) == "");
+    // Parameters after 3 AdamW steps norm-wise: AdamW divides each gradient element by its own magnitude, so an
+    // element whose gradient is at rounding level moves by O(lr) either way (as in test_model's accumulation test).
+    double diff2 = 0, ref2 = 0;
+    for (size_t i = 0; i < one.params.size(); ++i) {
+      diff2 += double(r.params[i] - one.params[i]) * double(r.params[i] - one.params[i]);
+      ref2 += double(one.params[i]) * double(one.params[i]);
+    }
+    CHECK(std::sqrt(diff2 / ref2) < 1e-5);
+  }
+}
+
+TEST_CASE("lm head: the auto chunk keeps logits under 256 MiB", "[checkpointing][head]") {
+  // 8B shape: 32768 tokens x vocab 151936 in bf16 -> 768-token chunks (233 MiB of logits)
+  CHECK(lm_head_chunk_rows(32768, 151936, DType::bf16, 0) == 768);
+  CHECK(lm_head_chunk_rows(2048, 10000, DType::bf16, 0) == 2048);  // xl ctx 512 batch 4: one chunk
+  CHECK(lm_head_chunk_rows(100, 10000, DType::f32, 7) == 7);
+  CHECK(lm_head_chunk_rows(5, 10000, DType::f32, 7) == 5);
+}
