@@ -14,7 +14,8 @@
 // consecutive uses of one unit that read weights share one "gather" (recompute of block l followed by its backward),
 // uses that read no weights (the embedding's backward) have none. Gather j all-gathers the unit's shards in the
 // compute dtype (bf16 working copy in mixed precision, the fp32 master in fp32 runs) into rotating buffer
-// j % (prefetch_layers + 1) (Category::communication, each the size of the largest padded unit), asynchronously.
+// j % (prefetch_layers + 1) (Category::communication, each the size of the largest padded unit; at most two per unit
+// are allocated, a microbatch's most gathers), asynchronously.
 // Gathers 0 .. prefetch_layers are issued at begin_schedule; gather j + prefetch_layers + 1 is issued when gather j's
 // last use is released, so `prefetch_layers` gathers are in flight or ready ahead of the one in use, and a buffer is
 // written again only after every reader of its previous contents was enqueued on the compute stream. The
@@ -124,14 +125,15 @@ class Fsdp final : public Strategy {
     }
     adamw_ = std::make_unique<AdamW>(be_, shard_total_, cfg_.optimizer);
 
-    const int nbuf = cfg_.parallel.prefetch_layers + 1;
+    // A microbatch has at most two gathers per unit (forward; recompute + backward): more buffers would stay unused.
+    const int nbuf = std::min(cfg_.parallel.prefetch_layers + 1, 2 * lay.num_units());
     gather_bufs_.clear();
     for (int i = 0; i < nbuf; ++i)
       gather_bufs_.push_back(be_.alloc(size_t(largest_) * dtype_size(cdtype_), Category::communication));
     for (Slot& s : slots_) s.staging = be_.alloc(size_t(largest_) * 4, Category::gradients);
-    spdlog::info("fsdp: {} units in {} shards of {} elements per rank ({} of {} parameters); {} gather buffers of {} "
-                 "({}); AdamW state {} per rank (one process: {})",
-                 units_.size(), n, shard_total_, format_bytes(size_t(shard_total_) * 4), lay.count(), nbuf,
+    spdlog::info("fsdp: each of {} ranks keeps {} of {} parameters' elements ({} units, padded; fp32 {}); {} gather "
+                 "buffers of {} ({}); AdamW state {} per rank (one process: {})",
+                 n, shard_total_, lay.count(), units_.size(), format_bytes(size_t(shard_total_) * 4), nbuf,
                  format_bytes(size_t(largest_) * dtype_size(cdtype_)), dtype_name(cdtype_),
                  format_bytes(adamw_->state_bytes()), format_bytes(size_t(lay.total()) * 8));
   }
