@@ -4,10 +4,13 @@
 
 #include <cstdint>
 
+#include "backend/cuda_sizes.h"
+
 namespace trainer::kernels {
 
-/// Partial sums the reduction needs in `partials` (doubles).
-constexpr int kReduceMaxBlocks = 1024;
+/// Partial sums the reduction needs in `partials` (doubles); backend/cuda_sizes.h holds the number (the planner
+/// mirrors the allocation).
+constexpr int kReduceMaxBlocks = cuda_sizes::kReduceMaxBlocks;
 
 /// out[0] = sum_i x[i] (square = false) or sum_i x[i]^2 (square = true), accumulated in fp64. x f32 or bf16 [n].
 /// Two stages with a block count that depends on n only (per-block partials in `partials`, then one block sums them

@@ -11,6 +11,8 @@
 #include "common.cuh"
 #include "rmsnorm.cuh"
 
+#include "backend/cuda_sizes.h"
+
 #include <initializer_list>
 
 namespace trainer::kernels {
@@ -18,8 +20,9 @@ namespace {  // ---- kernels ---------------------------------------------------
 
 constexpr int kMaxThreads = 256;
 constexpr int kMaxSmemBytes = 226 * 1024;  // Hopper's opt-in limit (227 KiB) less room for static shared
-constexpr int kBwdBlocks = 1024;  // G: a fixed count (not the SM count) so the dw sum order never changes;
-                                   // 1024 blocks keep ~8 blocks of 256 threads on each of the 132 SMs
+// G = 1024 (backend/cuda_sizes.h, which the planner reads): a fixed count (not the SM count) so the dw sum order never
+// changes; 1024 blocks keep ~8 blocks of 256 threads on each of the 132 SMs
+constexpr int kBwdBlocks = cuda_sizes::kRmsnormBwdBlocks;
 
 int threads_for(int D) { return D <= 256 ? 64 : (D <= 1024 ? 128 : 256); }
 
@@ -213,7 +216,7 @@ void rmsnorm_fwd(void* y, DType ty, float* rstd, const void* x, DType tx, const 
   CUDA_CHECK(cudaGetLastError());
 }
 
-size_t rmsnorm_bwd_scratch_bytes(int64_t N, int D) { return size_t(bwd_blocks(N)) * size_t(D) * sizeof(float); }
+size_t rmsnorm_bwd_scratch_bytes(int64_t N, int D) { return cuda_sizes::rmsnorm_bwd_scratch_bytes(N, D); }
 
 void rmsnorm_bwd(void* dx, DType tdx, float* dw, const void* dy, DType tdy, const void* x, DType tx, const void* w,
                  DType tw, const float* rstd, int64_t N, int D, void* scratch, bool accumulate_dw, cudaStream_t s) {

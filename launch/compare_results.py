@@ -120,7 +120,9 @@ def build_rows(records):
     row("batch (global / micro)", lambda r: f"{get(r, 'config', 'data', 'batch_size', default='-')} / "
         f"{get(r, 'steps', 'microbatch_size', default=get(r, 'config', 'data', 'microbatch_size', default='-'))}",
         train_only=True)
-    phases = PHASES + sorted({p for r in records for p in (r.get("timing") or {}) if p not in PHASES})
+    # timing's phases are its statistics objects (timing.per_rank is a list of ranks, not a phase)
+    phases = PHASES + sorted({p for r in records for p, t in (r.get("timing") or {}).items()
+                              if p not in PHASES and isinstance(t, dict)})
     for p in phases:
         if any(get(r, "timing", p) for r in records):
             row(f"{p} ms (mean ± std)", lambda r, p=p: timing_cell(r, p))

@@ -2,6 +2,7 @@
 //
 //   trainer [CONFIG.json] [--set key.path=value ...] [--log-all-ranks]
 //   trainer --print-config [CONFIG.json] [--set ...]  |  trainer --help  |  trainer --version
+//   trainer --plan [CONFIG.json] [--set ...] [--world-size N] [--device cpu|cuda] [--json]   (runs nothing)
 //   mpirun -np 2 trainer configs/small.json --set parallel.strategy=ddp_bucketed
 //
 // Exit codes: 0 ok; 2 bad input (one line on stderr, nothing written); 1 the run failed (record with status
@@ -17,6 +18,7 @@
 #include <ctime>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "backend/backend.h"
@@ -27,6 +29,7 @@
 #include "git_info.h"
 #include "io/result_record.h"
 #include "jobs/job.h"
+#include "plan/planner.h"
 
 using namespace trainer;
 
@@ -42,7 +45,22 @@ struct Args {
   std::string config;
   std::vector<std::string> overrides;
   bool help = false, version = false, print_config = false, log_all_ranks = false;
+  bool plan = false, json = false;  // --plan, --json
+  int world_size = 0;               // --world-size (0: not given)
+  std::string device;               // --device (plan only; "": the config's)
 };
+
+/// The value of option argv[i] given as "--opt VALUE" or "--opt=VALUE" (advances i for the first form).
+std::string option_value(int argc, char** argv, int& i, const std::string& opt) {
+  const std::string s = argv[i];
+  if (s.size() > opt.size() && s[opt.size()] == '=') return s.substr(opt.size() + 1);
+  CONFIG_CHECK(i + 1 < argc, "{} needs a value (see trainer --help)", opt);
+  return argv[++i];
+}
+
+bool is_option(const std::string& s, const std::string& opt) {
+  return s == opt || (s.rfind(opt + "=", 0) == 0);
+}
 
 Args parse_args(int argc, char** argv) {
   Args a;
@@ -56,6 +74,24 @@ Args parse_args(int argc, char** argv) {
       a.print_config = true;
     } else if (s == "--log-all-ranks") {
       a.log_all_ranks = true;
+    } else if (s == "--plan") {
+      a.plan = true;
+    } else if (s == "--json") {
+      a.json = true;
+    } else if (is_option(s, "--world-size")) {
+      const std::string v = option_value(argc, argv, i, "--world-size");
+      size_t used = 0;
+      int n = 0;
+      try {
+        n = std::stoi(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      CONFIG_CHECK(used == v.size() && n >= 1, "--world-size '{}': expected a positive integer", v);
+      a.world_size = n;
+    } else if (is_option(s, "--device")) {
+      a.device = option_value(argc, argv, i, "--device");
+      CONFIG_CHECK(a.device == "cpu" || a.device == "cuda", "--device '{}': expected cpu or cuda", a.device);
     } else if (s == "--set" || s.rfind("--set=", 0) == 0) {
       std::string kv;
       if (s == "--set") {
@@ -74,7 +110,82 @@ Args parse_args(int argc, char** argv) {
       a.config = s;
     }
   }
+  CONFIG_CHECK(a.plan || (!a.json && a.world_size == 0 && a.device.empty()),
+               "--json, --world-size and --device apply to --plan only");
+  CONFIG_CHECK(!(a.plan && a.print_config), "--plan and --print-config: choose one");
   return a;
+}
+
+/// The config for --plan: the file and overrides resolved for `world` ranks on the device to plan for (--device;
+/// else the config's; for device auto cuda when the config asks for bf16 or flash2 or cannot run on the CPU, else
+/// cpu). *assumed says how the device was chosen when it was not given.
+RunConfig load_plan_config(const Args& a, int world, std::string* assumed) {
+  std::vector<std::string> ov = a.overrides;
+  if (!a.device.empty()) {
+    ov.push_back("device=" + a.device);
+    return load_config(a.config, ov, world, a.device == "cuda");
+  }
+  RunConfig on_cuda = load_config(a.config, ov, world, /*cuda_available=*/true);
+  if (on_cuda.device != "cuda") return on_cuda;  // the config says cpu
+  // device 'cuda' or 'auto'? Without a GPU, auto resolves to cpu (asked with the CUDA-only settings taken out).
+  bool is_auto = false;
+  try {
+    std::vector<std::string> probe = ov;
+    for (const char* o : {"precision=fp32", "attention=naive", "parallel.comm=mpi", "parallel.reduce_dtype=fp32"})
+      probe.push_back(o);
+    is_auto = load_config(a.config, probe, world, /*cuda_available=*/false).device == "cpu";
+  } catch (const ConfigError&) {
+  }
+  if (!is_auto) return on_cuda;
+  std::optional<RunConfig> on_cpu;
+  try {
+    on_cpu = load_config(a.config, ov, world, /*cuda_available=*/false);
+  } catch (const ConfigError&) {  // it needs cuda (bf16, nccl)
+  }
+  const bool wants_cuda = !on_cpu || on_cuda.precision == "bf16" || on_cpu->attention == "flash2";
+  *assumed = fmt::format("device auto: planned for {} ({}; --device cpu|cuda to choose)",
+                         wants_cuda ? "cuda (an H200)" : "cpu",
+                         wants_cuda ? "the config asks for bf16, flash2 or nccl" : "the config runs on the CPU");
+  return wants_cuda ? on_cuda : *on_cpu;
+}
+
+/// trainer --plan: prints rank 0's plan (and every rank's where they differ). Returns the exit code.
+int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool as_json) {
+  std::vector<Plan> plans;
+  std::vector<nlohmann::json> js;
+  bool differ = false;
+  for (int r = 0; r < world; ++r) {
+    plans.push_back(make_plan(cfg, world, r));
+    js.push_back(plans.back().to_json());
+    js.back().erase("rank");
+    differ = differ || js.back() != js.front();
+    if (r >= 1 && !differ && cfg.parallel.strategy != "zero1") break;  // replicated strategies: ranks alike
+  }
+  if (as_json) {
+    nlohmann::json out = plans[0].to_json();
+    out["ranks_identical"] = !differ;
+    if (!assumed.empty()) out["device_note"] = assumed;
+    if (differ) {
+      out["per_rank"] = nlohmann::json::array();
+      for (const Plan& p : plans) out["per_rank"].push_back(p.to_json());
+    }
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  if (!assumed.empty()) std::cout << assumed << "\n";
+  std::cout << "config: " << cfg.name << ", model " << (cfg.model.preset.empty() ? "custom" : cfg.model.preset)
+            << fmt::format(" (d_model {}, {} layers, context {}), batch {}, microbatch {}, precision {}, attention {}, "
+                           "checkpointing {}, phase {}\n",
+                           cfg.model.d_model, cfg.model.num_layers, cfg.model.context_length, cfg.data.batch_size,
+                           cfg.data.microbatch_size, cfg.precision, cfg.attention, cfg.checkpointing.policy,
+                           cfg.bench.phase);
+  if (!differ) {
+    if (world > 1) std::cout << fmt::format("(ranks 0..{} have the same plan; rank 0 shown)\n", world - 1);
+    std::cout << plans[0].table();
+  } else {
+    for (const Plan& p : plans) std::cout << p.table() << "\n";
+  }
+  return 0;
 }
 
 void setup_logging(int rank, bool all_ranks) {
@@ -100,18 +211,20 @@ int main(int argc, char** argv) {
   // ---- 1. arguments and config: every problem is one line on stderr and exit code 2, before any output ----------
   Args args;
   RunConfig cfg;
-  std::string error;
+  std::vector<std::string> warnings;  // from resolving the config; logged on rank 0 once logging is set up
+  std::string error, plan_assumed;
+  int plan_world = world;
   try {
     args = parse_args(argc, argv);
-    if (!args.help && !args.version) {
-      cfg = load_config(args.config, args.overrides, world, cuda_available());
+    if (args.plan && !args.help && !args.version) {
+      plan_world = args.world_size > 0 ? args.world_size : world;
+      cfg = load_plan_config(args, plan_world, &plan_assumed);
+    } else if (!args.help && !args.version) {
+      cfg = load_config(args.config, args.overrides, world, cuda_available(),
+                        HostInfo{mpi.local_size(), cuda_device_count()}, &warnings);
       CONFIG_CHECK(args.print_config || cfg.device != "cuda" || cuda_available(),
                    "device: 'cuda' was asked for but {}", TRAINER_HAVE_CUDA_BUILD
                        ? "no CUDA device is visible" : "this trainer was built without CUDA (no nvcc at build time)");
-      // NCCL needs a GPU of its own per rank; ranks sharing one would fail or hang in its set-up (issue 16).
-      CONFIG_CHECK(args.print_config || cfg.parallel.comm != "nccl" || mpi.local_size() <= cuda_device_count(),
-                   "parallel.comm: 'nccl' needs one GPU per rank, but {} ranks on this host share {} GPU(s); use "
-                   "parallel.comm=mpi", mpi.local_size(), cuda_device_count());
     }
   } catch (const ConfigError& e) {
     error = e.what();
@@ -147,9 +260,20 @@ int main(int argc, char** argv) {
     if (rank == 0) std::cout << resolved.dump(2) << "\n";
     return 0;
   }
+  if (args.plan) {
+    if (rank != 0) return 0;
+    try {
+      return run_plan(cfg, plan_world, plan_assumed, args.json);
+    } catch (const ConfigError& e) {
+      std::fprintf(stderr, "trainer: error: %s\n", e.what());
+      return 2;
+    }
+  }
 
   // ---- 2. run the job -----------------------------------------------------------------------------------------
   setup_logging(rank, args.log_all_ranks);
+  if (rank == 0)
+    for (const std::string& w : warnings) spdlog::warn("{}", w);
   const std::string results_path = cfg.output.results ? *cfg.output.results : default_results_path(cfg.name);
   nlohmann::json record = {{"schema", "trainer.result/1"},
                            {"status", "ok"},
@@ -162,20 +286,33 @@ int main(int argc, char** argv) {
                            {"version", build::kVersion},
                            {"git", build::kGit}};
   int code = 0;
+  std::optional<Plan> plan;
   const auto t0 = std::chrono::steady_clock::now();
   MemoryTimeline timeline;  // attached to the job's backend only with profile.memory_timeline
   try {
-    const RunContext ctx{rank, world, mpi.local_rank(), mpi.local_size(),
-                         cfg.profile.memory_timeline ? &timeline : nullptr};
+    RunContext ctx{rank, world, mpi.local_rank(), mpi.local_size(),
+                   cfg.profile.memory_timeline ? &timeline : nullptr};
+    if (cfg.job == "train") {  // the prediction goes into the record beside the measurement (and into an OOM record)
+      try {
+        plan = make_plan(cfg, world, rank);
+        ctx.plan = &*plan;
+      } catch (const ConfigError&) {
+        throw;
+      } catch (const std::exception& e) {  // a planner failure costs the prediction, not the run
+        spdlog::warn("plan: the dry run failed ({}); the record carries no prediction", e.what());
+      }
+    }
     nlohmann::json part;
     if (cfg.job == "train") part = run_train(cfg, ctx);
     else if (cfg.job == "collective_bench") part = run_collective_bench(cfg, ctx);
     else if (cfg.job == "attention_bench") part = run_attention_bench(cfg, ctx);
     else throw ConfigError(fmt::format("job: '{}' is not implemented", cfg.job));
     record.update(part);
+    if (plan && record.contains("memory")) record["memory"]["predicted"] = plan->predicted_json();
   } catch (const OutOfMemory& e) {
     record["status"] = "oom";
     record["error"] = e.what();
+    if (plan) record["plan"] = plan->to_json();
     spdlog::error("out of memory: {}", e.what());
     code = 3;
   } catch (const ConfigError& e) {

@@ -161,6 +161,14 @@ TEST_CASE("config: configs/xl_fsdp.json resolves to the handout's FSDP run on 2 
   CHECK(c.parallel.prefetch_layers == 2);
   CHECK(c.data.batch_size == 8);
   CHECK(c.data.microbatch_size == 4);  // the handout's batch 4 on each of 2 ranks
+  CHECK(c.parallel.comm == "nccl");
+  // The card's `mpirun -np 2 trainer configs/xl_fsdp.json` on a one-GPU host: comm auto falls back to mpi, warned.
+  std::vector<std::string> warnings;
+  const RunConfig shared =
+      load_config(path, {"output.results=" + dir.path("r.json")}, 2, true, trainer::HostInfo{2, 1}, &warnings);
+  CHECK(shared.parallel.comm == "mpi");
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Contains("auto resolves to mpi"));
 }
 
 TEST_CASE("config: embedded default is configs/default.json and resolves", "[config]") {
@@ -246,6 +254,45 @@ TEST_CASE("config: resolution of auto values, name and microbatch", "[config]") 
     CHECK(c.model.d_model == 24);
     CHECK(c.model.num_heads == 3);
   }
+}
+
+TEST_CASE("config: parallel.comm with more ranks than GPUs on a host", "[config]") {
+  using trainer::HostInfo;
+  using trainer::resolve_comm;
+  // auto: nccl only on cuda with a GPU per rank of the host; ranks sharing a GPU fall back to mpi with one warning.
+  CHECK(resolve_comm("auto", "cuda", HostInfo{2, 2}).comm == "nccl");
+  CHECK(resolve_comm("auto", "cuda", HostInfo{1, 8}).comm == "nccl");
+  CHECK(resolve_comm("auto", "cuda", HostInfo{2, 2}).warning.empty());
+  CHECK(resolve_comm("auto", "cpu", HostInfo{4, 1}).comm == "mpi");
+  CHECK(resolve_comm("auto", "cpu", HostInfo{4, 1}).warning.empty());
+  const trainer::CommChoice shared = resolve_comm("auto", "cuda", HostInfo{3, 2});
+  CHECK(shared.comm == "mpi");
+  CHECK_THAT(shared.warning, Contains("auto resolves to mpi") && Contains("3 ranks share 2 GPU(s)"));
+  CHECK(shared.warning.find('\n') == std::string::npos);  // one line
+  // GPU count unknown (0): no fallback (a cuda run without a GPU is refused elsewhere).
+  CHECK(resolve_comm("auto", "cuda", HostInfo{2, 0}).comm == "nccl");
+  // Explicit nccl with ranks sharing a GPU stops at once, naming the fix; mpi and a GPU per rank are kept.
+  CHECK_THROWS_WITH(resolve_comm("nccl", "cuda", HostInfo{2, 1}),
+                    Contains("2 ranks share 1 GPU(s) on this host") && Contains("use parallel.comm=mpi"));
+  CHECK(resolve_comm("nccl", "cuda", HostInfo{2, 2}).comm == "nccl");
+  CHECK(resolve_comm("mpi", "cuda", HostInfo{4, 1}).comm == "mpi");
+  CHECK(resolve_comm("mpi", "cuda", HostInfo{4, 1}).warning.empty());
+
+  // Through load_config: the resolved config says mpi and the warning comes back to the caller.
+  TempDir dir;
+  const std::string path = dir.write("run.json", tiny_doc(dir).dump());
+  const std::vector<std::string> ddp = {"parallel.strategy=ddp_flat", "device=cuda"};
+  std::vector<std::string> warnings;
+  const RunConfig c = load_config(path, ddp, 2, true, HostInfo{2, 1}, &warnings);
+  CHECK(c.parallel.comm == "mpi");
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Contains("2 ranks share 1 GPU(s)"));
+  warnings.clear();
+  CHECK(load_config(path, ddp, 2, true, HostInfo{2, 2}, &warnings).parallel.comm == "nccl");
+  CHECK(warnings.empty());
+  std::vector<std::string> nccl = ddp;
+  nccl.push_back("parallel.comm=nccl");
+  CHECK_THROWS_AS(load_config(path, nccl, 2, true, HostInfo{2, 1}), ConfigError);
 }
 
 TEST_CASE("config: --set overrides", "[config]") {

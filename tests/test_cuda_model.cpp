@@ -20,9 +20,10 @@ struct Pass {
 };
 
 // One forward + backward of a fixed batch; parameters from init_random(seed) (identical on every backend).
-Pass run_pass(Device dev, const ModelDims& d, DType act, AttnImpl attn, int rows, int T, uint64_t seed) {
+Pass run_pass(Device dev, const ModelDims& d, DType act, AttnImpl attn, int rows, int T, uint64_t seed,
+              const ActivationPolicy& policy = {}) {
   auto be = make_backend(dev, 0);
-  Model m(*be, d, act, attn);
+  Model m(*be, d, act, attn, ParamLayout::kAlign, true, policy);
   m.init_random(seed);
   std::vector<int32_t> in(size_t(rows) * T), tg(size_t(rows) * T);
   for (size_t i = 0; i < in.size(); ++i) {
@@ -128,4 +129,39 @@ TEST_CASE("cuda model: small with flash2 matches naive attention (fp32 loss and 
   const double worst = check_grads(small, flash, naive);
   WARN("small fp32 flash2 vs naive: loss rel " << std::fabs(flash.loss - naive.loss) / naive.loss
                                                << ", worst gradient max|diff|/max|ref| " << worst);
+}
+
+TEST_CASE("cuda model: checkpointing policies and the chunked head reproduce the stored run", "[cuda][model][checkpointing]") {
+  if (!cuda_available()) {
+    WARN("no CUDA device: skipped");
+    return;
+  }
+  // fp32 flash2 (deterministic forward; the backward's dQ sums with atomics, so gradients agree to rounding, not
+  // bitwise) and bf16: every policy recomputes the same kernels on the same inputs.
+  const ModelDims d{1000, 256, 128, 344, 5, 2, 10000.0};
+  for (DType act : {DType::f32, DType::bf16}) {
+    ActivationPolicy none;
+    none.policy = "none";
+    const Pass ref = run_pass(Device::cuda, d, act, AttnImpl::flash2, 2, 256, 5, none);
+    for (const char* pol : {"selective", "full", "every_k", "sqrt", "nested"}) {
+      ActivationPolicy p;
+      p.policy = pol;
+      p.k = 2;
+      const bool chunked = std::string(pol) == "full" && act == DType::f32;  // also a ragged chunked head (f32)
+      p.lm_head_chunk_tokens = chunked ? 100 : 0;
+      const Pass got = run_pass(Device::cuda, d, act, AttnImpl::flash2, 2, 256, 5, p);
+      INFO("policy " << pol << (act == DType::bf16 ? " bf16" : " f32"));
+      CHECK(std::fabs(got.loss - ref.loss) <= (chunked ? 1e-5 : 1e-6) * std::fabs(ref.loss));
+      ParamLayout L(d);
+      for (size_t k = 0; k < L.params().size(); ++k) {
+        double max_diff = 0, max_ref = 0;
+        for (size_t i = 0; i < ref.grads[k].size(); ++i) {
+          max_diff = std::max(max_diff, double(std::fabs(got.grads[k][i] - ref.grads[k][i])));
+          max_ref = std::max(max_ref, double(std::fabs(ref.grads[k][i])));
+        }
+        INFO(L.params()[k].name << ": max|diff| " << max_diff << " max|ref| " << max_ref);
+        CHECK(max_diff <= (act == DType::bf16 ? 2e-2 : 1e-4) * max_ref);
+      }
+    }
+  }
 }

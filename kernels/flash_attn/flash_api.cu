@@ -5,6 +5,7 @@
 
 #include "flash_attn/flash.h"
 #include "flash_attn/launch.h"
+#include "backend/cuda_sizes.h"
 
 #include <cmath>
 #include <type_traits>
@@ -65,7 +66,7 @@ bool bwd_dkdv_splits(const AttnShape& s, DType dtype) {
 
 }  // namespace
 
-bool supports_head_dim(int d) { return d == 16 || d == 32 || d == 64 || d == 80 || d == 128; }
+bool supports_head_dim(int d) { return cuda_sizes::flash_supports_head_dim(d); }  // backend/cuda_sizes.h
 
 void run_fwd(const FlashParams& p, cudaStream_t s) {
   check_common(p);

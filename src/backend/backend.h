@@ -94,6 +94,8 @@ class Backend {
   virtual std::string description() const = 0;  // "NVIDIA H200, 139 GiB", "CPU (OpenBLAS, 2 threads)"
   /// GEMM autotuning so far (all zero where there is none: the CPU backend, or autotuning off).
   virtual GemmTuning gemm_tuning() const { return {}; }
+  /// Bytes of device memory (the GPU's total), or 0 where unknown or unbounded (the CPU backend).
+  virtual size_t device_memory_bytes() const { return 0; }
 
   // ---- memory ------------------------------------------------------------------------------------------------
   /// Allocates `bytes` tagged `cat`; throws OutOfMemory naming the request and what is in use by category.

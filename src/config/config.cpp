@@ -529,7 +529,8 @@ void apply_override(json& full, const std::string& text) {
 }
 
 // ---- resolution -----------------------------------------------------------------------------------------------
-void resolve(RunConfig& c, const std::string& path, int world_size, bool cuda_available) {
+void resolve(RunConfig& c, const std::string& path, int world_size, bool cuda_available, const HostInfo& host,
+             std::vector<std::string>* warnings) {
   if (!c.model.preset.empty()) {
     const ModelCfg p = preset_model(c.model.preset);
     auto fill = [](int& v, int from) { v = v == 0 ? from : v; };
@@ -542,7 +543,9 @@ void resolve(RunConfig& c, const std::string& path, int world_size, bool cuda_av
   }
   if (c.device == "auto") c.device = cuda_available ? "cuda" : "cpu";
   if (c.attention == "auto") c.attention = c.device == "cuda" && c.precision == "bf16" ? "flash2" : "naive";
-  if (c.parallel.comm == "auto") c.parallel.comm = c.device == "cuda" ? "nccl" : "mpi";
+  const CommChoice comm = resolve_comm(c.parallel.comm, c.device, host);
+  c.parallel.comm = comm.comm;
+  if (!comm.warning.empty() && warnings) warnings->push_back(comm.warning);
   if (c.name.empty()) c.name = path.empty() ? "default" : fs::path(path).stem().string();
   if (c.data.microbatch_size == 0 && world_size > 0) c.data.microbatch_size = c.data.batch_size / world_size;
 }
@@ -617,7 +620,7 @@ const std::vector<KeyDoc>& key_docs() {
       {"parallel.strategy", one_of(kStrategies),
        "how gradients (and optimizer state) are shared between ranks; fsdp also shards the weights (each rank keeps "
        "1/N of every unit, all-gathered before use)"},
-      {"parallel.comm", one_of(kComms), "communicator; auto: nccl on cuda, else mpi (nccl needs cuda)"},
+      {"parallel.comm", one_of(kComms), "communicator; auto: nccl on cuda with a GPU per rank, else mpi"},
       {"parallel.bucket_mb", "number > 0", "ddp_bucketed bucket size, MiB of fp32 gradients"},
       {"parallel.reduce_dtype", one_of(kReduceDtypes),
        "ddp_*: dtype of the gradients summed over ranks; bf16 halves the bytes (needs comm nccl)"},
@@ -704,8 +707,23 @@ void to_json(json& j, const CollectiveCfg& c) { j = to_value(c); }
 void from_json(const json& j, CollectiveCfg& c) { read_root(j, c, "collective"); }
 
 // ---- public: load and validate --------------------------------------------------------------------------------
+CommChoice resolve_comm(const std::string& comm, const std::string& device, const HostInfo& host) {
+  const bool shared = device == "cuda" && host.cuda_devices > 0 && host.local_size > host.cuda_devices;
+  const std::string sharing = fmt::format("{} ranks share {} GPU(s) on this host", host.local_size, host.cuda_devices);
+  if (comm == "auto") {
+    if (device != "cuda") return {"mpi", ""};
+    if (!shared) return {"nccl", ""};
+    return {"mpi", fmt::format("parallel.comm: auto resolves to mpi, not nccl: {} (NCCL needs a GPU per rank)",
+                               sharing)};
+  }
+  CONFIG_CHECK(comm != "nccl" || !shared,
+               "parallel.comm: 'nccl' needs a GPU per rank, but {} (NCCL would fail or hang); use parallel.comm=mpi",
+               sharing);
+  return {comm, ""};
+}
+
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size,
-                      bool cuda_available) {
+                      bool cuda_available, const HostInfo& host, std::vector<std::string>* warnings) {
   TRAINER_CHECK(world_size >= 1, "load_config: world_size {} < 1", world_size);
   const std::string text = path.empty() ? std::string(build::kDefaultConfig) : read_text_file(path);
   const json doc = parse_config_text(text, path.empty() ? "<embedded default config>" : path);
@@ -719,7 +737,7 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
     from_json(full, overridden);  // wrong types given by an override
     c = std::move(overridden);
   }
-  resolve(c, path, world_size, cuda_available);
+  resolve(c, path, world_size, cuda_available, host, warnings);
   validate_config(c, world_size);
   return c;
 }
@@ -891,6 +909,7 @@ void validate_config(const RunConfig& c, int world_size) {
 std::string help_text() {
   std::string s =
       "usage: trainer [CONFIG.json] [--set key.path=value ...] [--print-config] [--log-all-ranks]\n"
+      "       trainer --plan [CONFIG.json] [--set ...] [--world-size N] [--device cpu|cuda] [--json]\n"
       "       trainer --help | --version\n"
       "       mpirun -np N trainer CONFIG.json ...     (one process per GPU; batch_size is split over the N ranks)\n"
       "\n"
@@ -903,6 +922,13 @@ std::string help_text() {
       "                        array elements by index: --set optimizer.betas.1=0.95\n"
       "  --print-config        print the resolved config as JSON and exit\n"
       "  --log-all-ranks       log on every rank (default: rank 0 at info, other ranks at warn)\n"
+      "  --plan                run nothing: print the memory plan (bytes by category at the peak, the peak's\n"
+      "                        phase and block), FLOPs and predicted step time of one rank of the train run,\n"
+      "                        from a dry run of the real code on a meta backend (no GPU needed)\n"
+      "  --world-size N        (--plan) plan for N ranks (default 1, or the mpirun world size)\n"
+      "  --device cpu|cuda     (--plan) the device to plan for; default: the config's device, and for device\n"
+      "                        auto cuda when the config asks for bf16 or flash2, else cpu\n"
+      "  --json                (--plan) print the plan as one JSON object\n"
       "  --help                print this text and exit\n"
       "  --version             print the version and git commit and exit\n"
       "\n"
@@ -926,7 +952,8 @@ std::string help_text() {
                      p.d_ff, p.num_layers, p.num_heads);
   }
   s += "\nresolution: device auto -> cuda if available else cpu; attention auto -> flash2 for bf16 on cuda else\n"
-       "naive; parallel.comm auto -> nccl on cuda else mpi; name \"\" -> config file stem; data.microbatch_size 0 ->\n"
+       "naive; parallel.comm auto -> nccl on cuda with a GPU per rank else mpi (with a warning when ranks share a\n"
+       "GPU); name \"\" -> config file stem; data.microbatch_size 0 ->\n"
        "batch_size / world_size. Config errors exit with code 2 before any output is written.\n";
   return s;
 }

@@ -143,11 +143,32 @@ void from_json(const json& j, ProfileCfg& c);
 void to_json(json& j, const CollectiveCfg& c);
 void from_json(const json& j, CollectiveCfg& c);
 
+/// Where this rank runs, as far as resolving parallel.comm cares (main fills it from MpiSession and the CUDA runtime).
+struct HostInfo {
+  int local_size = 1;    // ranks on this host
+  int cuda_devices = 0;  // CUDA devices this rank sees; 0: unknown or none (no check)
+};
+
+/// parallel.comm resolved, and a warning for the log ("" when none).
+struct CommChoice {
+  std::string comm;
+  std::string warning;
+};
+
+/// Resolves parallel.comm `comm` (auto | nccl | mpi, as written) for the resolved `device` on `host`. NCCL needs a
+/// GPU of its own per rank (ranks pick GPU local_rank % cuda_devices, so more ranks than GPUs share one). auto: nccl
+/// on cuda, else mpi; on cuda with ranks sharing a GPU, mpi with a warning. nccl with ranks sharing a GPU:
+/// ConfigError naming parallel.comm=mpi (NCCL would fail or hang). Other values are returned unchanged (validation
+/// rejects unknown ones).
+CommChoice resolve_comm(const std::string& comm, const std::string& device, const HostInfo& host);
+
 /// Reads `path` (or the embedded default when path is empty), applies overrides ("key.path=value"; the value is
-/// parsed as JSON, falling back to a string), resolves the preset and the defaults of `device`/`attention`, and
-/// validates. world_size is used for divisibility checks. Raises ConfigError naming the key.
+/// parsed as JSON, falling back to a string), resolves the preset and the defaults of `device`/`attention`/
+/// `parallel.comm` (resolve_comm with `host`), and validates. world_size is used for divisibility checks. Warnings
+/// of the resolution are appended to `warnings` when given (main logs them on rank 0). Raises ConfigError naming
+/// the key.
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size,
-                      bool cuda_available);
+                      bool cuda_available, const HostInfo& host = {}, std::vector<std::string>* warnings = nullptr);
 
 /// Checks the resolved config (shapes, enums, ranges, files readable, output writable). Raises ConfigError.
 void validate_config(const RunConfig& c, int world_size);

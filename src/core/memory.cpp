@@ -174,7 +174,8 @@ std::string memory_timeline_path(const std::string& path, int rank) {
   if (rank == 0) return path;
   const size_t slash = path.find_last_of('/');
   const size_t dot = path.find_last_of('.');
-  const bool has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
+  const size_t base = slash == std::string::npos ? 0 : slash + 1;  // where the file name starts
+  const bool has_ext = dot != std::string::npos && dot > base;       // ".m" is a name, not an extension
   const std::string tag = fmt::format(".rank{}", rank);
   return has_ext ? path.substr(0, dot) + tag + path.substr(dot) : path + tag;
 }

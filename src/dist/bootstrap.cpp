@@ -41,21 +41,20 @@ int MpiSession::first_rank_differing(const std::string& text) const {
 }
 
 std::unique_ptr<Communicator> make_communicator(const RunConfig& cfg, Backend& be, const RunContext& ctx) {
-  if (ctx.world_size == 1 && cfg.parallel.strategy == "none") return nullptr;
   CONFIG_CHECK(cfg.parallel.strategy != "none" || ctx.world_size == 1,
                "parallel.strategy: 'none' runs one process, but {} ranks were started (pick ddp_* or zero1)",
                ctx.world_size);
-  return make_world_communicator(cfg.parallel.comm, cfg.parallel.comm_timeout_s, be, ctx);
+  if (cfg.parallel.strategy == "none") return make_mpi_communicator(be, cfg.parallel.comm_timeout_s);
+  return make_world_communicator(cfg.parallel.comm, cfg.parallel.comm_timeout_s, be);
 }
 
-std::unique_ptr<Communicator> make_world_communicator(const std::string& comm, double timeout_s, Backend& be,
-                                                      const RunContext& ctx) {
+std::unique_ptr<Communicator> make_world_communicator(const std::string& comm, double timeout_s, Backend& be) {
   if (comm == "mpi") return make_mpi_communicator(be, timeout_s);
   if (comm == "nccl") {
     CONFIG_CHECK(be.device() == Device::cuda,
                  "parallel.comm: 'nccl' needs device 'cuda' (this run is on {}); use parallel.comm=mpi", be.name());
 #ifdef TRAINER_HAVE_NCCL
-    return make_nccl_communicator(be, ctx.rank, ctx.world_size, timeout_s);
+    return make_nccl_communicator(be, timeout_s);
 #else
     throw ConfigError("parallel.comm: 'nccl' is not available: this trainer was built without NCCL (configure with "
                       "NCCL_HOME pointing at an NCCL install), use parallel.comm=mpi");

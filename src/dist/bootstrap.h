@@ -6,7 +6,7 @@
 
 #include "config/config.h"
 #include "backend/backend.h"
-#include "jobs/job.h"
+#include "dist/run_context.h"
 
 namespace trainer {
 
@@ -32,13 +32,14 @@ class MpiSession {
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, thread_level_ = 0;
 };
 
-/// The communicator over all ranks named by cfg.parallel.comm ("mpi" or "nccl") bound to the backend `be`, or nullptr
-/// for one process that needs none. Raises ConfigError when the kind is unavailable in this build.
+/// The communicator over all ranks of the run, bound to the backend `be`; there always is one. Strategy "none" (one
+/// process) gets an MPI communicator over its one rank (host-side collectives return at once; nothing of NCCL is set
+/// up); the other strategies the kind named by cfg.parallel.comm ("mpi" or "nccl"). Raises ConfigError for "none"
+/// on several ranks and when the kind is unavailable in this build.
 std::unique_ptr<Communicator> make_communicator(const RunConfig& cfg, Backend& be, const RunContext& ctx);
 
 /// The communicator of kind `comm` ("mpi" or "nccl") over all ranks, also for one process (collective_bench).
 /// Raises ConfigError naming parallel.comm when the kind is unknown or unavailable (nccl without NCCL or off cuda).
-std::unique_ptr<Communicator> make_world_communicator(const std::string& comm, double timeout_s, Backend& be,
-                                                      const RunContext& ctx);
+std::unique_ptr<Communicator> make_world_communicator(const std::string& comm, double timeout_s, Backend& be);
 
 }  // namespace trainer

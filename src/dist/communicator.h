@@ -4,8 +4,14 @@
 // ranks sharing one GPU work) and NCCL (device buffers, its own stream ordered after the compute stream with events).
 // Every call can be synchronous (returns a finished Work) or asynchronous (wait() before touching the buffer).
 // A collective that does not finish within comm_timeout_s aborts every rank with a message; it never hangs silently.
+//
+// The Communicator is the only road between ranks: besides the tensor collectives it carries the small host-side ones
+// (scalars, layout hashes, per-rank statistics, trace text) and makes subgroup communicators (split). The host-side
+// collectives are synchronous, run over MPI in both implementations (NCCL keeps an MPI communicator over the same
+// ranks), have the same timeout, and are not counted in busy_ms() / spans(). On one rank they return at once.
 #pragma once
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +22,9 @@
 namespace trainer {
 
 enum class ReduceOp { sum, avg };
+
+/// Reductions of the host-side collectives (all_reduce_host).
+enum class HostOp { sum, max, min };
 
 class Work {
  public:
@@ -84,6 +93,25 @@ class Communicator {
   virtual std::unique_ptr<Work> broadcast(Tensor buf, int root, bool async = false) = 0;
   /// Host-side barrier among the ranks.
   virtual void barrier() = 0;
+
+  // ---- host-side collectives (synchronous; host memory; MPI underneath in every implementation) ----------------
+  /// In place: v[i] = op over ranks of v[i], i < n. Elementwise, so a vector of per-step values gives per-step maxima.
+  virtual void all_reduce_host(double* v, size_t n, HostOp op) = 0;
+  virtual void all_reduce_host(int64_t* v, size_t n, HostOp op) = 0;
+  virtual void all_reduce_host(uint64_t* v, size_t n, HostOp op) = 0;
+  /// all [size() * bytes] = concatenation over ranks of mine [bytes] (the same `bytes` on every rank; raw bytes).
+  virtual void all_gather_host(const void* mine, size_t bytes, void* all) = 0;
+  /// data [bytes] = root's data [bytes].
+  virtual void broadcast_host(void* data, size_t bytes, int root) = 0;
+  /// Variable-size gather: on `root`, every rank's `mine` in rank order; on the other ranks, an empty vector.
+  /// RuntimeError when the strings together exceed 2 GiB (MPI's int displacements).
+  virtual std::vector<std::string> gather_host(const std::string& mine, int root) = 0;
+
+  /// Collective: the ranks passing the same `color` (>= 0) form a new communicator of the same kind, ranked by `key`
+  /// (ties by rank here), with this one's timeout. MPI: MPI_Comm_split; NCCL: ncclCommSplit (NCCL >= 2.18, else
+  /// RuntimeError) plus the MPI split for its host-side collectives. The result must not outlive this communicator
+  /// (NCCL: it shares the compute stream; both: the backend).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
   /// Milliseconds spent inside collectives (issue to completion) since the last reset.
   virtual double busy_ms() const { return 0; }
   virtual void reset_busy() {}

@@ -1,5 +1,5 @@
-// MpiCommunicator: collectives over MPI (a duplicate of MPI_COMM_WORLD, so they never mix with the host-side
-// MPI_Allreduce calls of the train loop).
+// MpiCommunicator: collectives over MPI (a duplicate of MPI_COMM_WORLD, so they never mix with MPI calls made
+// elsewhere, e.g. the start-up agreement in main; or a split of such a communicator).
 //
 // Buffers: a host tensor (Device::cpu) is handed to MPI as is. A device tensor (Device::cuda) is staged: the compute
 // stream is synchronised, the data copied into a pinned host block (Backend::copy_to_host), the collective runs on
@@ -17,6 +17,10 @@
 // collectives only inside MPI calls, so issuing a collective also tests the ones still in flight: that makes them
 // progress during backward (ddp_overlap) and dates their completion for busy_ms().
 //
+// Host-side collectives (all_reduce_host, all_gather_host, broadcast_host, gather_host) and split() take the same
+// synchronous path (blocking call under the watchdog, or polled) but are not recorded for busy_ms() / spans(): they
+// are bookkeeping (loss sums, statistics, layout checks), not the gradient traffic the strategies time.
+//
 // ReduceOp::avg is MPI_SUM followed by a scale by 1/size() on the host (MPI has no average operation); it is
 // applied in wait(). MPI counts are int: all_reduce and broadcast are split into pieces of at most 2^30 elements;
 // reduce_scatter and all_gather need at most INT_MAX elements per rank.
@@ -30,6 +34,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstring>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
@@ -123,6 +128,7 @@ struct MpiOp {
   Clock::time_point issued, completed;
   bool complete = false;            // MPI reports every request done
   bool finished = false;            // post-processing done (avg scale, copy back) and staging released
+  bool timed = true;                // recorded for busy_ms() and spans() (false: host-side collectives)
   float* scale_data = nullptr;      // ReduceOp::avg: scale_n elements at scale_data *= scale, after completion
   int64_t scale_n = 0;
   float scale = 1.f;
@@ -152,9 +158,9 @@ class MpiWork final : public Work {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(Backend& be, double timeout_s, bool stage_host)
-      : be_(be), timeout_s_(timeout_s), stage_host_(stage_host), pool_(be.device() == Device::cuda) {
-    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+  /// Takes ownership of `comm` (a duplicate or a split: freed by the destructor).
+  MpiCommunicator(Backend& be, double timeout_s, bool stage_host, MPI_Comm comm)
+      : be_(be), timeout_s_(timeout_s), stage_host_(stage_host), comm_(comm), pool_(be.device() == Device::cuda) {
     MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     MPI_CHECK(MPI_Comm_size(comm_, &size_));
     reset_time_ = Clock::now();
@@ -288,6 +294,70 @@ class MpiCommunicator final : public Communicator {
     launch(std::move(o));
   }
 
+  // ---- host-side collectives ------------------------------------------------------------------------------------
+
+  void all_reduce_host(double* v, size_t n, HostOp op) override { host_reduce(v, n, MPI_DOUBLE, op); }
+  void all_reduce_host(int64_t* v, size_t n, HostOp op) override { host_reduce(v, n, MPI_INT64_T, op); }
+  void all_reduce_host(uint64_t* v, size_t n, HostOp op) override { host_reduce(v, n, MPI_UINT64_T, op); }
+
+  void all_gather_host(const void* mine, size_t bytes, void* all) override {
+    TRAINER_CHECK(bytes <= size_t(INT_MAX), "all_gather_host: {} bytes per rank exceed MPI's int count", bytes);
+    char* dst = static_cast<char*>(all);
+    if (bytes) std::memmove(dst + size_t(rank_) * bytes, mine, bytes);  // then gather in place
+    if (size_ == 1 || bytes == 0) return;
+    host_op("all_gather_host", bytes * size_t(size_), [&](MPI_Request* r) {
+      return r ? MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, int(bytes), MPI_BYTE, comm_, r)
+               : MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, int(bytes), MPI_BYTE, comm_);
+    });
+  }
+
+  void broadcast_host(void* data, size_t bytes, int root) override {
+    TRAINER_CHECK(root >= 0 && root < size_, "broadcast_host: root {} outside [0, {})", root, size_);
+    TRAINER_CHECK(bytes <= size_t(INT_MAX), "broadcast_host: {} bytes exceed MPI's int count", bytes);
+    if (size_ == 1 || bytes == 0) return;
+    host_op("broadcast_host", bytes, [&](MPI_Request* r) {
+      return r ? MPI_Ibcast(data, int(bytes), MPI_BYTE, root, comm_, r)
+               : MPI_Bcast(data, int(bytes), MPI_BYTE, root, comm_);
+    });
+  }
+
+  std::vector<std::string> gather_host(const std::string& mine, int root) override {
+    TRAINER_CHECK(root >= 0 && root < size_, "gather_host: root {} outside [0, {})", root, size_);
+    if (size_ == 1) return {mine};
+    std::vector<int64_t> lengths(static_cast<size_t>(size_));
+    const int64_t n = int64_t(mine.size());
+    all_gather_host(&n, sizeof n, lengths.data());
+    int64_t total = 0;
+    for (int64_t len : lengths) total += len;
+    TRAINER_CHECK(total < INT_MAX, "gather_host: the ranks' strings are {} bytes together, over 2 GiB", total);
+    std::vector<int> counts(static_cast<size_t>(size_)), displs(static_cast<size_t>(size_));
+    for (int i = 0, off = 0; i < size_; off += counts[size_t(i)], ++i) {
+      counts[size_t(i)] = int(lengths[size_t(i)]);
+      displs[size_t(i)] = off;
+    }
+    std::string buf(rank_ == root ? size_t(total) : 0, '\0');
+    host_op("gather_host", size_t(total), [&](MPI_Request* r) {
+      return r ? MPI_Igatherv(mine.data(), int(n), MPI_CHAR, buf.data(), counts.data(), displs.data(), MPI_CHAR,
+                              root, comm_, r)
+               : MPI_Gatherv(mine.data(), int(n), MPI_CHAR, buf.data(), counts.data(), displs.data(), MPI_CHAR, root,
+                             comm_);
+    });
+    std::vector<std::string> out;
+    if (rank_ != root) return out;
+    for (int i = 0; i < size_; ++i) out.push_back(buf.substr(size_t(displs[size_t(i)]), size_t(counts[size_t(i)])));
+    return out;
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    TRAINER_CHECK(color >= 0, "split: color {} must be >= 0", color);
+    MPI_Comm sub = MPI_COMM_NULL;
+    // MPI has no non-blocking split: the blocking call under the watchdog (where there is one).
+    auto o = new_op("split", 0, /*async=*/false);
+    o->timed = false;
+    watched(*o, [&] { return MPI_Comm_split(comm_, color, key, &sub); });
+    return std::make_unique<MpiCommunicator>(be_, timeout_s_, stage_host_, sub);
+  }
+
   /// Host ms during which at least one collective was in flight (union of [issue, completion observed]) since the
   /// last reset_busy(); collectives still in flight are not counted yet.
   double busy_ms() const override {
@@ -338,7 +408,7 @@ class MpiCommunicator final : public Communicator {
     for (Block& b : op.blocks) pool_.release(b);
     op.blocks.clear();
     op.finished = true;
-    done_.emplace_back(op.what, op.issued, op.completed);
+    if (op.timed) done_.emplace_back(op.what, op.issued, op.completed);
     inflight_.erase(std::remove_if(inflight_.begin(), inflight_.end(),
                                    [&](const std::shared_ptr<MpiOp>& p) { return p.get() == &op; }),
                     inflight_.end());
@@ -373,15 +443,40 @@ class MpiCommunicator final : public Communicator {
       rc = call(&r);
       if (rc == MPI_SUCCESS) o.reqs.push_back(r);
     } else {
-      {
-        std::lock_guard<std::mutex> lock(wd_mu_);
-        wd_op_ = &o;
-      }
-      rc = call(nullptr);
-      std::lock_guard<std::mutex> lock(wd_mu_);
-      wd_op_ = nullptr;
+      rc = watched(o, [&] { return call(nullptr); });
     }
     if (rc != MPI_SUCCESS) fatal("MPI", o.what.c_str(), __FILE__, __LINE__, mpi_error_string(rc));
+  }
+  /// Runs the blocking MPI call `call` as op `o`, watched by the watchdog thread when there is one. Returns its code.
+  template <class Call>
+  int watched(MpiOp& o, Call&& call) {
+    if (!watchdog_.joinable()) return call();
+    {
+      std::lock_guard<std::mutex> lock(wd_mu_);
+      wd_op_ = &o;
+    }
+    const int rc = call();
+    std::lock_guard<std::mutex> lock(wd_mu_);
+    wd_op_ = nullptr;
+    return rc;
+  }
+  /// A synchronous host-side collective (not timed for busy_ms / spans): issue(call), then complete it.
+  template <class Call>
+  void host_op(const char* kind, size_t bytes, Call&& call) {
+    auto o = new_op(kind, bytes, /*async=*/false);
+    o->timed = false;
+    issue(*o, call);
+    launch(std::move(o));
+  }
+  template <class T>
+  void host_reduce(T* v, size_t n, MPI_Datatype type, HostOp op) {
+    if (size_ == 1 || n == 0) return;
+    TRAINER_CHECK(n <= size_t(INT_MAX), "all_reduce_host: {} elements exceed MPI's int count", n);
+    const MPI_Op mop = op == HostOp::sum ? MPI_SUM : op == HostOp::max ? MPI_MAX : MPI_MIN;
+    host_op("all_reduce_host", n * sizeof(T), [&](MPI_Request* r) {
+      return r ? MPI_Iallreduce(MPI_IN_PLACE, v, int(n), type, mop, comm_, r)
+               : MPI_Allreduce(MPI_IN_PLACE, v, int(n), type, mop, comm_);
+    });
   }
   /// The watchdog of blocking calls: aborts the job when one runs past the deadline (needs MPI_THREAD_MULTIPLE).
   void watch() {
@@ -469,12 +564,20 @@ void MpiWork::wait() { comm_->finish(*op_); }
 
 }  // namespace
 
+namespace {
+MPI_Comm world_dup() {
+  MPI_Comm c = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+  return c;
+}
+}  // namespace
+
 std::unique_ptr<Communicator> make_mpi_communicator(Backend& be, double timeout_s) {
-  return std::make_unique<MpiCommunicator>(be, timeout_s, /*stage_host=*/false);
+  return std::make_unique<MpiCommunicator>(be, timeout_s, /*stage_host=*/false, world_dup());
 }
 
 std::unique_ptr<Communicator> make_mpi_communicator_staged(Backend& be, double timeout_s) {
-  return std::make_unique<MpiCommunicator>(be, timeout_s, /*stage_host=*/true);
+  return std::make_unique<MpiCommunicator>(be, timeout_s, /*stage_host=*/true, world_dup());
 }
 
 }  // namespace trainer

@@ -1,5 +1,6 @@
-// MpiCommunicator: the Communicator over MPI (a duplicate of MPI_COMM_WORLD), for CPU runs and for several ranks
-// sharing one GPU. See mpi_communicator.cpp for how device buffers are staged and how timeouts abort the job.
+// MpiCommunicator: the Communicator over MPI (a duplicate of MPI_COMM_WORLD, or a split of it), for CPU runs, for
+// several ranks sharing one GPU, and for the host side of the NCCL communicator. See mpi_communicator.cpp for how
+// device buffers are staged and how timeouts abort the job.
 #pragma once
 #include <memory>
 
@@ -7,10 +8,11 @@
 
 namespace trainer {
 
-/// The MPI communicator over all ranks of MPI_COMM_WORLD, bound to backend `be` (whose copy functions stage device
-/// buffers through pinned host memory). A collective not complete `timeout_s` seconds after it was issued aborts every
-/// rank (fatal(): one message, then MPI_Abort). MPI must be initialised (MpiSession). Work handles must not outlive
-/// the communicator; a Work dropped without wait() is completed by its destructor.
+/// The MPI communicator over all ranks of MPI_COMM_WORLD (its own duplicate; split() makes subgroups), bound to backend
+/// `be` (whose copy functions stage device buffers through pinned host memory). A collective not complete `timeout_s`
+/// seconds after it was issued aborts every rank (fatal(): one message, then MPI_Abort). MPI must be initialised
+/// (MpiSession). Work handles must not outlive the communicator; a Work dropped without wait() is completed by its
+/// destructor.
 std::unique_ptr<Communicator> make_mpi_communicator(Backend& be, double timeout_s);
 
 /// Test hook (tests/mpi): the same communicator, but it stages host buffers too, as if they were device buffers, so

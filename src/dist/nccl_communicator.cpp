@@ -1,6 +1,10 @@
 // NcclCommunicator: collectives over NCCL on device buffers (built only when CMake finds NCCL: TRAINER_HAVE_NCCL).
 //
-// Bootstrap: rank 0 calls ncclGetUniqueId, MPI_Bcast sends the id to every rank, each rank calls
+// Host side: the communicator keeps an MPI communicator over the same ranks (make_mpi_communicator, or its split),
+// which carries the bootstrap, barrier() and the host-side collectives (all_reduce_host, ...), with MPI's timeout
+// handling.
+//
+// Bootstrap: rank 0 calls ncclGetUniqueId, the host communicator broadcasts the id to every rank, each rank calls
 // ncclCommInitRankConfig with blocking = 0 (non-blocking communicator: calls may return ncclInProgress, and
 // ncclCommGetAsyncError reports the state; NCCL user guide, "Fault Tolerance"). The CUDA device is the one the backend
 // selected (local rank). NCCL_NVLS_ENABLE is forced to 0: NVLink SHARP / multicast is not used (on the shared H200
@@ -15,13 +19,16 @@
 // was issued, aborts the communicator (ncclCommAbort) and then every rank (fatal(): message + MPI_Abort). The same
 // deadline bounds the wait for ncclInProgress after each NCCL call.
 //
+// split(): ncclCommSplit of this communicator (NCCL >= 2.18; non-blocking like the parent, settled with the same
+// deadline) beside the MPI split of the host communicator; the new one shares the device and the compute stream and
+// has its own stream and watchdog.
+//
 // busy_ms(): the sum of the collectives' durations on the comm stream (start/end events, so all_reduce_many_via's
 // casts count too; they run one after another there, so the sum is the time the stream was busy), since
 // reset_busy(). Reading it syncs on those events.
 #include "dist/nccl_communicator.h"
 
 #include <cuda_runtime.h>
-#include <mpi.h>
 #include <nccl.h>
 
 #include <chrono>
@@ -33,6 +40,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "dist/mpi_communicator.h"
 #include "elementwise.cuh"  // kernels::cast
 
 namespace trainer {
@@ -78,23 +86,36 @@ ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::avg ? ncclAvg : ncclSu
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(Backend& be, int rank, int size, double timeout_s)
-      : rank_(rank), size_(size), timeout_s_(timeout_s) {
+  /// Over the ranks of `host` (an MPI communicator, owned from now on): a new NCCL communicator (parent == nullptr),
+  /// or the part `color` of ncclCommSplit(parent, color, key).
+  NcclCommunicator(Backend& be, std::unique_ptr<Communicator> host, double timeout_s, ncclComm_t parent = nullptr,
+                   int color = 0, int key = 0)
+      : be_(be), host_(std::move(host)), rank_(host_->rank()), size_(host_->size()), timeout_s_(timeout_s) {
     setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/1);
     compute_ = static_cast<cudaStream_t>(be.stream());
     CUDA_CALL_CHECK(cudaGetDevice(&device_));
     CUDA_CALL_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CALL_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
 
-    ncclUniqueId id{};
-    if (rank_ == 0) NCCL_CALL_CHECK(ncclGetUniqueId(&id));
-    MPI_CHECK(MPI_Bcast(&id, int(sizeof id), MPI_BYTE, 0, MPI_COMM_WORLD));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    const ncclResult_t st = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
-    if (st != ncclSuccess && st != ncclInProgress)
-      fatal("NCCL", "ncclCommInitRankConfig", __FILE__, __LINE__, ncclGetErrorString(st));
-    settle("ncclCommInitRankConfig", Clock::now());
+    const char* what = parent ? "ncclCommSplit" : "ncclCommInitRankConfig";
+    ncclResult_t st = ncclSuccess;
+    if (parent) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+      st = ncclCommSplit(parent, color, key, &comm_, &config);
+#else
+      (void)color, (void)key;
+#endif
+    } else {
+      ncclUniqueId id{};
+      if (rank_ == 0) NCCL_CALL_CHECK(ncclGetUniqueId(&id));
+      host_->broadcast_host(&id, sizeof id, /*root=*/0);
+      st = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
+    }
+    if (st != ncclSuccess && st != ncclInProgress) fatal("NCCL", what, __FILE__, __LINE__, ncclGetErrorString(st));
+    TRAINER_CHECK(comm_ != nullptr, "{}: no communicator returned", what);
+    settle(what, Clock::now());
     watchdog_ = std::thread([this] { watch(); });
   }
 
@@ -208,7 +229,31 @@ class NcclCommunicator final : public Communicator {
     return finish(std::move(o), async);
   }
 
-  void barrier() override { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+  void barrier() override { host_->barrier(); }
+
+  void all_reduce_host(double* v, size_t n, HostOp op) override { host_->all_reduce_host(v, n, op); }
+  void all_reduce_host(int64_t* v, size_t n, HostOp op) override { host_->all_reduce_host(v, n, op); }
+  void all_reduce_host(uint64_t* v, size_t n, HostOp op) override { host_->all_reduce_host(v, n, op); }
+  void all_gather_host(const void* mine, size_t bytes, void* all) override {
+    host_->all_gather_host(mine, bytes, all);
+  }
+  void broadcast_host(void* data, size_t bytes, int root) override { host_->broadcast_host(data, bytes, root); }
+  std::vector<std::string> gather_host(const std::string& mine, int root) override {
+    return host_->gather_host(mine, root);
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    TRAINER_CHECK(color >= 0, "split: color {} must be >= 0", color);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+    auto host = host_->split(color, key);  // the same ranks, the same order (MPI_Comm_split and ncclCommSplit both
+                                           // rank by key, ties by the parent rank)
+    return std::make_unique<NcclCommunicator>(be_, std::move(host), timeout_s_, comm_, color, key);
+#else
+    (void)key;
+    throw RuntimeError(fmt::format("nccl communicator: split needs NCCL >= 2.18 (ncclCommSplit); this trainer was "
+                                   "built with NCCL {}.{} (use parallel.comm=mpi)", NCCL_MAJOR, NCCL_MINOR));
+#endif
+  }
 
   double busy_ms() const override {
     double ms = 0;
@@ -322,6 +367,8 @@ class NcclCommunicator final : public Communicator {
     fatal("NCCL", what.c_str(), __FILE__, __LINE__, why);
   }
 
+  Backend& be_;
+  std::unique_ptr<Communicator> host_;  // MPI over the same ranks: bootstrap, barrier, host-side collectives
   int rank_, size_;
   double timeout_s_;
   int device_ = 0;
@@ -339,8 +386,8 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_nccl_communicator(Backend& be, int rank, int size, double timeout_s) {
-  return std::make_unique<NcclCommunicator>(be, rank, size, timeout_s);
+std::unique_ptr<Communicator> make_nccl_communicator(Backend& be, double timeout_s) {
+  return std::make_unique<NcclCommunicator>(be, make_mpi_communicator(be, timeout_s), timeout_s);
 }
 
 }  // namespace trainer

@@ -18,7 +18,6 @@
 //               n(n+1)/2 (r+1) on rank r; all_gather of (rank+1) gives q+1 in chunk q. Summed over ranks
 //               (nccl-tests src/common.cu reduces wrongElts the same way). Any wrong element fails the job.
 #include <fmt/ranges.h>
-#include <mpi.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -36,10 +35,9 @@ namespace {
 
 using nlohmann::json;
 
-double all_ranks(double x, MPI_Op op) {
-  double out = 0;
-  MPI_CHECK(MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, op, MPI_COMM_WORLD));
-  return out;
+double all_ranks(Communicator& comm, double x, HostOp op) {
+  comm.all_reduce_host(&x, 1, op);
+  return x;
 }
 
 /// Elements of `t` (on the backend's device) different from want(i), read back in pieces of 16 Mi elements.
@@ -100,17 +98,17 @@ Row bench_one(Communicator& comm, Backend& be, const std::string& op, double siz
   for (int i = 0; i < iters; ++i) run_op();
   be.synchronize();  // nccl: the ops are queued on the device; mpi: already complete
   const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
-  row.time_us = all_ranks(us, MPI_SUM) / n;
-  row.max_us = all_ranks(us, MPI_MAX);
+  row.time_us = all_ranks(comm, us, HostOp::sum) / n;
+  row.max_us = all_ranks(comm, us, HostOp::max);
 
   fill_inputs();
   run_op();
   be.synchronize();
-  long long wrong = 0;
+  int64_t wrong = 0;
   if (op == "all_reduce") wrong = count_wrong(be, full, [&](int64_t) { return float(tri); });
   else if (op == "reduce_scatter") wrong = count_wrong(be, part, [&](int64_t) { return float(tri * (r + 1)); });
   else wrong = count_wrong(be, full, [&](int64_t i) { return float(i / chunk + 1); });
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
+  comm.all_reduce_host(&wrong, 1, HostOp::sum);
   row.wrong = wrong;
 
   const double factor = op == "all_reduce" ? 2.0 * (n - 1) / n : double(n - 1) / n;
@@ -126,7 +124,7 @@ nlohmann::json run_collective_bench(const RunConfig& cfg, const RunContext& ctx)
   const Device dev = cfg.device == "cuda" ? Device::cuda : Device::cpu;
   BackendOptions bopts;
   auto be = make_backend(dev, ctx.local_rank, bopts);
-  auto comm = make_world_communicator(cfg.parallel.comm, cfg.parallel.comm_timeout_s, *be, ctx);
+  auto comm = make_world_communicator(cfg.parallel.comm, cfg.parallel.comm_timeout_s, *be);
   const int n = comm->size();
   spdlog::info("collective_bench on {}: comm {}, {} rank(s), ops {}, sizes {} MiB, warm-up {}, iterations {}",
                be->description(), comm->name(), n, fmt::join(cc.ops, ","), fmt::join(cc.sizes_mb, ","), cc.warmup,

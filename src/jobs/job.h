@@ -8,21 +8,13 @@
 
 #include "config/config.h"
 #include "core/errors.h"
+#include "dist/run_context.h"
 
 namespace trainer {
 
 class Communicator;
 class MemoryTimeline;
-
-struct RunContext {
-  int rank = 0;
-  int world_size = 1;
-  int local_rank = 0;       // rank among the processes of this host (picks the GPU)
-  int local_size = 1;
-  /// profile.memory_timeline: the log the job attaches to its backend from its construction on (BackendOptions);
-  /// owned by main(), which writes it after the job, whether the job succeeded or ran out of memory. Else nullptr.
-  MemoryTimeline* memory_timeline = nullptr;
-};
+struct Plan;
 
 /// A run that failed part-way (a non-finite loss) together with what it measured until then, for the record
 /// (train: loss, grad_norm and lr per step, up to and including the failing step; non-finite values become null).

@@ -1,9 +1,7 @@
 // job = "train": forward / forward_backward / train_step benchmark and training loop.
-#include <mpi.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 
 #include "dist/bootstrap.h"
@@ -12,6 +10,8 @@
 #include "io/safetensors.h"
 #include "io/token_data.h"
 #include "jobs/job.h"
+#include "jobs/train_setup.h"
+#include "plan/planner.h"
 #include "jobs/train_step.h"
 #include "model/model.h"
 #include "optim/schedule.h"
@@ -28,11 +28,9 @@ double peak_tflops(const RunConfig& c) {
   return c.precision == "bf16" ? 756.0 : (c.allow_tf32 ? 378.0 : 51.0);
 }
 
-double all_ranks_sum(double x, const RunContext& ctx) {
-  if (ctx.world_size == 1) return x;
-  double out = 0;
-  MPI_CHECK(MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-  return out;
+double all_ranks_sum(double x, Communicator& comm) {
+  comm.all_reduce_host(&x, 1, HostOp::sum);
+  return x;
 }
 
 std::string fmt_rate(double tok_s) {
@@ -57,30 +55,14 @@ void save_checkpoint(const Model& model, Strategy& strategy, const std::string& 
 }
 
 /// Gathers every rank's trace events to rank 0, which writes one Chrome trace file (atomically). Collective.
-void write_trace(const std::string& path, const Profiler& profiler, const RunContext& ctx) {
-  const std::string mine = profiler.trace_events(ctx.rank).dump();
-  std::string all = mine;
-  if (ctx.world_size > 1) {
-    const int n = int(mine.size());
-    std::vector<int> counts(size_t(ctx.world_size)), displs(size_t(ctx.world_size));
-    MPI_CHECK(MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
-    std::string buf;
-    if (ctx.rank == 0) {
-      int64_t total = 0;
-      for (int i = 0; i < ctx.world_size; ++i) {
-        displs[size_t(i)] = int(total);
-        total += counts[size_t(i)];
-      }
-      TRAINER_CHECK(total < INT32_MAX, "profile.trace: the ranks' traces are {} bytes together, over 2 GiB", total);
-      buf.resize(size_t(total));
-    }
-    MPI_CHECK(MPI_Gatherv(mine.data(), n, MPI_CHAR, buf.data(), counts.data(), displs.data(), MPI_CHAR, 0,
-                          MPI_COMM_WORLD));
-    if (ctx.rank != 0) return;
+void write_trace(const std::string& path, const Profiler& profiler, Communicator& comm) {
+  std::string all = profiler.trace_events(comm.rank()).dump();
+  if (comm.size() > 1) {
+    const std::vector<std::string> parts = comm.gather_host(all, /*root=*/0);
+    if (comm.rank() != 0) return;
     nlohmann::json merged = nlohmann::json::array();
-    for (int i = 0; i < ctx.world_size; ++i)
-      for (auto& e : nlohmann::json::parse(buf.substr(size_t(displs[size_t(i)]), size_t(counts[size_t(i)]))))
-        merged.push_back(std::move(e));
+    for (const std::string& part : parts)
+      for (auto& e : nlohmann::json::parse(part)) merged.push_back(std::move(e));
     all = merged.dump();
   }
   const std::string head = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": ", tail = "}\n";
@@ -139,24 +121,28 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   bopts.gemm_autotune = cfg.gemm_autotune;
   bopts.memory_timeline = ctx.memory_timeline;  // before anything is allocated; main() writes it
   auto be = make_backend(dev, ctx.local_rank, bopts);
+  if (ctx.plan) {
+    spdlog::info("{}", ctx.plan->summary_line());
+    const size_t cap = be->device_memory_bytes();
+    if (cap && ctx.plan->peak_bytes > cap)
+      spdlog::warn("the plan predicts a peak of {} on rank {}, more than the device's {}: expect out of memory "
+                   "(trainer --plan shows where; checkpointing or microbatches lower it)",
+                   format_bytes(ctx.plan->peak_bytes), ctx.rank, format_bytes(cap));
+  }
 
-  const ModelDims dims = model_dims(cfg.model);
-  const DType act = cfg.precision == "bf16" ? DType::bf16 : DType::f32;
-  const AttnImpl attn = cfg.attention == "flash2" ? AttnImpl::flash2 : AttnImpl::naive;
-  const int T = dims.context_length;
-  const int rows_per_rank = cfg.data.batch_size / ctx.world_size;
-  const int micro = cfg.data.microbatch_size > 0 ? cfg.data.microbatch_size : rows_per_rank;
-  const int n_micro = rows_per_rank / micro;
-  const int64_t global_tokens = int64_t(cfg.data.batch_size) * T;
-  const int64_t rank_tokens = int64_t(rows_per_rank) * T;
-  const std::string& phase = cfg.bench.phase;
-  const bool do_backward = phase != "forward", do_step = phase == "train_step";
-  const int total_steps = cfg.bench.warmup_steps + cfg.bench.measure_steps;
-
+  Profiler profiler(*be, cfg.profile.nvtx, cfg.profile.trace.has_value());
   auto comm = make_communicator(cfg, *be, ctx);
-  auto strategy = make_strategy(cfg, *be, comm.get());
-  Model model(*be, dims, act, attn, ParamLayout::kAlign * ctx.world_size, strategy->full_params(),
-              ActivationPolicy::from(cfg.checkpointing));
+  TrainSetup setup = setup_training(cfg, *be, comm.get(), ctx.world_size, /*init_weights=*/true);
+  Model& model = *setup.model;
+  Strategy* strategy = setup.strategy.get();
+  const ModelDims& dims = setup.dims;
+  const StepShape& shape = setup.shape;
+  const int T = dims.context_length;
+  const int rows_per_rank = setup.rows_per_rank, micro = shape.micro, n_micro = shape.n_micro;
+  const int64_t global_tokens = shape.global_tokens, rank_tokens = setup.rank_tokens;
+  const std::string& phase = cfg.bench.phase;
+  const bool do_backward = shape.backward, do_step = shape.optimizer;
+  const int total_steps = cfg.bench.warmup_steps + cfg.bench.measure_steps;
   const nlohmann::json changed = changed_from_preset(cfg.model);
   std::string preset_note;
   if (!cfg.model.preset.empty()) {
@@ -168,15 +154,6 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   spdlog::info("model: {} parameters ({:.1f} M), d_model {}, d_ff {}, {} layers, {} heads, vocab {}, context {}{}",
                model.layout().count(), model.layout().count() / 1e6, dims.d_model, dims.d_ff, dims.num_layers,
                dims.num_heads, dims.vocab_size, dims.context_length, preset_note);
-  if (cfg.init.weights) {
-    model.load(read_safetensors(*cfg.init.weights), *cfg.init.weights);
-  } else {
-    model.init_random(cfg.init.seed);
-  }
-  Profiler profiler(*be, cfg.profile.nvtx, cfg.profile.trace.has_value());
-  strategy->attach(model);
-  model.release_weight_source();
-  model.reserve(micro, T);
   auto source = make_token_source(cfg.data, dims.vocab_size);
   std::vector<int32_t> inputs(static_cast<size_t>(rank_tokens)), targets(static_cast<size_t>(rank_tokens));
   const size_t setup_bytes = be->memory().total;
@@ -199,7 +176,8 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                  cfg.checkpointing.policy,
                  cfg.checkpointing.policy == "every_k" ? fmt::format(" (k {})", cfg.checkpointing.k) : "",
                  format_bytes(model.saved_bytes_per_block(micro, T)), recomputes, dims.num_layers,
-                 lm_head_chunk_rows(int64_t(micro) * T, dims.vocab_size, act, cfg.checkpointing.lm_head_chunk_tokens));
+                 lm_head_chunk_rows(int64_t(micro) * T, dims.vocab_size, model.act_dtype(),
+                                    cfg.checkpointing.lm_head_chunk_tokens));
   }
 
   // One set of events per step: start, then (forward end, backward end) per microbatch, comm end, optimizer end.
@@ -213,13 +191,6 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   }
   marks.comm_end = ev[size_t(2 * n_micro + 1)].get();
   marks.optimizer_end = ev[size_t(2 * n_micro + 2)].get();
-  StepShape shape;
-  shape.n_micro = n_micro;
-  shape.micro = micro;
-  shape.seq_len = T;
-  shape.global_tokens = global_tokens;
-  shape.backward = do_backward;
-  shape.optimizer = do_step;
   std::vector<double> t_fwd, t_bwd, t_opt, t_step, t_comm, t_exposed;
   json losses = json::array(), gnorms = json::array(), lrs = json::array();
 
@@ -233,7 +204,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
     if (measured) profiler.begin_step(step + 1);  // numbered from 1, as in the log lines
     const double lr = learning_rate(cfg.optimizer, step, total_steps);
     const double gnorm = train_step(*be, model, *strategy, shape, lr, cfg.optimizer.max_grad_norm, marks);
-    const double loss = all_ranks_sum(model.step_loss_sum(), ctx) / double(global_tokens);  // syncs
+    const double loss = all_ranks_sum(model.step_loss_sum(), *comm) / double(global_tokens);  // syncs
     be->synchronize();
 
     double fwd = 0, bwd = 0;
@@ -279,6 +250,11 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   }
 
   // ---- the job's part of the result record -----------------------------------------------------------------------
+  // A step is done when its slowest rank is: the step statistics (and the throughput) use, per step, the maximum over
+  // ranks of the step time; each rank's own mean is listed in timing.per_rank.
+  double own_mean_step = 0;
+  for (double x : t_step) own_mean_step += x / double(t_step.size());
+  comm->all_reduce_host(t_step.data(), t_step.size(), HostOp::max);
   json r;
   const double fpt = forward_flops_per_token(dims);
   r["model"] = {{"preset", cfg.model.preset.empty() ? json(nullptr) : json(cfg.model.preset)},
@@ -295,6 +271,12 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   if (ctx.world_size > 1) {
     r["timing"]["comm"] = timing_stats(t_comm);
     r["timing"]["comm_exposed"] = timing_stats(t_exposed);
+    std::vector<double> means(size_t(ctx.world_size));
+    comm->all_gather_host(&own_mean_step, sizeof own_mean_step, means.data());
+    json per_rank = json::array();
+    for (int i = 0; i < ctx.world_size; ++i)
+      per_rank.push_back({{"rank", i}, {"step_mean_ms", t_step.empty() ? json(nullptr) : json(means[size_t(i)])}});
+    r["timing"]["per_rank"] = per_rank;
   }
   double mean_step = 0;
   for (double x : t_step) mean_step += x / double(t_step.size());
@@ -323,10 +305,9 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                           "reserved_peak_bytes: the most the caching allocator held from the device (live blocks "
                           "rounded up plus cached free ones; null on the cpu, which has no cache)"}};
   if (ctx.world_size > 1) {  // every rank's peak and optimizer state (zero1 shards differ between ranks)
-    std::vector<unsigned long long> mine = {ms.peak_total, strategy->optimizer_state_bytes()},
-                                    all(2 * size_t(ctx.world_size));
-    MPI_CHECK(MPI_Allgather(mine.data(), 2, MPI_UNSIGNED_LONG_LONG, all.data(), 2, MPI_UNSIGNED_LONG_LONG,
-                            MPI_COMM_WORLD));
+    const uint64_t mine[2] = {ms.peak_total, strategy->optimizer_state_bytes()};
+    std::vector<uint64_t> all(2 * size_t(ctx.world_size));
+    comm->all_gather_host(mine, sizeof mine, all.data());
     json per_rank = json::array();
     for (int i = 0; i < ctx.world_size; ++i)
       per_rank.push_back({{"rank", i}, {"peak_bytes", all[2 * i]}, {"optimizer_state_bytes", all[2 * i + 1]}});
@@ -344,7 +325,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                  tune.shapes, tune.changed, tune.heuristic_ms, tune.tuned_ms);
   if (profiler.tracing()) {
     r["profile"] = profiler.summary();
-    write_trace(*cfg.profile.trace, profiler, ctx);
+    write_trace(*cfg.profile.trace, profiler, *comm);
     r["profile"]["trace"] = *cfg.profile.trace;
     if (ctx.rank == 0)  // rank 0 writes the one file of all ranks
       spdlog::info("trace of {} step(s) written to {} (open in chrome://tracing or ui.perfetto.dev)",

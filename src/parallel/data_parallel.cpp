@@ -1,7 +1,6 @@
 #include "parallel/data_parallel.h"
 
 #include <fmt/ranges.h>
-#include <mpi.h>
 
 #include <cmath>
 
@@ -14,7 +13,7 @@ void broadcast_weights(Model& model, Communicator& comm) {
   model.sync_work_copy();
 }
 
-void check_same_layout(const std::string& what, const std::vector<int64_t>& layout) {
+void check_same_layout(Communicator& comm, const std::string& what, const std::vector<int64_t>& layout) {
   // FNV-1a, 64-bit (offset basis 14695981039346656037, prime 1099511628211), over the bytes of each integer and of
   // the count, so [1, 2] and [1, 2, 0] differ.
   uint64_t h = 14695981039346656037ull;
@@ -26,10 +25,9 @@ void check_same_layout(const std::string& what, const std::vector<int64_t>& layo
   };
   mix(layout.size());
   for (int64_t v : layout) mix(uint64_t(v));
-  int size = 1;
-  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  const int size = comm.size();
   std::vector<uint64_t> all(size_t(size), 0);
-  MPI_CHECK(MPI_Allgather(&h, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD));
+  comm.all_gather_host(&h, sizeof h, all.data());
   std::vector<int> differ;
   for (int r = 1; r < size; ++r)
     if (all[size_t(r)] != all[0]) differ.push_back(r);

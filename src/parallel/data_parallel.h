@@ -21,10 +21,10 @@ namespace trainer {
 /// working copy. Collective.
 void broadcast_weights(Model& model, Communicator& comm);
 
-/// Collective over MPI_COMM_WORLD: each rank hashes `layout` (64-bit FNV-1a over the integers, Fowler-Noll-Vo) and
+/// Collective over `comm`: each rank hashes `layout` (64-bit FNV-1a over the integers, Fowler-Noll-Vo) and
 /// the hashes are all-gathered. If any rank's differs from rank 0's, every rank raises the same RuntimeError naming
 /// `what` and the differing ranks, so a mismatch stops the job at start instead of hanging or summing wrong ranges.
-void check_same_layout(const std::string& what, const std::vector<int64_t>& layout);
+void check_same_layout(Communicator& comm, const std::string& what, const std::vector<int64_t>& layout);
 
 /// Communication time of one step, behind Strategy::comm_ms() and comm_exposed_ms().
 ///  - comm_ms: Communicator::busy_ms() over the step, i.e. time during which at least one collective was in flight

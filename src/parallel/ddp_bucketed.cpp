@@ -84,7 +84,7 @@ class DdpBucketed final : public DdpStrategy {
     pending_units_.resize(buckets_.size());
     launched_.assign(buckets_.size(), false);
     for (size_t b = 0; b < buckets_.size(); ++b) pending_units_[b] = buckets_[b].units;
-    check_same_layout("ddp_bucketed buckets", desc);
+    check_same_layout(comm_, "ddp_bucketed buckets", desc);
     int64_t largest = 0;
     for (const Bucket& b : buckets_) largest = std::max(largest, b.numel);
     spdlog::info("ddp_bucketed: {} buckets (cap {} = {} elements; largest {})", buckets_.size(),

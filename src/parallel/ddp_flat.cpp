@@ -19,7 +19,7 @@ class DdpFlat final : public DdpStrategy {
   }
 
  protected:
-  void setup_layout() override { check_same_layout("ddp_flat gradient buffer", {model_->flat_size()}); }
+  void setup_layout() override { check_same_layout(comm_, "ddp_flat gradient buffer", {model_->flat_size()}); }
 };
 }  // namespace
 

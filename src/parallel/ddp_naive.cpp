@@ -25,7 +25,7 @@ class DdpNaive final : public DdpStrategy {
       layout.push_back(p.offset);
       layout.push_back(p.numel);
     }
-    check_same_layout("ddp_naive parameter tensors", layout);
+    check_same_layout(comm_, "ddp_naive parameter tensors", layout);
   }
 };
 }  // namespace

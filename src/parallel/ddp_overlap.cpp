@@ -43,7 +43,7 @@ class DdpOverlap final : public DdpStrategy {
       unit_params_[size_t(p.unit)].push_back(&p);
       desc.insert(desc.end(), {p.unit, p.offset, p.numel});
     }
-    check_same_layout("ddp_overlap parameter tensors", desc);
+    check_same_layout(comm_, "ddp_overlap parameter tensors", desc);
   }
 
  private:

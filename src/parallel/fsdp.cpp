@@ -41,7 +41,6 @@
 //
 // Not done (issue 16): reduce_dtype bf16 (the communicators have no bf16 reduce-scatter yet; config refuses it);
 // prefetch across microbatches (the next microbatch's first gathers are issued at its begin_schedule).
-#include <mpi.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -102,7 +101,7 @@ class Fsdp final : public Strategy {
       if (units_[u].padded > covered[u]) units_[u].gaps.push_back({covered[u], units_[u].padded - covered[u]});
     shard_total_ = off;
     largest_ = largest;
-    check_same_layout("fsdp shards", {lay.total(), n, shard_total_, largest_});
+    check_same_layout(comm_, "fsdp shards", {lay.total(), n, shard_total_, largest_});
 
     master_ = be_.alloc(size_t(shard_total_) * 4, Category::parameters);
     be_.fill(master(), 0.f);
@@ -325,10 +324,9 @@ class Fsdp final : public Strategy {
   }
 
   double sum_over_ranks(double local) {
-    // TODO(dist helper): Communicator's host-side scalar all-reduce once merged (issue 16 item 4).
-    double total = 0;
+    double total = local;
     timer_.begin_exposed();
-    MPI_CHECK(MPI_Allreduce(&local, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    comm_.all_reduce_host(&total, 1, HostOp::sum);
     timer_.end_exposed();
     return total;
   }

@@ -12,14 +12,13 @@
 //                    recvbuff = sendbuff + rank * recvcount), so no second gradient buffer exists; with MPI (whose
 //                    in-place reduce-scatter puts the result at the buffer's start) it is a separate buffer,
 //                    Category::gradients;
-//   grad_norm:       sqrt(sum over ranks of the chunk's sum of squares), summed in fp64 with MPI_Allreduce: the
+//   grad_norm:       sqrt(sum over ranks of the chunk's sum of squares), summed in fp64 (all_reduce_host): the
 //                    global norm over all shards, the same value as one process;
 //   optimizer_step:  AdamW on the owned chunk only, then an in-place all_gather so every rank holds all updated
 //                    weights. fp32: of the parameter chunks. Mixed precision (as in the paper, Sec. 5.1 and 6: the
 //                    fp32 master weights are part of the partitioned optimizer state): AdamW writes the chunk's bf16
 //                    working copy in its own pass and the bf16 copy is gathered (half the bytes, no separate cast);
 //                    the other chunks of the fp32 master stay stale until gather_params() (checkpoints).
-#include <mpi.h>
 #include <spdlog/spdlog.h>
 
 #include <cmath>
@@ -47,7 +46,7 @@ class Zero1 final : public Strategy {
     adamw_ = std::make_unique<AdamW>(be_, chunk_, cfg_.optimizer);
     in_place_ = comm_.reduce_scatter_in_place();
     if (!in_place_) grad_shard_ = be_.alloc(size_t(chunk_) * 4, Category::gradients);
-    check_same_layout("zero1 shards", {model.flat_size(), n, chunk_});
+    check_same_layout(comm_, "zero1 shards", {model.flat_size(), n, chunk_});
     spdlog::info("zero1: {} shards of {} elements; AdamW state {} per rank (one process: {})", n, chunk_,
                  format_bytes(adamw_->state_bytes()), format_bytes(size_t(model.flat_size()) * 8));
   }
@@ -60,9 +59,9 @@ class Zero1 final : public Strategy {
   }
 
   double grad_norm() override {
-    double local = be_.sum_squares(shard()), total = 0;
+    double total = be_.sum_squares(shard());
     timer_.begin_exposed();
-    MPI_CHECK(MPI_Allreduce(&local, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    comm_.all_reduce_host(&total, 1, HostOp::sum);
     timer_.end_exposed();
     return std::sqrt(total);
   }
@@ -76,8 +75,9 @@ class Zero1 final : public Strategy {
     const double local = adamw_->step(mine, shard(), work_mine, lr, grad_scale, want_norm);
     double total = std::nan("");
     if (want_norm) {
+      total = local;
       timer_.begin_exposed();
-      MPI_CHECK(MPI_Allreduce(&local, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+      comm_.all_reduce_host(&total, 1, HostOp::sum);
       timer_.end_exposed();
       total = std::sqrt(total);
     }

@@ -166,16 +166,114 @@ TEST_CASE("mpi communicator: all_reduce_many and a bf16 all_gather match closed 
   CHECK(sum_ranks(wrong) == 0);
 }
 
+TEST_CASE("communicator: host-side collectives match closed forms", "[dist][mpi]") {
+  auto be = make_backend(Device::cpu, 0);
+  auto comm = make_comm(*be, /*staged=*/false);
+  const int R = comm->size(), r = comm->rank();
+  const double tri = 0.5 * R * (R + 1);  // sum over ranks of (rank + 1)
+
+  // doubles, x_r[i] = (r + 1)(i + 1): sum tri (i + 1), max R (i + 1), min i + 1. Elementwise over 3 values.
+  double s[3], mx[3], mn[3];
+  for (int i = 0; i < 3; ++i) s[i] = mx[i] = mn[i] = double((r + 1) * (i + 1));
+  comm->all_reduce_host(s, 3, HostOp::sum);
+  comm->all_reduce_host(mx, 3, HostOp::max);
+  comm->all_reduce_host(mn, 3, HostOp::min);
+  long long wrong = 0;
+  for (int i = 0; i < 3; ++i) wrong += (s[i] != tri * (i + 1)) + (mx[i] != double(R * (i + 1))) + (mn[i] != i + 1.0);
+  // int64 beyond 32 bits and negative: x_r = 2^40 (r + 1) - 7  ->  sum 2^40 tri - 7R, min 2^40 - 7.
+  int64_t is[1] = {(int64_t(1) << 40) * (r + 1) - 7}, imn[1] = {is[0]};
+  comm->all_reduce_host(is, 1, HostOp::sum);
+  comm->all_reduce_host(imn, 1, HostOp::min);
+  wrong += (is[0] != (int64_t(1) << 40) * int64_t(tri) - 7 * R) + (imn[0] != (int64_t(1) << 40) - 7);
+  // uint64 above 2^63: x_r = 2^63 + r  ->  max 2^63 + R - 1.
+  uint64_t umx[1] = {(uint64_t(1) << 63) + uint64_t(r)};
+  comm->all_reduce_host(umx, 1, HostOp::max);
+  wrong += umx[0] != (uint64_t(1) << 63) + uint64_t(R - 1);
+  comm->all_reduce_host(umx, 0, HostOp::sum);  // nothing to do: returns on every rank
+
+  // all_gather_host of 3 bytes (r, r + 1, r + 2)  ->  all[3q + j] = q + j.
+  const unsigned char mine[3] = {(unsigned char)r, (unsigned char)(r + 1), (unsigned char)(r + 2)};
+  std::vector<unsigned char> all(size_t(3 * R), 255);
+  comm->all_gather_host(mine, 3, all.data());
+  for (int q = 0; q < R; ++q)
+    for (int j = 0; j < 3; ++j) wrong += all[size_t(3 * q + j)] != q + j;
+
+  // broadcast_host from the last rank.
+  char text[16] = {};
+  if (r == R - 1) std::snprintf(text, sizeof text, "from %d", r);
+  comm->broadcast_host(text, sizeof text, R - 1);
+  wrong += std::string(text) != fmt::format("from {}", R - 1);
+
+  // gather_host of strings of different lengths (rank 1's empty) to the last rank: rank q sends q + 1 copies of
+  // 'a' + q; the others receive nothing.
+  const auto piece = [](int q) { return q == 1 ? std::string() : std::string(size_t(q + 1), char('a' + q)); };
+  const std::vector<std::string> parts = comm->gather_host(piece(r), R - 1);
+  if (r == R - 1) {
+    wrong += parts.size() != size_t(R);
+    for (int q = 0; q < R && q < int(parts.size()); ++q) wrong += parts[size_t(q)] != piece(q);
+  } else {
+    wrong += !parts.empty();
+  }
+  CHECK(sum_ranks(wrong) == 0);
+  // Host-side collectives are not gradient traffic: they are not timed.
+  CHECK(comm->spans(*be->make_event(), std::chrono::steady_clock::now()).empty());
+}
+
+TEST_CASE("communicator: split into even and odd ranks", "[dist][mpi]") {
+  const bool staged = GENERATE(false, true);
+  const bool reversed = GENERATE(false, true);  // key -r: ranks in the group in reverse order of world rank
+  CAPTURE(staged, reversed);
+  auto be = make_backend(Device::cpu, 0);
+  auto world = make_comm(*be, staged);
+  const int R = world->size(), r = world->rank(), p = r % 2;
+  auto sub = world->split(p, reversed ? -r : r);
+  // Group p holds the world ranks p, p + 2, ...: m = (R - p + 1) / 2 of them, summing to m (p + m - 1).
+  const int m = (R - p + 1) / 2;
+  long long wrong = 0;
+  wrong += sub->size() != m;
+  wrong += sub->rank() != (reversed ? m - 1 - r / 2 : r / 2);
+  wrong += sub->name() != world->name();
+
+  // all_reduce (f32 tensor) and all_reduce_host (int64) of the world rank: the group's sum.
+  std::vector<float> x(5, float(r));
+  sub->all_reduce(Tensor(x.data(), DType::f32, Device::cpu, {5}), ReduceOp::sum)->wait();
+  int64_t hs = r;
+  sub->all_reduce_host(&hs, 1, HostOp::sum);
+  for (float v : x) wrong += v != float(m * (p + m - 1));
+  wrong += hs != int64_t(m) * (p + m - 1);
+
+  // all_gather of the world rank: slot k holds the group's k-th rank, world rank p + 2k (reversed: p + 2(m-1-k)).
+  std::vector<float> g(size_t(m), -1.f);
+  float me = float(r);
+  sub->all_gather(Tensor(g.data(), DType::f32, Device::cpu, {m}), Tensor(&me, DType::f32, Device::cpu, {1}))->wait();
+  for (int k = 0; k < m; ++k) wrong += g[size_t(k)] != float(p + 2 * (reversed ? m - 1 - k : k));
+  sub->barrier();
+
+  // A split of the split: every rank alone (color = its group rank): collectives return the input.
+  auto alone = sub->split(sub->rank(), 0);
+  wrong += alone->size() != 1 || alone->rank() != 0;
+  double d = r + 0.5;
+  alone->all_reduce_host(&d, 1, HostOp::sum);
+  wrong += d != r + 0.5;
+  // The world communicator still works after the splits.
+  int64_t all = 1;
+  world->all_reduce_host(&all, 1, HostOp::sum);
+  wrong += all != R;
+  CHECK(sum_ranks(wrong) == 0);
+}
+
 TEST_CASE("check_same_layout: a layout differing on one rank is an error on every rank", "[dist][mpi]") {
   const int r = world_rank(), R = world_size();
-  REQUIRE_NOTHROW(check_same_layout("test layout", {7, 8, 9}));
+  auto be = make_backend(Device::cpu, 0);
+  auto comm = make_comm(*be, /*staged=*/false);
+  REQUIRE_NOTHROW(check_same_layout(*comm, "test layout", {7, 8, 9}));
   if (R < 2) {
     WARN("needs >= 2 ranks: mismatch part skipped");
     return;
   }
   std::string msg;
   try {
-    check_same_layout("test layout", {7, 8, r == R - 1 ? 10 : 9});
+    check_same_layout(*comm, "test layout", {7, 8, r == R - 1 ? 10 : 9});
   } catch (const RuntimeError& e) {
     msg = e.what();
   }
@@ -247,7 +345,7 @@ RunOut run(const RunSpec& s, bool distributed) {
   const DType act = s.cuda_bf16 ? DType::bf16 : DType::f32;
   std::unique_ptr<Communicator> comm;
   if (distributed)
-    comm = s.comm == "nccl" ? make_world_communicator("nccl", 60.0, *be, RunContext{r, R, r, R})
+    comm = s.comm == "nccl" ? make_world_communicator("nccl", 60.0, *be)
                             : make_comm(*be, s.staged);
   auto strategy = make_strategy(distributed ? cfg : none_cfg, *be, comm.get());
   const bool sharded = !strategy->full_params();
@@ -443,7 +541,7 @@ TEST_CASE("nccl communicator: a bf16 all_reduce matches the closed form (one GPU
   const int R = world_size(), r = world_rank();
   {  // x[i] = (r + 1) (i % 3 + 1), exact in bf16, as are the sums
     auto be = make_backend(Device::cuda, r);
-    auto comm = make_world_communicator("nccl", 60.0, *be, RunContext{r, R, r, R});
+    auto comm = make_world_communicator("nccl", 60.0, *be);
     const int64_t n = 1001;
     const auto bf16_bits = [](float f) {
       uint32_t u;
@@ -587,7 +685,7 @@ void check_fsdp_machinery(const FsdpDevice& dev, int prefetch, int n_micro, bool
   const ModelDims dims = model_dims(cfg.model);
   const int L = dims.num_layers;
   std::unique_ptr<Communicator> comm =
-      dev.comm == "nccl" ? make_world_communicator("nccl", 60.0, *be, RunContext{r, R, r, R}) : make_comm(*be, false);
+      dev.comm == "nccl" ? make_world_communicator("nccl", 60.0, *be) : make_comm(*be, false);
   auto fsdp = make_strategy(cfg, *be, comm.get());
   REQUIRE(!fsdp->full_params());
   Model model(*be, dims, act, AttnImpl::naive, ParamLayout::kAlign * R, /*full_params=*/false);

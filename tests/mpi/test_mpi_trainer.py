@@ -87,6 +87,11 @@ def test_strategy_matches_one_process(tmp_path, one_process, strategy, np_):
     for key in ("comm", "comm_exposed"):
         t = r["timing"][key]
         assert len(t["samples"]) == 5 and t["min_ms"] >= 0, t
+    # timing.step is per step the slowest rank's time: its mean is at least every rank's own mean
+    per_rank = r["timing"]["per_rank"]
+    assert [p["rank"] for p in per_rank] == list(range(np_)), per_rank
+    assert all(0 < p["step_mean_ms"] <= r["timing"]["step"]["mean_ms"] * (1 + 1e-12) for p in per_rank), per_rank
+    assert [p["rank"] for p in r["memory"]["per_rank"]] == list(range(np_))
     # optimizer state: DDP keeps all of it on every rank, zero1 and fsdp about 1/N
     one_bytes = ref["memory"]["optimizer_state_bytes"]
     mine = r["memory"]["optimizer_state_bytes"]

@@ -5,7 +5,8 @@
 //             dQ = scale dS K,  dK = scale dSᵀ Q,  dV = Pᵀ dO          (FlashAttention-2, Dao 2023, section 2.2)
 // Layout: qkv [B*T, 3D] with head h of q at columns h*d_head (k at D + h*d_head, v at 2D + h*d_head), so one
 // head-batched product per batch row uses lda = 3D and a batch stride of d_head elements. Heads go in chunks whose
-// temporaries (fp32 S and dP, plus bf16 copies where needed) fit kChunkBytes, at least one head at a time.
+// temporaries (fp32 S and dP, plus bf16 copies where needed) fit 256 MiB (cuda_sizes::kNaiveChunkBytes), at least
+// one head at a time.
 // AttnImpl::flash2 runs kernels/flash_attn where it covers d_head; otherwise this same path (logged once), with probs
 // not stored and the backward recomputing P from the saved lse, as FlashAttention does.
 #include <spdlog/spdlog.h>
@@ -14,21 +15,17 @@
 
 #include "attention_naive.cuh"
 #include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda_sizes.h"
 #include "flash_attn/flash.h"
 
 namespace trainer {
 namespace {
 
-constexpr size_t kChunkBytes = size_t(256) << 20;  // temporaries per head chunk (S, dP, ...): 256 MiB
-constexpr size_t kAlign = 256;
+size_t align_up(size_t x) { return cuda_sizes::align256(x); }
 
-size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-
-/// Heads per chunk so that `per_head` bytes of temporaries per head stay within kChunkBytes (at least 1).
-int heads_per_chunk(size_t per_head, int H) {
-  const size_t n = per_head ? kChunkBytes / per_head : size_t(H);
-  return int(std::clamp<size_t>(n, 1, size_t(H)));
-}
+/// Heads per chunk so that `per_head` bytes of temporaries per head stay within 256 MiB (at least 1); the scratch
+/// sizes come from backend/cuda_sizes.h (which the planner reads) by the same rule.
+int heads_per_chunk(size_t per_head, int H) { return cuda_sizes::naive_heads_per_chunk(per_head, H); }
 
 /// Address of element `elements` of t.
 char* at(const Tensor& t, int64_t elements) {
@@ -77,7 +74,7 @@ void CudaBackend::attention_fwd(AttnImpl impl, const AttnShape& s, Tensor out, T
   const bool p_scratch = !store && tq == DType::bf16;
   const size_t per_head = (s_in_probs ? 0 : tt * 4) + (p_scratch ? tt * 2 : 0);
   const int hc = heads_per_chunk(per_head, int(H));
-  const size_t bytes = align_up(size_t(hc) * tt * 4) + (p_scratch ? size_t(hc) * tt * 2 : 0);
+  const size_t bytes = cuda_sizes::naive_attention_fwd_scratch_bytes(s, tq, store);  // the layout below
   char* base = per_head ? static_cast<char*>(scratch(bytes)) : nullptr;
   float* S_scr = reinterpret_cast<float*>(base);
   void* P_scr = base ? base + align_up(size_t(hc) * tt * 4) : nullptr;
@@ -141,7 +138,7 @@ void CudaBackend::attention_bwd(AttnImpl impl, const AttnShape& s, Tensor dqkv, 
   const size_t per_head = tt * 4 + (bf ? tt * 2 : 0) + (stored ? 0 : tt * 4 + (bf ? tt * 2 : 0));
   const int hc = heads_per_chunk(per_head, int(H));
   const size_t r32 = align_up(size_t(hc) * tt * 4), r16 = align_up(size_t(hc) * tt * 2);
-  char* base = static_cast<char*>(scratch(r32 + (bf ? r16 : 0) + (stored ? 0 : r32 + (bf ? r16 : 0))));
+  char* base = static_cast<char*>(scratch(cuda_sizes::naive_attention_bwd_scratch_bytes(s, tq, stored)));
   float* dP = reinterpret_cast<float*>(base);
   void* dS = bf ? static_cast<void*>(base + r32) : dP;
   char* rec = base + r32 + (bf ? r16 : 0);  // recompute region: S fp32, then bf16 P

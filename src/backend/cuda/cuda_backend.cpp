@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_backend_impl.h"
 #include "cross_entropy.cuh"
 #include "elementwise.cuh"
+#include "backend/cuda_sizes.h"
 #include "embedding.cuh"
 #include "reductions.cuh"
 #include "rmsnorm.cuh"
@@ -21,8 +22,7 @@
 namespace trainer {
 namespace {
 
-constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLASLt workspace: NVIDIA recommends 32 MiB on Hopper
-constexpr size_t kScratchRound = size_t(1) << 20;     // the scratch buffer grows in whole MiB
+constexpr size_t kWorkspaceBytes = cuda_sizes::kCublasWorkspaceBytes;  // backend/cuda_sizes.h (the planner mirrors it)
 
 struct CudaEvent final : Event {
   cudaEvent_t e = nullptr;
@@ -94,7 +94,7 @@ CudaBackend::CudaBackend(int local_rank, const BackendOptions& opts) : opts_(opt
   src.sync = [] { CUDA_CHECK(cudaDeviceSynchronize()); };
   pool_ = std::make_unique<CachingAllocator>(std::move(src));
   workspace_ = alloc(kWorkspaceBytes, Category::workspace);
-  reduce_partials_ = alloc((kernels::kReduceMaxBlocks + 1) * sizeof(double), Category::workspace);
+  reduce_partials_ = alloc(cuda_sizes::reduce_partials_bytes(), Category::workspace);
   CUDA_CHECK(cudaMallocHost(&host_result_, sizeof(double)));
   blas_ = std::make_unique<CublasLtMatmul>(workspace_.data(), workspace_.bytes(), opts_.allow_tf32,
                                            opts_.gemm_autotune);
@@ -152,10 +152,10 @@ void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 void* CudaBackend::scratch(size_t bytes) {
   if (bytes <= scratch_.bytes()) return scratch_.data();
-  const size_t want = std::max(bytes, scratch_.bytes() + scratch_.bytes() / 2);
+  const size_t want = cuda_sizes::scratch_grown(scratch_.bytes(), bytes);  // whole MiB, at least 1.5x
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // kernels already enqueued may still read the old block
   scratch_.reset();
-  scratch_ = alloc((want + kScratchRound - 1) / kScratchRound * kScratchRound, Category::workspace);
+  scratch_ = alloc(want, Category::workspace);
   return scratch_.data();
 }
 
@@ -306,7 +306,7 @@ void CudaBackend::rope(Tensor qkv, const AttnShape& s, float theta, bool inverse
   const std::tuple<int, int, float> key{s.T, s.d_head, theta};
   if (!rope_table_.data() || rope_key_ != key) {  // one table per (T, d_head, theta), made on first use
     rope_table_.reset();
-    rope_table_ = alloc(size_t(s.T) * size_t(s.d_head) * sizeof(float), Category::workspace);
+    rope_table_ = alloc(cuda_sizes::rope_table_bytes(s.T, s.d_head), Category::workspace);
     kernels::rope_table(static_cast<float*>(rope_table_.data()), s.T, s.d_head, double(theta), stream_);
     rope_key_ = key;
   }

@@ -25,6 +25,7 @@ class CudaBackend final : public Backend {
   std::string name() const override;
   std::string description() const override;
   GemmTuning gemm_tuning() const override { return blas_ ? blas_->tuning() : GemmTuning{}; }
+  size_t device_memory_bytes() const override { return gpu_bytes_; }
 
   /// Through the caching allocator (core/caching_allocator.h): no cudaMalloc / cudaFree once a step's sizes are
   /// cached, and no synchronisation, as every op runs on the one compute stream.

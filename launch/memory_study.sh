@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The memory study of issue 15 / CS336 a2 section 3 on one GPU: checkpointing policies, the every_k table, long
+# contexts, the 8B 4-block proxy, memory timelines and the PyTorch peer with per-block checkpointing. Each run writes
+# its record (with the planner's prediction) under OUT; a table is printed at the end (launch/memory_table.py).
+#
+#   launch/memory_study.sh TRAINER OUT STAGE...
+#   stages: regress   xl bf16 ctx 512 with selective (the default) and none: the step against earlier versions
+#           policies  xl bf16 ctx 2048: none, selective, full (overheads against none)
+#           everyk    xl bf16 ctx 2048: every_k with k = 1, 2, 4, 8, 16, 32 (handout 3.2 b), plus sqrt and nested
+#           long      xl bf16 at ctx 8192 (selective, full), 16384 (full), 32768 (full, sqrt, nested)
+#           b8        the 8B shape with 4 blocks, batch 1, ctx 32768 (head category, step time)
+#           timeline  memory timelines of xl ctx 2048: forward only, a train step with none and with full (+ PNGs)
+#           peer      PyTorch compiled, per-block checkpointing, xl bf16 ctx 8192 and 16384 (launch/torch_bench.py)
+#           small     small bf16 ctx 512 under every policy (planner check)
+# Environment: PY (python with torch for the peer; default python3), STEPS (measured steps, default per stage).
+set -uo pipefail
+trainer=${1:?usage: memory_study.sh TRAINER OUT STAGE...}
+out=${2:?usage: memory_study.sh TRAINER OUT STAGE...}
+shift 2
+mkdir -p "$out"
+py=${PY:-python3}
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+
+# run NAME CONFIG WARMUP STEPS [--set k=v ...]
+run() {
+  local name=$1 config=$2 warm=$3 steps=$4
+  shift 4
+  local sets=()
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  echo "== $name" >&2
+  "$trainer" "$root/configs/$config" --set device=cuda --set precision=bf16 --set bench.warmup_steps="$warm" \
+    --set bench.measure_steps="$steps" --set bench.log_every=1 --set output.results="$out/$name.json" \
+    --set name="$name" "${sets[@]}" > "$out/$name.log" 2>&1
+  echo "   exit $? $(grep -o 'done: .*' "$out/$name.log" | head -1)" >&2
+}
+
+for stage in "$@"; do
+  case $stage in
+    regress)
+      run xl_c512_selective xl.json 3 10
+      run xl_c512_none xl.json 3 10 checkpointing.policy=none ;;
+    policies)
+      for p in none selective full; do run "xl_c2048_$p" xl.json 2 5 model.context_length=2048 checkpointing.policy=$p; done ;;
+    everyk)
+      for k in 1 2 4 8 16 32; do
+        run "xl_c2048_every_k$k" xl.json 1 3 model.context_length=2048 checkpointing.policy=every_k checkpointing.k=$k
+      done
+      run xl_c2048_sqrt xl.json 1 3 model.context_length=2048 checkpointing.policy=sqrt
+      run xl_c2048_nested xl.json 1 3 model.context_length=2048 checkpointing.policy=nested ;;
+    long)
+      run xl_c8192_selective xl.json 1 2 model.context_length=8192
+      run xl_c8192_full xl.json 1 2 model.context_length=8192 checkpointing.policy=full
+      run xl_c16384_full xl.json 1 2 model.context_length=16384 checkpointing.policy=full
+      run xl_c32768_full xl.json 1 2 model.context_length=32768 checkpointing.policy=full
+      run xl_c32768_sqrt xl.json 1 2 model.context_length=32768 checkpointing.policy=sqrt
+      run xl_c32768_nested xl.json 1 2 model.context_length=32768 checkpointing.policy=nested ;;
+    b8)
+      run b8_4blocks_selective leaderboard_8b.json 2 5 model.num_layers=4 data.batch_size=1
+      run b8_4blocks_none leaderboard_8b.json 2 5 model.num_layers=4 data.batch_size=1 checkpointing.policy=none ;;
+    timeline)
+      for v in "forward selective" "train_step none" "train_step full"; do
+        set -- $v
+        run "xl_c2048_timeline_$1_$2" xl.json 0 1 model.context_length=2048 bench.phase=$1 checkpointing.policy=$2 \
+          profile.memory_timeline="$out/xl_c2048_timeline_$1_$2.memory.json"
+        /usr/bin/env python3 "$here/plot_memory.py" "$out/xl_c2048_timeline_$1_$2.memory.json" \
+          -o "$out/xl_c2048_timeline_$1_$2.png" --title "xl bf16 batch 4 ctx 2048: $1, checkpointing $2" \
+          > "$out/xl_c2048_timeline_$1_$2.top.txt" 2>&1 || echo "   plot failed" >&2
+      done ;;
+    peer)
+      for c in 8192 16384; do
+        echo "== torch_xl_c${c}_compiled_ckpt" >&2
+        PYTHONUNBUFFERED=1 $py "$here/torch_bench.py" --preset xl --mode compiled --batch 4 --ctx $c --checkpoint block \
+          --warmup 1 --steps 2 --json "$out/torch_xl_c${c}_compiled_ckpt.json" > "$out/torch_xl_c${c}.log" 2>&1
+        echo "   exit $?" >&2
+      done ;;
+    small)
+      for p in none selective full every_k sqrt nested; do
+        run "small_c512_$p" small.json 2 5 checkpointing.policy=$p checkpointing.k=3
+      done ;;
+    *) echo "memory_study.sh: unknown stage '$stage'" >&2; exit 2 ;;
+  esac
+done
+/usr/bin/env python3 "$here/memory_table.py" "$out"/*.json 2>/dev/null | tee "$out/table.txt"

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Tabulate train records side by side with the planner's prediction: step time, measured and predicted peak memory,
+their ratio, the head and activation categories, and the checkpointing policy (CS336 a2 section 3's tables).
+
+    launch/memory_table.py results/h200/2026-12-01/v8_memory/*.json
+    launch/memory_table.py --markdown RECORDS...          # a Markdown table for results/README.md
+
+Records of PyTorch's peer (launch/torch_bench.py --json) are accepted too (no prediction). Standard library only.
+"""
+import argparse
+import json
+import pathlib
+import sys
+
+GIB = float(1 << 30)
+
+
+def row(path):
+    try:
+        r = json.loads(pathlib.Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        return {"name": pathlib.Path(path).stem, "status": f"unreadable ({e})"}
+    if isinstance(r, list):  # a torch_bench sweep file
+        r = r[0] if r else {}
+    if str(r.get("schema", "")).startswith("trainer.memory_timeline"):
+        return None  # a timeline, not a record
+    out = {"name": pathlib.Path(path).stem, "status": r.get("status", "?")}
+    if not str(r.get("schema", "")).startswith("trainer.result"):  # torch_bench record
+        c = r.get("config", {})
+        out.update(kind="torch", ctx=c.get("ctx"), policy=f"torch {c.get('mode')} ckpt={c.get('checkpoint', 'none')}",
+                   step=(r.get("timing", {}).get("step") or {}).get("mean_ms"),
+                   peak=(r.get("memory", {}) or {}).get("peak_bytes") or r.get("peak_bytes"))
+        return out
+    cfg = r.get("config", {})
+    ck = cfg.get("checkpointing", {})
+    pol = ck.get("policy", "?")
+    if pol == "every_k":
+        pol += f" k={ck.get('k')}"
+    if ck.get("blocks") is not None:
+        pol += f" blocks={len(ck['blocks'])}"
+    mem = r.get("memory", {})
+    pred = mem.get("predicted") or {}
+    step = ((r.get("timing") or {}).get("step") or {}).get("mean_ms")
+    out.update(kind="trainer", ctx=(cfg.get("model") or {}).get("context_length"), policy=pol, step=step,
+               peak=mem.get("peak_bytes"), pred=pred.get("peak_bytes"),
+               head=(mem.get("by_category") or {}).get("head"), acts=(mem.get("by_category") or {}).get("activations"),
+               peak_phase=pred.get("peak_phase"), strategy=(cfg.get("parallel") or {}).get("strategy"),
+               layers=(cfg.get("model") or {}).get("num_layers"), batch=(cfg.get("data") or {}).get("batch_size"),
+               pred_time=((r.get("plan") or {}).get("time_s")))
+    return out
+
+
+def fmt(x, scale=1.0, digits=2):
+    return "-" if x is None else f"{x / scale:.{digits}f}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("records", nargs="+")
+    ap.add_argument("--markdown", action="store_true")
+    a = ap.parse_args()
+    rows = [r for r in (row(p) for p in a.records) if r is not None]
+    head = ["record", "status", "ctx", "policy", "step ms", "peak GiB", "planned GiB", "planned/measured",
+            "activations GiB", "head GiB"]
+    lines = []
+    for r in rows:
+        ratio = (r["pred"] / r["peak"]) if r.get("pred") and r.get("peak") else None
+        lines.append([r["name"], r["status"], str(r.get("ctx") or "-"), r.get("policy", "-"), fmt(r.get("step"), 1, 1),
+                      fmt(r.get("peak"), GIB), fmt(r.get("pred"), GIB), fmt(ratio, 1, 3), fmt(r.get("acts"), GIB),
+                      fmt(r.get("head"), GIB, 3)])
+    if a.markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for l in lines:
+            print("| " + " | ".join(l) + " |")
+    else:
+        w = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(head)]
+        print("  ".join(h.ljust(w[i]) for i, h in enumerate(head)))
+        for l in lines:
+            print("  ".join(c.ljust(w[i]) for i, c in enumerate(l)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

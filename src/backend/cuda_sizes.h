@@ -1,0 +1,101 @@
+// Sizes of the CUDA backend's own device allocations, as host functions that compile without CUDA: the CUDA backend
+// (backend/cuda, kernels/) allocates by them and the meta backend (backend/meta) mirrors them, so the planner's peak
+// includes the backend's workspace. One definition each; where the CUDA code decides by the GPU (SM count, Hopper
+// kernels) the meta backend uses the H200's answer, approximated below (flash_* and embedding_bwd: a few MiB at most,
+// next to GiB of activations).
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace trainer::cuda_sizes {
+
+inline constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;  // cuBLASLt workspace: NVIDIA recommends 32 MiB
+inline constexpr size_t kScratchRound = size_t(1) << 20;           // the scratch buffer grows in whole MiB
+inline constexpr int kReduceMaxBlocks = 1024;  // fp64 partial sums of the deterministic reductions (+1: the result)
+inline constexpr int kRmsnormBwdBlocks = 1024;  // rmsnorm_bwd's fixed block count (each keeps a dw row)
+inline constexpr int kH200SmCount = 132;
+
+/// Head dimensions with a FlashAttention-2 kernel (kernels/flash_attn; others fall back to naive attention).
+inline bool flash_supports_head_dim(int d) { return d == 16 || d == 32 || d == 64 || d == 80 || d == 128; }
+
+inline size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+
+/// Bytes of the reduction partials (Category::workspace, allocated at construction).
+inline constexpr size_t reduce_partials_bytes() { return size_t(kReduceMaxBlocks + 1) * sizeof(double); }
+
+/// The scratch buffer's new size when `need` bytes are asked of a buffer of `have` bytes: `have` when it suffices,
+/// else max(need, 1.5 have) rounded up to whole MiB.
+inline size_t scratch_grown(size_t have, size_t need) {
+  if (need <= have) return have;
+  const size_t want = std::max(need, have + have / 2);
+  return (want + kScratchRound - 1) / kScratchRound * kScratchRound;
+}
+
+/// rmsnorm_bwd's scratch: one fp32 dw row [D] per block.
+inline size_t rmsnorm_bwd_scratch_bytes(int64_t N, int D) {
+  return size_t(std::min<int64_t>(N, kRmsnormBwdBlocks)) * size_t(D) * sizeof(float);
+}
+
+/// RoPE's (cos, sin) table [T, d_head/2] x 2, fp32.
+inline size_t rope_table_bytes(int T, int d_head) { return size_t(T) * size_t(d_head) * sizeof(float); }
+
+/// Naive attention: temporaries per head chunk fit kNaiveChunkBytes (at least one head).
+inline constexpr size_t kNaiveChunkBytes = size_t(256) << 20;
+inline int naive_heads_per_chunk(size_t per_head, int H) {
+  const size_t n = per_head ? kNaiveChunkBytes / per_head : size_t(H);
+  return int(std::clamp<size_t>(n, 1, size_t(H)));
+}
+/// Naive attention forward scratch (0: none): S fp32 [T, T] per head unless it lives in stored fp32 probs, plus a bf16
+/// P per head when probs are not stored (flash2 fallback) and the dtype is bf16.
+inline size_t naive_attention_fwd_scratch_bytes(const AttnShape& s, DType dtype, bool store) {
+  const size_t tt = size_t(s.T) * size_t(s.T);
+  const bool s_in_probs = store && dtype == DType::f32, p_scratch = !store && dtype == DType::bf16;
+  const size_t per_head = (s_in_probs ? 0 : tt * 4) + (p_scratch ? tt * 2 : 0);
+  if (!per_head) return 0;
+  const size_t hc = size_t(naive_heads_per_chunk(per_head, s.H));
+  return align256(hc * tt * 4) + (p_scratch ? hc * tt * 2 : 0);
+}
+/// Naive attention backward scratch: dP fp32 (+ bf16 dS) per head, and when P is not stored S fp32 (+ bf16 P).
+inline size_t naive_attention_bwd_scratch_bytes(const AttnShape& s, DType dtype, bool stored) {
+  const size_t tt = size_t(s.T) * size_t(s.T);
+  const bool bf = dtype == DType::bf16;
+  const size_t per_head = tt * 4 + (bf ? tt * 2 : 0) + (stored ? 0 : tt * 4 + (bf ? tt * 2 : 0));
+  const size_t hc = size_t(naive_heads_per_chunk(per_head, s.H));
+  const size_t r32 = align256(hc * tt * 4), r16 = align256(hc * tt * 2);
+  return r32 + (bf ? r16 : 0) + (stored ? 0 : r32 + (bf ? r16 : 0));
+}
+
+// ---- approximations for the meta backend (the CUDA code decides these on the device) ---------------------------
+
+/// FlashAttention-2 forward workspace on an H200 (approximation of flash::fwd_workspace_bytes): the forward splits
+/// its keys only when the query tiles (128 rows) give fewer than two CTAs per SM; then up to 16 chunks of partial
+/// O [B, H, T, d] and lse [B, H, T] f32. Bf16 problems with at least one 128-row tile per SM take the Hopper kernel,
+/// which never splits.
+inline size_t flash_fwd_workspace_bytes_h200(const AttnShape& s, DType dtype) {
+  const int64_t tiles = (int64_t(s.T) + 127) / 128 * s.B * s.H;
+  if (dtype == DType::bf16 && tiles >= kH200SmCount) return 0;
+  if (tiles >= 2 * kH200SmCount || s.T < 8 * 64) return 0;  // enough CTAs, or fewer than 8 key tiles of 64
+  const size_t splits = size_t(std::clamp<int64_t>(4 * kH200SmCount / std::max<int64_t>(tiles, 1), 2, 16));
+  const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T);
+  return align256(splits * rows * size_t(s.d_head) * 4) + align256(splits * rows * 4);
+}
+/// FlashAttention-2 backward workspace on an H200 (approximation of flash::bwd_workspace_bytes, atomic mode): D
+/// [B, H, T] and the dQ accumulators [B, H, T, d] f32, plus dK / dV accumulators when the 128-key tiles give fewer
+/// than two CTAs per SM.
+inline size_t flash_bwd_workspace_bytes_h200(const AttnShape& s) {
+  const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T);
+  size_t bytes = align256(rows * 4) + align256(rows * size_t(s.d_head) * 4);
+  const int64_t key_tiles = (int64_t(s.T) + 127) / 128 * s.B * s.H;
+  if (key_tiles < 2 * kH200SmCount && s.T > 128) bytes += align256(2 * rows * size_t(s.d_head) * 4);
+  return bytes;
+}
+/// embedding_bwd's scratch (approximation of kernels::embedding_bwd_scratch_bytes): sorted keys and two row index
+/// arrays (i32 [N] each) plus CUB's radix-sort temporaries, taken as another two [N] i32 arrays and 1 MiB.
+inline size_t embedding_bwd_scratch_bytes_approx(int64_t N) {
+  return 3 * align256(size_t(N) * 4) + align256(2 * size_t(N) * 4 + (size_t(1) << 20));
+}
+
+}  // namespace trainer::cuda_sizes

@@ -1,0 +1,189 @@
+#include "backend/meta/meta_backend.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "backend/cuda_sizes.h"
+
+namespace trainer {
+
+namespace {
+struct MetaEvent final : Event {};
+double b(const Tensor& t) { return double(t.bytes()); }
+}  // namespace
+
+MetaRates MetaRates::for_target(Device d, bool allow_tf32) {
+  MetaRates r;
+  if (d == Device::cuda) {
+    // One H200 (shared/ANCHORS.md, 2026-11-29): bf16 GEMM 8192^3 756 TFLOP/s, fp32 GEMM 51 (TF32: about 378, half
+    // the bf16 rate), device copy 4.2 TB/s; flash attention ~440 TFLOP/s of executed (causal) FLOPs at T 16384.
+    r.device = "cuda (H200)";
+    r.gemm_efficiency = 0.7;  // training GEMMs (K = d_model, skinny shapes) reach ~70% of the 8192^3 rate
+    r.gemm_bf16 = 756e12 * r.gemm_efficiency;
+    r.gemm_f32 = (allow_tf32 ? 378e12 : 51e12) * r.gemm_efficiency;
+    r.attention_bf16 = 440e12;
+    r.attention_f32 = 100e12;  // flash2 fp32 runs as 3xTF32: assumed ~1/4 of the bf16 kernel
+    r.memory_bandwidth = 4.2e12;
+    r.source = "H200 measurements in shared/ANCHORS.md (GEMM peaks times gemm_efficiency; attention fp32 assumed)";
+  } else {
+    r.device = "cpu (nominal)";
+    r.gemm_efficiency = 1;
+    r.gemm_bf16 = r.gemm_f32 = 50e9;  // OpenBLAS sgemm on a few cores: nominal
+    r.attention_bf16 = r.attention_f32 = 10e9;
+    r.memory_bandwidth = 10e9;
+    r.source = "nominal figures for a small multi-core CPU (not measured)";
+  }
+  return r;
+}
+
+MetaBackend::MetaBackend(Device target, bool allow_tf32)
+    : target_(target), rates_(MetaRates::for_target(target, allow_tf32)) {
+  if (cuda()) {  // what CudaBackend allocates at construction (cuda_backend.cpp)
+    workspace_ = alloc(cuda_sizes::kCublasWorkspaceBytes, Category::workspace);
+    reduce_partials_ = alloc(cuda_sizes::reduce_partials_bytes(), Category::workspace);
+  }
+}
+
+MetaBackend::~MetaBackend() = default;
+
+std::string MetaBackend::description() const {
+  return fmt::format("meta backend for {} (allocates nothing, runs nothing)", rates_.device);
+}
+
+void* MetaBackend::raw_alloc(size_t bytes) {
+  const uintptr_t p = next_;
+  next_ += (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  auto& hw = phase_high_[stats_.phase ? stats_.phase : "setup"];
+  hw = std::max(hw, stats_.total + bytes);  // Buffer counts this allocation right after
+  return reinterpret_cast<void*>(p);
+}
+
+void MetaBackend::touch() {
+  auto& hw = phase_high_[stats_.phase ? stats_.phase : "setup"];
+  hw = std::max(hw, stats_.total);
+}
+
+void MetaBackend::account(double flops, double executed, double rate, double bytes) {
+  touch();
+  cost_.flops += flops;
+  cost_.executed_flops += executed;
+  cost_.bytes += bytes;
+  cost_.ops += 1;
+  const double tc = rate > 0 ? executed / rate : 0, tm = bytes / rates_.memory_bandwidth;
+  if (tc >= tm) cost_.compute_s += tc;
+  else cost_.memory_s += tm;
+}
+
+void MetaBackend::scratch(size_t bytes) {
+  if (!cuda() || bytes <= scratch_.bytes()) return;
+  const size_t want = cuda_sizes::scratch_grown(scratch_.bytes(), bytes);
+  scratch_.reset();
+  scratch_ = alloc(want, Category::workspace);
+}
+
+std::unique_ptr<Event> MetaBackend::make_event() { return std::make_unique<MetaEvent>(); }
+
+void MetaBackend::copy(void*, const void*, size_t bytes) { account(0, 0, 0, 2.0 * double(bytes)); }
+void MetaBackend::fill(Tensor t, float) { account(0, 0, 0, b(t)); }
+
+void MetaBackend::matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& B, bool, float, float beta) {
+  const double M = double(C.rows()), N = double(C.cols()), K = double(trans_a ? A.rows() : A.cols());
+  const double f = 2 * M * N * K;
+  account(f, f, A.dtype == DType::bf16 ? rates_.gemm_bf16 : rates_.gemm_f32,
+          b(A) + b(B) + b(C) * (beta != 0.f ? 2 : 1));
+}
+
+void MetaBackend::embedding_fwd(Tensor out, const Tensor& tokens, const Tensor&) {
+  account(0, 0, 0, 2 * b(out) + b(tokens));
+}
+
+void MetaBackend::embedding_bwd(Tensor dtable, const Tensor& tokens, const Tensor& dout) {
+  scratch(cuda_sizes::embedding_bwd_scratch_bytes_approx(tokens.numel()));
+  account(0, 0, 0, b(dout) + 2.0 * double(dout.numel()) * 4 + 4 * b(tokens));  // dtable rows read + written
+  (void)dtable;
+}
+
+void MetaBackend::rmsnorm_fwd(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float) {
+  account(0, 0, 0, b(x) + b(y) + b(w) + b(rstd));
+}
+
+void MetaBackend::rmsnorm_bwd(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
+                              const Tensor& rstd, bool) {
+  scratch(cuda_sizes::rmsnorm_bwd_scratch_bytes(x.rows(), int(x.cols())));
+  account(0, 0, 0, b(dy) + b(x) + 2 * b(dx) + b(w) + b(rstd) + 2 * b(dw));
+}
+
+void MetaBackend::rope(Tensor qkv, const AttnShape& s, float, bool) {
+  if (cuda() && (!rope_table_ || rope_T_ != s.T || rope_d_ != s.d_head)) {  // one table per (T, d_head)
+    rope_table_.reset();
+    rope_table_ = alloc(cuda_sizes::rope_table_bytes(s.T, s.d_head), Category::workspace);
+    rope_T_ = s.T;
+    rope_d_ = s.d_head;
+  }
+  account(0, 0, 0, 2.0 * b(qkv) * 2 / 3);  // q and k read and written
+}
+
+namespace {
+/// Model FLOPs of one attention forward (forward_flops_per_token's convention: S = QKᵀ and P·V in full).
+double attn_model_flops(const AttnShape& s) { return 4.0 * s.B * double(s.T) * s.T * double(s.H) * s.d_head; }
+}  // namespace
+
+void MetaBackend::attention_fwd(AttnImpl impl, const AttnShape& s, Tensor out, Tensor lse, Tensor probs,
+                                const Tensor& qkv) {
+  const double f = attn_model_flops(s);
+  const bool flash = impl == AttnImpl::flash2 && (!cuda() || cuda_sizes::flash_supports_head_dim(s.d_head));
+  if (flash) {  // flash2: the causal mask skips half the tiles
+    if (cuda()) scratch(cuda_sizes::flash_fwd_workspace_bytes_h200(s, qkv.dtype));
+    account(f, s.causal ? f / 2 : f, qkv.dtype == DType::bf16 ? rates_.attention_bf16 : rates_.attention_f32,
+            b(qkv) + b(out) + b(lse));
+  } else {  // naive: full scores through GEMMs, probabilities written
+    if (cuda()) scratch(cuda_sizes::naive_attention_fwd_scratch_bytes(s, qkv.dtype, probs.data != nullptr));
+    const double tt = double(s.B) * s.H * double(s.T) * s.T;
+    account(f, f, qkv.dtype == DType::bf16 ? rates_.gemm_bf16 : rates_.gemm_f32,
+            b(qkv) + b(out) + b(lse) + tt * (4 + 2 * double(dtype_size(qkv.dtype))));
+  }
+}
+
+void MetaBackend::attention_bwd(AttnImpl impl, const AttnShape& s, Tensor dqkv, const Tensor& dout, const Tensor& qkv,
+                                const Tensor& out, const Tensor& lse, const Tensor& probs) {
+  const double f = 2 * attn_model_flops(s);
+  const bool flash = impl == AttnImpl::flash2 && (!cuda() || cuda_sizes::flash_supports_head_dim(s.d_head));
+  if (flash) {  // recomputes S and P: 2.5x the forward's executed FLOPs
+    if (cuda()) scratch(cuda_sizes::flash_bwd_workspace_bytes_h200(s));
+    const double fwd_exec = s.causal ? f / 4 : f / 2;
+    account(f, 2.5 * fwd_exec, qkv.dtype == DType::bf16 ? rates_.attention_bf16 : rates_.attention_f32,
+            b(qkv) + b(dout) + b(out) + b(lse) + b(dqkv));
+  } else {
+    const bool stored = probs.data != nullptr;
+    if (cuda()) scratch(cuda_sizes::naive_attention_bwd_scratch_bytes(s, qkv.dtype, stored));
+    const double tt = double(s.B) * s.H * double(s.T) * s.T;
+    account(f, stored ? f : 1.25 * f, qkv.dtype == DType::bf16 ? rates_.gemm_bf16 : rates_.gemm_f32,
+            b(qkv) + b(dout) + b(lse) + b(dqkv) + b(probs) + tt * 8);
+  }
+}
+
+void MetaBackend::swiglu_fwd(Tensor g, const Tensor& ab) { account(0, 0, 0, b(ab) + b(g)); }
+void MetaBackend::swiglu_bwd(Tensor dab, const Tensor& dg, const Tensor& ab, Tensor g) {
+  account(0, 0, 0, b(dg) + b(ab) + b(dab) + b(g));
+}
+void MetaBackend::add_inplace(Tensor x, const Tensor& y) { account(0, 0, 0, 2 * b(x) + b(y)); }
+void MetaBackend::cross_entropy(Tensor losses, Tensor dlogits, const Tensor& logits, const Tensor& targets, float) {
+  account(0, 0, 0, b(logits) + b(dlogits) + b(losses) + b(targets));
+}
+double MetaBackend::sum(const Tensor& x) {
+  account(0, 0, 0, b(x));
+  return 0;
+}
+double MetaBackend::sum_squares(const Tensor& x) {
+  account(0, 0, 0, b(x));
+  return 0;
+}
+void MetaBackend::scale(Tensor x, float) { account(0, 0, 0, 2 * b(x)); }
+void MetaBackend::cast(Tensor dst, const Tensor& src) { account(0, 0, 0, b(dst) + b(src)); }
+double MetaBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs&) {
+  account(0, 0, 0, 2 * b(p) + b(g) + 2 * b(m) + 2 * b(v) + b(p_work));
+  return 0;
+}
+
+}  // namespace trainer

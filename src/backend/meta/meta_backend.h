@@ -1,0 +1,106 @@
+// MetaBackend: a Backend that allocates nothing real and runs no op (PyTorch's "meta" device), for the planner's dry
+// run (plan/planner.h). Allocations return unique fake addresses (never dereferenced) and are counted in MemoryStats
+// as on the target device; every op only accounts its cost: FLOPs, bytes moved and a predicted time
+// max(FLOPs / rate, bytes / bandwidth) at the rates of MetaRates. For the cuda target it also makes the CUDA backend's
+// own allocations (cuBLASLt workspace, reduction partials, the growable scratch, the RoPE table; sizes from
+// backend/cuda_sizes.h), so the peak it sees is the peak a run sees.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace trainer {
+
+/// The rates the meta backend predicts time with (per device; see MetaRates::for_target). FLOP/s and bytes/s.
+struct MetaRates {
+  std::string device;              // "cuda (H200)" or "cpu (nominal)"
+  double gemm_bf16 = 0;            // dense bf16 GEMM, already times gemm_efficiency
+  double gemm_f32 = 0;             // fp32 GEMM (TF32 when allowed), already times gemm_efficiency
+  double gemm_efficiency = 1;      // fraction of the dense peak a training GEMM reaches
+  double attention_bf16 = 0;       // flash2 attention, executed FLOPs per second (causal half counted)
+  double attention_f32 = 0;
+  double memory_bandwidth = 0;     // bytes read + written per second
+  std::string source;              // where the numbers come from
+  /// H200 figures (shared/ANCHORS.md) for Device::cuda, nominal CPU figures for Device::cpu.
+  static MetaRates for_target(Device d, bool allow_tf32);
+};
+
+/// What the dry run's ops cost, summed.
+struct MetaCost {
+  double flops = 0;               // model FLOPs enqueued (matmuls 2MNK; attention as forward_flops_per_token counts
+                                  // it: 4·B·T²·D forward, twice that backward), recompute included
+  double executed_flops = 0;      // FLOPs the kernels execute (causal flash attention halves, its backward 2.5x)
+  double bytes = 0;               // bytes read + written by the ops
+  double compute_s = 0;           // predicted time of the ops bound by FLOPs
+  double memory_s = 0;            // predicted time of the ops bound by bytes
+  int64_t ops = 0;
+};
+
+class MetaBackend final : public Backend {
+ public:
+  /// A meta backend standing in for `target` (device() returns it, so tensors look as in a run).
+  explicit MetaBackend(Device target, bool allow_tf32 = false);
+  ~MetaBackend() override;
+  Device device() const override { return target_; }
+  std::string name() const override { return target_ == Device::cuda ? "meta:cuda" : "meta:cpu"; }
+  std::string description() const override;
+
+  const MetaCost& cost() const { return cost_; }
+  const MetaRates& rates() const { return rates_; }
+  void reset_cost() { cost_ = {}; }
+  /// Highest total bytes in use seen in each phase (MemoryStats::phase names), op by op.
+  const std::map<std::string, size_t>& phase_high_water() const { return phase_high_; }
+
+  void* raw_alloc(size_t bytes) override;
+  void raw_free(void* p) override {}
+  void copy_from_host(void* dst, const void* src, size_t bytes) override {}
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {}
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void fill(Tensor t, float value) override;
+  void synchronize() override {}
+  std::unique_ptr<Event> make_event() override;
+  void record(Event& e) override {}
+  float elapsed_ms(Event& start, Event& end) override { return 0.f; }
+
+  void matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b, float alpha,
+              float beta) override;
+  void embedding_fwd(Tensor out, const Tensor& tokens, const Tensor& table) override;
+  void embedding_bwd(Tensor dtable, const Tensor& tokens, const Tensor& dout) override;
+  void rmsnorm_fwd(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps) override;
+  void rmsnorm_bwd(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                   bool accumulate_dw = true) override;
+  void rope(Tensor qkv, const AttnShape& s, float theta, bool inverse) override;
+  void attention_fwd(AttnImpl impl, const AttnShape& s, Tensor out, Tensor lse, Tensor probs,
+                     const Tensor& qkv) override;
+  void attention_bwd(AttnImpl impl, const AttnShape& s, Tensor dqkv, const Tensor& dout, const Tensor& qkv,
+                     const Tensor& out, const Tensor& lse, const Tensor& probs) override;
+  void swiglu_fwd(Tensor g, const Tensor& ab) override;
+  void swiglu_bwd(Tensor dab, const Tensor& dg, const Tensor& ab, Tensor g = Tensor()) override;
+  void add_inplace(Tensor x, const Tensor& y) override;
+  void cross_entropy(Tensor losses, Tensor dlogits, const Tensor& logits, const Tensor& targets,
+                     float dscale) override;
+  double sum(const Tensor& x) override;          // 0
+  double sum_squares(const Tensor& x) override;  // 0
+  void scale(Tensor x, float s) override;
+  void cast(Tensor dst, const Tensor& src) override;
+  double adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) override;
+
+ private:
+  /// One op: model FLOPs, executed FLOPs at `rate` FLOP/s, bytes moved.
+  void account(double flops, double executed, double rate, double bytes);
+  void touch();                  // records the current total in the phase's high-water mark
+  void scratch(size_t bytes);    // cuda target: the CUDA backend's growable scratch (cuda_sizes::scratch_grown)
+  bool cuda() const { return target_ == Device::cuda; }
+
+  Device target_;
+  MetaRates rates_;
+  MetaCost cost_;
+  uintptr_t next_ = uintptr_t(1) << 46;  // fake addresses: far from any real mapping, 256-byte steps
+  std::map<std::string, size_t> phase_high_;
+  Buffer workspace_, reduce_partials_, scratch_, rope_table_;  // cuda target: the CUDA backend's own allocations
+  int rope_T_ = 0, rope_d_ = 0;
+};
+
+}  // namespace trainer

@@ -1,0 +1,39 @@
+#include "jobs/train_setup.h"
+
+#include "io/safetensors.h"
+
+namespace trainer {
+
+TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm, int world_size, bool init_weights) {
+  TrainSetup s;
+  s.dims = model_dims(cfg.model);
+  const DType act = cfg.precision == "bf16" ? DType::bf16 : DType::f32;
+  const AttnImpl attn = cfg.attention == "flash2" ? AttnImpl::flash2 : AttnImpl::naive;
+  const int T = s.dims.context_length;
+  s.rows_per_rank = cfg.data.batch_size / world_size;
+  const int micro = cfg.data.microbatch_size > 0 ? cfg.data.microbatch_size : s.rows_per_rank;
+  s.rank_tokens = int64_t(s.rows_per_rank) * T;
+  s.shape.n_micro = s.rows_per_rank / micro;
+  s.shape.micro = micro;
+  s.shape.seq_len = T;
+  s.shape.global_tokens = int64_t(cfg.data.batch_size) * T;
+  s.shape.backward = cfg.bench.phase != "forward";
+  s.shape.optimizer = cfg.bench.phase == "train_step";
+
+  s.strategy = make_strategy(cfg, be, comm);
+  s.model = std::make_unique<Model>(be, s.dims, act, attn, ParamLayout::kAlign * world_size,
+                                    s.strategy->full_params(), ActivationPolicy::from(cfg.checkpointing));
+  if (init_weights) {  // the weight source; a sharded strategy copies its shards from it in attach()
+    if (cfg.init.weights) {
+      s.model->load(read_safetensors(*cfg.init.weights), *cfg.init.weights);
+    } else {
+      s.model->init_random(cfg.init.seed);
+    }
+  }
+  s.strategy->attach(*s.model);
+  s.model->release_weight_source();
+  s.model->reserve(micro, T);
+  return s;
+}
+
+}  // namespace trainer

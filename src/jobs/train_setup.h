@@ -1,0 +1,33 @@
+// The train job's set-up, shared by the run (jobs/train.cpp) and the planner's dry run (plan/planner.cpp), so the
+// model, strategy and activation store the planner measures on the meta backend are the ones a run builds.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "jobs/train_step.h"
+#include "model/model.h"
+#include "parallel/strategy.h"
+
+namespace trainer {
+
+class Communicator;
+
+struct TrainSetup {
+  ModelDims dims;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Strategy> strategy;  // attached to model
+  StepShape shape;                     // this rank's step (microbatches, rows, phase)
+  int rows_per_rank = 0;
+  int64_t rank_tokens = 0;             // tokens of this rank's share of the step
+};
+
+/// Builds what a train run of `cfg` on `world_size` ranks holds on one rank before its first step, on `be`: the Model
+/// (dims, activation dtype and attention from cfg; flat buffers a multiple of kAlign * world_size), its weights (when
+/// init_weights: cfg.init.weights or the seeded random init; the dry run skips them), the strategy (comm may be null
+/// only for "none") attached to it, and the activation store reserved for one microbatch. Raises ConfigError,
+/// OutOfMemory, RuntimeError.
+TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm, int world_size, bool init_weights);
+
+}  // namespace trainer

@@ -1,0 +1,188 @@
+#include "plan/planner.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <vector>
+
+#include "dist/meta_communicator.h"
+#include "jobs/train_setup.h"
+#include "jobs/train_step.h"
+#include "optim/schedule.h"
+
+namespace trainer {
+
+namespace {
+
+// An H200's device memory as cudaGetDeviceProperties reports it (totalGlobalMem, 143156 MiB = 139.8 GiB).
+constexpr size_t kH200MemoryBytes = size_t(143156) << 20;
+
+/// Silences the default logger for its lifetime (the dry run's strategies log their set-up as a run does).
+class QuietLog {
+ public:
+  QuietLog() : logger_(spdlog::default_logger()), level_(logger_ ? logger_->level() : spdlog::level::info) {
+    if (logger_) logger_->set_level(spdlog::level::off);
+  }
+  ~QuietLog() {
+    if (logger_) logger_->set_level(level_);
+  }
+  QuietLog(const QuietLog&) = delete;
+  QuietLog& operator=(const QuietLog&) = delete;
+
+ private:
+  std::shared_ptr<spdlog::logger> logger_;
+  spdlog::level::level_enum level_;
+};
+
+nlohmann::json categories_json(const std::array<size_t, kNumCategories>& a) {
+  nlohmann::json j = nlohmann::json::object();
+  for (int i = 0; i < kNumCategories; ++i) j[category_name(Category(i))] = a[size_t(i)];
+  return j;
+}
+
+std::string fmt_time(double s) { return s >= 1 ? fmt::format("{:.2f} s", s) : fmt::format("{:.2f} ms", s * 1e3); }
+
+}  // namespace
+
+Plan make_plan(const RunConfig& cfg, int world_size, int rank) {
+  CONFIG_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "plan: rank {} of world size {}", rank,
+               world_size);
+  CONFIG_CHECK(cfg.job == "train", "plan: only job 'train' has a plan (job is '{}')", cfg.job);
+  const Device dev = cfg.device == "cuda" ? Device::cuda : Device::cpu;
+  Plan p;
+  p.world_size = world_size;
+  p.rank = rank;
+  p.device = cfg.device;
+  p.strategy = cfg.parallel.strategy;
+  p.comm = cfg.parallel.comm;
+  p.bus_bandwidth = MetaCommunicator::default_bus_bandwidth(p.comm);
+  p.device_memory_bytes = dev == Device::cuda ? kH200MemoryBytes : 0;
+
+  QuietLog quiet;
+  MetaBackend be(dev, cfg.allow_tf32);
+  MetaCommunicator comm(rank, world_size, p.comm, p.bus_bandwidth);
+  TrainSetup s = setup_training(cfg, be, &comm, world_size, /*init_weights=*/false);
+  p.tokens_per_step = s.shape.global_tokens;
+  // One step as the train job runs it (jobs/train.cpp): the step's losses and tokens, then train_step.
+  s.model->begin_step_losses(s.rank_tokens);
+  p.setup_bytes = be.memory().total;
+  const auto setup_high = be.phase_high_water();  // "setup" before the step (outside the step's phases it reads so too)
+  be.reset_cost();
+  comm.reset_cost();
+  const std::vector<int32_t> tokens(size_t(s.rank_tokens), 0);
+  s.model->set_step_tokens(tokens.data(), tokens.data());
+  train_step(be, *s.model, *s.strategy, s.shape, learning_rate(cfg.optimizer, 0, 1), cfg.optimizer.max_grad_norm);
+  s.model->step_loss_sum();
+
+  const MemoryStats& ms = be.memory();
+  p.peak_bytes = ms.peak_total;
+  p.by_category = ms.at_peak;
+  p.category_peaks = ms.peak;
+  p.peak_phase = ms.peak_phase ? ms.peak_phase : "setup";
+  if (ms.peak_block_name)
+    p.peak_block = ms.peak_block >= 0 ? fmt::format("{} {}", ms.peak_block_name, ms.peak_block) : ms.peak_block_name;
+  p.phase_high_water = be.phase_high_water();
+  p.phase_high_water["setup"] = setup_high.count("setup") ? setup_high.at("setup") : 0;
+  const MetaCost& c = be.cost();
+  p.flops = c.flops;
+  p.executed_flops = c.executed_flops;
+  p.bytes_moved = c.bytes;
+  p.compute_s = c.compute_s;
+  p.memory_s = c.memory_s;
+  p.comm_s = comm.seconds();
+  p.comm_bytes = comm.bytes();
+  p.time_s = p.compute_s + p.memory_s + p.comm_s;
+  p.rates = be.rates();
+  return p;
+}
+
+nlohmann::json Plan::predicted_json() const {
+  return {{"peak_bytes", peak_bytes},
+          {"by_category", categories_json(by_category)},
+          {"peak_phase", peak_phase},
+          {"peak_block", peak_block.empty() ? nlohmann::json(nullptr) : nlohmann::json(peak_block)}};
+}
+
+nlohmann::json Plan::to_json() const {
+  using nlohmann::json;
+  json mem = predicted_json();
+  mem["category_peaks"] = categories_json(category_peaks);
+  mem["setup_bytes"] = setup_bytes;
+  json hw = json::object();
+  for (const auto& [k, v] : phase_high_water) hw[k] = v;
+  mem["phase_high_water"] = hw;
+  mem["device_memory_bytes"] = device_memory_bytes ? json(device_memory_bytes) : json(nullptr);
+  mem["fits"] = device_memory_bytes ? json(peak_bytes <= device_memory_bytes) : json(nullptr);
+  return {{"world_size", world_size},
+          {"rank", rank},
+          {"device", device},
+          {"strategy", strategy},
+          {"comm", comm},
+          {"tokens_per_step", tokens_per_step},
+          {"memory", mem},
+          {"flops", flops},
+          {"executed_flops", executed_flops},
+          {"bytes_moved", bytes_moved},
+          {"time_s", time_s},
+          {"time", {{"compute_s", compute_s}, {"memory_s", memory_s}, {"comm_s", comm_s}}},
+          {"comm_bytes", comm_bytes},
+          {"assumptions",
+           {{"device", rates.device},
+            {"gemm_bf16_flops_per_s", rates.gemm_bf16},
+            {"gemm_f32_flops_per_s", rates.gemm_f32},
+            {"gemm_efficiency", rates.gemm_efficiency},
+            {"attention_bf16_flops_per_s", rates.attention_bf16},
+            {"attention_f32_flops_per_s", rates.attention_f32},
+            {"memory_bandwidth_bytes_per_s", rates.memory_bandwidth},
+            {"comm_bus_bandwidth_bytes_per_s", bus_bandwidth},
+            {"source", rates.source},
+            {"method",
+             "a dry run of the train job's set-up and one train_step on the meta backend: memory is what it "
+             "allocated (cuda: with the CUDA backend's workspace); each op takes max(FLOPs / rate, bytes / "
+             "bandwidth); collectives bytes / bus bandwidth; no overlap of compute and communication assumed"}}}};
+}
+
+std::string Plan::summary_line() const {
+  std::string cats;
+  for (int i = 0; i < kNumCategories; ++i) {
+    if (!by_category[size_t(i)]) continue;
+    cats += fmt::format("{}{} {}", cats.empty() ? "" : ", ", category_name(Category(i)),
+                        format_bytes(by_category[size_t(i)]));
+  }
+  return fmt::format("plan (rank {} of {}, {}): peak {} in {}{} ({}); step {} predicted ({} compute, {} memory, {} "
+                     "comm; {:.3g} TFLOP)",
+                     rank, world_size, rates.device, format_bytes(peak_bytes), peak_phase,
+                     peak_block.empty() ? "" : " / " + peak_block, cats, fmt_time(time_s), fmt_time(compute_s),
+                     fmt_time(memory_s), fmt_time(comm_s), flops / 1e12);
+}
+
+std::string Plan::table() const {
+  std::string t = fmt::format("plan for rank {} of {} on {} (strategy {}, comm {}), {} tokens per step\n", rank,
+                              world_size, rates.device, strategy, comm, tokens_per_step);
+  t += "memory at the peak             bytes          own peak\n";
+  for (int i = 0; i < kNumCategories; ++i)
+    t += fmt::format("  {:<20} {:>16} {:>16}\n", category_name(Category(i)), format_bytes(by_category[size_t(i)]),
+                     format_bytes(category_peaks[size_t(i)]));
+  t += fmt::format("  {:<20} {:>16}   in phase {}{}\n", "peak", format_bytes(peak_bytes), peak_phase,
+                   peak_block.empty() ? "" : ", " + peak_block);
+  if (device_memory_bytes)
+    t += fmt::format("  {:<20} {:>16}   {}\n", "device memory", format_bytes(device_memory_bytes),
+                     peak_bytes <= device_memory_bytes ? "fits" : "DOES NOT FIT");
+  t += fmt::format("  {:<20} {:>16}\n", "after set-up", format_bytes(setup_bytes));
+  t += "high-water mark by phase\n";
+  for (const auto& [k, v] : phase_high_water) t += fmt::format("  {:<20} {:>16}\n", k, format_bytes(v));
+  t += fmt::format("work per step: {:.4g} TFLOP (model, incl. recompute; {:.4g} executed), {:.4g} GB moved, {:.4g} GB "
+                   "sent in collectives\n",
+                   flops / 1e12, executed_flops / 1e12, bytes_moved / 1e9, comm_bytes / 1e9);
+  t += fmt::format("predicted step: {} = {} compute + {} memory-bound + {} communication (no overlap assumed)\n",
+                   fmt_time(time_s), fmt_time(compute_s), fmt_time(memory_s), fmt_time(comm_s));
+  t += fmt::format("assumed rates ({}): GEMM bf16 {:.4g} TFLOP/s, fp32 {:.4g} (efficiency {:.2f} of peak), attention "
+                   "bf16 {:.4g} TFLOP/s, fp32 {:.4g}, memory {:.4g} TB/s, collectives {:.4g} GB/s bus bandwidth\n",
+                   rates.device, rates.gemm_bf16 / 1e12, rates.gemm_f32 / 1e12, rates.gemm_efficiency,
+                   rates.attention_bf16 / 1e12, rates.attention_f32 / 1e12, rates.memory_bandwidth / 1e12,
+                   bus_bandwidth / 1e9);
+  return t;
+}
+
+}  // namespace trainer

@@ -1,0 +1,63 @@
+// The planner: memory, FLOPs and a predicted step time of a train run, per rank, without running it.
+//
+// It is a dry run of the real code on the meta backend (backend/meta): the same set-up as the train job
+// (jobs/train_setup.h: Model, Strategy, activation store) and exactly one step through train_step()
+// (jobs/train_step.h), on a backend that allocates nothing and runs no op, with a MetaCommunicator as rank `rank` of `world_size`. What
+// its MemoryStats saw is the prediction (peak, split by category at the peak, the phase and block of the peak), so
+// the plan follows whatever the model, the checkpointing policy or the strategy allocates. A pure function of the
+// resolved config and the world size: no GPU, no MPI traffic, nothing written.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <map>
+#include <string>
+
+#include "backend/meta/meta_backend.h"
+#include "config/config.h"
+#include "core/memory.h"
+
+namespace trainer {
+
+struct Plan {
+  int world_size = 1, rank = 0;
+  std::string device;     // the target: "cuda" or "cpu" (cfg.device)
+  std::string strategy;   // parallel.strategy
+  std::string comm;       // the communicator the run would use (nccl | mpi)
+  int64_t tokens_per_step = 0;  // global batch tokens
+  // memory (bytes, this rank)
+  size_t peak_bytes = 0;
+  std::array<size_t, kNumCategories> by_category{};     // split at the peak
+  std::array<size_t, kNumCategories> category_peaks{};  // each category's own peak
+  std::string peak_phase;   // setup | forward | backward | finish_backward | optimizer
+  std::string peak_block;   // "block 3", "lm_head", or "" (outside any block)
+  size_t setup_bytes = 0;   // in use after set-up, before the first step
+  std::map<std::string, size_t> phase_high_water;  // highest total seen in each phase
+  size_t device_memory_bytes = 0;  // of the target device (cuda: an H200's; cpu: 0, unbounded)
+  // work of one step on this rank
+  double flops = 0;           // model FLOPs incl. recompute (attention counted as forward_flops_per_token does)
+  double executed_flops = 0;  // what the kernels execute (causal flash attention halves)
+  double bytes_moved = 0;     // bytes read + written by the ops
+  double compute_s = 0, memory_s = 0, comm_s = 0;  // predicted time of FLOP-bound ops, byte-bound ops, collectives
+  double time_s = 0;          // compute_s + memory_s + comm_s (no overlap assumed)
+  double comm_bytes = 0;      // bytes this rank sends in collectives (busbw convention)
+  MetaRates rates;
+  double bus_bandwidth = 0;   // bytes/s assumed for collectives
+
+  /// {"world_size", "rank", "device", "strategy", "comm", "tokens_per_step", "memory": {"peak_bytes", "by_category",
+  /// "category_peaks", "peak_phase", "peak_block", "setup_bytes", "phase_high_water", "device_memory_bytes",
+  /// "fits"}, "flops", "executed_flops", "bytes_moved", "time_s", "time": {...}, "comm_bytes", "assumptions": {...}}
+  nlohmann::json to_json() const;
+  /// The record's memory.predicted: {"peak_bytes", "by_category", "peak_phase", "peak_block"}.
+  nlohmann::json predicted_json() const;
+  /// A human-readable table (several lines, ending in a newline).
+  std::string table() const;
+  /// One line: predicted peak by category and step time.
+  std::string summary_line() const;
+};
+
+/// The plan of rank `rank` of a train run of `cfg` (resolved: load_config) on `world_size` ranks. The dry run logs
+/// nothing. Raises ConfigError for a config the train job would refuse at set-up; RuntimeError.
+Plan make_plan(const RunConfig& cfg, int world_size, int rank = 0);
+
+}  // namespace trainer

@@ -1,0 +1,128 @@
+"""`trainer --plan`: the planner from the command line (plan/planner.h).
+
+It runs nothing (no GPU: a cuda config is planned in a CPU-only build), prints a table or, with --json, one JSON object
+with the documented shape, writes no result record, and refuses bad input with one line and exit code 2. A train run's
+record carries the prediction next to the measurement (memory.predicted).
+
+Run: TRAINER_BIN=build/trainer TRAINER_SOURCE_DIR=. /usr/bin/python3 -m pytest tests/cli/test_plan.py
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+SOURCE_DIR = pathlib.Path(os.environ.get("TRAINER_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
+TINY = str(SOURCE_DIR / "configs" / "tiny.json")
+XL = str(SOURCE_DIR / "configs" / "xl.json")
+CATEGORIES = {"parameters", "gradients", "optimizer", "activations", "workspace", "communication"}
+
+
+@pytest.fixture(scope="session")
+def trainer_bin():
+    path = os.environ.get("TRAINER_BIN")
+    assert path, "set TRAINER_BIN to the trainer binary (ctest sets it)"
+    return path
+
+
+def run(trainer_bin, args, cwd, timeout=300):
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return subprocess.run([trainer_bin, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def plan_json(trainer_bin, tmp_path, *args):
+    r = run(trainer_bin, ["--plan", "--json", *args], tmp_path)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_plan_json_shape(trainer_bin, tmp_path):
+    p = plan_json(trainer_bin, tmp_path, TINY, "--set", "device=cpu")
+    mem = p["memory"]
+    assert set(mem["by_category"]) == CATEGORIES
+    assert mem["peak_bytes"] == sum(mem["by_category"].values())
+    assert mem["peak_phase"] in {"setup", "forward", "backward", "finish_backward", "optimizer"}
+    assert p["flops"] > 0 and p["time_s"] > 0
+    assert p["time_s"] == pytest.approx(p["time"]["compute_s"] + p["time"]["memory_s"] + p["time"]["comm_s"])
+    assert p["assumptions"]["memory_bandwidth_bytes_per_s"] > 0
+    assert p["device"] == "cpu" and p["world_size"] == 1 and p["ranks_identical"] is True
+    assert "device_note" not in p  # device given
+    auto = plan_json(trainer_bin, tmp_path, TINY)
+    assert auto["device"] == "cpu" and "device auto: planned for cpu" in auto["device_note"]
+    # parameters, gradients (fp32) and AdamW m, v: 4 bytes per element each, all alive at the optimizer's peak
+    n = mem["by_category"]["parameters"] // 4
+    assert mem["category_peaks"]["gradients"] == 4 * n and mem["category_peaks"]["optimizer"] == 8 * n
+    assert not list(tmp_path.iterdir()), "--plan wrote files"
+
+
+def test_plan_table_and_cuda_without_gpu(trainer_bin, tmp_path):
+    # A bf16 config plans for cuda with device auto, in any build.
+    r = run(trainer_bin, ["--plan", XL, "--set", "precision=bf16"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "device auto: planned for cuda" in r.stdout  # configs/xl.json leaves device auto
+    assert "peak" in r.stdout and "predicted step" in r.stdout and "H200" in r.stdout
+    p = plan_json(trainer_bin, tmp_path, XL, "--set", "precision=bf16", "--device", "cuda")
+    assert p["device"] == "cuda" and p["comm"] == "nccl"
+    assert p["memory"]["by_category"]["workspace"] >= 32 << 20  # the cuBLASLt workspace at least
+    assert p["memory"]["fits"] is True
+    # xl at context 16384 without checkpointing asks for more than an H200 has
+    big = plan_json(trainer_bin, tmp_path, XL, "--set", "precision=bf16", "--device", "cuda",
+                    "--set", "model.context_length=16384")
+    assert big["memory"]["fits"] is False
+    assert big["memory"]["by_category"]["activations"] > p["memory"]["by_category"]["activations"] * 16
+
+
+def test_plan_world_size_zero1(trainer_bin, tmp_path):
+    base = [TINY, "--set", "device=cuda", "--set", "precision=bf16",
+            "--set", "parallel.strategy=zero1", "--world-size", "4"]
+    nccl = plan_json(trainer_bin, tmp_path, *base, "--set", "parallel.comm=nccl")
+    mpi = plan_json(trainer_bin, tmp_path, *base, "--set", "parallel.comm=mpi")
+    one = plan_json(trainer_bin, tmp_path, TINY, "--set", "device=cuda",
+                    "--set", "precision=bf16")
+    assert nccl["world_size"] == 4 and nccl["comm_bytes"] > 0 and nccl["time"]["comm_s"] > 0
+    # a quarter of the AdamW state per rank (up to the padding to kAlign * 4 elements)
+    assert nccl["memory"]["category_peaks"]["optimizer"] * 4 == pytest.approx(
+        one["memory"]["category_peaks"]["optimizer"], rel=0.01)
+    # MPI's reduce-scatter is not in place: zero1 keeps a gradient shard (a quarter of the fp32 gradient)
+    extra = mpi["memory"]["category_peaks"]["gradients"] - nccl["memory"]["category_peaks"]["gradients"]
+    assert extra == nccl["memory"]["category_peaks"]["gradients"] // 4
+
+
+def test_help_names_plan(trainer_bin, tmp_path):
+    r = run(trainer_bin, ["--help"], tmp_path)
+    assert r.returncode == 0
+    for opt in ("--plan", "--world-size N", "--device cpu|cuda", "--json"):
+        assert opt in r.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--plan", "--world-size", "0"], "--world-size"),
+    (["--plan", "--world-size", "two"], "--world-size"),
+    (["--plan", "--device", "tpu"], "--device"),
+    (["--json"], "--plan only"),
+    (["--plan", TINY, "--world-size", "3"], "world_size"),  # batch 4 does not split over 3 ranks
+    (["--plan", TINY, "--world-size", "2"], "parallel.strategy"),  # none runs one process
+    (["--plan", TINY, "--print-config"], "choose one"),
+])
+def test_plan_bad_input(trainer_bin, tmp_path, args, needle):
+    r = run(trainer_bin, args, tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trainer: error: ") and needle in lines[0], r.stderr
+    assert r.stdout == ""
+
+
+def test_train_record_has_prediction(trainer_bin, tmp_path):
+    out = tmp_path / "r.json"
+    r = run(trainer_bin, [TINY, "--set", "device=cpu", "--set", "bench.warmup_steps=0",
+                          "--set", "bench.measure_steps=2", "--set", f"output.results={out}"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    rec = json.loads(out.read_text())
+    pred = rec["memory"]["predicted"]
+    assert set(pred["by_category"]) == CATEGORIES
+    assert pred["peak_bytes"] == pytest.approx(rec["memory"]["peak_bytes"], rel=0.05)
+    assert "plan (rank 0 of 1" in r.stderr

@@ -1,0 +1,153 @@
+// The planner (plan/planner.h) against real runs on the CPU backend: the dry run's predicted peak and its split by
+// category must be within 5% of what the CpuBackend's MemoryStats measure over two real train steps (the same
+// set-up and train_step), for every checkpointing policy, with and without microbatches; its FLOPs must equal the
+// closed form 3 x forward_flops_per_token x tokens without recompute.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/meta/meta_backend.h"
+#include "jobs/train_setup.h"
+#include "jobs/train_step.h"
+#include "model/model.h"
+#include "plan/planner.h"
+
+using namespace trainer;
+
+namespace {
+
+/// Every value checkpointing.policy accepts (the lead extends this list with the policies; one place).
+const std::vector<std::vector<std::string>> kPolicies = {
+    {"checkpointing.policy=none"},
+    {"checkpointing.policy=selective"},
+    {"checkpointing.policy=full"},
+    {"checkpointing.policy=every_k", "checkpointing.k=2"},
+    {"checkpointing.policy=sqrt"},
+    {"checkpointing.policy=nested"},
+    {"checkpointing.policy=selective", "checkpointing.blocks=[0]"},
+    {"checkpointing.policy=full", "checkpointing.lm_head_chunk_tokens=100"},
+};
+
+/// The models the planner is checked on: tiny, and small reduced to 2 layers at context 128 (a full small step takes
+/// tens of seconds on a 2-core CI machine).
+const std::vector<std::vector<std::string>> kModels = {
+    {"model.preset=tiny"},
+    {"model.preset=tiny", "model.num_layers=5"},  // checkpointed segments of several blocks, an uneven last one
+    {"model.preset=small", "model.num_layers=2", "model.context_length=128"},
+};
+
+RunConfig run_config(const std::vector<std::string>& model, const std::vector<std::string>& policy, int batch,
+                     int micro) {
+  std::vector<std::string> o = model;
+  o.insert(o.end(), policy.begin(), policy.end());
+  for (const std::string& s :
+       {std::string("device=cpu"), std::string("data.source=random"), "data.batch_size=" + std::to_string(batch),
+        "data.microbatch_size=" + std::to_string(micro),
+        std::string("bench.warmup_steps=0"), std::string("bench.measure_steps=2"), std::string("bench.log_every=0")})
+    o.push_back(s);
+  return load_config("", o, 1, false);
+}
+
+/// What the real run measures: set-up and `steps` train steps on the CpuBackend.
+MemoryStats measure(const RunConfig& cfg, int steps) {
+  auto be = make_backend(Device::cpu, 0);
+  TrainSetup s = setup_training(cfg, *be, nullptr, 1, /*init_weights=*/true);
+  std::mt19937 rng(1);
+  std::vector<int32_t> in(size_t(s.rank_tokens)), tg(size_t(s.rank_tokens));
+  for (int step = 0; step < steps; ++step) {
+    for (size_t i = 0; i < in.size(); ++i) {
+      in[i] = int32_t(rng() % uint32_t(s.dims.vocab_size));
+      tg[i] = int32_t(rng() % uint32_t(s.dims.vocab_size));
+    }
+    s.model->begin_step_losses(s.rank_tokens);
+    s.model->set_step_tokens(in.data(), tg.data());
+    train_step(*be, *s.model, *s.strategy, s.shape, 1e-3, cfg.optimizer.max_grad_norm);
+    REQUIRE(std::isfinite(s.model->step_loss_sum()));
+  }
+  return be->memory();
+}
+
+double rel(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b), 1.0); }
+
+}  // namespace
+
+TEST_CASE("planner: predicted peak and categories within 5% of a real CPU run, every policy", "[planner]") {
+  for (const auto& model : kModels) {
+    for (const std::vector<std::string>& policy : kPolicies) {
+      for (const auto& [batch, micro] : std::vector<std::pair<int, int>>{{2, 2}, {4, 1}}) {
+        const RunConfig cfg = run_config(model, policy, batch, micro);
+        INFO(model[0] << (model.size() > 1 ? " (reduced)" : "") << ", " << policy[0]
+                      << (policy.size() > 1 ? " " + policy[1] : "") << ", batch " << batch
+                      << " in microbatches of " << micro);
+        const Plan plan = make_plan(cfg, 1);
+        const MemoryStats real = measure(cfg, 2);
+        INFO("predicted peak " << plan.peak_bytes << " B in " << plan.peak_phase << ", measured " << real.peak_total
+                               << " B in " << real.peak_phase);
+        CHECK(rel(double(plan.peak_bytes), double(real.peak_total)) <= 0.05);
+        for (int i = 0; i < kNumCategories; ++i) {
+          INFO("category " << category_name(Category(i)) << ": predicted " << plan.by_category[size_t(i)]
+                           << " B, measured " << real.at_peak[size_t(i)] << " B");
+          const double diff = std::fabs(double(plan.by_category[size_t(i)]) - double(real.at_peak[size_t(i)]));
+          CHECK((diff <= 0.05 * double(real.at_peak[size_t(i)]) || diff <= 64 * 1024));
+        }
+        CHECK(plan.peak_phase == std::string(real.peak_phase));
+        CHECK(plan.time_s > 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("planner: FLOPs per step are 3 x forward_flops_per_token x tokens without recompute", "[planner]") {
+  for (const auto& model : kModels) {
+    const RunConfig cfg = run_config(model, {"checkpointing.policy=none"}, 4, 2);
+    const Plan plan = make_plan(cfg, 1);
+    const double want = 3.0 * forward_flops_per_token(model_dims(cfg.model)) * double(cfg.data.batch_size) *
+                        double(cfg.model.context_length);
+    INFO(model[0] << ": plan " << plan.flops << " FLOPs, closed form " << want);
+    CHECK(rel(plan.flops, want) <= 0.01);
+    // The forward alone is a third of it.
+    RunConfig fwd = cfg;
+    fwd.bench.phase = "forward";
+    CHECK(rel(make_plan(fwd, 1).flops, want / 3) <= 0.01);
+  }
+}
+
+TEST_CASE("planner: the cuda target mirrors the CUDA backend's own buffers", "[planner]") {
+  // bf16 flash2 on the meta cuda backend: the planner needs no GPU. The workspace holds at least the cuBLASLt
+  // workspace (32 MiB) and the reduction partials; parameters are fp32 master + bf16 copy (6 bytes per element).
+  RunConfig cfg = load_config(
+      "", {"model.preset=tiny", "device=cuda", "precision=bf16", "data.source=random", "data.batch_size=2"}, 1, true);
+  const Plan p = make_plan(cfg, 1);
+  const ModelDims d = model_dims(cfg.model);
+  const ParamLayout layout(d);
+  CHECK(p.device == "cuda");
+  CHECK(p.by_category[size_t(Category::workspace)] >= (size_t(32) << 20) + 1025 * 8);
+  CHECK(p.category_peaks[size_t(Category::parameters)] >= size_t(layout.total()) * 6);
+  CHECK(p.category_peaks[size_t(Category::parameters)] <= size_t(layout.total() + 64) * 6);
+  CHECK(p.device_memory_bytes > 0);
+
+  // Strategies over several ranks (zero1's shards, NCCL vs MPI) are checked through the binary
+  // (tests/cli/test_plan.py): their set-up still calls MPI directly, which this executable does not initialise.
+}
+
+TEST_CASE("meta backend: fake addresses, no-op ops that count FLOPs and bytes", "[planner]") {
+  MetaBackend be(Device::cpu);
+  Buffer a = be.alloc(1000, Category::activations), b = be.alloc(1, Category::workspace);
+  CHECK(a.data() != b.data());
+  CHECK(reinterpret_cast<uintptr_t>(a.data()) % 256 == 0);
+  CHECK(reinterpret_cast<uintptr_t>(b.data()) % 256 == 0);
+  CHECK(be.memory().total == 1001);
+  const Tensor A(a.data(), DType::f32, Device::cpu, {5, 7}), B(a.data(), DType::f32, Device::cpu, {3, 7}),
+      C(a.data(), DType::f32, Device::cpu, {5, 3});
+  be.matmul(C, A, false, B, true, 1.f, 0.f);
+  CHECK(be.cost().flops == 2.0 * 5 * 3 * 7);
+  CHECK(be.cost().bytes == double(A.bytes() + B.bytes() + C.bytes()));
+  CHECK(be.sum(C) == 0.0);
+  a.reset();
+  CHECK(be.memory().total == 1);
+  CHECK(be.memory().peak_total == 1001);
+}
