@@ -110,6 +110,7 @@ class Fsdp final : public Strategy {
     // This rank's piece of every parameter, from the model's weight source (the same on every rank: init_random's
     // seed or the loaded file), written at its place in the shard; the rest (padding) stays zero.
     for (const ParamInfo& p : lay.params()) {
+      if (!model.has_weight_source()) break;  // the planner's dry run: no weights
       const Unit& x = units_[size_t(p.unit)];
       const int64_t lo = std::max(p.offset - x.begin, int64_t(r) * x.shard),
                     hi = std::min(p.offset - x.begin + p.numel, int64_t(r + 1) * x.shard);
