@@ -149,6 +149,28 @@ TEST_CASE("config: every preset config file resolves", "[config]") {
   }
 }
 
+TEST_CASE("config: configs/xl_fsdp.json resolves to the handout's FSDP run on 2 ranks", "[config]") {
+  TempDir dir;
+  const std::string path = std::string(trainer::build::kSourceDir) + "/configs/xl_fsdp.json";
+  const RunConfig c = load_config(path, {"output.results=" + dir.path("r.json")}, 2, /*cuda_available=*/true);
+  check_dims(c.model, kTable1[4]);
+  CHECK(std::string(kTable1[4].name) == "xl");
+  CHECK(c.precision == "bf16");
+  CHECK(c.attention == "flash2");
+  CHECK(c.parallel.strategy == "fsdp");
+  CHECK(c.parallel.prefetch_layers == 2);
+  CHECK(c.data.batch_size == 8);
+  CHECK(c.data.microbatch_size == 4);  // the handout's batch 4 on each of 2 ranks
+  CHECK(c.parallel.comm == "nccl");
+  // The card's `mpirun -np 2 trainer configs/xl_fsdp.json` on a one-GPU host: comm auto falls back to mpi, warned.
+  std::vector<std::string> warnings;
+  const RunConfig shared =
+      load_config(path, {"output.results=" + dir.path("r.json")}, 2, true, trainer::HostInfo{2, 1}, &warnings);
+  CHECK(shared.parallel.comm == "mpi");
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Contains("auto resolves to mpi"));
+}
+
 TEST_CASE("config: embedded default is configs/default.json and resolves", "[config]") {
   const std::string src = std::string(trainer::build::kSourceDir) + "/configs/default.json";
   CHECK(json::parse(trainer::build::kDefaultConfig) == json::parse(read_text(src)));
@@ -436,7 +458,7 @@ TEST_CASE("config: validation rules", "[config]") {
       {{"attention=xformers"}, 1, "config: 'attention' must be one of auto, naive, flash2; got 'xformers'"},
       {{"precision=bf16"}, 1, "precision: bf16 needs device 'cuda' (the CPU backend is the fp32 reference)"},
       {{"cuda_graph=true"}, 1, "cuda_graph: needs device 'cuda'"},
-      {{"checkpointing.policy=bogus"}, 1, "config: 'checkpointing.policy' must be one of none; got 'bogus'"},
+      {{"checkpointing.policy=bogus"}, 1, "config: 'checkpointing.policy' must be one of none, selective, full, every_k, sqrt, nested; got 'bogus'"},
       {{"checkpointing.k=0"}, 1, "config: 'checkpointing.k' must be >= 1, got 0"},
       {{"parallel.strategy=bogus"}, 1, "config: 'parallel.strategy' must be one of none, ddp_naive"},
       {{"parallel.comm=gloo"}, 1, "config: 'parallel.comm' must be one of auto, nccl, mpi; got 'gloo'"},
@@ -489,6 +511,7 @@ TEST_CASE("config: validation rules", "[config]") {
                                     "bench.measure_steps=0", "optimizer.weight_decay=0"}));
   CHECK_NOTHROW(load_doc(dir, doc, {"precision=bf16", "device=cuda"}));
   CHECK_NOTHROW(load_doc(dir, doc, {"data.batch_size=8", "data.microbatch_size=2", "parallel.strategy=zero1"}, 2));
+  CHECK_NOTHROW(load_doc(dir, doc, {"data.batch_size=6", "parallel.strategy=fsdp", "parallel.prefetch_layers=0"}, 3));
   // One process per run unless a data-parallel strategy is chosen; unimplemented outputs are refused, not ignored.
   REQUIRE_THROWS_WITH(load_doc(dir, doc, {"data.batch_size=8"}, 2), Contains("parallel.strategy: 'none' runs one"));
   CHECK_NOTHROW(load_doc(dir, doc, {"profile.trace=" + dir.path("t.json")}));

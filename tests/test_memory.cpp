@@ -50,7 +50,7 @@ TEST_CASE("memory timeline: every allocation and free with its phase and block; 
 
   const json doc = json::parse(log.to_json(0, 1, "cpu"));
   CHECK(doc["schema"] == "trainer.memory_timeline/1");
-  CHECK(doc["categories"] == json({"parameters", "gradients", "optimizer", "activations", "workspace",
+  CHECK(doc["categories"] == json({"parameters", "gradients", "optimizer", "activations", "head", "workspace",
                                    "communication"}));
   const json& ev = doc["events"];
   REQUIRE(ev.size() == 10);  // params, 3 acts, logits, logits freed, 3 acts freed, the failed request

@@ -44,7 +44,7 @@ const Names kDevices{"auto", "cpu", "cuda"};
 const Names kPrecisions{"fp32", "bf16"};
 const Names kAttention{"auto", "naive", "flash2"};
 const Names kCheckpointPolicies{"none", "selective", "full", "every_k", "sqrt", "nested"};
-const Names kStrategies{"none", "ddp_naive", "ddp_flat", "ddp_overlap", "ddp_bucketed", "zero1"};
+const Names kStrategies{"none", "ddp_naive", "ddp_flat", "ddp_overlap", "ddp_bucketed", "zero1", "fsdp"};
 const Names kComms{"auto", "nccl", "mpi"};
 const Names kReduceDtypes{"fp32", "bf16"};  // the names of `precision`
 const Names kSchedules{"constant", "cosine"};
@@ -617,12 +617,16 @@ const std::vector<KeyDoc>& key_docs() {
       {"checkpointing.lm_head_chunk_tokens", "integer >= 0",
        "tokens per chunk of the fused LM head + cross-entropy (logits, loss and their gradients in one pass); "
        "0: auto, the largest multiple of 128 whose logits take at most 768 MiB"},
-      {"parallel.strategy", one_of(kStrategies), "how gradients (and optimizer state) are shared between ranks"},
+      {"parallel.strategy", one_of(kStrategies),
+       "how gradients (and optimizer state) are shared between ranks; fsdp also shards the weights (each rank keeps "
+       "1/N of every unit, all-gathered before use)"},
       {"parallel.comm", one_of(kComms), "communicator; auto: nccl on cuda with a GPU per rank, else mpi"},
       {"parallel.bucket_mb", "number > 0", "ddp_bucketed bucket size, MiB of fp32 gradients"},
       {"parallel.reduce_dtype", one_of(kReduceDtypes),
        "ddp_*: dtype of the gradients summed over ranks; bf16 halves the bytes (needs comm nccl)"},
-      {"parallel.prefetch_layers", "integer >= 0", "layers whose parameter shards are gathered ahead of use"},
+      {"parallel.prefetch_layers", "integer >= 0",
+       "fsdp: units (embedding, blocks, head) whose weight shards are all-gathered ahead of their use; "
+       "prefetch_layers + 1 gather buffers"},
       {"parallel.comm_timeout_s", "number > 0", "a collective not done after this many seconds aborts every rank"},
       {"optimizer.lr", "number >= 0", "peak learning rate of AdamW"},
       {"optimizer.betas", "[beta1, beta2], each in [0, 1)", "AdamW moment decay rates"},
@@ -857,7 +861,7 @@ void validate_config(const RunConfig& c, int world_size) {
   check_non_negative(b.log_every, "bench.log_every");
   CONFIG_CHECK(c.job != "train" || c.parallel.strategy != "none" || world_size == 1,
                "parallel.strategy: 'none' runs one process, but {} ranks were started (use ddp_naive, ddp_flat, "
-               "ddp_overlap, ddp_bucketed or zero1)", world_size);
+               "ddp_overlap, ddp_bucketed, zero1 or fsdp)", world_size);
   CONFIG_CHECK(!c.profile.trace || c.job == "train",
                "profile.trace: only job 'train' records Chrome traces (job is '{}'); remove the key or set null", c.job);
   CONFIG_CHECK(!c.profile.memory_timeline || c.job == "train",

@@ -33,11 +33,11 @@ struct CheckpointingCfg {
 };
 
 struct ParallelCfg {
-  std::string strategy = "none";  // none | ddp_naive | ddp_flat | ddp_overlap | ddp_bucketed | zero1
+  std::string strategy = "none";  // none | ddp_naive | ddp_flat | ddp_overlap | ddp_bucketed | zero1 | fsdp
   std::string comm = "auto";      // auto (nccl on cuda, else mpi) | nccl | mpi
   double bucket_mb = 25.0;        // ddp_bucketed bucket size, MiB of fp32 gradients
   std::string reduce_dtype = "fp32";  // fp32 | bf16: dtype in which DDP sums gradients over ranks (bf16: nccl)
-  int prefetch_layers = 2;
+  int prefetch_layers = 2;         // fsdp: units gathered ahead of use (prefetch_layers + 1 gather buffers)
   double comm_timeout_s = 300.0;  // a collective not done after this aborts every rank
 };
 

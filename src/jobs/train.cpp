@@ -39,15 +39,19 @@ std::string fmt_rate(double tok_s) {
   return fmt::format("{:.0f}", tok_s);
 }
 
-void save_checkpoint(const Model& model, const std::string& path) {
+/// Every rank calls it (Strategy::download_param is collective under fsdp); rank `writer` keeps the tensors and
+/// writes the file.
+void save_checkpoint(const Model& model, Strategy& strategy, const std::string& path, bool writer) {
   std::vector<std::vector<float>> host;
   std::vector<NamedTensor> named;
   host.reserve(model.layout().params().size());
   for (const ParamInfo& p : model.layout().params()) {
-    host.push_back(model.download(p));
+    std::vector<float> v = strategy.download_param(p);
+    if (!writer) continue;
+    host.push_back(std::move(v));
     named.push_back({p.name, DType::f32, p.shape, host.back().data()});
   }
-  write_safetensors(path, named, {{"format", "pt"}, {"producer", "trainer"}});
+  if (writer) write_safetensors(path, named, {{"format", "pt"}, {"producer", "trainer"}});
 }
 
 /// Gathers every rank's trace events to rank 0, which writes one Chrome trace file (atomically). Collective.
@@ -239,10 +243,10 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
     }
   }
 
-  if (cfg.output.checkpoint) strategy->gather_params();  // collective: every rank
-  if (cfg.output.checkpoint && ctx.rank == 0) {
-    save_checkpoint(model, *cfg.output.checkpoint);
-    spdlog::info("checkpoint written to {}", *cfg.output.checkpoint);
+  if (cfg.output.checkpoint) {  // collective: every rank
+    strategy->gather_params();
+    save_checkpoint(model, *strategy, *cfg.output.checkpoint, ctx.rank == 0);
+    if (ctx.rank == 0) spdlog::info("checkpoint written to {}", *cfg.output.checkpoint);
   }
 
   // ---- the job's part of the result record -----------------------------------------------------------------------

@@ -101,6 +101,8 @@ class Model {
   /// The host fp32 values of parameter p from the weight source (init_random's seed or load's tensors): what a
   /// sharded strategy copies its shard from in setup(). RuntimeError when there is no source.
   std::vector<float> initial_values(const ParamInfo& p) const;
+  /// Whether initial_values has a source (false in the planner's dry run, which skips the weights).
+  bool has_weight_source() const { return init_seed_.has_value() || init_tensors_ != nullptr; }
   /// Frees load()'s tensors (after the strategy's setup).
   void release_weight_source();
   /// One parameter (or its gradient) copied to the host as fp32 (full_params only; Strategy::download_param

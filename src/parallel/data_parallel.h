@@ -98,5 +98,6 @@ std::unique_ptr<Strategy> make_ddp_flat_strategy(const RunConfig& cfg, Backend& 
 std::unique_ptr<Strategy> make_ddp_overlap_strategy(const RunConfig& cfg, Backend& be, Communicator* comm);
 std::unique_ptr<Strategy> make_ddp_bucketed_strategy(const RunConfig& cfg, Backend& be, Communicator* comm);
 std::unique_ptr<Strategy> make_zero1_strategy(const RunConfig& cfg, Backend& be, Communicator* comm);
+std::unique_ptr<Strategy> make_fsdp_strategy(const RunConfig& cfg, Backend& be, Communicator* comm);
 
 }  // namespace trainer

@@ -8,10 +8,11 @@
 // forward + backward; then finish_backward(); then, with clipping, grad_norm() and optimizer_step(lr, clip factor),
 // or without, optimizer_step(lr, 1, want_norm = true) (the norm read in AdamW's pass).
 // Gradients accumulate scaled by 1 / (tokens of the global batch), so a sum over ranks is the exact global mean.
-// Implementations: none (one process), ddp_naive, ddp_flat, ddp_overlap, ddp_bucketed, zero1 (src/parallel/*).
+// Implementations: none (one process), ddp_naive, ddp_flat, ddp_overlap, ddp_bucketed, zero1, fsdp (src/parallel/*).
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "config/config.h"
@@ -56,6 +57,12 @@ class Strategy : public ParamResidency {
   /// just its shard of the master weights current and gathers the bf16 working copy. Call before reading the
   /// weights on the host (checkpoints).
   virtual void gather_params() {}
+  /// One parameter (or its gradient) as fp32 on the host, complete (after gather_params()). Collective where the
+  /// strategy shards the weights (fsdp all-gathers the parameter's unit): every rank calls it for the same parameters
+  /// in the same order. Default: Model::download.
+  virtual std::vector<float> download_param(const ParamInfo& p, bool grad = false) {
+    return attached_->download(p, grad);
+  }
   /// Bytes of optimizer state this rank holds.
   virtual size_t optimizer_state_bytes() const = 0;
   /// Milliseconds of communication in the last step (issued to completed) and the part not hidden behind compute.

@@ -23,6 +23,7 @@
 #include "dist/communicator.h"
 #include "dist/mpi_communicator.h"
 #include "io/token_data.h"
+#include "jobs/train_step.h"
 #include "model/model.h"
 #include "optim/schedule.h"
 #include "parallel/data_parallel.h"
@@ -282,10 +283,13 @@ TEST_CASE("check_same_layout: a layout differing on one rank is an error on ever
 
 // ---- strategies against one process -------------------------------------------------------------------------------
 
+/// A global batch every world size here splits: 4 rows, or 1 per rank where 4 does not split (3 ranks).
+int default_batch() { return 4 % world_size() == 0 ? 4 : world_size(); }
+
 struct RunSpec {
   std::string strategy = "ddp_flat";
   ModelCfg model = preset_model("tiny");
-  int batch = 4, microbatch = 0;  // global rows; rows per microbatch (0: the whole per-rank batch)
+  int batch = default_batch(), microbatch = 0;  // global rows; rows per microbatch (0: the whole per-rank batch)
   std::optional<double> max_grad_norm = 0.5;  // tiny's gradient norm is ~0.67: clipping is active
   double bucket_mb = 25.0;
   bool staged = false;
@@ -293,6 +297,8 @@ struct RunSpec {
   bool cuda_bf16 = false;  // on the GPU in mixed precision (bf16 working copy); else cpu fp32
   std::string comm = "mpi";  // nccl: one GPU per rank (cuda_bf16)
   std::string reduce_dtype = "fp32";
+  int prefetch_layers = 2;  // fsdp
+  CheckpointingCfg checkpointing;  // the activation policy (default: selective)
 };
 
 struct RunOut {
@@ -302,6 +308,7 @@ struct RunOut {
   int64_t param_count = 0;
   long long not_identical = 0;  // steps after which some rank's weights differ bitwise from rank 0's
   double comm_ms = 0, exposed_ms = 0;  // of the last step
+  size_t param_grad_bytes = 0, comm_bytes = 0;  // in use at the end (Category parameters + gradients; communication)
 };
 
 RunConfig config_for(const RunSpec& s) {
@@ -313,6 +320,8 @@ RunConfig config_for(const RunSpec& s) {
   c.parallel.comm = s.comm;
   c.parallel.reduce_dtype = s.reduce_dtype;
   c.parallel.bucket_mb = s.bucket_mb;
+  c.parallel.prefetch_layers = s.prefetch_layers;
+  c.checkpointing = s.checkpointing;
   c.optimizer.max_grad_norm = s.max_grad_norm;
   c.data.batch_size = s.batch;
   return c;
@@ -324,8 +333,8 @@ std::vector<float> flat(const Backend& be, const Tensor& t) {
   return h;
 }
 
-/// The train loop of jobs/train.cpp for `steps` steps. distributed: this rank's share of the batch with
-/// s.strategy over MPI; otherwise the whole batch in one process with strategy "none".
+/// The train loop of jobs/train.cpp for `steps` steps (Strategy::attach + train_step). distributed: this rank's
+/// share of the batch with s.strategy over MPI; otherwise the whole batch in one process with strategy "none".
 RunOut run(const RunSpec& s, bool distributed) {
   const RunConfig cfg = config_for(s);
   RunConfig none_cfg = cfg;
@@ -334,18 +343,20 @@ RunOut run(const RunSpec& s, bool distributed) {
   auto be = make_backend(s.cuda_bf16 ? Device::cuda : Device::cpu, s.comm == "nccl" ? r : 0);
   const ModelDims dims = model_dims(cfg.model);
   const DType act = s.cuda_bf16 ? DType::bf16 : DType::f32;
-  Model model(*be, dims, act, AttnImpl::naive, ParamLayout::kAlign * R);
-  model.init_random(1234);
   std::unique_ptr<Communicator> comm;
   if (distributed)
     comm = s.comm == "nccl" ? make_world_communicator("nccl", 60.0, *be)
                             : make_comm(*be, s.staged);
-  if (distributed && r != 0) {  // start from different weights: setup() must broadcast rank 0's
+  auto strategy = make_strategy(distributed ? cfg : none_cfg, *be, comm.get());
+  const bool sharded = !strategy->full_params();
+  Model model(*be, dims, act, AttnImpl::naive, ParamLayout::kAlign * R, !sharded,
+              ActivationPolicy::from(s.checkpointing));
+  model.init_random(1234);
+  if (distributed && r != 0 && !sharded) {  // start from different weights: setup() must broadcast rank 0's
     be->scale(model.params(), 0.5f);
     model.sync_work_copy();
   }
-  auto strategy = make_strategy(distributed ? cfg : none_cfg, *be, comm.get());
-  strategy->setup(model);
+  strategy->attach(model);
 
   const int T = dims.context_length, rows = s.batch / R;
   const int micro = s.microbatch > 0 ? s.microbatch : rows, n_micro = rows / micro;
@@ -355,35 +366,40 @@ RunOut run(const RunSpec& s, bool distributed) {
   auto source = make_token_source(data, dims.vocab_size);
   std::vector<int32_t> in(size_t(rows) * T), tg(size_t(rows) * T);
   model.reserve(micro, T);
-  const std::function<void(int)> hook = [&](int u) { strategy->on_unit_ready(u); };
+  const StepShape shape{n_micro, micro, T, global_tokens, true, true};
+  const ParamLayout& layout = model.layout();
+  auto all_params = [&] {  // the flat master weights in the layout (fsdp: gathered, collective)
+    std::vector<float> v(size_t(layout.total()), 0.f);
+    for (const ParamInfo& p : layout.params()) {
+      const std::vector<float> h = strategy->download_param(p);
+      std::copy(h.begin(), h.end(), v.begin() + p.offset);
+    }
+    return v;
+  };
   RunOut out;
   for (int step = 0; step < s.steps; ++step) {
-    model.zero_grads();
     model.begin_step_losses(int64_t(rows) * T);
     source->batch(step, s.batch, r * rows, rows, T, in.data(), tg.data());
-    for (int m = 0; m < n_micro; ++m) {
-      const size_t off = size_t(m) * micro * T;
-      model.forward(in.data() + off, tg.data() + off, micro, T, true, float(1.0 / global_tokens), int64_t(off));
-      model.backward(m == n_micro - 1 ? hook : std::function<void(int)>());
-    }
-    strategy->finish_backward();
-    const double gnorm = strategy->grad_norm();
-    strategy->optimizer_step(1e-3, clip_factor(gnorm, cfg.optimizer.max_grad_norm));
+    model.set_step_tokens(in.data(), tg.data());
+    const double gnorm = train_step(*be, model, *strategy, shape, 1e-3, cfg.optimizer.max_grad_norm);
     double loss = model.step_loss_sum();
     if (distributed) MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     out.losses.push_back(loss / double(global_tokens));
     out.gnorms.push_back(gnorm);
-    if (distributed) {  // bitwise identical weights on every rank: compare with rank 0's copy
+    if (distributed && !sharded) {  // bitwise identical weights on every rank: compare with rank 0's copy
       // (mixed precision: the working copy, the weights the next step uses; zero1 gathers only that one per step)
       std::vector<float> mine = flat(*be, act == DType::f32 ? model.params() : model.params_work()), root = mine;
       MPI_Bcast(root.data(), int(root.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
       out.not_identical += sum_ranks(std::memcmp(mine.data(), root.data(), mine.size() * 4) != 0);
     }
   }
+  const MemoryStats& ms = be->memory();  // before download_param's gather buffer
+  out.param_grad_bytes = ms.current[int(Category::parameters)] + ms.current[int(Category::gradients)];
+  out.comm_bytes = ms.current[int(Category::communication)];
   strategy->gather_params();
-  out.params = flat(*be, model.params());
+  out.params = all_params();
   out.optimizer_bytes = strategy->optimizer_state_bytes();
-  out.param_count = model.layout().count();
+  out.param_count = layout.count();
   out.comm_ms = strategy->comm_ms();
   out.exposed_ms = strategy->comm_exposed_ms();
   return out;
@@ -444,13 +460,12 @@ RunOut check_matches_one_process(const RunSpec& s) {
   return got;
 }
 
-const char* kStrategies[] = {"ddp_naive", "ddp_flat", "ddp_overlap", "ddp_bucketed", "zero1"};
+const char* kStrategies[] = {"ddp_naive", "ddp_flat", "ddp_overlap", "ddp_bucketed", "zero1", "fsdp"};
 
 TEST_CASE("strategies: 5 steps on N ranks equal one process on the whole batch", "[dist][strategy]") {
   const std::string strategy = GENERATE(from_range(std::begin(kStrategies), std::end(kStrategies)));
   RunSpec s;
   s.strategy = strategy;
-  s.batch = 4;
   if (world_size() > 4) s.batch = world_size();
   check_matches_one_process(s);
 }
@@ -477,7 +492,7 @@ TEST_CASE("ddp_bucketed: buckets smaller than the largest tensor", "[dist][strat
 }
 
 TEST_CASE("mpi communicator: staged (device-style) buffers train the same", "[dist][strategy]") {
-  const std::string strategy = GENERATE(as<std::string>{}, "ddp_overlap", "zero1");
+  const std::string strategy = GENERATE(as<std::string>{}, "ddp_overlap", "zero1", "fsdp");
   RunSpec s;
   s.strategy = strategy;
   s.staged = true;
@@ -605,7 +620,295 @@ TEST_CASE("zero1: parameter count not divisible by N; optimizer state ~1/N per r
   CHECK(dist.optimizer_bytes * size_t(R) >= size_t(one.param_count) * 8);  // all state is somewhere
 }
 
-TEST_CASE("strategies on one rank: no communicator is an error for ddp/zero1", "[dist][strategy]") {
+// ---- fsdp ------------------------------------------------------------------------------------------------------
+
+/// A model whose vocab and widths are divisible by none of 2, 3, 4 (d_head 2): every unit is padded differently for
+/// each N, and shard boundaries fall inside tensors.
+ModelCfg odd_model() {
+  ModelCfg m;
+  m.preset = "";
+  m.vocab_size = 53;
+  m.context_length = 8;
+  m.d_model = 10;
+  m.d_ff = 22;
+  m.num_layers = 3;
+  m.num_heads = 5;
+  return m;
+}
+
+/// The uses of one microbatch as the model makes them (model/residency.h), written out here independently of
+/// Model::unit_schedule: forward of the embedding and the blocks, the head's fused forward_backward, then each
+/// block's backward in reverse (preceded by its recompute under full checkpointing), the embedding's backward (no
+/// weights).
+std::vector<UnitUse> test_schedule(int L, bool recompute) {
+  std::vector<UnitUse> u;
+  for (int l = 0; l <= L; ++l) u.push_back({l, UnitPass::forward, true});
+  u.push_back({L + 1, UnitPass::forward_backward, true});
+  for (int l = L; l >= 1; --l) {
+    if (recompute) u.push_back({l, UnitPass::recompute, true});
+    u.push_back({l, UnitPass::backward, true});
+  }
+  u.push_back({0, UnitPass::backward, false});
+  return u;
+}
+
+/// The gradient value the fake backward below writes at element i of unit u on rank r in microbatch m: small
+/// multiples of 2^-6, so sums over ranks and microbatches are exact in fp32.
+float fake_grad(int u, int64_t i, int r, int m) { return float((r + 1) * (m + 1) * ((u * 7 + i) % 5 + 1)) / 64.f; }
+
+struct FsdpDevice {
+  bool cuda = false;
+  std::string comm = "mpi";
+};
+
+/// fsdp's residency machinery driven directly (no model compute): at every use the gathered weights equal the
+/// one-process weights of that unit; a backward that writes known gradients on every rank and microbatch leaves each
+/// rank's shard holding their exact sum (checked through download_param, and through the global norm, which padding
+/// or stale staging contents would change); AdamW on the shards equals AdamW on the full buffers; the next step's
+/// gathers see the updated shards. With `delay`, the compute stream is kept busy (large matmuls) before the
+/// optimizer step, so a gather not ordered after it would read the old shards (the FSDP stream-order bug class).
+void check_fsdp_machinery(const FsdpDevice& dev, int prefetch, int n_micro, bool recompute, bool delay) {
+  CAPTURE(dev.cuda, dev.comm, prefetch, n_micro, recompute, delay);
+  const int R = world_size(), r = world_rank();
+  RunSpec spec;
+  spec.strategy = "fsdp";
+  spec.model = odd_model();
+  spec.prefetch_layers = prefetch;
+  spec.cuda_bf16 = dev.cuda;
+  spec.comm = dev.comm;
+  const RunConfig cfg = config_for(spec);
+  RunConfig none_cfg = cfg;
+  none_cfg.parallel.strategy = "none";
+  const double lr = 0.05;  // large: one step moves every weight far beyond bf16 rounding
+  auto be = make_backend(dev.cuda ? Device::cuda : Device::cpu, dev.comm == "nccl" ? r : 0);
+  const DType act = dev.cuda ? DType::bf16 : DType::f32;
+  const ModelDims dims = model_dims(cfg.model);
+  const int L = dims.num_layers;
+  std::unique_ptr<Communicator> comm =
+      dev.comm == "nccl" ? make_world_communicator("nccl", 60.0, *be) : make_comm(*be, false);
+  auto fsdp = make_strategy(cfg, *be, comm.get());
+  REQUIRE(!fsdp->full_params());
+  Model model(*be, dims, act, AttnImpl::naive, ParamLayout::kAlign * R, /*full_params=*/false);
+  model.init_random(99);
+  fsdp->attach(model);
+  Model ref(*be, dims, act, AttnImpl::naive);  // one process, full buffers
+  ref.init_random(99);
+  auto none = make_strategy(none_cfg, *be, nullptr);
+  none->attach(ref);
+  const ParamLayout& lay = ref.layout();
+
+  // Host copies of the reference's compute-dtype weights, as floats.
+  auto ref_weights = [&] {
+    const Tensor w = ref.params_work();
+    std::vector<float> h(size_t(w.numel()));
+    if (act == DType::f32) {
+      be->copy_to_host(h.data(), w.data, w.bytes());
+    } else {
+      std::vector<uint16_t> b(size_t(w.numel()));
+      be->copy_to_host(b.data(), w.data, w.bytes());
+      for (size_t i = 0; i < b.size(); ++i) {
+        const uint32_t u = uint32_t(b[i]) << 16;
+        std::memcpy(&h[i], &u, 4);
+      }
+    }
+    return h;
+  };
+  auto view_host = [&](const Tensor& t) {  // a gathered weights view as floats
+    std::vector<float> h(size_t(t.numel()));
+    if (t.dtype == DType::f32) {
+      be->copy_to_host(h.data(), t.data, t.bytes());
+    } else {
+      std::vector<uint16_t> b(size_t(t.numel()));
+      be->copy_to_host(b.data(), t.data, t.bytes());
+      for (size_t i = 0; i < b.size(); ++i) {
+        const uint32_t u = uint32_t(b[i]) << 16;
+        std::memcpy(&h[i], &u, 4);
+      }
+    }
+    return h;
+  };
+
+  // One step's uses: weights checked against `want` (max abs difference recorded), fake gradients written.
+  double weight_diff = 0;
+  long long bad_views = 0;
+  auto step_uses = [&](const std::vector<float>& want, bool write_grads) {
+    for (int m = 0; m < n_micro; ++m) {
+      fsdp->begin_microbatch(m, n_micro);
+      const std::vector<UnitUse> uses = test_schedule(L, recompute);
+      fsdp->begin_schedule(uses);
+      for (const UnitUse& use : uses) {
+        const UnitView v = fsdp->acquire(use.unit, use.pass);
+        const int64_t ub = lay.unit_begin(use.unit), n = lay.unit_end(use.unit) - ub;
+        if (use.weights) {
+          bad_views += v.weights.numel() != n || v.weights.dtype != act;
+          const std::vector<float> got = view_host(v.weights);
+          for (int64_t i = 0; i < std::min<int64_t>(n, int64_t(got.size())); ++i)
+            weight_diff = std::max(weight_diff, std::fabs(double(got[size_t(i)]) - double(want[size_t(ub + i)])));
+        }
+        const bool grads = use.pass == UnitPass::backward || use.pass == UnitPass::forward_backward;
+        bad_views += grads != (v.grads.data != nullptr) || (grads && (v.grads.numel() != n || v.accumulate));
+        if (grads && write_grads) {  // like the model: only the parameters' elements, overwritten
+          for (const ParamInfo& p : lay.params()) {
+            if (p.unit != use.unit) continue;
+            std::vector<float> g(size_t(p.numel));
+            for (int64_t i = 0; i < p.numel; ++i) g[size_t(i)] = fake_grad(use.unit, p.offset - ub + i, r, m);
+            be->copy_from_host(static_cast<float*>(v.grads.data) + (p.offset - ub), g.data(), g.size() * 4);
+          }
+        }
+        fsdp->release(use.unit, use.pass);
+      }
+    }
+    fsdp->finish_backward();
+  };
+
+  // Step 1: gathers equal the initial weights; the shards hold the exact gradient sums.
+  const std::vector<float> w0 = ref_weights();
+  step_uses(w0, true);
+  const double tri = 0.5 * R * (R + 1), micro_sum = 0.5 * n_micro * (n_micro + 1);
+  std::vector<float> expect_grad(size_t(ref.flat_size()), 0.f);
+  double expect_sq = 0;
+  long long wrong_grads = 0;
+  for (const ParamInfo& p : lay.params()) {
+    const int64_t ub = lay.unit_begin(p.unit);
+    const std::vector<float> got = fsdp->download_param(p, /*grad=*/true);
+    for (int64_t i = 0; i < p.numel; ++i) {
+      const float want = float(tri * micro_sum * ((p.unit * 7 + (p.offset - ub + i)) % 5 + 1) / 64.0);
+      expect_grad[size_t(p.offset + i)] = want;
+      expect_sq += double(want) * want;
+      wrong_grads += got[size_t(i)] != want;
+    }
+  }
+  const double norm = fsdp->grad_norm();
+  CHECK(sum_ranks(bad_views) == 0);
+  CHECK(max_ranks(weight_diff) == 0);  // the gathered weights are the initial weights, bit for bit
+  CHECK(sum_ranks(wrong_grads) == 0);
+  CHECK(max_ranks(std::fabs(norm - std::sqrt(expect_sq)) / std::sqrt(expect_sq)) < 1e-12);
+
+  // AdamW on the shards (clipped: the fake gradient's norm is far above 0.5) vs on the full buffers.
+  be->copy_from_host(ref.grads().data, expect_grad.data(), expect_grad.size() * 4);
+  const double scale = clip_factor(norm, 0.5);
+  REQUIRE(scale < 1);
+  none->optimizer_step(lr, scale);
+  if (delay && dev.cuda) {  // keep the compute stream busy for ~0.1 s before the shards' update
+    const int64_t n = 8192;
+    Buffer a = be->alloc(size_t(n * n) * 4, Category::workspace), c = be->alloc(size_t(n * n) * 4, Category::workspace);
+    const Tensor A = a.view(DType::f32, {n, n}), C = c.view(DType::f32, {n, n});
+    be->fill(A, 1e-3f);
+    be->synchronize();
+    for (int k = 0; k < 6; ++k) be->matmul(C, A, false, A, true, 1.f, 0.f);
+    fsdp->optimizer_step(lr, scale);
+  } else {
+    fsdp->optimizer_step(lr, scale);
+  }
+  // Step 2: the gathers (issued at once by begin_schedule) see the updated shards.
+  const std::vector<float> w1 = ref_weights();
+  double moved = 0;
+  for (size_t i = 0; i < w0.size(); ++i) moved = std::max(moved, std::fabs(double(w1[i]) - double(w0[i])));
+  weight_diff = 0;
+  step_uses(w1, false);
+  INFO("largest weight change of the step " << moved << ", largest gathered-vs-updated difference "
+                                            << max_ranks(weight_diff));
+  CHECK(moved > 0.01);
+  CHECK(max_ranks(weight_diff) < moved / 10);
+  double master_diff = 0;
+  for (const ParamInfo& p : lay.params()) {
+    const std::vector<float> got = fsdp->download_param(p), want = ref.download(p);
+    master_diff = std::max(master_diff, rel_diff(got, want, got.size()));
+  }
+  CHECK(max_ranks(master_diff) < 1e-6);
+}
+
+TEST_CASE("fsdp: gathers, reduce-scatters and shard updates against closed forms (cpu)", "[dist][fsdp]") {
+  const int prefetch = GENERATE(0, 1, 2, 7);  // 7: more buffers than a step has gathers
+  const int n_micro = GENERATE(1, 3);
+  const bool recompute = GENERATE(false, true);
+  check_fsdp_machinery(FsdpDevice{}, prefetch, n_micro, recompute, false);
+}
+
+TEST_CASE("fsdp (GPU): gathered weights equal the just-updated shards when the compute stream is delayed",
+          "[dist][fsdp][cuda]") {
+  if (!cuda_available()) {
+    WARN("no GPU: skipped");
+    return;
+  }
+  const int prefetch = GENERATE(0, 2);
+  check_fsdp_machinery(FsdpDevice{true, "mpi"}, prefetch, 2, true, true);
+  if (!gpu_per_rank()) {
+    WARN("nccl part needs one GPU per rank (" << cuda_device_count() << " visible, " << world_size()
+                                              << " ranks): skipped");
+    return;
+  }
+  check_fsdp_machinery(FsdpDevice{true, "nccl"}, prefetch, 2, true, true);
+}
+
+TEST_CASE("fsdp: training on N ranks equals one process (odd widths, microbatches, clipping)",
+          "[dist][fsdp]") {
+  const int microbatch = GENERATE(0, 1);  // 1: 2 microbatches per rank
+  const int prefetch = GENERATE(0, 2);
+  // full: every block recomputed in backward (a recompute and the backward of a block share one gather)
+  const std::string policy = GENERATE(as<std::string>{}, "selective", "full");
+  CAPTURE(microbatch, prefetch, policy);
+  RunSpec s;
+  s.checkpointing.policy = policy;
+  s.strategy = "fsdp";
+  s.model = odd_model();
+  s.batch = 2 * world_size();
+  s.microbatch = microbatch;
+  s.prefetch_layers = prefetch;
+  s.max_grad_norm = 0.05;
+  const RunOut got = check_matches_one_process(s);
+  CHECK(got.gnorms.front() > 0.05);  // clipping is active
+}
+
+TEST_CASE("fsdp: optimizer state, parameters and gradients are 1/N per rank plus the gather and staging buffers",
+          "[dist][fsdp]") {
+  const int R = world_size();
+  RunSpec t;
+  t.strategy = "fsdp";
+  t.steps = 1;
+  t.prefetch_layers = 2;
+  const RunOut one = run(t, false), dist = run(t, true);
+  // The shard layout, computed here: each unit padded to a multiple of R * kAlign, 1/R of it per rank.
+  const ParamLayout layout(model_dims(t.model));
+  int64_t shard = 0, largest = 0;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const int64_t n = layout.unit_end(u) - layout.unit_begin(u);
+    const int64_t padded = (n + R * ParamLayout::kAlign - 1) / (R * ParamLayout::kAlign) * (R * ParamLayout::kAlign);
+    shard += padded / R;
+    largest = std::max(largest, padded);
+  }
+  INFO("one process: params + grads " << one.param_grad_bytes << " B, optimizer " << one.optimizer_bytes
+       << " B; per rank: params + grads " << dist.param_grad_bytes << " B, optimizer " << dist.optimizer_bytes
+       << " B, gather buffers " << dist.comm_bytes << " B; shard " << shard << ", largest unit " << largest);
+  // fp32 master + gradient accumulator over the shard, two f32 staging buffers of the largest unit.
+  CHECK(dist.param_grad_bytes == size_t(shard) * 8 + size_t(largest) * 8);
+  CHECK(max_ranks(std::fabs(double(shard) * 8 - double(one.param_grad_bytes) / R) / (double(one.param_grad_bytes) / R))
+        < 0.10);
+  CHECK(dist.comm_bytes == size_t(t.prefetch_layers + 1) * size_t(largest) * 4);  // fp32 run: f32 gathers
+  const double ideal = double(one.optimizer_bytes) / R;
+  CHECK(max_ranks(std::fabs(double(dist.optimizer_bytes) - ideal) / ideal) < 0.10);
+  CHECK(dist.optimizer_bytes * size_t(R) >= size_t(one.param_count) * 8);  // all state is somewhere
+}
+
+TEST_CASE("fsdp: a use out of the schedule's order is an error", "[dist][fsdp]") {
+  RunSpec spec;
+  spec.strategy = "fsdp";
+  spec.model = odd_model();
+  const RunConfig cfg = config_for(spec);
+  auto be = make_backend(Device::cpu, 0);
+  auto comm = make_comm(*be, false);
+  auto fsdp = make_strategy(cfg, *be, comm.get());
+  Model model(*be, model_dims(cfg.model), DType::f32, AttnImpl::naive, ParamLayout::kAlign * world_size(), false);
+  model.init_random(1);
+  fsdp->attach(model);
+  fsdp->begin_microbatch(0, 1);
+  fsdp->begin_schedule(test_schedule(3, false));
+  CHECK_THROWS_WITH(fsdp->acquire(1, UnitPass::forward), Catch::Contains("use 0 of the schedule is (0, forward)"));
+  fsdp->acquire(0, UnitPass::forward);  // the schedule's gathers are still consumed in order
+  fsdp->release(0, UnitPass::forward);
+}
+
+TEST_CASE("strategies on one rank: no communicator is an error for ddp/zero1/fsdp", "[dist][strategy]") {
   RunConfig c = config_for(RunSpec{});
   auto be = make_backend(Device::cpu, 0);
   for (const char* s : kStrategies) {

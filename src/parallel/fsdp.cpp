@@ -1,0 +1,364 @@
+// Strategy "fsdp": fully sharded data parallelism (ZeRO stage 3: Rajbhandari et al., "ZeRO: Memory Optimizations
+// Toward Training Trillion Parameter Models", SC 2020, Sec. 5.3; PyTorch FSDP: Zhao et al., "PyTorch FSDP:
+// Experiences on Scaling Fully Sharded Data Parallel", VLDB 2023, Sec. 3-4; CS336 assignment 2, "fsdp").
+//
+// Shards. Every unit of the flat layout (model.h: the embedding, each block, the head) is padded to a multiple of
+// N * ParamLayout::kAlign elements and cut into N equal shards; rank r keeps shard r of every unit, concatenated in
+// unit order into one flat shard buffer [S] (S = sum of the units' padded sizes / N): the fp32 master weights
+// (Category::parameters), the fp32 gradient accumulator (Category::gradients), AdamW's m and v (one AdamW over the
+// whole [S]) and, in mixed precision, the bf16 working copy that AdamW writes in its own pass. The padding is zero in
+// the weights and in every gradient that reaches it, so AdamW leaves it zero (m = v = 0, weight decay of 0 is 0).
+// The RMSNorm gains are sharded like everything else (one collective per unit either way).
+//
+// Weights (the model's ParamResidency: model/residency.h). begin_schedule() gives the microbatch's uses in order;
+// consecutive uses of one unit that read weights share one "gather" (recompute of block l followed by its backward),
+// uses that read no weights (the embedding's backward) have none. Gather j all-gathers the unit's shards in the
+// compute dtype (bf16 working copy in mixed precision, the fp32 master in fp32 runs) into rotating buffer
+// j % (prefetch_layers + 1) (Category::communication, each the size of the largest padded unit; at most two per unit
+// are allocated, a microbatch's most gathers), asynchronously.
+// Gathers 0 .. prefetch_layers are issued at begin_schedule; gather j + prefetch_layers + 1 is issued when gather j's
+// last use is released, so `prefetch_layers` gathers are in flight or ready ahead of the one in use, and a buffer is
+// written again only after every reader of its previous contents was enqueued on the compute stream. The
+// communicator orders its stream after the compute stream at issue time (NCCL: an event recorded on the compute
+// stream, waited for on the comm stream; nccl_communicator.cpp), so the overwrite runs after those readers, and after
+// the optimizer step that updated the shards: events, no host sync. acquire() waits for its gather: with NCCL the
+// compute stream waits for the gather's end event (the host goes on); with MPI the host blocks in wait() (MPI
+// progresses and completes on the host; CPU runs and ranks sharing a GPU).
+//
+// Gradients. A backward (or the head's forward_backward) use gets a staging buffer f32 [padded unit] (two, rotating;
+// Category::gradients: they hold the backward's full-size unit gradient, the role of DDP's flat gradient buffer)
+// with accumulate = false; the elements no parameter covers (alignment gaps, padding) are zeroed at acquire, since
+// the buffer may hold another unit's gradient there. release() issues the asynchronous reduce_scatter (sum) of it:
+// on the step's first microbatch straight into the unit's slice of the accumulator, on later microbatches into a
+// shard-sized temporary (one per staging buffer) that is added to the accumulator once the reduce-scatter is done
+// (when the staging buffer is next acquired, or in finish_backward). Memory stays sharded: nothing full-size outlives
+// a use. finish_backward() waits for the outstanding reduce-scatters.
+//
+// Norm and step: grad_norm() is sqrt(sum over ranks of the shard's sum of squares) (the global norm over all shards,
+// equal to one process's); optimizer_step() runs AdamW on the shards only: there is no gather after it, the next
+// forward's gathers read the updated shards. The full parameters exist only gathered: download_param() all-gathers a
+// unit's master (or gradient) shards (collective), gather_params() has nothing to do.
+//
+// Not done (issue 16): reduce_dtype bf16 (the communicators have no bf16 reduce-scatter yet; config refuses it);
+// prefetch across microbatches (the next microbatch's first gathers are issued at its begin_schedule).
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "parallel/data_parallel.h"
+
+namespace trainer {
+
+namespace {
+
+int64_t round_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+bool reads_grads(UnitPass p) { return p == UnitPass::backward || p == UnitPass::forward_backward; }
+
+class Fsdp final : public Strategy {
+ public:
+  Fsdp(const RunConfig& cfg, Backend& be, Communicator* comm)
+      : cfg_(cfg), be_(be), comm_(checked(comm)), timer_(be, *comm) {
+    CONFIG_CHECK(cfg.parallel.prefetch_layers >= 0, "parallel.prefetch_layers must be >= 0, got {}",
+                 cfg.parallel.prefetch_layers);
+    CONFIG_CHECK(cfg.parallel.reduce_dtype == "fp32",
+                 "parallel: reduce_dtype '{}' is not supported by fsdp (its gradients are reduce-scattered in fp32)",
+                 cfg.parallel.reduce_dtype);
+  }
+  std::string name() const override { return "fsdp"; }
+  bool full_params() const override { return false; }
+
+  void setup(Model& model) override {
+    model_ = &model;
+    const ParamLayout& lay = model.layout();
+    const int n = comm_.size(), r = comm_.rank();
+    cdtype_ = model.act_dtype();
+    units_.clear();
+    int64_t off = 0, largest = 0;
+    for (int u = 0; u < lay.num_units(); ++u) {
+      Unit x;
+      x.begin = lay.unit_begin(u);
+      x.len = lay.unit_end(u) - x.begin;
+      x.padded = round_up(std::max<int64_t>(x.len, 1), int64_t(n) * ParamLayout::kAlign);
+      x.shard = x.padded / n;
+      x.shard_off = off;
+      off += x.shard;
+      largest = std::max(largest, x.padded);
+      units_.push_back(x);
+    }
+    // The elements of each padded unit that no parameter covers: alignment gaps and the tail padding.
+    std::vector<int64_t> covered(units_.size(), 0);
+    for (const ParamInfo& p : lay.params()) {
+      Unit& x = units_[size_t(p.unit)];
+      const int64_t at = p.offset - x.begin;
+      if (at > covered[size_t(p.unit)]) x.gaps.push_back({covered[size_t(p.unit)], at - covered[size_t(p.unit)]});
+      covered[size_t(p.unit)] = at + p.numel;
+    }
+    for (size_t u = 0; u < units_.size(); ++u)
+      if (units_[u].padded > covered[u]) units_[u].gaps.push_back({covered[u], units_[u].padded - covered[u]});
+    shard_total_ = off;
+    largest_ = largest;
+    check_same_layout(comm_, "fsdp shards", {lay.total(), n, shard_total_, largest_});
+
+    master_ = be_.alloc(size_t(shard_total_) * 4, Category::parameters);
+    be_.fill(master(), 0.f);
+    grad_ = be_.alloc(size_t(shard_total_) * 4, Category::gradients);
+    be_.fill(grads(), 0.f);
+    // This rank's piece of every parameter, from the model's weight source (the same on every rank: init_random's
+    // seed or the loaded file), written at its place in the shard; the rest (padding) stays zero.
+    for (const ParamInfo& p : lay.params()) {
+      if (!model.has_weight_source()) break;  // the planner's dry run: no weights
+      const Unit& x = units_[size_t(p.unit)];
+      const int64_t lo = std::max(p.offset - x.begin, int64_t(r) * x.shard),
+                    hi = std::min(p.offset - x.begin + p.numel, int64_t(r + 1) * x.shard);
+      if (lo >= hi) continue;
+      const std::vector<float> v = model.initial_values(p);
+      be_.copy_from_host(static_cast<float*>(master_.data()) + x.shard_off + (lo - int64_t(r) * x.shard),
+                         v.data() + (lo - (p.offset - x.begin)), size_t(hi - lo) * 4);
+    }
+    if (cdtype_ != DType::f32) {
+      work_ = be_.alloc(size_t(shard_total_) * dtype_size(cdtype_), Category::parameters);
+      be_.cast(work(), master());
+    }
+    adamw_ = std::make_unique<AdamW>(be_, shard_total_, cfg_.optimizer);
+
+    // A microbatch has at most two gathers per unit (forward; recompute + backward): more buffers would stay unused.
+    const int nbuf = std::min(cfg_.parallel.prefetch_layers + 1, 2 * lay.num_units());
+    gather_bufs_.clear();
+    for (int i = 0; i < nbuf; ++i)
+      gather_bufs_.push_back(be_.alloc(size_t(largest_) * dtype_size(cdtype_), Category::communication));
+    for (Slot& s : slots_) s.staging = be_.alloc(size_t(largest_) * 4, Category::gradients);
+    spdlog::info("fsdp: each of {} ranks keeps {} of {} parameters' elements ({} units, padded; fp32 {}); {} gather "
+                 "buffers of {} ({}); AdamW state {} per rank (one process: {})",
+                 n, shard_total_, lay.count(), units_.size(), format_bytes(size_t(shard_total_) * 4), nbuf,
+                 format_bytes(size_t(largest_) * dtype_size(cdtype_)), dtype_name(cdtype_),
+                 format_bytes(adamw_->state_bytes()), format_bytes(size_t(lay.total()) * 8));
+  }
+
+  void begin_microbatch(int m, int n_micro) override {
+    Strategy::begin_microbatch(m, n_micro);
+    if (m == 0) timer_.begin_step();
+    full_.reset();  // download_param's buffer lives only between steps
+    full_unit_ = -1;
+  }
+
+  void begin_schedule(const std::vector<UnitUse>& uses) override {
+    TRAINER_CHECK(model_ != nullptr, "fsdp: begin_schedule before setup");
+    uses_ = uses;
+    cursor_ = 0;
+    gathers_.clear();
+    use_gather_.assign(uses.size(), -1);
+    for (size_t i = 0; i < uses.size(); ++i) {
+      const UnitUse& u = uses[i];
+      TRAINER_CHECK(u.unit >= 0 && size_t(u.unit) < units_.size(), "fsdp: schedule names unit {} of {}", u.unit,
+                    units_.size());
+      if (!u.weights) continue;
+      if (!gathers_.empty() && gathers_.back().unit == u.unit && gathers_.back().last + 1 == i) {
+        gathers_.back().last = i;  // consecutive uses of one unit share the gather
+      } else {
+        gathers_.push_back({u.unit, i, i, nullptr, false, false});
+      }
+      use_gather_[i] = int(gathers_.size()) - 1;
+    }
+    const size_t ahead = std::min(gathers_.size(), gather_bufs_.size());
+    for (size_t j = 0; j < ahead; ++j) issue_gather(j);
+  }
+
+  UnitView acquire(int unit, UnitPass pass) override {
+    const size_t i = expect_use(unit, pass, "acquire");
+    const Unit& x = units_[size_t(unit)];
+    UnitView v;
+    if (use_gather_[i] >= 0) {
+      Gather& g = gathers_[size_t(use_gather_[i])];
+      if (!g.issued) issue_gather(size_t(use_gather_[i]));
+      if (!g.waited) {
+        timer_.begin_exposed();
+        g.work->wait();
+        timer_.end_exposed();
+        g.waited = true;
+      }
+      v.weights = gather_buf(size_t(use_gather_[i])).slice(0, {x.len});
+    }
+    if (reads_grads(pass)) {
+      Slot& s = slots_[next_slot_];
+      drain(s);  // its previous reduce-scatter has read it (and its temporary is added)
+      const Tensor st = s.staging.view(DType::f32, {largest_});
+      // The backward writes only the parameters' elements: zero the rest, which may hold another unit's gradient.
+      for (const auto& [at, n] : x.gaps) be_.fill(st.slice(at, {n}), 0.f);
+      v.grads = st.slice(0, {x.len});
+      v.accumulate = false;
+    }
+    return v;
+  }
+
+  void release(int unit, UnitPass pass) override {
+    const size_t i = expect_use(unit, pass, "release");
+    const Unit& x = units_[size_t(unit)];
+    if (reads_grads(pass)) {
+      Slot& s = slots_[next_slot_];
+      next_slot_ = (next_slot_ + 1) % slots_.size();
+      const Tensor in = s.staging.view(DType::f32, {largest_}).slice(0, {x.padded});
+      Tensor out = grads().slice(x.shard_off, {x.shard});
+      if (micro_ > 0) {  // later microbatches: into the temporary, added to the accumulator when done
+        if (!s.temp || s.temp.bytes() < size_t(x.shard) * 4)
+          s.temp = be_.alloc(size_t(largest_ / comm_.size()) * 4, Category::gradients);
+        s.add_to = out;
+        out = s.temp.view(DType::f32, {x.shard});
+      }
+      timer_.touch();
+      s.work = comm_.reduce_scatter(out, in, ReduceOp::sum, /*async=*/true);
+    }
+    const int gj = use_gather_[i];
+    if (gj >= 0 && gathers_[size_t(gj)].last == i) {  // the gather's buffer is free once this use's reads run
+      const size_t next = size_t(gj) + gather_bufs_.size();
+      if (next < gathers_.size()) issue_gather(next);
+    }
+    ++cursor_;
+  }
+
+  void finish_backward() override {
+    timer_.touch();
+    full_unit_ = -1;
+    for (Slot& s : slots_) drain(s);
+  }
+
+  double grad_norm() override {
+    const double local = be_.sum_squares(grads());
+    return std::sqrt(sum_over_ranks(local));
+  }
+
+  double optimizer_step(double lr, double grad_scale, bool want_norm) override {
+    const double local =
+        adamw_->step(master(), grads(), cdtype_ == DType::f32 ? Tensor() : work(), lr, grad_scale, want_norm);
+    const double norm = want_norm ? std::sqrt(sum_over_ranks(local)) : std::nan("");
+    full_unit_ = -1;
+    timer_.end_step();
+    return norm;
+  }
+
+  std::vector<float> download_param(const ParamInfo& p, bool grad) override {
+    const Unit& x = units_[size_t(p.unit)];
+    if (!full_) full_ = be_.alloc(size_t(largest_) * 4, Category::communication);
+    const Tensor full = full_.view(DType::f32, {largest_}).slice(0, {x.padded});
+    if (full_unit_ != p.unit || full_grad_ != grad) {  // one gather serves every parameter of the unit
+      comm_.all_gather(full, (grad ? grads() : master()).slice(x.shard_off, {x.shard}))->wait();
+      full_unit_ = p.unit;
+      full_grad_ = grad;
+    }
+    std::vector<float> host(size_t(p.numel));
+    be_.copy_to_host(host.data(), static_cast<const float*>(full.data) + (p.offset - x.begin), host.size() * 4);
+    return host;
+  }
+
+  size_t optimizer_state_bytes() const override { return adamw_ ? adamw_->state_bytes() : 0; }
+  double comm_ms() const override { return timer_.comm_ms(); }
+  double comm_exposed_ms() const override { return timer_.exposed_ms(); }
+
+ private:
+  struct Unit {
+    int64_t begin = 0, len = 0;  // the unit's flat range [begin, begin + len) (model.h layout)
+    int64_t padded = 0;          // len rounded up to N * kAlign
+    int64_t shard = 0;           // padded / N: elements per rank
+    int64_t shard_off = 0;       // where this rank's shard of the unit starts in the flat shard buffers
+    std::vector<std::pair<int64_t, int64_t>> gaps;  // (start, count) in [0, padded) covered by no parameter
+  };
+  struct Gather {  // one all-gather serving uses [first, last] of the schedule
+    int unit;
+    size_t first, last;
+    std::unique_ptr<Work> work;
+    bool issued, waited;
+  };
+  struct Slot {  // a gradient staging buffer and the reduce-scatter reading it
+    Buffer staging;             // f32 [largest padded unit]
+    Buffer temp;                // f32 [largest shard]: later microbatches' reduce-scatter output
+    std::unique_ptr<Work> work;  // the reduce-scatter in flight, or null
+    Tensor add_to;              // accumulator slice temp is added to once work is done (empty: written directly)
+  };
+
+  static Communicator& checked(Communicator* comm) {
+    CONFIG_CHECK(comm != nullptr, "parallel.strategy: 'fsdp' needs a communicator (parallel.comm)");
+    return *comm;
+  }
+  Tensor master() const { return master_.view(DType::f32, {shard_total_}); }
+  Tensor grads() const { return grad_.view(DType::f32, {shard_total_}); }
+  Tensor work() const { return work_.view(cdtype_, {shard_total_}); }
+  /// The shards the gathers read: the compute-dtype copy (bf16) or the fp32 master.
+  Tensor compute_shards() const { return cdtype_ == DType::f32 ? master() : work(); }
+  Tensor gather_buf(size_t j) const {
+    return gather_bufs_[j % gather_bufs_.size()].view(cdtype_, {largest_});
+  }
+
+
+  void issue_gather(size_t j) {
+    Gather& g = gathers_[j];
+    const Unit& x = units_[size_t(g.unit)];
+    timer_.touch();
+    g.work = comm_.all_gather(gather_buf(j).slice(0, {x.padded}), compute_shards().slice(x.shard_off, {x.shard}),
+                              /*async=*/true);
+    g.issued = true;
+  }
+
+  /// The use at the schedule's cursor, checked against what the model asks for.
+  size_t expect_use(int unit, UnitPass pass, const char* what) const {
+    TRAINER_CHECK(cursor_ < uses_.size(), "fsdp: {}({}, {}) after the schedule's {} uses (begin_schedule missing?)",
+                  what, unit, unit_pass_name(pass), uses_.size());
+    const UnitUse& u = uses_[cursor_];
+    TRAINER_CHECK(u.unit == unit && u.pass == pass, "fsdp: {}({}, {}) but use {} of the schedule is ({}, {})", what,
+                  unit, unit_pass_name(pass), cursor_, u.unit, unit_pass_name(u.pass));
+    return cursor_;
+  }
+
+  /// Waits for the slot's reduce-scatter (NCCL: the compute stream waits) and adds its temporary if it has one.
+  void drain(Slot& s) {
+    if (!s.work) return;
+    timer_.begin_exposed();
+    s.work->wait();
+    timer_.end_exposed();
+    s.work.reset();
+    if (s.add_to.data) {
+      be_.add_inplace(s.add_to, s.temp.view(DType::f32, {s.add_to.numel()}));
+      s.add_to = Tensor();
+    }
+  }
+
+  double sum_over_ranks(double local) {
+    double total = local;
+    timer_.begin_exposed();
+    comm_.all_reduce_host(&total, 1, HostOp::sum);
+    timer_.end_exposed();
+    return total;
+  }
+
+  const RunConfig& cfg_;
+  Backend& be_;
+  Communicator& comm_;
+  CommTimer timer_;
+  Model* model_ = nullptr;
+  DType cdtype_ = DType::f32;
+  std::vector<Unit> units_;
+  int64_t shard_total_ = 0, largest_ = 0;  // elements of this rank's shards; of the largest padded unit
+  Buffer master_, grad_, work_;            // f32, f32, compute dtype [shard_total] (work_ only in mixed precision)
+  std::unique_ptr<AdamW> adamw_;           // m, v [shard_total]
+  std::vector<Buffer> gather_bufs_;        // prefetch_layers + 1 x compute dtype [largest]
+  std::array<Slot, 2> slots_;
+  size_t next_slot_ = 0;
+  Buffer full_;          // f32 [largest]: download_param's gathered unit (freed when the next step starts)
+  int full_unit_ = -1;    // the unit full_ holds, -1 none
+  bool full_grad_ = false;  // ... its gradient rather than its weights
+  // the current microbatch's schedule
+  std::vector<UnitUse> uses_;
+  std::vector<int> use_gather_;  // [use] index into gathers_, -1 for a use that reads no weights
+  std::vector<Gather> gathers_;
+  size_t cursor_ = 0;            // the next use the model makes
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_fsdp_strategy(const RunConfig& cfg, Backend& be, Communicator* comm) {
+  return std::make_unique<Fsdp>(cfg, be, comm);
+}
+
+}  // namespace trainer
