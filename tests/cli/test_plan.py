@@ -17,7 +17,7 @@ import pytest
 SOURCE_DIR = pathlib.Path(os.environ.get("TRAINER_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 TINY = str(SOURCE_DIR / "configs" / "tiny.json")
 XL = str(SOURCE_DIR / "configs" / "xl.json")
-CATEGORIES = {"parameters", "gradients", "optimizer", "activations", "workspace", "communication"}
+CATEGORIES = {"parameters", "gradients", "optimizer", "activations", "head", "workspace", "communication"}
 
 
 @pytest.fixture(scope="session")
