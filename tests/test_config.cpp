@@ -460,6 +460,11 @@ TEST_CASE("config: validation rules", "[config]") {
       {{"cuda_graph=true"}, 1, "cuda_graph: needs device 'cuda'"},
       {{"checkpointing.policy=bogus"}, 1, "config: 'checkpointing.policy' must be one of none, selective, full, every_k, sqrt, nested; got 'bogus'"},
       {{"checkpointing.k=0"}, 1, "config: 'checkpointing.k' must be >= 1, got 0"},
+      {{"checkpointing.blocks=[99]"}, 1, "config: 'checkpointing.blocks' lists block 99, outside [0, "},
+      {{"checkpointing.blocks=[0,0]"}, 1, "config: 'checkpointing.blocks' lists block 0 twice"},
+      {{"checkpointing.blocks=\"all\""}, 1, "config: 'checkpointing.blocks' must be an array of integers or null"},
+      {{"checkpointing.blocks=[0.5]"}, 1, "config: 'checkpointing.blocks[0]' must be an integer"},
+      {{"checkpointing.lm_head_chunk_tokens=-1"}, 1, "config: 'checkpointing.lm_head_chunk_tokens' must be >= 0, got -1"},
       {{"parallel.strategy=bogus"}, 1, "config: 'parallel.strategy' must be one of none, ddp_naive"},
       {{"parallel.comm=gloo"}, 1, "config: 'parallel.comm' must be one of auto, nccl, mpi; got 'gloo'"},
       {{"parallel.comm=nccl"}, 1, "parallel: comm 'nccl' needs device 'cuda'"},
@@ -510,6 +515,8 @@ TEST_CASE("config: validation rules", "[config]") {
   CHECK_NOTHROW(load_doc(dir, doc, {"optimizer.lr=0", "optimizer.betas=[0,0.999]", "bench.warmup_steps=1",
                                     "bench.measure_steps=0", "optimizer.weight_decay=0"}));
   CHECK_NOTHROW(load_doc(dir, doc, {"precision=bf16", "device=cuda"}));
+  CHECK_NOTHROW(load_doc(dir, doc, {"checkpointing.policy=every_k", "checkpointing.blocks=[0]",
+                                    "checkpointing.lm_head_chunk_tokens=0"}));
   CHECK_NOTHROW(load_doc(dir, doc, {"data.batch_size=8", "data.microbatch_size=2", "parallel.strategy=zero1"}, 2));
   CHECK_NOTHROW(load_doc(dir, doc, {"data.batch_size=6", "parallel.strategy=fsdp", "parallel.prefetch_layers=0"}, 3));
   // One process per run unless a data-parallel strategy is chosen; unimplemented outputs are refused, not ignored.
