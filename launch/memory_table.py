@@ -15,13 +15,20 @@ import sys
 GIB = float(1 << 30)
 
 
+def die(msg):
+    print(f"memory_table.py: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
 def row(path):
     try:
         r = json.loads(pathlib.Path(path).read_text())
     except (OSError, json.JSONDecodeError) as e:
-        return {"name": pathlib.Path(path).stem, "status": f"unreadable ({e})"}
+        die(f"{path}: {e}")
     if isinstance(r, list):  # a torch_bench sweep file
         r = r[0] if r else {}
+    if not isinstance(r, dict) or not str(r.get("schema", "")).startswith(("trainer.", "torch_bench.")):
+        die(f"{path}: not a trainer or torch_bench result record")
     if str(r.get("schema", "")).startswith("trainer.memory_timeline"):
         return None  # a timeline, not a record
     out = {"name": pathlib.Path(path).stem, "status": r.get("status", "?")}
@@ -60,6 +67,10 @@ def main():
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args()
     rows = [r for r in (row(p) for p in a.records) if r is not None]
+    if not rows:
+        print("memory_table.py: error: no result records among the files (memory timelines are skipped)",
+              file=sys.stderr)
+        return 2
     head = ["record", "status", "ctx", "policy", "step ms", "peak GiB", "planned GiB", "planned/measured",
             "activations GiB", "head GiB"]
     lines = []

@@ -515,6 +515,12 @@ TEST_CASE("config: validation rules", "[config]") {
   CHECK_NOTHROW(load_doc(dir, doc, {"optimizer.lr=0", "optimizer.betas=[0,0.999]", "bench.warmup_steps=1",
                                     "bench.measure_steps=0", "optimizer.weight_decay=0"}));
   CHECK_NOTHROW(load_doc(dir, doc, {"precision=bf16", "device=cuda"}));
+  // Rank 1's memory timeline (PATH with .rank1 before the extension) must not be another output.
+  REQUIRE_THROWS_WITH(load_doc(dir, doc, {"parallel.strategy=ddp_flat", "output.results=" + dir.path("c.rank1.json"),
+                                          "profile.memory_timeline=" + dir.path("c.json")}, 2),
+                      Contains("rank 1's memory timeline"));
+  CHECK_NOTHROW(load_doc(dir, doc, {"parallel.strategy=ddp_flat", "output.results=" + dir.path("c.rank2.json"),
+                                    "profile.memory_timeline=" + dir.path("c.json")}, 2));
   CHECK_NOTHROW(load_doc(dir, doc, {"checkpointing.policy=every_k", "checkpointing.blocks=[0]",
                                     "checkpointing.lm_head_chunk_tokens=0"}));
   CHECK_NOTHROW(load_doc(dir, doc, {"data.batch_size=8", "data.microbatch_size=2", "parallel.strategy=zero1"}, 2));

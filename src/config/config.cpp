@@ -28,6 +28,7 @@
 
 #include "build_info.h"
 #include "core/errors.h"
+#include "core/memory.h"
 #include "io/result_record.h"
 #include "io/token_data.h"
 
@@ -546,6 +547,9 @@ void resolve(RunConfig& c, const std::string& path, int world_size, bool cuda_av
   const CommChoice comm = resolve_comm(c.parallel.comm, c.device, host);
   c.parallel.comm = comm.comm;
   if (!comm.warning.empty() && warnings) warnings->push_back(comm.warning);
+  if (warnings && c.checkpointing.k != CheckpointingCfg{}.k && c.checkpointing.policy != "every_k")
+    warnings->push_back(fmt::format("checkpointing.k = {} has no effect: only policy every_k reads it (policy is '{}')",
+                                    c.checkpointing.k, c.checkpointing.policy));
   if (c.name.empty()) c.name = path.empty() ? "default" : fs::path(path).stem().string();
   if (c.data.microbatch_size == 0 && world_size > 0) c.data.microbatch_size = c.data.batch_size / world_size;
 }
@@ -890,6 +894,14 @@ void validate_config(const RunConfig& c, int world_size) {
         CONFIG_CHECK(same(**outputs[i].second) != same(**outputs[k].second),
                      "output: '{}' and '{}' name the same file '{}'", outputs[k].first, outputs[i].first,
                      **outputs[i].second);
+    // Ranks r > 0 write their memory timelines beside rank 0's (memory_timeline_path): those names must not be taken.
+    if (outputs[i].second == &c.profile.memory_timeline)
+      for (int r = 1; r < std::min(world_size, 4096); ++r)
+        for (size_t k = 0; k < std::size(outputs); ++k)
+          if (k != i && *outputs[k].second)
+            CONFIG_CHECK(same(memory_timeline_path(**outputs[i].second, r)) != same(**outputs[k].second),
+                         "output: rank {}'s memory timeline '{}' (profile.memory_timeline) is also '{}'", r,
+                         memory_timeline_path(**outputs[i].second, r), outputs[k].first);
     // An output must never overwrite an input.
     const std::pair<const char*, const std::optional<std::string>*> inputs[] = {{"data.path", &d.path},
                                                                                 {"init.weights", &c.init.weights}};

@@ -335,6 +335,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
     spdlog::info("done: step {:.2f} ms mean over {} steps | {} tok/s | {:.3g} TFLOP/s | peak memory {} | loss {:.4f}",
                  mean_step, t_step.size(), fmt_rate(r["throughput"]["tokens_per_s"].get<double>()), tflops,
                  format_bytes(ms.peak_total), losses.back().get<double>());
+  be->memory().phase = "teardown";  // what is freed from here on (the model, strategy, backend) is the run's end
   return r;
 }
 
