@@ -234,4 +234,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    import signal
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `plot_memory.py ... | head`: stop quietly when the reader does
     sys.exit(main())
