@@ -42,6 +42,8 @@ std::string fmt_rate(double tok_s) {
 /// Every rank calls it (Strategy::download_param is collective under fsdp); rank `writer` keeps the tensors and
 /// writes the file.
 void save_checkpoint(const Model& model, Strategy& strategy, const std::string& path, bool writer) {
+  // With sharded weights (fsdp) download_param is a collective every rank joins; otherwise only the writer copies.
+  if (!writer && strategy.full_params()) return;
   std::vector<std::vector<float>> host;
   std::vector<NamedTensor> named;
   host.reserve(model.layout().params().size());

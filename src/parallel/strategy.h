@@ -59,7 +59,7 @@ class Strategy : public ParamResidency {
   virtual void gather_params() {}
   /// One parameter (or its gradient) as fp32 on the host, complete (after gather_params()). Collective where the
   /// strategy shards the weights (fsdp all-gathers the parameter's unit): every rank calls it for the same parameters
-  /// in the same order. Default: Model::download.
+  /// in the same order (exactly when full_params() is false). Default: Model::download.
   virtual std::vector<float> download_param(const ParamInfo& p, bool grad = false) {
     return attached_->download(p, grad);
   }

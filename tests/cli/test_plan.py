@@ -10,7 +10,6 @@ Run: TRAINER_BIN=build/trainer TRAINER_SOURCE_DIR=. /usr/bin/python3 -m pytest t
 import json
 import os
 import pathlib
-import subprocess
 
 import pytest
 
@@ -20,18 +19,8 @@ XL = str(SOURCE_DIR / "configs" / "xl.json")
 CATEGORIES = {"parameters", "gradients", "optimizer", "activations", "head", "workspace", "communication"}
 
 
-@pytest.fixture(scope="session")
-def trainer_bin():
-    path = os.environ.get("TRAINER_BIN")
-    assert path, "set TRAINER_BIN to the trainer binary (ctest sets it)"
-    return path
-
-
-def run(trainer_bin, args, cwd, timeout=300):
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    return subprocess.run([trainer_bin, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+# The trainer_bin fixture and run() of the bad-config tests (pytest puts this folder on sys.path).
+from test_bad_configs import run, trainer_bin  # noqa: E402,F401
 
 
 def plan_json(trainer_bin, tmp_path, *args):
