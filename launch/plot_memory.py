@@ -20,31 +20,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from plot_common import COLORS, DPI, BadInput, fmt_bytes, pyplot, save_figure  # noqa: E402
+
 SCHEMA = "trainer.memory_timeline/1"
-# Colours per category, fixed so that plots of different runs compare at a glance.
-COLORS = {"parameters": "#4c72b0", "gradients": "#dd8452", "optimizer": "#55a868", "activations": "#c44e52",
-          "workspace": "#8172b3", "communication": "#937860"}
 PHASE_SHADES = ("#f2f2f2", "#e0e0e0")
-
-
-class BadInput(Exception):
-    pass
-
-
-def fmt_bytes(b: float) -> str:
-    """As the trainer's format_bytes: '1.23 GiB', '512.0 MiB', '3.0 KiB', '12 B'."""
-    b = float(b)
-    if abs(b) >= 2 ** 30:
-        return f"{b / 2 ** 30:.2f} GiB"
-    if abs(b) >= 2 ** 20:
-        return f"{b / 2 ** 20:.1f} MiB"
-    if abs(b) >= 1024:
-        return f"{b / 1024:.1f} KiB"
-    return f"{int(b)} B"
 
 
 def place(e: dict) -> str:
@@ -126,9 +109,7 @@ def phase_runs(events, xs, x_end):
 
 
 def plot(doc, rows, peak, peak_at, out: str, title: str, x_mode: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import numpy as np
 
     events, cats = doc["events"], doc["categories"]
@@ -137,7 +118,7 @@ def plot(doc, rows, peak, peak_at, out: str, title: str, x_mode: str) -> None:
                        if peak >= s or s == 1)
     data = np.array(rows, dtype=float).reshape(len(events), len(cats)) / scale
     used = [i for i in range(len(cats)) if len(events) and data[:, i].max() > 0]
-    fig, ax = plt.subplots(figsize=(13, 6), dpi=110)
+    fig, ax = plt.subplots(figsize=(13, 6), dpi=DPI)
     if len(events):
         # Each event's state holds until the next event; in index mode the last one gets its unit of width too.
         x_end = xs[-1] + 1 if x_mode == "index" else (xs[-1] if xs[-1] > xs[0] else xs[0] + 1)
@@ -170,10 +151,7 @@ def plot(doc, rows, peak, peak_at, out: str, title: str, x_mode: str) -> None:
     if used:
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=9)
     fig.tight_layout()
-    tmp = f"{out}.tmp.{os.getpid()}.png"   # written whole, then renamed: never a half-written PNG
-    fig.savefig(tmp)
-    plt.close(fig)
-    os.replace(tmp, out)
+    save_figure(fig, out)
 
 
 def report(path, doc, peak, peak_at, alive, top: int) -> str:

@@ -1,0 +1,48 @@
+"""Helpers shared by launch/plot.py and launch/plot_memory.py: the error type, byte formatting, the fixed colours of
+the memory categories, and writing a figure atomically. Needs matplotlib only when a figure is made (Agg: no display).
+"""
+from __future__ import annotations
+
+import os
+
+# Colours per memory category, fixed so that plots of different runs compare at a glance.
+COLORS = {"parameters": "#4c72b0", "gradients": "#dd8452", "optimizer": "#55a868", "activations": "#c44e52",
+          "head": "#da8bc3", "workspace": "#8172b3", "communication": "#937860"}
+DPI = 110
+
+
+class BadInput(Exception):
+    """Input the tool cannot use; main() prints `<prog>: error: <message>` and exits 2."""
+
+
+def fmt_bytes(b: float) -> str:
+    """As the trainer's format_bytes: '1.23 GiB', '512.0 MiB', '3.0 KiB', '12 B'."""
+    b = float(b)
+    if abs(b) >= 2 ** 30:
+        return f"{b / 2 ** 30:.2f} GiB"
+    if abs(b) >= 2 ** 20:
+        return f"{b / 2 ** 20:.1f} MiB"
+    if abs(b) >= 1024:
+        return f"{b / 1024:.1f} KiB"
+    return f"{int(b)} B"
+
+
+def pyplot():
+    """matplotlib.pyplot with the Agg backend (no display needed)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def save_figure(fig, out: str) -> None:
+    """Writes `fig` to the PNG `out` whole, then renames: never a half-written PNG. Closes the figure."""
+    plt = pyplot()
+    tmp = f"{out}.tmp.{os.getpid()}.png"
+    try:
+        fig.savefig(tmp)
+        os.replace(tmp, out)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)

@@ -1,0 +1,249 @@
+"""launch/plot.py: every kind drawn from small synthetic result records.
+
+Each drawing must give a valid PNG 1100 px wide, and what the figure holds (read back from its artists with
+--dump-json) must equal the records' values, recomputed here from the records (losses per step, step ms and TFLOP/s
+by parameter count, the comm split, the phase split, memory by category in GiB and the planned peak). Bad input gives
+one `plot.py: error:` line, exit 2 and no PNG.
+"""
+import json
+import os
+import pathlib
+import random
+import struct
+import subprocess
+import sys
+
+import pytest
+
+SRC = pathlib.Path(os.environ.get("TRAINER_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
+PLOT = SRC / "launch" / "plot.py"
+GIB = 2 ** 30
+
+pytest.importorskip("matplotlib", reason="plot.py needs matplotlib (Debian: python3-matplotlib)")
+
+
+def run_plot(*args, cwd=None):
+    return subprocess.run([sys.executable, str(PLOT), *map(str, args)], capture_output=True, text=True, timeout=120,
+                          cwd=cwd)
+
+
+def stats(mean):
+    return {"mean_ms": mean, "std_ms": 0.0, "min_ms": mean, "median_ms": mean, "max_ms": mean, "samples": [mean]}
+
+
+def record(rng, *, preset="small", precision="bf16", phase="train_step", world_size=1, status="ok", steps=8,
+           comm=None, exposed=None):
+    """A trainer.result/1 record of job train with random values in the fields plot.py reads."""
+    f, b, o = rng.uniform(1, 20), rng.uniform(20, 60), rng.uniform(5, 30)
+    if phase == "forward":
+        b = o = None
+    step = f + (b or 0) + (o or 0) + rng.uniform(0, 3)
+    cats = {"parameters": rng.randrange(GIB, 20 * GIB), "gradients": rng.randrange(GIB, 10 * GIB),
+            "optimizer": rng.randrange(GIB, 30 * GIB), "activations": rng.randrange(0, 40 * GIB),
+            "head": rng.randrange(0, GIB), "workspace": rng.randrange(0, GIB), "communication": 0}
+    r = {"schema": "trainer.result/1", "job": "train", "status": status, "error": None, "world_size": world_size,
+         "name": f"{preset}_{precision}",
+         "config": {"precision": precision, "bench": {"phase": phase}, "model": {"preset": preset},
+                    "parallel": {"strategy": "none" if world_size == 1 else "ddp_bucketed"}}}
+    if status != "ok":
+        r["error"] = "out of memory on cuda:0: asked for 47.81 GiB (optimizer)"
+        return r
+    r.update({
+        "model": {"preset": preset, "parameters": rng.randrange(10 ** 8, 10 ** 10)},
+        "timing": {"forward": stats(f), "backward": stats(b), "optimizer": stats(o), "step": stats(step)},
+        "throughput": {"model_tflops_per_gpu": rng.uniform(50, 600), "mfu": rng.uniform(0.05, 0.8),
+                       "tokens_per_s": 1e5, "peak_tflops": 756.0},
+        "memory": {"peak_bytes": sum(cats.values()), "by_category": cats,
+                   "predicted": {"peak_bytes": sum(cats.values()) + rng.randrange(-GIB, GIB)}},
+        "loss": {"per_step": [rng.uniform(2, 10) for _ in range(steps)]},
+    })
+    r["loss"]["final"] = r["loss"]["per_step"][-1]
+    if world_size > 1:
+        r["timing"]["comm"] = stats(comm if comm is not None else rng.uniform(10, step))
+        r["timing"]["comm_exposed"] = stats(exposed if exposed is not None else rng.uniform(0, 10))
+    return r
+
+
+def write(tmp_path, name, r):
+    p = tmp_path / f"{name}.json"
+    p.write_text(json.dumps(r))
+    return p
+
+
+def check_png(path, kind, n_records):
+    """A PNG of the size plot.py --help states: 10 x H inches at 110 dpi."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    assert data[12:16] == b"IHDR"
+    w, h = struct.unpack(">II", data[16:24])
+    inches = {"loss": 5.5, "sweep": 5.0}.get(kind, max(3.0, 1.6 + 0.34 * n_records))
+    assert (w, h) == (1100, round(110 * inches))
+    assert 5_000 < len(data) < 300_000
+
+
+def draw(tmp_path, kind, paths, *extra):
+    out, dump = tmp_path / f"{kind}.png", tmp_path / f"{kind}.dump.json"
+    p = run_plot(kind, *paths, "-o", out, "--dump-json", dump, *extra)
+    assert p.returncode == 0, p.stderr
+    check_png(out, kind, len(paths))
+    return json.loads(dump.read_text()), p
+
+
+def bars_by_label(ax):
+    """{record label: {segment: value}} from the dumped bars, matching each patch's y to the tick labels."""
+    at = dict(zip(ax["yticks"], ax["yticklabels"]))
+    out = {}
+    for seg in ax["bars"]:
+        for y, v in zip(seg["y"], seg["values"]):
+            out.setdefault(at[y], {})[seg["segment"]] = v
+    return out
+
+
+def test_loss_curves(tmp_path):
+    rng = random.Random(1)
+    recs = {"a": record(rng, steps=5), "b": record(rng, steps=12), "c": record(rng, status="oom")}
+    recs["b"]["loss"]["per_step"][3] = None   # a step without a loss is left out, not drawn as 0
+    paths = [write(tmp_path, k, r) for k, r in recs.items()]
+    d, p = draw(tmp_path, "loss", paths)
+    lines = {ln["label"]: ln for ln in d["axes"][0]["lines"]}
+    assert set(lines) == {"a", "b"}
+    for k in ("a", "b"):
+        want = [(i + 1, v) for i, v in enumerate(recs[k]["loss"]["per_step"]) if v is not None]
+        assert list(zip(lines[k]["x"], lines[k]["y"])) == pytest.approx(want)
+    assert any("c: status oom" in n for n in d["notes"]) and "not drawn: c" in p.stderr
+
+
+def test_sweep_by_size_and_precision(tmp_path):
+    rng = random.Random(2)
+    paths, recs = [], []
+    for preset in ("small", "xl", "medium"):
+        for prec in ("fp32", "bf16"):
+            r = record(rng, preset=preset, precision=prec)
+            recs.append(r)
+            paths.append(write(tmp_path, f"{preset}_{prec}", r))
+    paths.append(write(tmp_path, "10B_bf16", record(rng, preset="10B", status="oom")))
+    for mfu in (False, True):
+        d, _ = draw(tmp_path, "sweep", paths, *(["--mfu"] if mfu else []))
+        step_ax, rate_ax = d["axes"]
+        for prec in ("fp32", "bf16"):
+            rs = sorted((r for r in recs if r["config"]["precision"] == prec), key=lambda r: r["model"]["parameters"])
+            xs = [r["model"]["parameters"] / 1e9 for r in rs]
+            (s,) = [ln for ln in step_ax["lines"] if ln["label"] == prec]
+            (t,) = [ln for ln in rate_ax["lines"] if ln["label"] == prec]
+            assert s["x"] == pytest.approx(xs) and t["x"] == pytest.approx(xs)
+            assert s["y"] == pytest.approx([r["timing"]["step"]["mean_ms"] for r in rs])
+            rate = [r["throughput"]["mfu"] * 100 if mfu else r["throughput"]["model_tflops_per_gpu"] for r in rs]
+            assert t["y"] == pytest.approx(rate)
+        assert d["notes"] == ["10B bf16: oom"]
+
+
+def test_comm_vs_compute(tmp_path):
+    rng = random.Random(3)
+    recs = {"one": record(rng), "ddp": record(rng, world_size=2),
+            "mpi": record(rng, world_size=2, comm=5.0, exposed=400.0)}   # the host wait exceeds the step: clipped
+    d, _ = draw(tmp_path, "comm", [write(tmp_path, k, r) for k, r in recs.items()])
+    got = bars_by_label(d["axes"][0])
+    ax = d["axes"][0]
+    assert ax["yticklabels"] == ["one", "ddp", "mpi"] and ax["yticks"] == sorted(ax["yticks"])[::-1]  # first on top
+    for k, r in recs.items():
+        t = r["timing"]
+        step = t["step"]["mean_ms"]
+        comm = t.get("comm", {"mean_ms": 0})["mean_ms"]
+        exp = t.get("comm_exposed", {"mean_ms": 0})["mean_ms"]
+        want_exp = min(exp, step)
+        want_ovl = min(max(comm - exp, 0), step - want_exp)
+        assert got[k].get("exposed", 0) == pytest.approx(want_exp)
+        assert got[k].get("overlapped", 0) == pytest.approx(want_ovl)
+        assert sum(got[k].values()) == pytest.approx(step)
+    one_step = recs["one"]["timing"]["step"]["mean_ms"]
+    assert got["one"] == pytest.approx({"compute": one_step, "overlapped": 0, "exposed": 0})  # 1 rank: all compute
+
+
+def test_phases(tmp_path):
+    rng = random.Random(4)
+    recs = {"train": record(rng), "fwd": record(rng, phase="forward")}
+    d, _ = draw(tmp_path, "phases", [write(tmp_path, k, r) for k, r in recs.items()], "--labels", "train,fwd")
+    got = bars_by_label(d["axes"][0])
+    for k, r in recs.items():
+        t = r["timing"]
+        parts = {p: t[p]["mean_ms"] or 0 for p in ("forward", "backward", "optimizer")}
+        assert got[k].get("forward") == pytest.approx(parts["forward"])
+        assert got[k].get("backward", 0) == pytest.approx(parts["backward"])
+        assert got[k].get("optimizer", 0) == pytest.approx(parts["optimizer"])
+        assert got[k].get("other") == pytest.approx(t["step"]["mean_ms"] - sum(parts.values()))
+
+
+def test_memory_by_category_and_planned(tmp_path):
+    rng = random.Random(5)
+    recs = {"p": record(rng), "q": record(rng), "r": record(rng)}
+    del recs["r"]["memory"]["predicted"]   # an older record: no planner prediction, no tick
+    d, _ = draw(tmp_path, "memory", [write(tmp_path, k, r) for k, r in recs.items()])
+    ax = d["axes"][0]
+    got = bars_by_label(ax)
+    for k, r in recs.items():
+        want = {c: b / GIB for c, b in r["memory"]["by_category"].items() if b > 0}
+        assert got[k] == pytest.approx(want)
+        assert sum(got[k].values()) == pytest.approx(r["memory"]["peak_bytes"] / GIB)
+    (planned,) = ax["lines"]
+    y_of = dict(zip(ax["yticklabels"], ax["yticks"]))
+    assert list(zip(planned["y"], planned["x"])) == pytest.approx(
+        [(y_of[k], recs[k]["memory"]["predicted"]["peak_bytes"] / GIB) for k in ("p", "q")])
+
+
+def test_kind_option_glob_and_labels(tmp_path):
+    rng = random.Random(6)
+    for k in ("x1", "x2"):
+        write(tmp_path, k, record(rng))
+    out = tmp_path / "o.png"
+    p = run_plot("--kind", "phases", str(tmp_path / "x*.json"), "-o", out, "--dump-json", "-")
+    assert p.returncode == 0, p.stderr
+    check_png(out, "phases", 2)
+    assert json.loads(p.stdout)["axes"][0]["yticklabels"] == ["x1", "x2"]
+    # Equal file names in different folders get their folder in the label.
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    pa, pb = write(tmp_path / "a", "run", record(rng)), write(tmp_path / "b", "run", record(rng))
+    p = run_plot("loss", pa, pb, "-o", out, "--dump-json", "-")
+    assert p.returncode == 0, p.stderr
+    assert [ln["label"] for ln in json.loads(p.stdout)["axes"][0]["lines"]] == ["a/run", "b/run"]
+
+
+def test_help():
+    p = run_plot("--help")
+    assert p.returncode == 0 and all(k in p.stdout for k in ("loss", "sweep", "comm", "phases", "memory", "-o"))
+
+
+def test_bad_input(tmp_path):
+    rng = random.Random(7)
+    good = write(tmp_path, "good", record(rng))
+    no_loss = record(rng)
+    del no_loss["loss"]
+    no_step = record(rng)
+    del no_step["timing"]["step"]
+    cases = {
+        "missing": (["loss", tmp_path / "nope.json"], "does not exist"),
+        "not json": (["loss", tmp_path / "x.json"], "is not JSON"),
+        "a list": (["loss", write(tmp_path, "l", [1, 2])], "not a trainer result record"),
+        "timeline": (["memory", write(tmp_path, "t", {"schema": "trainer.memory_timeline/1"})],
+                     "not a trainer result record"),
+        "other job": (["phases", write(tmp_path, "ab", {"schema": "trainer.result/1", "job": "attention_bench"})],
+                      "job 'attention_bench'"),
+        "no kind": ([good], "first argument or --kind"),
+        "no records": (["loss"], "no result records"),
+        "glob": (["loss", str(tmp_path / "zz*.json")], "no file matches"),
+        "labels": (["loss", good, "--labels", "a,b"], "2 labels for 1 records"),
+        "no loss": (["loss", write(tmp_path, "nl", no_loss)], "no loss.per_step"),
+        "no step": (["phases", write(tmp_path, "ns", no_step)], "no timing.step"),
+        "all oom": (["comm", write(tmp_path, "oom", record(rng, status="oom"))], "no record with status ok"),
+        "directory": (["loss", tmp_path], "is a directory"),
+        "no output dir": (["loss", good, "-o", tmp_path / "no" / "x.png"], "does not exist"),
+    }
+    (tmp_path / "x.json").write_text("{not json")
+    for name, (args, msg) in cases.items():
+        out = [] if "-o" in args else ["-o", tmp_path / "bad.png"]
+        p = run_plot(*args, *out)
+        assert p.returncode == 2, (name, p.stdout, p.stderr)
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("plot.py: error: "), (name, p.stderr)
+        assert msg is None or msg in lines[0], (name, lines[0])
+        assert not (tmp_path / "bad.png").exists(), name
