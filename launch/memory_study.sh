@@ -13,6 +13,8 @@
 #           timeline  memory timelines of xl ctx 2048: forward only, a train step with none and with full (+ PNGs)
 #           peer      PyTorch compiled, per-block checkpointing, xl bf16 ctx 8192 and 16384 (launch/torch_bench.py)
 #           small     small bf16 ctx 512 under every policy (planner check)
+#           planner   xl bf16 at ctx 512 and 8192 under every policy, one step each (the planner's peak vs measured)
+#           b8_head   the 8B 4-block proxy: the head chunked (auto) and whole (as v7), and optimizer.in_backward
 # Environment: PY (python with torch for the peer; default python3), STEPS (measured steps, default per stage).
 set -uo pipefail
 trainer=${1:?usage: memory_study.sh TRAINER OUT STAGE...}
@@ -83,6 +85,17 @@ for stage in "$@"; do
       for p in none selective full every_k sqrt nested; do
         run "small_c512_$p" small.json 2 5 checkpointing.policy=$p checkpointing.k=3
       done ;;
+    planner)
+      for c in 512 8192; do
+        for p in none selective full every_k sqrt nested; do
+          run "xl_c${c}_plan_$p" xl.json 0 1 model.context_length=$c checkpointing.policy=$p
+        done
+      done ;;
+    b8_head)
+      run b8_4blocks_sel_chunked leaderboard_8b.json 2 5 model.num_layers=4 data.batch_size=1
+      run b8_4blocks_sel_whole leaderboard_8b.json 2 5 model.num_layers=4 data.batch_size=1 \
+        checkpointing.lm_head_chunk_tokens=32768
+      run b8_4blocks_sel_inbwd leaderboard_8b.json 2 5 model.num_layers=4 data.batch_size=1 optimizer.in_backward=true ;;
     *) echo "memory_study.sh: unknown stage '$stage'" >&2; exit 2 ;;
   esac
 done

@@ -16,6 +16,10 @@ Modes (ANCHORS.md uses the same three):
   fp32      eager, strict fp32 (TF32 off), naive attention (materialised scores), the course's AdamW
   bf16      eager, torch.autocast bf16 (fp32 master weights), naive attention, fused torch.optim.AdamW
   compiled  bf16 autocast + F.scaled_dot_product_attention + torch.compile + fused torch.optim.AdamW
+  compiled_pure  the model built in bf16 (parameters, gradients and AdamW state bf16, as the 8B leaderboard's
+            reference: BasicsTransformerLM with torch_dtype bfloat16) + SDPA + torch.compile + fused AdamW, no autocast
+            (the trainer's precision bf16_pure)
+--compile-mode picks torch.compile's mode (default, reduce-overhead, max-autotune) for the compiled modes.
 --optimizer overrides the optimizer. torch.optim.AdamW is not quite the course's AdamW: it adds eps to
 sqrt(v / (1 - b2^t)) instead of to sqrt(v) (the same update with eps scaled by sqrt(1 - b2^t)); the decay
 p *= 1 - lr wd and everything else are the same. With eps = 1e-8 the difference is invisible in timing.
@@ -94,6 +98,7 @@ PRESETS: Dict[str, tuple] = {
     "large": (10000, 512, 1280, 5120, 36, 20),
     "xl": (10000, 512, 2560, 10240, 32, 32),
     "10B": (10000, 512, 4608, 12288, 50, 36),
+    "leaderboard_8b": (151936, 32768, 4096, 11008, 34, 32),
 }
 
 
@@ -103,7 +108,8 @@ def preset_config(preset: str, vocab, ctx) -> "ref.ModelConfig":
     return ref.ModelConfig(vocab_size=vocab or p_vocab, context_length=ctx or p_ctx, d_model=d_model, d_ff=d_ff,
                            num_layers=num_layers, num_heads=num_heads)
 SWEEP_PRESETS = ["small", "medium", "large", "xl", "10B"]
-MODES = ["fp32", "bf16", "compiled"]
+MODES = ["fp32", "bf16", "compiled", "compiled_pure"]
+COMPILE_MODES = ["default", "reduce-overhead", "max-autotune"]
 PHASES = ["forward", "forward_backward", "train_step"]   # in order of memory use: an OOM skips the later phases
 CHECKPOINTS = ["none", "block"]   # --checkpoint: none, or every block recomputed in the backward
 SCHEMA = "torch_bench.result/1"
@@ -241,7 +247,8 @@ def run_one(args, ctx: Optional[DistContext] = None) -> dict:
     rank = ctx.rank if ctx is not None else 0
     optimizer_kind = resolve_optimizer(args.mode, args.optimizer, device)
     cfg = preset_config(args.preset, args.vocab, args.ctx)
-    attention = "sdpa" if args.mode == "compiled" else "naive"
+    compiled = args.mode in ("compiled", "compiled_pure")
+    attention = "sdpa" if compiled else "naive"
     record = {
         "schema": SCHEMA, "status": "error", "error": None,
         "config": {"preset": args.preset, "mode": args.mode, "phase": args.phase, "device": device,
@@ -250,7 +257,9 @@ def run_one(args, ctx: Optional[DistContext] = None) -> dict:
                    "warmup": args.warmup, "steps": args.steps,
                    "attention": attention, "optimizer": optimizer_kind, "max_grad_norm": args.max_grad_norm,
                    "forward_no_grad": args.forward_no_grad, "allow_tf32": False, "seed": args.seed,
-                   "checkpoint": args.checkpoint},
+                   "checkpoint": args.checkpoint,
+                   "compile_mode": args.compile_mode if compiled else None,
+                   "param_dtype": "bf16" if args.mode == "compiled_pure" else "fp32"},
         "machine": machine_info(device),
         "model": {"params": sum(math.prod(s) for s in ref.param_shapes(cfg).values())},
     }
@@ -260,21 +269,22 @@ def run_one(args, ctx: Optional[DistContext] = None) -> dict:
                                 ddp_broadcast_buffers=False, backend=ctx.backend)
     t_start = time.perf_counter()
     try:
-        if args.mode == "compiled" and (device != "cuda" or not hasattr(torch, "compile")):
-            raise RuntimeError(f"mode 'compiled' needs CUDA and torch >= 2.0 "
+        if compiled and (device != "cuda" or not hasattr(torch, "compile")):
+            raise RuntimeError(f"mode '{args.mode}' needs CUDA and torch >= 2.0 "
                                f"(device {device}, torch {torch.__version__})")
         # Strict fp32 in every mode: the bf16 modes do their matmuls in bf16 through autocast anyway.
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         torch.manual_seed(args.seed)
-        model = ref.TransformerLM(cfg, attention=attention, device=device, dtype=torch.float32)
+        param_dtype = torch.bfloat16 if args.mode == "compiled_pure" else torch.float32
+        model = ref.TransformerLM(cfg, attention=attention, device=device, dtype=param_dtype)
         if args.checkpoint == "block":
             checkpoint_blocks(model)
         loss_fn = LossModule(model)
         if ctx is not None:   # DDP first, then torch.compile on the DDP module (dynamo's DDPOptimizer)
             loss_fn = wrap_ddp(loss_fn, ctx, args.bucket_cap_mb, args.ddp_static_graph)
-        if args.mode == "compiled":
-            loss_fn = torch.compile(loss_fn)
+        if compiled:
+            loss_fn = torch.compile(loss_fn, mode=None if args.compile_mode == "default" else args.compile_mode)
         x, y = make_batch(cfg, args.batch, args.seed + rank, device)
         params = list(model.parameters())
         optimizer = make_optimizer(optimizer_kind, params, lr=1e-3, weight_decay=0.01) \
@@ -450,7 +460,7 @@ def placeholder(args, preset: str, mode: str, phase: str, status: str, error: st
 
 def sweep(args) -> int:
     presets = args.presets or (["tiny"] if args.device == "cpu" else SWEEP_PRESETS)
-    modes = args.modes or ([m for m in MODES if m != "compiled"] if args.device == "cpu" else MODES)
+    modes = args.modes or ([m for m in MODES if not m.startswith("compiled")] if args.device == "cpu" else MODES)
     phases = args.phases or PHASES
     machine = machine_info(args.device)
     print(table_header(machine, args), flush=True)
@@ -494,6 +504,8 @@ def parse_args(argv=None):
     ap.add_argument("--preset", choices=list(PRESETS), default="small")
     ap.add_argument("--mode", choices=MODES, default="fp32")
     ap.add_argument("--phase", choices=PHASES, default="train_step")
+    ap.add_argument("--compile-mode", choices=COMPILE_MODES, default="default",
+                    help="torch.compile mode for the compiled modes (default: default)")
     ap.add_argument("--batch", type=int, default=4, help="rows per step, per rank under torchrun (default 4)")
     ap.add_argument("--ctx", type=int, default=None, help="tokens per row (default: preset's, 512; tiny 64)")
     ap.add_argument("--vocab", type=int, default=None, help="vocabulary (default: preset's, 10000; tiny 256)")

@@ -142,7 +142,7 @@ RunConfig load_plan_config(const Args& a, int world, std::string* assumed) {
     on_cpu = load_config(a.config, ov, world, /*cuda_available=*/false);
   } catch (const ConfigError&) {  // it needs cuda (bf16, nccl)
   }
-  const bool wants_cuda = !on_cpu || on_cuda.precision == "bf16" || on_cpu->attention == "flash2";
+  const bool wants_cuda = !on_cpu || bf16_precision(on_cuda.precision) || on_cpu->attention == "flash2";
   *assumed = fmt::format("device auto: planned for {} ({}; --device cpu|cuda to choose)",
                          wants_cuda ? "cuda (an H200)" : "cpu",
                          wants_cuda ? "the config asks for bf16, flash2 or nccl" : "the config runs on the CPU");

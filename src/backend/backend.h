@@ -75,6 +75,10 @@ struct AdamWArgs {
   int64_t t = 1;            // step number, 1-based, for the bias corrections
   float grad_scale = 1.f;   // g is multiplied by this first (gradient clipping folded in)
   bool grad_sumsq = false;  // also return sum_i g[i]^2 (of g as given, before grad_scale), fused into the same pass
+  bool stochastic_rounding = false;  // bf16 p: rounded stochastically (hash of seed, t, index_offset + i)
+  uint64_t seed = 0;
+  int64_t index_offset = 0;          // element 0's index in the whole state (stochastic rounding's counter)
+  double* sumsq_to = nullptr;        // with grad_sumsq: the sum is written here (device f64 on cuda), no sync
 };
 
 /// What GEMM autotuning did (cuda with gemm_autotune): shapes tuned, how many of them left the heuristic's first

@@ -42,7 +42,7 @@ using Names = std::vector<std::string_view>;
 // To add a job (attention_bench, collective_bench), a strategy or a policy, extend its list here.
 const Names kJobs{"train", "attention_bench", "collective_bench"};
 const Names kDevices{"auto", "cpu", "cuda"};
-const Names kPrecisions{"fp32", "bf16"};
+const Names kPrecisions{"fp32", "bf16", "bf16_pure"};
 const Names kAttention{"auto", "naive", "flash2"};
 const Names kCheckpointPolicies{"none", "selective", "full", "every_k", "sqrt", "nested"};
 const Names kStrategies{"none", "ddp_naive", "ddp_flat", "ddp_overlap", "ddp_bucketed", "zero1", "fsdp"};
@@ -79,6 +79,7 @@ void fields(S& c, F&& f) {
   f("k", c.k);
   f("blocks", c.blocks);
   f("lm_head_chunk_tokens", c.lm_head_chunk_tokens);
+  f("keep_attention", c.keep_attention);
 }
 template <Is<ParallelCfg> S, class F>
 void fields(S& p, F&& f) {
@@ -96,6 +97,8 @@ void fields(S& o, F&& f) {
   f("eps", o.eps);
   f("weight_decay", o.weight_decay);
   f("max_grad_norm", o.max_grad_norm);
+  f("in_backward", o.in_backward);
+  f("stochastic_rounding", o.stochastic_rounding);
   f("schedule", o.schedule);
   f("warmup_steps", o.warmup_steps);
   f("cosine_steps", o.cosine_steps);
@@ -543,7 +546,7 @@ void resolve(RunConfig& c, const std::string& path, int world_size, bool cuda_av
     fill(c.model.num_heads, p.num_heads);
   }
   if (c.device == "auto") c.device = cuda_available ? "cuda" : "cpu";
-  if (c.attention == "auto") c.attention = c.device == "cuda" && c.precision == "bf16" ? "flash2" : "naive";
+  if (c.attention == "auto") c.attention = c.device == "cuda" && bf16_precision(c.precision) ? "flash2" : "naive";
   const CommChoice comm = resolve_comm(c.parallel.comm, c.device, host);
   c.parallel.comm = comm.comm;
   if (!comm.warning.empty() && warnings) warnings->push_back(comm.warning);
@@ -601,7 +604,10 @@ const std::vector<KeyDoc>& key_docs() {
       {"model.rope_theta", "number > 0", "RoPE base theta"},
       {"device", one_of(kDevices), "auto: cuda when a GPU is visible, else cpu (the fp32 reference backend)"},
       {"precision", one_of(kPrecisions),
-       "bf16: fp32 master weights, grads and optimizer state, bf16 matmuls and activations (cuda only)"},
+       "bf16: fp32 master weights, grads and optimizer state, bf16 matmuls and activations (cuda only); "
+       "bf16_pure: weights, grads and AdamW m, v stored in bf16 as the leaderboard's reference model has them (AdamW "
+       "computed in fp32, rounded once; activations bf16 on cuda, fp32 on the cpu backend, which emulates the bf16 "
+       "storage)"},
       {"allow_tf32", "true | false", "let fp32 matmuls use TF32 tensor cores (cuda)"},
       {"gemm_autotune", "true | false",
        "cuda: on the first call of each GEMM shape, time cuBLASLt's candidate algorithms and keep the fastest"},
@@ -618,6 +624,10 @@ const std::vector<KeyDoc>& key_docs() {
        "full / none / selective: each listed block is recomputed on its own; every_k / sqrt / nested: consecutive "
        "listed blocks are grouped by the policy. null: every block under full / every_k / sqrt / nested, none under "
        "none / selective"},
+      {"checkpointing.keep_attention", "true | false",
+       "recomputed (checkpointed) blocks also keep attention's output O [N, d_model] and logsumexp from the "
+       "forward, so their recompute runs the GEMMs but not the attention forward (at long context about half of a "
+       "block's forward) for N x d_model activations more per checkpointed block; changes no number"},
       {"checkpointing.lm_head_chunk_tokens", "integer >= 0",
        "tokens per chunk of the fused LM head + cross-entropy (logits, loss and their gradients in one pass); "
        "0: auto, the largest multiple of 128 whose logits take at most 768 MiB"},
@@ -637,6 +647,12 @@ const std::vector<KeyDoc>& key_docs() {
       {"optimizer.eps", "number > 0", "AdamW denominator epsilon"},
       {"optimizer.weight_decay", "number >= 0", "decoupled weight decay (p -= lr*wd*p), applied to every parameter"},
       {"optimizer.max_grad_norm", "null | number > 0", "clip the global gradient L2 norm to this; null: no clipping"},
+      {"optimizer.in_backward", "true | false",
+       "AdamW updates each unit (embedding, block, head) as soon as its gradient is final, during the backward; "
+       "each unit's gradient then exists only from its backward to its update (strategy none, no clipping)"},
+      {"optimizer.stochastic_rounding", "true | false",
+       "bf16_pure: round each updated weight up or down at random in proportion (unbiased; deterministic in "
+       "init.seed, the step and the element) instead of to nearest; m and v are rounded to nearest"},
       {"optimizer.schedule", one_of(kSchedules), "cosine: linear warm-up to lr, cosine decay to min_lr"},
       {"optimizer.warmup_steps", "integer >= 0", "warm-up iterations of the schedule"},
       {"optimizer.cosine_steps", "integer >= 0 (>= warmup_steps)", "end of the cosine cycle; 0: the run's total steps"},
@@ -772,7 +788,14 @@ void validate_config(const RunConfig& c, int world_size) {
   check_enum(c.precision, kPrecisions, "precision");
   check_enum(c.attention, kAttention, "attention");
   CONFIG_CHECK(c.precision != "bf16" || c.device == "cuda",
-               "precision: bf16 needs device 'cuda' (the CPU backend is the fp32 reference)");
+               "precision: bf16 needs device 'cuda' (the CPU backend is the fp32 reference; bf16_pure runs there with "
+               "fp32 activations)");
+  CONFIG_CHECK(!bf16_storage(c.precision) || c.parallel.strategy == "none",
+               "precision: bf16_pure supports parallel.strategy 'none' (one rank) for now, got '{}'; use precision "
+               "bf16 (fp32 master) with the data-parallel strategies and fsdp", c.parallel.strategy);
+  CONFIG_CHECK(!c.optimizer.stochastic_rounding || bf16_storage(c.precision),
+               "optimizer: stochastic_rounding applies to precision bf16_pure (bf16 weights), got precision '{}'",
+               c.precision);
   CONFIG_CHECK(!c.cuda_graph || c.device == "cuda", "cuda_graph: needs device 'cuda', got device '{}'", c.device);
   CONFIG_CHECK(!c.cuda_graph, "cuda_graph: capturing the step in a CUDA graph is not implemented yet; set false");
 
@@ -816,6 +839,11 @@ void validate_config(const RunConfig& c, int world_size) {
   check_positive(o.eps, "optimizer.eps");
   check_non_negative(o.weight_decay, "optimizer.weight_decay");
   if (o.max_grad_norm) check_positive(*o.max_grad_norm, "optimizer.max_grad_norm");
+  CONFIG_CHECK(!o.in_backward || !o.max_grad_norm,
+               "optimizer: in_backward updates each unit before the global gradient norm is known, so it cannot clip; "
+               "set optimizer.max_grad_norm null or in_backward false");
+  CONFIG_CHECK(!o.in_backward || c.parallel.strategy == "none",
+               "optimizer: in_backward is implemented for parallel.strategy 'none', got '{}'", c.parallel.strategy);
   check_enum(o.schedule, kSchedules, "optimizer.schedule");
   check_non_negative(o.warmup_steps, "optimizer.warmup_steps");
   check_non_negative(o.cosine_steps, "optimizer.cosine_steps");
@@ -918,6 +946,9 @@ void validate_config(const RunConfig& c, int world_size) {
 }
 
 // ---- public: help ---------------------------------------------------------------------------------------------
+bool bf16_precision(const std::string& precision) { return precision == "bf16" || precision == "bf16_pure"; }
+bool bf16_storage(const std::string& precision) { return precision == "bf16_pure"; }
+
 std::string help_text() {
   std::string s =
       "usage: trainer [CONFIG.json] [--set key.path=value ...] [--print-config] [--log-all-ranks]\n"

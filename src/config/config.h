@@ -30,6 +30,7 @@ struct CheckpointingCfg {
   int k = 2;                         // every_k: blocks per recomputed segment
   std::optional<std::vector<int>> blocks;  // only these blocks are checkpointed (null: the policy's choice)
   int lm_head_chunk_tokens = 0;      // tokens per chunk of the fused LM head + loss; 0: auto (<= 768 MiB of logits)
+  bool keep_attention = false;       // recomputed blocks keep attention's output and logsumexp from the forward
 };
 
 struct ParallelCfg {
@@ -47,6 +48,9 @@ struct OptimizerCfg {
   double eps = 1e-8;
   double weight_decay = 0.01;
   std::optional<double> max_grad_norm;  // null: no clipping
+  bool in_backward = false;             // AdamW for each unit as soon as its gradient is final (strategy none,
+                                        //   no clipping); gradients then live per unit, never all at once
+  bool stochastic_rounding = false;     // bf16_pure: round the updated weights stochastically (else to nearest)
   std::string schedule = "constant";    // constant | cosine (linear warm-up, cosine decay to min_lr)
   int warmup_steps = 0;                 // schedule warm-up iterations
   int cosine_steps = 0;                 // end of the cosine cycle (iterations); 0: the run's total steps
@@ -100,7 +104,8 @@ struct RunConfig {
   std::string name = "";           // used in default output names; "": the config file's stem
   ModelCfg model;
   std::string device = "auto";     // auto (cuda when available) | cpu | cuda
-  std::string precision = "fp32";  // fp32 | bf16 (mixed: fp32 master weights, bf16 activations; cuda only)
+  std::string precision = "fp32";  // fp32 | bf16 (mixed: fp32 master weights, bf16 activations; cuda only) |
+                                   //   bf16_pure (weights, gradients, AdamW state and activations in bf16)
   bool allow_tf32 = false;
   bool gemm_autotune = true;       // cuda: time cuBLASLt's candidate algorithms per GEMM shape once, keep the fastest
   std::string attention = "auto";  // auto (flash2 for bf16 on cuda, else naive) | naive | flash2
@@ -181,6 +186,11 @@ ModelCfg preset_model(const std::string& name);
 /// record never claims a preset's shape it did not run.
 json changed_from_preset(const ModelCfg& m);
 std::vector<std::string> preset_names();
+
+/// Whether `precision` computes in bf16 on cuda (bf16 or bf16_pure).
+bool bf16_precision(const std::string& precision);
+/// Whether `precision` stores weights, gradients and AdamW state in bf16 (bf16_pure).
+bool bf16_storage(const std::string& precision);
 
 /// `trainer --help` text: usage, every key with its default and allowed values.
 std::string help_text();

@@ -31,7 +31,7 @@ AttentionBenchOptions attention_bench_options(const RunConfig& cfg) {
   AttentionBenchOptions o;
   o.warmup = std::max(0, cfg.bench.warmup_steps);
   o.iters = std::max(1, cfg.bench.measure_steps);
-  o.dtype_a = cfg.precision == "bf16" ? DType::bf16 : DType::f32;
+  o.dtype_a = bf16_precision(cfg.precision) ? DType::bf16 : DType::f32;
   return o;
 }
 

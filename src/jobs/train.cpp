@@ -25,7 +25,7 @@ namespace {
 // Peak dense rates used for MFU, measured on one H200 (ANCHORS.md): bf16 GEMM 756 TFLOP/s, fp32 (no TF32) 51.
 double peak_tflops(const RunConfig& c) {
   if (c.device != "cuda") return 0.0;
-  return c.precision == "bf16" ? 756.0 : (c.allow_tf32 ? 378.0 : 51.0);
+  return bf16_precision(c.precision) ? 756.0 : (c.allow_tf32 ? 378.0 : 51.0);
 }
 
 double all_ranks_sum(double x, Communicator& comm) {

@@ -7,7 +7,10 @@ namespace trainer {
 TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm, int world_size, bool init_weights) {
   TrainSetup s;
   s.dims = model_dims(cfg.model);
-  const DType act = cfg.precision == "bf16" ? DType::bf16 : DType::f32;
+  // Activations: bf16 for bf16 / bf16_pure on cuda (the cpu backend computes in fp32); weights, gradients and
+  // AdamW state: bf16 only for bf16_pure (emulated on the cpu).
+  const DType act = bf16_precision(cfg.precision) && cfg.device == "cuda" ? DType::bf16 : DType::f32;
+  const DType param = bf16_storage(cfg.precision) ? DType::bf16 : DType::f32;
   const AttnImpl attn = cfg.attention == "flash2" ? AttnImpl::flash2 : AttnImpl::naive;
   const int T = s.dims.context_length;
   s.rows_per_rank = cfg.data.batch_size / world_size;
@@ -22,7 +25,8 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
 
   s.strategy = make_strategy(cfg, be, comm);
   s.model = std::make_unique<Model>(be, s.dims, act, attn, ParamLayout::kAlign * world_size,
-                                    s.strategy->full_params(), ActivationPolicy::from(cfg.checkpointing));
+                                    ParamStorage(s.strategy->full_params(), s.strategy->full_grads(), param),
+                                    ActivationPolicy::from(cfg.checkpointing));
   if (init_weights) {  // the weight source; a sharded strategy copies its shards from it in attach()
     if (cfg.init.weights) {
       s.model->load(read_safetensors(*cfg.init.weights), *cfg.init.weights);

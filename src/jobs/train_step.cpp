@@ -15,6 +15,7 @@ double train_step(Backend& be, Model& model, Strategy& strategy, const StepShape
     if (size_t(i) < v.size()) mark(v[size_t(i)]);
   };
   mark(ev.start);
+  strategy.begin_step(lr, s.optimizer);
   if (s.backward) model.zero_grads();
   for (int m = 0; m < s.n_micro; ++m) {
     strategy.begin_microbatch(m, s.n_micro);

@@ -60,6 +60,7 @@ ActivationPolicy ActivationPolicy::from(const CheckpointingCfg& c) {
   p.k = c.k;
   p.blocks = c.blocks;
   p.lm_head_chunk_tokens = c.lm_head_chunk_tokens;
+  p.keep_attention = c.keep_attention;
   return p;
 }
 

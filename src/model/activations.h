@@ -65,6 +65,7 @@ struct ActivationPolicy {
   int k = 2;                               // every_k segment length
   std::optional<std::vector<int>> blocks;  // only these blocks are checkpointed (null: the policy's choice)
   int lm_head_chunk_tokens = 0;            // 0: auto
+  bool keep_attention = false;             // checkpointed blocks keep attn_out and lse (their recompute skips attention)
   static ActivationPolicy from(const CheckpointingCfg& c);
   /// Stored blocks keep the elementwise results too (policy none).
   bool keep_elementwise() const { return policy == "none"; }

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <thread>
 
+#include "core/bf16.h"
 #include "io/safetensors.h"
 
 namespace trainer {
@@ -49,12 +50,6 @@ void parallel_for(int64_t n, F&& f) {
   for (auto& t : pool) t.join();
 }
 
-float bf16_to_float(uint16_t h) {
-  uint32_t u = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 }  // namespace
 
 // ---- dims, layout, FLOPs -----------------------------------------------------------------------------------------
@@ -137,6 +132,7 @@ double forward_flops_per_token(const ModelDims& d) {
 struct Model::BlockActs {
   Tensor x_in, h1, rstd1, qkv, attn_out, lse, probs, x_mid, h2, rstd2, ab, g;
   bool elementwise_kept = false;
+  bool attention_done = false;  // attn_out and lse already hold this block's values (checkpointing.keep_attention)
 };
 
 // The backward's running gradient and temporaries, shared by all blocks: dx [N, D], dh [N, D], dg [N, F],
@@ -177,8 +173,9 @@ struct Carver {
 }  // namespace
 
 Model::Model(Backend& be, const ModelDims& dims, DType act_dtype, AttnImpl attn, int64_t flat_multiple,
-             bool full_params, ActivationPolicy policy)
+             ParamStorage storage, ActivationPolicy policy)
     : be_(be), dims_(dims), layout_(dims), act_dtype_(act_dtype), attn_(attn), policy_(std::move(policy)),
+      param_dtype_(storage.dtype),
       segments_(policy_.segments(dims.num_layers)),
       flat_size_(align_up(layout_.total(), std::max<int64_t>(flat_multiple, 1))),
       scratch_(std::make_unique<Scratch>()) {
@@ -194,14 +191,19 @@ Model::Model(Backend& be, const ModelDims& dims, DType act_dtype, AttnImpl attn,
   x_.resize(size_t(dims_.num_layers) + 1);
   x_alive_.assign(size_t(dims_.num_layers) + 1, false);
   store_.resize(size_t(dims_.num_layers));
+  attn_kept_.resize(size_t(dims_.num_layers));
   unit_written_.assign(size_t(layout_.num_units()), false);
-  if (!full_params) return;
-  const size_t P = size_t(flat_size_);
-  params_ = be_.alloc(P * 4, Category::parameters);
-  grads_ = be_.alloc(P * 4, Category::gradients);
+  TRAINER_CHECK(param_dtype_ == DType::f32 || param_dtype_ == DType::bf16, "Model: parameter dtype {} (f32 or bf16)",
+                dtype_name(param_dtype_));
+  if (!storage.full_params) return;
+  const size_t P = size_t(flat_size_), es = dtype_size(param_dtype_);
+  params_ = be_.alloc(P * es, Category::parameters);
   be_.fill(params(), 0.f);
-  be_.fill(grads(), 0.f);
-  if (act_dtype_ != DType::f32) {
+  if (storage.full_grads) {
+    grads_ = be_.alloc(P * es, Category::gradients);
+    be_.fill(grads(), 0.f);
+  }
+  if (act_dtype_ != param_dtype_ && param_dtype_ == DType::f32) {  // mixed precision: the bf16 working copy
     work_ = be_.alloc(P * dtype_size(act_dtype_), Category::parameters);
     be_.fill(params_work(), 0.f);
   }
@@ -211,15 +213,15 @@ Model::~Model() = default;
 
 Tensor Model::params() const {
   TRAINER_CHECK(params_, "Model::params: this model keeps no full parameters (the strategy shards them)");
-  return params_.view(DType::f32, {flat_size_});
+  return params_.view(param_dtype_, {flat_size_});
 }
 Tensor Model::grads() const {
-  TRAINER_CHECK(grads_, "Model::grads: this model keeps no full gradients (the strategy shards them)");
-  return grads_.view(DType::f32, {flat_size_});
+  TRAINER_CHECK(grads_, "Model::grads: this model keeps no full gradients (the strategy keeps them)");
+  return grads_.view(param_dtype_, {flat_size_});
 }
 Tensor Model::params_work() const {
   TRAINER_CHECK(params_, "Model::params_work: this model keeps no full parameters (the strategy shards them)");
-  return act_dtype_ == DType::f32 ? params() : work_.view(act_dtype_, {flat_size_});
+  return work_ ? work_.view(act_dtype_, {flat_size_}) : params();
 }
 
 Tensor Model::w(const ParamInfo& p, const UnitView& v, std::initializer_list<int64_t> shape) const {
@@ -300,6 +302,7 @@ void Model::free_x(int l) {
 
 void Model::free_activations() {
   for (auto& b : store_) b.reset();
+  for (auto& b : attn_kept_) b.reset();
   for (auto& b : x_) b.reset();
   x_alive_.assign(x_alive_.size(), false);
   backward_ready_ = false;
@@ -346,10 +349,7 @@ void Model::init_random(uint64_t seed) {
   init_tensors_.reset();
   init_seed_ = seed;
   if (!params_) return;
-  for (const ParamInfo& p : layout_.params()) {
-    const std::vector<float> host = initial_values(p);
-    be_.copy_from_host(static_cast<float*>(params_.data()) + p.offset, host.data(), host.size() * 4);
-  }
+  for (const ParamInfo& p : layout_.params()) upload(p, initial_values(p));
   sync_work_copy();
 }
 
@@ -372,25 +372,38 @@ void Model::load(std::map<std::string, HostTensor> tensors, const std::string& s
   init_seed_.reset();
   init_tensors_ = std::make_shared<const std::map<std::string, HostTensor>>(std::move(tensors));
   if (!params_) return;  // a sharded strategy copies its shard in setup(), then release_weight_source()
-  for (const ParamInfo& p : layout_.params()) {
-    const std::vector<float> host = initial_values(p);
-    be_.copy_from_host(static_cast<float*>(params_.data()) + p.offset, host.data(), host.size() * 4);
-  }
+  for (const ParamInfo& p : layout_.params()) upload(p, initial_values(p));
   release_weight_source();
   sync_work_copy();
 }
 
 void Model::release_weight_source() { init_tensors_.reset(); }
 
+void Model::upload(const ParamInfo& p, const std::vector<float>& host) {
+  if (param_dtype_ == DType::f32) {
+    be_.copy_from_host(static_cast<float*>(params_.data()) + p.offset, host.data(), host.size() * 4);
+    return;
+  }
+  std::vector<uint16_t> h(host.size());  // bf16_pure: rounded once, to nearest even
+  for (size_t i = 0; i < h.size(); ++i) h[i] = float_to_bf16(host[i]);
+  be_.copy_from_host(static_cast<uint16_t*>(params_.data()) + p.offset, h.data(), h.size() * 2);
+}
+
 std::vector<float> Model::download(const ParamInfo& p, bool grad) const {
   std::vector<float> host(size_t(p.numel));
   const Tensor b = grad ? grads() : params();
-  be_.copy_to_host(host.data(), static_cast<const float*>(b.data) + p.offset, host.size() * 4);
+  if (param_dtype_ == DType::f32) {
+    be_.copy_to_host(host.data(), static_cast<const float*>(b.data) + p.offset, host.size() * 4);
+    return host;
+  }
+  std::vector<uint16_t> h(host.size());
+  be_.copy_to_host(h.data(), static_cast<const uint16_t*>(b.data) + p.offset, h.size() * 2);
+  for (size_t i = 0; i < h.size(); ++i) host[i] = bf16_to_float(h[i]);
   return host;
 }
 
 void Model::sync_work_copy() {
-  if (params_ && act_dtype_ != DType::f32) be_.cast(params_work(), params());
+  if (work_) be_.cast(params_work(), params());
 }
 
 UnitView Model::full_view(int unit, UnitPass pass) {
@@ -398,7 +411,7 @@ UnitView Model::full_view(int unit, UnitPass pass) {
   UnitView v;
   v.weights = params_work().slice(b, {n});
   if (pass == UnitPass::backward || pass == UnitPass::forward_backward) {
-    v.grads = grads().slice(b, {n});
+    if (grads_) v.grads = grads().slice(b, {n});  // else the strategy supplies them (ParamStorage::full_grads)
     v.accumulate = unit_written_[size_t(unit)];
   }
   return v;
@@ -457,7 +470,7 @@ void Model::layer_forward(const UnitView& v, int l, BlockActs& a, Tensor x_out, 
   be_.rmsnorm_fwd(a.h1, a.rstd1, a.x_in, ln1, kNormEps);
   be_.matmul(a.qkv, a.h1, false, wqkv, true, 1.f, 0.f);  // [N, 3D] = h1 Wqkvᵀ
   be_.rope(a.qkv, s, float(dims_.rope_theta), false);
-  be_.attention_fwd(attn_, s, a.attn_out, a.lse, a.probs, a.qkv);
+  if (!a.attention_done) be_.attention_fwd(attn_, s, a.attn_out, a.lse, a.probs, a.qkv);
   be_.matmul_add(a.x_mid, a.attn_out, false, wo, true, a.x_in);  // x_mid = x_in + attn Woᵀ
   be_.rmsnorm_fwd(a.h2, a.rstd2, a.x_mid, ln2, kNormEps);
   be_.matmul(a.ab, a.h2, false, w13, true, 1.f, 0.f);  // [N, 2F] = h2 [W1; W3]ᵀ
@@ -512,9 +525,24 @@ void Model::block_forward(int l, UnitPass pass, Store store, bool need_output) {
   const bool elementwise = policy_.keep_elementwise();
   Buffer st = be_.alloc(store_bytes(table(rows_, T_), false, elementwise), Category::activations);
   BlockActs a = carve(static_cast<char*>(st.data()), x(l), rows_, T_, elementwise);
+  // checkpointing.keep_attention: a checkpointed block's forward keeps attn_out and lse aside; its recompute puts
+  // them back into the store instead of running the attention forward again (probs, naive only, are not kept).
+  Buffer& kept = attn_kept_[size_t(l)];
+  const bool reuse = kept && attn_ != AttnImpl::naive;
+  if (reuse) {
+    be_.copy(a.attn_out.data, kept.data(), a.attn_out.bytes());
+    be_.copy(a.lse.data, static_cast<char*>(kept.data()) + align_up(int64_t(a.attn_out.bytes()), 256), a.lse.bytes());
+    a.attention_done = true;
+  }
   const UnitView v = acquire(l + 1, pass);
   layer_forward(v, l, a, need_output ? x(l + 1) : Tensor(), s);
   release(l + 1, pass);
+  if (store == Store::discard && pass == UnitPass::forward && policy_.keep_attention && attn_ != AttnImpl::naive) {
+    const size_t o = size_t(align_up(int64_t(a.attn_out.bytes()), 256));
+    kept = be_.alloc(o + a.lse.bytes(), Category::activations);
+    be_.copy(kept.data(), a.attn_out.data, a.attn_out.bytes());
+    be_.copy(static_cast<char*>(kept.data()) + o, a.lse.data, a.lse.bytes());
+  }
   if (store == Store::keep) store_[size_t(l)] = std::move(st);  // else freed here: the next block reuses it
 }
 
@@ -530,6 +558,7 @@ void Model::block_backward(int l) {
     layer_backward(v, l, scratch_->dx.slice(0, {int64_t(rows_) * T_, dims_.d_model}), a, s);
     release(l + 1, UnitPass::backward);
     store_[size_t(l)].reset();
+    attn_kept_[size_t(l)].reset();
   }
   free_x(l);
 }
@@ -581,10 +610,20 @@ void Model::head(bool backward_next) {
   const Tensor losses = losses_.view(DType::f32, {loss_used_});
   const UnitView v = acquire(L + 1, pass);
   const Tensor lnf = w(*ln_final_, v, {D}), wlm = w(*lm_head_, v, {V, D});
+  // bf16 gradients (bf16_pure) over several chunks: the chunks' dW sum in an fp32 accumulator, added to the unit's
+  // gradient once (one rounding, as the reference's single GEMM).
+  const bool f32_acc = backward_next && v.grads.dtype != DType::f32 && N > C;
+  Buffer acc_buf;
+  UnitView gv = v;
+  if (f32_acc) {
+    acc_buf = be_.alloc(size_t(v.grads.numel()) * 4, Category::gradients);
+    gv.grads = acc_buf.view(DType::f32, {v.grads.numel()});
+    gv.accumulate = false;
+  }
   if (backward_next) be_.fill(dx, 0.f);  // rmsnorm_bwd adds into dx
   for (int64_t i0 = 0; i0 < N; i0 += C) {
     const int64_t n = std::min(C, N - i0);
-    const bool first = !v.accumulate && i0 == 0;  // write the head's gradients, else add
+    const bool first = !gv.accumulate && i0 == 0;  // write the head's gradients, else add
     const Tensor xs = xf.slice(i0 * D, {n, D}), hf = hf_all.slice(0, {n, D}), rstd = rstd_all.slice(0, {n}),
                  logits = logits_all.slice(0, {n, V});
     be_.rmsnorm_fwd(hf, rstd, xs, lnf, kNormEps);
@@ -594,8 +633,16 @@ void Model::head(bool backward_next) {
     if (!backward_next) continue;
     const Tensor dhf = dhf_all.slice(0, {n, D});
     be_.matmul(dhf, logits, false, wlm, false, 1.f, 0.f);                                  // dhf = dlogits Wlm
-    be_.matmul(g(*lm_head_, v, {V, D}), logits, true, hf, false, 1.f, first ? 0.f : 1.f);  // dWlm (+)= dlogitsᵀ hf
-    be_.rmsnorm_bwd(dx.slice(i0 * D, {n, D}), g(*ln_final_, v, {D}), dhf, xs, lnf, rstd, /*accumulate_dw=*/!first);
+    be_.matmul(g(*lm_head_, gv, {V, D}), logits, true, hf, false, 1.f, first ? 0.f : 1.f);  // dWlm (+)= dlogitsᵀ hf
+    be_.rmsnorm_bwd(dx.slice(i0 * D, {n, D}), g(*ln_final_, gv, {D}), dhf, xs, lnf, rstd, /*accumulate_dw=*/!first);
+  }
+  if (f32_acc) {  // the padding between the unit's parameters stays as it was (written by no one)
+    for (const ParamInfo* p : {ln_final_, lm_head_}) {
+      const Tensor src = g(*p, gv, {p->numel}), dst = g(*p, v, {p->numel});
+      if (v.accumulate) be_.add_inplace(dst, src);
+      else be_.cast(dst, src);
+    }
+    acc_buf.reset();
   }
   release(L + 1, pass);
   if (backward_next) free_x(L);

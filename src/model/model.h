@@ -68,15 +68,28 @@ class ParamLayout {
 /// full, as PaLM's MFU does). A training step is 3x that.
 double forward_flops_per_token(const ModelDims& d);
 
+/// What the Model allocates for its parameters (the strategy decides; jobs/train_setup.cpp).
+struct ParamStorage {
+  bool full_params = true;   // the full flat weights (and, in mixed precision, the bf16 working copy); false: the
+                             //   strategy keeps shards (fsdp)
+  bool full_grads = true;    // the full flat gradients; false: the strategy hands each unit's gradient out in
+                             //   UnitView::grads (optimizer.in_backward keeps them per unit)
+  DType dtype = DType::f32;  // storage dtype of weights and gradients: f32 (fp32 and mixed precision) or bf16
+                             //   (bf16_pure: no working copy; the AdamW state follows)
+  ParamStorage(bool full = true) : full_params(full), full_grads(full) {}  // NOLINT: bool = full buffers or none
+  ParamStorage(bool full, bool grads, DType t) : full_params(full), full_grads(grads), dtype(t) {}
+};
+
 class Model {
  public:
-  /// act_dtype f32 (fp32) or bf16 (mixed precision: adds a bf16 working copy). With full_params (every strategy but
-  /// fsdp) the Model allocates the full flat master weights, working copy and gradients; they hold flat_size() =
+  /// act_dtype f32 (fp32) or bf16 (mixed precision: adds a bf16 working copy of f32 weights; bf16_pure: the weights
+  /// themselves are bf16, storage.dtype). With storage.full_params (every strategy but fsdp) the Model allocates
+  /// the full flat weights, working copy and (storage.full_grads) gradients; they hold flat_size() =
   /// layout().total() rounded up to `flat_multiple` elements (zero padding), so sharded strategies can split them into
-  /// equal chunks. Without, the strategy attached by set_residency() keeps the weights (model/residency.h).
+  /// equal chunks. Without, the strategy attached by set_residency() keeps them (model/residency.h).
   /// `policy` decides what each block keeps for its backward (model/activations.h).
   Model(Backend& be, const ModelDims& dims, DType act_dtype, AttnImpl attn,
-        int64_t flat_multiple = ParamLayout::kAlign, bool full_params = true, ActivationPolicy policy = {});
+        int64_t flat_multiple = ParamLayout::kAlign, ParamStorage storage = {}, ActivationPolicy policy = {});
   int64_t flat_size() const { return flat_size_; }
   ~Model();
 
@@ -86,10 +99,13 @@ class Model {
   DType act_dtype() const { return act_dtype_; }
   AttnImpl attention() const { return attn_; }
   const ActivationPolicy& policy() const { return policy_; }
+  DType param_dtype() const { return param_dtype_; }  // storage dtype of weights and gradients (ParamStorage)
   bool has_full_params() const { return bool(params_); }
-  Tensor params() const;       // f32 [flat_size] master weights (full_params only)
-  Tensor grads() const;        // f32 [flat_size] (full_params only)
-  Tensor params_work() const;  // act dtype [flat_size]: the bf16 copy, or the master itself in fp32 (full_params only)
+  bool has_full_grads() const { return bool(grads_); }
+  Tensor params() const;       // param_dtype [flat_size] master weights (full_params only)
+  Tensor grads() const;        // param_dtype [flat_size] (full_grads only)
+  Tensor params_work() const;  // [flat_size] what the matmuls read: the bf16 copy in mixed precision, else the
+                               // master itself (full_params only)
 
   /// Truncated-normal init (DESIGN.md), deterministic in seed (counter-based, parallel over threads). Records the
   /// seed as the weight source (initial_values) and fills the full buffers when the model has them.
@@ -175,6 +191,7 @@ class Model {
   void head(bool backward_next);
   void layer_forward(const UnitView& v, int l, BlockActs& a, Tensor x_out, const AttnShape& s);
   void layer_backward(const UnitView& v, int l, Tensor dx, BlockActs& a, const AttnShape& s);
+  void upload(const ParamInfo& p, const std::vector<float>& host);  // into the full weights, in param_dtype
   Tensor x(int l) const;  // the residual stream entering block l (l = L: the head's input), [N, D]
   void alloc_x(int l);
   void free_x(int l);
@@ -186,6 +203,7 @@ class Model {
   DType act_dtype_;
   AttnImpl attn_;
   ActivationPolicy policy_;
+  DType param_dtype_ = DType::f32;
   std::vector<Segment> segments_;
   int64_t flat_size_ = 0;
   std::vector<LayerRefs> layer_refs_;
@@ -198,6 +216,7 @@ class Model {
   bool backward_ready_ = false;               // the last forward had backward_next and its backward is pending
   std::vector<Buffer> x_;                     // [L + 1] residual stream at each block boundary (empty: not alive)
   std::vector<Buffer> store_;                 // [L] a block's kept activations (empty: not alive)
+  std::vector<Buffer> attn_kept_;             // [L] checkpointing.keep_attention: a checkpointed block's attn_out, lse
   std::unique_ptr<Scratch> scratch_;          // the backward's gradient buffers and forward temporaries
   Buffer scratch_buf_, tokens_, losses_;      // tokens_: the step's inputs then targets, i32 [2 * loss_capacity_]
   Tensor cur_inputs_, cur_targets_;           // the last forward's tokens

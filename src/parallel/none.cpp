@@ -1,4 +1,10 @@
 // Strategy "none": one process owns everything; no communication.
+//
+// With optimizer.in_backward, AdamW updates each unit as soon as its gradient is final (the release of its backward
+// use on the step's last microbatch), and gradients live per unit: allocated at the unit's first backward use of the
+// step, freed after its update. The Model then keeps no flat gradient buffer (ParamStorage::full_grads false), so
+// at most the gradients of the units whose backward has run but whose update has not exist at once (with one
+// microbatch: one unit's). Without clipping only: the update cannot wait for the global norm.
 #include <cmath>
 
 #include "optim/adamw.h"
@@ -9,26 +15,95 @@ namespace trainer {
 namespace {
 class NoneStrategy final : public Strategy {
  public:
-  NoneStrategy(const RunConfig& cfg, Backend& be) : cfg_(cfg), be_(be) {}
+  NoneStrategy(const RunConfig& cfg, Backend& be) : cfg_(cfg), be_(be), in_backward_(cfg.optimizer.in_backward) {}
   std::string name() const override { return "none"; }
+  bool full_grads() const override { return !in_backward_; }
   void setup(Model& model) override {
     model_ = &model;
-    adamw_ = std::make_unique<AdamW>(be_, model.flat_size(), cfg_.optimizer);
+    adamw_ = std::make_unique<AdamW>(be_, model.flat_size(), cfg_.optimizer, model.param_dtype(), cfg_.init.seed);
+    if (!in_backward_) return;
+    const ParamLayout& lay = model.layout();
+    unit_grads_.resize(size_t(lay.num_units()));
+    gaps_.resize(size_t(lay.num_units()));
+    for (int u = 0; u < lay.num_units(); ++u) {  // alignment padding inside the unit: zero gradients
+      int64_t at = lay.unit_begin(u);
+      for (const ParamInfo& p : lay.params()) {
+        if (p.unit != u) continue;
+        if (p.offset > at) gaps_[size_t(u)].push_back({at - lay.unit_begin(u), p.offset - at});
+        at = p.offset + p.numel;
+      }
+      if (lay.unit_end(u) > at) gaps_[size_t(u)].push_back({at - lay.unit_begin(u), lay.unit_end(u) - at});
+    }
+    sumsq_ = be_.alloc(size_t(lay.num_units()) * 8, Category::optimizer);
+    be_.fill(Tensor(sumsq_.data(), DType::f32, be_.device(), {int64_t(lay.num_units()) * 2}), 0.f);
+  }
+  void begin_step(double lr, bool optimizer) override {
+    lr_ = lr;
+    update_in_backward_ = in_backward_ && optimizer;
+    if (update_in_backward_) adamw_->begin_step();
+  }
+  UnitView acquire(int unit, UnitPass pass) override {
+    if (!in_backward_) return Strategy::acquire(unit, pass);
+    UnitView v = model_->full_view(unit, pass);
+    if (pass != UnitPass::backward && pass != UnitPass::forward_backward) return v;
+    const ParamLayout& lay = model_->layout();
+    const int64_t n = lay.unit_end(unit) - lay.unit_begin(unit);
+    const DType t = model_->param_dtype();
+    Buffer& g = unit_grads_[size_t(unit)];
+    if (!g) {
+      g = be_.alloc(size_t(n) * dtype_size(t), Category::gradients);
+      for (const auto& [off, len] : gaps_[size_t(unit)]) be_.fill(g.view(t, {n}).slice(off, {len}), 0.f);
+      v.accumulate = false;
+    }
+    v.grads = g.view(t, {n});
+    return v;
+  }
+  void release(int unit, UnitPass pass) override {
+    Strategy::release(unit, pass);
+    if (!in_backward_ || (pass != UnitPass::backward && pass != UnitPass::forward_backward)) return;
+    if (micro_ + 1 < n_micro_ || !update_in_backward_) return;  // the gradient accumulates over microbatches
+    const ParamLayout& lay = model_->layout();
+    const int64_t b = lay.unit_begin(unit), n = lay.unit_end(unit) - b;
+    Buffer& g = unit_grads_[size_t(unit)];
+    Tensor work = model_->params_work().data == model_->params().data ? Tensor() : model_->params_work().slice(b, {n});
+    adamw_->step_range(b, model_->params().slice(b, {n}), g.view(model_->param_dtype(), {n}), work, lr_,
+                       static_cast<double*>(sumsq_.data()) + unit);
+    g.reset();  // stream-ordered: the caching allocator hands it out again only to later work on this stream
   }
   void finish_backward() override {}
-  double grad_norm() override { return std::sqrt(be_.sum_squares(model_->grads())); }
+  double grad_norm() override {
+    if (in_backward_) return std::sqrt(slots_sum());
+    return std::sqrt(be_.sum_squares(model_->grads()));
+  }
   double optimizer_step(double lr, double grad_scale, bool want_norm) override {
-    Tensor work = model_->act_dtype() == DType::f32 ? Tensor() : model_->params_work();
+    if (in_backward_) {  // every unit was updated during the backward; the norm from the update's own pass
+      (void)lr;
+      (void)grad_scale;
+      return want_norm ? std::sqrt(slots_sum()) : std::nan("");
+    }
+    Tensor work = model_->params_work().data == model_->params().data ? Tensor() : model_->params_work();
     const double sumsq = adamw_->step(model_->params(), model_->grads(), work, lr, grad_scale, want_norm);
     return want_norm ? std::sqrt(sumsq) : std::nan("");
   }
   size_t optimizer_state_bytes() const override { return adamw_ ? adamw_->state_bytes() : 0; }
 
  private:
+  double slots_sum() {  // (syncs) the units' sums of g^2, added in unit order
+    std::vector<double> h(unit_grads_.size());
+    be_.copy_to_host(h.data(), sumsq_.data(), h.size() * 8);
+    double s = 0;
+    for (double x : h) s += x;
+    return s;
+  }
   const RunConfig& cfg_;
   Backend& be_;
+  bool in_backward_ = false, update_in_backward_ = false;
+  double lr_ = 0;
   Model* model_ = nullptr;
   std::unique_ptr<AdamW> adamw_;
+  std::vector<Buffer> unit_grads_;                              // in_backward: each unit's gradient, while it lives
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> gaps_;  // in_backward: padding (offset, length) per unit
+  Buffer sumsq_;                                                // in_backward: f64 [units] sum g^2 of each update
 };
 }  // namespace
 

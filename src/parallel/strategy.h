@@ -32,6 +32,15 @@ class Strategy : public ParamResidency {
   /// Whether the Model should allocate the full flat parameter, bf16 copy and gradient buffers (false: fsdp keeps
   /// shards of its own).
   virtual bool full_params() const { return true; }
+  /// Whether the Model should allocate the full flat gradients (false: the strategy hands each unit's gradient
+  /// buffer out in acquire(); fsdp's staging buffers, none with optimizer.in_backward).
+  virtual bool full_grads() const { return full_params(); }
+  /// At the start of a step (before its first microbatch): the step's learning rate, and whether it ends with an
+  /// optimizer step (optimizer.in_backward updates each unit during the backward).
+  virtual void begin_step(double lr, bool optimizer) {
+    (void)lr;
+    (void)optimizer;
+  }
   /// Before microbatch m (0-based) of n_micro in the step.
   virtual void begin_microbatch(int m, int n_micro) {
     micro_ = m;

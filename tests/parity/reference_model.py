@@ -272,11 +272,16 @@ class AdamW(torch.optim.Optimizer):
     DESIGN.md applies the decay first (as torch.optim.AdamW does); the CS336 handout writes it after the Adam step.
     The two differ by lr * wd * (Adam update) <= lr^2 * wd per element, far below the parity tolerances.
     Unlike torch.optim.AdamW, eps is added to sqrt(v), not to sqrt(v / (1 - b2^t)); with eps = 0 they agree.
-    Weight decay is applied to every parameter (norm weights and embeddings too)."""
+    Weight decay is applied to every parameter (norm weights and embeddings too).
+
+    storage=torch.bfloat16 is the trainer's precision bf16_pure: p, m and v hold bf16 values (bf16 tensors, or fp32
+    tensors holding bf16 values when the model computes in fp32, as the trainer's CPU backend emulates it); each
+    update is computed in fp32 from them and rounded once (to nearest even) into p, m and v."""
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.01):
+                 weight_decay: float = 0.01, storage: Optional[torch.dtype] = None):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+        self.storage = storage
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -292,11 +297,18 @@ class AdamW(torch.optim.Optimizer):
                     state["v"] = torch.zeros_like(p)
                 state["t"] += 1
                 t, m, v, g = state["t"], state["m"], state["v"], p.grad
-                p.mul_(1.0 - lr * wd)
-                m.mul_(b1).add_(g, alpha=1.0 - b1)
-                v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
+                if self.storage is not None:   # fp32 math on the stored values, one rounding per tensor
+                    pf, mf, vf, gf = (x.to(torch.float32) for x in (p, m, v, g))
+                else:
+                    pf, mf, vf, gf = p, m, v, g
+                pf.mul_(1.0 - lr * wd)
+                mf.mul_(b1).add_(gf, alpha=1.0 - b1)
+                vf.mul_(b2).addcmul_(gf, gf, value=1.0 - b2)
                 alpha_t = lr * math.sqrt(1.0 - b2 ** t) / (1.0 - b1 ** t)
-                p.addcdiv_(m, v.sqrt().add_(eps), value=-alpha_t)
+                pf.addcdiv_(mf, vf.sqrt().add_(eps), value=-alpha_t)
+                if self.storage is not None:
+                    for dst, src in ((p, pf), (m, mf), (v, vf)):
+                        dst.copy_(src.to(self.storage))
         return None
 
 
@@ -414,4 +426,39 @@ def run_reference(cfg: ModelConfig, init: Dict[str, torch.Tensor], tokens: np.nd
         result.lrs.append(lr)
         optimizer.step()
     result.params = {name: p.detach().clone() for name, p in model.named_parameters()}
+    return result
+
+
+def run_reference_bf16_pure(cfg: ModelConfig, init: Dict[str, torch.Tensor], tokens: np.ndarray, steps: int,
+                            opt: OptimConfig, batch_size: int, compute=torch.float32, device: str = "cpu",
+                            attention: str = "naive") -> RunResult:
+    """The trainer's precision bf16_pure in PyTorch: weights, gradients and AdamW m, v hold bf16 values, the update is
+    computed in fp32 and rounded once (AdamW(storage=bf16)). compute=torch.float32: the model computes in fp32 on the
+    bf16 values and each gradient is rounded to bf16 once after the backward (the trainer's CPU backend);
+    compute=torch.bfloat16: the model is built in bf16, as the 8B leaderboard's reference (the trainer on CUDA).
+    One microbatch per step, no clipping (opt.max_grad_norm must be None)."""
+    if opt.max_grad_norm is not None:
+        raise ValueError("run_reference_bf16_pure: no clipping")
+    rounded = {k: v.to(torch.bfloat16) for k, v in init.items()}
+    model = build_model(cfg, rounded, dtype=compute, attention=attention).to(device)
+    params = list(model.parameters())
+    optimizer = AdamW(params, lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay,
+                      storage=torch.bfloat16)
+    result = RunResult([], [], [], {})
+    for step in range(steps):
+        x, y = (t.to(device) for t in sequential_batch(tokens, step, batch_size, cfg.context_length))
+        optimizer.zero_grad(set_to_none=True)
+        loss_sum = cross_entropy(model(x), y, reduction="sum")
+        (loss_sum / y.numel()).backward()
+        with torch.no_grad():
+            for p in params:
+                p.grad.copy_(p.grad.to(torch.bfloat16))
+        result.losses.append(loss_sum.item() / y.numel())
+        result.grad_norms.append(clip_grad_norm(params, None))
+        lr = lr_at(step, opt.lr, opt.schedule, opt.warmup_steps, opt.cosine_steps or steps, opt.min_lr)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        result.lrs.append(lr)
+        optimizer.step()
+    result.params = {name: p.detach().float().cpu().clone() for name, p in model.named_parameters()}
     return result

@@ -17,12 +17,17 @@ MetaRates MetaRates::for_target(Device d, bool allow_tf32) {
   MetaRates r;
   if (d == Device::cuda) {
     // One H200 (shared/ANCHORS.md, 2026-11-29): bf16 GEMM 8192^3 756 TFLOP/s, fp32 GEMM 51 (TF32: about 378, half
-    // the bf16 rate), device copy 4.2 TB/s; flash attention ~440 TFLOP/s of executed (causal) FLOPs at T 16384.
+    // the bf16 rate), device copy 4.2 TB/s. The training GEMMs of xl and the 8B model ran at 650-700 TFLOP/s
+    // (results/NOTES.md v0-v3). Flash attention, executed (causal) FLOPs: the Hopper kernels (d 64 / 128) forward
+    // 495-577 and backward ~400 TFLOP/s at T 16384 (kernels/flash_attn/NOTES.md, v7); the mma.sync kernels (d 80:
+    // xl) fitted to the xl ctx 16384 / 32768 steps of results/h200/2026-12-02/v8_memory (see results/NOTES.md v9).
     r.device = "cuda (H200)";
-    r.gemm_efficiency = 0.7;  // training GEMMs (K = d_model, skinny shapes) reach ~70% of the 8192^3 rate
+    r.gemm_efficiency = 0.88;
     r.gemm_bf16 = 756e12 * r.gemm_efficiency;
     r.gemm_f32 = (allow_tf32 ? 378e12 : 51e12) * r.gemm_efficiency;
-    r.attention_bf16 = 440e12;
+    r.attention_bf16 = 215e12;
+    r.attention_bf16_fwd_sm90 = 540e12;
+    r.attention_bf16_bwd_sm90 = 400e12;
     r.attention_f32 = 100e12;  // flash2 fp32 runs as 3xTF32: assumed ~1/4 of the bf16 kernel
     r.memory_bandwidth = 4.2e12;
     r.source = "H200 measurements in shared/ANCHORS.md (GEMM peaks times gemm_efficiency; attention fp32 assumed)";
@@ -30,7 +35,7 @@ MetaRates MetaRates::for_target(Device d, bool allow_tf32) {
     r.device = "cpu (nominal)";
     r.gemm_efficiency = 1;
     r.gemm_bf16 = r.gemm_f32 = 50e9;  // OpenBLAS sgemm on a few cores: nominal
-    r.attention_bf16 = r.attention_f32 = 10e9;
+    r.attention_bf16 = r.attention_f32 = r.attention_bf16_fwd_sm90 = r.attention_bf16_bwd_sm90 = 10e9;
     r.memory_bandwidth = 10e9;
     r.source = "nominal figures for a small multi-core CPU (not measured)";
   }
@@ -135,8 +140,10 @@ void MetaBackend::attention_fwd(AttnImpl impl, const AttnShape& s, Tensor out, T
   const bool flash = impl == AttnImpl::flash2 && (!cuda() || cuda_sizes::flash_supports_head_dim(s.d_head));
   if (flash) {  // flash2: the causal mask skips half the tiles
     if (cuda()) scratch(cuda_sizes::flash_fwd_workspace_bytes_h200(s, qkv.dtype));
-    account(f, s.causal ? f / 2 : f, qkv.dtype == DType::bf16 ? rates_.attention_bf16 : rates_.attention_f32,
-            b(qkv) + b(out) + b(lse));
+    const double rate = cuda_sizes::flash_uses_hopper_h200(s, qkv.dtype) ? rates_.attention_bf16_fwd_sm90
+                        : qkv.dtype == DType::bf16                      ? rates_.attention_bf16
+                                                                        : rates_.attention_f32;
+    account(f, s.causal ? f / 2 : f, rate, b(qkv) + b(out) + b(lse));
   } else {  // naive: full scores through GEMMs, probabilities written
     if (cuda()) scratch(cuda_sizes::naive_attention_fwd_scratch_bytes(s, qkv.dtype, probs.data != nullptr));
     const double tt = double(s.B) * s.H * double(s.T) * s.T;
@@ -152,8 +159,10 @@ void MetaBackend::attention_bwd(AttnImpl impl, const AttnShape& s, Tensor dqkv, 
   if (flash) {  // recomputes S and P: 2.5x the forward's executed FLOPs
     if (cuda()) scratch(cuda_sizes::flash_bwd_workspace_bytes_h200(s));
     const double fwd_exec = s.causal ? f / 4 : f / 2;
-    account(f, 2.5 * fwd_exec, qkv.dtype == DType::bf16 ? rates_.attention_bf16 : rates_.attention_f32,
-            b(qkv) + b(dout) + b(out) + b(lse) + b(dqkv));
+    const double rate = cuda_sizes::flash_uses_hopper_h200(s, qkv.dtype) ? rates_.attention_bf16_bwd_sm90
+                        : qkv.dtype == DType::bf16                      ? rates_.attention_bf16
+                                                                        : rates_.attention_f32;
+    account(f, 2.5 * fwd_exec, rate, b(qkv) + b(dout) + b(out) + b(lse) + b(dqkv));
   } else {
     const bool stored = probs.data != nullptr;
     if (cuda()) scratch(cuda_sizes::naive_attention_bwd_scratch_bytes(s, qkv.dtype, stored));
