@@ -10,9 +10,15 @@
 // Pattern: llm.c `llmc/adamw.cuh` (adamw_kernel3 updates the master weights and writes the low-precision copy).
 // 16-byte vector loads when every pointer allows it (the common case: whole allocations); otherwise scalar.
 // Optionally the same pass sums g^2 for the gradient norm (no separate read of the gradients).
+// bf16 storage (adamw_bf16): p, g, m, v bf16; the same per-element fp32 update (adamw_one), then p, m, v rounded to
+// bf16 once each (p optionally stochastically, backend/bf16.h). Reads 8 bytes and writes 6 per element. Each thread
+// takes chunks of 8 elements: the first chunk is the head up to p's 16-byte boundary (when g, m, v share p's
+// misalignment; else every chunk is loaded element by element), the rest are 16-byte vectors with a ragged tail.
 #include "adamw.cuh"
 #include "common.cuh"
 #include "reductions.cuh"
+
+#include "backend/bf16.h"
 
 #include <algorithm>
 #include <tuple>
@@ -95,6 +101,94 @@ __global__ __launch_bounds__(kThreads) void adamw_vec4_kernel(float4* __restrict
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
+// ---- bf16 storage ----
+constexpr int kChunk = 8;  // bf16 elements per 16-byte vector
+struct alignas(16) Bf16x8 {
+  bf16 v[kChunk];
+};
+
+/// Chunk c of [0, n): with head > 0 chunk 0 is [0, head), then chunks of 8 (the last may be short).
+struct Chunks {
+  int64_t n, head;
+  bool vec;  // chunks after the head may use 16-byte accesses (when whole)
+  __device__ __forceinline__ void range(int64_t c, int64_t& b, int64_t& e) const {
+    if (head > 0 && c == 0) {
+      b = 0;
+      e = head;
+      return;
+    }
+    b = head + (c - (head > 0)) * kChunk;
+    e = b + kChunk < n ? b + kChunk : n;
+  }
+};
+
+__device__ __forceinline__ bf16 bits_bf16(uint16_t u) { return __ushort_as_bfloat16(u); }
+
+template <bool kSumsq, bool kStochastic>
+__global__ __launch_bounds__(kThreads) void adamw_bf16_kernel(bf16* __restrict__ p, const bf16* __restrict__ g,
+                                                              bf16* __restrict__ m, bf16* __restrict__ v, Chunks ch,
+                                                              int64_t n_chunks, AdamWStep a, StochasticRounding sr,
+                                                              double* __restrict__ partials) {
+  double acc = 0.0;
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < n_chunks;
+       c += int64_t(gridDim.x) * blockDim.x) {
+    int64_t b, e;
+    ch.range(c, b, e);
+    const int cnt = int(e - b);
+    const bool vec = ch.vec && cnt == kChunk && !(ch.head > 0 && c == 0);
+    Bf16x8 pv, gv, mv, vv;
+    if (vec) {
+      pv = *reinterpret_cast<const Bf16x8*>(p + b);
+      gv = *reinterpret_cast<const Bf16x8*>(g + b);
+      mv = *reinterpret_cast<const Bf16x8*>(m + b);
+      vv = *reinterpret_cast<const Bf16x8*>(v + b);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kChunk; ++k) {
+        if (k < cnt) {
+          pv.v[k] = p[b + k];
+          gv.v[k] = g[b + k];
+          mv.v[k] = m[b + k];
+          vv.v[k] = v[b + k];
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kChunk; ++k) {
+      if (k >= cnt) break;
+      float pi = to_f32(pv.v[k]), mi = to_f32(mv.v[k]), vi = to_f32(vv.v[k]);
+      const float gi = to_f32(gv.v[k]);
+      if (kSumsq) acc += double(gi) * double(gi);
+      adamw_one(pi, gi, mi, vi, a);
+      if (kStochastic)
+        pv.v[k] = bits_bf16(bf16_bits::from_f32_stochastic(pi, bf16_bits::rounding_bits(sr.key, sr.index_offset + b + k)));
+      else
+        pv.v[k] = __float2bfloat16(pi);
+      mv.v[k] = __float2bfloat16(mi);
+      vv.v[k] = __float2bfloat16(vi);
+    }
+    if (vec) {
+      *reinterpret_cast<Bf16x8*>(p + b) = pv;
+      *reinterpret_cast<Bf16x8*>(m + b) = mv;
+      *reinterpret_cast<Bf16x8*>(v + b) = vv;
+    } else {
+#pragma unroll
+      for (int k = 0; k < kChunk; ++k) {
+        if (k < cnt) {
+          p[b + k] = pv.v[k];
+          m[b + k] = mv.v[k];
+          v[b + k] = vv.v[k];
+        }
+      }
+    }
+  }
+  if (kSumsq) {
+    __shared__ double shared[32];
+    acc = block_sum(acc, shared);
+    if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+  }
+}
+
 }  // namespace
 
 // ---- launchers ------------------------------------------------------------------------------------------------------
@@ -142,6 +236,32 @@ void adamw(float* p, const float* g, float* m, float* v, void* p_work, DType t_w
     CUDA_CHECK(cudaGetLastError());
     if (sumsq) reduce_partials(sumsq_out, partials, int(used), s);
   });
+}
+
+void adamw_bf16(bf16* p, const bf16* g, bf16* m, bf16* v, int64_t n, const AdamWStep& a, const StochasticRounding* sr,
+                double* partials, double* sumsq_out, cudaStream_t s) {
+  const bool sumsq = sumsq_out != nullptr;
+  if (n <= 0) {
+    if (sumsq) reduce_partials(sumsq_out, partials, 0, s);
+    return;
+  }
+  // Vector accesses when g, m and v are as misaligned as p (then one head of up to 7 elements aligns all four).
+  const uintptr_t mis = reinterpret_cast<uintptr_t>(p) & 15u;
+  const bool same = (reinterpret_cast<uintptr_t>(g) & 15u) == mis && (reinterpret_cast<uintptr_t>(m) & 15u) == mis &&
+                    (reinterpret_cast<uintptr_t>(v) & 15u) == mis;
+  Chunks ch{n, 0, same};
+  if (same && mis) ch.head = std::min<int64_t>(n, int64_t((16u - mis) / sizeof(bf16)));
+  const int64_t n_chunks = (ch.head > 0) + ceil_div<int64_t>(n - ch.head, kChunk);
+  unsigned G = elementwise_grid(n_chunks, kThreads);
+  if (sumsq) G = std::min<unsigned>(G, unsigned(kReduceMaxBlocks));
+  const StochasticRounding r = sr ? *sr : StochasticRounding{0, 0};
+  auto launch = [&](auto kernel) { kernel<<<G, kThreads, 0, s>>>(p, g, m, v, ch, n_chunks, a, r, partials); };
+  if (sumsq)
+    sr ? launch(adamw_bf16_kernel<true, true>) : launch(adamw_bf16_kernel<true, false>);
+  else
+    sr ? launch(adamw_bf16_kernel<false, true>) : launch(adamw_bf16_kernel<false, false>);
+  CUDA_CHECK(cudaGetLastError());
+  if (sumsq) reduce_partials(sumsq_out, partials, int(G), s);
 }
 
 }  // namespace trainer::kernels

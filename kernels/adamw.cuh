@@ -1,5 +1,5 @@
-// AdamW launcher over flat f32 parameter, gradient and moment arrays, with an optional working copy written in the
-// same pass.
+// AdamW launchers over flat parameter, gradient and moment arrays: fp32 (with an optional working copy written in the
+// same pass) or bf16 storage (rounded once per element, to nearest even or stochastically).
 #pragma once
 #include "common.cuh"  // first: it sets fmt up for nvcc (see there)
 
@@ -15,11 +15,25 @@ struct AdamWStep {
   float grad_scale;  // g is multiplied by this first
 };
 
+/// Stochastic rounding of the updated p on the bf16 path (backend/bf16.h): element i of a call gets the random bits
+/// rounding_bits(key, index_offset + i), key = rounding_key(seed, t).
+struct StochasticRounding {
+  uint64_t key;
+  int64_t index_offset;
+};
+
 /// One AdamW step on n elements of p, m, v (updated) from g; p_work (f32 or bf16, may be null) receives the updated p.
 /// If sumsq_out is non-null, *sumsq_out (device, fp64) = sum g^2 of g as given (before grad_scale), accumulated in
 /// fp64 over a fixed grid (per-block partials in `partials`, kReduceMaxBlocks doubles, then reduce_partials): the
 /// same value on every run.
 void adamw(float* p, const float* g, float* m, float* v, void* p_work, DType t_work, int64_t n, const AdamWStep& a,
            double* partials, double* sumsq_out, cudaStream_t s);
+
+/// The same step on bf16 storage: p, g, m, v bf16 [n] (any 2-byte-aligned starts), each element loaded to fp32,
+/// updated with adamw's fp32 formula, and p, m, v rounded once each: to nearest even, or p stochastically when sr is
+/// non-null. The result of an element does not depend on n, on the pointers' alignment or on the launch: one code
+/// path for every element. sumsq_out / partials as in adamw (fixed grid for a given n and alignment).
+void adamw_bf16(bf16* p, const bf16* g, bf16* m, bf16* v, int64_t n, const AdamWStep& a, const StochasticRounding* sr,
+                double* partials, double* sumsq_out, cudaStream_t s);
 
 }  // namespace trainer::kernels

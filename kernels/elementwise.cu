@@ -1,7 +1,7 @@
 // Elementwise kernels over flat arrays of n elements (grid-stride loops, fp32 arithmetic):
 //   fill:        x[i] = value                       x: f32 | bf16 | i32
 //   cast:        dst[i] = T_dst(src[i])             f32 <-> bf16 (round to nearest even), or a copy
-//   add_inplace: x[i] = T(f32(x[i]) + f32(y[i]))    f32 | bf16
+//   add_inplace: x[i] = TX(f32(x[i]) + f32(y[i]))   x, y: f32 | bf16 (each its own)
 //   scale:       x[i] = T(f32(x[i]) * alpha)        f32 | bf16
 // Pattern: llm.c `llmc/cuda_utils.cuh` and ggml `src/ggml-cuda/scale.cu` (one thread per element, grid-stride).
 #include "common.cuh"
@@ -24,10 +24,11 @@ __global__ __launch_bounds__(kThreads) void cast_kernel(TD* __restrict__ dst, co
     dst[i] = from_f32<TD>(to_f32(src[i]));
 }
 
-template <class T>
-__global__ __launch_bounds__(kThreads) void add_inplace_kernel(T* __restrict__ x, const T* __restrict__ y, int64_t n) {
+template <class TX, class TY>
+__global__ __launch_bounds__(kThreads) void add_inplace_kernel(TX* __restrict__ x, const TY* __restrict__ y,
+                                                               int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    x[i] = from_f32<T>(to_f32(x[i]) + to_f32(y[i]));
+    x[i] = from_f32<TX>(to_f32(x[i]) + to_f32(y[i]));
 }
 
 template <class T>
@@ -70,12 +71,15 @@ void cast(void* dst, DType dst_t, const void* src, DType src_t, int64_t n, cudaS
   CUDA_CHECK(cudaGetLastError());
 }
 
-void add_inplace(void* x, const void* y, DType t, int64_t n, cudaStream_t s) {
+void add_inplace(void* x, DType tx, const void* y, DType ty, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  dispatch_float(t, "add_inplace", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    add_inplace_kernel<T><<<elementwise_grid(n, kThreads), kThreads, 0, s>>>(static_cast<T*>(x),
-                                                                            static_cast<const T*>(y), n);
+  dispatch_float(tx, "add_inplace x", [&](auto ax) {
+    dispatch_float(ty, "add_inplace y", [&](auto ay) {
+      using TX = typename decltype(ax)::type;
+      using TY = typename decltype(ay)::type;
+      add_inplace_kernel<TX, TY><<<elementwise_grid(n, kThreads), kThreads, 0, s>>>(static_cast<TX*>(x),
+                                                                                   static_cast<const TY*>(y), n);
+    });
   });
   CUDA_CHECK(cudaGetLastError());
 }

@@ -10,8 +10,8 @@ namespace trainer::kernels {
 void fill(void* x, DType t, int64_t n, float value, cudaStream_t s);
 /// dst[i] = src[i] converted (f32 <-> bf16 round-to-nearest-even; same dtype: a plain copy). f32 or bf16.
 void cast(void* dst, DType dst_t, const void* src, DType src_t, int64_t n, cudaStream_t s);
-/// x[i] += y[i] in fp32, stored back in t (f32 or bf16).
-void add_inplace(void* x, const void* y, DType t, int64_t n, cudaStream_t s);
+/// x[i] += y[i] in fp32, rounded once into x's dtype. x and y f32 or bf16, each its own dtype.
+void add_inplace(void* x, DType tx, const void* y, DType ty, int64_t n, cudaStream_t s);
 /// x[i] *= alpha in fp32, stored back in t (f32 or bf16).
 void scale(void* x, DType t, int64_t n, float alpha, cudaStream_t s);
 

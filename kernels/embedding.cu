@@ -1,10 +1,11 @@
 // Token embedding (DESIGN.md: token_embeddings.weight [vocab, d_model]).
 //   forward:  out[n, d] = table[tokens[n], d]
 //   backward: dtable[v, d] += sum over {n : tokens[n] = v} of dout[n, d], summed in increasing n
-// tokens i32 [N]; table [V, D] and out [N, D] f32 or bf16; dtable f32 [V, D]; dout f32 or bf16 [N, D].
+// tokens i32 [N]; table [V, D] and out [N, D] f32 or bf16; dtable f32 or bf16 [V, D]; dout f32 or bf16 [N, D].
 // The backward avoids atomics (whose order, hence rounding, changes between runs): the (token, n) pairs are sorted
 // by token with a stable radix sort (cub::DeviceRadixSort::SortPairs), then one block per run of equal tokens sums
-// that run's rows into a register per column and adds it to dtable once. Pattern: llm.c `llmc/encoder.cuh`
+// that run's rows into an fp32 register per column and adds it to dtable once (a bf16 dtable is rounded once per
+// element per call: dtable = bf16(f32(dtable) + sum)). Pattern: llm.c `llmc/encoder.cuh`
 // (encoder_backward buckets positions by token for a deterministic backward; it buckets on the host, we sort on
 // the device so that no host sync is needed).
 #include "common.cuh"
@@ -38,8 +39,8 @@ __global__ __launch_bounds__(kThreads) void iota_kernel(int32_t* __restrict__ x,
 }
 
 // Block i works only if sorted position i starts a run of equal tokens; it then owns dtable's row for that token.
-template <class TD>
-__global__ __launch_bounds__(kThreads) void embedding_bwd_kernel(float* __restrict__ dtable,
+template <class TT, class TD>
+__global__ __launch_bounds__(kThreads) void embedding_bwd_kernel(TT* __restrict__ dtable,
                                                                  const int32_t* __restrict__ keys,
                                                                  const int32_t* __restrict__ rows,
                                                                  const TD* __restrict__ dout, int64_t N, int64_t V,
@@ -50,11 +51,11 @@ __global__ __launch_bounds__(kThreads) void embedding_bwd_kernel(float* __restri
   if (tok < 0 || tok >= V) return;
   int64_t end = i + 1;
   while (end < N && keys[end] == tok) ++end;
-  float* drow = dtable + int64_t(tok) * D;
+  TT* drow = dtable + int64_t(tok) * D;
   for (int c = threadIdx.x; c < D; c += blockDim.x) {
     float acc = 0.f;
     for (int64_t j = i; j < end; ++j) acc += to_f32(dout[int64_t(rows[j]) * D + c]);
-    drow[c] += acc;
+    drow[c] = from_f32<TT>(to_f32(drow[c]) + acc);
   }
 }
 
@@ -91,8 +92,8 @@ size_t embedding_bwd_scratch_bytes(int64_t N, int64_t V) {
   return 3 * align_up(size_t(N) * sizeof(int32_t)) + align_up(cub_temp_bytes(N));
 }
 
-void embedding_bwd(float* dtable, const int32_t* tokens, const void* dout, DType tdout, int64_t N, int64_t V, int D,
-                   void* scratch, size_t scratch_bytes, cudaStream_t s) {
+void embedding_bwd(void* dtable, DType tdtable, const int32_t* tokens, const void* dout, DType tdout, int64_t N,
+                   int64_t V, int D, void* scratch, size_t scratch_bytes, cudaStream_t s) {
   if (N <= 0) return;
   TRAINER_CHECK(scratch_bytes >= embedding_bwd_scratch_bytes(N, V), "embedding_bwd: scratch of {} bytes is too small",
                 scratch_bytes);
@@ -107,11 +108,14 @@ void embedding_bwd(float* dtable, const int32_t* tokens, const void* dout, DType
   CUDA_CHECK(cudaGetLastError());
   // All 32 key bits: then equal tokens are contiguous even when some are out of range, so no two blocks share a row.
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, keys_out, rows_in, rows_out, N, 0, 32, s));
-  dispatch_float(tdout, "embedding_bwd dout", [&](auto ad) {
-    using TD = typename decltype(ad)::type;
-    const int threads = D <= 128 ? 64 : (D <= 512 ? 128 : kThreads);
-    embedding_bwd_kernel<TD><<<unsigned(N), threads, 0, s>>>(dtable, keys_out, rows_out, static_cast<const TD*>(dout),
-                                                             N, V, D);
+  dispatch_float(tdtable, "embedding_bwd dtable", [&](auto at) {
+    dispatch_float(tdout, "embedding_bwd dout", [&](auto ad) {
+      using TT = typename decltype(at)::type;
+      using TD = typename decltype(ad)::type;
+      const int threads = D <= 128 ? 64 : (D <= 512 ? 128 : kThreads);
+      embedding_bwd_kernel<TT, TD><<<unsigned(N), threads, 0, s>>>(static_cast<TT*>(dtable), keys_out, rows_out,
+                                                                   static_cast<const TD*>(dout), N, V, D);
+    });
   });
   CUDA_CHECK(cudaGetLastError());
 }

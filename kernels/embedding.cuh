@@ -15,10 +15,11 @@ void embedding_fwd(void* out, DType tout, const int32_t* tokens, const void* tab
 /// Bytes of scratch embedding_bwd needs for N tokens (sort keys, values and CUB's temp space; V is unused for now).
 size_t embedding_bwd_scratch_bytes(int64_t N, int64_t V);
 
-/// dtable[tokens[n], :] += dout[n, :] for every n; dtable f32 [V, D], dout f32 or bf16 [N, D]. Deterministic: the
-/// tokens are sorted stably (CUB radix sort), and each distinct token's rows are summed in increasing n by one block.
-/// Tokens outside [0, V) are skipped.
-void embedding_bwd(float* dtable, const int32_t* tokens, const void* dout, DType tdout, int64_t N, int64_t V, int D,
-                   void* scratch, size_t scratch_bytes, cudaStream_t s);
+/// dtable[tokens[n], :] += dout[n, :] for every n; dtable f32 or bf16 [V, D], dout f32 or bf16 [N, D]. Deterministic:
+/// the tokens are sorted stably (CUB radix sort), and each distinct token's rows are summed in fp32 in increasing n
+/// by one block, which then adds the sum to dtable's row once (one rounding per element for a bf16 dtable; no fp32
+/// copy of the table). Tokens outside [0, V) are skipped.
+void embedding_bwd(void* dtable, DType tdtable, const int32_t* tokens, const void* dout, DType tdout, int64_t N,
+                   int64_t V, int D, void* scratch, size_t scratch_bytes, cudaStream_t s);
 
 }  // namespace trainer::kernels

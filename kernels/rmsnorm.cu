@@ -3,7 +3,8 @@
 //   backward: with c[n] = mean_d w[d] dy[n,d] x[n,d],
 //             dx[n,d] += r[n] (w[d] dy[n,d] - x[n,d] r[n]^2 c[n])        (accumulates into the residual gradient)
 //             dw[d]   += sum_n dy[n,d] x[n,d] r[n]                      (fixed-order two-stage sum: deterministic)
-// Shapes: x, y, dy, dx [N, D] row-major (f32 or bf16, each its own dtype); w [D] f32 or bf16; r [N] f32; dw [D] f32.
+// Shapes: x, y, dy, dx [N, D] row-major (f32 or bf16, each its own dtype); w [D] f32 or bf16; r [N] f32; dw [D] f32
+// or bf16 (the column sum in fp32, then one rounding per element).
 // One block per row (forward); the backward's blocks each take rows b, b + G, b + 2G, ... and keep their own
 // partial dw row in shared memory (d_model floats, so d_model <= 57856). Pattern: llm.c `llmc/layernorm.cuh`
 // (layernorm_backward_kernel10 keeps per-block dweight partials and sums them in a second step); ggml
@@ -80,7 +81,8 @@ __global__ __launch_bounds__(kMaxThreads) void rmsnorm_bwd_kernel(TDX* __restric
 // 32 warps (not 8): with d_model / 32 blocks only (24 for d_model 768, 80 for 2560) the sum is latency-bound, and
 // four times the loads in flight shorten it.
 constexpr int kSumCols = 32, kSumWarps = 32;
-__global__ __launch_bounds__(kSumCols * kSumWarps) void rmsnorm_dw_sum_kernel(float* __restrict__ dw,
+template <class TW>
+__global__ __launch_bounds__(kSumCols * kSumWarps) void rmsnorm_dw_sum_kernel(TW* __restrict__ dw,
                                                                               const float* __restrict__ partial,
                                                                               int G, int D, bool accumulate) {
   __shared__ float acc_w[kSumWarps][kSumCols];
@@ -95,7 +97,7 @@ __global__ __launch_bounds__(kSumCols * kSumWarps) void rmsnorm_dw_sum_kernel(fl
     float total = 0.f;
 #pragma unroll
     for (int k = 0; k < kSumWarps; ++k) total += acc_w[k][lane];
-    dw[c] = accumulate ? dw[c] + total : total;
+    dw[c] = from_f32<TW>(accumulate ? to_f32(dw[c]) + total : total);
   }
 }
 
@@ -189,6 +191,16 @@ int vec_threads(int D) { return ceil_div(D / kVec, 32) * 32; }
 
 int bwd_blocks(int64_t N) { return int(N < kBwdBlocks ? N : kBwdBlocks); }
 
+/// dw (+)= the column sum of partial [G, D] (rmsnorm_dw_sum_kernel) in dw's dtype.
+void dw_sum(void* dw, DType tdw, const float* partial, int G, int D, bool accumulate, cudaStream_t s) {
+  dispatch_float(tdw, "rmsnorm_bwd dw", [&](auto aw) {
+    using TW = typename decltype(aw)::type;
+    rmsnorm_dw_sum_kernel<TW><<<ceil_div(D, kSumCols), kSumCols * kSumWarps, 0, s>>>(static_cast<TW*>(dw), partial,
+                                                                                     G, D, accumulate);
+  });
+  CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
 
 // ---- launchers ------------------------------------------------------------------------------------------------------
@@ -218,10 +230,11 @@ void rmsnorm_fwd(void* y, DType ty, float* rstd, const void* x, DType tx, const 
 
 size_t rmsnorm_bwd_scratch_bytes(int64_t N, int D) { return cuda_sizes::rmsnorm_bwd_scratch_bytes(N, D); }
 
-void rmsnorm_bwd(void* dx, DType tdx, float* dw, const void* dy, DType tdy, const void* x, DType tx, const void* w,
-                 DType tw, const float* rstd, int64_t N, int D, void* scratch, bool accumulate_dw, cudaStream_t s) {
+void rmsnorm_bwd(void* dx, DType tdx, void* dw, DType tdw, const void* dy, DType tdy, const void* x, DType tx,
+                 const void* w, DType tw, const float* rstd, int64_t N, int D, void* scratch, bool accumulate_dw,
+                 cudaStream_t s) {
   if (N <= 0) {
-    if (!accumulate_dw) CUDA_CHECK(cudaMemsetAsync(dw, 0, size_t(D) * sizeof(float), s));
+    if (!accumulate_dw) CUDA_CHECK(cudaMemsetAsync(dw, 0, size_t(D) * dtype_size(tdw), s));
     return;
   }
   const int G = bwd_blocks(N);
@@ -231,8 +244,7 @@ void rmsnorm_bwd(void* dx, DType tdx, float* dw, const void* dy, DType tdy, cons
                                                         static_cast<const bf16*>(x), static_cast<const bf16*>(w),
                                                         rstd, N, D);
     CUDA_CHECK(cudaGetLastError());
-    rmsnorm_dw_sum_kernel<<<ceil_div(D, kSumCols), kSumCols * kSumWarps, 0, s>>>(dw, partial, G, D, accumulate_dw);
-    CUDA_CHECK(cudaGetLastError());
+    dw_sum(dw, tdw, partial, G, D, accumulate_dw, s);
     return;
   }
   dispatch_float(tdx, "rmsnorm_bwd dx", [&](auto adx) {
@@ -255,8 +267,7 @@ void rmsnorm_bwd(void* dx, DType tdx, float* dw, const void* dy, DType tdy, cons
     });
   });
   CUDA_CHECK(cudaGetLastError());
-  rmsnorm_dw_sum_kernel<<<ceil_div(D, kSumCols), kSumCols * kSumWarps, 0, s>>>(dw, partial, G, D, accumulate_dw);
-  CUDA_CHECK(cudaGetLastError());
+  dw_sum(dw, tdw, partial, G, D, accumulate_dw, s);
 }
 
 }  // namespace trainer::kernels

@@ -1,5 +1,5 @@
 // RMSNorm launchers (forward and backward). x, y, dx, dy: [N, D] row-major, f32 or bf16; w: [D] f32 or bf16;
-// rstd: [N] f32; dw: [D] f32.
+// rstd: [N] f32; dw: [D] f32 or bf16.
 #pragma once
 #include "common.cuh"  // first: it sets fmt up for nvcc (see there)
 
@@ -15,9 +15,10 @@ void rmsnorm_fwd(void* y, DType ty, float* rstd, const void* x, DType tx, const 
 size_t rmsnorm_bwd_scratch_bytes(int64_t N, int D);
 
 /// dx += rstd * (w*dy - x * rstd^2 * mean_d(w*dy*x)) and dw += sum_n dy*x*rstd (dw = ... when !accumulate_dw). dw is reduced in a
-/// fixed order (per-block partials in `scratch`, then a column sum), so results are deterministic. dx may be f32 or
-/// bf16 and has its own dtype; dy and x likewise.
-void rmsnorm_bwd(void* dx, DType tdx, float* dw, const void* dy, DType tdy, const void* x, DType tx, const void* w,
-                 DType tw, const float* rstd, int64_t N, int D, void* scratch, bool accumulate_dw, cudaStream_t s);
+/// fixed order (per-block partials in `scratch`, then a column sum in fp32), so results are deterministic; a bf16 dw
+/// is rounded once per element. dx may be f32 or bf16 and has its own dtype; dy, x and dw likewise.
+void rmsnorm_bwd(void* dx, DType tdx, void* dw, DType tdw, const void* dy, DType tdy, const void* x, DType tx,
+                 const void* w, DType tw, const float* rstd, int64_t N, int D, void* scratch, bool accumulate_dw,
+                 cudaStream_t s);
 
 }  // namespace trainer::kernels

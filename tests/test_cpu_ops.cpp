@@ -403,13 +403,19 @@ TEST_CASE("CpuBackend: description, memory, events, copies, fill, cast, dtype er
   be.record(*e1);
   CHECK(be.elapsed_ms(*e0, *e1) >= 0.f);
 
-  std::vector<uint16_t> half(8);
-  Tensor bf(half.data(), DType::bf16, Device::cpu, {8});
-  std::vector<float> f(8);
-  CHECK_THROWS_AS(be.fill(bf, 1.f), RuntimeError);
-  CHECK_THROWS_AS(be.cast(t32(f, {8}), bf), RuntimeError);
-  CHECK_THROWS_AS(be.add_inplace(bf, bf), RuntimeError);
-  CHECK_THROWS_AS(be.scale(bf, 2.f), RuntimeError);
+  // bf16 activations are CUDA-only (bf16 storage ops: tests/test_bf16_storage.cpp).
+  std::vector<uint16_t> half(24);
+  std::vector<float> f24(24), f12(12), f8(8), r4(4), r2(2);
+  Tensor bf(half.data(), DType::bf16, Device::cpu, {2, 12});
+  AttnShape s;
+  s.B = 1, s.T = 2, s.H = 2, s.d_head = 2;
+  CHECK_THROWS_AS(be.rope(bf, s, 10000.f, false), RuntimeError);
+  CHECK_THROWS_AS(be.attention_fwd(AttnImpl::flash2, s, t32(f8, {2, 4}), t32(r4, {4}), Tensor(), bf), RuntimeError);
+  CHECK_THROWS_AS(be.swiglu_fwd(t32(f12, {2, 6}), bf), RuntimeError);
+  CHECK_THROWS_AS(be.rmsnorm_fwd(t32(f24, {2, 12}), t32(r2, {2}), bf, t32(f12, {12}), 1e-5f), RuntimeError);
+  std::vector<int32_t> tg(2, 0);
+  CHECK_THROWS_AS(be.cross_entropy(t32(r2, {2}), Tensor(), bf, Tensor(tg.data(), DType::i32, Device::cpu, {2}), 1.f),
+                  RuntimeError);
   std::vector<float> a(6), b(6), c(4);
   CHECK_THROWS_AS(be.matmul(t32(c, {2, 2}), t32(a, {2, 3}), false, t32(b, {2, 3}), false, 1, 0), RuntimeError);
 }

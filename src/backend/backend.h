@@ -7,7 +7,11 @@
 // Layouts (row-major; N = B*T rows of a microbatch, D = d_model, F = d_ff, H = num_heads, dh = d_head = D/H):
 //   activations x, h   [N, D]       qkv [N, 3D] = [q | k | v], head h of q at columns h*dh .. h*dh+dh-1
 //   ab  [N, 2F] = [w1 x | w3 x]     g [N, F]     logits [N, V]     lse [B, H, T] fp32     probs [B, H, T, T]
-// Activation dtype is fp32, or bf16 in mixed precision (CUDA only). Gradients of weights are always fp32.
+// Activation dtype is fp32, or bf16 in mixed precision (CUDA only). Parameters, their gradients and the AdamW
+// moments are fp32, or all bf16 in pure-bf16 training (bf16 storage, "precision: bf16_pure"): every op that writes a
+// bf16 parameter-shaped tensor (weight gradients of matmul, rmsnorm_bwd's dw, embedding_bwd's dtable, AdamW's p, m,
+// v) accumulates in fp32 and rounds each element once per call, to nearest even (backend/bf16.h). On the CPU backend
+// bf16 is storage only (emulated: converted to fp32 temporaries, results rounded); CPU activations stay f32.
 #pragma once
 #include <memory>
 #include <string>
@@ -74,11 +78,16 @@ struct AdamWArgs {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.01f;
   int64_t t = 1;            // step number, 1-based, for the bias corrections
   float grad_scale = 1.f;   // g is multiplied by this first (gradient clipping folded in)
-  bool grad_sumsq = false;  // also return sum_i g[i]^2 (of g as given, before grad_scale), fused into the same pass
-  bool stochastic_rounding = false;  // bf16 p: rounded stochastically (hash of seed, t, index_offset + i)
+  bool grad_sumsq = false;  // also sum_i g[i]^2 (of g as given, before grad_scale), fused into the same pass
+  /// bf16 path only: the new p is rounded stochastically (m and v stay round-to-nearest-even) with the random bits
+  /// of backend/bf16.h: r = hash(seed, t, index_offset + i) for element i of this call, so the result depends only
+  /// on (seed, t, the element's index) and not on how a range is split into calls or launched; E[round(x)] = x.
+  bool stochastic_rounding = false;
   uint64_t seed = 0;
-  int64_t index_offset = 0;          // element 0's index in the whole state (stochastic rounding's counter)
-  double* sumsq_to = nullptr;        // with grad_sumsq: the sum is written here (device f64 on cuda), no sync
+  int64_t index_offset = 0;  // index of this call's first element in the caller's flat numbering (any int64)
+  /// With grad_sumsq: where the fp64 sum of g^2 is written (a device pointer on cuda, a host pointer on cpu; one
+  /// double). Then adamw neither synchronises nor returns the sum (it returns 0). Null: adamw returns it (syncs).
+  double* sumsq_to = nullptr;
 };
 
 /// What GEMM autotuning did (cuda with gemm_autotune): shapes tuned, how many of them left the heuristic's first
@@ -127,8 +136,11 @@ class Backend {
   RangeSink* range_sink() const { return ranges_; }
 
   // ---- ops (see each implementation's source for the formula and reference) -----------------------------------
-  /// C[M,N] = alpha * op(A) op(B) + beta * C, op(X) = X or Xᵀ. A, B f32 or bf16 (same dtype); C f32 or A's dtype.
-  /// Tensors are seen as matrices (rows(), cols()). beta = 1 accumulates (weight gradients).
+  /// C[M,N] = alpha * op(A) op(B) + beta * C, op(X) = X or Xᵀ. Tensors are seen as matrices (rows(), cols()).
+  /// beta = 1 accumulates (weight gradients). The product and alpha AB + beta C are in fp32; a bf16 C is read as
+  /// fp32 and rounded once (to nearest even), also with beta = 1.
+  /// cuda: A, B f32 or bf16 (same dtype); C f32 or A's dtype. cpu: each of A, B, C f32 or bf16 (bf16 operands are
+  /// converted to fp32 temporaries; e.g. f32 activations x bf16 weights -> f32, or f32 x f32 -> bf16 gradients).
   virtual void matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b, float alpha,
                       float beta) = 0;
   /// D = op(A) op(B) + R: a product plus a residual (D and R the same shape and dtype, distinct memory; a
@@ -141,14 +153,20 @@ class Backend {
     TRAINER_CHECK(D.data != R.data, "matmul_add: the residual is D itself (use matmul with beta 1)");
     matmul_residual(D, A, trans_a, B, trans_b, R);
   }
-  /// out[n, :] = table[tokens[n], :]. tokens i32 [N], table [V, D], out [N, D].
+  /// out[n, :] = table[tokens[n], :]. tokens i32 [N], table [V, D], out [N, D]. table and out f32 or bf16, each its
+  /// own dtype (cuda: any pair; cpu: out f32).
   virtual void embedding_fwd(Tensor out, const Tensor& tokens, const Tensor& table) = 0;
-  /// dtable[tokens[n], :] += dout[n, :] (accumulates; f32 dtable).
+  /// dtable[v, :] += sum over {n : tokens[n] = v} of dout[n, :] (accumulates). The rows of one token are summed in
+  /// fp32 in increasing n (deterministic), then added to dtable: f32, or bf16 (one rounding per element per call; no
+  /// fp32 copy of the table: cuda sums each token's rows in registers, cpu in a host temporary of the touched rows).
+  /// dout f32 (cuda: or bf16).
   virtual void embedding_bwd(Tensor dtable, const Tensor& tokens, const Tensor& dout) = 0;
-  /// y = w * x * rstd, rstd[n] = 1/sqrt(mean(x[n]^2) + eps) (fp32, kept for backward). x, y [N, D]; w [D].
+  /// y = w * x * rstd, rstd[n] = 1/sqrt(mean(x[n]^2) + eps) (fp32, kept for backward). x, y [N, D]; w [D]. Each of
+  /// x, y, w f32 or bf16 (cuda: any combination; cpu: x, y f32).
   virtual void rmsnorm_fwd(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps) = 0;
-  /// dx += dL/dx (accumulates: the residual gradient flows through); dw += dL/dw (f32), or dw = dL/dw when
-  /// accumulate_dw is false (the step's first backward: no zeroing pass needed).
+  /// dx += dL/dx (accumulates: the residual gradient flows through); dw += dL/dw, or dw = dL/dw when
+  /// accumulate_dw is false (the step's first backward: no zeroing pass needed). dw f32 or bf16: the column sum over
+  /// rows is in fp32 (deterministic order), then one rounding per element per call. w as in rmsnorm_fwd.
   virtual void rmsnorm_bwd(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
                            const Tensor& rstd, bool accumulate_dw = true) = 0;
   /// Rotates q and k of qkv [B*T, 3D] in place: pairs (2i, 2i+1) of each head at position t by angle
@@ -168,23 +186,29 @@ class Backend {
   /// silu(a) * b (the forward's output, recomputed in the same pass); g may be dg itself (each element of dg is read
   /// before g's is written), which is how the model recomputes g without a second read of ab.
   virtual void swiglu_bwd(Tensor dab, const Tensor& dg, const Tensor& ab, Tensor g = Tensor()) = 0;
-  /// x += y (same shape and dtype).
+  /// x += y (same numel; each f32 or bf16, computed in fp32, one rounding into x).
   virtual void add_inplace(Tensor x, const Tensor& y) = 0;
   /// losses[n] = logsumexp(logits[n]) - logits[n, targets[n]] (fp32 [N]). If dlogits is non-empty (it may alias
   /// logits): dlogits[n] = dscale * (softmax(logits[n]) - onehot(targets[n])).
   virtual void cross_entropy(Tensor losses, Tensor dlogits, const Tensor& logits, const Tensor& targets,
                              float dscale) = 0;
-  /// Sum of an f32 tensor, in fp64 on the host. (syncs)
+  /// Sum of an f32 or bf16 tensor, in fp64 on the host. (syncs)
   virtual double sum(const Tensor& x) = 0;
-  /// Sum of squares of an f32 tensor, in fp64 on the host, for the global gradient norm. (syncs)
+  /// Sum of squares of an f32 or bf16 tensor, in fp64 on the host, for the global gradient norm. (syncs)
   virtual double sum_squares(const Tensor& x) = 0;
-  /// x *= s (f32).
+  /// x *= s (f32 or bf16; fp32 product, one rounding).
   virtual void scale(Tensor x, float s) = 0;
-  /// dst = src with dtype conversion (f32 <-> bf16, or a plain copy).
+  /// dst = src with dtype conversion (f32 <-> bf16 round to nearest even, or a plain copy).
   virtual void cast(Tensor dst, const Tensor& src) = 0;
-  /// One AdamW step over flat f32 p, g, m, v (same numel). If p_work is non-empty (bf16), it receives the updated
-  /// parameters in its dtype in the same pass. Returns sum g^2 in fp64 when a.grad_sumsq (then it syncs; the sum is
-  /// deterministic, as sum_squares), else 0: the gradient norm without a second read of the gradients.
+  /// One AdamW step over flat p, g, m, v (same numel), in one of two forms:
+  ///  - fp32: p, g, m, v f32. If p_work is non-empty (bf16 or f32), it receives the updated p in its dtype in the
+  ///    same pass. a.stochastic_rounding must be false.
+  ///  - bf16 storage: p, g, m, v all bf16, p_work empty. Each element is loaded to fp32, updated with the same fp32
+  ///    formula as the fp32 form (grad_scale first), and p, m, v are rounded to bf16 once each: to nearest even, or
+  ///    p stochastically (a.stochastic_rounding; see AdamWArgs). Any numel and any start (bf16 granularity): calls
+  ///    on sub-ranges of a flat buffer are fine.
+  /// With a.grad_sumsq the fp64 sum of g^2 (g as given) comes out of the same pass, deterministic as sum_squares:
+  /// returned (syncs), or written to *a.sumsq_to without a sync (returns 0). Otherwise returns 0.
   virtual double adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) = 0;
 
  protected:

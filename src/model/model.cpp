@@ -11,7 +11,7 @@
 #include <string_view>
 #include <thread>
 
-#include "core/bf16.h"
+#include "backend/bf16.h"
 #include "io/safetensors.h"
 
 namespace trainer {
@@ -321,7 +321,7 @@ std::vector<float> Model::initial_values(const ParamInfo& p) const {
       for (size_t i = 0; i < host.size(); ++i) host[i] = float(d[i]);
     } else {
       const uint16_t* h = reinterpret_cast<const uint16_t*>(t.bytes.data());
-      for (size_t i = 0; i < host.size(); ++i) host[i] = bf16_to_float(h[i]);
+      for (size_t i = 0; i < host.size(); ++i) host[i] = bf16_bits::to_f32(h[i]);
     }
     return host;
   }
@@ -385,7 +385,7 @@ void Model::upload(const ParamInfo& p, const std::vector<float>& host) {
     return;
   }
   std::vector<uint16_t> h(host.size());  // bf16_pure: rounded once, to nearest even
-  for (size_t i = 0; i < h.size(); ++i) h[i] = float_to_bf16(host[i]);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = bf16_bits::from_f32(host[i]);
   be_.copy_from_host(static_cast<uint16_t*>(params_.data()) + p.offset, h.data(), h.size() * 2);
 }
 
@@ -398,7 +398,7 @@ std::vector<float> Model::download(const ParamInfo& p, bool grad) const {
   }
   std::vector<uint16_t> h(host.size());
   be_.copy_to_host(h.data(), static_cast<const uint16_t*>(b.data) + p.offset, h.size() * 2);
-  for (size_t i = 0; i < h.size(); ++i) host[i] = bf16_to_float(h[i]);
+  for (size_t i = 0; i < h.size(); ++i) host[i] = bf16_bits::to_f32(h[i]);
   return host;
 }
 

@@ -2,8 +2,12 @@
 // (matmuls on OpenBLAS's threads), events are steady_clock readings. Every op is the float instantiation of the
 // templates in cpu_ops.h, which hold the formulas and their sources.
 //
-// Supported dtypes: f32 for every floating-point tensor, i32 for tokens and targets. bf16 is CUDA-only: an op given
-// a bf16 tensor (or a non-empty bf16 p_work in adamw) raises RuntimeError. Shape mismatches raise RuntimeError too
+// Supported dtypes: f32 activations, i32 tokens and targets, and bf16 storage for parameters, gradients and AdamW
+// moments (pure-bf16 training, emulated: bf16 values are converted to fp32 exactly, computed on in fp32, and results
+// rounded to nearest even once per element per call, backend/bf16.h). bf16 is accepted by: matmul (any of A, B, C),
+// rmsnorm w and dw, embedding table and dtable, adamw (p, g, m, v all bf16), fill, cast, add_inplace, scale, sum,
+// sum_squares. bf16 activations are CUDA-only: attention, swiglu, rope, cross_entropy, the activations of rmsnorm
+// and embedding, and a non-empty p_work in adamw raise RuntimeError. Shape mismatches raise RuntimeError too
 // (TRAINER_CHECK): they are programming errors, not user input.
 #pragma once
 #include <memory>
@@ -27,7 +31,7 @@ class CpuBackend final : public Backend {
   void copy_from_host(void* dst, const void* src, size_t bytes) override;
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
-  void fill(Tensor t, float value) override;  // f32, f64 or i32 (value converted)
+  void fill(Tensor t, float value) override;  // f32, f64, i32 or bf16 (value converted; bf16 to nearest even)
   void synchronize() override {}
 
   // ---- timing ------------------------------------------------------------------------------------------------
@@ -59,9 +63,10 @@ class CpuBackend final : public Backend {
   double sum(const Tensor& x) override;
   double sum_squares(const Tensor& x) override;
   void scale(Tensor x, float s) override;
-  /// Same-dtype copy only (f32, f64, i32); any bf16 raises RuntimeError.
+  /// Same-dtype copy (f32, f64, i32, bf16) or f32 <-> bf16 (round to nearest even).
   void cast(Tensor dst, const Tensor& src) override;
-  /// p_work must be empty (bf16 working copies exist only on CUDA).
+  /// fp32 (cpu::adamw<float>) or bf16 storage (cpu::adamw_bf16); p_work must be empty (working copies exist only
+  /// on CUDA).
   double adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) override;
 
   /// FlashAttention-2 reference tile (queries x keys), as the CUDA kernel's 64 x 64 for d_head 64.

@@ -9,7 +9,7 @@
 // TRAINER_CHECK (RuntimeError) for token/target ids out of range and for an odd d_head in rope.
 //
 // Contents, top to bottom: matmul (gemm) · embedding · RMSNorm · RoPE · naive attention · FlashAttention-2 tiled
-// reference · SwiGLU · add · cross-entropy · reductions · scale · AdamW.
+// reference · SwiGLU · add · cross-entropy · reductions · scale · AdamW (fp32, and on bf16 storage).
 #pragma once
 #include <cblas.h>
 
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/bf16.h"
 #include "core/errors.h"
 
 namespace trainer::cpu {
@@ -486,22 +487,55 @@ void scale(T* x, int64_t n, T a) {
 // AdamW (Loshchilov & Hutter 2019, arXiv:1711.05101, Alg. 2, in the course's form; DESIGN.md)
 // =====================================================================================================================
 
+/// The per-step constants of adamw in T: alpha_t = lr * sqrt(1 - b2^t) / (1 - b1^t) (computed in double), decay =
+/// lr * wd, b1, b2, eps, grad_scale.
+template <class T>
+struct AdamWConsts {
+  T alpha_t, decay, b1, b2, eps, gs;
+  explicit AdamWConsts(const AdamWArgs& a) {
+    const double t = double(a.t);
+    alpha_t = T(double(a.lr) * std::sqrt(1.0 - std::pow(double(a.beta2), t)) / (1.0 - std::pow(double(a.beta1), t)));
+    decay = T(double(a.lr) * double(a.weight_decay));
+    b1 = T(a.beta1);
+    b2 = T(a.beta2);
+    eps = T(a.eps);
+    gs = T(a.grad_scale);
+  }
+};
+
+/// One element of adamw (the formula below), in T; p, m, v updated in place.
+template <class T>
+inline void adamw_element(T& p, T g, T& m, T& v, const AdamWConsts<T>& c) {
+  const T gi = g * c.gs;
+  p -= c.decay * p;
+  m = c.b1 * m + (T(1) - c.b1) * gi;
+  v = c.b2 * v + (T(1) - c.b2) * gi * gi;
+  p -= c.alpha_t * m / (std::sqrt(v) + c.eps);
+}
+
 /// One step over p, g, m, v [n], t = a.t (1-based):
 ///   g' = grad_scale * g;  p -= lr * wd * p;  m = b1 m + (1 - b1) g';  v = b2 v + (1 - b2) g'^2;
 ///   p -= alpha_t * m / (sqrt(v) + eps),  alpha_t = lr * sqrt(1 - b2^t) / (1 - b1^t)   (alpha_t in double).
 template <class T>
 void adamw(T* p, const T* g, T* m, T* v, int64_t n, const AdamWArgs& a) {
-  const double t = double(a.t);
-  const T alpha_t = T(double(a.lr) * std::sqrt(1.0 - std::pow(double(a.beta2), t)) /
-                      (1.0 - std::pow(double(a.beta1), t)));
-  const T decay = T(double(a.lr) * double(a.weight_decay)), b1 = T(a.beta1), b2 = T(a.beta2), eps = T(a.eps);
-  const T gs = T(a.grad_scale);
+  const AdamWConsts<T> c(a);
+  for (int64_t i = 0; i < n; ++i) adamw_element(p[i], g[i], m[i], v[i], c);
+}
+
+/// adamw on bf16 storage (bits as uint16_t): each element loaded to fp32, adamw_element<float>, then p, m, v rounded
+/// to bf16 once each, to nearest even, or p stochastically with the random bits of element index a.index_offset + i
+/// (a.stochastic_rounding; backend/bf16.h).
+inline void adamw_bf16(uint16_t* p, const uint16_t* g, uint16_t* m, uint16_t* v, int64_t n, const AdamWArgs& a) {
+  const AdamWConsts<float> c(a);
+  const uint64_t key = bf16_bits::rounding_key(a.seed, a.t);
   for (int64_t i = 0; i < n; ++i) {
-    const T gi = g[i] * gs;
-    p[i] -= decay * p[i];
-    m[i] = b1 * m[i] + (T(1) - b1) * gi;
-    v[i] = b2 * v[i] + (T(1) - b2) * gi * gi;
-    p[i] -= alpha_t * m[i] / (std::sqrt(v[i]) + eps);
+    float pi = bf16_bits::to_f32(p[i]), mi = bf16_bits::to_f32(m[i]), vi = bf16_bits::to_f32(v[i]);
+    adamw_element(pi, bf16_bits::to_f32(g[i]), mi, vi, c);
+    p[i] = a.stochastic_rounding
+               ? bf16_bits::from_f32_stochastic(pi, bf16_bits::rounding_bits(key, a.index_offset + i))
+               : bf16_bits::from_f32(pi);
+    m[i] = bf16_bits::from_f32(mi);
+    v[i] = bf16_bits::from_f32(vi);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "adamw.cuh"
+#include "backend/bf16.h"
 #include "backend/cuda/cuda_backend_impl.h"
 #include "cross_entropy.cuh"
 #include "elementwise.cuh"
@@ -247,10 +248,9 @@ void CudaBackend::embedding_fwd(Tensor out, const Tensor& tokens, const Tensor& 
 
 void CudaBackend::embedding_bwd(Tensor dtable, const Tensor& tokens, const Tensor& dout) {
   ScopedRange r(*this, "embedding_bwd");
-  check_cuda(dtable, "embedding_bwd", "dtable");
+  check_float(dtable, "embedding_bwd", "dtable");
   check_float(dout, "embedding_bwd", "dout");
   check_cuda(tokens, "embedding_bwd", "tokens");
-  TRAINER_CHECK(dtable.dtype == DType::f32, "embedding_bwd: dtable is {}, not f32", dtype_name(dtable.dtype));
   TRAINER_CHECK(tokens.dtype == DType::i32, "embedding_bwd: tokens are {}, not i32", dtype_name(tokens.dtype));
   const int64_t N = tokens.numel(), V = dtable.rows(), D = dtable.cols();
   TRAINER_CHECK(dout.cols() == D && dout.rows() == N, "embedding_bwd: dout {} is not [{}, {}]", dout.shape_str(), N,
@@ -258,8 +258,8 @@ void CudaBackend::embedding_bwd(Tensor dtable, const Tensor& tokens, const Tenso
   if (N == 0) return;
   const size_t bytes = kernels::embedding_bwd_scratch_bytes(N, V);
   void* s = scratch(bytes);
-  kernels::embedding_bwd(dtable.ptr<float>(), tokens.ptr<int32_t>(), dout.data, dout.dtype, N, V, int(D), s, bytes,
-                         stream_);
+  kernels::embedding_bwd(dtable.data, dtable.dtype, tokens.ptr<int32_t>(), dout.data, dout.dtype, N, V, int(D), s,
+                         bytes, stream_);
 }
 
 void CudaBackend::rmsnorm_fwd(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps) {
@@ -283,17 +283,17 @@ void CudaBackend::rmsnorm_bwd(Tensor dx, Tensor dw, const Tensor& dy, const Tens
   check_float(dy, "rmsnorm_bwd", "dy");
   check_float(x, "rmsnorm_bwd", "x");
   check_float(w, "rmsnorm_bwd", "w");
-  check_cuda(dw, "rmsnorm_bwd", "dw");
+  check_float(dw, "rmsnorm_bwd", "dw");
   check_cuda(rstd, "rmsnorm_bwd", "rstd");
   const int64_t N = x.rows(), D = x.cols();
   TRAINER_CHECK(dx.rows() == N && dx.cols() == D && dy.rows() == N && dy.cols() == D,
                 "rmsnorm_bwd: dx {} and dy {} vs x {}", dx.shape_str(), dy.shape_str(), x.shape_str());
-  TRAINER_CHECK(w.numel() == D && dw.numel() == D && dw.dtype == DType::f32, "rmsnorm_bwd: w {}, dw {} {} for {}",
-                w.shape_str(), dtype_name(dw.dtype), dw.shape_str(), D);
+  TRAINER_CHECK(w.numel() == D && dw.numel() == D, "rmsnorm_bwd: w {}, dw {} {} for {}", w.shape_str(),
+                dtype_name(dw.dtype), dw.shape_str(), D);
   TRAINER_CHECK(rstd.dtype == DType::f32 && rstd.numel() == N, "rmsnorm_bwd: rstd {} for {} rows", rstd.shape_str(),
                 N);
   void* s = scratch(kernels::rmsnorm_bwd_scratch_bytes(N, int(D)));
-  kernels::rmsnorm_bwd(dx.data, dx.dtype, dw.ptr<float>(), dy.data, dy.dtype, x.data, x.dtype, w.data, w.dtype,
+  kernels::rmsnorm_bwd(dx.data, dx.dtype, dw.data, dw.dtype, dy.data, dy.dtype, x.data, x.dtype, w.data, w.dtype,
                        rstd.ptr<float>(), N, int(D), s, accumulate_dw, stream_);
 }
 
@@ -344,9 +344,9 @@ void CudaBackend::add_inplace(Tensor x, const Tensor& y) {
   ScopedRange r(*this, "add_inplace");
   check_float(x, "add_inplace", "x");
   check_float(y, "add_inplace", "y");
-  TRAINER_CHECK(x.numel() == y.numel() && x.dtype == y.dtype, "add_inplace: x {} {} vs y {} {}", dtype_name(x.dtype),
-                x.shape_str(), dtype_name(y.dtype), y.shape_str());
-  kernels::add_inplace(x.data, y.data, x.dtype, x.numel(), stream_);
+  TRAINER_CHECK(x.numel() == y.numel(), "add_inplace: x {} {} vs y {} {}", dtype_name(x.dtype), x.shape_str(),
+                dtype_name(y.dtype), y.shape_str());
+  kernels::add_inplace(x.data, x.dtype, y.data, y.dtype, x.numel(), stream_);
 }
 
 void CudaBackend::cross_entropy(Tensor losses, Tensor dlogits, const Tensor& logits, const Tensor& targets,
@@ -409,11 +409,15 @@ void CudaBackend::cast(Tensor dst, const Tensor& src) {
 
 double CudaBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) {
   ScopedRange r(*this, "adamw");
+  const DType dt = p.dtype == DType::bf16 ? DType::bf16 : DType::f32;  // bf16 storage, or fp32
   for (const auto& [t, what] : {std::pair<const Tensor*, const char*>{&p, "p"}, {&g, "g"}, {&m, "m"}, {&v, "v"}}) {
     check_cuda(*t, "adamw", what);
-    TRAINER_CHECK(t->dtype == DType::f32 && t->numel() == p.numel(), "adamw: {} is {} {}, p has {} elements", what,
-                  dtype_name(t->dtype), t->shape_str(), p.numel());
+    TRAINER_CHECK(t->dtype == dt && t->numel() == p.numel(), "adamw: {} is {} {}, p is {} with {} elements", what,
+                  dtype_name(t->dtype), t->shape_str(), dtype_name(p.dtype), p.numel());
   }
+  TRAINER_CHECK(dt == DType::bf16 || !a.stochastic_rounding,
+                "adamw: stochastic rounding needs bf16 p, g, m and v (p is {})", dtype_name(p.dtype));
+  TRAINER_CHECK(dt == DType::f32 || !present(p_work), "adamw: a working copy (p_work) with bf16 p");
   if (present(p_work)) {
     check_float(p_work, "adamw", "p_work");
     TRAINER_CHECK(p_work.numel() == p.numel(), "adamw: p_work {} vs p {}", p_work.shape_str(), p.shape_str());
@@ -428,11 +432,19 @@ double CudaBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor 
   const double t = double(a.t);
   k.step_size = float(double(a.lr) * std::sqrt(1.0 - std::pow(double(a.beta2), t)) /
                       (1.0 - std::pow(double(a.beta1), t)));
-  double* out = a.grad_sumsq ? static_cast<double*>(reduce_partials_.data()) + kernels::kReduceMaxBlocks : nullptr;
-  kernels::adamw(p.ptr<float>(), g.ptr<float>(), m.ptr<float>(), v.ptr<float>(),
-                 present(p_work) ? p_work.data : nullptr, p_work.dtype, p.numel(), k,
-                 out ? static_cast<double*>(reduce_partials_.data()) : nullptr, out, stream_);
-  if (!out) return 0.0;
+  double* partials = static_cast<double*>(reduce_partials_.data());
+  double* out = nullptr;
+  if (a.grad_sumsq) out = a.sumsq_to ? a.sumsq_to : partials + kernels::kReduceMaxBlocks;
+  if (dt == DType::bf16) {
+    const kernels::StochasticRounding sr{bf16_bits::rounding_key(a.seed, a.t), a.index_offset};
+    kernels::adamw_bf16(p.ptr<bf16>(), g.ptr<bf16>(), m.ptr<bf16>(), v.ptr<bf16>(), p.numel(), k,
+                        a.stochastic_rounding ? &sr : nullptr, out ? partials : nullptr, out, stream_);
+  } else {
+    kernels::adamw(p.ptr<float>(), g.ptr<float>(), m.ptr<float>(), v.ptr<float>(),
+                   present(p_work) ? p_work.data : nullptr, p_work.dtype, p.numel(), k, out ? partials : nullptr, out,
+                   stream_);
+  }
+  if (!out || a.sumsq_to) return 0.0;
   CUDA_CHECK(cudaMemcpyAsync(host_result_, out, sizeof(double), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   return *host_result_;

@@ -105,8 +105,8 @@ void MetaBackend::embedding_fwd(Tensor out, const Tensor& tokens, const Tensor&)
 
 void MetaBackend::embedding_bwd(Tensor dtable, const Tensor& tokens, const Tensor& dout) {
   scratch(cuda_sizes::embedding_bwd_scratch_bytes_approx(tokens.numel()));
-  account(0, 0, 0, b(dout) + 2.0 * double(dout.numel()) * 4 + 4 * b(tokens));  // dtable rows read + written
-  (void)dtable;
+  // dtable rows read + written
+  account(0, 0, 0, b(dout) + 2.0 * double(dout.numel()) * double(dtype_size(dtable.dtype)) + 4 * b(tokens));
 }
 
 void MetaBackend::rmsnorm_fwd(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float) {
