@@ -27,4 +27,8 @@ double AdamW::step(Tensor p, const Tensor& g, Tensor p_work, double lr, double g
   return be_.adamw(p, g, m_.view(DType::f32, {numel_}), v_.view(DType::f32, {numel_}), p_work, a);
 }
 
+std::vector<std::pair<std::string, Tensor>> AdamW::state_tensors() const {
+  return {{"m", m_.view(DType::f32, {numel_})}, {"v", v_.view(DType::f32, {numel_})}};
+}
+
 }  // namespace trainer
