@@ -21,7 +21,7 @@ RunConfig tiny_run(const std::string& dir, const std::vector<std::string>& extra
   std::vector<std::string> o = {"model.preset=tiny", "model.vocab_size=97", "model.context_length=16",
                                 "device=cpu", "data.source=random", "data.batch_size=32", "optimizer.schedule=constant", "bench.warmup_steps=0",
                                 "bench.measure_steps=1", "bench.log_every=0",
-                                "output.results=" + dir + "/r.json", "output.checkpoint=" + dir + "/w.safetensors"};
+                                "output.results=" + dir + "/r.json", "output.checkpoint=" + dir + "/ck"};
   o.insert(o.end(), extra.begin(), extra.end());
   return load_config("", o, 1, false);
 }
@@ -41,7 +41,7 @@ TEST_CASE("gradient accumulation: 1x32, 4x8 and 32x1 microbatches give the same 
     RunConfig c = tiny_run(dir.string(), {"data.microbatch_size=" + std::to_string(micro)});
     auto r = run_train(c, RunContext{});
     return Out{r["loss"]["per_step"][0].get<double>(), r["grad_norm"]["per_step"][0].get<double>(),
-               read_safetensors((dir / "w.safetensors").string())};
+               read_safetensors((dir / "ck" / "model.safetensors").string())};
   };
   const Out a = run(32), b = run(8), c = run(1);
   for (const Out* o : {&b, &c}) {

@@ -29,6 +29,7 @@
 #include "build_info.h"
 #include "core/errors.h"
 #include "core/memory.h"
+#include "io/checkpoint.h"
 #include "io/result_record.h"
 #include "io/token_data.h"
 
@@ -124,12 +125,14 @@ void fields(S& b, F&& f) {
 template <Is<InitCfg> S, class F>
 void fields(S& i, F&& f) {
   f("weights", i.weights);
+  f("resume", i.resume);
   f("seed", i.seed);
 }
 template <Is<OutputCfg> S, class F>
 void fields(S& o, F&& f) {
   f("results", o.results);
   f("checkpoint", o.checkpoint);
+  f("checkpoint_every", o.checkpoint_every);
 }
 template <Is<ProfileCfg> S, class F>
 void fields(S& p, F&& f) {
@@ -672,9 +675,18 @@ const std::vector<KeyDoc>& key_docs() {
       {"bench.measure_steps", "integer >= 0 (warmup + measure >= 1)", "timed steps"},
       {"bench.log_every", "integer >= 0", "progress line every N steps; 0: none"},
       {"init.weights", "null | readable file", "safetensors file to start from; null: random init with init.seed"},
+      {"init.resume", "null | checkpoint directory",
+       "continue the run saved in this output.checkpoint directory (its 'latest' checkpoint, or a step-N directory "
+       "inside it): weights, AdamW state, step, learning-rate schedule and data position; bench.warmup_steps + "
+       "measure_steps is the whole run's length, counted from step 0; any strategy and world size; not with "
+       "init.weights"},
       {"init.seed", "integer >= 0", "seed of the random initialisation"},
       {"output.results", "null | writable path", "result record; null: results/runs/{name}-{YYYYmmdd-HHMMSS}-{pid}.json"},
-      {"output.checkpoint", "null | writable path", "safetensors of the weights written at the end; null: none"},
+      {"output.checkpoint", "null | writable directory",
+       "training checkpoint directory, written at the end (and every checkpoint_every steps): weights (DIR/"
+       "model.safetensors, for init.weights), AdamW state per rank, step and config, for init.resume; crash-safe "
+       "(the previous checkpoint stays until the new one is complete); it may be init.resume's directory; null: none"},
+      {"output.checkpoint_every", "integer >= 0", "also write output.checkpoint every N steps; 0: only at the end"},
       {"profile.nvtx", "true | false", "NVTX ranges around layers and phases (for Nsight Systems)"},
       {"profile.trace", "null | writable path", "Chrome trace (chrome://tracing, Perfetto) of the measured steps of job train: phases, blocks, ops and collectives on the GPU timeline; one file for all ranks"},
       {"profile.memory_timeline", "null | writable path", "job train: every allocation and free (bytes, category, phase, block, time) as JSON for launch/plot_memory.py; rank r > 0 writes PATH with .rank<r> before the extension"},
@@ -759,6 +771,7 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
   }
   resolve(c, path, world_size, cuda_available, host, warnings);
   validate_config(c, world_size);
+  if (warnings) check_resume(c, warnings);  // what the resume changes (validate_config checked the rest)
   return c;
 }
 
@@ -906,6 +919,16 @@ void validate_config(const RunConfig& c, int world_size) {
     check_token_file(*d.path, d.dtype, m.vocab_size, m.context_length);
   }
   if (c.init.weights) check_readable_file(*c.init.weights, "init.weights");
+  check_non_negative(c.output.checkpoint_every, "output.checkpoint_every");
+  CONFIG_CHECK(c.output.checkpoint_every == 0 || c.output.checkpoint,
+               "output.checkpoint_every: {} needs output.checkpoint (the directory to write to)",
+               c.output.checkpoint_every);
+  CONFIG_CHECK(!c.output.checkpoint || c.job == "train", "output.checkpoint: only job 'train' writes checkpoints "
+               "(job is '{}'); remove the key or set null", c.job);
+  if (c.init.resume) {
+    CONFIG_CHECK(!c.init.resume->empty(), "init.resume: the path is empty (remove the key or set null)");
+    check_resume(c);  // a complete checkpoint of this model and precision, with steps left to run
+  }
 
   const std::pair<const char*, const std::optional<std::string>*> outputs[] = {
       {"output.results", &c.output.results},
@@ -940,8 +963,14 @@ void validate_config(const RunConfig& c, int world_size) {
                      **outputs[i].second, in_key);
   }
   // check_output_path creates nothing (the writers make missing directories), so a rejected config leaves no trace.
+  if (c.output.checkpoint) {  // a directory: its files are checked like any output file
+    CONFIG_CHECK(fs::path(*c.output.checkpoint).extension() != ".safetensors",
+                 "output.checkpoint: '{}' looks like a file, but it names a directory now (the weights go to "
+                 "DIR/model.safetensors); give a directory", *c.output.checkpoint);
+    check_output_path((fs::path(*c.output.checkpoint) / "latest").string(), "output.checkpoint");
+  }
   for (const auto& [key, value] : outputs)
-    if (*value) check_output_path(**value, key);
+    if (*value && value != &c.output.checkpoint) check_output_path(**value, key);
   if (!c.output.results) check_output_path(default_results_path(c.name), "output.results");
 }
 

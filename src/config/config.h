@@ -77,12 +77,14 @@ struct BenchCfg {
 
 struct InitCfg {
   std::optional<std::string> weights;  // safetensors file to start from; null: random init with `seed`
+  std::optional<std::string> resume;   // checkpoint directory (output.checkpoint of an earlier run) to continue from
   uint64_t seed = 0;
 };
 
 struct OutputCfg {
   std::optional<std::string> results;     // result record path; null: results/runs/<name>-<time>.json
-  std::optional<std::string> checkpoint;  // safetensors written at the end; null: none
+  std::optional<std::string> checkpoint;  // checkpoint directory (io/checkpoint.h) written at the end; null: none
+  int checkpoint_every = 0;               // also write it every N steps; 0: only at the end
 };
 
 struct ProfileCfg {

@@ -10,6 +10,7 @@
 #include "io/safetensors.h"
 #include "io/token_data.h"
 #include "jobs/job.h"
+#include "jobs/train_checkpoint.h"
 #include "jobs/train_setup.h"
 #include "plan/planner.h"
 #include "jobs/train_step.h"
@@ -37,23 +38,6 @@ std::string fmt_rate(double tok_s) {
   if (tok_s >= 1e6) return fmt::format("{:.2f}M", tok_s / 1e6);
   if (tok_s >= 1e3) return fmt::format("{:.1f}k", tok_s / 1e3);
   return fmt::format("{:.0f}", tok_s);
-}
-
-/// Every rank calls it (Strategy::download_param is collective under fsdp); rank `writer` keeps the tensors and
-/// writes the file.
-void save_checkpoint(const Model& model, Strategy& strategy, const std::string& path, bool writer) {
-  // With sharded weights (fsdp) download_param is a collective every rank joins; otherwise only the writer copies.
-  if (!writer && strategy.full_params()) return;
-  std::vector<std::vector<float>> host;
-  std::vector<NamedTensor> named;
-  host.reserve(model.layout().params().size());
-  for (const ParamInfo& p : model.layout().params()) {
-    std::vector<float> v = strategy.download_param(p);
-    if (!writer) continue;
-    host.push_back(std::move(v));
-    named.push_back({p.name, DType::f32, p.shape, host.back().data()});
-  }
-  if (writer) write_safetensors(path, named, {{"format", "pt"}, {"producer", "trainer"}});
 }
 
 /// Gathers every rank's trace events to rank 0, which writes one Chrome trace file (atomically). Collective.
@@ -196,7 +180,12 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   std::vector<double> t_fwd, t_bwd, t_opt, t_step, t_comm, t_exposed;
   json losses = json::array(), gnorms = json::array(), lrs = json::array();
 
-  for (int step = 0; step < total_steps; ++step) {
+  // init.resume: the optimizer state and the step to continue at (the weights came with setup_training); the
+  // schedule and the data are functions of the step. output.checkpoint: written by ckpt.write (train_checkpoint.h).
+  TrainCheckpointer ckpt(cfg, *be, model, *strategy, *comm, total_steps);
+  const int first_step = int(ckpt.resume(setup.weights_read_s));
+
+  for (int step = first_step; step < total_steps; ++step) {
     const bool measured = step >= cfg.bench.warmup_steps;
     // The step's tokens are drawn and uploaded before its first event: the host work is not part of the step time.
     model.begin_step_losses(rank_tokens);
@@ -243,13 +232,9 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
       if (ctx.world_size > 1) line += fmt::format(" | comm_exposed {:.1f} ms", strategy->comm_exposed_ms());
       spdlog::info("{}", line);
     }
+    if (ckpt.due(step + 1)) ckpt.write(step + 1);  // collective: every rank
   }
-
-  if (cfg.output.checkpoint) {  // collective: every rank
-    strategy->gather_params();
-    save_checkpoint(model, *strategy, *cfg.output.checkpoint, ctx.rank == 0);
-    if (ctx.rank == 0) spdlog::info("checkpoint written to {}", *cfg.output.checkpoint);
-  }
+  ckpt.write(total_steps);  // at the end (no-op without output.checkpoint or when just written)
 
   // ---- the job's part of the result record -----------------------------------------------------------------------
   // A step is done when its slowest rank is: the step statistics (and the throughput) use, per step, the maximum over
@@ -266,10 +251,13 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                 {"dims", {{"vocab_size", dims.vocab_size}, {"context_length", dims.context_length},
                           {"d_model", dims.d_model}, {"d_ff", dims.d_ff}, {"num_layers", dims.num_layers},
                           {"num_heads", dims.num_heads}, {"d_head", dims.d_head()}}}};
-  r["steps"] = {{"total", total_steps}, {"warmup", cfg.bench.warmup_steps}, {"measured", cfg.bench.measure_steps},
+  r["steps"] = {{"total", total_steps}, {"first", first_step}, {"warmup", cfg.bench.warmup_steps},
+                {"measured", cfg.bench.measure_steps},
                 {"microbatches", n_micro}, {"microbatch_size", micro}, {"tokens_per_step", global_tokens}};
   r["timing"] = {{"forward", timing_stats(t_fwd)}, {"backward", timing_stats(t_bwd)},
-                 {"optimizer", timing_stats(t_opt)}, {"step", timing_stats(t_step)}};
+                 {"optimizer", timing_stats(t_opt)}, {"step", timing_stats(t_step)},
+                 {"checkpoint_write_s", ckpt.write_seconds()}, {"resume_read_s", ckpt.read_seconds()}};
+  r["checkpoint"] = ckpt.record();
   if (ctx.world_size > 1) {
     r["timing"]["comm"] = timing_stats(t_comm);
     r["timing"]["comm_exposed"] = timing_stats(t_exposed);

@@ -1,5 +1,8 @@
 #include "jobs/train_setup.h"
 
+#include <chrono>
+
+#include "io/checkpoint.h"
 #include "io/safetensors.h"
 
 namespace trainer {
@@ -28,8 +31,12 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
                                     ParamStorage(s.strategy->full_params(), s.strategy->full_grads(), param),
                                     ActivationPolicy::from(cfg.checkpointing));
   if (init_weights) {  // the weight source; a sharded strategy copies its shards from it in attach()
-    if (cfg.init.weights) {
-      s.model->load(read_safetensors(*cfg.init.weights), *cfg.init.weights);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (cfg.init.weights || cfg.init.resume) {
+      const std::string path =
+          cfg.init.weights ? *cfg.init.weights : checkpoint_weights_path(resolve_checkpoint(*cfg.init.resume));
+      s.model->load(read_safetensors(path), path);
+      s.weights_read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     } else {
       s.model->init_random(cfg.init.seed);
     }

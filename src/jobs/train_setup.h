@@ -21,11 +21,12 @@ struct TrainSetup {
   StepShape shape;                     // this rank's step (microbatches, rows, phase)
   int rows_per_rank = 0;
   int64_t rank_tokens = 0;             // tokens of this rank's share of the step
+  double weights_read_s = 0;           // seconds spent reading init.weights / the resumed checkpoint's weights
 };
 
 /// Builds what a train run of `cfg` on `world_size` ranks holds on one rank before its first step, on `be`: the Model
 /// (dims, activation dtype and attention from cfg; flat buffers a multiple of kAlign * world_size), its weights (when
-/// init_weights: cfg.init.weights or the seeded random init; the dry run skips them), the strategy (comm may be null
+/// init_weights: cfg.init.weights, init.resume's checkpoint weights or the seeded random init; the dry run skips them), the strategy (comm may be null
 /// only for "none") attached to it, and the activation store reserved for one microbatch. Raises ConfigError,
 /// OutOfMemory, RuntimeError.
 TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm, int world_size, bool init_weights);

@@ -51,4 +51,8 @@ void AdamW::step_range(int64_t offset, Tensor p, const Tensor& g, Tensor p_work,
             a);
 }
 
+std::vector<std::pair<std::string, Tensor>> AdamW::state_tensors() const {
+  return {{"m", m_.view(dtype_, {numel_})}, {"v", v_.view(dtype_, {numel_})}};
+}
+
 }  // namespace trainer

@@ -1,6 +1,9 @@
 // AdamW state over a flat range of the parameter layout (the whole model, or one rank's shard under ZeRO-1).
 #pragma once
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.h"
 #include "config/config.h"
@@ -27,6 +30,11 @@ class AdamW {
   int64_t steps_taken() const { return t_; }
   size_t state_bytes() const { return m_.bytes() + v_.bytes(); }
   DType state_dtype() const { return dtype_; }
+  /// The state as named device tensors [numel] in their stored dtype ("m", "v"): checkpoints copy them out and back
+  /// in place (jobs/train_checkpoint.cpp).
+  std::vector<std::pair<std::string, Tensor>> state_tensors() const;
+  /// Sets the step count t (a resume: the next step() uses t + 1).
+  void set_steps_taken(int64_t t) { t_ = t; }
 
  private:
   AdamWArgs args(double lr, double grad_scale) const;

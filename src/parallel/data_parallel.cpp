@@ -96,6 +96,10 @@ std::unique_ptr<Work> DdpStrategy::reduce(const std::vector<std::pair<int64_t, i
   return comm_.all_reduce_many(bufs, ReduceOp::sum, async);
 }
 
+OptimizerState DdpStrategy::optimizer_state() {
+  return {adamw_->state_tensors(), {{0, 0, model_->layout().total()}}, true, adamw_.get()};
+}
+
 double DdpStrategy::grad_norm() { return std::sqrt(be_.sum_squares(model_->grads())); }
 
 double DdpStrategy::optimizer_step(double lr, double grad_scale, bool want_norm) {

@@ -68,6 +68,8 @@ class DdpStrategy : public Strategy {
   double grad_norm() override;
   double optimizer_step(double lr, double grad_scale, bool want_norm) override;
   size_t optimizer_state_bytes() const override { return adamw_ ? adamw_->state_bytes() : 0; }
+  /// The whole flat range, the same on every rank (replicated).
+  OptimizerState optimizer_state() override;
   double comm_ms() const override { return timer_.comm_ms(); }
   double comm_exposed_ms() const override { return timer_.exposed_ms(); }
 

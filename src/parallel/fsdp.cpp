@@ -254,6 +254,16 @@ class Fsdp final : public Strategy {
   }
 
   size_t optimizer_state_bytes() const override { return adamw_ ? adamw_->state_bytes() : 0; }
+  /// Per unit: shard r of the padded unit, less the padding past the unit's end.
+  OptimizerState optimizer_state() override {
+    OptimizerState s{adamw_->state_tensors(), {}, false, adamw_.get()};
+    const int64_t r = comm_.rank();
+    for (const Unit& x : units_) {
+      const int64_t n = std::min(x.shard, x.len - r * x.shard);
+      if (n > 0) s.ranges.push_back({x.begin + r * x.shard, x.shard_off, n});
+    }
+    return s;
+  }
   double comm_ms() const override { return timer_.comm_ms(); }
   double comm_exposed_ms() const override { return timer_.exposed_ms(); }
 

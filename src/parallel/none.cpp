@@ -86,6 +86,9 @@ class NoneStrategy final : public Strategy {
     return want_norm ? std::sqrt(sumsq) : std::nan("");
   }
   size_t optimizer_state_bytes() const override { return adamw_ ? adamw_->state_bytes() : 0; }
+  OptimizerState optimizer_state() override {
+    return {adamw_->state_tensors(), {{0, 0, model_->layout().total()}}, false, adamw_.get()};
+  }
 
  private:
   double slots_sum() {  // (syncs) the units' sums of g^2, added in unit order

@@ -22,6 +22,24 @@
 namespace trainer {
 
 class Communicator;
+class AdamW;
+
+/// Elements [local_begin, local_begin + count) of a rank's optimizer state hold elements [flat_begin, flat_begin +
+/// count) of the model's flat layout (ParamLayout offsets: the same for every world size and strategy).
+struct FlatRange {
+  int64_t flat_begin = 0, local_begin = 0, count = 0;
+};
+
+/// One rank's optimizer state, for checkpoints (jobs/train_checkpoint.cpp): device tensors of one length each, in
+/// their stored dtype (AdamW's m and v; a master copy of the weights where it is not what download_param returns),
+/// which layout elements they hold (elements in no range are padding, zero), and the AdamW whose step count goes with
+/// them.
+struct OptimizerState {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  std::vector<FlatRange> ranges;
+  bool replicated = false;  // every rank holds the same state (DDP): only rank 0's is written
+  AdamW* adamw = nullptr;
+};
 
 class Strategy : public ParamResidency {
  public:
@@ -72,6 +90,8 @@ class Strategy : public ParamResidency {
   virtual std::vector<float> download_param(const ParamInfo& p, bool grad = false) {
     return attached_->download(p, grad);
   }
+  /// This rank's optimizer state (OptimizerState), read and written in place by checkpoints; valid after setup().
+  virtual OptimizerState optimizer_state() = 0;
   /// Bytes of optimizer state this rank holds.
   virtual size_t optimizer_state_bytes() const = 0;
   /// Milliseconds of communication in the last step (issued to completed) and the part not hidden behind compute.

@@ -21,6 +21,7 @@
 //                    the other chunks of the fp32 master stay stale until gather_params() (checkpoints).
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "parallel/data_parallel.h"
@@ -98,6 +99,11 @@ class Zero1 final : public Strategy {
   }
 
   size_t optimizer_state_bytes() const override { return adamw_ ? adamw_->state_bytes() : 0; }
+  /// Chunk [begin, begin + chunk) of the flat buffer, less the padding past the layout's end.
+  OptimizerState optimizer_state() override {
+    const int64_t n = std::max<int64_t>(0, std::min(chunk_, model_->layout().total() - begin_));
+    return {adamw_->state_tensors(), {{begin_, 0, n}}, false, adamw_.get()};
+  }
   double comm_ms() const override { return timer_.comm_ms(); }
   double comm_exposed_ms() const override { return timer_.exposed_ms(); }
 

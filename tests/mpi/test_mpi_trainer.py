@@ -39,7 +39,7 @@ def train_args(tmp, tag, *sets):
     args = [BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set", "bench.warmup_steps=0",
             "--set", "bench.measure_steps=5", "--set", "optimizer.max_grad_norm=0.5",
             "--set", f"output.results={tmp / (tag + '.json')}",
-            "--set", f"output.checkpoint={tmp / (tag + '.safetensors')}"]
+            "--set", f"output.checkpoint={tmp / (tag + '.ck')}"]
     for s in sets:
         args += ["--set", s]
     return args
@@ -61,7 +61,7 @@ def one_process(tmp_path_factory):
     p, _ = run(train_args(tmp, "one"))
     assert p.returncode == 0, p.stderr[-3000:]
     record = json.loads((tmp / "one.json").read_text())
-    weights, _ = safetensors_io.load(tmp / "one.safetensors")
+    weights, _ = safetensors_io.load(tmp / "one.ck" / "model.safetensors")
     return record, weights
 
 
@@ -77,7 +77,7 @@ def test_strategy_matches_one_process(tmp_path, one_process, strategy, np_):
     loss_rel = rel(r["loss"]["per_step"], ref["loss"]["per_step"])
     gnorm_rel = rel(r["grad_norm"]["per_step"], ref["grad_norm"]["per_step"])
     assert ref["grad_norm"]["per_step"][0] > 0.5  # clipping at 0.5 is active
-    w, _ = safetensors_io.load(tmp_path / "dist.safetensors")
+    w, _ = safetensors_io.load(tmp_path / "dist.ck" / "model.safetensors")
     assert set(w) == set(ref_w)
     w_rel = max(float((w[k] - ref_w[k]).abs().max() / ref_w[k].abs().max()) for k in ref_w)
     print(f"{strategy} np {np_}: loss rel {loss_rel:.2e} gnorm rel {gnorm_rel:.2e} weights rel {w_rel:.2e} "

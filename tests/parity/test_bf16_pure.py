@@ -50,7 +50,7 @@ def trainer_bf16_pure(trainer: str, case: Case, workdir: Path, device: str, in_b
     cfg["optimizer"]["in_backward"] = in_backward
     record = run_trainer(trainer, cfg, workdir)
     per_step = lambda key: [float(v) for v in record[key]["per_step"]]
-    ckpt = Path(cfg["output"]["checkpoint"])
+    ckpt = Path(cfg["output"]["checkpoint"]) / "model.safetensors"
     params = {k: v.float() for k, v in st.load(ckpt)[0].items()}
     return ref.RunResult(per_step("loss"), per_step("grad_norm"), per_step("lr"), params)
 

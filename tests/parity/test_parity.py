@@ -186,7 +186,7 @@ def trainer_config(case: Case, init_path: Path, tokens_path: Path, workdir: Path
         "bench": {"phase": phase, "warmup_steps": 0, "measure_steps": steps or case.steps, "log_every": 1},
         "init": {"weights": str(init_path)},
         "output": {"results": str(workdir / "result.json"),
-                   "checkpoint": str(workdir / "final.safetensors") if checkpoint else None},
+                   "checkpoint": str(workdir / "final") if checkpoint else None},
     }
 
 
@@ -228,7 +228,7 @@ def test_trainer_matches_reference(trainer_bin, tmp_path, case_name):
     case = CASE_BY_NAME[case_name]
     paths = write_inputs(case, tmp_path)
     record = run_trainer(trainer_bin, trainer_config(case, paths["init"], paths["tokens"], tmp_path), tmp_path)
-    got = trainer_run_result(record, tmp_path / "final.safetensors")
+    got = trainer_run_result(record, tmp_path / "final" / "model.safetensors")
     failures = run_failures(got, case_reference(case))
     assert not failures, report(case_name, failures)
 
@@ -241,13 +241,13 @@ def test_trainer_loads_its_own_checkpoint(trainer_bin, tmp_path):
     first.mkdir()
     paths = write_inputs(case, first)
     run_trainer(trainer_bin, trainer_config(case, paths["init"], paths["tokens"], first), first)
-    own_checkpoint = first / "final.safetensors"
+    own_checkpoint = first / "final" / "model.safetensors"
     restart = st.load(own_checkpoint)[0]
 
     second = tmp_path / "second"
     second.mkdir()
     record = run_trainer(trainer_bin, trainer_config(case, own_checkpoint, paths["tokens"], second, steps=2), second)
-    got = trainer_run_result(record, second / "final.safetensors")
+    got = trainer_run_result(record, second / "final" / "model.safetensors")
     want = ref.run_reference(case.cfg, restart, case_tokens(case), 2, case.opt, case.batch_size)
     failures = run_failures(got, want)
     assert not failures, report("restart from the trainer's checkpoint", failures)
@@ -279,7 +279,7 @@ def test_trainer_microbatching_matches_full_batch(trainer_bin, tmp_path):
         workdir.mkdir()
         paths = write_inputs(case, workdir)
         record = run_trainer(trainer_bin, trainer_config(case, paths["init"], paths["tokens"], workdir), workdir)
-        results.append(trainer_run_result(record, workdir / "final.safetensors"))
+        results.append(trainer_run_result(record, workdir / "final" / "model.safetensors"))
     failures = run_failures(results[1], results[0])
     assert not failures, report("microbatch 2 vs full batch (both trainer)", failures)
 

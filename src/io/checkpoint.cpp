@@ -1,0 +1,276 @@
+// Training checkpoint directories: see checkpoint.h for the layout and the crash-safety argument.
+#include "io/checkpoint.h"
+
+#include <fcntl.h>
+#include <fmt/ranges.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/errors.h"
+#include "io/result_record.h"
+#include "io/safetensors.h"
+
+namespace trainer {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kLatest = "latest";
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kWeights = "model.safetensors";
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return {};
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+/// fsync of a directory (makes renames and new entries durable); best effort, as write_file_atomic does.
+void fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+bool is_step_name(const std::string& n) { return n.rfind("step-", 0) == 0; }
+
+}  // namespace
+
+std::string checkpoint_step_name(int64_t step) { return fmt::format("step-{:08d}", step); }
+
+std::string fnv1a64_hex(const std::string& text) {
+  uint64_t h = 14695981039346656037ull;  // FNV-1a 64-bit offset basis and prime (Fowler, Noll, Vo)
+  for (unsigned char ch : text) {
+    h ^= ch;
+    h *= 1099511628211ull;
+  }
+  return fmt::format("fnv1a64:{:016x}", h);
+}
+
+std::string resolve_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  CONFIG_CHECK(fs::is_directory(dir, ec), "init.resume: '{}' is not a checkpoint directory ({})", dir,
+               fs::exists(dir, ec) ? "not a directory" : "it does not exist");
+  if (fs::is_regular_file(fs::path(dir) / kManifest, ec)) return dir;
+  const std::string latest = (fs::path(dir) / kLatest).string();
+  const std::string name = trim(read_text(latest));
+  CONFIG_CHECK(!name.empty(), "init.resume: '{}' holds no complete checkpoint (no '{}' file naming one)", dir,
+               kLatest);
+  CONFIG_CHECK(name.find('/') == std::string::npos && name != "." && name != "..",
+               "init.resume: '{}' names '{}', not a checkpoint directory inside '{}'", latest, name, dir);
+  const std::string step_dir = (fs::path(dir) / name).string();
+  CONFIG_CHECK(fs::is_regular_file(fs::path(step_dir) / kManifest, ec),
+               "init.resume: checkpoint '{}' is incomplete (no {}; a write that did not finish?)", step_dir,
+               kManifest);
+  return step_dir;
+}
+
+std::string checkpoint_weights_path(const std::string& step_dir) { return (fs::path(step_dir) / kWeights).string(); }
+
+json read_checkpoint_manifest(const std::string& step_dir) {
+  const std::string path = (fs::path(step_dir) / kManifest).string();
+  const std::string text = read_text(path);
+  CONFIG_CHECK(!text.empty(), "init.resume: cannot read '{}'", path);
+  json m;
+  try {
+    m = json::parse(text);
+  } catch (const json::exception& e) {
+    throw ConfigError(fmt::format("init.resume: '{}' is not valid JSON ({})", path, e.what()));
+  }
+  CONFIG_CHECK(m.is_object() && m.value("format", "") == kCheckpointFormat,
+               "init.resume: '{}' is not a {} manifest", path, kCheckpointFormat);
+  for (const char* k : {"step", "config", "optimizer", "weights"})
+    CONFIG_CHECK(m.contains(k), "init.resume: '{}' has no '{}' (corrupt checkpoint)", path, k);
+  return m;
+}
+
+void check_resume(const RunConfig& c, std::vector<std::string>* warnings) {
+  if (!c.init.resume) return;
+  const std::string& dir = *c.init.resume;
+  CONFIG_CHECK(!c.init.weights, "init: set init.weights or init.resume, not both (a resume loads the checkpoint's "
+               "weights)");
+  CONFIG_CHECK(c.job == "train", "init.resume: only job 'train' resumes (job is '{}')", c.job);
+  CONFIG_CHECK(c.bench.phase == "train_step", "init.resume: only bench.phase 'train_step' trains (phase is '{}')",
+               c.bench.phase);
+  const std::string step_dir = resolve_checkpoint(dir);
+  const json m = read_checkpoint_manifest(step_dir);
+  const json& old = m["config"];
+  json now;
+  to_json(now, c);
+  for (const char* k : {"vocab_size", "d_model", "d_ff", "num_layers", "num_heads", "rope_theta"})
+    CONFIG_CHECK(old["model"].value(k, json()) == now["model"][k],
+                 "init.resume: the checkpoint '{}' has model.{} {}, the config {}", step_dir, k,
+                 old["model"].value(k, json()).dump(), now["model"][k].dump());
+  CONFIG_CHECK(old.value("precision", json()) == now["precision"],
+               "init.resume: the checkpoint '{}' was written with precision {}, the config asks for {}", step_dir,
+               old.value("precision", json()).dump(), now["precision"].dump());
+  const int64_t step = m["step"].get<int64_t>();
+  const int64_t total = int64_t(c.bench.warmup_steps) + c.bench.measure_steps;
+  CONFIG_CHECK(step < total,
+               "init.resume: the checkpoint '{}' is at step {}, but the run has {} steps in all (bench.warmup_steps "
+               "+ measure_steps count from step 0): nothing is left to run", step_dir, step, total);
+  if (!warnings) return;
+  std::vector<std::string> changed;
+  for (const char* sec : {"optimizer", "data", "parallel", "checkpointing"})
+    if (old.value(sec, json()) != now[sec]) changed.push_back(sec);
+  if (old["model"].value("context_length", json()) != now["model"]["context_length"])
+    changed.push_back("model.context_length");
+  if (m.contains("schedule") && m["schedule"].value("total_steps", int64_t(0)) != total &&
+      c.optimizer.schedule == "cosine" && c.optimizer.cosine_steps == 0)
+    changed.push_back(fmt::format("the cosine schedule's length (optimizer.cosine_steps 0 = the run's {} steps; the "
+                                  "checkpoint's run had {})", total, m["schedule"].value("total_steps", int64_t(0))));
+  if (!changed.empty())
+    warnings->push_back(fmt::format("init.resume: the config differs from the checkpoint's in {}: the run continues "
+                                    "with the new values, so it will not match an uninterrupted run",
+                                    fmt::join(changed, ", ")));
+}
+
+// ---- writing ---------------------------------------------------------------------------------------------------
+
+CheckpointWrite::CheckpointWrite(std::string dir, int64_t step, bool is_root)
+    : dir_(std::move(dir)), name_(checkpoint_step_name(step)) {
+  tmp_ = (fs::path(dir_) / (".tmp-" + name_)).string();
+  if (!is_root) return;
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) throw RuntimeError(fmt::format("checkpoint: cannot create '{}': {}", dir_, ec.message()));
+  fs::remove_all(tmp_, ec);  // a crashed write of the same step
+  if (!fs::create_directory(tmp_, ec) || ec)
+    throw RuntimeError(fmt::format("checkpoint: cannot create '{}': {}", tmp_, ec ? ec.message() : "exists"));
+}
+
+std::string CheckpointWrite::file(const std::string& name) const { return (fs::path(tmp_) / name).string(); }
+
+std::string CheckpointWrite::commit(const json& manifest) {
+  write_json_atomic(file(kManifest), manifest);
+  fsync_dir(tmp_);
+  std::error_code ec;
+  // A new name: rename(2) cannot replace a non-empty directory, and the one `latest` names must survive until
+  // `latest` names the new one. The same step written again (a run restarted from scratch) gets a suffix.
+  std::string name = name_;
+  for (int i = 1; fs::exists(fs::path(dir_) / name, ec); ++i) name = fmt::format("{}.{}", name_, i);
+  const std::string final_dir = (fs::path(dir_) / name).string();
+  if (::rename(tmp_.c_str(), final_dir.c_str()) != 0)
+    throw RuntimeError(fmt::format("checkpoint: cannot rename '{}' to '{}': {}", tmp_, final_dir,
+                                   std::strerror(errno)));
+  fsync_dir(dir_);
+  const std::string latest = (fs::path(dir_) / kLatest).string();
+  const std::string previous = trim(read_text(latest));
+  const std::string line = name + "\n";
+  write_file_atomic(latest, {{line.data(), line.size()}});
+  // DIR/model.safetensors: a hard link to the new weights, swapped in atomically (link to a temp name, rename).
+  const std::string link = (fs::path(dir_) / kWeights).string(), link_tmp = link + ".tmp-link";
+  fs::remove(link_tmp, ec);
+  fs::create_hard_link(fs::path(final_dir) / kWeights, link_tmp, ec);
+  if (ec || ::rename(link_tmp.c_str(), link.c_str()) != 0) {  // a filesystem without hard links: copy
+    fs::remove(link_tmp, ec);
+    fs::copy_file(fs::path(final_dir) / kWeights, link_tmp, fs::copy_options::overwrite_existing, ec);
+    if (ec || ::rename(link_tmp.c_str(), link.c_str()) != 0)
+      throw RuntimeError(fmt::format("checkpoint: cannot place '{}': {}", link, ec ? ec.message() : std::strerror(errno)));
+  }
+  fsync_dir(dir_);
+  // Keep the new checkpoint and the previous one; remove older step directories and stale temporaries.
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string n = e.path().filename().string();
+    const bool old_step = is_step_name(n) && n != name && n != previous;
+    const bool stale_tmp = n.rfind(".tmp-step-", 0) == 0;
+    if ((old_step || stale_tmp) && e.is_directory()) fs::remove_all(e.path(), ec);
+  }
+  return final_dir;
+}
+
+// ---- partial reads ---------------------------------------------------------------------------------------------
+
+SafetensorsSlices::SafetensorsSlices(const std::string& path) : path_(path) {
+  auto fail = [&](const std::string& why) { return ConfigError(fmt::format("init.resume: '{}': {}", path, why)); };
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw fail(fmt::format("cannot open: {}", std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) throw fail(std::strerror(errno));
+  const uint64_t size = uint64_t(st.st_size);
+  unsigned char len_le[8];
+  if (size < 8 || ::pread(fd_, len_le, 8, 0) != 8) throw fail("truncated");
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | len_le[i];
+  if (hlen > 100'000'000 || hlen > size - 8) throw fail("truncated or corrupt header");
+  std::string header(hlen, '\0');
+  if (::pread(fd_, header.data(), hlen, 8) != ssize_t(hlen)) throw fail("cannot read the header");
+  json h;
+  try {
+    h = json::parse(header);
+  } catch (const json::exception& e) {
+    throw fail(fmt::format("bad header: {}", e.what()));
+  }
+  for (auto& [name, v] : h.items()) {
+    if (name == "__metadata__") continue;
+    Entry e;
+    try {
+      e.dtype = v.at("dtype").get<std::string>();
+      e.numel = 1;
+      for (int64_t d : v.at("shape").get<std::vector<int64_t>>()) e.numel *= d;
+      const auto off = v.at("data_offsets").get<std::vector<uint64_t>>();
+      e.esize = safetensors_dtype_size(e.dtype);
+      if (off.size() != 2 || e.esize == 0 || off[1] - off[0] != uint64_t(e.numel) * e.esize ||
+          8 + hlen + off[1] > size)
+        throw fail(fmt::format("tensor '{}' runs past the end of the file or has a bad dtype (truncated?)", name));
+      e.offset = 8 + hlen + off[0];
+    } catch (const json::exception& ex) {
+      throw fail(fmt::format("bad header entry '{}': {}", name, ex.what()));
+    }
+    entries_.emplace_back(name, e);
+  }
+}
+
+SafetensorsSlices::~SafetensorsSlices() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+const SafetensorsSlices::Entry& SafetensorsSlices::entry(const std::string& name) const {
+  for (const auto& [n, e] : entries_)
+    if (n == name) return e;
+  throw ConfigError(fmt::format("init.resume: '{}' has no tensor '{}'", path_, name));
+}
+
+bool SafetensorsSlices::has(const std::string& name) const {
+  return std::any_of(entries_.begin(), entries_.end(), [&](const auto& p) { return p.first == name; });
+}
+std::string SafetensorsSlices::dtype(const std::string& name) const { return entry(name).dtype; }
+int64_t SafetensorsSlices::numel(const std::string& name) const { return entry(name).numel; }
+
+void SafetensorsSlices::read(const std::string& name, int64_t begin, int64_t count, void* dst) const {
+  const Entry& e = entry(name);
+  CONFIG_CHECK(begin >= 0 && count >= 0 && begin + count <= e.numel,
+               "init.resume: '{}': elements [{}, {}) of '{}' are outside its {} (manifest and file disagree)", path_,
+               begin, begin + count, name, e.numel);
+  char* out = static_cast<char*>(dst);
+  uint64_t off = e.offset + uint64_t(begin) * e.esize, left = uint64_t(count) * e.esize;
+  while (left > 0) {
+    const ssize_t got = ::pread(fd_, out, size_t(std::min<uint64_t>(left, 1ull << 30)), off_t(off));
+    if (got < 0 && errno == EINTR) continue;
+    CONFIG_CHECK(got > 0, "init.resume: '{}': reading '{}' failed: {}", path_, name,
+                 got < 0 ? std::strerror(errno) : "short read");
+    out += got;
+    off += uint64_t(got);
+    left -= uint64_t(got);
+  }
+}
+
+}  // namespace trainer

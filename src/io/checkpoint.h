@@ -1,0 +1,102 @@
+// Training checkpoints on disk (issue 18): the directory protocol, the manifest and partial reads of shard files.
+// What goes into a checkpoint (weights, optimizer shards, step) is decided by jobs/train_checkpoint.cpp.
+//
+// output.checkpoint (and init.resume) name a directory DIR:
+//   DIR/latest                          the name of the newest complete checkpoint ("step-00000004"), one line,
+//                                       replaced atomically (write_file_atomic) after that checkpoint is complete
+//   DIR/model.safetensors               a hard link to the newest checkpoint's weights (what init.weights can name)
+//   DIR/step-00000004/manifest.json     written last; a step directory without it is not a checkpoint
+//   DIR/step-00000004/model.safetensors the full fp32 weights with the reference names (loadable by PyTorch)
+//   DIR/step-00000004/optim-rank00000.safetensors   one rank's optimizer state (manifest: its flat ranges)
+//   DIR/.tmp-step-00000004/             a write in progress: every rank writes its files here, then rank 0 writes
+//                                       the manifest, fsyncs and renames it to step-00000004 (a new name: a rename
+//                                       never replaces a directory) and only then points `latest` at it.
+// A crash (SIGKILL, power loss) at any moment leaves `latest` naming a complete earlier checkpoint. Each write keeps
+// the new checkpoint and the one `latest` named before it, and removes older step directories and stale .tmp-*.
+// Every rank writes into DIR: with several nodes, DIR must be on a filesystem they share.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "core/tensor.h"
+
+namespace trainer {
+
+inline constexpr const char* kCheckpointFormat = "trainer.checkpoint/1";
+
+/// "step-00000004": the directory name of the checkpoint taken after `step` steps.
+std::string checkpoint_step_name(int64_t step);
+
+/// The step directory a resume from `dir` reads: `dir` itself when it holds manifest.json (a step directory named
+/// directly), else DIR/<the name in DIR/latest>. Raises ConfigError starting with "init.resume:" when there is no
+/// checkpoint: no such directory, no `latest`, `latest` naming a directory without manifest.json (half-written).
+std::string resolve_checkpoint(const std::string& dir);
+
+/// STEP_DIR/model.safetensors: a checkpoint's weights.
+std::string checkpoint_weights_path(const std::string& step_dir);
+
+/// The parsed manifest.json of a step directory (resolve_checkpoint's result); ConfigError ("init.resume: ...") when
+/// it is unreadable, not JSON or not of kCheckpointFormat.
+nlohmann::json read_checkpoint_manifest(const std::string& step_dir);
+
+/// Checks, before any work, that `c.init.resume` can continue the run `c` on `world_size` ranks: a complete
+/// checkpoint (resolve_checkpoint), the same model dims and precision, a step below the run's total steps
+/// (bench.warmup_steps + measure_steps counts from step 0, the steps before the resume included), job train,
+/// phase train_step. Raises ConfigError starting with "init.resume:". Differences that a resume can carry
+/// (optimizer, data, strategy, world size) are allowed; they are appended to `warnings` when given.
+void check_resume(const RunConfig& c, std::vector<std::string>* warnings = nullptr);
+
+/// 64-bit FNV-1a of `text`, as "fnv1a64:<16 hex digits>" (the manifest's config_hash).
+std::string fnv1a64_hex(const std::string& text);
+
+/// A checkpoint being written: every rank calls the same methods in the same order (rank 0 does the directory work;
+/// the others wait for it where they must). Not collective itself: the caller orders the ranks (barriers).
+class CheckpointWrite {
+ public:
+  /// Rank 0 (is_root): removes a stale DIR/.tmp-<name> and creates it (and DIR). RuntimeError on failure.
+  CheckpointWrite(std::string dir, int64_t step, bool is_root);
+  /// Path of a file inside the temporary directory.
+  std::string file(const std::string& name) const;
+  /// Rank 0 only: writes manifest.json, fsyncs the directory, renames it to its step name, points `latest` at it,
+  /// re-links DIR/model.safetensors and prunes older checkpoints. Returns the step directory's path.
+  std::string commit(const nlohmann::json& manifest);
+  const std::string& tmp_dir() const { return tmp_; }
+
+ private:
+  std::string dir_, name_, tmp_;
+};
+
+/// Reads byte ranges of tensors of a safetensors file without reading the whole file (pread): the optimizer shards
+/// of a resume, of which a rank needs only the ranges it owns now.
+class SafetensorsSlices {
+ public:
+  /// Opens `path` and parses its header. ConfigError naming the file when it is unreadable or malformed.
+  explicit SafetensorsSlices(const std::string& path);
+  ~SafetensorsSlices();
+  SafetensorsSlices(const SafetensorsSlices&) = delete;
+  SafetensorsSlices& operator=(const SafetensorsSlices&) = delete;
+  bool has(const std::string& name) const;
+  /// The tensor's safetensors dtype name ("F32", "BF16") and element count; ConfigError when absent.
+  std::string dtype(const std::string& name) const;
+  int64_t numel(const std::string& name) const;
+  /// Copies elements [begin, begin + count) of tensor `name` (flattened) to dst (count * element size bytes).
+  /// ConfigError when the range is outside the tensor or the read fails.
+  void read(const std::string& name, int64_t begin, int64_t count, void* dst) const;
+
+ private:
+  struct Entry {
+    std::string dtype;
+    int64_t numel = 0;
+    uint64_t offset = 0;  // bytes from the start of the file
+    size_t esize = 0;
+  };
+  const Entry& entry(const std::string& name) const;
+  std::string path_;
+  int fd_ = -1;
+  std::vector<std::pair<std::string, Entry>> entries_;
+};
+
+}  // namespace trainer

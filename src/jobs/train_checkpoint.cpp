@@ -1,0 +1,280 @@
+// Training checkpoints of the train job: see train_checkpoint.h (what is saved) and io/checkpoint.h (the files).
+#include "jobs/train_checkpoint.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "backend/bf16.h"
+#include "build_info.h"
+#include "core/memory.h"
+#include "dist/communicator.h"
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
+#include "optim/adamw.h"
+#include "optim/schedule.h"
+
+namespace trainer {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string now_iso() {
+  const std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string shard_file(int rank) { return fmt::format("optim-rank{:05d}.safetensors", rank); }
+
+// Host memory a resume stages at a time (one piece of one tensor).
+constexpr int64_t kReadChunkBytes = int64_t(64) << 20;
+
+}  // namespace
+
+TrainCheckpointer::TrainCheckpointer(const RunConfig& cfg, Backend& be, Model& model, Strategy& strategy,
+                                     Communicator& comm, int64_t total_steps)
+    : cfg_(cfg), be_(be), model_(model), strategy_(strategy), comm_(comm), total_steps_(total_steps) {}
+
+bool TrainCheckpointer::due(int64_t steps_done) const {
+  const int every = cfg_.output.checkpoint_every;
+  return cfg_.output.checkpoint && every > 0 && steps_done % every == 0 && steps_done != last_written_;
+}
+
+void TrainCheckpointer::agree(const std::string& err, const char* what) {
+  int64_t bad = err.empty() ? 0 : 1;
+  comm_.all_reduce_host(&bad, 1, HostOp::sum);
+  if (bad == 0) return;
+  throw RuntimeError(err.empty() ? fmt::format("checkpoint: {} failed on another rank (see its log)", what)
+                                 : fmt::format("checkpoint: {} failed: {}", what, err));
+}
+
+void TrainCheckpointer::write(int64_t steps_done) {
+  if (!cfg_.output.checkpoint || steps_done == last_written_) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rank = comm_.rank();
+  const bool root = rank == 0;
+  std::string err;
+  std::unique_ptr<CheckpointWrite> w;
+  try {
+    w = std::make_unique<CheckpointWrite>(*cfg_.output.checkpoint, steps_done, root);
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  agree(err, "creating the directory");  // the others write into rank 0's directory only once it exists
+  uint64_t bytes = 0;
+
+  // Weights: every rank joins download_param where it is collective (sharded weights); rank 0 writes the file.
+  strategy_.gather_params();
+  if (root || !strategy_.full_params()) {
+    // bf16_pure weights are saved as BF16 (exactly what the model holds), others as F32.
+    const bool bf16 = model_.param_dtype() == DType::bf16;
+    std::vector<std::vector<float>> host;
+    std::vector<std::vector<uint16_t>> host16;
+    std::vector<NamedTensor> named;
+    host.reserve(model_.layout().params().size());
+    host16.reserve(model_.layout().params().size());
+    for (const ParamInfo& p : model_.layout().params()) {
+      std::vector<float> v = strategy_.download_param(p);
+      if (!root) continue;
+      if (bf16) {
+        std::vector<uint16_t> h(v.size());
+        for (size_t i = 0; i < v.size(); ++i) h[i] = bf16_bits::from_f32(v[i]);  // exact: v holds bf16 values
+        host16.push_back(std::move(h));
+        named.push_back({p.name, DType::bf16, p.shape, host16.back().data()});
+      } else {
+        host.push_back(std::move(v));
+        named.push_back({p.name, DType::f32, p.shape, host.back().data()});
+      }
+      bytes += uint64_t(p.numel) * dtype_size(named.back().dtype);
+    }
+    if (root) try {
+        write_safetensors(w->file("model.safetensors"), named,
+                          {{"format", "pt"}, {"producer", "trainer"}, {"step", std::to_string(steps_done)}});
+      } catch (const std::exception& e) {
+        err = e.what();
+      }
+  }
+
+  // This rank's optimizer state, each tensor in its stored dtype.
+  const OptimizerState st = strategy_.optimizer_state();
+  json shard = nullptr;
+  if (root || !st.replicated) {
+    std::vector<std::vector<char>> host;
+    std::vector<NamedTensor> named;
+    host.reserve(st.tensors.size());
+    int64_t numel = -1;
+    for (const auto& [name, t] : st.tensors) {
+      host.emplace_back(t.bytes());
+      if (t.bytes()) be_.copy_to_host(host.back().data(), t.data, t.bytes());
+      named.push_back({name, t.dtype, {t.numel()}, host.back().data()});
+      bytes += t.bytes();
+      numel = t.numel();
+    }
+    json ranges = json::array();
+    for (const FlatRange& r : st.ranges) ranges.push_back({r.flat_begin, r.local_begin, r.count});
+    shard = {{"rank", rank}, {"file", shard_file(rank)}, {"numel", numel}, {"ranges", ranges}};
+    try {
+      write_safetensors(w->file(shard_file(rank)), named, {{"producer", "trainer"}, {"rank", std::to_string(rank)}});
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  }
+  const std::vector<std::string> shards = comm_.gather_host(shard.dump(), /*root=*/0);
+  uint64_t all_bytes = bytes;
+  comm_.all_reduce_host(&all_bytes, 1, HostOp::sum);
+  agree(err, "writing the files");
+
+  // Rank 0 completes it: manifest, rename, `latest`; the others wait, so nobody runs on before it exists.
+  std::string final_dir;
+  if (root) try {
+      json tensors = json::object();
+      for (const auto& [name, t] : st.tensors) tensors[name] = safetensors_dtype_name(t.dtype);
+      json shard_list = json::array();
+      for (const std::string& s : shards)
+        if (json j = json::parse(s); !j.is_null()) shard_list.push_back(j);
+      const json config = cfg_;
+      const OptimizerCfg& o = cfg_.optimizer;
+      json manifest = {
+          {"format", kCheckpointFormat},
+          {"step", steps_done},
+          {"world_size", comm_.size()},
+          {"strategy", strategy_.name()},
+          {"precision", cfg_.precision},
+          {"weights", "model.safetensors"},
+          {"layout_total", model_.layout().total()},
+          {"parameters", model_.layout().count()},
+          {"optimizer",
+           {{"steps_taken", st.adamw ? st.adamw->steps_taken() : 0},
+            {"tensors", tensors},
+            {"replicated", st.replicated},
+            {"shards", shard_list}}},
+          {"schedule",
+           {{"next_step", steps_done},
+            {"schedule", o.schedule},
+            {"lr_next", learning_rate(o, steps_done, total_steps_)},
+            {"total_steps", total_steps_},
+            {"warmup_steps", o.warmup_steps},
+            {"cosine_steps", o.cosine_steps == 0 ? total_steps_ : o.cosine_steps}}},
+          {"data",
+           {{"next_step", steps_done},
+            {"source", cfg_.data.source},
+            {"sampling", cfg_.data.sampling},
+            {"seed", cfg_.data.seed},
+            {"batch_size", cfg_.data.batch_size},
+            {"note", "counter-based in (seed, step, row): the step is the sampler's whole position and RNG state"}}},
+          {"config", config},
+          {"config_hash", fnv1a64_hex(config.dump())},
+          {"written", now_iso()},
+          {"trainer", build::kVersion}};
+      // Test hook (tests/cli/test_resume.py): hold the finished files in the temporary directory for a while, so a
+      // test can kill the process mid-write.
+      if (const char* pause = std::getenv("TRAINER_TEST_CHECKPOINT_PAUSE_S")) {
+        spdlog::warn("checkpoint: pausing {} s before completing '{}' (TRAINER_TEST_CHECKPOINT_PAUSE_S)", pause,
+                     w->tmp_dir());
+        std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(pause)));
+      }
+      final_dir = w->commit(manifest);
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  agree(err, "completing it");
+  last_written_ = steps_done;
+  const double secs = seconds_since(t0);
+  writes_.push_back({{"step", steps_done}, {"path", root ? json(final_dir) : json(nullptr)}, {"write_s", secs},
+                     {"bytes", all_bytes}});
+  if (root)
+    spdlog::info("checkpoint after step {} written to {} ({} in {:.2f} s)", steps_done, final_dir,
+                 format_bytes(all_bytes), secs);
+}
+
+int64_t TrainCheckpointer::resume(double weights_read_s) {
+  if (!cfg_.init.resume) return 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string step_dir = resolve_checkpoint(*cfg_.init.resume);
+  const json m = read_checkpoint_manifest(step_dir);
+  const json& opt = m["optimizer"];
+  const OptimizerState st = strategy_.optimizer_state();
+  int64_t want = 0, covered = 0;
+  for (const FlatRange& r : st.ranges) want += r.count;
+  std::vector<char> host;
+  try {
+    for (const json& shard : opt.at("shards")) {
+      std::unique_ptr<SafetensorsSlices> file;  // opened when one of its ranges overlaps one of this rank's
+      for (const json& q : shard.at("ranges")) {
+        const int64_t qf = q.at(0), ql = q.at(1), qc = q.at(2);
+        for (const FlatRange& r : st.ranges) {
+          const int64_t lo = std::max(qf, r.flat_begin), hi = std::min(qf + qc, r.flat_begin + r.count);
+          if (lo >= hi) continue;
+          if (!file)
+            file = std::make_unique<SafetensorsSlices>((fs::path(step_dir) / shard.at("file").get<std::string>()).string());
+          for (const auto& [name, t] : st.tensors) {
+            CONFIG_CHECK(file->dtype(name) == safetensors_dtype_name(t.dtype),
+                         "init.resume: optimizer state '{}' is {} in the checkpoint '{}', this run keeps it as {}",
+                         name, file->dtype(name), step_dir, safetensors_dtype_name(t.dtype));
+            const int64_t es = int64_t(dtype_size(t.dtype)), per = std::max<int64_t>(1, kReadChunkBytes / es);
+            for (int64_t a = lo; a < hi; a += per) {
+              const int64_t n = std::min(per, hi - a);
+              host.resize(size_t(n * es));
+              file->read(name, ql + (a - qf), n, host.data());
+              be_.copy_from_host(static_cast<char*>(t.data) + (r.local_begin + (a - r.flat_begin)) * es, host.data(),
+                                 size_t(n * es));
+            }
+          }
+          covered += hi - lo;
+        }
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(fmt::format("init.resume: '{}/manifest.json' has a malformed optimizer section ({})", step_dir,
+                                  e.what()));
+  }
+  CONFIG_CHECK(covered == want,
+               "init.resume: the optimizer shards of '{}' cover {} of the {} elements of rank {}'s state (a "
+               "checkpoint of another model, or corrupt)", step_dir, covered, want, comm_.rank());
+  if (st.adamw) st.adamw->set_steps_taken(opt.value("steps_taken", int64_t(0)));
+  const int64_t step = m.at("step").get<int64_t>();
+  double secs = seconds_since(t0) + weights_read_s;
+  comm_.all_reduce_host(&secs, 1, HostOp::max);  // the slowest rank's
+  resumed_ = {{"path", step_dir},
+              {"step", step},
+              {"world_size", m.value("world_size", 0)},
+              {"strategy", m.value("strategy", "")},
+              {"config_hash", m.value("config_hash", "")},
+              {"read_s", secs}};
+  if (comm_.rank() == 0)
+    spdlog::info("resumed from {} (step {}, written by {} rank(s) with {}) in {:.2f} s", step_dir, step,
+                 m.value("world_size", 0), m.value("strategy", "?"), secs);
+  return step;
+}
+
+json TrainCheckpointer::record() const {
+  return {{"dir", cfg_.output.checkpoint ? json(*cfg_.output.checkpoint) : json(nullptr)},
+          {"every", cfg_.output.checkpoint_every},
+          {"writes", writes_},
+          {"resumed_from", resumed_}};
+}
+
+json TrainCheckpointer::write_seconds() const {
+  if (writes_.empty()) return nullptr;
+  double s = 0;
+  for (const json& w : writes_) s += w["write_s"].get<double>();
+  return s;
+}
+
+json TrainCheckpointer::read_seconds() const { return resumed_.is_null() ? json(nullptr) : resumed_["read_s"]; }
+
+}  // namespace trainer

@@ -1,0 +1,76 @@
+// Training checkpoints of the train job (issue 18): the whole state of a run, written to output.checkpoint and read
+// back by init.resume, so that a resumed run continues bitwise where the first one stopped.
+//
+// A checkpoint after S steps (io/checkpoint.h has the directory layout and the crash-safe write):
+//   model.safetensors       every parameter, fp32, reference names (Strategy::download_param: the fp32 master in
+//                           fp32 and bf16 mixed precision; fsdp gathers the shards); a resume loads it as the
+//                           weight source, so every strategy and world size takes its own shards from it.
+//   optim-rankNNNNN.safetensors   one rank's OptimizerState tensors (m, v, ...), 1-D, in their stored dtype
+//                           (bf16 state is saved as BF16); DDP's replicated state only from rank 0.
+//   manifest.json           {format, step, world_size, strategy, precision, weights, layout_total,
+//                            optimizer {steps_taken, tensors {name: dtype}, replicated, shards [{rank, file, numel,
+//                            ranges [[flat_begin, local_begin, count], ...]}]},
+//                            schedule {next_step, lr_next, total_steps, ...}, data {next_step, seed, ...},
+//                            config (resolved), config_hash, written, trainer}
+// The flat ranges are offsets of the model's flat layout (ParamLayout), which does not depend on the world size or
+// the strategy: a resume reads, for each range of its own state, the pieces of the old shards that overlap it.
+// The data sources are counter-based in (seed, step, row) (io/token_data.h) and the schedule is a function of the
+// step, so the step is their whole position.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "model/model.h"
+#include "parallel/strategy.h"
+
+namespace trainer {
+
+class Communicator;
+
+class TrainCheckpointer {
+ public:
+  /// total_steps: the run's length (bench.warmup_steps + measure_steps), for the schedule's record.
+  TrainCheckpointer(const RunConfig& cfg, Backend& be, Model& model, Strategy& strategy, Communicator& comm,
+                    int64_t total_steps);
+
+  /// Whether output.checkpoint_every asks for a checkpoint after `steps_done` steps (never twice for one step).
+  bool due(int64_t steps_done) const;
+  /// Collective (every rank, same order): writes the training state after `steps_done` steps to output.checkpoint
+  /// (no-op without one, or when that step is already written). The train job calls it every checkpoint_every steps
+  /// and once after its last step; a run that leaves its step loop early (an interrupt) calls it the same way with
+  /// the steps it completed. RuntimeError on every rank when any rank's part failed (the previous checkpoint stays).
+  void write(int64_t steps_done);
+
+  /// Collective: with init.resume, restores this rank's optimizer state and AdamW step count from the checkpoint
+  /// (setup_training loaded its weights; weights_read_s: how long that took) and returns the step to continue at;
+  /// 0 without init.resume. ConfigError ("init.resume: ...") when the shards do not cover this rank's state or their
+  /// dtypes differ from this run's.
+  int64_t resume(double weights_read_s);
+
+  /// The record's `checkpoint` section: {dir, every, writes [{step, path, write_s, bytes}], resumed_from {path,
+  /// step, read_s}} (null parts when unused).
+  nlohmann::json record() const;
+  /// Seconds spent in write() in all (null when nothing was written) and in resume() plus the weights' read.
+  nlohmann::json write_seconds() const;
+  nlohmann::json read_seconds() const;
+
+ private:
+  /// Raises RuntimeError on every rank if `err` is non-empty on any rank (collective).
+  void agree(const std::string& err, const char* what);
+
+  const RunConfig& cfg_;
+  Backend& be_;
+  Model& model_;
+  Strategy& strategy_;
+  Communicator& comm_;
+  int64_t total_steps_;
+  int64_t last_written_ = -1;
+  nlohmann::json writes_ = nlohmann::json::array();
+  nlohmann::json resumed_ = nullptr;
+};
+
+}  // namespace trainer

@@ -1,0 +1,211 @@
+"""Training checkpoints and exact resume (issue 18, item 1), one process on the CPU.
+
+- 4 steps straight == 2 steps + checkpoint + init.resume + 2 steps, bitwise: losses, gradient norms, final weights
+  and AdamW m, v and step count, with a cosine schedule (warm-up) and random sampling from a token file. The resumed
+  run writes into the directory it resumed from (allowed: new step directories, `latest` replaced atomically).
+- The checkpoint directory: `latest`, the newest and the previous step directory, DIR/model.safetensors (the weights
+  with the reference names, loadable by PyTorch and by init.weights), the manifest's step, schedule and config hash;
+  checkpoint_every writes every N steps and keeps two; the record has the write and read times.
+- A checkpoint killed (SIGKILL) while it is being written leaves the previous one loadable, and resuming from it
+  still gives the uninterrupted run's values bitwise.
+- One clear error line (exit 2, nothing written) for: a missing or half-written checkpoint, another model shape,
+  init.weights with init.resume, a checkpoint already at the run's last step, checkpoint_every without a checkpoint,
+  a checkpoint path that names a .safetensors file.
+"""
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+SRC = pathlib.Path(os.environ.get("TRAINER_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(SRC / "tests" / "parity"))
+import safetensors_io  # noqa: E402
+
+BIN = os.environ.get("TRAINER_BIN")
+pytestmark = pytest.mark.skipif(not BIN, reason="TRAINER_BIN is not set")
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+
+
+def token_file(tmp):
+    path = tmp / "tokens.bin"
+    if not path.exists():
+        rng = np.random.default_rng(7)
+        rng.integers(0, 256, size=20000, dtype=np.uint16).tofile(path)
+    return path
+
+
+def args(tmp, tag, steps, *sets):
+    """tiny on the CPU, `steps` steps in all, cosine schedule with warm-up, random windows of a token file."""
+    a = [BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set", "bench.warmup_steps=0",
+         "--set", f"bench.measure_steps={steps}", "--set", "optimizer.schedule=cosine",
+         "--set", "optimizer.warmup_steps=1", "--set", "optimizer.cosine_steps=4", "--set", "optimizer.min_lr=1e-4",
+         "--set", "optimizer.max_grad_norm=0.5", "--set", "data.source=tokens",
+         "--set", f"data.path={token_file(tmp)}", "--set", "data.sampling=random", "--set", "data.seed=3",
+         "--set", f"output.results={tmp / (tag + '.json')}"]
+    for s in sets:
+        a += ["--set", s]
+    return a
+
+
+def run(cmd, env=ENV, timeout=120):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=SRC)
+
+
+def record(tmp, tag):
+    return json.loads((tmp / (tag + ".json")).read_text())
+
+
+def latest(ck):
+    return ck / (ck / "latest").read_text().strip()
+
+
+def state(ck):
+    """(weights, optimizer tensors, manifest) of the newest checkpoint in ck."""
+    d = latest(ck)
+    w, _ = safetensors_io.load(d / "model.safetensors")
+    o, _ = safetensors_io.load(d / "optim-rank00000.safetensors")
+    return w, o, json.loads((d / "manifest.json").read_text())
+
+
+def assert_same(a, b):
+    assert set(a) == set(b)
+    for k in a:
+        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
+        assert bool((a[k] == b[k]).all()), f"{k}: max diff {float((a[k].double() - b[k].double()).abs().max())}"
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("straight")
+    p = run(args(tmp, "s", 4, f"output.checkpoint={tmp / 'ck'}"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    return tmp, record(tmp, "s"), state(tmp / "ck")
+
+
+def test_two_plus_two_steps_equal_four_bitwise(tmp_path, straight):
+    _, ref, (ref_w, ref_o, ref_m) = straight
+    ck = tmp_path / "ck"
+    p = run(args(tmp_path, "a", 2, f"output.checkpoint={ck}"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    first = record(tmp_path, "a")
+    assert (ck / "latest").read_text().strip() == "step-00000002"
+    # the resumed run writes into the directory it resumed from
+    p = run(args(tmp_path, "b", 4, f"init.resume={ck}", f"output.checkpoint={ck}"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    second = record(tmp_path, "b")
+    assert first["loss"]["per_step"] + second["loss"]["per_step"] == ref["loss"]["per_step"]
+    assert first["grad_norm"]["per_step"] + second["grad_norm"]["per_step"] == ref["grad_norm"]["per_step"]
+    assert first["lr"]["per_step"] + second["lr"]["per_step"] == ref["lr"]["per_step"]
+    assert len(set(ref["lr"]["per_step"])) == 4  # the cosine schedule moves every step
+    w, o, m = state(ck)
+    assert_same(w, ref_w)
+    assert_same(o, ref_o)
+    assert set(o) == {"m", "v"} and o["m"].dtype == o["v"].dtype
+    assert m["step"] == 4 and m["optimizer"]["steps_taken"] == 4 == ref_m["optimizer"]["steps_taken"]
+    # the record: where it resumed from, how long reading and writing took
+    assert second["steps"]["first"] == 2 and second["steps"]["total"] == 4
+    assert second["checkpoint"]["resumed_from"]["step"] == 2
+    assert second["checkpoint"]["resumed_from"]["path"].endswith("step-00000002")
+    assert second["timing"]["resume_read_s"] > 0 and second["timing"]["checkpoint_write_s"] > 0
+    assert first["timing"]["resume_read_s"] is None
+    # the new checkpoint and the previous one are kept
+    assert sorted(x.name for x in ck.iterdir() if x.name.startswith("step-")) == ["step-00000002", "step-00000004"]
+
+
+def test_checkpoint_directory_contents(straight):
+    tmp, ref, (w, o, m) = straight
+    ck = tmp / "ck"
+    # DIR/model.safetensors: the newest weights, with the reference names, loadable by PyTorch (safetensors_io
+    # reads them into torch tensors and checks the layout)
+    top, meta = safetensors_io.load(ck / "model.safetensors")
+    assert_same(top, w)
+    assert "token_embeddings.weight" in top and "layers.1.ffn.w2.weight" in top and meta["format"] == "pt"
+    assert top["token_embeddings.weight"].shape == (256, 64)
+    n_params = sum(t.numel() for t in top.values())
+    assert o["m"].numel() >= n_params  # the flat layout, alignment gaps included
+    assert m["format"] == "trainer.checkpoint/1" and m["world_size"] == 1 and m["strategy"] == "none"
+    assert m["schedule"]["next_step"] == 4 and m["data"]["next_step"] == 4 and m["data"]["seed"] == 3
+    assert m["config"]["optimizer"]["schedule"] == "cosine" and m["config_hash"].startswith("fnv1a64:")
+    assert m["optimizer"]["shards"] == [{"rank": 0, "file": "optim-rank00000.safetensors",
+                                         "numel": o["m"].numel(), "ranges": [[0, 0, m["layout_total"]]]}]
+    assert ref["checkpoint"]["writes"][0]["step"] == 4 and ref["checkpoint"]["dir"] == str(ck)
+    # the weights file starts another run through init.weights
+    p = run(args(tmp, "w", 1, f"init.weights={ck / 'model.safetensors'}"))
+    assert p.returncode == 0, p.stderr[-2000:]
+
+
+def test_checkpoint_every_keeps_the_last_two(tmp_path):
+    ck = tmp_path / "ck"
+    p = run(args(tmp_path, "e", 4, f"output.checkpoint={ck}", "output.checkpoint_every=1"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = record(tmp_path, "e")
+    assert [x["step"] for x in r["checkpoint"]["writes"]] == [1, 2, 3, 4]  # the end's write is step 4's
+    assert sorted(x.name for x in ck.iterdir()) == ["latest", "model.safetensors", "step-00000003", "step-00000004"]
+
+
+def test_killed_mid_write_leaves_the_previous_checkpoint(tmp_path, straight):
+    _, ref, (ref_w, ref_o, _) = straight
+    ck = tmp_path / "ck"
+    p = run(args(tmp_path, "a", 2, f"output.checkpoint={ck}"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    env = dict(ENV, TRAINER_TEST_CHECKPOINT_PAUSE_S="60")
+    proc = subprocess.Popen(args(tmp_path, "k", 4, f"init.resume={ck}", f"output.checkpoint={ck}"), env=env,
+                            cwd=SRC, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    shard = ck / ".tmp-step-00000004" / "optim-rank00000.safetensors"
+    t0 = time.time()
+    while not shard.exists() and time.time() - t0 < 60 and proc.poll() is None:
+        time.sleep(0.05)
+    assert shard.exists() and proc.poll() is None
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert (ck / "latest").read_text().strip() == "step-00000002"
+    assert (ck / "step-00000002" / "manifest.json").exists() and not (ck / "step-00000004").exists()
+    # resumed from what survived: still the uninterrupted run, and the stale temporary directory is cleaned up
+    p = run(args(tmp_path, "b", 4, f"init.resume={ck}", f"output.checkpoint={ck}"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert record(tmp_path, "b")["loss"]["per_step"] == ref["loss"]["per_step"][2:]
+    w, o, _ = state(ck)
+    assert_same(w, ref_w)
+    assert_same(o, ref_o)
+    assert not (ck / ".tmp-step-00000004").exists()
+
+
+def expect_error(tmp, cmd, *needles):
+    before = set(tmp.rglob("*"))
+    p = run(cmd)
+    assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trainer: error: "), p.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+    assert set(tmp.rglob("*")) == before  # nothing written
+    return lines[0]
+
+
+def test_resume_errors(tmp_path):
+    ck = tmp_path / "ck"
+    p = run(args(tmp_path, "a", 2, f"output.checkpoint={ck}"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    expect_error(tmp_path, args(tmp_path, "x", 4, f"init.resume={tmp_path / 'none'}"),
+                 "init.resume", "does not exist")
+    expect_error(tmp_path, args(tmp_path, "x", 4, f"init.resume={tmp_path}"), "init.resume", "no complete checkpoint")
+    expect_error(tmp_path, args(tmp_path, "x", 4, f"init.resume={ck}", "model.num_layers=3"),
+                 "init.resume", "model.num_layers 2, the config 3")
+    expect_error(tmp_path, args(tmp_path, "x", 4, f"init.resume={ck}",
+                                f"init.weights={ck / 'model.safetensors'}"), "init.weights or init.resume")
+    expect_error(tmp_path, args(tmp_path, "x", 2, f"init.resume={ck}"), "at step 2", "nothing is left to run")
+    expect_error(tmp_path, args(tmp_path, "x", 2, "output.checkpoint_every=1"),
+                 "output.checkpoint_every: 1 needs output.checkpoint")
+    expect_error(tmp_path, args(tmp_path, "x", 2, f"output.checkpoint={tmp_path / 'w.safetensors'}"),
+                 "output.checkpoint", "names a directory")
+    # half-written: `latest` names a directory without its manifest
+    half = tmp_path / "half"
+    (half / "step-00000002").mkdir(parents=True)
+    (half / "latest").write_text("step-00000002\n")
+    expect_error(tmp_path, args(tmp_path, "x", 4, f"init.resume={half}"), "init.resume", "incomplete")
