@@ -302,6 +302,12 @@ int main(int argc, char** argv) {
                            {"git", build::kGit}};
   // The record exists from here on, marked "running" (atomically, replacing any earlier record of this name), so an
   // older "ok" record never looks like this run's; the end of main() replaces it.
+  std::filesystem::path created_dir;  // the outermost directory the marker had to create ("" when none)
+  for (auto d = std::filesystem::absolute(results_path).parent_path(); !d.empty() && !std::filesystem::exists(d);
+       d = d.parent_path()) {
+    created_dir = d;
+    if (d == d.parent_path()) break;
+  }
   const auto write_running_marker = [&] {
     nlohmann::json running = record;
     running["status"] = "running";
@@ -359,9 +365,13 @@ int main(int argc, char** argv) {
     // Bad input found only once the job looked at it (e.g. init.weights that do not fit the model): one line,
     // exit code 2, no record.
     if (rank == 0 || world == 1) std::fprintf(stderr, "trainer: error: %s\n", e.what());
-    if (rank == 0) {  // no record for bad input: take the running marker away again
+    if (rank == 0) {  // no record for bad input: take the running marker (and the directories it made) away again
       std::error_code ec;
       std::filesystem::remove(results_path, ec);
+      if (!created_dir.empty())  // remove() leaves a directory that is not empty
+        for (auto d = std::filesystem::absolute(results_path).parent_path(); ec.clear(), std::filesystem::remove(d, ec);
+             d = d.parent_path())
+          if (d == created_dir) break;
     }
     spdlog::shutdown();
     if (world > 1) MPI_Abort(MPI_COMM_WORLD, 2);

@@ -245,8 +245,9 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
       spdlog::info("{}", line);
     }
     if (loss_and_stop[1] > 0 && step + 1 < total_steps) {  // leave the loop; the end-of-run code below still runs
-      const int sig = interrupt_signal();
-      interrupted = {{"signal", sig ? interrupt_signal_name(sig) : "on another rank"},
+      int64_t sig = interrupt_signal();  // the rank(s) that received one: every rank names the same signal
+      comm->all_reduce_host(&sig, 1, HostOp::max);  // every rank is here, after the same step
+      interrupted = {{"signal", interrupt_signal_name(int(sig))},
                      {"steps_done", step + 1},
                      {"steps_planned", total_steps}};
       spdlog::warn("interrupted ({}): stopping after step {} of {}{}; a second interrupt stops at once",

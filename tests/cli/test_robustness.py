@@ -256,3 +256,21 @@ def test_peer_script_without_torch(script):
     last = r.stderr.strip().splitlines()[-1]
     name = pathlib.Path(script).name
     assert last.startswith(f"{name}: error: ") and "PyTorch" in last and "Traceback" not in r.stderr, r.stderr
+
+
+def test_bad_input_found_by_the_job_leaves_no_marker(trainer_bin, tmp_path):
+    """init.weights of another model is found by the job, after the running marker was written: exit code 2, one
+    line, and neither the marker nor the directory it made is left behind."""
+    (tmp_path / "w").mkdir()
+    make = write_json(tmp_path / "w" / "c.json", tiny_config(tmp_path / "w", output={
+        "results": str(tmp_path / "w" / "r.json"), "checkpoint": str(tmp_path / "w" / "w.safetensors")}))
+    r = run(trainer_bin, [make], tmp_path)
+    assert r.returncode == 0, r.stderr
+    cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path, model={"preset": "tiny", "d_model": 128},
+                                                      init={"weights": str(tmp_path / "w" / "w.safetensors")}))
+    before = snapshot(tmp_path)
+    r = run(trainer_bin, [cfg], tmp_path)
+    assert r.returncode == 2, r.stderr
+    last = r.stderr.strip().splitlines()[-1]  # (the job has logged its plan line by then)
+    assert last.startswith("trainer: error: init.weights") and "the model needs [256, 128]" in last, r.stderr
+    assert snapshot(tmp_path) == before  # no out/result.json, no out/
