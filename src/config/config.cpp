@@ -735,7 +735,9 @@ CommChoice resolve_comm(const std::string& comm, const std::string& device, cons
     return {"mpi", fmt::format("parallel.comm: auto resolves to mpi, not nccl: {} (NCCL needs a GPU per rank)",
                                sharing)};
   }
-  CONFIG_CHECK(comm != "nccl" || host.nccl, "parallel.comm: 'nccl' is not available: {}; use parallel.comm=mpi",
+  // (on the cpu, validation's "comm 'nccl' needs device 'cuda'" is the message that helps)
+  CONFIG_CHECK(comm != "nccl" || host.nccl || device != "cuda",
+               "parallel.comm: 'nccl' is not available: {}; use parallel.comm=mpi",
                build::kNoNcclHint);
   CONFIG_CHECK(comm != "nccl" || !shared,
                "parallel.comm: 'nccl' needs a GPU per rank, but {} (NCCL would fail or hang); use parallel.comm=mpi",
