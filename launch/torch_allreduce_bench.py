@@ -40,11 +40,10 @@ from typing import List
 # The forced environment (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1) is set by torch_bench on import,
 # before torch (and NCCL) load; the helpers shared with it come from there.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import torch_bench  # noqa: E402  (sets FORCED_ENV first)
+import torch_bench  # noqa: E402  (sets FORCED_ENV first; imports without torch, so --help works without it)
 from torch_bench import FORCED_ENV, nccl_version, write_json  # noqa: E402
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
+torch, dist = torch_bench.torch, torch_bench.dist  # None without PyTorch: parse_args stops with one line
 
 SCHEMA = "torch_allreduce_bench/1"
 DEFAULT_SIZES = ["1M", "4M", "16M", "64M", "256M", "1G"]
@@ -147,10 +146,14 @@ def parse_args(argv=None):
                     help="bytes per rank, e.g. 4096 64K 1M 16MB 1G (default: 1M 4M 16M 64M 256M 1G)")
     ap.add_argument("--warmup", type=int, default=5, help="untimed all_reduce calls per size (default 5)")
     ap.add_argument("--iters", type=int, default=20, help="timed all_reduce calls per size (default 20)")
-    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu",
-                    help="cuda: nccl, cpu: gloo")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default=None,
+                    help="cuda: nccl, cpu: gloo (default: cuda when a GPU is visible)")
     ap.add_argument("--json", help="write the record here (rank 0)")
     args = ap.parse_args(argv)
+    if torch is None:
+        ap.error(f"PyTorch is not available to {sys.executable} ({torch_bench.TORCH_IMPORT_ERROR})")
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda but no CUDA device is visible (use --device cpu)")
     if args.warmup < 0 or args.iters < 1:

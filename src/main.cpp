@@ -7,7 +7,9 @@
 //
 // Exit codes: 0 ok; 2 bad input (one line on stderr, nothing written); 1 the run failed (record with status
 // "error"; a diverged training run keeps its per-step losses up to the failing step); 3 out of memory (record with
-// status "oom").
+// status "oom"); 4 interrupted (SIGINT, SIGTERM, SIGUSR1 or SIGUSR2: the train job stopped after a step, wrote its
+// checkpoint when configured and the record with status "interrupted"; see core/interrupt.h). A second signal stops at
+// once (128 + signal number). Rank 0 marks the record "running" before the job starts and replaces it at the end.
 #include <mpi.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -16,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <optional>
@@ -24,11 +27,13 @@
 #include "backend/backend.h"
 #include "build_info.h"
 #include "config/config.h"
+#include "core/interrupt.h"
 #include "core/memory.h"
 #include "dist/bootstrap.h"
 #include "git_info.h"
 #include "io/result_record.h"
 #include "jobs/job.h"
+#include "plan/host_memory.h"
 #include "plan/planner.h"
 
 using namespace trainer;
@@ -219,12 +224,15 @@ int main(int argc, char** argv) {
     if (args.plan && !args.help && !args.version) {
       plan_world = args.world_size > 0 ? args.world_size : world;
       cfg = load_plan_config(args, plan_world, &plan_assumed);
+      check_host_memory(cfg, plan_world, 1, /*dry_run=*/true);  // before the dry run allocates its bookkeeping
     } else if (!args.help && !args.version) {
       cfg = load_config(args.config, args.overrides, world, cuda_available(),
-                        HostInfo{mpi.local_size(), cuda_device_count()}, &warnings);
+                        HostInfo{mpi.local_size(), cuda_device_count(), build::kHaveNccl}, &warnings);
       CONFIG_CHECK(args.print_config || cfg.device != "cuda" || cuda_available(),
                    "device: 'cuda' was asked for but {}", TRAINER_HAVE_CUDA_BUILD
                        ? "no CUDA device is visible" : "this trainer was built without CUDA (no nvcc at build time)");
+      if (!args.print_config && cfg.job == "train")  // before anything is allocated (plan/host_memory.h)
+        check_host_memory(cfg, world, mpi.local_size(), /*dry_run=*/false);
     }
   } catch (const ConfigError& e) {
     error = e.what();
@@ -246,7 +254,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (args.version) {
-    if (rank == 0) std::cout << "trainer " << build::kVersion << " (" << build::kGit << ")\n";
+    if (rank == 0)
+      std::cout << "trainer " << build::kVersion << " (" << build::kGit << ")\n"
+                << "CUDA: " << (TRAINER_HAVE_CUDA_BUILD ? "built in" : "absent (built without nvcc)") << "\n"
+                << "NCCL: "
+                << (build::kHaveNccl ? "built in (parallel.comm auto is nccl on cuda with a GPU per rank)"
+                                     : fmt::format("absent: {}; parallel.comm auto resolves to mpi",
+                                                   build::kNoNcclHint))
+                << "\n";
     return 0;
   }
   const nlohmann::json resolved = cfg;
@@ -285,6 +300,29 @@ int main(int argc, char** argv) {
                            {"world_size", world},
                            {"version", build::kVersion},
                            {"git", build::kGit}};
+  // The record exists from here on, marked "running" (atomically, replacing any earlier record of this name), so an
+  // older "ok" record never looks like this run's; the end of main() replaces it.
+  std::filesystem::path created_dir;  // the outermost directory the marker had to create ("" when none)
+  for (auto d = std::filesystem::absolute(results_path).parent_path(); !d.empty() && !std::filesystem::exists(d);
+       d = d.parent_path()) {
+    created_dir = d;
+    if (d == d.parent_path()) break;
+  }
+  const auto write_running_marker = [&] {
+    nlohmann::json running = record;
+    running["status"] = "running";
+    running["pid"] = int64_t(::getpid());
+    running["machine"] = machine_info("");
+    write_json_atomic(results_path, running);
+  };
+  if (rank == 0) {
+    try {
+      write_running_marker();
+    } catch (const std::exception& e) {
+      spdlog::error("the result record could not be marked running: {}", e.what());
+    }
+  }
+  if (cfg.job == "train") install_interrupt_handlers();  // the train job stops after a step (exit code 4)
   int code = 0;
   std::optional<Plan> plan;
   const auto t0 = std::chrono::steady_clock::now();
@@ -309,6 +347,14 @@ int main(int argc, char** argv) {
     else throw ConfigError(fmt::format("job: '{}' is not implemented", cfg.job));
     record.update(part);
     if (plan && record.contains("memory")) record["memory"]["predicted"] = plan->predicted_json();
+    if (record.contains("interrupted") && !record["interrupted"].is_null()) {
+      record["status"] = "interrupted";
+      record["error"] = fmt::format("interrupted by {} after step {} of {}",
+                                    record["interrupted"]["signal"].get<std::string>(),
+                                    record["interrupted"]["steps_done"].get<int>(),
+                                    record["interrupted"]["steps_planned"].get<int>());
+      code = 4;
+    }
   } catch (const OutOfMemory& e) {
     record["status"] = "oom";
     record["error"] = e.what();
@@ -319,6 +365,14 @@ int main(int argc, char** argv) {
     // Bad input found only once the job looked at it (e.g. init.weights that do not fit the model): one line,
     // exit code 2, no record.
     if (rank == 0 || world == 1) std::fprintf(stderr, "trainer: error: %s\n", e.what());
+    if (rank == 0) {  // no record for bad input: take the running marker (and the directories it made) away again
+      std::error_code ec;
+      std::filesystem::remove(results_path, ec);
+      if (!created_dir.empty())  // remove() leaves a directory that is not empty
+        for (auto d = std::filesystem::absolute(results_path).parent_path(); ec.clear(), std::filesystem::remove(d, ec);
+             d = d.parent_path())
+          if (d == created_dir) break;
+    }
     spdlog::shutdown();
     if (world > 1) MPI_Abort(MPI_COMM_WORLD, 2);
     return 2;
@@ -360,7 +414,7 @@ int main(int argc, char** argv) {
       if (code == 0) code = 1;
     }
   }
-  if (code != 0 && world > 1) {
+  if (code != 0 && code != 4 && world > 1) {  // interrupted: every rank left the loop after the same step
     // The other ranks may be blocked in a collective this rank will never join: stop them all. Ranks other than 0
     // wait a moment first, so that rank 0, if it failed as well, has written its record.
     spdlog::critical("rank {} failed ({}); aborting all {} ranks", rank, record["status"].get<std::string>(), world);

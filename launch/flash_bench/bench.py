@@ -35,10 +35,6 @@ import os
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
-
-from torch_ref import median_ms, reference, rel, stream
 
 p = argparse.ArgumentParser()
 p.add_argument("--lib", default=".carry/flash/libflashbench.so")
@@ -55,6 +51,16 @@ p.add_argument("--f32", action="store_true", help="only the fp32 (3xTF32) varian
 p.add_argument("--inner", type=int, default=10, help="--xl: calls per CUDA-event timing")
 p.add_argument("--reps", type=int, default=30, help="--xl: timings per median (at least 20)")
 args = p.parse_args()
+
+# After the arguments, so that --help works without PyTorch.
+try:
+    import torch
+    import torch.nn.functional as F
+
+    from torch_ref import median_ms, reference, rel, stream
+except ImportError as e:
+    p.error(f"needs PyTorch with CUDA, not importable by {sys.executable} ({e}); Debian: apt install "
+            "python3-torch (CPU only), or a CUDA build: pip install torch")
 
 lib = ctypes.CDLL(os.path.abspath(args.lib))
 ci, vp, cf = ctypes.c_int, ctypes.c_void_p, ctypes.c_float

@@ -14,11 +14,8 @@ import ctypes
 import json
 import math
 import os
+import sys
 
-import torch
-import torch.nn.functional as F
-
-from torch_ref import median_ms, reference, rel, stream
 
 p = argparse.ArgumentParser()
 p.add_argument("--lib", default=".carry/flash/libflashbench.so")
@@ -31,6 +28,16 @@ p.add_argument("--no-time", action="store_true")
 p.add_argument("--profile", action="store_true", help="one call of each --fwd / --bwd variant at 16 x 64, T 16384 "
                "(for a profiler), nothing else")
 args = p.parse_args()
+
+# After the arguments, so that --help works without PyTorch.
+try:
+    import torch
+    import torch.nn.functional as F
+
+    from torch_ref import median_ms, reference, rel, stream
+except ImportError as e:
+    p.error(f"needs PyTorch with CUDA, not importable by {sys.executable} ({e}); Debian: apt install "
+            "python3-torch (CPU only), or a CUDA build: pip install torch")
 
 ci, vp, cf = ctypes.c_int, ctypes.c_void_p, ctypes.c_float
 lib = ctypes.CDLL(os.path.abspath(args.lib))

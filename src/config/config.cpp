@@ -572,6 +572,19 @@ void check_non_negative(double v, const char* key) {
   CONFIG_CHECK(v >= 0, "config: '{}' must be >= 0, got {}", key, v);
 }
 
+/// Whether paths `a` and `b` name the same file: the same inode when both exist (hard links, symlinks), else the
+/// same absolute path once the existing part is resolved (symlinked directories, "./", "..").
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec) && !ec;
+  const auto real = [](const std::string& p) {
+    std::error_code e;
+    const fs::path r = fs::weakly_canonical(fs::absolute(p), e);
+    return e ? fs::absolute(p).lexically_normal() : r;
+  };
+  return real(a) == real(b);
+}
+
 /// An existing regular file that this process can open for reading.
 void check_readable_file(const std::string& path, const char* key) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -637,7 +650,7 @@ const std::vector<KeyDoc>& key_docs() {
       {"parallel.strategy", one_of(kStrategies),
        "how gradients (and optimizer state) are shared between ranks; fsdp also shards the weights (each rank keeps "
        "1/N of every unit, all-gathered before use)"},
-      {"parallel.comm", one_of(kComms), "communicator; auto: nccl on cuda with a GPU per rank, else mpi"},
+      {"parallel.comm", one_of(kComms), "communicator; auto: nccl on cuda with a GPU per rank (in a build with NCCL), else mpi"},
       {"parallel.bucket_mb", "number > 0", "ddp_bucketed bucket size, MiB of fp32 gradients"},
       {"parallel.reduce_dtype", one_of(kReduceDtypes),
        "ddp_*: dtype of the gradients summed over ranks; bf16 halves the bytes (needs comm nccl)"},
@@ -744,10 +757,16 @@ CommChoice resolve_comm(const std::string& comm, const std::string& device, cons
   const std::string sharing = fmt::format("{} ranks share {} GPU(s) on this host", host.local_size, host.cuda_devices);
   if (comm == "auto") {
     if (device != "cuda") return {"mpi", ""};
+    if (!host.nccl)
+      return {"mpi", fmt::format("parallel.comm: auto resolves to mpi: {}", build::kNoNcclHint)};
     if (!shared) return {"nccl", ""};
     return {"mpi", fmt::format("parallel.comm: auto resolves to mpi, not nccl: {} (NCCL needs a GPU per rank)",
                                sharing)};
   }
+  // (on the cpu, validation's "comm 'nccl' needs device 'cuda'" is the message that helps)
+  CONFIG_CHECK(comm != "nccl" || host.nccl || device != "cuda",
+               "parallel.comm: 'nccl' is not available: {}; use parallel.comm=mpi",
+               build::kNoNcclHint);
   CONFIG_CHECK(comm != "nccl" || !shared,
                "parallel.comm: 'nccl' needs a GPU per rank, but {} (NCCL would fail or hang); use parallel.comm=mpi",
                sharing);
@@ -770,12 +789,12 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
     c = std::move(overridden);
   }
   resolve(c, path, world_size, cuda_available, host, warnings);
-  validate_config(c, world_size);
+  validate_config(c, world_size, path);
   if (warnings) check_resume(c, warnings);  // what the resume changes (validate_config checked the rest)
   return c;
 }
 
-void validate_config(const RunConfig& c, int world_size) {
+void validate_config(const RunConfig& c, int world_size, const std::string& config_path) {
   TRAINER_CHECK(world_size >= 1, "validate_config: world_size {} < 1", world_size);
   check_enum(c.job, kJobs, "job");
 
@@ -935,14 +954,13 @@ void validate_config(const RunConfig& c, int world_size) {
       {"output.checkpoint", &c.output.checkpoint},
       {"profile.trace", &c.profile.trace},
       {"profile.memory_timeline", &c.profile.memory_timeline}};
-  const auto same = [](const std::string& x) { return fs::absolute(x).lexically_normal(); };
   for (const auto& [key, value] : outputs)  // before any path arithmetic: fs::absolute("") throws
     CONFIG_CHECK(!*value || !(*value)->empty(), "{}: the output path is empty (remove the key or set null)", key);
   for (size_t i = 0; i < std::size(outputs); ++i) {
     if (!*outputs[i].second) continue;
     for (size_t k = 0; k < i; ++k)
       if (*outputs[k].second)
-        CONFIG_CHECK(same(**outputs[i].second) != same(**outputs[k].second),
+        CONFIG_CHECK(!same_file(**outputs[i].second, **outputs[k].second),
                      "output: '{}' and '{}' name the same file '{}'", outputs[k].first, outputs[i].first,
                      **outputs[i].second);
     // Ranks r > 0 write their memory timelines beside rank 0's (memory_timeline_path): those names must not be taken.
@@ -950,17 +968,21 @@ void validate_config(const RunConfig& c, int world_size) {
       for (int r = 1; r < std::min(world_size, 4096); ++r)
         for (size_t k = 0; k < std::size(outputs); ++k)
           if (k != i && *outputs[k].second)
-            CONFIG_CHECK(same(memory_timeline_path(**outputs[i].second, r)) != same(**outputs[k].second),
+            CONFIG_CHECK(!same_file(memory_timeline_path(**outputs[i].second, r), **outputs[k].second),
                          "output: rank {}'s memory timeline '{}' (profile.memory_timeline) is also '{}'", r,
                          memory_timeline_path(**outputs[i].second, r), outputs[k].first);
-    // An output must never overwrite an input.
-    const std::pair<const char*, const std::optional<std::string>*> inputs[] = {{"data.path", &d.path},
-                                                                                {"init.weights", &c.init.weights}};
+    // An output must never overwrite an input: the config file, the token file, the initial weights.
+    const std::pair<const char*, std::optional<std::string>> inputs[] = {
+        {"the config file", config_path.empty() ? std::nullopt : std::optional<std::string>(config_path)},
+        {"data.path", d.source == "tokens" ? d.path : std::nullopt},
+        {"init.weights", c.init.weights}};
+    const int ranks = outputs[i].second == &c.profile.memory_timeline ? std::min(world_size, 4096) : 1;
     for (const auto& [in_key, in_value] : inputs)
-      if (*in_value && (in_key != std::string("data.path") || d.source == "tokens"))
-        CONFIG_CHECK(same(**outputs[i].second) != same(**in_value),
-                     "{}: '{}' is also the input {}; the run would overwrite it", outputs[i].first,
-                     **outputs[i].second, in_key);
+      for (int r = 0; in_value && r < ranks; ++r) {
+        const std::string out = r == 0 ? **outputs[i].second : memory_timeline_path(**outputs[i].second, r);
+        CONFIG_CHECK(!same_file(out, *in_value), "{}: '{}'{} is also the input {} ('{}'); the run would overwrite it",
+                     outputs[i].first, out, r == 0 ? "" : fmt::format(" (rank {}'s file)", r), in_key, *in_value);
+      }
   }
   // check_output_path creates nothing (the writers make missing directories), so a rejected config leaves no trace.
   if (c.output.checkpoint) {  // a directory: its files are checked like any output file
@@ -1024,9 +1046,14 @@ std::string help_text() {
                      p.d_ff, p.num_layers, p.num_heads);
   }
   s += "\nresolution: device auto -> cuda if available else cpu; attention auto -> flash2 for bf16 on cuda else\n"
-       "naive; parallel.comm auto -> nccl on cuda with a GPU per rank else mpi (with a warning when ranks share a\n"
-       "GPU); name \"\" -> config file stem; data.microbatch_size 0 ->\n"
-       "batch_size / world_size. Config errors exit with code 2 before any output is written.\n";
+       "naive; parallel.comm auto -> nccl on cuda with a GPU per rank in a build with NCCL, else mpi (with a\n"
+       "warning when ranks share a GPU or NCCL is absent: trainer --version says); name \"\" -> config file stem; data.microbatch_size 0 ->\n"
+       "batch_size / world_size. Config errors exit with code 2 before any output is written.\n"
+       "\nexit codes: 0 ok; 1 the run failed (record status \"error\"); 2 bad input (one line, nothing written);\n"
+       "3 out of memory (\"oom\"); 4 interrupted: SIGINT, SIGTERM, SIGUSR1 or SIGUSR2 (Slurm --signal=USR1@SECONDS)\n"
+       "stop job train after the current step on every rank, output.checkpoint is written and the record gets\n"
+       "status \"interrupted\"; a second signal stops at once (128 + signal). While a run is going its record\n"
+       "says \"running\" (with the pid); the end of the run replaces it.\n";
   return s;
 }
 

@@ -154,6 +154,8 @@ void from_json(const json& j, CollectiveCfg& c);
 struct HostInfo {
   int local_size = 1;    // ranks on this host
   int cuda_devices = 0;  // CUDA devices this rank sees; 0: unknown or none (no check)
+  bool nccl = true;      // this trainer was built with NCCL (main passes build::kHaveNccl; callers that know no
+                         // host, e.g. --plan for a GPU cluster and tests, assume an NCCL build)
 };
 
 /// parallel.comm resolved, and a warning for the log ("" when none).
@@ -164,9 +166,9 @@ struct CommChoice {
 
 /// Resolves parallel.comm `comm` (auto | nccl | mpi, as written) for the resolved `device` on `host`. NCCL needs a
 /// GPU of its own per rank (ranks pick GPU local_rank % cuda_devices, so more ranks than GPUs share one). auto: nccl
-/// on cuda, else mpi; on cuda with ranks sharing a GPU, mpi with a warning. nccl with ranks sharing a GPU:
-/// ConfigError naming parallel.comm=mpi (NCCL would fail or hang). Other values are returned unchanged (validation
-/// rejects unknown ones).
+/// on cuda, else mpi; on cuda with ranks sharing a GPU, or in a build without NCCL (host.nccl false), mpi with a
+/// warning. nccl with ranks sharing a GPU or without NCCL in the build: ConfigError naming parallel.comm=mpi (NCCL
+/// would fail or hang). Other values are returned unchanged (validation rejects unknown ones).
 CommChoice resolve_comm(const std::string& comm, const std::string& device, const HostInfo& host);
 
 /// Reads `path` (or the embedded default when path is empty), applies overrides ("key.path=value"; the value is
@@ -177,8 +179,10 @@ CommChoice resolve_comm(const std::string& comm, const std::string& device, cons
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size,
                       bool cuda_available, const HostInfo& host = {}, std::vector<std::string>* warnings = nullptr);
 
-/// Checks the resolved config (shapes, enums, ranges, files readable, output writable). Raises ConfigError.
-void validate_config(const RunConfig& c, int world_size);
+/// Checks the resolved config (shapes, enums, ranges, files readable, output writable, no output naming an input:
+/// `config_path` (the config file, "" for none), data.path, init.weights; compared as real paths, so symlinks, hard
+/// links and ./ forms count). Raises ConfigError.
+void validate_config(const RunConfig& c, int world_size, const std::string& config_path = "");
 
 /// The dims of a named preset (vocab, context, d_model, d_ff, layers, heads); raises ConfigError for unknown names.
 ModelCfg preset_model(const std::string& name);

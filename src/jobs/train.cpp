@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/interrupt.h"
 #include "dist/bootstrap.h"
 #include "dist/communicator.h"
 #include "io/result_record.h"
@@ -27,11 +28,6 @@ namespace {
 double peak_tflops(const RunConfig& c) {
   if (c.device != "cuda") return 0.0;
   return bf16_precision(c.precision) ? 756.0 : (c.allow_tf32 ? 378.0 : 51.0);
-}
-
-double all_ranks_sum(double x, Communicator& comm) {
-  comm.all_reduce_host(&x, 1, HostOp::sum);
-  return x;
 }
 
 std::string fmt_rate(double tok_s) {
@@ -179,11 +175,13 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   marks.optimizer_end = ev[size_t(2 * n_micro + 2)].get();
   std::vector<double> t_fwd, t_bwd, t_opt, t_step, t_comm, t_exposed;
   json losses = json::array(), gnorms = json::array(), lrs = json::array();
+  json interrupted = nullptr;  // {signal, steps_done, steps_planned} when an interrupt stopped the loop early
 
   // init.resume: the optimizer state and the step to continue at (the weights came with setup_training); the
   // schedule and the data are functions of the step. output.checkpoint: written by ckpt.write (train_checkpoint.h).
   TrainCheckpointer ckpt(cfg, *be, model, *strategy, *comm, total_steps);
   const int first_step = int(ckpt.resume(setup.weights_read_s));
+  int steps_done = first_step;
 
   for (int step = first_step; step < total_steps; ++step) {
     const bool measured = step >= cfg.bench.warmup_steps;
@@ -195,7 +193,11 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
     if (measured) profiler.begin_step(step + 1);  // numbered from 1, as in the log lines
     const double lr = learning_rate(cfg.optimizer, step, total_steps);
     const double gnorm = train_step(*be, model, *strategy, shape, lr, cfg.optimizer.max_grad_norm, marks);
-    const double loss = all_ranks_sum(model.step_loss_sum(), *comm) / double(global_tokens);  // syncs
+    // One host all_reduce per step carries the loss and whether any rank was asked to stop (interrupt.h), so the
+    // ranks leave the loop after the same step at no extra collective.
+    double loss_and_stop[2] = {model.step_loss_sum(), interrupt_signal() != 0 ? 1.0 : 0.0};
+    comm->all_reduce_host(loss_and_stop, 2, HostOp::sum);  // syncs
+    const double loss = loss_and_stop[0] / double(global_tokens);
     be->synchronize();
 
     double fwd = 0, bwd = 0;
@@ -232,9 +234,21 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
       if (ctx.world_size > 1) line += fmt::format(" | comm_exposed {:.1f} ms", strategy->comm_exposed_ms());
       spdlog::info("{}", line);
     }
+    steps_done = step + 1;
     if (ckpt.due(step + 1)) ckpt.write(step + 1);  // collective: every rank
+    if (loss_and_stop[1] > 0 && step + 1 < total_steps) {  // leave the loop; the end-of-run code below still runs
+      int64_t sig = interrupt_signal();  // the rank(s) that received one: every rank names the same signal
+      comm->all_reduce_host(&sig, 1, HostOp::max);  // every rank is here, after the same step
+      interrupted = {{"signal", interrupt_signal_name(int(sig))},
+                     {"steps_done", step + 1},
+                     {"steps_planned", total_steps}};
+      spdlog::warn("interrupted ({}): stopping after step {} of {}{}; a second interrupt stops at once",
+                   interrupted["signal"].get<std::string>(), step + 1, total_steps,
+                   cfg.output.checkpoint ? ", writing the checkpoint" : "");
+      break;
+    }
   }
-  ckpt.write(total_steps);  // at the end (no-op without output.checkpoint or when just written)
+  ckpt.write(steps_done);  // at the end or the interrupt (no-op without output.checkpoint or when just written)
 
   // ---- the job's part of the result record -----------------------------------------------------------------------
   // A step is done when its slowest rank is: the step statistics (and the throughput) use, per step, the maximum over
@@ -252,8 +266,9 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                           {"d_model", dims.d_model}, {"d_ff", dims.d_ff}, {"num_layers", dims.num_layers},
                           {"num_heads", dims.num_heads}, {"d_head", dims.d_head()}}}};
   r["steps"] = {{"total", total_steps}, {"first", first_step}, {"warmup", cfg.bench.warmup_steps},
-                {"measured", cfg.bench.measure_steps},
-                {"microbatches", n_micro}, {"microbatch_size", micro}, {"tokens_per_step", global_tokens}};
+                {"measured", cfg.bench.measure_steps}, {"done", steps_done}, {"microbatches", n_micro},
+                {"microbatch_size", micro}, {"tokens_per_step", global_tokens}};
+  r["interrupted"] = interrupted;  // main() turns it into status "interrupted" and exit code 4
   r["timing"] = {{"forward", timing_stats(t_fwd)}, {"backward", timing_stats(t_bwd)},
                  {"optimizer", timing_stats(t_opt)}, {"step", timing_stats(t_step)},
                  {"checkpoint_write_s", ckpt.write_seconds()}, {"resume_read_s", ckpt.read_seconds()}};

@@ -214,3 +214,42 @@ def test_trace_shows_phases_blocks_and_collectives_of_every_rank(tmp_path):
     assert s["backward_ms_per_step"] > 0
     blocks = next(r for r in s["ranges"] if r["cat"] == "block" and r["name"] == "block")
     assert blocks["calls_per_step"] == 2 * layers
+
+
+def test_an_interrupt_of_one_rank_stops_every_rank_after_the_same_step(tmp_path):
+    """SIGTERM to rank 1 only (as Slurm signals each task): both ranks leave the loop after the same step (they agree
+    through the step's loss all_reduce), rank 0 writes the checkpoint and the record with status interrupted, and
+    mpirun exits with the ranks' code 4."""
+    import signal
+    args = train_args(tmp_path, "int", "parallel.strategy=ddp_flat", "bench.measure_steps=100000",
+                      "bench.log_every=1")
+    p = subprocess.Popen(MPIRUN + ["-np", "2"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=ENV, cwd=SRC)
+    record = tmp_path / "int.json"
+    t0 = time.time()
+    rank1 = None
+    while time.time() - t0 < 60:  # rank 1 is the child of mpirun with OMPI_COMM_WORLD_RANK=1, once it has stepped
+        for child in pathlib.Path("/proc").glob("[0-9]*"):
+            try:
+                if int(child.joinpath("stat").read_text().split(")")[1].split()[1]) != p.pid:
+                    continue
+                if b"OMPI_COMM_WORLD_RANK=1\0" in child.joinpath("environ").read_bytes() + b"\0":
+                    rank1 = int(child.name)
+            except (OSError, ValueError, IndexError):
+                continue
+        if rank1 and record.exists() and json.loads(record.read_text())["status"] == "running":
+            break
+        time.sleep(0.2)
+    assert rank1, "rank 1 not found"
+    time.sleep(2)  # a few steps
+    os.kill(rank1, signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 4, err[-3000:]
+    r = json.loads(record.read_text())
+    assert r["status"] == "interrupted" and r["interrupted"]["signal"] == "SIGTERM"
+    done = r["interrupted"]["steps_done"]
+    assert 1 <= done < 100000 and len(r["loss"]["per_step"]) == done
+    # Both ranks warn, naming the same step and the same signal (rank 0 received none itself).
+    assert err.count(f"interrupted (SIGTERM): stopping after step {done} of 100000") == 2, err[-3000:]
+    w, _ = safetensors_io.load(tmp_path / "int.safetensors")
+    assert "lm_head.weight" in w

@@ -1,0 +1,27 @@
+// Interrupts: SIGINT (Ctrl-C), SIGTERM (kill, Slurm's pre-emption and time limit) and SIGUSR1 / SIGUSR2 (Slurm's
+// `--signal=[B:]USR1@SECONDS` warning ahead of the time limit; Open MPI's mpirun forwards both to every rank) ask the
+// train job to stop after the current step. The job polls interrupt_signal() once per step and the ranks agree on it
+// through the step's host-side loss all_reduce (src/jobs/train.cpp), so every rank leaves the loop after the same
+// step, writes the checkpoint when one is configured and the record with status "interrupted" (exit code 4).
+// A second signal of any of these kinds stops the process at once with the signal's default action (the shell sees
+// 128 + signal number; the record keeps status "running"). The same signal again within 250 ms counts as the first
+// (Slurm signals every task and srun forwards the same signal to them: one request, delivered twice).
+#pragma once
+
+namespace trainer {
+
+/// Installs the handlers for SIGINT, SIGTERM, SIGUSR1 and SIGUSR2 (sigaction, SA_RESTART). The first signal only
+/// records its number; the second restores the default action and raises it again. Idempotent.
+void install_interrupt_handlers();
+
+/// The number of the first interrupt signal received since install_interrupt_handlers(), 0 when none.
+/// Async-signal-safe to read; local to this process (ranks agree through a collective, see above).
+int interrupt_signal();
+
+/// "SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2", or "signal" for another number.
+const char* interrupt_signal_name(int sig);
+
+/// For tests: forget a received signal (the handlers stay installed).
+void reset_interrupt();
+
+}  // namespace trainer

@@ -1,0 +1,83 @@
+// Host memory lower bound and its check (see host_memory.h).
+#include "plan/host_memory.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <tuple>
+#include <utility>
+
+#include "core/errors.h"
+#include "core/memory.h"
+
+namespace trainer {
+
+namespace {
+
+double param_count(const ModelCfg& m) {  // DESIGN.md's model: embedding, L blocks, ln_final, lm_head (no padding)
+  const double V = m.vocab_size, d = m.d_model, f = m.d_ff, L = m.num_layers;
+  return 2 * V * d + L * (4 * d * d + 3 * d * f + 2 * d) + d;
+}
+
+size_t clamp_bytes(double b) { return b >= 9e18 ? size_t(9e18) : size_t(b); }
+
+/// The model key that makes the model large, and its value: the one furthest above the largest preset's (10B).
+std::pair<const char*, int> dominant_key(const ModelCfg& m) {
+  const ModelCfg big = preset_model("10B");
+  const std::tuple<const char*, int, int> keys[] = {{"model.num_layers", m.num_layers, big.num_layers},
+                                                    {"model.d_model", m.d_model, big.d_model},
+                                                    {"model.d_ff", m.d_ff, big.d_ff},
+                                                    {"model.vocab_size", m.vocab_size, big.vocab_size}};
+  const auto ratio = [](const auto& k) { return double(std::get<1>(k)) / std::get<2>(k); };
+  const auto* best = &keys[0];
+  for (const auto& k : keys)
+    if (ratio(k) > ratio(*best)) best = &k;
+  return {std::get<0>(*best), std::get<1>(*best)};
+}
+
+}  // namespace
+
+HostNeed host_memory_needed(const RunConfig& cfg, int world_size, int local_ranks, bool dry_run) {
+  HostNeed n;
+  n.bookkeeping = clamp_bytes(double(cfg.model.num_layers) * kBookkeepingBytesPerBlock);
+  if (dry_run || cfg.device != "cpu") return n;
+  const double p = param_count(cfg.model), w = world_size;
+  const std::string& s = cfg.parallel.strategy;
+  const double weights = 4 * p / (s == "fsdp" ? w : 1), grads = 4 * p / (s == "fsdp" ? w : 1);
+  const double adam = 8 * p / (s == "zero1" || s == "fsdp" ? w : 1);
+  n.tensors = clamp_bytes((weights + grads + adam) * std::max(1, local_ranks));
+  return n;
+}
+
+size_t host_memory_available() {
+  std::ifstream f("/proc/meminfo");
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream in(line.substr(13));
+    size_t kib = 0;
+    in >> kib;
+    return kib * 1024;
+  }
+  return 0;
+}
+
+void check_host_memory(const RunConfig& cfg, int world_size, int local_ranks, bool dry_run, size_t available) {
+  if (available == 0) available = host_memory_available();
+  if (available == 0) return;  // no /proc/meminfo: nothing to compare with
+  const HostNeed n = host_memory_needed(cfg, world_size, local_ranks, dry_run);
+  if (n.total() <= available) return;
+  const ModelCfg& m = cfg.model;
+  const std::string what =
+      n.tensors > n.bookkeeping
+          ? fmt::format("{} for the fp32 weights, gradients and AdamW state on the cpu{}", format_bytes(n.tensors),
+                        local_ranks > 1 ? fmt::format(" of {} ranks on this host", local_ranks) : "")
+          : fmt::format("{} for the bookkeeping of {} blocks", format_bytes(n.bookkeeping), m.num_layers);
+  const auto [key, value] = n.tensors > n.bookkeeping ? dominant_key(m) : std::pair("model.num_layers", m.num_layers);
+  throw ConfigError(fmt::format(
+      "{} = {}: {} needs at least {} of host memory ({}), but {} is available (MemAvailable in /proc/meminfo); "
+      "model: vocab_size {}, d_model {}, d_ff {}, num_layers {}",
+      key, value, dry_run ? "the plan's dry run" : "the run", format_bytes(n.total()), what, format_bytes(available),
+      m.vocab_size, m.d_model, m.d_ff, m.num_layers));
+}
+
+}  // namespace trainer

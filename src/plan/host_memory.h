@@ -1,0 +1,41 @@
+// Host memory: a lower bound of what a run (or a --plan dry run) of a config needs in host RAM, checked against
+// /proc/meminfo's MemAvailable before anything is allocated, so an impossible size (model.num_layers=30000000) is one
+// line and exit code 2 in well under a second instead of a process that grows until the kernel kills it.
+//
+// What grows on the host, found by measuring `trainer --plan` RSS against num_layers (20 MB at 2000 layers, 48 MB at
+// 20000: ~1.5 KiB per block):
+//   - bookkeeping per block: the parameter layout (9 named tensors with their shapes), the unit schedule and the
+//     activation store's and the strategy's per-unit entries; counted here as kBookkeepingBytesPerBlock = 1 KiB, below
+//     what was measured, so the bound stays a lower bound;
+//   - on the cpu backend the tensors themselves: fp32 weights, gradients and AdamW m and v, 16 bytes per parameter
+//     (gradients and weights divided by the world size under fsdp, the optimizer state under zero1 and fsdp), times
+//     the ranks that share this host.
+// Activations and workspaces are not counted (a lower bound: a run this check passes may still run out of memory).
+#pragma once
+#include <cstddef>
+#include <string>
+
+#include "config/config.h"
+
+namespace trainer {
+
+inline constexpr size_t kBookkeepingBytesPerBlock = 1024;
+
+struct HostNeed {
+  size_t bookkeeping = 0;  // bytes: per-block structures of the model, schedule and strategy (this process)
+  size_t tensors = 0;      // bytes: cpu backend parameters, gradients, AdamW state (all ranks on this host)
+  size_t total() const { return bookkeeping + tensors; }
+};
+
+/// The lower bound above for `cfg` (resolved) on `world_size` ranks, `local_ranks` of them on this host. dry_run: for
+/// --plan (the meta backend holds no tensors: bookkeeping only).
+HostNeed host_memory_needed(const RunConfig& cfg, int world_size, int local_ranks, bool dry_run);
+
+/// MemAvailable of /proc/meminfo in bytes; 0 when it cannot be read (then nothing is checked).
+size_t host_memory_available();
+
+/// Raises ConfigError (one line naming the key that makes it large, the bytes needed and MemAvailable) when
+/// host_memory_needed(...) exceeds host_memory_available(). `available` 0: read /proc/meminfo.
+void check_host_memory(const RunConfig& cfg, int world_size, int local_ranks, bool dry_run, size_t available = 0);
+
+}  // namespace trainer

@@ -1,0 +1,276 @@
+"""Issue 18, items 2 and 3: interrupts, the running marker, outputs that name an input, sizes beyond host memory,
+parallel.comm auto without NCCL, and GPU suites that skip showing as skipped.
+
+- SIGINT after a few steps: the run stops after the current step, writes the checkpoint (output.checkpoint) and the
+  record with status "interrupted", and exits with code 4 (README "Exit codes"). While it runs the record says
+  "running", so an earlier record of the same name never looks current. A second signal stops it at once.
+- An output naming an input (the config file, init.weights, data.path; through a symlink, ./ or a hard link): one
+  line, exit code 2, nothing written.
+- model.num_layers=30000000: one line naming the key and the bytes needed vs MemAvailable, exit code 2, in well under
+  a second.
+- Without NCCL in the build (CI), parallel.comm auto resolves to mpi on cuda and --version says how to get NCCL.
+- ctest reports a GPU-only unit file as Skipped without a GPU.
+
+Run: TRAINER_BIN=build/trainer TRAINER_SOURCE_DIR=. /usr/bin/python3 -m pytest tests/cli/test_robustness.py
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+
+# The trainer_bin fixture, run(), snapshot() and tiny_config() of the bad-config tests (pytest puts this folder on
+# sys.path).
+from test_bad_configs import run, snapshot, tiny_config, trainer_bin, write_json  # noqa: E402,F401
+
+EXIT_INTERRUPTED = 4
+
+
+def version_text(trainer_bin):
+    r = run(trainer_bin, ["--version"], cwd=None)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def start(trainer_bin, args, cwd):
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    return subprocess.Popen([trainer_bin, *map(str, args)], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_line(proc, needle, timeout=120):
+    """Reads proc's stderr until a line contains needle; returns the lines read."""
+    lines, t0 = [], time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        if needle in line:
+            return lines
+    proc.kill()
+    pytest.fail(f"no line with {needle!r} in {timeout} s; stderr:\n{''.join(lines)}")
+
+
+def safetensors_names(path):
+    raw = pathlib.Path(path).read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    return {k for k in json.loads(raw[8:8 + n]) if k != "__metadata__"}
+
+
+def long_run(tmp_path, **sections):
+    """A tiny run of many steps (it is interrupted long before the end), logging every step."""
+    return tiny_config(tmp_path, bench={"warmup_steps": 1, "measure_steps": 100000, "log_every": 1}, **sections)
+
+
+# ---- interrupts --------------------------------------------------------------------------------------------------
+def test_sigint_stops_after_the_step_with_checkpoint_and_record(trainer_bin, tmp_path):
+    ckpt = tmp_path / "out" / "weights.safetensors"
+    cfg = write_json(tmp_path / "c.json", long_run(tmp_path, output={"checkpoint": str(ckpt)}))
+    record = tmp_path / "out" / "result.json"
+    record.parent.mkdir()
+    # An earlier run of the same name left a record with status ok: it must not look like this run's.
+    record.write_text(json.dumps({"schema": "trainer.result/1", "status": "ok", "started": "earlier"}))
+    proc = start(trainer_bin, [cfg], tmp_path)
+    wait_for_line(proc, "step    3/")
+    marker = json.loads(record.read_text())
+    assert marker["status"] == "running" and marker["pid"] == proc.pid
+    assert marker["config"]["bench"]["measure_steps"] == 100000
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    r = json.loads(record.read_text())
+    assert r["status"] == "interrupted"
+    done = r["interrupted"]["steps_done"]
+    assert r["interrupted"]["signal"] == "SIGINT" and r["interrupted"]["steps_planned"] == 100001
+    assert 3 <= done < 100001 and r["steps"]["done"] == done
+    assert len(r["loss"]["per_step"]) == done and all(x is not None for x in r["loss"]["per_step"])
+    assert len(r["timing"]["step"]["samples"]) == done - 1  # one warm-up step
+    assert f"after step {done} of 100001" in r["error"]
+    assert "interrupted (SIGINT): stopping after step" in err
+    # The checkpoint of the end-of-run path: every parameter of the tiny model (2 layers).
+    names = safetensors_names(ckpt)
+    assert "token_embeddings.weight" in names and "layers.1.ffn.w2.weight" in names and "lm_head.weight" in names
+    assert not [p for p in snapshot(tmp_path) if p.endswith(".tmp")]
+
+
+def test_sigterm_and_sigusr1_also_interrupt(trainer_bin, tmp_path):
+    for sig in (signal.SIGTERM, signal.SIGUSR1):
+        out = tmp_path / sig.name
+        out.mkdir()
+        cfg = write_json(out / "c.json", long_run(out))
+        proc = start(trainer_bin, [cfg], out)
+        wait_for_line(proc, "step    2/")
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == EXIT_INTERRUPTED, err
+        r = json.loads((out / "out" / "result.json").read_text())
+        assert r["status"] == "interrupted" and r["interrupted"]["signal"] == sig.name
+
+
+def test_a_second_signal_stops_at_once(trainer_bin, tmp_path):
+    cfg = write_json(tmp_path / "c.json", long_run(tmp_path))
+    proc = start(trainer_bin, [cfg], tmp_path)
+    wait_for_line(proc, "step    2/")
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGTERM)  # a different signal, so the two cannot merge while pending
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode in (-signal.SIGINT, -signal.SIGTERM), (proc.returncode, err)
+    assert "second interrupt: stopping now" in err
+    assert json.loads((tmp_path / "out" / "result.json").read_text())["status"] == "running"
+
+
+def test_a_finished_run_replaces_the_running_marker(trainer_bin, tmp_path):
+    cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path))
+    r = run(trainer_bin, [cfg], tmp_path)
+    assert r.returncode == 0, r.stderr
+    rec = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert rec["status"] == "ok" and rec["interrupted"] is None and "pid" not in rec
+
+
+# ---- outputs naming an input -------------------------------------------------------------------------------------
+def expect_refused(trainer_bin, tmp_path, args, *needles):
+    before = snapshot(tmp_path)
+    contents = {p: (tmp_path / p).read_bytes() for p in before if (tmp_path / p).is_file()}
+    r = run(trainer_bin, args, tmp_path)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trainer: error: "), r.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+    assert snapshot(tmp_path) == before
+    assert {p: (tmp_path / p).read_bytes() for p in contents} == contents  # nothing overwritten
+    return lines[0]
+
+
+def test_results_naming_the_config_file(trainer_bin, tmp_path):
+    cfg = write_json(tmp_path / "x.json", tiny_config(tmp_path))
+    expect_refused(trainer_bin, tmp_path, [cfg, "--set", f"output.results={cfg}"], "output.results",
+                   "the config file")
+    expect_refused(trainer_bin, tmp_path, ["x.json", "--set", "output.results=./x.json"], "the config file")
+    (tmp_path / "link.json").symlink_to(cfg)
+    expect_refused(trainer_bin, tmp_path, [cfg, "--set", "output.results=link.json"], "the config file")
+    os.link(cfg, tmp_path / "hard.json")
+    expect_refused(trainer_bin, tmp_path, [cfg, "--set", "output.results=hard.json"], "the config file")
+    (tmp_path / "dir").symlink_to(tmp_path, target_is_directory=True)
+    expect_refused(trainer_bin, tmp_path, [cfg, "--set", "profile.trace=dir/sub/../x.json"], "profile.trace",
+                   "the config file")
+
+
+def test_outputs_naming_init_weights_or_the_token_file(trainer_bin, tmp_path):
+    weights = tmp_path / "w.safetensors"
+    weights.write_bytes(b"\0" * 16)  # readable is all validation asks of it before the run
+    tokens = tmp_path / "t.u16"
+    tokens.write_bytes(struct.pack("<4096H", *([1] * 4096)))
+    (tmp_path / "d").symlink_to(tmp_path, target_is_directory=True)
+    cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path, init={"weights": str(weights)},
+                                                      data={"source": "tokens", "path": str(tokens)}))
+    expect_refused(trainer_bin, tmp_path, [cfg, "--set", "output.checkpoint=d/w.safetensors"], "output.checkpoint",
+                   "init.weights")
+    expect_refused(trainer_bin, tmp_path, [cfg, "--set", "profile.memory_timeline=./t.u16"],
+                   "profile.memory_timeline", "data.path")
+    expect_refused(trainer_bin, tmp_path, [cfg, "--set", "profile.trace=d/t.u16"], "profile.trace", "data.path")
+
+
+# ---- sizes against host memory -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("extra", [[], ["--plan"], ["--set", "device=cuda", "--plan"]])
+def test_huge_num_layers_is_one_line_at_once(trainer_bin, tmp_path, extra):
+    cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path))
+    t0 = time.monotonic()
+    version_text(trainer_bin)  # the start-up alone (MPI_Init: ~0.6 s on a loaded 2-core machine)
+    startup = time.monotonic() - t0
+    t0 = time.monotonic()
+    line = expect_refused(trainer_bin, tmp_path, [cfg, "--set", "model.num_layers=30000000", *extra],
+                          "model.num_layers = 30000000", "of host memory", "is available (MemAvailable")
+    elapsed = time.monotonic() - t0
+    assert elapsed - startup < 0.5, f"{elapsed:.2f} s, of which start-up {startup:.2f} s"
+    assert ("the plan's dry run" in line) == ("--plan" in extra)
+
+
+# ---- NCCL absent -------------------------------------------------------------------------------------------------
+def test_comm_auto_without_nccl(trainer_bin, tmp_path):
+    v = version_text(trainer_bin)
+    nccl_line = next(line for line in v.splitlines() if line.startswith("NCCL: "))
+    tiny = write_json(tmp_path / "c.json", tiny_config(tmp_path))
+    r = run(trainer_bin, ["--print-config", tiny, "--set", "device=cuda", "--set", "parallel.strategy=ddp_flat"],
+            tmp_path)
+    assert r.returncode == 0, r.stderr
+    comm = json.loads(r.stdout)["parallel"]["comm"]
+    if nccl_line.startswith("NCCL: built in"):
+        assert comm == "nccl"
+        pytest.skip("this trainer has NCCL: the without-NCCL half does not apply")
+    assert "absent" in nccl_line and "libnccl-dev" in nccl_line and "NCCL_HOME" in nccl_line
+    assert comm == "mpi"
+    expect_refused(trainer_bin, tmp_path, ["--print-config", tiny, "--set", "device=cuda", "--set", "parallel.comm=nccl"],
+                   "parallel.comm: 'nccl' is not available", "libnccl-dev", "parallel.comm=mpi")
+
+
+def test_setup_script_says_nccl_plainly():
+    text = (pathlib.Path(os.environ.get("TRAINER_SOURCE_DIR", ".")) / "launch" / "setup.sh").read_text()
+    assert "libnccl-dev" in text and "NCCL_HOME" in text
+
+
+# ---- skipped GPU tests -------------------------------------------------------------------------------------------
+def test_gpu_only_unit_file_is_reported_skipped(trainer_bin):
+    build = pathlib.Path(trainer_bin).resolve().parent
+    ctest = shutil.which("ctest")
+    if not ctest or not (build / "CTestTestfile.cmake").exists() or not (build / "tests" / "unit_tests").exists():
+        pytest.skip("no ctest build tree beside TRAINER_BIN")
+    cuda = "CUDA: built in" in version_text(trainer_bin)
+    r = subprocess.run([ctest, "--test-dir", str(build), "-R", r"^unit\.test_cuda_model$"], capture_output=True,
+                       text=True, timeout=600)
+    if cuda and r.returncode == 0 and "Skipped" not in r.stdout:
+        pytest.skip("a CUDA build with a GPU: the suite ran")
+    assert r.returncode == 0, r.stdout
+    assert "***Skipped" in r.stdout and "1 tests passed" not in r.stdout.replace("100% tests passed", ""), r.stdout
+
+
+# ---- peer scripts without PyTorch --------------------------------------------------------------------------------
+SRC = pathlib.Path(os.environ.get("TRAINER_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
+# Runs a script as __main__ with torch made unimportable (a None entry in sys.modules raises ImportError).
+NO_TORCH = ("import runpy, sys; sys.modules['torch'] = None; sys.argv = [{path!r}] + sys.argv[1:]; "
+            "sys.path.insert(0, {dir!r}); runpy.run_path({path!r}, run_name='__main__')")
+PEERS = ["launch/torch_bench.py", "launch/torch_allreduce_bench.py", "launch/flash_bench/bench.py",
+         "launch/flash_bench/sm90_check.py"]
+
+
+def run_without_torch(script, *args):
+    path = SRC / script
+    return subprocess.run([sys.executable, "-c", NO_TORCH.format(path=str(path), dir=str(path.parent)), *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("script", PEERS)
+def test_peer_script_without_torch(script):
+    h = run_without_torch(script, "--help")
+    assert h.returncode == 0 and "usage:" in h.stdout, h.stderr
+    r = run_without_torch(script)
+    assert r.returncode == 2, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    name = pathlib.Path(script).name
+    assert last.startswith(f"{name}: error: ") and "PyTorch" in last and "Traceback" not in r.stderr, r.stderr
+
+
+def test_bad_input_found_by_the_job_leaves_no_marker(trainer_bin, tmp_path):
+    """init.weights of another model is found by the job, after the running marker was written: exit code 2, one
+    line, and neither the marker nor the directory it made is left behind."""
+    (tmp_path / "w").mkdir()
+    make = write_json(tmp_path / "w" / "c.json", tiny_config(tmp_path / "w", output={
+        "results": str(tmp_path / "w" / "r.json"), "checkpoint": str(tmp_path / "w" / "w.safetensors")}))
+    r = run(trainer_bin, [make], tmp_path)
+    assert r.returncode == 0, r.stderr
+    cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path, model={"preset": "tiny", "d_model": 128},
+                                                      init={"weights": str(tmp_path / "w" / "w.safetensors")}))
+    before = snapshot(tmp_path)
+    r = run(trainer_bin, [cfg], tmp_path)
+    assert r.returncode == 2, r.stderr
+    last = r.stderr.strip().splitlines()[-1]  # (the job has logged its plan line by then)
+    assert last.startswith("trainer: error: init.weights") and "the model needs [256, 128]" in last, r.stderr
+    assert snapshot(tmp_path) == before  # no out/result.json, no out/

@@ -1,0 +1,91 @@
+// Issue 18 items 2 and 3 below the command line: the interrupt flag (core/interrupt.h), the host-memory lower bound
+// (plan/host_memory.h) and parallel.comm resolution in a build without NCCL. The command-line behaviour (exit codes,
+// records, one-line errors) is tested in tests/cli/test_robustness.py.
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <thread>
+
+#include "config/config.h"
+#include "core/errors.h"
+#include "core/interrupt.h"
+#include "plan/host_memory.h"
+
+using Catch::Matchers::Contains;
+using trainer::ConfigError;
+using trainer::HostInfo;
+using trainer::RunConfig;
+
+TEST_CASE("interrupt: the first signal is recorded, a duplicate within 250 ms is the same request", "[interrupt]") {
+  trainer::install_interrupt_handlers();
+  trainer::reset_interrupt();
+  CHECK(trainer::interrupt_signal() == 0);
+  REQUIRE(std::raise(SIGUSR1) == 0);  // handled: the process goes on
+  CHECK(trainer::interrupt_signal() == SIGUSR1);
+  CHECK(std::string(trainer::interrupt_signal_name(SIGUSR1)) == "SIGUSR1");
+  REQUIRE(std::raise(SIGUSR1) == 0);  // the same signal at once: one delivery seen twice, not a second request
+  CHECK(trainer::interrupt_signal() == SIGUSR1);
+  trainer::reset_interrupt();
+  CHECK(trainer::interrupt_signal() == 0);
+  std::signal(SIGUSR1, SIG_DFL);  // leave the process as it was (a second signal would now terminate it)
+  for (int s : {SIGINT, SIGTERM, SIGUSR2}) std::signal(s, SIG_DFL);
+}
+
+namespace {
+RunConfig model(int num_layers, const std::string& device, const std::string& strategy = "none") {
+  RunConfig c;
+  c.model.vocab_size = 256;
+  c.model.d_model = 64;
+  c.model.d_ff = 172;
+  c.model.num_layers = num_layers;
+  c.device = device;
+  c.parallel.strategy = strategy;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("host memory: the lower bound counts bookkeeping per block and the cpu tensors", "[host_memory]") {
+  using trainer::host_memory_needed;
+  using trainer::kBookkeepingBytesPerBlock;
+  // Parameters of the tiny model with L layers, counted independently: 2 V d + L (4 d^2 + 3 d d_ff + 2 d) + d.
+  const auto params = [](double L) { return 2.0 * 256 * 64 + L * (4.0 * 64 * 64 + 3.0 * 64 * 172 + 2 * 64) + 64; };
+  const auto cpu = host_memory_needed(model(2, "cpu"), 1, 1, false);
+  CHECK(cpu.bookkeeping == 2 * kBookkeepingBytesPerBlock);
+  CHECK(cpu.tensors == size_t(16 * params(2)));  // fp32 weights, grads, AdamW m and v
+  // Two ranks on the host, zero1: weights and grads each, the optimizer state halved, times two ranks.
+  const auto z1 = host_memory_needed(model(2, "cpu", "zero1"), 2, 2, false);
+  CHECK(z1.tensors == size_t(2 * (8 * params(2) + 8 * params(2) / 2)));
+  const auto fsdp = host_memory_needed(model(2, "cpu", "fsdp"), 4, 1, false);
+  CHECK(fsdp.tensors == size_t(16 * params(2) / 4));
+  // On cuda the tensors live on the device; a --plan dry run holds none.
+  CHECK(host_memory_needed(model(2, "cuda"), 1, 1, false).tensors == 0);
+  CHECK(host_memory_needed(model(2, "cpu"), 1, 1, true).tensors == 0);
+}
+
+TEST_CASE("host memory: the check names the key, the bytes needed and the bytes available", "[host_memory]") {
+  using trainer::check_host_memory;
+  const size_t gib = size_t(1) << 30;
+  CHECK_NOTHROW(check_host_memory(model(2, "cpu"), 1, 1, false, gib));
+  CHECK_THROWS_WITH(check_host_memory(model(30000000, "cuda"), 1, 1, false, gib),
+                    Contains("model.num_layers = 30000000") && Contains("28.61 GiB of host memory") &&
+                        Contains("but 1.00 GiB is available"));
+  CHECK_THROWS_WITH(check_host_memory(model(30000000, "cpu"), 1, 1, true, gib), Contains("the plan's dry run"));
+  RunConfig wide = model(2, "cpu");
+  wide.model.d_model = 1 << 20;  // 4 d^2 per block: terabytes of fp32 weights
+  CHECK_THROWS_WITH(check_host_memory(wide, 1, 1, false, gib),
+                    Contains("model.d_model = 1048576") && Contains("weights, gradients and AdamW state on the cpu"));
+  CHECK_NOTHROW(check_host_memory(wide, 1, 1, /*dry_run=*/true, gib));
+  CHECK(trainer::host_memory_available() > 0);  // Linux: /proc/meminfo
+}
+
+TEST_CASE("config: parallel.comm in a build without NCCL", "[config]") {
+  using trainer::resolve_comm;
+  const auto no_nccl = resolve_comm("auto", "cuda", HostInfo{2, 2, /*nccl=*/false});
+  CHECK(no_nccl.comm == "mpi");
+  CHECK_THAT(no_nccl.warning, Contains("built without NCCL") && Contains("libnccl-dev") && Contains("NCCL_HOME"));
+  CHECK(resolve_comm("auto", "cpu", HostInfo{2, 2, false}).warning.empty());
+  CHECK(resolve_comm("auto", "cuda", HostInfo{2, 2, true}).comm == "nccl");
+  CHECK_THROWS_WITH(resolve_comm("nccl", "cuda", HostInfo{2, 2, false}),
+                    Contains("'nccl' is not available") && Contains("use parallel.comm=mpi"));
+  CHECK(resolve_comm("mpi", "cuda", HostInfo{2, 2, false}).comm == "mpi");
+}
