@@ -525,23 +525,30 @@ void Model::block_forward(int l, UnitPass pass, Store store, bool need_output) {
   const bool elementwise = policy_.keep_elementwise();
   Buffer st = be_.alloc(store_bytes(table(rows_, T_), false, elementwise), Category::activations);
   BlockActs a = carve(static_cast<char*>(st.data()), x(l), rows_, T_, elementwise);
-  // checkpointing.keep_attention: a checkpointed block's forward keeps attn_out and lse aside; its recompute puts
-  // them back into the store instead of running the attention forward again (probs, naive only, are not kept).
+  // checkpointing.keep_attention: a checkpointed block's forward keeps attention's outputs (O, logsumexp; naive:
+  // the probabilities too) aside; its recompute copies them back into the store instead of running the attention
+  // forward again.
+  const Tensor attn_parts[] = {a.attn_out, a.lse, a.probs};
+  auto each_part = [&](auto&& f) {
+    size_t off = 0;
+    for (const Tensor& t : attn_parts) {
+      if (!t.data) continue;
+      f(t, off);
+      off += size_t(align_up(int64_t(t.bytes()), 256));
+    }
+    return off;
+  };
   Buffer& kept = attn_kept_[size_t(l)];
-  const bool reuse = kept && attn_ != AttnImpl::naive;
-  if (reuse) {
-    be_.copy(a.attn_out.data, kept.data(), a.attn_out.bytes());
-    be_.copy(a.lse.data, static_cast<char*>(kept.data()) + align_up(int64_t(a.attn_out.bytes()), 256), a.lse.bytes());
+  if (kept) {
+    each_part([&](const Tensor& t, size_t off) { be_.copy(t.data, static_cast<char*>(kept.data()) + off, t.bytes()); });
     a.attention_done = true;
   }
   const UnitView v = acquire(l + 1, pass);
   layer_forward(v, l, a, need_output ? x(l + 1) : Tensor(), s);
   release(l + 1, pass);
-  if (store == Store::discard && pass == UnitPass::forward && policy_.keep_attention && attn_ != AttnImpl::naive) {
-    const size_t o = size_t(align_up(int64_t(a.attn_out.bytes()), 256));
-    kept = be_.alloc(o + a.lse.bytes(), Category::activations);
-    be_.copy(kept.data(), a.attn_out.data, a.attn_out.bytes());
-    be_.copy(static_cast<char*>(kept.data()) + o, a.lse.data, a.lse.bytes());
+  if (store == Store::discard && pass == UnitPass::forward && policy_.keep_attention) {
+    kept = be_.alloc(each_part([](const Tensor&, size_t) {}), Category::activations);
+    each_part([&](const Tensor& t, size_t off) { be_.copy(static_cast<char*>(kept.data()) + off, t.data, t.bytes()); });
   }
   if (store == Store::keep) store_[size_t(l)] = std::move(st);  // else freed here: the next block reuses it
 }

@@ -44,6 +44,7 @@ def equal_fraction(got: torch.Tensor, want: torch.Tensor) -> float:
 
 def trainer_bf16_pure(trainer: str, case: Case, workdir: Path, device: str, in_backward: bool,
                       attention: str = "naive") -> ref.RunResult:
+    workdir.mkdir(parents=True, exist_ok=True)
     paths = write_inputs(case, workdir)
     cfg = trainer_config(case, paths["init"], paths["tokens"], workdir)
     cfg.update(device=device, precision="bf16_pure", attention=attention)
