@@ -14,6 +14,7 @@
 #           peer      PyTorch compiled, per-block checkpointing, xl bf16 ctx 8192 and 16384 (launch/torch_bench.py)
 #           small     small bf16 ctx 512 under every policy (planner check)
 #           planner   xl bf16 at ctx 512 and 8192 under every policy, one step each (the planner's peak vs measured)
+#           planner_long  the recomputing policies of `planner` at ctx 8192 only
 #           b8_head   the 8B 4-block proxy: the head chunked (auto) and whole (as v7), and optimizer.in_backward
 # Environment: PY (python with torch for the peer; default python3), STEPS (measured steps, default per stage).
 set -uo pipefail
@@ -91,6 +92,8 @@ for stage in "$@"; do
           run "xl_c${c}_plan_$p" xl.json 0 1 model.context_length=$c checkpointing.policy=$p
         done
       done ;;
+    planner_long)  # the policies of `planner` at ctx 8192 that recompute (the others: stage planner)
+      for p in every_k sqrt nested; do run "xl_c8192_plan_$p" xl.json 0 1 model.context_length=8192 checkpointing.policy=$p; done ;;
     b8_head)
       run b8_4blocks_sel_chunked leaderboard_8b.json 2 5 model.num_layers=4 data.batch_size=1
       run b8_4blocks_sel_whole leaderboard_8b.json 2 5 model.num_layers=4 data.batch_size=1 \

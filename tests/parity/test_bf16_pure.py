@@ -119,7 +119,7 @@ def cuda_check(trainer: str, case: Case, workdir: Path) -> dict:
                                        case.batch_size, compute=torch.bfloat16, device="cuda", attention="naive")
     rel = [abs(g - w) / abs(w) for g, w in zip(got.losses, want.losses)]
     return {"case": case.name, "trainer_losses": got.losses, "torch_losses": want.losses, "max_rel": max(rel),
-            "ok": len(rel) == case.steps and max(rel) <= CUDA_LOSS_RTOL and got.losses[-1] < got.losses[0]}
+            "ok": len(rel) == case.steps and max(rel) <= CUDA_LOSS_RTOL}
 
 
 def cuda_available(trainer: str) -> bool:

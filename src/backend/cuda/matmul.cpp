@@ -185,14 +185,6 @@ void CublasLtMatmul::fill_plan(const Key& k, Plan& p, const void* A, const void*
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
   CUBLAS_CHECK(
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c)));
-  if (k.g.c != DType::f32) {
-    // bf16 outputs: split-K partial sums only in fp32 (workspace), never added up in bf16 in the output buffer
-    // (CUBLASLT_REDUCTION_SCHEME_INPLACE / OUTPUT_TYPE round every partial; weight gradients of bf16_pure have
-    // K = tokens and accumulate with beta 1).
-    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
-                                                      sizeof(schemes)));
-  }
   cublasLtMatmulHeuristicResult_t results[kCandidates]{};
   int found = 0;
   CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, autotune_ ? kCandidates : 1,
