@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "config/config.h"
+#include "config/schema.h"
 #include "core/errors.h"
 
 namespace trainer {
@@ -30,6 +31,15 @@ constexpr Preset kPresets[] = {
 std::vector<std::string> preset_names() {
   std::vector<std::string> names;
   for (const auto& p : kPresets) names.emplace_back(p.name);
+  return names;
+}
+
+const config_schema::Names& config_schema::preset_name_list() {
+  static const Names names = [] {
+    Names n;
+    for (const auto& p : kPresets) n.emplace_back(p.name);
+    return n;
+  }();
   return names;
 }
 

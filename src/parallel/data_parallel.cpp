@@ -75,14 +75,15 @@ Communicator& require(Communicator* comm, const std::string& name) {
 }
 }  // namespace
 
-DdpStrategy::DdpStrategy(const RunConfig& cfg, Backend& be, Communicator* comm, std::string name)
-    : cfg_(cfg), be_(be), comm_(require(comm, name)), timer_(be, *comm), name_(std::move(name)) {}
+DdpStrategy::DdpStrategy(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be, Communicator* comm,
+                         std::string name)
+    : parallel_(parallel), optimizer_(optimizer), be_(be), comm_(require(comm, name)), timer_(be, *comm), name_(std::move(name)) {}
 
 void DdpStrategy::setup(Model& model) {
   model_ = &model;
   broadcast_weights(model, comm_);
-  adamw_ = std::make_unique<AdamW>(be_, model.flat_size(), cfg_.optimizer);
-  if (cfg_.parallel.reduce_dtype == "bf16") wire_ = be_.alloc(size_t(model.flat_size()) * 2, Category::communication);
+  adamw_ = std::make_unique<AdamW>(be_, model.flat_size(), optimizer_);
+  if (parallel_.reduce_dtype == "bf16") wire_ = be_.alloc(size_t(model.flat_size()) * 2, Category::communication);
   setup_layout();
 }
 

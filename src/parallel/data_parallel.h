@@ -62,7 +62,8 @@ class CommTimer {
 /// norm is the global one). Subclasses decide how gradients are reduced: finish_backward() and on_unit_ready().
 class DdpStrategy : public Strategy {
  public:
-  DdpStrategy(const RunConfig& cfg, Backend& be, Communicator* comm, std::string name);
+  DdpStrategy(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be, Communicator* comm,
+              std::string name);
   std::string name() const override { return name_; }
   void setup(Model& model) override;
   double grad_norm() override;
@@ -83,7 +84,8 @@ class DdpStrategy : public Strategy {
   /// [flat_size] (Communicator::all_reduce_many_via: cast, sum and cast back on the communicator's stream).
   std::unique_ptr<Work> reduce(const std::vector<std::pair<int64_t, int64_t>>& ranges, bool async);
 
-  const RunConfig& cfg_;
+  const ParallelCfg parallel_;    // the config sections this strategy reads (copies)
+  const OptimizerCfg optimizer_;
   Backend& be_;
   Communicator& comm_;
   Model* model_ = nullptr;
@@ -95,11 +97,17 @@ class DdpStrategy : public Strategy {
   Buffer wire_;  // bf16 [flat_size] with reduce_dtype bf16, else empty
 };
 
-std::unique_ptr<Strategy> make_ddp_naive_strategy(const RunConfig& cfg, Backend& be, Communicator* comm);
-std::unique_ptr<Strategy> make_ddp_flat_strategy(const RunConfig& cfg, Backend& be, Communicator* comm);
-std::unique_ptr<Strategy> make_ddp_overlap_strategy(const RunConfig& cfg, Backend& be, Communicator* comm);
-std::unique_ptr<Strategy> make_ddp_bucketed_strategy(const RunConfig& cfg, Backend& be, Communicator* comm);
-std::unique_ptr<Strategy> make_zero1_strategy(const RunConfig& cfg, Backend& be, Communicator* comm);
-std::unique_ptr<Strategy> make_fsdp_strategy(const RunConfig& cfg, Backend& be, Communicator* comm);
+std::unique_ptr<Strategy> make_ddp_naive_strategy(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be,
+                                                  Communicator* comm);
+std::unique_ptr<Strategy> make_ddp_flat_strategy(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be,
+                                                 Communicator* comm);
+std::unique_ptr<Strategy> make_ddp_overlap_strategy(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be,
+                                                    Communicator* comm);
+std::unique_ptr<Strategy> make_ddp_bucketed_strategy(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be,
+                                                     Communicator* comm);
+std::unique_ptr<Strategy> make_zero1_strategy(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be,
+                                              Communicator* comm);
+std::unique_ptr<Strategy> make_fsdp_strategy(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be,
+                                             Communicator* comm);
 
 }  // namespace trainer

@@ -26,7 +26,8 @@ struct Bucket {
 
 class DdpBucketed final : public DdpStrategy {
  public:
-  DdpBucketed(const RunConfig& cfg, Backend& be, Communicator* comm) : DdpStrategy(cfg, be, comm, "ddp_bucketed") {}
+  DdpBucketed(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be, Communicator* comm)
+      : DdpStrategy(parallel, optimizer, be, comm, "ddp_bucketed") {}
 
   void on_unit_ready(int unit) override {
     TRAINER_CHECK(unit >= 0 && unit < int(unit_buckets_.size()), "ddp_bucketed: unit {} outside [0, {})", unit,
@@ -57,7 +58,7 @@ class DdpBucketed final : public DdpStrategy {
  protected:
   void setup_layout() override {
     const ParamLayout& layout = model_->layout();
-    const int64_t cap = std::max<int64_t>(1, int64_t(cfg_.parallel.bucket_mb * 1024.0 * 1024.0 / 4.0));
+    const int64_t cap = std::max<int64_t>(1, int64_t(parallel_.bucket_mb * 1024.0 * 1024.0 / 4.0));
     std::vector<std::vector<int>> bucket_units;  // [bucket] -> units, descending
     bool open = false;
     const auto& params = layout.params();
@@ -113,8 +114,9 @@ class DdpBucketed final : public DdpStrategy {
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_ddp_bucketed_strategy(const RunConfig& cfg, Backend& be, Communicator* comm) {
-  return std::make_unique<DdpBucketed>(cfg, be, comm);
+std::unique_ptr<Strategy> make_ddp_bucketed_strategy(const ParallelCfg& parallel, const OptimizerCfg& optimizer,
+                                                     Backend& be, Communicator* comm) {
+  return std::make_unique<DdpBucketed>(parallel, optimizer, be, comm);
 }
 
 }  // namespace trainer

@@ -8,7 +8,8 @@ namespace trainer {
 namespace {
 class DdpFlat final : public DdpStrategy {
  public:
-  DdpFlat(const RunConfig& cfg, Backend& be, Communicator* comm) : DdpStrategy(cfg, be, comm, "ddp_flat") {}
+  DdpFlat(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be, Communicator* comm)
+      : DdpStrategy(parallel, optimizer, be, comm, "ddp_flat") {}
 
   void finish_backward() override {
     timer_.begin_step();
@@ -23,8 +24,9 @@ class DdpFlat final : public DdpStrategy {
 };
 }  // namespace
 
-std::unique_ptr<Strategy> make_ddp_flat_strategy(const RunConfig& cfg, Backend& be, Communicator* comm) {
-  return std::make_unique<DdpFlat>(cfg, be, comm);
+std::unique_ptr<Strategy> make_ddp_flat_strategy(const ParallelCfg& parallel, const OptimizerCfg& optimizer,
+                                                 Backend& be, Communicator* comm) {
+  return std::make_unique<DdpFlat>(parallel, optimizer, be, comm);
 }
 
 }  // namespace trainer

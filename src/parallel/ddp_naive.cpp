@@ -7,7 +7,8 @@ namespace trainer {
 namespace {
 class DdpNaive final : public DdpStrategy {
  public:
-  DdpNaive(const RunConfig& cfg, Backend& be, Communicator* comm) : DdpStrategy(cfg, be, comm, "ddp_naive") {}
+  DdpNaive(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be, Communicator* comm)
+      : DdpStrategy(parallel, optimizer, be, comm, "ddp_naive") {}
 
   void finish_backward() override {
     timer_.begin_step();
@@ -30,8 +31,9 @@ class DdpNaive final : public DdpStrategy {
 };
 }  // namespace
 
-std::unique_ptr<Strategy> make_ddp_naive_strategy(const RunConfig& cfg, Backend& be, Communicator* comm) {
-  return std::make_unique<DdpNaive>(cfg, be, comm);
+std::unique_ptr<Strategy> make_ddp_naive_strategy(const ParallelCfg& parallel, const OptimizerCfg& optimizer,
+                                                  Backend& be, Communicator* comm) {
+  return std::make_unique<DdpNaive>(parallel, optimizer, be, comm);
 }
 
 }  // namespace trainer

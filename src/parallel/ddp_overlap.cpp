@@ -13,7 +13,8 @@ namespace trainer {
 namespace {
 class DdpOverlap final : public DdpStrategy {
  public:
-  DdpOverlap(const RunConfig& cfg, Backend& be, Communicator* comm) : DdpStrategy(cfg, be, comm, "ddp_overlap") {}
+  DdpOverlap(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be, Communicator* comm)
+      : DdpStrategy(parallel, optimizer, be, comm, "ddp_overlap") {}
 
   void on_unit_ready(int unit) override {
     TRAINER_CHECK(unit >= 0 && unit < int(unit_params_.size()), "ddp_overlap: unit {} outside [0, {})", unit,
@@ -65,8 +66,9 @@ class DdpOverlap final : public DdpStrategy {
 };
 }  // namespace
 
-std::unique_ptr<Strategy> make_ddp_overlap_strategy(const RunConfig& cfg, Backend& be, Communicator* comm) {
-  return std::make_unique<DdpOverlap>(cfg, be, comm);
+std::unique_ptr<Strategy> make_ddp_overlap_strategy(const ParallelCfg& parallel, const OptimizerCfg& optimizer,
+                                                    Backend& be, Communicator* comm) {
+  return std::make_unique<DdpOverlap>(parallel, optimizer, be, comm);
 }
 
 }  // namespace trainer

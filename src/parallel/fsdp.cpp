@@ -60,13 +60,13 @@ bool reads_grads(UnitPass p) { return p == UnitPass::backward || p == UnitPass::
 
 class Fsdp final : public Strategy {
  public:
-  Fsdp(const RunConfig& cfg, Backend& be, Communicator* comm)
-      : cfg_(cfg), be_(be), comm_(checked(comm)), timer_(be, *comm) {
-    CONFIG_CHECK(cfg.parallel.prefetch_layers >= 0, "parallel.prefetch_layers must be >= 0, got {}",
-                 cfg.parallel.prefetch_layers);
-    CONFIG_CHECK(cfg.parallel.reduce_dtype == "fp32",
+  Fsdp(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be, Communicator* comm)
+      : parallel_(parallel), optimizer_(optimizer), be_(be), comm_(checked(comm)), timer_(be, *comm) {
+    CONFIG_CHECK(parallel.prefetch_layers >= 0, "parallel.prefetch_layers must be >= 0, got {}",
+                 parallel.prefetch_layers);
+    CONFIG_CHECK(parallel.reduce_dtype == "fp32",
                  "parallel: reduce_dtype '{}' is not supported by fsdp (its gradients are reduce-scattered in fp32)",
-                 cfg.parallel.reduce_dtype);
+                 parallel.reduce_dtype);
   }
   std::string name() const override { return "fsdp"; }
   bool full_params() const override { return false; }
@@ -123,10 +123,10 @@ class Fsdp final : public Strategy {
       work_ = be_.alloc(size_t(shard_total_) * dtype_size(cdtype_), Category::parameters);
       be_.cast(work(), master());
     }
-    adamw_ = std::make_unique<AdamW>(be_, shard_total_, cfg_.optimizer);
+    adamw_ = std::make_unique<AdamW>(be_, shard_total_, optimizer_);
 
     // A microbatch has at most two gathers per unit (forward; recompute + backward): more buffers would stay unused.
-    const int nbuf = std::min(cfg_.parallel.prefetch_layers + 1, 2 * lay.num_units());
+    const int nbuf = std::min(parallel_.prefetch_layers + 1, 2 * lay.num_units());
     gather_bufs_.clear();
     for (int i = 0; i < nbuf; ++i)
       gather_bufs_.push_back(be_.alloc(size_t(largest_) * dtype_size(cdtype_), Category::communication));
@@ -342,7 +342,8 @@ class Fsdp final : public Strategy {
     return total;
   }
 
-  const RunConfig& cfg_;
+  const ParallelCfg parallel_;    // the config sections this strategy reads (copies)
+  const OptimizerCfg optimizer_;
   Backend& be_;
   Communicator& comm_;
   CommTimer timer_;
@@ -367,8 +368,9 @@ class Fsdp final : public Strategy {
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_fsdp_strategy(const RunConfig& cfg, Backend& be, Communicator* comm) {
-  return std::make_unique<Fsdp>(cfg, be, comm);
+std::unique_ptr<Strategy> make_fsdp_strategy(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be,
+                                             Communicator* comm) {
+  return std::make_unique<Fsdp>(parallel, optimizer, be, comm);
 }
 
 }  // namespace trainer

@@ -15,12 +15,13 @@ namespace trainer {
 namespace {
 class NoneStrategy final : public Strategy {
  public:
-  NoneStrategy(const RunConfig& cfg, Backend& be) : cfg_(cfg), be_(be), in_backward_(cfg.optimizer.in_backward) {}
+  NoneStrategy(const OptimizerCfg& optimizer, uint64_t seed, Backend& be)
+      : optimizer_(optimizer), seed_(seed), be_(be), in_backward_(optimizer.in_backward) {}
   std::string name() const override { return "none"; }
   bool full_grads() const override { return !in_backward_; }
   void setup(Model& model) override {
     model_ = &model;
-    adamw_ = std::make_unique<AdamW>(be_, model.flat_size(), cfg_.optimizer, model.param_dtype(), cfg_.init.seed);
+    adamw_ = std::make_unique<AdamW>(be_, model.flat_size(), optimizer_, model.param_dtype(), seed_);
     if (!in_backward_) return;
     const ParamLayout& lay = model.layout();
     unit_grads_.resize(size_t(lay.num_units()));
@@ -98,7 +99,8 @@ class NoneStrategy final : public Strategy {
     for (double x : h) s += x;
     return s;
   }
-  const RunConfig& cfg_;
+  const OptimizerCfg optimizer_;  // the config section this strategy reads (a copy)
+  const uint64_t seed_;           // init.seed (stochastic rounding)
   Backend& be_;
   bool in_backward_ = false, update_in_backward_ = false;
   double lr_ = 0;
@@ -110,8 +112,8 @@ class NoneStrategy final : public Strategy {
 };
 }  // namespace
 
-std::unique_ptr<Strategy> make_none_strategy(const RunConfig& cfg, Backend& be) {
-  return std::make_unique<NoneStrategy>(cfg, be);
+std::unique_ptr<Strategy> make_none_strategy(const OptimizerCfg& optimizer, uint64_t seed, Backend& be) {
+  return std::make_unique<NoneStrategy>(optimizer, seed, be);
 }
 
 }  // namespace trainer

@@ -4,7 +4,7 @@
 
 namespace trainer {
 
-std::unique_ptr<Strategy> make_none_strategy(const RunConfig& cfg, Backend& be);
+std::unique_ptr<Strategy> make_none_strategy(const OptimizerCfg& optimizer, uint64_t seed, Backend& be);
 
 void Strategy::attach(Model& model) {
   attached_ = &model;
@@ -22,13 +22,13 @@ void Strategy::release(int unit, UnitPass pass) {
 
 std::unique_ptr<Strategy> make_strategy(const RunConfig& cfg, Backend& be, Communicator* comm) {
   const std::string& s = cfg.parallel.strategy;
-  if (s == "none") return make_none_strategy(cfg, be);
-  if (s == "ddp_naive") return make_ddp_naive_strategy(cfg, be, comm);
-  if (s == "ddp_flat") return make_ddp_flat_strategy(cfg, be, comm);
-  if (s == "ddp_overlap") return make_ddp_overlap_strategy(cfg, be, comm);
-  if (s == "ddp_bucketed") return make_ddp_bucketed_strategy(cfg, be, comm);
-  if (s == "zero1") return make_zero1_strategy(cfg, be, comm);
-  if (s == "fsdp") return make_fsdp_strategy(cfg, be, comm);
+  if (s == "none") return make_none_strategy(cfg.optimizer, cfg.init.seed, be);
+  if (s == "ddp_naive") return make_ddp_naive_strategy(cfg.parallel, cfg.optimizer, be, comm);
+  if (s == "ddp_flat") return make_ddp_flat_strategy(cfg.parallel, cfg.optimizer, be, comm);
+  if (s == "ddp_overlap") return make_ddp_overlap_strategy(cfg.parallel, cfg.optimizer, be, comm);
+  if (s == "ddp_bucketed") return make_ddp_bucketed_strategy(cfg.parallel, cfg.optimizer, be, comm);
+  if (s == "zero1") return make_zero1_strategy(cfg.parallel, cfg.optimizer, be, comm);
+  if (s == "fsdp") return make_fsdp_strategy(cfg.parallel, cfg.optimizer, be, comm);
   throw ConfigError(fmt::format("parallel.strategy: '{}' is not available in this build", s));
 }
 

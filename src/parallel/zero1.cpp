@@ -31,8 +31,8 @@ namespace trainer {
 namespace {
 class Zero1 final : public Strategy {
  public:
-  Zero1(const RunConfig& cfg, Backend& be, Communicator* comm)
-      : cfg_(cfg), be_(be), comm_(checked(comm)), timer_(be, *comm) {}
+  Zero1(const OptimizerCfg& optimizer, Backend& be, Communicator* comm)
+      : optimizer_(optimizer), be_(be), comm_(checked(comm)), timer_(be, *comm) {}
   std::string name() const override { return "zero1"; }
 
   void setup(Model& model) override {
@@ -44,7 +44,7 @@ class Zero1 final : public Strategy {
     chunk_ = model.flat_size() / n;
     begin_ = chunk_ * comm_.rank();
     broadcast_weights(model, comm_);
-    adamw_ = std::make_unique<AdamW>(be_, chunk_, cfg_.optimizer);
+    adamw_ = std::make_unique<AdamW>(be_, chunk_, optimizer_);
     in_place_ = comm_.reduce_scatter_in_place();
     if (!in_place_) grad_shard_ = be_.alloc(size_t(chunk_) * 4, Category::gradients);
     check_same_layout(comm_, "zero1 shards", {model.flat_size(), n, chunk_});
@@ -116,7 +116,7 @@ class Zero1 final : public Strategy {
     return in_place_ ? model_->grads().slice(begin_, {chunk_}) : grad_shard_.view(DType::f32, {chunk_});
   }
 
-  const RunConfig& cfg_;
+  const OptimizerCfg optimizer_;  // the config section this strategy reads (a copy)
   Backend& be_;
   Communicator& comm_;
   CommTimer timer_;
@@ -128,8 +128,9 @@ class Zero1 final : public Strategy {
 };
 }  // namespace
 
-std::unique_ptr<Strategy> make_zero1_strategy(const RunConfig& cfg, Backend& be, Communicator* comm) {
-  return std::make_unique<Zero1>(cfg, be, comm);
+std::unique_ptr<Strategy> make_zero1_strategy(const ParallelCfg&, const OptimizerCfg& optimizer, Backend& be,
+                                              Communicator* comm) {
+  return std::make_unique<Zero1>(optimizer, be, comm);
 }
 
 }  // namespace trainer

@@ -1,0 +1,64 @@
+// Resolution of a read config: the preset's dims and every "auto" / 0 value (device, attention, parallel.comm, name,
+// data.microbatch_size), before validation.
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "build_info.h"
+#include "config/schema.h"
+#include "core/errors.h"
+
+namespace trainer {
+namespace config_schema {
+
+namespace fs = std::filesystem;
+
+// ---- resolution -----------------------------------------------------------------------------------------------
+void resolve(RunConfig& c, const std::string& path, int world_size, bool cuda_available, const HostInfo& host,
+             std::vector<std::string>* warnings) {
+  if (!c.model.preset.empty()) {
+    const ModelCfg p = preset_model(c.model.preset);
+    auto fill = [](int& v, int from) { v = v == 0 ? from : v; };
+    fill(c.model.vocab_size, p.vocab_size);
+    fill(c.model.context_length, p.context_length);
+    fill(c.model.d_model, p.d_model);
+    fill(c.model.d_ff, p.d_ff);
+    fill(c.model.num_layers, p.num_layers);
+    fill(c.model.num_heads, p.num_heads);
+  }
+  if (c.device == "auto") c.device = cuda_available ? "cuda" : "cpu";
+  if (c.attention == "auto") c.attention = c.device == "cuda" && bf16_precision(c.precision) ? "flash2" : "naive";
+  const CommChoice comm = resolve_comm(c.parallel.comm, c.device, host);
+  c.parallel.comm = comm.comm;
+  if (!comm.warning.empty() && warnings) warnings->push_back(comm.warning);
+  if (warnings && c.checkpointing.k != CheckpointingCfg{}.k && c.checkpointing.policy != "every_k")
+    warnings->push_back(fmt::format("checkpointing.k = {} has no effect: only policy every_k reads it (policy is '{}')",
+                                    c.checkpointing.k, c.checkpointing.policy));
+  if (c.name.empty()) c.name = path.empty() ? "default" : fs::path(path).stem().string();
+  if (c.data.microbatch_size == 0 && world_size > 0) c.data.microbatch_size = c.data.batch_size / world_size;
+}
+
+}  // namespace config_schema
+
+CommChoice resolve_comm(const std::string& comm, const std::string& device, const HostInfo& host) {
+  const bool shared = device == "cuda" && host.cuda_devices > 0 && host.local_size > host.cuda_devices;
+  const std::string sharing = fmt::format("{} ranks share {} GPU(s) on this host", host.local_size, host.cuda_devices);
+  if (comm == "auto") {
+    if (device != "cuda") return {"mpi", ""};
+    if (!host.nccl)
+      return {"mpi", fmt::format("parallel.comm: auto resolves to mpi: {}", build::kNoNcclHint)};
+    if (!shared) return {"nccl", ""};
+    return {"mpi", fmt::format("parallel.comm: auto resolves to mpi, not nccl: {} (NCCL needs a GPU per rank)",
+                               sharing)};
+  }
+  // (on the cpu, validation's "comm 'nccl' needs device 'cuda'" is the message that helps)
+  CONFIG_CHECK(comm != "nccl" || host.nccl || device != "cuda",
+               "parallel.comm: 'nccl' is not available: {}; use parallel.comm=mpi",
+               build::kNoNcclHint);
+  CONFIG_CHECK(comm != "nccl" || !shared,
+               "parallel.comm: 'nccl' needs a GPU per rank, but {} (NCCL would fail or hang); use parallel.comm=mpi",
+               sharing);
+  return {comm, ""};
+}
+
+}  // namespace trainer

@@ -1,0 +1,267 @@
+// Validation of a resolved config: shapes, enums (schema.h's lists), ranges, files readable, outputs writable and
+// never naming an input. Every problem is one ConfigError naming the key.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <string_view>
+
+#include "config/schema.h"
+#include "core/errors.h"
+#include "core/memory.h"
+#include "io/checkpoint.h"
+#include "io/result_record.h"
+#include "io/token_data.h"
+
+namespace trainer {
+namespace {
+
+using namespace config_schema;
+namespace fs = std::filesystem;
+
+// ---- validation helpers ---------------------------------------------------------------------------------------
+void check_enum(const std::string& v, const Names& allowed, const char* key) {
+  CONFIG_CHECK(std::find(allowed.begin(), allowed.end(), v) != allowed.end(),
+               "config: '{}' must be one of {}; got '{}'", key, fmt::join(allowed, ", "), v);
+}
+void check_positive(double v, const char* key, std::string_view hint = {}) {
+  CONFIG_CHECK(v > 0, "config: '{}' must be > 0, got {}{}", key, v, hint);
+}
+void check_non_negative(double v, const char* key) {
+  CONFIG_CHECK(v >= 0, "config: '{}' must be >= 0, got {}", key, v);
+}
+
+/// Whether paths `a` and `b` name the same file: the same inode when both exist (hard links, symlinks), else the
+/// same absolute path once the existing part is resolved (symlinked directories, "./", "..").
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec) && !ec;
+  const auto real = [](const std::string& p) {
+    std::error_code e;
+    const fs::path r = fs::weakly_canonical(fs::absolute(p), e);
+    return e ? fs::absolute(p).lexically_normal() : r;
+  };
+  return real(a) == real(b);
+}
+
+/// An existing regular file that this process can open for reading.
+void check_readable_file(const std::string& path, const char* key) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw ConfigError(fmt::format("config: cannot read '{}' ({}): {}", path, key, std::strerror(errno)));
+  struct stat st {};
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  ::close(fd);
+  CONFIG_CHECK(regular, "config: cannot read '{}' ({}): not a regular file", path, key);
+}
+
+}  // namespace
+
+void validate_config(const RunConfig& c, int world_size, const std::string& config_path) {
+  TRAINER_CHECK(world_size >= 1, "validate_config: world_size {} < 1", world_size);
+  check_enum(c.job, kJobs, "job");
+
+  // model
+  const ModelCfg& m = c.model;
+  if (!m.preset.empty()) preset_model(m.preset);  // raises for an unknown name
+  const std::string_view hint = m.preset.empty() ? " (set it, or choose a model.preset)" : "";
+  check_positive(m.vocab_size, "model.vocab_size", hint);
+  check_positive(m.context_length, "model.context_length", hint);
+  check_positive(m.d_model, "model.d_model", hint);
+  check_positive(m.d_ff, "model.d_ff", hint);
+  check_positive(m.num_layers, "model.num_layers", hint);
+  check_positive(m.num_heads, "model.num_heads", hint);
+  check_positive(m.rope_theta, "model.rope_theta");
+  CONFIG_CHECK(m.d_model % m.num_heads == 0, "model: d_model {} is not divisible by num_heads {}", m.d_model,
+               m.num_heads);
+  const int d_head = m.d_model / m.num_heads;
+  CONFIG_CHECK(d_head % 2 == 0, "model: d_head {} (d_model {} / num_heads {}) must be even: RoPE rotates pairs",
+               d_head, m.d_model, m.num_heads);
+
+  // device and numerics
+  check_enum(c.device, kDevices, "device");
+  check_enum(c.precision, kPrecisions, "precision");
+  check_enum(c.attention, kAttention, "attention");
+  CONFIG_CHECK(c.precision != "bf16" || c.device == "cuda",
+               "precision: bf16 needs device 'cuda' (the CPU backend is the fp32 reference; bf16_pure runs there with "
+               "fp32 activations)");
+  CONFIG_CHECK(!bf16_storage(c.precision) || c.parallel.strategy == "none",
+               "precision: bf16_pure supports parallel.strategy 'none' (one rank) for now, got '{}'; use precision "
+               "bf16 (fp32 master) with the data-parallel strategies and fsdp", c.parallel.strategy);
+  CONFIG_CHECK(!c.optimizer.stochastic_rounding || bf16_storage(c.precision),
+               "optimizer: stochastic_rounding applies to precision bf16_pure (bf16 weights), got precision '{}'",
+               c.precision);
+  CONFIG_CHECK(!c.cuda_graph || c.device == "cuda", "cuda_graph: needs device 'cuda', got device '{}'", c.device);
+  CONFIG_CHECK(!c.cuda_graph, "cuda_graph: capturing the step in a CUDA graph is not implemented yet; set false");
+
+  // checkpointing and parallel
+  check_enum(c.checkpointing.policy, kCheckpointPolicies, "checkpointing.policy");
+  CONFIG_CHECK(c.checkpointing.k >= 1, "config: 'checkpointing.k' must be >= 1, got {}", c.checkpointing.k);
+  check_non_negative(c.checkpointing.lm_head_chunk_tokens, "checkpointing.lm_head_chunk_tokens");
+  if (c.checkpointing.blocks) {
+    std::vector<int> seen;
+    for (int b : *c.checkpointing.blocks) {
+      CONFIG_CHECK(b >= 0 && b < c.model.num_layers,
+                   "config: 'checkpointing.blocks' lists block {}, outside [0, {}) (model.num_layers {})", b,
+                   c.model.num_layers, c.model.num_layers);
+      CONFIG_CHECK(std::find(seen.begin(), seen.end(), b) == seen.end(),
+                   "config: 'checkpointing.blocks' lists block {} twice", b);
+      seen.push_back(b);
+    }
+  }
+  const ParallelCfg& p = c.parallel;
+  check_enum(p.strategy, kStrategies, "parallel.strategy");
+  check_enum(p.comm, kComms, "parallel.comm");
+  CONFIG_CHECK(p.comm != "nccl" || c.device == "cuda", "parallel: comm 'nccl' needs device 'cuda' (use comm 'mpi')");
+  check_positive(p.bucket_mb, "parallel.bucket_mb");
+  check_enum(p.reduce_dtype, kReduceDtypes, "parallel.reduce_dtype");
+  CONFIG_CHECK(p.reduce_dtype == "fp32" || p.strategy.rfind("ddp_", 0) == 0,
+               "parallel: reduce_dtype 'bf16' applies to the ddp_* strategies, got strategy '{}'", p.strategy);
+  CONFIG_CHECK(p.reduce_dtype == "fp32" || (c.device == "cuda" && p.comm != "mpi"),
+               "parallel: reduce_dtype 'bf16' needs comm 'nccl' (MPI has no bf16 sum), got device '{}' comm '{}'",
+               c.device, p.comm);
+  check_non_negative(p.prefetch_layers, "parallel.prefetch_layers");
+  check_positive(p.comm_timeout_s, "parallel.comm_timeout_s");
+
+  // optimizer
+  const OptimizerCfg& o = c.optimizer;
+  check_non_negative(o.lr, "optimizer.lr");
+  CONFIG_CHECK(o.betas.size() == 2, "config: 'optimizer.betas' must have 2 entries [beta1, beta2], got {}",
+               o.betas.size());
+  for (size_t i = 0; i < 2; ++i)
+    CONFIG_CHECK(o.betas[i] >= 0 && o.betas[i] < 1, "config: 'optimizer.betas[{}]' must be in [0, 1), got {}", i,
+                 o.betas[i]);
+  check_positive(o.eps, "optimizer.eps");
+  check_non_negative(o.weight_decay, "optimizer.weight_decay");
+  if (o.max_grad_norm) check_positive(*o.max_grad_norm, "optimizer.max_grad_norm");
+  CONFIG_CHECK(!o.in_backward || !o.max_grad_norm,
+               "optimizer: in_backward updates each unit before the global gradient norm is known, so it cannot clip; "
+               "set optimizer.max_grad_norm null or in_backward false");
+  CONFIG_CHECK(!o.in_backward || c.parallel.strategy == "none",
+               "optimizer: in_backward is implemented for parallel.strategy 'none', got '{}'", c.parallel.strategy);
+  check_enum(o.schedule, kSchedules, "optimizer.schedule");
+  check_non_negative(o.warmup_steps, "optimizer.warmup_steps");
+  check_non_negative(o.cosine_steps, "optimizer.cosine_steps");
+  check_non_negative(o.min_lr, "optimizer.min_lr");
+  CONFIG_CHECK(o.schedule != "cosine" || o.cosine_steps == 0 || o.warmup_steps <= o.cosine_steps,
+               "optimizer: warmup_steps {} exceeds cosine_steps {}", o.warmup_steps, o.cosine_steps);
+
+  // data
+  const DataCfg& d = c.data;
+  check_enum(d.source, kSources, "data.source");
+  check_enum(d.dtype, kDtypes, "data.dtype");
+  check_enum(d.sampling, kSamplings, "data.sampling");
+  check_positive(d.batch_size, "data.batch_size");
+  if (c.job == "train") {  // only the train job splits the batch over the ranks
+    CONFIG_CHECK(d.batch_size % world_size == 0, "data: batch_size {} is not divisible by world_size {}",
+                 d.batch_size, world_size);
+    check_positive(d.microbatch_size, "data.microbatch_size");
+    const int per_rank = d.batch_size / world_size;
+    CONFIG_CHECK(per_rank % d.microbatch_size == 0,
+                 "data: per-rank batch {} (batch_size {} / world_size {}) is not divisible by microbatch_size {}",
+                 per_rank, d.batch_size, world_size, d.microbatch_size);
+  }
+
+  // collective_bench
+  const CollectiveCfg& cc = c.collective;
+  CONFIG_CHECK(!cc.ops.empty(), "config: 'collective.ops' must name at least one of {}", one_of(kCollectiveOps));
+  for (size_t i = 0; i < cc.ops.size(); ++i)
+    check_enum(cc.ops[i], kCollectiveOps, fmt::format("collective.ops[{}]", i).c_str());
+  CONFIG_CHECK(!cc.sizes_mb.empty(), "config: 'collective.sizes_mb' must hold at least one size");
+  for (size_t i = 0; i < cc.sizes_mb.size(); ++i)
+    check_positive(cc.sizes_mb[i], fmt::format("collective.sizes_mb[{}]", i).c_str());
+  check_non_negative(cc.warmup, "collective.warmup");
+  CONFIG_CHECK(cc.iters >= 1, "config: 'collective.iters' must be >= 1, got {}", cc.iters);
+  check_enum(cc.dtype, kCollectiveDtypes, "collective.dtype");
+
+  // bench
+  const BenchCfg& b = c.bench;
+  check_enum(b.phase, kPhases, "bench.phase");
+  check_non_negative(b.warmup_steps, "bench.warmup_steps");
+  check_non_negative(b.measure_steps, "bench.measure_steps");
+  CONFIG_CHECK(int64_t(b.warmup_steps) + b.measure_steps >= 1,
+               "bench: warmup_steps + measure_steps must be at least one step, got {} + {}", b.warmup_steps,
+               b.measure_steps);
+  CONFIG_CHECK(int64_t(b.warmup_steps) + b.measure_steps <= 1000000000,
+               "bench: warmup_steps + measure_steps must be at most 1e9, got {} + {}", b.warmup_steps,
+               b.measure_steps);
+  check_non_negative(b.log_every, "bench.log_every");
+  CONFIG_CHECK(c.job != "train" || c.parallel.strategy != "none" || world_size == 1,
+               "parallel.strategy: 'none' runs one process, but {} ranks were started (use ddp_naive, ddp_flat, "
+               "ddp_overlap, ddp_bucketed, zero1 or fsdp)", world_size);
+  CONFIG_CHECK(!c.profile.trace || c.job == "train",
+               "profile.trace: only job 'train' records Chrome traces (job is '{}'); remove the key or set null", c.job);
+  CONFIG_CHECK(!c.profile.memory_timeline || c.job == "train",
+               "profile.memory_timeline: only job 'train' logs its allocations (job is '{}'); remove the key or set "
+               "null", c.job);
+
+  // files: inputs first, then outputs (check_output_path creates directories, so it runs only for a valid config)
+  if (d.source == "tokens") {
+    CONFIG_CHECK(d.path && !d.path->empty(), "data: source 'tokens' needs data.path (a flat binary token file)");
+    check_token_file(*d.path, d.dtype, m.vocab_size, m.context_length);
+  }
+  if (c.init.weights) check_readable_file(*c.init.weights, "init.weights");
+  check_non_negative(c.output.checkpoint_every, "output.checkpoint_every");
+  CONFIG_CHECK(c.output.checkpoint_every == 0 || c.output.checkpoint,
+               "output.checkpoint_every: {} needs output.checkpoint (the directory to write to)",
+               c.output.checkpoint_every);
+  CONFIG_CHECK(!c.output.checkpoint || c.job == "train", "output.checkpoint: only job 'train' writes checkpoints "
+               "(job is '{}'); remove the key or set null", c.job);
+  if (c.init.resume) {
+    CONFIG_CHECK(!c.init.resume->empty(), "init.resume: the path is empty (remove the key or set null)");
+    check_resume(c);  // a complete checkpoint of this model and precision, with steps left to run
+  }
+
+  const std::pair<const char*, const std::optional<std::string>*> outputs[] = {
+      {"output.results", &c.output.results},
+      {"output.checkpoint", &c.output.checkpoint},
+      {"profile.trace", &c.profile.trace},
+      {"profile.memory_timeline", &c.profile.memory_timeline}};
+  for (const auto& [key, value] : outputs)  // before any path arithmetic: fs::absolute("") throws
+    CONFIG_CHECK(!*value || !(*value)->empty(), "{}: the output path is empty (remove the key or set null)", key);
+  for (size_t i = 0; i < std::size(outputs); ++i) {
+    if (!*outputs[i].second) continue;
+    for (size_t k = 0; k < i; ++k)
+      if (*outputs[k].second)
+        CONFIG_CHECK(!same_file(**outputs[i].second, **outputs[k].second),
+                     "output: '{}' and '{}' name the same file '{}'", outputs[k].first, outputs[i].first,
+                     **outputs[i].second);
+    // Ranks r > 0 write their memory timelines beside rank 0's (memory_timeline_path): those names must not be taken.
+    if (outputs[i].second == &c.profile.memory_timeline)
+      for (int r = 1; r < std::min(world_size, 4096); ++r)
+        for (size_t k = 0; k < std::size(outputs); ++k)
+          if (k != i && *outputs[k].second)
+            CONFIG_CHECK(!same_file(memory_timeline_path(**outputs[i].second, r), **outputs[k].second),
+                         "output: rank {}'s memory timeline '{}' (profile.memory_timeline) is also '{}'", r,
+                         memory_timeline_path(**outputs[i].second, r), outputs[k].first);
+    // An output must never overwrite an input: the config file, the token file, the initial weights.
+    const std::pair<const char*, std::optional<std::string>> inputs[] = {
+        {"the config file", config_path.empty() ? std::nullopt : std::optional<std::string>(config_path)},
+        {"data.path", d.source == "tokens" ? d.path : std::nullopt},
+        {"init.weights", c.init.weights}};
+    const int ranks = outputs[i].second == &c.profile.memory_timeline ? std::min(world_size, 4096) : 1;
+    for (const auto& [in_key, in_value] : inputs)
+      for (int r = 0; in_value && r < ranks; ++r) {
+        const std::string out = r == 0 ? **outputs[i].second : memory_timeline_path(**outputs[i].second, r);
+        CONFIG_CHECK(!same_file(out, *in_value), "{}: '{}'{} is also the input {} ('{}'); the run would overwrite it",
+                     outputs[i].first, out, r == 0 ? "" : fmt::format(" (rank {}'s file)", r), in_key, *in_value);
+      }
+  }
+  // check_output_path creates nothing (the writers make missing directories), so a rejected config leaves no trace.
+  if (c.output.checkpoint) {  // a directory: its files are checked like any output file
+    CONFIG_CHECK(fs::path(*c.output.checkpoint).extension() != ".safetensors",
+                 "output.checkpoint: '{}' looks like a file, but it names a directory now (the weights go to "
+                 "DIR/model.safetensors); give a directory", *c.output.checkpoint);
+    check_output_path((fs::path(*c.output.checkpoint) / "latest").string(), "output.checkpoint");
+  }
+  for (const auto& [key, value] : outputs)
+    if (*value && value != &c.output.checkpoint) check_output_path(**value, key);
+  if (!c.output.results) check_output_path(default_results_path(c.name), "output.results");
+}
+
+}  // namespace trainer
