@@ -72,7 +72,7 @@ def long_run(tmp_path, **sections):
 
 # ---- interrupts --------------------------------------------------------------------------------------------------
 def test_sigint_stops_after_the_step_with_checkpoint_and_record(trainer_bin, tmp_path):
-    ckpt = tmp_path / "out" / "weights.safetensors"
+    ckpt = tmp_path / "out" / "ckpt"
     cfg = write_json(tmp_path / "c.json", long_run(tmp_path, output={"checkpoint": str(ckpt)}))
     record = tmp_path / "out" / "result.json"
     record.parent.mkdir()
@@ -96,7 +96,9 @@ def test_sigint_stops_after_the_step_with_checkpoint_and_record(trainer_bin, tmp
     assert f"after step {done} of 100001" in r["error"]
     assert "interrupted (SIGINT): stopping after step" in err
     # The checkpoint of the end-of-run path: every parameter of the tiny model (2 layers).
-    names = safetensors_names(ckpt)
+    names = safetensors_names(ckpt / "model.safetensors")
+    latest = (ckpt / "latest").read_text().strip()
+    assert json.loads((ckpt / latest / "manifest.json").read_text())["step"] == done  # the steps done, not planned
     assert "token_embeddings.weight" in names and "layers.1.ffn.w2.weight" in names and "lm_head.weight" in names
     assert not [p for p in snapshot(tmp_path) if p.endswith(".tmp")]
 
@@ -172,7 +174,7 @@ def test_outputs_naming_init_weights_or_the_token_file(trainer_bin, tmp_path):
     (tmp_path / "d").symlink_to(tmp_path, target_is_directory=True)
     cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path, init={"weights": str(weights)},
                                                       data={"source": "tokens", "path": str(tokens)}))
-    expect_refused(trainer_bin, tmp_path, [cfg, "--set", "output.checkpoint=d/w.safetensors"], "output.checkpoint",
+    expect_refused(trainer_bin, tmp_path, [cfg, "--set", "profile.trace=d/w.safetensors"], "profile.trace",
                    "init.weights")
     expect_refused(trainer_bin, tmp_path, [cfg, "--set", "profile.memory_timeline=./t.u16"],
                    "profile.memory_timeline", "data.path")
@@ -263,11 +265,11 @@ def test_bad_input_found_by_the_job_leaves_no_marker(trainer_bin, tmp_path):
     line, and neither the marker nor the directory it made is left behind."""
     (tmp_path / "w").mkdir()
     make = write_json(tmp_path / "w" / "c.json", tiny_config(tmp_path / "w", output={
-        "results": str(tmp_path / "w" / "r.json"), "checkpoint": str(tmp_path / "w" / "w.safetensors")}))
+        "results": str(tmp_path / "w" / "r.json"), "checkpoint": str(tmp_path / "w" / "ck")}))
     r = run(trainer_bin, [make], tmp_path)
     assert r.returncode == 0, r.stderr
     cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path, model={"preset": "tiny", "d_model": 128},
-                                                      init={"weights": str(tmp_path / "w" / "w.safetensors")}))
+                                                      init={"weights": str(tmp_path / "w" / "ck" / "model.safetensors")}))
     before = snapshot(tmp_path)
     r = run(trainer_bin, [cfg], tmp_path)
     assert r.returncode == 2, r.stderr
