@@ -4,6 +4,7 @@ the memory categories, and writing a figure atomically. Needs matplotlib only wh
 from __future__ import annotations
 
 import os
+import sys
 
 # Colours per memory category, fixed so that plots of different runs compare at a glance.
 COLORS = {"parameters": "#4c72b0", "gradients": "#dd8452", "optimizer": "#55a868", "activations": "#c44e52",
@@ -28,8 +29,12 @@ def fmt_bytes(b: float) -> str:
 
 
 def pyplot():
-    """matplotlib.pyplot with the Agg backend (no display needed)."""
-    import matplotlib
+    """matplotlib.pyplot with the Agg backend (no display needed); BadInput (one line) when matplotlib is missing."""
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise BadInput(f"matplotlib is not available to {sys.executable} ({e}); run with /usr/bin/python3 "
+                       "(Debian's python3-matplotlib, which launch/setup.sh installs)") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt

@@ -96,7 +96,8 @@ void fields(S& c, F&& f) {
   f("keep_attention", c.keep_attention, {{"true | false"},
     "recomputed (checkpointed) blocks also keep attention's output O [N, d_model] and logsumexp from the forward, "
     "so their recompute runs the GEMMs but not the attention forward (at long context about half of a block's "
-    "forward) for N x d_model activations more per checkpointed block; changes no number"});
+    "forward) for N x d_model activations more per checkpointed block (naive attention: also its [heads, T, T] "
+    "probabilities, which rarely pays); changes no number"});
 }
 template <Is<ParallelCfg> S, class F>
 void fields(S& p, F&& f) {

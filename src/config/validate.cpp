@@ -50,6 +50,20 @@ bool same_file(const std::string& a, const std::string& b) {
   return real(a) == real(b);
 }
 
+/// Whether path `p` lies inside directory `dir` (both resolved as same_file does; `dir` itself counts).
+bool inside_dir(const std::string& p, const std::string& dir) {
+  const auto real = [](const std::string& x) {
+    std::error_code e;
+    const fs::path r = fs::weakly_canonical(fs::absolute(x), e);
+    return e ? fs::absolute(x).lexically_normal() : r;
+  };
+  const fs::path rp = real(p), rd = real(dir);
+  auto d = rd.begin(), q = rp.begin();
+  for (; d != rd.end() && !d->empty(); ++d, ++q)
+    if (q == rp.end() || *q != *d) return false;
+  return true;
+}
+
 /// An existing regular file that this process can open for reading.
 void check_readable_file(const std::string& path, const char* key) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -239,6 +253,16 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
             CONFIG_CHECK(!same_file(memory_timeline_path(**outputs[i].second, r), **outputs[k].second),
                          "output: rank {}'s memory timeline '{}' (profile.memory_timeline) is also '{}'", r,
                          memory_timeline_path(**outputs[i].second, r), outputs[k].first);
+    // The checkpoint directories belong to the checkpointer (latest, step-*/, model.safetensors): no other output
+    // may be written into them (it would replace a pointer, a manifest or the exported weights).
+    if (outputs[i].second != &c.output.checkpoint)
+      for (const auto& [dir_key, dir] : {std::pair<const char*, const std::optional<std::string>*>{
+                                             "output.checkpoint", &c.output.checkpoint},
+                                         {"init.resume", &c.init.resume}})
+        if (*dir && !(*dir)->empty())
+          CONFIG_CHECK(!inside_dir(**outputs[i].second, **dir),
+                       "{}: '{}' lies inside the checkpoint directory '{}' ({}), which the checkpoints own; write it "
+                       "elsewhere", outputs[i].first, **outputs[i].second, **dir, dir_key);
     // An output must never overwrite an input: the config file, the token file, the initial weights.
     const std::pair<const char*, std::optional<std::string>> inputs[] = {
         {"the config file", config_path.empty() ? std::nullopt : std::optional<std::string>(config_path)},

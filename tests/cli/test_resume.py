@@ -204,6 +204,12 @@ def test_resume_errors(tmp_path):
                  "output.checkpoint_every: 1 needs output.checkpoint")
     expect_error(tmp_path, args(tmp_path, "x", 2, f"output.checkpoint={tmp_path / 'w.safetensors'}"),
                  "output.checkpoint", "names a directory")
+    # no other output inside a checkpoint directory: a record over `latest`, a manifest or the exported weights
+    for target in (ck / "latest", ck / "model.safetensors", ck / "step-00000002" / "manifest.json"):
+        expect_error(tmp_path, args(tmp_path, "x", 4, f"init.resume={ck}", f"output.checkpoint={ck}") +
+                     ["--set", f"output.results={target}"], "output.results", "inside the checkpoint directory")
+    expect_error(tmp_path, args(tmp_path, "x", 4, f"init.resume={ck}", f"profile.trace={ck / 't.json'}"),
+                 "profile.trace", "(init.resume)")
     # half-written: `latest` names a directory without its manifest
     half = tmp_path / "half"
     (half / "step-00000002").mkdir(parents=True)
