@@ -617,7 +617,8 @@ TEST_CASE("config: files named by the config are checked", "[config]") {
     REQUIRE_THROWS_WITH(load_doc(dir, doc, {"profile.memory_timeline=" + plain + "/m.json"}),
                         Contains("profile.memory_timeline"));
     REQUIRE_THROWS_WITH(load_doc(dir, doc, {"output.checkpoint=" + dir.path("result.json")}),
-                        Contains("'output.results' and 'output.checkpoint' name the same file"));
+                        Contains("output.results: '" + dir.path("result.json") +
+                                 "' lies inside the checkpoint directory"));  // the checkpoints own that directory
     const std::string init = dir.write("init.safetensors", "x");
     REQUIRE_THROWS_WITH(load_doc(dir, doc, {"init.weights=" + init, "output.checkpoint=" + init}),
                         Contains("output.checkpoint: '" + init + "' is also the input init.weights"));
