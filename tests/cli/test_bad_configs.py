@@ -238,6 +238,26 @@ def case_unknown_option(tmp):
     return [write_json(tmp / "c.json", tiny_config(tmp)), "--bogus"], ["--bogus"]
 
 
+def case_bf16_pure_with_zero1(tmp):
+    cfg = tiny_config(tmp, device="cpu", precision="bf16_pure", parallel={"strategy": "zero1"})
+    return [write_json(tmp / "c.json", cfg)], ["bf16_pure", "strategy 'none'", "zero1"]
+
+
+def case_in_backward_with_clipping(tmp):
+    cfg = tiny_config(tmp, optimizer={"in_backward": True, "max_grad_norm": 1.0})
+    return [write_json(tmp / "c.json", cfg)], ["in_backward", "max_grad_norm"]
+
+
+def case_stochastic_rounding_without_bf16_pure(tmp):
+    cfg = tiny_config(tmp, device="cpu", optimizer={"stochastic_rounding": True})
+    return [write_json(tmp / "c.json", cfg)], ["stochastic_rounding", "bf16_pure"]
+
+
+def case_keep_attention_not_bool(tmp):
+    cfg = tiny_config(tmp, checkpointing={"keep_attention": 1.5})
+    return [write_json(tmp / "c.json", cfg)], ["checkpointing.keep_attention"]
+
+
 BAD_CASES = {name[len("case_"):]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
 
 

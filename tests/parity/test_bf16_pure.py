@@ -15,7 +15,6 @@ reference), tiny and small, 10 steps: losses within 2e-2 relative (issue 17). Al
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -29,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import reference_model as ref  # noqa: E402
 import safetensors_io as st  # noqa: E402
 from test_parity import (CFG_DHEAD8, Case, case_init, case_tokens, run_trainer, series_failures,  # noqa: E402
-                         trainer_config, write_inputs)
+                         trainer_bin, trainer_config, write_inputs)
 
 CPU_LOSS_RTOL = 1e-4
 CPU_MIN_EQUAL = 0.97
@@ -64,14 +63,6 @@ def cpu_failures(got: ref.RunResult, want: ref.RunResult) -> list:
         if frac < CPU_MIN_EQUAL:
             bad.append(f"{name}: {frac:.4f} of the elements equal the reference's (limit {CPU_MIN_EQUAL})")
     return bad
-
-
-@pytest.fixture(scope="module")
-def trainer_bin() -> str:
-    path = os.environ.get("TRAINER_BIN")
-    if not path:
-        pytest.skip("TRAINER_BIN is not set (ctest sets it to the built trainer)")
-    return path
 
 
 @pytest.fixture(scope="module")
