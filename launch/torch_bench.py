@@ -36,7 +36,9 @@ For the long-context comparisons, e.g. xl bf16 batch 4 at ctx 8192 and 16384:
 Timing: `warmup` untimed steps, then `steps` steps, each between two CUDA events and followed by
 torch.cuda.synchronize() (time.perf_counter on the CPU). Peak memory is torch.cuda.max_memory_allocated() over
 warm-up and measured steps (parameters, grads and optimizer state included). An out-of-memory error gives a row
-with status "oom"; any other error a row with status "error"; the process exits 0 for ok and oom, 1 for error.
+with status "oom"; any other error a row with status "error"; under --sweep (and --compile-mode best) a subprocess
+still running after --timeout seconds is killed with everything it started and gives a row with status "timeout".
+The process exits 0 for ok and oom, 1 for error and timeout.
 
 Data parallel: under torchrun (WORLD_SIZE > 1 in the environment) each process joins a process group (nccl on cuda,
 gloo on cpu), takes the GPU LOCAL_RANK and wraps the loss module in torch.nn.parallel.DistributedDataParallel
@@ -62,6 +64,7 @@ import json
 import math
 import os
 import platform
+import signal
 import socket
 import statistics
 import subprocess
@@ -109,7 +112,8 @@ def preset_config(preset: str, vocab, ctx) -> "ref.ModelConfig":
                            num_layers=num_layers, num_heads=num_heads)
 SWEEP_PRESETS = ["small", "medium", "large", "xl", "10B"]
 MODES = ["fp32", "bf16", "compiled", "compiled_pure"]
-COMPILE_MODES = ["default", "reduce-overhead", "max-autotune"]
+COMPILED_MODES = ["compiled", "compiled_pure"]   # the modes that call torch.compile
+COMPILE_MODES = ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 PHASES = ["forward", "forward_backward", "train_step"]   # in order of memory use: an OOM skips the later phases
 CHECKPOINTS = ["none", "block"]   # --checkpoint: none, or every block recomputed in the backward
 SCHEMA = "torch_bench.result/1"
@@ -247,7 +251,7 @@ def run_one(args, ctx: Optional[DistContext] = None) -> dict:
     rank = ctx.rank if ctx is not None else 0
     optimizer_kind = resolve_optimizer(args.mode, args.optimizer, device)
     cfg = preset_config(args.preset, args.vocab, args.ctx)
-    compiled = args.mode in ("compiled", "compiled_pure")
+    compiled = args.mode in COMPILED_MODES
     attention = "sdpa" if compiled else "naive"
     record = {
         "schema": SCHEMA, "status": "error", "error": None,
@@ -421,7 +425,7 @@ def table_row(r: dict) -> str:
         t = r["timing"]["step"]
         return COLUMNS.format(c["preset"], c["mode"], c["phase"], params, f"{t['mean_ms']:.2f}",
                               f"± {t['std_ms']:.2f}", f"{r['throughput']['tokens_per_s']:,.0f}", peak_s, "ok")
-    status = "OOM" if r["status"] == "oom" else f"error: {r.get('error')}"
+    status = {"oom": "OOM", "timeout": f"{r.get('error')}"}.get(r["status"], f"error: {r.get('error')}")
     return COLUMNS.format(c["preset"], c["mode"], c["phase"], params, "-", "", "-", peak_s, status)
 
 
@@ -437,8 +441,9 @@ def write_json(path: str, obj) -> None:
 # ---------------------------------------------------------------------------------------------------------------------
 # Sweep: one subprocess per configuration
 # ---------------------------------------------------------------------------------------------------------------------
-def child_args(args, preset: str, mode: str, phase: str, json_path: str) -> List[str]:
+def child_args(args, preset: str, mode: str, phase: str, compile_mode: str, json_path: str) -> List[str]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--preset", preset, "--mode", mode, "--phase", phase,
+           "--compile-mode", compile_mode,
            "--batch", str(args.batch), "--warmup", str(args.warmup), "--steps", str(args.steps),
            "--device", args.device, "--optimizer", args.optimizer, "--seed", str(args.seed),
            "--checkpoint", args.checkpoint, "--json", json_path, "--quiet"]
@@ -450,12 +455,37 @@ def child_args(args, preset: str, mode: str, phase: str, json_path: str) -> List
     return cmd
 
 
-def placeholder(args, preset: str, mode: str, phase: str, status: str, error: str) -> dict:
+def placeholder(args, preset: str, mode: str, phase: str, compile_mode: str, status: str, error: str) -> dict:
+    """The record of a configuration that wrote none (skipped, timed out, or its subprocess died)."""
     cfg = preset_config(preset, args.vocab, args.ctx)
     return {"schema": SCHEMA, "status": status, "error": error,
             "config": {"preset": preset, "mode": mode, "phase": phase, "device": args.device, "batch": args.batch,
-                       "ctx": cfg.context_length, "vocab": cfg.vocab_size, "checkpoint": args.checkpoint},
+                       "ctx": cfg.context_length, "vocab": cfg.vocab_size, "checkpoint": args.checkpoint,
+                       "compile_mode": compile_mode if mode in COMPILED_MODES else None},
             "model": {"params": sum(math.prod(s) for s in ref.param_shapes(cfg).values())}}
+
+
+def run_child(args, preset: str, mode: str, phase: str, compile_mode: str, tmp: str) -> dict:
+    """One configuration in a fresh subprocess of this script (an OOM, a compile cache or CUDA state cannot leak into
+    the next) -> its record. After args.timeout seconds the subprocess and everything it started (its own session,
+    torch.compile's workers included) are killed and the record is a placeholder with status "timeout"; a
+    subprocess that wrote no record gives status "error" with the last lines of its output."""
+    out = os.path.join(tmp, f"{preset}_{mode}_{phase}_{compile_mode}.json")
+    proc = subprocess.Popen(child_args(args, preset, mode, phase, compile_mode, out), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return placeholder(args, preset, mode, phase, compile_mode, "timeout",
+                           f"timeout after {args.timeout:g} s")
+    if os.path.exists(out):
+        return json.loads(Path(out).read_text())
+    tail = (stderr or stdout).strip().splitlines()[-3:]
+    return placeholder(args, preset, mode, phase, compile_mode, "error",
+                       f"subprocess exited {proc.returncode}: {' | '.join(tail)}")
 
 
 def sweep(args) -> int:
@@ -471,21 +501,10 @@ def sweep(args) -> int:
                 oom_phase = None
                 for phase in sorted(phases, key=PHASES.index):
                     if oom_phase is not None:   # later phases need at least as much memory
-                        row = placeholder(args, preset, mode, phase, "oom",
+                        row = placeholder(args, preset, mode, phase, args.compile_mode, "oom",
                                           f"skipped: phase {oom_phase} already ran out of memory")
                     else:
-                        out = os.path.join(tmp, f"{preset}_{mode}_{phase}.json")
-                        try:
-                            proc = subprocess.run(child_args(args, preset, mode, phase, out), capture_output=True,
-                                                  text=True, timeout=args.timeout)
-                            if os.path.exists(out):
-                                row = json.loads(Path(out).read_text())
-                            else:
-                                tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-                                row = placeholder(args, preset, mode, phase, "error",
-                                                  f"subprocess exited {proc.returncode}: {' | '.join(tail)}")
-                        except subprocess.TimeoutExpired:
-                            row = placeholder(args, preset, mode, phase, "error", f"timeout after {args.timeout} s")
+                        row = run_child(args, preset, mode, phase, args.compile_mode, tmp)
                     if row["status"] == "oom":
                         oom_phase = oom_phase or phase
                     rows.append(row)
