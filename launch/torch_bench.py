@@ -74,7 +74,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 # Forced, not defaulted, before torch (and NCCL) load: NVLink multicast stays off even if the caller's environment
 # turns it on. DDP records list them under machine.env.
@@ -114,6 +114,9 @@ SWEEP_PRESETS = ["small", "medium", "large", "xl", "10B"]
 MODES = ["fp32", "bf16", "compiled", "compiled_pure"]
 COMPILED_MODES = ["compiled", "compiled_pure"]   # the modes that call torch.compile
 COMPILE_MODES = ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+# --compile-mode best runs each of these and keeps the fastest (PyTorch at its best: issue 19). max-autotune is left
+# out: it is max-autotune-no-cudagraphs plus the CUDA graphs of reduce-overhead, and costs the longest compile.
+BEST_COMPILE_MODES = ["default", "reduce-overhead", "max-autotune-no-cudagraphs"]
 PHASES = ["forward", "forward_backward", "train_step"]   # in order of memory use: an OOM skips the later phases
 CHECKPOINTS = ["none", "block"]   # --checkpoint: none, or every block recomputed in the backward
 SCHEMA = "torch_bench.result/1"
@@ -416,17 +419,19 @@ def table_header(machine: dict, args, world_size: int = 1) -> str:
     ])
 
 
-def table_row(r: dict) -> str:
+def table_row(r: dict, note: str = "") -> str:
+    """One line of the table; note (e.g. "compile reduce-overhead") goes before the status."""
     c = r["config"]
+    note = f"{note}: " if note else ""
     params = f"{r['model']['params'] / 1e6:.1f}"
     peak = (r.get("memory") or {}).get("peak_bytes")
     peak_s = f"{peak / GIB:.2f}" if peak is not None else "-"
     if r["status"] == "ok":
         t = r["timing"]["step"]
         return COLUMNS.format(c["preset"], c["mode"], c["phase"], params, f"{t['mean_ms']:.2f}",
-                              f"± {t['std_ms']:.2f}", f"{r['throughput']['tokens_per_s']:,.0f}", peak_s, "ok")
+                              f"± {t['std_ms']:.2f}", f"{r['throughput']['tokens_per_s']:,.0f}", peak_s, note + "ok")
     status = {"oom": "OOM", "timeout": f"{r.get('error')}"}.get(r["status"], f"error: {r.get('error')}")
-    return COLUMNS.format(c["preset"], c["mode"], c["phase"], params, "-", "", "-", peak_s, status)
+    return COLUMNS.format(c["preset"], c["mode"], c["phase"], params, "-", "", "-", peak_s, note + status)
 
 
 def write_json(path: str, obj) -> None:
@@ -488,9 +493,60 @@ def run_child(args, preset: str, mode: str, phase: str, compile_mode: str, tmp: 
                        f"subprocess exited {proc.returncode}: {' | '.join(tail)}")
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# --compile-mode best: one subprocess per torch.compile mode, the fastest kept
+# ---------------------------------------------------------------------------------------------------------------------
+def best_of_compile_modes(run_mode: Callable[[str], dict], report: Callable[[str, dict], None] = lambda m, r: None,
+                          modes: List[str] = BEST_COMPILE_MODES) -> dict:
+    """Calls run_mode(compile_mode) -> record for each of modes in turn, report(compile_mode, record) after each.
+    Returns a copy of the record with the smallest timing.step.mean_ms among those with status ok (the earlier mode
+    on a tie), or of the first mode's record when none is ok (its status oom, error or timeout), with two fields added:
+    compile_modes, one {mode, status, mean_ms, peak_bytes, wall_s, error} per mode in the order run (mean_ms None
+    unless ok; peak_bytes None where not measured), and compile_mode_chosen (None when no mode is ok)."""
+    records, tried = [], []
+    for mode in modes:
+        r = run_mode(mode)
+        report(mode, r)
+        records.append(r)
+        tried.append({"mode": mode, "status": r["status"],
+                      "mean_ms": r["timing"]["step"]["mean_ms"] if r["status"] == "ok" else None,
+                      "peak_bytes": (r.get("memory") or {}).get("peak_bytes"), "wall_s": r.get("wall_s"),
+                      "error": r.get("error")})
+    ok = [i for i, t in enumerate(tried) if t["status"] == "ok"]
+    chosen = min(ok, key=lambda i: tried[i]["mean_ms"]) if ok else 0
+    return dict(records[chosen], compile_modes=tried, compile_mode_chosen=modes[chosen] if ok else None)
+
+
+def best_line(record: dict) -> str:
+    """The table's closing line for --compile-mode best: the fastest mode, then every mode's time or status."""
+    each = ", ".join(f"{t['mode']} {t['mean_ms']:.2f} ms" if t["status"] == "ok" else f"{t['mode']} {t['status']}"
+                     for t in record["compile_modes"])
+    if record["compile_mode_chosen"] is None:
+        return f"# no compile mode ran ({each})"
+    return f"# fastest compile mode: {record['compile_mode_chosen']} ({each})"
+
+
+def run_best(args, preset: str, mode: str, phase: str, tmp: str, quiet: bool = False) -> dict:
+    """--compile-mode best for one configuration: each of BEST_COMPILE_MODES in run_child (args.timeout each), a
+    table row per mode as it finishes and best_line at the end (unless quiet) -> best_of_compile_modes' record."""
+    def report(compile_mode: str, r: dict) -> None:
+        if not quiet:
+            print(table_row(r, f"compile {compile_mode}"), flush=True)
+
+    record = best_of_compile_modes(lambda m: run_child(args, preset, mode, phase, m, tmp), report)
+    if not quiet:
+        print(best_line(record), flush=True)
+    return record
+
+
+def sweep_modes(args) -> List[str]:
+    """--modes, or by default every mode (cpu: the eager ones, as torch.compile needs CUDA here)."""
+    return args.modes or ([m for m in MODES if m not in COMPILED_MODES] if args.device == "cpu" else MODES)
+
+
 def sweep(args) -> int:
     presets = args.presets or (["tiny"] if args.device == "cpu" else SWEEP_PRESETS)
-    modes = args.modes or ([m for m in MODES if not m.startswith("compiled")] if args.device == "cpu" else MODES)
+    modes = sweep_modes(args)
     phases = args.phases or PHASES
     machine = machine_info(args.device)
     print(table_header(machine, args), flush=True)
@@ -499,16 +555,21 @@ def sweep(args) -> int:
         for preset in presets:
             for mode in modes:
                 oom_phase = None
+                best = args.compile_mode == "best" and mode in COMPILED_MODES
                 for phase in sorted(phases, key=PHASES.index):
                     if oom_phase is not None:   # later phases need at least as much memory
                         row = placeholder(args, preset, mode, phase, args.compile_mode, "oom",
                                           f"skipped: phase {oom_phase} already ran out of memory")
-                    else:
-                        row = run_child(args, preset, mode, phase, args.compile_mode, tmp)
+                    elif best:
+                        row = run_best(args, preset, mode, phase, tmp)
+                    else:   # best: an eager mode runs once (it ignores the compile mode)
+                        compile_mode = "default" if args.compile_mode == "best" else args.compile_mode
+                        row = run_child(args, preset, mode, phase, compile_mode, tmp)
                     if row["status"] == "oom":
                         oom_phase = oom_phase or phase
                     rows.append(row)
-                    print(table_row(row), flush=True)
+                    if "compile_modes" not in row:   # (run_best printed its rows)
+                        print(table_row(row), flush=True)
     if args.json:
         write_json(args.json, {"schema": "torch_bench.sweep/1", "machine": machine,
                                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "rows": rows})
@@ -523,8 +584,10 @@ def parse_args(argv=None):
     ap.add_argument("--preset", choices=list(PRESETS), default="small")
     ap.add_argument("--mode", choices=MODES, default="fp32")
     ap.add_argument("--phase", choices=PHASES, default="train_step")
-    ap.add_argument("--compile-mode", choices=COMPILE_MODES, default="default",
-                    help="torch.compile mode for the compiled modes (default: default)")
+    ap.add_argument("--compile-mode", choices=COMPILE_MODES + ["best"], default="default",
+                    help="torch.compile mode for the compiled modes (default: default). best: the configuration "
+                         f"once per mode ({', '.join(BEST_COMPILE_MODES)}), each in a fresh subprocess with "
+                         "--timeout, and the fastest one's record (about three compiles' time)")
     ap.add_argument("--batch", type=int, default=4, help="rows per step, per rank under torchrun (default 4)")
     ap.add_argument("--ctx", type=int, default=None, help="tokens per row (default: preset's, 512; tiny 64)")
     ap.add_argument("--vocab", type=int, default=None, help="vocabulary (default: preset's, 10000; tiny 256)")
@@ -547,15 +610,27 @@ def parse_args(argv=None):
     ap.add_argument("--presets", nargs="+", choices=list(PRESETS), help="sweep: presets (default small..10B)")
     ap.add_argument("--modes", nargs="+", choices=MODES, help="sweep: modes (default all; cpu: eager ones)")
     ap.add_argument("--phases", nargs="+", choices=PHASES, help="sweep: phases (default all)")
-    ap.add_argument("--timeout", type=float, default=1800, help="sweep: seconds per configuration (default 1800)")
+    ap.add_argument("--timeout", type=float, default=1800,
+                    help="sweep and --compile-mode best: seconds per configuration and compile mode (default 1800)")
     ap.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.compile_mode == "best":
+        if not args.sweep and args.mode not in COMPILED_MODES:
+            ap.error(f"--compile-mode best times torch.compile's modes: it needs --mode {' or '.join(COMPILED_MODES)} "
+                     f"(not {args.mode})")
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            ap.error("--compile-mode best runs one subprocess per mode: start it with python, not torchrun")
+    if args.timeout <= 0:
+        ap.error("need --timeout > 0")
     if torch is None:
         ap.error(f"PyTorch is not available to {sys.executable} ({TORCH_IMPORT_ERROR})")
     if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda but no CUDA device is visible (use --device cpu)")
+    if args.sweep and args.compile_mode == "best" and not set(sweep_modes(args)) & set(COMPILED_MODES):
+        ap.error(f"--sweep --compile-mode best needs a compiled mode among --modes ({' or '.join(COMPILED_MODES)}; "
+                 f"on {args.device} the default modes are {' '.join(sweep_modes(args))})")
     if args.warmup < 0 or args.steps < 1:
         ap.error("need --warmup >= 0 and --steps >= 1")
     if args.bucket_cap_mb <= 0:
@@ -569,6 +644,14 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.sweep:
         return sweep(args)
+    if args.compile_mode == "best":
+        if not args.quiet:
+            print(table_header(machine_info(args.device), args), flush=True)
+        with tempfile.TemporaryDirectory(prefix="torch_bench_") as tmp:
+            record = run_best(args, args.preset, args.mode, args.phase, tmp, args.quiet)
+        if args.json:
+            write_json(args.json, record)
+        return 0 if record["status"] in ("ok", "oom") else 1
     ctx = init_distributed(args.device)
     try:
         record = run_one(args, ctx)
