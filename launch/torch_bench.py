@@ -4,6 +4,8 @@
     # one configuration, one JSON record
     python launch/torch_bench.py --preset xl --mode compiled --phase train_step --batch 4 --ctx 512 \
         --warmup 5 --steps 10 --json results/torch_xl_compiled.json
+    # PyTorch at its best (every speed ratio against the peer uses this): the fastest of three torch.compile modes
+    python launch/torch_bench.py --preset xl --mode compiled --compile-mode best --json results/torch_xl_best.json
     # every preset x mode x phase, each in a fresh subprocess (an OOM or compile cache cannot leak into the next)
     python launch/torch_bench.py --sweep --json results/torch_sweep.json
     # CPU smoke test (Debian's torch 1.13; eager modes only)
@@ -19,7 +21,14 @@ Modes (ANCHORS.md uses the same three):
   compiled_pure  the model built in bf16 (parameters, gradients and AdamW state bf16, as the 8B leaderboard's
             reference: BasicsTransformerLM with torch_dtype bfloat16) + SDPA + torch.compile + fused AdamW, no autocast
             (the trainer's precision bf16_pure)
---compile-mode picks torch.compile's mode (default, reduce-overhead, max-autotune) for the compiled modes.
+--compile-mode picks torch.compile's mode (default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs) for
+the compiled modes; the record's config.compile_mode names it. --compile-mode best runs the same configuration once
+per mode of default, reduce-overhead and max-autotune-no-cudagraphs, each in a fresh subprocess (as --sweep does,
+each with --timeout; about three compiles' time), prints a row per mode as it finishes and then the fastest
+(smallest mean step time among status ok). --json writes the fastest mode's record, with compile_mode_chosen and
+compile_modes added: [{mode, status, mean_ms, peak_bytes, wall_s, error}] for every mode tried. If no mode ran, the
+record is the first mode's (status oom, error or timeout) with compile_mode_chosen null. With --sweep, every compiled
+row is the best of the three (the eager rows run once). Refused for the eager modes and under torchrun.
 --optimizer overrides the optimizer. torch.optim.AdamW is not quite the course's AdamW: it adds eps to
 sqrt(v / (1 - b2^t)) instead of to sqrt(v) (the same update with eps scaled by sqrt(1 - b2^t)); the decay
 p *= 1 - lr wd and everything else are the same. With eps = 1e-8 the difference is invisible in timing.
