@@ -1,4 +1,4 @@
-"""launch/torch_bench.py's activation checkpointing (--checkpoint block), --compile-mode best and --help without PyTorch.
+"""launch/torch_bench.py: activation checkpointing (--checkpoint block), --compile-mode best, --help without PyTorch.
 
 --help must work under a python3 that has no torch (it is the first thing a user runs on a new machine); a run
 without torch is one error line. With torch: a checkpointed tiny CPU run records config.checkpoint, and the
