@@ -139,17 +139,17 @@ TEST_CASE("flash2 matches naive attention: T 1000 and 4097", "[cuda][flash]") {
 
 #ifdef TRAINER_HAVE_CUDA
 TEST_CASE("flash2 on Hopper: the wgmma kernels at shapes that take them", "[cuda][flash][sm90]") {
-  // 2 x 20 heads give at least one forward query tile per SM from T 897 on 132 SMs (d 64: 192-row tiles, 5 x 40, the
-  // last ragged; d 128: 128-row tiles, 8 x 40, the last one row); 2 x 140 heads at T 65 and 129 do with one or two tiles, the last one
-  // holding a single key (backward, 128-key tiles) and, at d 128, a single query row. These take the sm_90a kernels
-  // (fwd_sm90.cuh, bwd_sm90.cuh) whenever the build has them and the GPU is an H100 / H200.
+  // 2 x 20 heads give at least one forward query tile per SM from T 897 on 132 SMs (d 64, 80: 192-row tiles, 5 x 40,
+  // the last ragged; d 128: 128-row tiles, 8 x 40, the last one row); 2 x 140 heads at T 65 and 129 do with one or two
+  // tiles, the last one holding a single key (backward, 128-key tiles) and, at d 128, a single query row. These take
+  // the sm_90a kernels (fwd_sm90.cuh, bwd_sm90.cuh) whenever the build has them and the GPU is an H100 / H200.
   REQUIRE_GPU();
   const bool available = flash::sm90_kernels_available();
   if (!available) WARN("the Hopper kernels are not built for sm_90a or this GPU is not compute capability 9.0");
   struct Shape {
     int B, H, T;
   };
-  for (int dh : {64, 128})
+  for (int dh : {64, 80, 128})
     for (bool causal : {false, true})
       for (Shape sh : {Shape{2, 20, 897}, Shape{2, 20, 1024}, Shape{2, 140, 65}, Shape{2, 140, 129}}) {
         AttnShape s;
@@ -172,7 +172,7 @@ TEST_CASE("flash2 split paths on one head: forward key chunks, backward query ch
   REQUIRE_GPU();
   for (DType dt : {DType::bf16, DType::f32})
     for (bool causal : {false, true})
-      for (int dh : {64, 128}) flash_case(dt, 1, 600, 1, dh, causal, dt, dt);
+      for (int dh : {64, 80, 128}) flash_case(dt, 1, 600, 1, dh, causal, dt, dt);
 }
 
 TEST_CASE("flash2 with bf16 inputs and f32 outputs or gradients", "[cuda][flash]") {

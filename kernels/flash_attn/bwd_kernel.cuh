@@ -56,8 +56,13 @@ __global__ void flash_bwd_preprocess_kernel(const FlashBwdParams p, bool zero_dq
 
 /// Column at which element (row t, column c) of a dq_accum row is stored when p.dq_accum_swizzled: 16-byte chunks
 /// swizzled per row (chunk c / 4 at c / 4 ^ t % 8), so that the Hopper backward's fragment stores into its shared
-/// dQ tile are free of bank conflicts (its bulk reduction copies the tile as it is). Its own inverse; d % 32 == 0.
-__host__ __device__ __forceinline__ int dq_swizzle(int t, int c) { return (((c >> 2) ^ (t & 7)) << 2) | (c & 3); }
+/// dQ tile are free of bank conflicts (its bulk reduction copies the tile as it is); d 80: the last four chunks
+/// (16..19, no whole group of eight) at c / 4 ^ t % 4. Its own inverse; d 64, 80 or 128 (d % 16 == 0 with d % 32 == 0
+/// or d % 32 == 16).
+__host__ __device__ __forceinline__ int dq_swizzle(int t, int c, int d) {
+  const int chunk = c >> 2, x = (chunk | 7) < (d >> 2) ? (t & 7) : (t & 3);
+  return ((chunk ^ x) << 2) | (c & 3);
+}
 
 /// The atomic mode's last pass, one thread per pair of elements of [B, H, T, d]: dQ = scale · dq_accum (read through
 /// dq_swizzle when p.dq_accum_swizzled) into the dq view and, when the dK/dV pass was split (with_dkv), dK, dV =
@@ -76,7 +81,7 @@ __global__ void flash_bwd_convert_kernel(const FlashBwdParams p, bool with_dkv) 
                       int64_t(h) * p.dqkv_head_stride + c;
   constexpr bool f32 = std::is_same_v<TO, float>;
   const float2 q = *reinterpret_cast<const float2*>(
-      p.dq_accum + (p.dq_accum_swizzled ? bht * p.d_head + dq_swizzle(tt, c) : e));
+      p.dq_accum + (p.dq_accum_swizzled ? bht * p.d_head + dq_swizzle(tt, c, p.d_head) : e));
   store_pair(p.dq, off, f32, q.x * p.softmax_scale, q.y * p.softmax_scale);
   if (with_dkv) {
     const float2 k = *reinterpret_cast<const float2*>(p.dkv_accum + e);

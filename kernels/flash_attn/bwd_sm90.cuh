@@ -28,6 +28,10 @@
 // Measured (one H200, 16 heads x d 64, T 16384, causal): 3.41 ms against 4.21 for the previous design (the same
 // products with both warpgroups meeting at two CTA barriers per query tile, all threads loading by cp.async);
 // kernels/flash_attn/NOTES.md, "warp specialization".
+// d 80 (xl): d 128's shared layout (two 64-column sub-tiles, zero-filled past column 80) with products over 80
+// columns (Sᵀ, dPᵀ as five k16 steps; dV, dK as m64n80); the dQ columns of the second warpgroup, 40..79, cross the
+// sub-tile edge, so they are two products (40..63, 64..79). 4 x 32 heads, T 16384, causal: 35.4 ms = 388 TFLOP/s,
+// against 74.6 on the mma.sync kernel (v10 notes).
 #pragma once
 #include "flash_attn/bwd_kernel.cuh"
 #include "flash_attn/fwd_sm90.cuh"
@@ -35,22 +39,24 @@
 
 namespace trainer::flash::sm90 {
 
-/// Tile configuration: 128 keys per CTA (two consumer warpgroups of 64) x query tiles of 64; kD: head dim (64 or
-/// 128); kStages: Q / dO / L / D stages; kRegsProducer / kRegsConsumer: setmaxnreg budgets (128 threads each;
-/// together at most 3 x 168, the register count of __launch_bounds__(384, 1)).
+/// Tile configuration: 128 keys per CTA (two consumer warpgroups of 64) x query tiles of 64; kD: head dim (64, 80 or
+/// 128; 80 is stored as two sub-tiles, sm90_subtiles); kStages: Q / dO / L / D stages; kRegsProducer /
+/// kRegsConsumer: setmaxnreg budgets (128 threads each; together at most 3 x 168, the register count of
+/// __launch_bounds__(384, 1)).
 template <int kD_, int kStages_ = 2, int kRegsProducer_ = 40, int kRegsConsumer_ = 232>
 struct BwdTraits {
   static constexpr int kD = kD_, kWG = 2, kBN = 64 * kWG, kBM = 64, kThreads = 128 * (kWG + 1);
   static constexpr int kStages = kStages_, kDsStages = 2, kDqStages = 2;
   static constexpr int kRegsProducer = kRegsProducer_, kRegsConsumer = kRegsConsumer_;
-  static constexpr int kSub = kD / 64;
+  static constexpr int kSub = sm90_subtiles(kD);
   static constexpr int kDqN = kD / kWG;  // dQ columns per consumer warpgroup
-  static constexpr int kKBytes = kBN * kD * 2, kQBytes = kBM * kD * 2, kDsBytes = kBN * kBM * 2;
+  // K / V and Q / dO tiles as TMA boxes of 64 columns (d 80: incl. the zero fill), dSᵀ
+  static constexpr int kKBytes = kBN * 64 * kSub * 2, kQBytes = kBM * 64 * kSub * 2, kDsBytes = kBN * kBM * 2;
   static constexpr int kBarriers = 2 * (kStages + kDsStages + kDqStages);
   // K, V; stages of Q, dO, L, D; stages of dSᵀ and of the dQ tile (f32); mbarriers; alignment slack
   static constexpr int kSmemBytes = 2 * kKBytes + kStages * (2 * kQBytes + 2 * kBM * 4) + kDsStages * kDsBytes +
                                     kDqStages * kBM * kD * 4 + 8 * kBarriers + 1024;
-  static_assert((kD == 64 || kD == 128) && (kDqN == 32 || kDqN == 64), "wgmma tiles");
+  static_assert((kD == 64 || kD == 80 || kD == 128) && kDqN % 8 == 0 && kDqN <= 64, "wgmma tiles");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm_90 CTA");
   static constexpr int kRegsLaunch = (65536 / kThreads) & ~7;  // 168 under __launch_bounds__(384, 1)
   static_assert(kRegsProducer <= kRegsLaunch && kRegsConsumer >= kRegsLaunch &&
@@ -250,14 +256,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scale·log2(e)
   const int key0 = n0 + 64 * c + 16 * warp + g;             // this thread's keys: key0 and key0 + 8
   const uint32_t kw_off = uint32_t(64 * c * 128);           // this warpgroup's 64 key rows inside K / V / dSᵀ
-  const uint32_t dq_b_off = uint32_t((c * kDqN) / 64 * (kBN * 128) + (c * kDqN) % 64 * 2);  // its dQ columns in K
   const uint64_t k_desc = make_desc(smem_addr(sK) + kw_off, 16, 1024);
   const uint64_t v_desc = make_desc(smem_addr(sV) + kw_off, 16, 1024);
   const uint64_t q_desc = make_desc(smem_addr(sQ), 16, 1024), do_desc = make_desc(smem_addr(sdO), 16, 1024);
   const uint64_t q_desc_n = make_desc(smem_addr(sQ), kBM * 128, 1024);
   const uint64_t do_desc_n = make_desc(smem_addr(sdO), kBM * 128, 1024);
   const uint64_t ds_desc = make_desc(smem_addr(sdS), kBM * 128, 1024);               // M-major A of dQ (stage 0)
-  const uint64_t kq_desc_n = make_desc(smem_addr(sK) + dq_b_off, kBN * 128, 1024);  // N-major B of dQ
+  const uint64_t kq_desc_n = make_desc(smem_addr(sK), kBN * 128, 1024);             // N-major B of dQ
 
   // Hand-offs to the other warpgroup and to the dQ warp: a fence.proxy.async waits for this thread's shared stores
   // to land, so each one is issued after some other work (the dSᵀ tile's after the dK products are issued, the dQ
@@ -270,22 +275,34 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       dq_pending = -1;
     }
   };
-  // dQ of the i-th query tile (both warpgroups' dSᵀ in stage i % kDsStages), this warpgroup's columns, into the dQ
-  // tile (once the dQ warp has read that stage's previous tile); handed over by publish_dq.
-  auto dq_tile = [&](int i) {
+  // dQ of the i-th query tile (both warpgroups' dSᵀ in stage i % kDsStages), this warpgroup's columns (kC: its
+  // index), into the dQ tile (once the dQ warp has read that stage's previous tile); handed over by publish_dq. The
+  // columns kC kDqN .. +kDqN-1 are one product per sub-tile they touch (an N-major operand does not cross a 64-column
+  // sub-tile: d 80's second warpgroup computes 40..63 and 64..79).
+  auto dq_tile_of = [&](auto kc, int i) {
+    constexpr int lo = decltype(kc)::value * kDqN, hi = lo + kDqN, edge = (lo / 64 + 1) * 64;
+    constexpr int mid = hi < edge ? hi : edge;
+    constexpr int n1 = mid - lo, n2 = hi - mid;
     const int d = i % kDsStages;
     mbar_wait(ds_full + d, (i / kDsStages) & 1);
-    float dq[kDqN / 2];
+    float dq1[n1 / 2], dq2[n2 > 0 ? n2 / 2 : 1];
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk)
-      wgmma_ss<1, 1, kDqN>(dq, desc_add(ds_desc, d * Tr::kDsBytes + kk * 2048), desc_add(kq_desc_n, kk * 2048),
-                           kk > 0);
+      wgmma_ss<1, 1, n1>(dq1, desc_add(ds_desc, d * Tr::kDsBytes + kk * 2048),
+                         desc_add(kq_desc_n, (lo / 64) * (kBN * 128) + (lo % 64) * 2 + kk * 2048), kk > 0);
+    if constexpr (n2 > 0) {
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk)
+        wgmma_ss<1, 1, n2>(dq2, desc_add(ds_desc, d * Tr::kDsBytes + kk * 2048),
+                           desc_add(kq_desc_n, (mid / 64) * (kBN * 128) + kk * 2048), kk > 0);
+    }
     wgmma_commit();
     wgmma_wait<0>();  // also every earlier group of this warpgroup (dV, dK)
     fence_regs(dv);
     fence_regs(dk);
-    fence_regs(dq);
+    fence_regs(dq1);
+    if constexpr (n2 > 0) fence_regs(dq2);
     mbar_arrive(ds_empty + d);
     const int jq = i % kDqStages;
     if (i >= kDqStages) mbar_wait(dq_empty + jq, ((i / kDqStages) - 1) & 1);
@@ -295,11 +312,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       const int row = 16 * warp + g + 8 * r;
       float* dst = sdq + row * kD;
 #pragma unroll
-      for (int j = 0; j < kDqN / 8; ++j)
-        *reinterpret_cast<float2*>(dst + dq_swizzle(row, c * kDqN + 8 * j + 2 * t)) =
-            make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+      for (int j = 0; j < n1 / 8; ++j)
+        *reinterpret_cast<float2*>(dst + dq_swizzle(row, lo + 8 * j + 2 * t, kD)) =
+            make_float2(dq1[4 * j + 2 * r], dq1[4 * j + 2 * r + 1]);
+      if constexpr (n2 > 0) {
+#pragma unroll
+        for (int j = 0; j < n2 / 8; ++j)
+          *reinterpret_cast<float2*>(dst + dq_swizzle(row, mid + 8 * j + 2 * t, kD)) =
+              make_float2(dq2[4 * j + 2 * r], dq2[4 * j + 2 * r + 1]);
+      }
     }
     dq_pending = i;
+  };
+  auto dq_tile = [&](int i) {
+    if (c == 0) dq_tile_of(std::integral_constant<int, 0>{}, i);
+    else dq_tile_of(std::integral_constant<int, 1>{}, i);
   };
 
   for (int i = 0; i < n_tiles; ++i) {
@@ -316,9 +343,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     }
     float st[kBM / 2], dpt[kBM / 2];
     wgmma_fence();
-    wgmma_kmajor<kBM, kSub>(st, k_desc, kBN * 128, desc_add(q_desc, stage), kBM * 128);
+    wgmma_kmajor<kBM, kD>(st, k_desc, kBN * 128, desc_add(q_desc, stage), kBM * 128);
     wgmma_commit();
-    wgmma_kmajor<kBM, kSub>(dpt, v_desc, kBN * 128, desc_add(do_desc, stage), kBM * 128);
+    wgmma_kmajor<kBM, kD>(dpt, v_desc, kBN * 128, desc_add(do_desc, stage), kBM * 128);
     wgmma_commit();
     publish_dq();
 

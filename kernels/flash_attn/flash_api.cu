@@ -119,7 +119,7 @@ bool uses_sm90_fwd(int d_head, int64_t seq_len, int64_t heads, int64_t batch) {
 
 bool uses_sm90_bwd(int d_head) {
 #ifdef TRAINER_FLASH_SM90
-  return (d_head == 64 || d_head == 128) && sm90_flash_available();
+  return (d_head == 64 || d_head == 80 || d_head == 128) && sm90_flash_available();
 #else
   return false;
 #endif

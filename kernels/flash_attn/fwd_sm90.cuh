@@ -13,6 +13,9 @@
 // slower: ptxas serialized its wgmma (C7514) for reading S while the second product was in flight; NOTES.md).
 // Measured (one H200, 16 heads, T 16384, causal): d 64 with three consumers (192 rows) 1.15 ms, d 128 with two
 // 1.91 ms, against 1.40 / 2.71 for the earlier design (all threads loading by cp.async, a CTA barrier per key tile).
+// d 80 (xl) keeps d 128's shared layout (two 64-column sub-tiles; the TMA zero-fills columns 80..127, which no
+// product reads) and runs its products over 80 columns: Q Kᵀ as five k16 steps, O += P V as m64n80 (16 x 80, T 16384,
+// causal: 1.31 ms = 525 TFLOP/s, against 2.46 on the mma.sync kernel and SDPA's 1.87; v10 notes).
 //
 // One CTA per (query tile of kBM = 64 kWG rows, head, batch), longest causal rows first. Key tiles of kBN keys are
 // visited from the diagonal down; the causal / ragged-edge mask runs only on tiles that need it. Output O (bf16 or
@@ -26,45 +29,62 @@
 
 namespace trainer::flash::sm90 {
 
-/// d (+)= A B for a 64 x N accumulator, both operands from shared memory (N = 32, 64 or 128).
+/// d (+)= A B for a 64 x N accumulator, both operands from shared memory (N = 16, 24, 32, 40, 64 or 128).
 template <int kTA, int kTB, int kN>
 __device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], uint64_t da, uint64_t db, bool acc) {
   if constexpr (kN == 128) wgmma_ss_n128<kTA, kTB>(d, da, db, acc);
   else if constexpr (kN == 64) wgmma_ss_n64<kTA, kTB>(d, da, db, acc);
-  else wgmma_ss_n32<kTA, kTB>(d, da, db, acc);
+  else if constexpr (kN == 40) wgmma_ss_n40<kTA, kTB>(d, da, db, acc);
+  else if constexpr (kN == 32) wgmma_ss_n32<kTA, kTB>(d, da, db, acc);
+  else if constexpr (kN == 24) wgmma_ss_n24<kTA, kTB>(d, da, db, acc);
+  else {
+    static_assert(kN == 16, "generated wgmma_ss widths (gen_wgmma.py)");
+    wgmma_ss_n16<kTA, kTB>(d, da, db, acc);
+  }
 }
-/// d (+)= A B for a 64 x N accumulator, A from registers, B from shared memory (N = 64 or 128).
+/// d (+)= A B for a 64 x N accumulator, A from registers, B from shared memory (N = 64, 80 or 128).
 template <int kTB, int kN>
 __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t db, bool acc) {
   if constexpr (kN == 128) wgmma_rs_n128<kTB>(d, a, db, acc);
-  else wgmma_rs_n64<kTB>(d, a, db, acc);
+  else if constexpr (kN == 80) wgmma_rs_n80<kTB>(d, a, db, acc);
+  else {
+    static_assert(kN == 64, "generated wgmma_rs widths (gen_wgmma.py)");
+    wgmma_rs_n64<kTB>(d, a, db, acc);
+  }
 }
 
-/// acc = A Bᵀ over K = 64 kSub columns, A (64 rows) and B (kN rows) K-major in 128B-swizzled sub-tiles of 64
-/// columns, kSub of each, a_sub / b_sub bytes apart, starting at descriptors a and b: kSub x 4 chained k16 steps.
-template <int kN, int kSub>
+/// Shared sub-tiles (64 columns each) of a head dimension d: d 80 takes two, the second holding columns 64..79 and
+/// the TMA's zero fill (the tensor map's column extent is d), which no product reads.
+constexpr int sm90_subtiles(int d) { return (d + 63) / 64; }
+
+/// acc = A Bᵀ over K = kK columns (a multiple of 16), A (64 rows) and B (kN rows) K-major in 128B-swizzled sub-tiles
+/// of 64 columns, a_sub / b_sub bytes apart, starting at descriptors a and b: kK / 16 chained k16 steps (step k in
+/// sub-tile k / 4, 32 (k % 4) bytes in).
+template <int kN, int kK>
 __device__ __forceinline__ void wgmma_kmajor(float (&acc)[kN / 2], uint64_t a, uint32_t a_sub, uint64_t b,
                                              uint32_t b_sub) {
+  static_assert(kK % 16 == 0, "k16 steps");
 #pragma unroll
-  for (int sub = 0; sub < kSub; ++sub)
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      wgmma_ss<0, 0, kN>(acc, desc_add(a, sub * a_sub + kk * 32), desc_add(b, sub * b_sub + kk * 32), sub + kk > 0);
+  for (int k = 0; k < kK / 16; ++k)
+    wgmma_ss<0, 0, kN>(acc, desc_add(a, (k / 4) * a_sub + (k % 4) * 32), desc_add(b, (k / 4) * b_sub + (k % 4) * 32),
+                       k > 0);
 }
 
-/// Tile configuration: kD: head dim (64 or 128); kBN: keys per tile (64 or 128); kWG: consumer warpgroups (64 query
-/// rows each, kBM = 64 kWG rows per CTA); kStages: K / V stages; kRegsProducer / kRegsConsumer: setmaxnreg budgets
-/// (128 threads each; together at most the registers of __launch_bounds__(kThreads, 1)).
+/// Tile configuration: kD: head dim (64, 80 or 128; 80 is stored as two sub-tiles, sm90_subtiles); kBN: keys per
+/// tile (64 or 128); kWG: consumer warpgroups (64 query rows each, kBM = 64 kWG rows per CTA); kStages: K / V stages;
+/// kRegsProducer / kRegsConsumer: setmaxnreg budgets (128 threads each; together at most the registers of
+/// __launch_bounds__(kThreads, 1)).
 template <int kD_, int kBN_, int kWG_, int kStages_ = 2, int kRegsProducer_ = 24, int kRegsConsumer_ = 160>
 struct FwdTraits {
   static constexpr int kD = kD_, kBN = kBN_, kWG = kWG_, kBM = 64 * kWG_, kThreads = 128 * (kWG_ + 1);
   static constexpr int kStages = kStages_;
   static constexpr int kRegsProducer = kRegsProducer_, kRegsConsumer = kRegsConsumer_;
-  static constexpr int kSub = kD / 64;
-  static constexpr int kQBytes = kBM * kD * 2, kKVBytes = kBN * kD * 2;
+  static constexpr int kSub = sm90_subtiles(kD);
+  static constexpr int kQBytes = kBM * 64 * kSub * 2, kKVBytes = kBN * 64 * kSub * 2;  // (TMA boxes incl. zero fill)
   // Q, stages of K and V, mbarriers (Q, full and empty per stage), alignment
   static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 8 * (1 + 2 * kStages) + 1024;
-  static_assert((kD == 64 || kD == 128) && (kBN == 64 || kBN == 128) && kBM <= 256, "wgmma tiles, TMA box rows");
+  static_assert((kD == 64 || kD == 80 || kD == 128) && (kBN == 64 || kBN == 128) && kBM <= 256,
+                "wgmma tiles, TMA box rows");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm_90 CTA");
   static constexpr int kRegsLaunch = (65536 / kThreads) & ~7;  // per thread under __launch_bounds__(kThreads, 1)
   static_assert(kRegsProducer <= kRegsLaunch && kRegsConsumer >= kRegsLaunch &&
@@ -149,7 +169,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     mbar_wait(full + s, (it / kStages) & 1);
     float sc[kBN / 2];
     wgmma_fence();
-    wgmma_kmajor<kBN, kSub>(sc, q_desc, kBM * 128, desc_add(k_desc, stage), kBN * 128);
+    wgmma_kmajor<kBN, kD>(sc, q_desc, kBM * 128, desc_add(k_desc, stage), kBN * 128);
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(sc);

@@ -57,21 +57,21 @@ void launch_fwd_combine(const FlashParams& p, cudaStream_t s);
 /// cover every query tile.
 int dkdv_chunk(int seq_len, int kbn, int kbm, int64_t bh, bool causal);
 
-/// Hopper kernels (sm90.cu, built only for sm_90a: TRAINER_FLASH_SM90): bf16, d_head 64 and 128, tiles of
+/// Hopper kernels (sm90.cu, built only for sm_90a: TRAINER_FLASH_SM90): bf16, d_head 64, 80 and 128, tiles of
 /// sm90_fwd_rows(d_head) query rows (forward) and kSm90BwdKeyTile keys x kSm90BwdQueryTile queries (backward).
 /// sm90_flash_available(): this device runs them (compute capability 9.0). The backward includes its preprocess and
 /// convert passes (atomic-mode workspace: dsum, dq_accum, and dkv_accum when it splits its query loop: dkdv_chunk
 /// with these tiles > 0).
 constexpr int kSm90BwdKeyTile = 128, kSm90BwdQueryTile = 64;
-constexpr int sm90_fwd_rows(int d_head) { return d_head == 64 ? 192 : 128; }
+constexpr int sm90_fwd_rows(int d_head) { return d_head == 128 ? 128 : 192; }
 bool sm90_flash_available();
 template <int kD, bool kCausal>
 void fwd_sm90_launch(const FlashParams& p, cudaStream_t s);
 template <int kD, bool kCausal>
 void bwd_sm90_launch(const FlashBwdParams& p, cudaStream_t s);
-/// True when fwd_launch takes the Hopper kernel for this problem: built and available, d_head 64 or 128, and at
+/// True when fwd_launch takes the Hopper kernel for this problem: built and available, d_head 64, 80 or 128, and at
 /// least one query tile per SM (it runs one CTA per SM; fewer tiles take the mma.sync kernel and its split keys).
-/// bwd_launch (deterministic = false) takes the Hopper backward for every problem with d_head 64 or 128 when built
+/// bwd_launch (deterministic = false) takes the Hopper backward for every problem with d_head 64, 80 or 128 when built
 /// and available (uses_sm90_bwd): with few key tiles it splits the query loop itself.
 bool uses_sm90_fwd(int d_head, int64_t seq_len, int64_t heads, int64_t batch);
 bool uses_sm90_bwd(int d_head);

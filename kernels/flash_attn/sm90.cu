@@ -1,5 +1,5 @@
 // The Hopper (sm_90a, wgmma) FlashAttention kernels in production (fwd_sm90.cuh, bwd_sm90.cuh, launch_sm90.cuh): bf16,
-// d_head 64 and 128, the tile configuration per head dimension chosen by measurement on an H200 (NOTES.md,
+// d_head 64, 80 and 128, the tile configuration per head dimension chosen by measurement on an H200 (NOTES.md,
 // 2026-12-01 evening), and whether the device runs them.
 // Compiled for sm_90a only (CMake object library trainer_flash_sm90; trainer_lib then defines TRAINER_FLASH_SM90,
 // which turns on the dispatch in launch.cuh): fwd_launch / bwd_launch call these when uses_sm90_fwd / uses_sm90_bwd.
@@ -17,13 +17,25 @@ namespace {
 /// Backward: 128 keys (2 consumer warpgroups) x 64 queries, two query stages; the consumers' register budget 232
 /// at d 64 (no spill), 240 at d 128 (48-64 bytes of spill, against more with 232); its query loop split over CTAs
 /// when the key tiles give fewer than two CTAs per SM.
+/// d 80 (the xl preset's): two sub-tiles per row as d 128, products over its 80 columns; the d 64 forward's three
+/// consumers (4 x 32 heads, T 16384, causal: 11.6 ms against 13.6 with two; ptxas serializes the non-causal build's
+/// wgmma at 160 registers, C7512, the causal one's not) and the d 64 backward's budget (no spill).
 template <int kD>
-struct Sm90Config {
-  using Fwd = std::conditional_t<kD == 64, sm90::FwdTraits<64, 128, 3, 2, 24, 160>,
-                                 sm90::FwdTraits<128, 128, 2, 2, 24, 240>>;
-  using Bwd = std::conditional_t<kD == 64, sm90::BwdTraits<64, 2, 40, 232>, sm90::BwdTraits<128, 2, 24, 240>>;
-  static_assert(Fwd::kBM == sm90_fwd_rows(kD) && Bwd::kBN == kSm90BwdKeyTile && Bwd::kBM == kSm90BwdQueryTile,
-                "launch.h's tile constants (the dispatch and workspace rules) are these");
+struct Sm90Config;
+template <>
+struct Sm90Config<64> {
+  using Fwd = sm90::FwdTraits<64, 128, 3, 2, 24, 160>;
+  using Bwd = sm90::BwdTraits<64, 2, 40, 232>;
+};
+template <>
+struct Sm90Config<80> {
+  using Fwd = sm90::FwdTraits<80, 128, 3, 2, 24, 160>;
+  using Bwd = sm90::BwdTraits<80, 2, 40, 232>;
+};
+template <>
+struct Sm90Config<128> {
+  using Fwd = sm90::FwdTraits<128, 128, 2, 2, 24, 240>;
+  using Bwd = sm90::BwdTraits<128, 2, 24, 240>;
 };
 
 }  // namespace
@@ -46,20 +58,29 @@ bool sm90_flash_available() {
 
 template <int kD, bool kCausal>
 void fwd_sm90_launch(const FlashParams& p, cudaStream_t s) {
-  sm90::launch_fwd<typename Sm90Config<kD>::Fwd, kCausal>(p, s);
+  using Tr = typename Sm90Config<kD>::Fwd;
+  static_assert(Tr::kBM == sm90_fwd_rows(kD), "launch.h's tile constants (the dispatch rule) are these");
+  sm90::launch_fwd<Tr, kCausal>(p, s);
 }
 
 template <int kD, bool kCausal>
 void bwd_sm90_launch(const FlashBwdParams& p, cudaStream_t s) {
-  sm90::launch_bwd<typename Sm90Config<kD>::Bwd, kCausal>(p, s);
+  using Tr = typename Sm90Config<kD>::Bwd;
+  static_assert(Tr::kBN == kSm90BwdKeyTile && Tr::kBM == kSm90BwdQueryTile,
+                "launch.h's tile constants (the workspace rule) are these");
+  sm90::launch_bwd<Tr, kCausal>(p, s);
 }
 
 template void fwd_sm90_launch<64, false>(const FlashParams&, cudaStream_t);
 template void fwd_sm90_launch<64, true>(const FlashParams&, cudaStream_t);
+template void fwd_sm90_launch<80, false>(const FlashParams&, cudaStream_t);
+template void fwd_sm90_launch<80, true>(const FlashParams&, cudaStream_t);
 template void fwd_sm90_launch<128, false>(const FlashParams&, cudaStream_t);
 template void fwd_sm90_launch<128, true>(const FlashParams&, cudaStream_t);
 template void bwd_sm90_launch<64, false>(const FlashBwdParams&, cudaStream_t);
 template void bwd_sm90_launch<64, true>(const FlashBwdParams&, cudaStream_t);
+template void bwd_sm90_launch<80, false>(const FlashBwdParams&, cudaStream_t);
+template void bwd_sm90_launch<80, true>(const FlashBwdParams&, cudaStream_t);
 template void bwd_sm90_launch<128, false>(const FlashBwdParams&, cudaStream_t);
 template void bwd_sm90_launch<128, true>(const FlashBwdParams&, cudaStream_t);
 

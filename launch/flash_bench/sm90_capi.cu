@@ -39,14 +39,16 @@ int fa_fwd_sm90(int variant, const void* qkv, void* out, float* lse, int B, int 
   p.batch = B, p.seq_len = T, p.num_heads = H, p.d_head = d;
   p.softmax_scale = scale, p.causal = causal != 0, p.is_bf16 = true, p.o_f32 = o_f32 != 0;
   auto s = static_cast<cudaStream_t>(stream);
-  // FwdTraits<d, keys per tile, consumer warpgroups, K / V stages, producer / consumer registers>. Production: 0 (d 64)
-  // and 10 (d 128), sm90.cu Sm90Config. The earlier design (all threads loading by cp.async, CTA barriers) is recorded
-  // in results/h200/2026-12-01/v5_sm90 and v7_ws/experiments.
+  // FwdTraits<d, keys per tile, consumer warpgroups, K / V stages, producer / consumer registers>. Production: 0
+  // (d 64), 20 (d 80) and 10 (d 128), sm90.cu Sm90Config. The earlier design (all threads loading by cp.async, CTA
+  // barriers) is recorded in results/h200/2026-12-01/v5_sm90 and v7_ws/experiments.
   switch (variant) {
     case 0: return fwd_variant<sm90::FwdTraits<64, 128, 3, 2, 24, 160>>(p, s);
     case 1: return fwd_variant<sm90::FwdTraits<64, 128, 3, 3, 24, 160>>(p, s);   // three K / V stages
     case 2: return fwd_variant<sm90::FwdTraits<64, 128, 2, 2, 24, 240>>(p, s);   // two consumer warpgroups
     case 10: return fwd_variant<sm90::FwdTraits<128, 128, 2, 2, 24, 240>>(p, s);
+    case 20: return fwd_variant<sm90::FwdTraits<80, 128, 3, 2, 24, 160>>(p, s);   // d 80: three consumers
+    case 21: return fwd_variant<sm90::FwdTraits<80, 128, 2, 2, 24, 240>>(p, s);   // d 80: two consumers
     case 11: return fwd_variant<sm90::FwdTraits<128, 64, 3, 2, 24, 160>>(p, s);  // three consumers, 64 keys
     default: return -2;
   }
@@ -54,9 +56,9 @@ int fa_fwd_sm90(int variant, const void* qkv, void* out, float* lse, int B, int 
 
 /// Backward variants (sm90::BwdTraits<d, query stages, producer / consumer registers>), bf16 in and out; ws:
 /// B*H*T*(d + 1) floats (dq_accum, then dsum). out / lse from a forward. -2 when the variant does not fit.
-/// Production: 0 (d 64) and 10 (d 128), sm90.cu Sm90Config. The warp-specialized design's development variants (one to
-/// three cp.async loader warps, dQ per warpgroup over its own keys) and the previous design (CTA barriers) are
-/// recorded in results/h200/2026-12-01/v7_ws/ and kernels/flash_attn/NOTES.md ("warp specialization").
+/// Production: 0 (d 64), 20 (d 80) and 10 (d 128), sm90.cu Sm90Config. The warp-specialized design's development
+/// variants (one to three cp.async loader warps, dQ per warpgroup over its own keys) and the previous design (CTA
+/// barriers) are recorded in results/h200/2026-12-01/v7_ws/ and kernels/flash_attn/NOTES.md ("warp specialization").
 int fa_bwd_sm90(int variant, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                 float* ws, int B, int T, int H, int d, int causal, float scale, void* stream) {
   FlashBwdParams p;
@@ -84,6 +86,8 @@ int fa_bwd_sm90(int variant, void* dqkv, const void* dout, const void* qkv, cons
     case 1: return bwd_variant<sm90::BwdTraits<64, 3, 40, 232>>(p, s);    // three query stages
     case 2: return bwd_variant<sm90::BwdTraits<64, 2, 24, 240>>(p, s);    // consumer registers 240
     case 10: return bwd_variant<sm90::BwdTraits<128, 2, 24, 240>>(p, s);  // production d 128
+    case 20: return bwd_variant<sm90::BwdTraits<80, 2, 40, 232>>(p, s);   // d 80 with d 64's budget
+    case 21: return bwd_variant<sm90::BwdTraits<80, 2, 24, 240>>(p, s);   // d 80, consumer registers 240
     case 11: return bwd_variant<sm90::BwdTraits<128, 2, 40, 232>>(p, s);  // 232 regs: spills, serialized wgmma
     default: return -2;
   }

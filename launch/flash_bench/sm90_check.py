@@ -5,9 +5,10 @@
 
 Checks each variant against attention in float64 (PyTorch, same rounded inputs; fresh random inputs per case, outputs
 NaN-poisoned): O and L relative error < 1e-2 (bf16), dQ/dK/dV < 2e-2, at T 1, 17, 100, 128, 1000, 4097 (one
-(batch, head) pair) and 2 x 20 heads up to T 1000, causal and not. Then times them at 1 x 16 heads, T 16384, causal
-(d 64 and 128), beside the production kernels (libflashbench.so, when built) and SDPA in the same process: median of
-CUDA-event timings. Writes sm90_check.json under --out and prints a table last.
+(batch, head) pair) and 2 x 20 heads up to T 1000, causal and not, d 64, 80, 128. Then times them at 1 x 16 heads,
+T 16384, causal (d 64, 80 and 128; --xl: d 80 at 4 x 32 heads, T 512, 2048, 16384), beside the production kernels
+(libflashbench.so, when built; at d 80 also its mma.sync kernels, variants 21) and SDPA in the same process: median
+of CUDA-event timings. Writes sm90_check.json under --out and prints a table last.
 """
 import argparse
 import ctypes
@@ -20,8 +21,10 @@ import sys
 p = argparse.ArgumentParser()
 p.add_argument("--lib", default=".carry/flash/libflashbench.so")
 p.add_argument("--prod", default=".carry/flash/libflashbench.so")
-p.add_argument("--fwd", default="0,10", help="fa_fwd_sm90 variants (sm90_capi.cu); 0, 10: the production configurations")
-p.add_argument("--bwd", default="0,10", help="fa_bwd_sm90 variants; 0, 10: the production configurations")
+p.add_argument("--fwd", default="0,10,20", help="fa_fwd_sm90 variants (sm90_capi.cu); 0, 10, 20: the production "
+               "configurations (d 64, 128, 80)")
+p.add_argument("--bwd", default="0,10,20", help="fa_bwd_sm90 variants; 0, 10, 20: the production configurations")
+p.add_argument("--xl", action="store_true", help="also time d 80 at the xl shapes (4 x 32 heads, T 512, 2048, 16384)")
 p.add_argument("--out", default=os.environ.get("OUT", "."))
 p.add_argument("--no-check", action="store_true")
 p.add_argument("--no-time", action="store_true")
@@ -124,6 +127,14 @@ def time_shape(B, T, H, d, causal):
         ms = median_ms(lambda: prod.fa_bwd(0, dq.data_ptr(), 0, dout.data_ptr(), qkv.data_ptr(), out.data_ptr(), 0,
                                            lse.data_ptr(), ws.data_ptr(), B, T, H, d, int(causal), 1, sc, stream()))
         rows.append(("bwd", "prod", ms, 2.5 * fl / ms / 1e9))
+        if d == 80:  # the mma.sync kernels that ran d 80 before the Hopper kernels took it (capi.cu variants 21)
+            ms = median_ms(lambda: prod.fa_fwd(21, qkv.data_ptr(), out.data_ptr(), lse.data_ptr(), B, T, H, d,
+                                               int(causal), 1, 0, sc, stream()))
+            rows.append(("fwd", "mma.sync", ms, fl / ms / 1e9))
+            ms = median_ms(lambda: prod.fa_bwd(21, dq.data_ptr(), 0, dout.data_ptr(), qkv.data_ptr(), out.data_ptr(),
+                                               0, lse.data_ptr(), ws.data_ptr(), B, T, H, d, int(causal), 1, sc,
+                                               stream()))
+            rows.append(("bwd", "mma.sync", ms, 2.5 * fl / ms / 1e9))
     for v in FWD:
         if fwd(v, qkv, B, T, H, d, causal, out, lse)[0] != 0:
             continue
@@ -164,7 +175,7 @@ if args.profile:
     torch.cuda.synchronize()
     raise SystemExit(0)
 if not args.no_check:
-    for d in (64, 128):
+    for d in (64, 80, 128):
         for causal in (True, False):
             for T in (1, 17, 100, 128, 1000, 4097):
                 check(d, causal, T, 1, 1)
@@ -173,6 +184,10 @@ if not args.no_check:
 if not args.no_time:
     time_shape(1, 16384, 16, 64, True)
     time_shape(1, 16384, 16, 128, True)
+    time_shape(1, 16384, 16, 80, True)
+    if args.xl:
+        for T in (512, 2048, 16384):
+            time_shape(4, T, 32, 80, True)
 os.makedirs(args.out, exist_ok=True)
 with open(os.path.join(args.out, "sm90_check.json"), "w") as f:
     json.dump(res, f, indent=1)

@@ -70,11 +70,11 @@ inline size_t naive_attention_bwd_scratch_bytes(const AttnShape& s, DType dtype,
 
 // ---- approximations for the meta backend (the CUDA code decides these on the device) ---------------------------
 
-/// Whether a flash problem runs on the Hopper (wgmma, sm_90a) kernels on an H200: bf16, d_head 64 or 128, and at
+/// Whether a flash problem runs on the Hopper (wgmma, sm_90a) kernels on an H200: bf16, d_head 64, 80 or 128, and at
 /// least one 128-row tile per SM (approximation of the dispatch in kernels/flash_attn); else the mma.sync kernels.
 inline bool flash_uses_hopper_h200(const AttnShape& s, DType dtype) {
   const int64_t tiles = (int64_t(s.T) + 127) / 128 * s.B * s.H;
-  return dtype == DType::bf16 && (s.d_head == 64 || s.d_head == 128) && tiles >= kH200SmCount;
+  return dtype == DType::bf16 && (s.d_head == 64 || s.d_head == 80 || s.d_head == 128) && tiles >= kH200SmCount;
 }
 /// FlashAttention-2 forward workspace on an H200 (approximation of flash::fwd_workspace_bytes): the forward splits
 /// its keys only when the query tiles (128 rows) give fewer than two CTAs per SM; then up to 16 chunks of partial
