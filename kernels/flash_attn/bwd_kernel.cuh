@@ -60,6 +60,7 @@ __global__ void flash_bwd_preprocess_kernel(const FlashBwdParams p, bool zero_dq
 /// (16..19, no whole group of eight) at c / 4 ^ t % 4. Its own inverse; d 64, 80 or 128 (d % 16 == 0 with d % 32 == 0
 /// or d % 32 == 16).
 __host__ __device__ __forceinline__ int dq_swizzle(int t, int c, int d) {
+  if (d % 32 == 0) return (((c >> 2) ^ (t & 7)) << 2) | (c & 3);
   const int chunk = c >> 2, x = (chunk | 7) < (d >> 2) ? (t & 7) : (t & 3);
   return ((chunk ^ x) << 2) | (c & 3);
 }

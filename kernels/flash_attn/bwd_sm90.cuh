@@ -50,6 +50,8 @@ struct BwdTraits {
   static constexpr int kRegsProducer = kRegsProducer_, kRegsConsumer = kRegsConsumer_;
   static constexpr int kSub = sm90_subtiles(kD);
   static constexpr int kDqN = kD / kWG;  // dQ columns per consumer warpgroup
+  // The second warpgroup's dQ columns kDqN .. 2 kDqN - 1 cross a 64-column sub-tile edge (d 80: 40..79)
+  static constexpr bool kDqCrossesSubtile = kDqN % 64 != 0 && kDqN / 64 != (2 * kDqN - 1) / 64;
   // K / V and Q / dO tiles as TMA boxes of 64 columns (d 80: incl. the zero fill), dSᵀ
   static constexpr int kKBytes = kBN * 64 * kSub * 2, kQBytes = kBM * 64 * kSub * 2, kDsBytes = kBN * kBM * 2;
   static constexpr int kBarriers = 2 * (kStages + kDsStages + kDqStages);
@@ -256,13 +258,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scale·log2(e)
   const int key0 = n0 + 64 * c + 16 * warp + g;             // this thread's keys: key0 and key0 + 8
   const uint32_t kw_off = uint32_t(64 * c * 128);           // this warpgroup's 64 key rows inside K / V / dSᵀ
+  const uint32_t dq_b_off = uint32_t((c * kDqN) / 64 * (kBN * 128) + (c * kDqN) % 64 * 2);  // its dQ columns in K
   const uint64_t k_desc = make_desc(smem_addr(sK) + kw_off, 16, 1024);
   const uint64_t v_desc = make_desc(smem_addr(sV) + kw_off, 16, 1024);
   const uint64_t q_desc = make_desc(smem_addr(sQ), 16, 1024), do_desc = make_desc(smem_addr(sdO), 16, 1024);
   const uint64_t q_desc_n = make_desc(smem_addr(sQ), kBM * 128, 1024);
   const uint64_t do_desc_n = make_desc(smem_addr(sdO), kBM * 128, 1024);
   const uint64_t ds_desc = make_desc(smem_addr(sdS), kBM * 128, 1024);               // M-major A of dQ (stage 0)
-  const uint64_t kq_desc_n = make_desc(smem_addr(sK), kBN * 128, 1024);             // N-major B of dQ
+  const uint64_t kq_desc_n = make_desc(smem_addr(sK) + dq_b_off, kBN * 128, 1024);  // N-major B of dQ
 
   // Hand-offs to the other warpgroup and to the dQ warp: a fence.proxy.async waits for this thread's shared stores
   // to land, so each one is issued after some other work (the dSᵀ tile's after the dK products are issued, the dQ
@@ -275,14 +278,45 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       dq_pending = -1;
     }
   };
-  // dQ of the i-th query tile (both warpgroups' dSᵀ in stage i % kDsStages), this warpgroup's columns (kC: its
-  // index), into the dQ tile (once the dQ warp has read that stage's previous tile); handed over by publish_dq. The
-  // columns kC kDqN .. +kDqN-1 are one product per sub-tile they touch (an N-major operand does not cross a 64-column
-  // sub-tile: d 80's second warpgroup computes 40..63 and 64..79).
-  auto dq_tile_of = [&](auto kc, int i) {
+  // dQ of the i-th query tile (both warpgroups' dSᵀ in stage i % kDsStages), this warpgroup's columns, into the dQ
+  // tile (once the dQ warp has read that stage's previous tile); handed over by publish_dq.
+  auto dq_tile_one = [&](int i) {
+    const int d = i % kDsStages;
+    mbar_wait(ds_full + d, (i / kDsStages) & 1);
+    float dq[kDqN / 2];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk)
+      wgmma_ss<1, 1, kDqN>(dq, desc_add(ds_desc, d * Tr::kDsBytes + kk * 2048), desc_add(kq_desc_n, kk * 2048),
+                           kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>();  // also every earlier group of this warpgroup (dV, dK)
+    fence_regs(dv);
+    fence_regs(dk);
+    fence_regs(dq);
+    mbar_arrive(ds_empty + d);
+    const int jq = i % kDqStages;
+    if (i >= kDqStages) mbar_wait(dq_empty + jq, ((i / kDqStages) - 1) & 1);
+    float* sdq = sdQ + jq * kBM * kD;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = 16 * warp + g + 8 * r;
+      float* dst = sdq + row * kD;
+#pragma unroll
+      for (int j = 0; j < kDqN / 8; ++j)
+        *reinterpret_cast<float2*>(dst + dq_swizzle(row, c * kDqN + 8 * j + 2 * t, kD)) =
+            make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+    }
+    dq_pending = i;
+  };
+  // The same where the second warpgroup's columns cross the sub-tile edge (kDqCrossesSubtile, d 80): an N-major
+  // operand cannot run across it from inside a sub-tile, so that warpgroup's columns 40..79 are two products, 40..63
+  // and 64..79 (kc: the warpgroup, compile-time; kq_desc_n is then K's start, dq_b_off 0 for warpgroup 0).
+  auto dq_tile_split = [&](auto kc, int i) {
     constexpr int lo = decltype(kc)::value * kDqN, hi = lo + kDqN, edge = (lo / 64 + 1) * 64;
     constexpr int mid = hi < edge ? hi : edge;
     constexpr int n1 = mid - lo, n2 = hi - mid;
+    const uint64_t kq0 = make_desc(smem_addr(sK), kBN * 128, 1024);
     const int d = i % kDsStages;
     mbar_wait(ds_full + d, (i / kDsStages) & 1);
     float dq1[n1 / 2], dq2[n2 > 0 ? n2 / 2 : 1];
@@ -290,12 +324,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk)
       wgmma_ss<1, 1, n1>(dq1, desc_add(ds_desc, d * Tr::kDsBytes + kk * 2048),
-                         desc_add(kq_desc_n, (lo / 64) * (kBN * 128) + (lo % 64) * 2 + kk * 2048), kk > 0);
+                         desc_add(kq0, (lo / 64) * (kBN * 128) + (lo % 64) * 2 + kk * 2048), kk > 0);
     if constexpr (n2 > 0) {
 #pragma unroll
       for (int kk = 0; kk < kBN / 16; ++kk)
         wgmma_ss<1, 1, n2>(dq2, desc_add(ds_desc, d * Tr::kDsBytes + kk * 2048),
-                           desc_add(kq_desc_n, (mid / 64) * (kBN * 128) + kk * 2048), kk > 0);
+                           desc_add(kq0, (mid / 64) * (kBN * 128) + kk * 2048), kk > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();  // also every earlier group of this warpgroup (dV, dK)
@@ -325,8 +359,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     dq_pending = i;
   };
   auto dq_tile = [&](int i) {
-    if (c == 0) dq_tile_of(std::integral_constant<int, 0>{}, i);
-    else dq_tile_of(std::integral_constant<int, 1>{}, i);
+    if constexpr (Tr::kDqCrossesSubtile) {
+      if (c == 0) dq_tile_split(std::integral_constant<int, 0>{}, i);
+      else dq_tile_split(std::integral_constant<int, 1>{}, i);
+    } else {
+      dq_tile_one(i);
+    }
   };
 
   for (int i = 0; i < n_tiles; ++i) {

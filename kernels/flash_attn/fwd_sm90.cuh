@@ -58,16 +58,18 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)
 constexpr int sm90_subtiles(int d) { return (d + 63) / 64; }
 
 /// acc = A Bᵀ over K = kK columns (a multiple of 16), A (64 rows) and B (kN rows) K-major in 128B-swizzled sub-tiles
-/// of 64 columns, a_sub / b_sub bytes apart, starting at descriptors a and b: kK / 16 chained k16 steps (step k in
-/// sub-tile k / 4, 32 (k % 4) bytes in).
+/// of 64 columns, a_sub / b_sub bytes apart, starting at descriptors a and b: kK / 16 chained k16 steps (step kk of
+/// sub-tile sub 32 kk bytes in; d 80: four steps in the first sub-tile, one in the second).
 template <int kN, int kK>
 __device__ __forceinline__ void wgmma_kmajor(float (&acc)[kN / 2], uint64_t a, uint32_t a_sub, uint64_t b,
                                              uint32_t b_sub) {
   static_assert(kK % 16 == 0, "k16 steps");
 #pragma unroll
-  for (int k = 0; k < kK / 16; ++k)
-    wgmma_ss<0, 0, kN>(acc, desc_add(a, (k / 4) * a_sub + (k % 4) * 32), desc_add(b, (k / 4) * b_sub + (k % 4) * 32),
-                       k > 0);
+  for (int sub = 0; sub < sm90_subtiles(kK); ++sub)
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      if (sub * 4 + kk < kK / 16)
+        wgmma_ss<0, 0, kN>(acc, desc_add(a, sub * a_sub + kk * 32), desc_add(b, sub * b_sub + kk * 32), sub + kk > 0);
 }
 
 /// Tile configuration: kD: head dim (64, 80 or 128; 80 is stored as two sub-tiles, sm90_subtiles); kBN: keys per
