@@ -18,9 +18,10 @@ MetaRates MetaRates::for_target(Device d, bool allow_tf32) {
   if (d == Device::cuda) {
     // One H200 (shared/ANCHORS.md, 2026-11-29): bf16 GEMM 8192^3 756 TFLOP/s, fp32 GEMM 51 (TF32: about 378, half
     // the bf16 rate), device copy 4.2 TB/s. The training GEMMs of xl and the 8B model ran at 650-700 TFLOP/s
-    // (results/NOTES.md v0-v3). Flash attention, executed (causal) FLOPs: the Hopper kernels (d 64 / 128) forward
-    // 495-577 and backward ~400 TFLOP/s at T 16384 (kernels/flash_attn/NOTES.md, v7); the mma.sync kernels (d 80:
-    // xl) fitted to the xl ctx 16384 / 32768 steps of results/h200/2026-12-02/v8_memory (see results/NOTES.md v9).
+    // (results/NOTES.md v0-v3). Flash attention, executed (causal) FLOPs: the Hopper kernels (d 64 / 80 / 128)
+    // forward 474-577 and backward ~390-450 TFLOP/s at T 16384 (kernels/flash_attn/NOTES.md, v7 and v10); the
+    // mma.sync kernels (other head dims, fp32 inputs, few tiles) fitted to the xl ctx 16384 / 32768 steps of v8, when
+    // d 80 still ran them (results/NOTES.md v9).
     r.device = "cuda (H200)";
     r.gemm_efficiency = 0.88;
     r.gemm_bf16 = 756e12 * r.gemm_efficiency;
