@@ -8,7 +8,8 @@
     launch/plot.py memory  results/h200/2026-12-02/v8_memory/*.json -o memory.png
 
 Kinds (the first argument; `--kind KIND` also works):
-  loss    the loss of every step (loss.per_step, warm-up steps included) of several runs on one axes
+  loss    the loss of every step (loss.per_step, warm-up steps included) of several runs on one axes; a resumed
+          run's steps at their numbers (from steps.first + 1)
   sweep   step time (log scale) and model TFLOP/s per GPU (--mfu: MFU) against the parameter count (log scale),
           one line per precision (and bench.phase where the records differ in it); out-of-memory runs are listed
   comm    one horizontal bar per record, the step split into compute with no collective in flight, compute
@@ -180,13 +181,17 @@ def draw_loss(recs, args):
             continue
         if not all(isinstance(x, (int, float)) or x is None for x in losses):
             raise BadInput(f"'{path}': loss.per_step holds something other than numbers")
-        drawn.append((label if r.get("status") == "ok" else f"{label} ({r.get('status')})", losses))
+        # A resumed run's record holds the steps from steps.first on (its checkpoint's step): drawn at their numbers.
+        first = (r.get("steps") or {}).get("first") or 0
+        if not isinstance(first, int) or first < 0:
+            raise BadInput(f"'{path}': steps.first is {first!r}, not a step number")
+        drawn.append((label if r.get("status") == "ok" else f"{label} ({r.get('status')})", losses, first))
     if not drawn:
         raise BadInput(f"no record with losses among the inputs ({'; '.join(notes)})")
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(WIDTH_IN, 5.5), dpi=DPI)
-    for label, losses in drawn:
-        xs = [i + 1 for i, v in enumerate(losses) if v is not None]
+    for label, losses, first in drawn:
+        xs = [first + i + 1 for i, v in enumerate(losses) if v is not None]
         ax.plot(xs, [v for v in losses if v is not None], marker="o" if len(xs) <= 30 else None, markersize=3,
                 linewidth=1.2, label=label)
     from matplotlib.ticker import MaxNLocator

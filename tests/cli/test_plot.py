@@ -113,6 +113,23 @@ def test_loss_curves(tmp_path):
     assert any("c: status oom" in n for n in d["notes"]) and "not drawn: c" in p.stderr
 
 
+def test_loss_of_a_resumed_run_at_its_step_numbers(tmp_path):
+    # A run resumed from the checkpoint of step 6 records steps 7.. only (steps.first = 6): drawn at 7.., so that it
+    # continues the first run's curve instead of starting over at 1.
+    rng = random.Random(2)
+    first, resumed = record(rng, steps=6), record(rng, steps=4)
+    first["steps"], resumed["steps"] = {"first": 0, "total": 6}, {"first": 6, "total": 10}
+    d, _ = draw(tmp_path, "loss", [write(tmp_path, "first", first), write(tmp_path, "resumed", resumed)])
+    lines = {ln["label"]: ln for ln in d["axes"][0]["lines"]}
+    assert lines["first"]["x"] == [1, 2, 3, 4, 5, 6]
+    assert lines["resumed"]["x"] == [7, 8, 9, 10]
+    assert lines["resumed"]["y"] == pytest.approx(resumed["loss"]["per_step"])
+    bad = record(rng, steps=2)
+    bad["steps"] = {"first": "six"}
+    p = run_plot("loss", write(tmp_path, "bad", bad), "-o", tmp_path / "bad.png")
+    assert p.returncode != 0 and "steps.first" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
 def test_sweep_by_size_and_precision(tmp_path):
     rng = random.Random(2)
     paths, recs = [], []
