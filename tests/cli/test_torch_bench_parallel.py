@@ -224,7 +224,7 @@ def test_wrap_fsdp2_shards_every_block_then_the_root(monkeypatch, mode, checkpoi
 
 
 def test_wrap_data_parallel_one_process_and_ddp_config(monkeypatch):
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     tb = torch_bench_module()
     import reference_model as ref
     monkeypatch.setattr(tb, "fsdp2_api", lambda: pytest.fail("FSDP2 used without --parallel fsdp2"))
