@@ -13,6 +13,9 @@
     # data parallel: one process per GPU, --batch rows per rank (here 2 x 4 = 8 rows a step)
     torchrun --nproc_per_node 2 launch/torch_bench.py --preset xl --mode bf16 --batch 4 --ctx 512 \
         --warmup 5 --steps 10 --bucket-cap-mb 25 --json results/torch_xl_bf16_ddp2.json
+    # the same sharded by FSDP2 (PyTorch >= 2.4; not yet run anywhere, see Data parallel below)
+    torchrun --nproc_per_node 2 launch/torch_bench.py --preset xl --mode compiled --batch 4 --ctx 512 \
+        --parallel fsdp2 --json results/torch_xl_compiled_fsdp2.json
 
 Modes (ANCHORS.md uses the same three):
   fp32      eager, strict fp32 (TF32 off), naive attention (materialised scores), the course's AdamW
@@ -50,18 +53,35 @@ still running after --timeout seconds is killed with everything it started and g
 The process exits 0 for ok and oom, 1 for error and timeout.
 
 Data parallel: under torchrun (WORLD_SIZE > 1 in the environment) each process joins a process group (nccl on cuda,
-gloo on cpu), takes the GPU LOCAL_RANK and wraps the loss module in torch.nn.parallel.DistributedDataParallel
-(--bucket-cap-mb, PyTorch's default 25; --ddp-static-graph; broadcast_buffers off, as the only buffers are the RoPE
-tables, the same on every rank; PyTorch's defaults otherwise). Every rank runs --batch rows of its own random tokens
-(seed + rank) and the same initial weights. Each rank times its steps as above; the record's step times are the
-slowest rank's (all_reduce MAX of each step's time; rank_mean_ms lists each rank's own mean), peak_bytes the
-largest over ranks (peak_bytes_per_rank lists them), tokens/s counts all ranks' tokens. config gains world_size,
-global_batch, bucket_cap_mb, ddp_static_graph, ddp_broadcast_buffers and backend; machine gains env (the two
-variables below) and, on cuda, gpus and nccl.
-Mode compiled wraps in DDP first and then calls torch.compile on the DDP module, so that dynamo's DDPOptimizer
-splits the graph at the bucket boundaries and the all-reduces overlap the backward. Only rank 0 prints and writes
---json; every rank exits with the same code. A failure on some ranks only (an OOM on one GPU, say) can leave the
-others waiting in a collective until NCCL's timeout. --sweep runs one process; it is refused under torchrun.
+gloo on cpu), takes the GPU LOCAL_RANK and wraps the loss module as --parallel says (wrap_data_parallel):
+  ddp (default)  torch.nn.parallel.DistributedDataParallel (--bucket-cap-mb, PyTorch's default 25; --ddp-static-graph;
+            broadcast_buffers off, as the only buffers are the RoPE tables, the same on every rank; PyTorch's defaults
+            otherwise). The compiled modes wrap in DDP first and then call torch.compile on the DDP module, so that
+            dynamo's DDPOptimizer splits the graph at the bucket boundaries and the all-reduces overlap the backward.
+  fsdp2     FSDP2 (PyTorch >= 2.4: torch.distributed.fsdp.fully_shard; in 2.4 and 2.5
+            torch.distributed._composable.fsdp) over a 1-D mesh of all ranks, in torchtitan's order: --checkpoint
+            block wraps each block, the compiled modes torch.compile each block, then fully_shard(block,
+            reshard_after_forward=True) for every block and fully_shard(root) for the embedding, final norm and
+            head. The optimizer is built afterwards, on the DTensor shards. Precision: bf16 and compiled are
+            autocast over fp32 weights, so FSDP2 keeps fp32 sharded weights, gradients and AdamW state and uses
+            MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32): weights gathered in bf16, gradients
+            reduce-scattered in fp32. The autocast context stays on (with bf16 weights it only keeps its fp32 ops,
+            softmax among them, in fp32), so activations are bf16 throughout, as in the trainer's precision bf16,
+            where the ddp and single-GPU rows keep the residual stream in fp32. fp32 and compiled_pure (the model
+            built in bf16) gather and reduce in the weights' own dtype. Refused (exit 2, before any process group is
+            joined): on a torch without FSDP2; without torchrun (one process runs the plain model, the 1-GPU
+            baseline); with --bucket-cap-mb or --ddp-static-graph. torch.compile's CUDA-graph modes
+            (reduce-overhead, max-autotune) with fsdp2 are untried.
+            NOT YET RUN ANYWHERE: written on a machine with torch 1.13 only (no FSDP2, no GPU); only its refusals,
+            argument handling and wiring (with a stand-in fully_shard) are tested.
+Every rank runs --batch rows of its own random tokens (seed + rank) and the same initial weights. Each rank times its
+steps as above; the record's step times are the slowest rank's (all_reduce MAX of each step's time; rank_mean_ms lists
+each rank's own mean), peak_bytes the largest over ranks (peak_bytes_per_rank lists them), tokens/s counts all ranks'
+tokens. config gains world_size, global_batch, backend and parallel; with ddp bucket_cap_mb, ddp_static_graph and
+ddp_broadcast_buffers, with fsdp2 fsdp_reshard_after_forward, fsdp_param_dtype, fsdp_reduce_dtype and fsdp_compile
+(per_block or null); machine gains env (the two variables below) and, on cuda, gpus and nccl. Only rank 0 prints
+and writes --json; every rank exits with the same code. A failure on some ranks only (an OOM on one GPU, say) can
+leave the others waiting in a collective until NCCL's timeout. --sweep runs one process; it is refused under torchrun.
 NCCL_NVLS_ENABLE=0 and TORCH_SYMM_MEM_DISABLE_MULTICAST=1 are forced (not defaulted) before torch loads: NVLink
 multicast stays off on the multi-GPU machines this runs on.
 """
@@ -69,6 +89,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import math
 import os
@@ -126,8 +147,12 @@ COMPILE_MODES = ["default", "reduce-overhead", "max-autotune", "max-autotune-no-
 # --compile-mode best runs each of these and keeps the fastest (PyTorch at its best: issue 19). max-autotune is left
 # out: it is max-autotune-no-cudagraphs plus the CUDA graphs of reduce-overhead, and costs the longest compile.
 BEST_COMPILE_MODES = ["default", "reduce-overhead", "max-autotune-no-cudagraphs"]
+AUTOCAST_MODES = ["bf16", "compiled"]   # the modes that run under torch.autocast bf16 (fp32 weights)
 PHASES = ["forward", "forward_backward", "train_step"]   # in order of memory use: an OOM skips the later phases
 CHECKPOINTS = ["none", "block"]   # --checkpoint: none, or every block recomputed in the backward
+PARALLELS = ["ddp", "fsdp2"]      # --parallel: the data-parallel wrapping under torchrun
+FSDP2_MIN_TORCH = (2, 4)          # first release with FSDP2 (torch.distributed._composable.fsdp; 2.6: .fsdp)
+DEFAULT_BUCKET_CAP_MB = 25.0      # PyTorch DDP's default bucket size
 SCHEMA = "torch_bench.result/1"
 GIB = 1024 ** 3
 
@@ -190,6 +215,32 @@ def init_distributed(device: str) -> Optional[DistContext]:
                        backend=backend, control=control)
 
 
+def release(version: str) -> tuple:
+    """(major, minor) of a torch version string: "2.5.1+cu124" -> (2, 5), "2.10.0a0+git" -> (2, 10)."""
+    major, minor = version.split("+")[0].split(".")[:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+
+def fsdp2_api():
+    """FSDP2's (fully_shard, MixedPrecisionPolicy, init_device_mesh), or None where this torch has none (older than
+    FSDP2_MIN_TORCH, or built without torch.distributed). fully_shard lives in torch.distributed.fsdp from PyTorch 2.6
+    on and in torch.distributed._composable.fsdp in 2.4 and 2.5; the first one found is used."""
+    if torch is None or release(torch.__version__) < FSDP2_MIN_TORCH:
+        return None
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+    except ImportError:
+        return None
+    for where in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):
+        try:
+            module = importlib.import_module(where)
+        except ImportError:
+            continue
+        if hasattr(module, "fully_shard") and hasattr(module, "MixedPrecisionPolicy"):
+            return module.fully_shard, module.MixedPrecisionPolicy, init_device_mesh
+    return None
+
+
 def make_batch(cfg: "ref.ModelConfig", batch: int, seed: int, device: str):
     """(inputs, targets) [batch, ctx] of uniform random tokens from a CPU generator seeded with `seed`."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -202,6 +253,68 @@ def wrap_ddp(module: torch.nn.Module, ctx: DistContext, bucket_cap_mb: float, st
     device_ids = [ctx.local_rank] if ctx.backend == "nccl" else None
     return torch.nn.parallel.DistributedDataParallel(module, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb,
                                                      broadcast_buffers=False, static_graph=static_graph)
+
+
+def compile_module(module: torch.nn.Module, compile_mode: str) -> torch.nn.Module:
+    """torch.compile(module) in --compile-mode (default: torch's default mode)."""
+    return torch.compile(module, mode=None if compile_mode == "default" else compile_mode)
+
+
+def fsdp2_dtypes(mode: str) -> tuple:
+    """(param_dtype, reduce_dtype) of FSDP2's MixedPrecisionPolicy for a mode, None meaning the parameters' own dtype.
+    bf16 / compiled (autocast over fp32 weights): fp32 sharded weights gathered in bf16, gradients reduce-scattered in
+    fp32; fp32 and compiled_pure (the model built in its one dtype): gathered and reduced in that dtype."""
+    return (torch.bfloat16, torch.float32) if mode in AUTOCAST_MODES else (None, None)
+
+
+def wrap_fsdp2(loss_fn: "LossModule", args, ctx: DistContext) -> "LossModule":
+    """--parallel fsdp2: FSDP2 over a 1-D mesh of all ranks, as torchtitan's parallelize (activation checkpointing,
+    then per-block torch.compile, then fully_shard): each block of loss_fn.model.layers (a CheckpointedBlock under
+    --checkpoint block) is compiled in the compiled modes, then fully_shard(block, reshard_after_forward=True); last
+    fully_shard(loss_fn), the root, holds the embedding, final norm and head (FSDP2 keeps the root gathered between
+    forward and backward). Parameters become DTensor shards in place: build the optimizer afterwards, from
+    loss_fn.parameters(). Returns loss_fn itself. Not yet run anywhere (needs PyTorch >= 2.4)."""
+    fully_shard, MixedPrecisionPolicy, init_device_mesh = fsdp2_api()
+    mesh = init_device_mesh(args.device, (ctx.world_size,))
+    param_dtype, reduce_dtype = fsdp2_dtypes(args.mode)
+    mp_policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+    layers = loss_fn.model.layers
+    for i, block in enumerate(layers):
+        if args.mode in COMPILED_MODES:
+            block = compile_module(block, args.compile_mode)
+            layers[i] = block
+        fully_shard(block, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=True)
+    fully_shard(loss_fn, mesh=mesh, mp_policy=mp_policy)
+    return loss_fn
+
+
+def wrap_data_parallel(loss_fn: "LossModule", args, ctx: Optional[DistContext]) -> torch.nn.Module:
+    """The module that run_one calls: loss_fn as it is (one process), in DDP (torchrun, --parallel ddp) or sharded by
+    FSDP2 (--parallel fsdp2, see wrap_fsdp2); in the compiled modes torch.compile is applied as each needs: on the
+    whole module, after DDP (dynamo's DDPOptimizer splits the graph at the buckets), or per block before fully_shard."""
+    if ctx is not None and args.parallel == "fsdp2":
+        return wrap_fsdp2(loss_fn, args, ctx)
+    if ctx is not None:
+        loss_fn = wrap_ddp(loss_fn, ctx, args.bucket_cap_mb, args.ddp_static_graph)
+    if args.mode in COMPILED_MODES:
+        loss_fn = compile_module(loss_fn, args.compile_mode)
+    return loss_fn
+
+
+def parallel_config(args, ctx: DistContext) -> dict:
+    """The record's config keys of a torchrun run: world size, global batch, backend, parallel and its settings."""
+    c = {"world_size": ctx.world_size, "global_batch": args.batch * ctx.world_size, "backend": ctx.backend,
+         "parallel": args.parallel}
+    if args.parallel == "ddp":
+        c.update(bucket_cap_mb=args.bucket_cap_mb, ddp_static_graph=args.ddp_static_graph, ddp_broadcast_buffers=False)
+    else:
+        param_dtype, reduce_dtype = fsdp2_dtypes(args.mode)
+        weights = "bf16" if args.mode == "compiled_pure" else "fp32"
+        c.update(fsdp_reshard_after_forward=True,
+                 fsdp_param_dtype="bf16" if param_dtype == torch.bfloat16 else weights,
+                 fsdp_reduce_dtype="fp32" if reduce_dtype == torch.float32 else weights,
+                 fsdp_compile="per_block" if args.mode in COMPILED_MODES else None)
+    return c
 
 
 def machine_info(device: str) -> dict:
@@ -280,9 +393,7 @@ def run_one(args, ctx: Optional[DistContext] = None) -> dict:
         "model": {"params": sum(math.prod(s) for s in ref.param_shapes(cfg).values())},
     }
     if ctx is not None:
-        record["config"].update(world_size=ctx.world_size, global_batch=args.batch * ctx.world_size,
-                                bucket_cap_mb=args.bucket_cap_mb, ddp_static_graph=args.ddp_static_graph,
-                                ddp_broadcast_buffers=False, backend=ctx.backend)
+        record["config"].update(parallel_config(args, ctx))
     t_start = time.perf_counter()
     try:
         if compiled and (device != "cuda" or not hasattr(torch, "compile")):
@@ -296,16 +407,12 @@ def run_one(args, ctx: Optional[DistContext] = None) -> dict:
         model = ref.TransformerLM(cfg, attention=attention, device=device, dtype=param_dtype)
         if args.checkpoint == "block":
             checkpoint_blocks(model)
-        loss_fn = LossModule(model)
-        if ctx is not None:   # DDP first, then torch.compile on the DDP module (dynamo's DDPOptimizer)
-            loss_fn = wrap_ddp(loss_fn, ctx, args.bucket_cap_mb, args.ddp_static_graph)
-        if compiled:
-            loss_fn = torch.compile(loss_fn, mode=None if args.compile_mode == "default" else args.compile_mode)
+        loss_fn = wrap_data_parallel(LossModule(model), args, ctx)
         x, y = make_batch(cfg, args.batch, args.seed + rank, device)
-        params = list(model.parameters())
+        params = list(model.parameters())   # after wrapping: under fsdp2 the DTensor shards
         optimizer = make_optimizer(optimizer_kind, params, lr=1e-3, weight_decay=0.01) \
             if args.phase == "train_step" else None
-        autocast = (torch.autocast(device_type=device, dtype=torch.bfloat16) if args.mode in ("bf16", "compiled")
+        autocast = (torch.autocast(device_type=device, dtype=torch.bfloat16) if args.mode in AUTOCAST_MODES
                     else contextlib.nullcontext())
 
         def step():
@@ -416,7 +523,12 @@ def table_header(machine: dict, args, world_size: int = 1) -> str:
     where = f"cuda ({machine.get('gpu')}, {machine.get('gpu_memory_bytes', 0) / GIB:.1f} GiB)" \
         if args.device == "cuda" else f"cpu ({machine.get('cpu_threads')} threads)"
     batch = str(args.batch)
-    if world_size > 1:
+    if world_size > 1 and args.parallel == "fsdp2":
+        param_dtype, _ = fsdp2_dtypes(args.mode)
+        batch += (f" per rank x {world_size} ranks (FSDP2 fully_shard per block and root"
+                  f"{', bf16 gathers, fp32 reduce-scatter' if param_dtype is not None else ''}"
+                  f"; slowest rank's times, largest peak)")
+    elif world_size > 1:
         batch += (f" per rank x {world_size} ranks (DDP, bucket {args.bucket_cap_mb:g} MB"
                   f"{', static graph' if args.ddp_static_graph else ''}; slowest rank's times, largest peak)")
     ckpt = "  checkpoint block" if args.checkpoint != "none" else ""
@@ -611,9 +723,15 @@ def parse_args(argv=None):
                     help="block: activation checkpointing of every Transformer block (torch.utils.checkpoint, "
                          "non-reentrant); none (default) keeps all activations")
     ap.add_argument("--seed", type=int, default=0, help="init seed; data seed + rank (default 0)")
-    ap.add_argument("--bucket-cap-mb", type=float, default=25.0,
-                    help="torchrun: DDP gradient bucket size in MB (default 25, PyTorch's)")
-    ap.add_argument("--ddp-static-graph", action="store_true", help="torchrun: DDP(static_graph=True)")
+    ap.add_argument("--parallel", choices=PARALLELS, default="ddp",
+                    help="torchrun: the data-parallel wrapping. ddp (default): DistributedDataParallel. fsdp2: "
+                         "FSDP2's fully_shard on every block, then the root (PyTorch >= 2.4; bf16 and compiled: "
+                         "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) over fp32 weights, autocast "
+                         "kept; refused without torchrun). fsdp2 has not been run yet")
+    ap.add_argument("--bucket-cap-mb", type=float, default=None,
+                    help=f"torchrun, ddp: DDP gradient bucket size in MB (default {DEFAULT_BUCKET_CAP_MB:g}, "
+                         "PyTorch's)")
+    ap.add_argument("--ddp-static-graph", action="store_true", help="torchrun, ddp: DDP(static_graph=True)")
     ap.add_argument("--json", help="write the record (or, with --sweep, all records) here")
     ap.add_argument("--sweep", action="store_true", help="run presets x modes x phases, one subprocess each")
     ap.add_argument("--presets", nargs="+", choices=list(PRESETS), help="sweep: presets (default small..10B)")
@@ -642,10 +760,24 @@ def parse_args(argv=None):
                  f"on {args.device} the default modes are {' '.join(sweep_modes(args))})")
     if args.warmup < 0 or args.steps < 1:
         ap.error("need --warmup >= 0 and --steps >= 1")
-    if args.bucket_cap_mb <= 0:
+    if args.bucket_cap_mb is not None and args.bucket_cap_mb <= 0:
         ap.error("need --bucket-cap-mb > 0")
     if args.sweep and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         ap.error("--sweep runs in one process: start it with python, not torchrun")
+    if args.parallel == "fsdp2":   # all before init_distributed: no process group is joined on a refusal
+        if fsdp2_api() is None:
+            ap.error(f"--parallel fsdp2 needs PyTorch >= {'.'.join(map(str, FSDP2_MIN_TORCH))} "
+                     f"(torch.distributed.fsdp.fully_shard; in 2.4 and 2.5 torch.distributed._composable.fsdp); "
+                     f"this is torch {torch.__version__}")
+        if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+            ap.error("--parallel fsdp2 shards over the ranks of a torchrun job: start it with torchrun "
+                     "--nproc_per_node N, N >= 2 (one process runs the model unwrapped)")
+        ddp_only = [f for f, given in (("--bucket-cap-mb", args.bucket_cap_mb is not None),
+                                       ("--ddp-static-graph", args.ddp_static_graph)) if given]
+        if ddp_only:
+            ap.error(f"{' and '.join(ddp_only)}: DDP's options, not for --parallel fsdp2")
+    elif args.bucket_cap_mb is None:
+        args.bucket_cap_mb = DEFAULT_BUCKET_CAP_MB
     return args
 
 

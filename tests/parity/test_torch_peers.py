@@ -62,15 +62,18 @@ def output(proc: subprocess.CompletedProcess) -> str:
 TINY = ["--preset", "tiny", "--device", "cpu", "--warmup", "1", "--steps", "2"]
 
 
-def test_torch_bench_ddp_two_ranks(tmp_path):
+@pytest.mark.parametrize("parallel", [[], ["--parallel", "ddp"]], ids=["default", "parallel_ddp"])
+def test_torch_bench_ddp_two_ranks(tmp_path, parallel):
     out = tmp_path / "ddp.json"
-    proc = torchrun(TORCH_BENCH, *TINY, "--json", str(out))
+    proc = torchrun(TORCH_BENCH, *TINY, *parallel, "--json", str(out))
     assert proc.returncode == 0, output(proc)
     r = json.loads(out.read_text())
     assert r["status"] == "ok" and r["error"] is None
     c = r["config"]
     assert (c["world_size"], c["batch"], c["global_batch"], c["bucket_cap_mb"], c["ddp_static_graph"],
-            c["backend"], c["mode"], c["phase"]) == (2, 4, 8, 25.0, False, "gloo", "fp32", "train_step")
+            c["backend"], c["mode"], c["phase"], c["parallel"]) == \
+        (2, 4, 8, 25.0, False, "gloo", "fp32", "train_step", "ddp")
+    assert not any(k.startswith("fsdp_") for k in c)
     step = r["timing"]["step"]
     assert step["samples"] == 2 and len(step["times_ms"]) == 2
     assert all(math.isfinite(t) and t > 0 for t in step["times_ms"] + step["rank_mean_ms"])
@@ -117,7 +120,9 @@ ctx = tb.init_distributed("cpu")
 cfg = tb.preset_config("tiny", None, 16)
 torch.manual_seed(0)
 model = ref.TransformerLM(cfg, dtype=torch.float64)
-ddp = tb.wrap_ddp(tb.LossModule(model), ctx, bucket_cap_mb=0.05, static_graph=False)   # several buckets
+args = tb.parse_args(["--device", "cpu", "--bucket-cap-mb", "0.05"])   # several buckets; --parallel ddp by default
+ddp = tb.wrap_data_parallel(tb.LossModule(model), args, ctx)   # as run_one wraps it
+assert isinstance(ddp, torch.nn.parallel.DistributedDataParallel) and args.parallel == "ddp"
 x, y = tb.make_batch(cfg, 2, 7 + ctx.rank, "cpu")   # as run_one: seed + rank
 loss = ddp(x, y)
 loss.backward()
@@ -138,8 +143,9 @@ dist.destroy_process_group()
 
 
 def test_ddp_two_ranks_equals_one_process_on_the_concatenated_batch(tmp_path):
-    """torch_bench's own pieces (init_distributed, wrap_ddp, make_batch with seed + rank) in float64: the mean of the
-    ranks' losses and DDP's averaged gradient equal one process's loss and gradient on both ranks' rows."""
+    """torch_bench's own pieces (init_distributed, parse_args and wrap_data_parallel with --parallel ddp, make_batch
+    with seed + rank) in float64: the mean of the ranks' losses and DDP's averaged gradient equal one process's loss and
+    gradient on both ranks' rows."""
     worker = tmp_path / "ddp_grad_worker.py"
     worker.write_text(DDP_GRAD_WORKER.format(launch=str(REPO / "launch")))
     out = tmp_path / "grad.json"
