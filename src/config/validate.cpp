@@ -205,9 +205,12 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
                "bench: warmup_steps + measure_steps must be at most 1e9, got {} + {}", b.warmup_steps,
                b.measure_steps);
   check_non_negative(b.log_every, "bench.log_every");
+  // (world_size: the ranks started, or --plan's --world-size)
   CONFIG_CHECK(c.job != "train" || c.parallel.strategy != "none" || world_size == 1,
-               "parallel.strategy: 'none' runs one process, but {} ranks were started (use ddp_naive, ddp_flat, "
-               "ddp_overlap, ddp_bucketed, zero1 or fsdp)", world_size);
+               "parallel.strategy: 'none' runs one process, but the world size is {} ({})", world_size,
+               bf16_storage(c.precision) ? "precision bf16_pure runs on strategy none only: run one process, or use "
+                                           "precision bf16 with ddp_*, zero1 or fsdp"
+                                         : "use ddp_naive, ddp_flat, ddp_overlap, ddp_bucketed, zero1 or fsdp");
   CONFIG_CHECK(!c.profile.trace || c.job == "train",
                "profile.trace: only job 'train' records Chrome traces (job is '{}'); remove the key or set null", c.job);
   CONFIG_CHECK(!c.profile.memory_timeline || c.job == "train",

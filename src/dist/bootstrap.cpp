@@ -42,7 +42,7 @@ int MpiSession::first_rank_differing(const std::string& text) const {
 
 std::unique_ptr<Communicator> make_communicator(const RunConfig& cfg, Backend& be, const RunContext& ctx) {
   CONFIG_CHECK(cfg.parallel.strategy != "none" || ctx.world_size == 1,
-               "parallel.strategy: 'none' runs one process, but {} ranks were started (pick ddp_* or zero1)",
+               "parallel.strategy: 'none' runs one process, but {} ranks were started (use ddp_*, zero1 or fsdp)",
                ctx.world_size);
   if (cfg.parallel.strategy == "none") return make_mpi_communicator(be, cfg.parallel.comm_timeout_s);
   return make_world_communicator(cfg.parallel.comm, cfg.parallel.comm_timeout_s, be);

@@ -94,7 +94,9 @@ def test_help_names_plan(trainer_bin, tmp_path):
     (["--plan", "--device", "tpu"], "--device"),
     (["--json"], "--plan only"),
     (["--plan", TINY, "--world-size", "3"], "world_size"),  # batch 4 does not split over 3 ranks
-    (["--plan", TINY, "--world-size", "2"], "parallel.strategy"),  # none runs one process
+    (["--plan", TINY, "--world-size", "2"], "'none' runs one process, but the world size is 2 (use ddp_naive"),
+    (["--plan", TINY, "--world-size", "2", "--set", "precision=bf16_pure"],
+     "world size is 2 (precision bf16_pure runs on strategy none only"),
     (["--plan", TINY, "--print-config"], "choose one"),
 ])
 def test_plan_bad_input(trainer_bin, tmp_path, args, needle):
