@@ -63,7 +63,7 @@ int dkdv_chunk(int seq_len, int kbn, int kbm, int64_t bh, bool causal);
 /// convert passes (atomic-mode workspace: dsum, dq_accum, and dkv_accum when it splits its query loop: dkdv_chunk
 /// with these tiles > 0).
 constexpr int kSm90BwdKeyTile = 128, kSm90BwdQueryTile = 64;
-constexpr int sm90_fwd_rows(int d_head) { return d_head == 128 ? 128 : 192; }
+constexpr int sm90_fwd_rows(int d_head) { return d_head == 64 || d_head == 80 ? 192 : 128; }
 bool sm90_flash_available();
 template <int kD, bool kCausal>
 void fwd_sm90_launch(const FlashParams& p, cudaStream_t s);

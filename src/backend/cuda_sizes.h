@@ -70,19 +70,24 @@ inline size_t naive_attention_bwd_scratch_bytes(const AttnShape& s, DType dtype,
 
 // ---- approximations for the meta backend (the CUDA code decides these on the device) ---------------------------
 
-/// Whether a flash problem runs on the Hopper (wgmma, sm_90a) kernels on an H200: bf16, d_head 64, 80 or 128, and at
-/// least one 128-row tile per SM (approximation of the dispatch in kernels/flash_attn); else the mma.sync kernels.
-inline bool flash_uses_hopper_h200(const AttnShape& s, DType dtype) {
-  const int64_t tiles = (int64_t(s.T) + 127) / 128 * s.B * s.H;
-  return dtype == DType::bf16 && (s.d_head == 64 || s.d_head == 80 || s.d_head == 128) && tiles >= kH200SmCount;
+/// The dispatch of kernels/flash_attn on an H200 (flash_api.cu uses_sm90_fwd / uses_sm90_bwd and launch.h's
+/// sm90_fwd_rows, restated here: this header builds without CUDA). The backward runs the Hopper (wgmma, sm_90a)
+/// kernel for every bf16 problem with d_head 64, 80 or 128; the forward when its query tiles (192 rows at d 64 / 80,
+/// 128 at d 128) also give at least one CTA per SM; else the mma.sync kernels.
+inline bool flash_bwd_uses_hopper_h200(const AttnShape& s, DType dtype) {
+  return dtype == DType::bf16 && (s.d_head == 64 || s.d_head == 80 || s.d_head == 128);
+}
+inline bool flash_fwd_uses_hopper_h200(const AttnShape& s, DType dtype) {
+  const int64_t rows = s.d_head == 128 ? 128 : 192;
+  return flash_bwd_uses_hopper_h200(s, dtype) && (int64_t(s.T) + rows - 1) / rows * s.B * s.H >= kH200SmCount;
 }
 /// FlashAttention-2 forward workspace on an H200 (approximation of flash::fwd_workspace_bytes): the forward splits
 /// its keys only when the query tiles (128 rows) give fewer than two CTAs per SM; then up to 16 chunks of partial
-/// O [B, H, T, d] and lse [B, H, T] f32. Bf16 problems with at least one 128-row tile per SM take the Hopper kernel,
-/// which never splits.
+/// O [B, H, T, d] and lse [B, H, T] f32. Problems that take the Hopper forward (flash_fwd_uses_hopper_h200) never
+/// split.
 inline size_t flash_fwd_workspace_bytes_h200(const AttnShape& s, DType dtype) {
   const int64_t tiles = (int64_t(s.T) + 127) / 128 * s.B * s.H;
-  if (dtype == DType::bf16 && tiles >= kH200SmCount) return 0;
+  if (flash_fwd_uses_hopper_h200(s, dtype)) return 0;
   if (tiles >= 2 * kH200SmCount || s.T < 8 * 64) return 0;  // enough CTAs, or fewer than 8 key tiles of 64
   const size_t splits = size_t(std::clamp<int64_t>(4 * kH200SmCount / std::max<int64_t>(tiles, 1), 2, 16));
   const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T);

@@ -141,9 +141,9 @@ void MetaBackend::attention_fwd(AttnImpl impl, const AttnShape& s, Tensor out, T
   const bool flash = impl == AttnImpl::flash2 && (!cuda() || cuda_sizes::flash_supports_head_dim(s.d_head));
   if (flash) {  // flash2: the causal mask skips half the tiles
     if (cuda()) scratch(cuda_sizes::flash_fwd_workspace_bytes_h200(s, qkv.dtype));
-    const double rate = cuda_sizes::flash_uses_hopper_h200(s, qkv.dtype) ? rates_.attention_bf16_fwd_sm90
-                        : qkv.dtype == DType::bf16                      ? rates_.attention_bf16
-                                                                        : rates_.attention_f32;
+    const double rate = cuda_sizes::flash_fwd_uses_hopper_h200(s, qkv.dtype) ? rates_.attention_bf16_fwd_sm90
+                        : qkv.dtype == DType::bf16                          ? rates_.attention_bf16
+                                                                            : rates_.attention_f32;
     account(f, s.causal ? f / 2 : f, rate, b(qkv) + b(out) + b(lse));
   } else {  // naive: full scores through GEMMs, probabilities written
     if (cuda()) scratch(cuda_sizes::naive_attention_fwd_scratch_bytes(s, qkv.dtype, probs.data != nullptr));
@@ -160,9 +160,9 @@ void MetaBackend::attention_bwd(AttnImpl impl, const AttnShape& s, Tensor dqkv, 
   if (flash) {  // recomputes S and P: 2.5x the forward's executed FLOPs
     if (cuda()) scratch(cuda_sizes::flash_bwd_workspace_bytes_h200(s));
     const double fwd_exec = s.causal ? f / 4 : f / 2;
-    const double rate = cuda_sizes::flash_uses_hopper_h200(s, qkv.dtype) ? rates_.attention_bf16_bwd_sm90
-                        : qkv.dtype == DType::bf16                      ? rates_.attention_bf16
-                                                                        : rates_.attention_f32;
+    const double rate = cuda_sizes::flash_bwd_uses_hopper_h200(s, qkv.dtype) ? rates_.attention_bf16_bwd_sm90
+                        : qkv.dtype == DType::bf16                          ? rates_.attention_bf16
+                                                                            : rates_.attention_f32;
     account(f, 2.5 * fwd_exec, rate, b(qkv) + b(dout) + b(out) + b(lse) + b(dqkv));
   } else {
     const bool stored = probs.data != nullptr;
