@@ -33,6 +33,8 @@
 // sub-tile edge, so they are two products (40..63, 64..79). 4 x 32 heads, T 16384, causal: 35.4 ms = 388 TFLOP/s,
 // against 74.6 on the mma.sync kernel (v10 notes).
 #pragma once
+#include <type_traits>
+
 #include "flash_attn/bwd_kernel.cuh"
 #include "flash_attn/fwd_sm90.cuh"
 #include "flash_attn/tma.cuh"
@@ -278,6 +280,23 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       dq_pending = -1;
     }
   };
+  // Once this warpgroup's dQ products of query tile i are done: releases their dSᵀ stage d and returns the dQ tile
+  // stage to store into (after the dQ warp has read that stage's previous tile).
+  auto dq_tile_stage = [&](int d, int i) {
+    mbar_arrive(ds_empty + d);
+    const int jq = i % kDqStages;
+    if (i >= kDqStages) mbar_wait(dq_empty + jq, ((i / kDqStages) - 1) & 1);
+    return sdQ + jq * kBM * kD;
+  };
+  // This thread's half-row r of an m64nN dQ accumulator (row `row` of the tile, columns col0 + 8j + 2t, +1) into the
+  // dQ tile row dst, 16-byte chunks swizzled as dq_swizzle.
+  auto store_dq_row = [&](float* dst, int row, int r, int col0, const auto& acc) {
+    constexpr int kN = 2 * int(std::extent_v<std::remove_reference_t<decltype(acc)>>);
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j)
+      *reinterpret_cast<float2*>(dst + dq_swizzle(row, col0 + 8 * j + 2 * t, kD)) =
+          make_float2(acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]);
+  };
   // dQ of the i-th query tile (both warpgroups' dSᵀ in stage i % kDsStages), this warpgroup's columns, into the dQ
   // tile (once the dQ warp has read that stage's previous tile); handed over by publish_dq.
   auto dq_tile_one = [&](int i) {
@@ -294,18 +313,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     fence_regs(dv);
     fence_regs(dk);
     fence_regs(dq);
-    mbar_arrive(ds_empty + d);
-    const int jq = i % kDqStages;
-    if (i >= kDqStages) mbar_wait(dq_empty + jq, ((i / kDqStages) - 1) & 1);
-    float* sdq = sdQ + jq * kBM * kD;
+    float* sdq = dq_tile_stage(d, i);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = 16 * warp + g + 8 * r;
-      float* dst = sdq + row * kD;
-#pragma unroll
-      for (int j = 0; j < kDqN / 8; ++j)
-        *reinterpret_cast<float2*>(dst + dq_swizzle(row, c * kDqN + 8 * j + 2 * t, kD)) =
-            make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+      store_dq_row(sdq + row * kD, row, r, c * kDqN, dq);
     }
     dq_pending = i;
   };
@@ -337,24 +349,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     fence_regs(dk);
     fence_regs(dq1);
     if constexpr (n2 > 0) fence_regs(dq2);
-    mbar_arrive(ds_empty + d);
-    const int jq = i % kDqStages;
-    if (i >= kDqStages) mbar_wait(dq_empty + jq, ((i / kDqStages) - 1) & 1);
-    float* sdq = sdQ + jq * kBM * kD;
+    float* sdq = dq_tile_stage(d, i);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = 16 * warp + g + 8 * r;
-      float* dst = sdq + row * kD;
-#pragma unroll
-      for (int j = 0; j < n1 / 8; ++j)
-        *reinterpret_cast<float2*>(dst + dq_swizzle(row, lo + 8 * j + 2 * t, kD)) =
-            make_float2(dq1[4 * j + 2 * r], dq1[4 * j + 2 * r + 1]);
-      if constexpr (n2 > 0) {
-#pragma unroll
-        for (int j = 0; j < n2 / 8; ++j)
-          *reinterpret_cast<float2*>(dst + dq_swizzle(row, mid + 8 * j + 2 * t, kD)) =
-              make_float2(dq2[4 * j + 2 * r], dq2[4 * j + 2 * r + 1]);
-      }
+      store_dq_row(sdq + row * kD, row, r, lo, dq1);
+      if constexpr (n2 > 0) store_dq_row(sdq + row * kD, row, r, mid, dq2);
     }
     dq_pending = i;
   };
