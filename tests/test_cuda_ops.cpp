@@ -594,9 +594,11 @@ TEST_CASE("cuda cross_entropy matches cpu (losses, dlogits, dlogits aliasing log
   CAPTURE(seed);
   Rng rng(seed);
   for (int N : {1, 7, 100, 513})
-    for (int V : {16, 17, 1000, 10000})
+    for (int V : {16, 17, 1000, 10000, 151936})  // V % 8 == 0: the cluster kernel (151936: 4 CTAs a row in bf16,
+                                                  // 8 in f32); 17: the scalar one
       for (DType dt : {DType::f32, DType::bf16})
         for (int mode = 0; mode < 3; ++mode) {  // 0: losses only, 1: separate dlogits, 2: dlogits = logits
+          if (V > 10000 && N > 7) continue;  // the 8B vocab: a few rows
           CAPTURE(N, V, dn(dt), mode);
           const Vec logits = as_dtype(rng.uniform(int64_t(N) * V, -8.f, 8.f), dt);
           const auto targets = rng.ints(N, 0, V);
@@ -864,6 +866,14 @@ TEST_CASE("cuda ops: timings", "[.cuda-bench]") {
     Dev logits = rand_dev(rng, bf, {N, V}, -8.f, 8.f), loss = make(gpu(), f32, {N}),
         tgt = make_i32(gpu(), rng.ints(N, 0, int32_t(V)));
     bench_line("cross_entropy bf16", "16384x32000, dlogits in place",
+               median_ms([&] { gpu().cross_entropy(loss.t, logits.t, logits.t, tgt.t, 1.f / N); }), 2.0 * 2 * N * V,
+               0);
+  }
+  {  // the 8B head's chunk of v8-v10 (2560 tokens x vocab 151936; 3328 since v11)
+    const int64_t N = 2560, V = 151936;
+    Dev logits = rand_dev(rng, bf, {N, V}, -8.f, 8.f), loss = make(gpu(), f32, {N}),
+        tgt = make_i32(gpu(), rng.ints(N, 0, int32_t(V)));
+    bench_line("cross_entropy bf16", "2560x151936, dlogits in place",
                median_ms([&] { gpu().cross_entropy(loss.t, logits.t, logits.t, tgt.t, 1.f / N); }), 2.0 * 2 * N * V,
                0);
   }
