@@ -258,10 +258,15 @@ TEST_CASE("lm head: chunked logits + loss match the unchunked head", "[checkpoin
   }
 }
 
-TEST_CASE("lm head: the auto chunk keeps logits under 768 MiB", "[checkpointing][head]") {
-  // 8B shape: 32768 tokens x vocab 151936 in bf16 -> 2560-token chunks (742 MiB of logits)
-  CHECK(lm_head_chunk_rows(32768, 151936, DType::bf16, 0) == 2560);
-  CHECK(lm_head_chunk_rows(2048, 10000, DType::bf16, 0) == 2048);  // xl ctx 512 batch 4: one chunk
-  CHECK(lm_head_chunk_rows(100, 10000, DType::f32, 7) == 7);
-  CHECK(lm_head_chunk_rows(5, 10000, DType::f32, 7) == 5);
+TEST_CASE("lm head: the auto chunk keeps the head's buffers within 1 GiB", "[checkpointing][head]") {
+  // 8B shape: 32768 tokens x vocab 151936, d_model 4096, bf16 -> 3328-token chunks: (151936 + 2 x 4096) x 2 bytes
+  // per row = 1,065.8 MB (0.993 GiB); 3456 rows would be 1.03 GiB
+  CHECK(lm_head_chunk_rows(32768, 151936, 4096, DType::bf16, 0) == 3328);
+  const int64_t per_row = (151936 + 2 * 4096) * 2 + 4;
+  CHECK(3328 * per_row <= (int64_t(1) << 30));
+  CHECK((3328 + 128) * per_row > (int64_t(1) << 30));
+  CHECK(lm_head_chunk_rows(2048, 10000, 2560, DType::bf16, 0) == 2048);  // xl ctx 512 batch 4: one chunk
+  CHECK(lm_head_chunk_rows(100, 10000, 2560, DType::f32, 7) == 7);
+  CHECK(lm_head_chunk_rows(5, 10000, 2560, DType::f32, 7) == 5);
+  CHECK(lm_head_chunk_rows(1 << 20, 1 << 24, 4096, DType::f32, 0) == 128);  // at least 128 rows
 }

@@ -29,7 +29,7 @@ struct CheckpointingCfg {
   std::string policy = "selective";  // none | selective | full | every_k | sqrt | nested (model/activations.h)
   int k = 2;                         // every_k: blocks per recomputed segment
   std::optional<std::vector<int>> blocks;  // only these blocks are checkpointed (null: the policy's choice)
-  int lm_head_chunk_tokens = 0;      // tokens per chunk of the fused LM head + loss; 0: auto (<= 768 MiB of logits)
+  int lm_head_chunk_tokens = 0;      // tokens per chunk of the fused LM head + loss; 0: auto (<= 1 GiB of head buffers)
   bool keep_attention = false;       // recomputed blocks keep attention's output and logsumexp from the forward
 };
 

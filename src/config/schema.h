@@ -92,7 +92,8 @@ void fields(S& c, F&& f) {
     "selective"});
   f("lm_head_chunk_tokens", c.lm_head_chunk_tokens, {{"integer >= 0"},
     "tokens per chunk of the fused LM head + cross-entropy (logits, loss and their gradients in one pass); 0: "
-    "auto, the largest multiple of 128 whose logits take at most 768 MiB"});
+    "auto, the largest multiple of 128 whose head buffers (logits, the chunk's normed input and its gradient) take "
+    "at most 1 GiB"});
   f("keep_attention", c.keep_attention, {{"true | false"},
     "recomputed (checkpointed) blocks also keep attention's output O [N, d_model] and logsumexp from the forward, "
     "so their recompute runs the GEMMs but not the attention forward (at long context about half of a block's "

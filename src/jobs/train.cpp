@@ -67,7 +67,8 @@ nlohmann::json checkpointing_record(Model& model, int micro, int T) {
           {"segments", segs},
           {"recomputed_blocks_per_microbatch", recomputes},
           {"lm_head_chunk_tokens",
-           lm_head_chunk_rows(int64_t(micro) * T, model.dims().vocab_size, model.act_dtype(), p.lm_head_chunk_tokens)}};
+           lm_head_chunk_rows(int64_t(micro) * T, model.dims().vocab_size, model.dims().d_model, model.act_dtype(),
+                              p.lm_head_chunk_tokens)}};
 }
 
 }  // namespace
@@ -158,7 +159,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                  cfg.checkpointing.policy,
                  cfg.checkpointing.policy == "every_k" ? fmt::format(" (k {})", cfg.checkpointing.k) : "",
                  format_bytes(model.saved_bytes_per_block(micro, T)), recomputes, dims.num_layers,
-                 lm_head_chunk_rows(int64_t(micro) * T, dims.vocab_size, model.act_dtype(),
+                 lm_head_chunk_rows(int64_t(micro) * T, dims.vocab_size, dims.d_model, model.act_dtype(),
                                     cfg.checkpointing.lm_head_chunk_tokens));
   }
 

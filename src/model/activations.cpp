@@ -94,13 +94,16 @@ std::vector<Segment> ActivationPolicy::segments(int L) const {
   return out;
 }
 
-int64_t lm_head_chunk_rows(int64_t N, int64_t vocab, DType act, int chunk_tokens) {
+int64_t lm_head_chunk_rows(int64_t N, int64_t vocab, int64_t d_model, DType act, int chunk_tokens) {
   if (chunk_tokens > 0) return std::max<int64_t>(1, std::min<int64_t>(N, chunk_tokens));
-  // 768 MiB: each chunk after the first reads and writes the head's fp32 weight gradient [V, D] once more (dW += ...),
-  // so chunks should be few; the 8B shape (V 151936, D 4096): 2560-token chunks, 13 of them at 32768 tokens, the
-  // head category 0.76 GiB (with 768-token chunks the extra traffic cost 50 ms of a 720 ms 4-block step).
-  const int64_t budget = int64_t(768) << 20;
-  const int64_t rows = budget / std::max<int64_t>(1, vocab * int64_t(dtype_size(act))) / 128 * 128;
+  // 1 GiB of head buffers per chunk (Model::head: hf [C, D], rstd [C] f32, logits [C, V], dhf [C, D]; 4 KiB left for
+  // their alignment): each chunk after the first reads and writes the head's fp32 weight gradient [V, D] once more
+  // (dW += ...), so chunks should be few. The 8B shape (V 151936, D 4096, 32768 tokens): 3328-token chunks, 10 of
+  // them, the head category 0.993 GiB; 2560-token chunks (768 MiB of logits) took 2-5 ms more of a 690 ms 4-block
+  // step, 768-token chunks 50 ms more (results/NOTES.md v8, v11).
+  const int64_t budget = (int64_t(1) << 30) - 4096;
+  const int64_t per_row = (vocab + 2 * d_model) * int64_t(dtype_size(act)) + 4;
+  const int64_t rows = budget / std::max<int64_t>(1, per_row) / 128 * 128;
   return std::max<int64_t>(1, std::min<int64_t>(N, std::max<int64_t>(128, rows)));
 }
 

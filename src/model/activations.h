@@ -79,7 +79,8 @@ struct ActivationPolicy {
 };
 
 /// Rows per chunk of the fused LM head + loss for N tokens: lm_head_chunk_tokens if set (capped at N), else the
-/// largest multiple of 128 whose [chunk, vocab] logits in `act` take at most 768 MiB (at least 128, at most N).
-int64_t lm_head_chunk_rows(int64_t N, int64_t vocab, DType act, int lm_head_chunk_tokens);
+/// largest multiple of 128 whose head buffers in `act` (logits [chunk, vocab], the normed input and its gradient
+/// [chunk, d_model], fp32 rstd) take at most 1 GiB (at least 128, at most N).
+int64_t lm_head_chunk_rows(int64_t N, int64_t vocab, int64_t d_model, DType act, int lm_head_chunk_tokens);
 
 }  // namespace trainer

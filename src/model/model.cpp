@@ -602,7 +602,7 @@ void Model::head(bool backward_next) {
   // and Liger Kernel's fused linear cross-entropy do the same).
   ScopedRange range(be_, "lm_head", "block");
   const int64_t N = int64_t(rows_) * T_, D = dims_.d_model, V = dims_.vocab_size;
-  const int64_t C = lm_head_chunk_rows(N, V, act_dtype_, policy_.lm_head_chunk_tokens);
+  const int64_t C = lm_head_chunk_rows(N, V, D, act_dtype_, policy_.lm_head_chunk_tokens);
   const DType a = act_dtype_;
   Carver measure{nullptr, be_.device()};
   measure.take(a, {C, D});
