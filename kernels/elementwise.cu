@@ -37,6 +37,20 @@ __global__ __launch_bounds__(kThreads) void scale_kernel(T* __restrict__ x, int6
     x[i] = from_f32<T>(to_f32(x[i]) * alpha);
 }
 
+// hi = x rounded to TF32 (10 mantissa bits, nearest, ties away: cvt.rna.tf32.f32) as an fp32 value, lo = x - hi
+// (exact in fp32). Grid-stride over n.
+__global__ __launch_bounds__(kThreads) void split_tf32_kernel(float* __restrict__ hi, float* __restrict__ lo,
+                                                               const float* __restrict__ x, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = x[i];
+    uint32_t h;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(h) : "f"(v));
+    const float hv = __uint_as_float(h);
+    hi[i] = hv;
+    lo[i] = v - hv;
+  }
+}
+
 }  // namespace
 
 // ---- launchers ------------------------------------------------------------------------------------------------------
@@ -90,6 +104,12 @@ void scale(void* x, DType t, int64_t n, float alpha, cudaStream_t s) {
     using T = typename decltype(tag)::type;
     scale_kernel<T><<<elementwise_grid(n, kThreads), kThreads, 0, s>>>(static_cast<T*>(x), n, alpha);
   });
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void split_tf32(float* hi, float* lo, const float* x, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  split_tf32_kernel<<<elementwise_grid(n, kThreads), kThreads, 0, s>>>(hi, lo, x, n);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,4 +1,4 @@
-// Elementwise launchers: fill, cast (f32 <-> bf16), add_inplace, scale. Flat contiguous arrays of n elements.
+// Elementwise launchers: fill, cast (f32 <-> bf16), add_inplace, scale, split_tf32. Flat contiguous arrays of n elements.
 #pragma once
 #include "common.cuh"  // first: it sets fmt up for nvcc (see there)
 
@@ -14,5 +14,8 @@ void cast(void* dst, DType dst_t, const void* src, DType src_t, int64_t n, cudaS
 void add_inplace(void* x, DType tx, const void* y, DType ty, int64_t n, cudaStream_t s);
 /// x[i] *= alpha in fp32, stored back in t (f32 or bf16).
 void scale(void* x, DType t, int64_t n, float alpha, cudaStream_t s);
+/// The 3xTF32 split of fp32 x [n] (NVIDIA CUTLASS's "3xTF32" GEMMs; Ootomo & Yokota 2022, arXiv:2203.03341):
+/// hi[i] = x[i] rounded to TF32 (nearest), lo[i] = x[i] - hi[i], both fp32; hi, lo and x must not overlap.
+void split_tf32(float* hi, float* lo, const float* x, int64_t n, cudaStream_t s);
 
 }  // namespace trainer::kernels

@@ -110,7 +110,8 @@ def build_rows(records):
     row("parameters", lambda r: fmt_rate(get(r, "model", "parameters")))
     row("device", device_summary)
     row("precision", lambda r: f"{get(r, 'config', 'precision', default='-')}"
-        + (" +tf32" if get(r, "config", "allow_tf32") else ""))
+        + (f" {get(r, 'config', 'fp32_matmul')}" if get(r, "config", "fp32_matmul") not in (None, "ieee")
+           else (" +tf32" if get(r, "config", "allow_tf32") else "")))
     row("attention", lambda r: get(r, "config", "attention", default="-"), train_only=True)
     row("gemm autotune", gemm_summary)
     row("checkpointing", lambda r: get(r, "config", "checkpointing", "policy", default="-"), train_only=True)

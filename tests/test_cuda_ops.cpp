@@ -321,6 +321,68 @@ TEST_CASE("cuda matmul_add (residual in the epilogue) and autotuned matmul match
                   RuntimeError);
 }
 
+TEST_CASE("cuda fp32_matmul: 3xtf32 keeps fp32's error, tf32 has TF32's", "[cuda][matmul]") {
+  REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  Rng rng(seed);
+  std::unique_ptr<Backend> be[3];
+  const Fp32Matmul modes[3] = {Fp32Matmul::ieee, Fp32Matmul::tf32, Fp32Matmul::split3};
+  const char* names[3] = {"ieee", "tf32", "3xtf32"};
+  for (int i = 0; i < 3; ++i) {
+    BackendOptions opts;
+    opts.fp32_matmul = modes[i];
+    be[i] = make_backend(Device::cuda, 0, opts);
+  }
+  struct Case {
+    int M, N, K;
+    bool ta, tb, residual;
+  };
+  const Case cases[] = {{256, 384, 4096, false, true, false}, {100, 257, 1000, true, false, true},
+                        {7, 16, 17, false, false, false}, {513, 768, 768, true, true, true}};
+  for (const Case& c : cases) {
+    CAPTURE(c.M, c.N, c.K, c.ta, c.tb, c.residual);
+    const Vec a = rng.uniform(int64_t(c.M) * c.K, -1.f, 1.f), b = rng.uniform(int64_t(c.K) * c.N, -1.f, 1.f),
+              r = rng.uniform(int64_t(c.M) * c.N, -1.f, 1.f);
+    // fp64 reference of op(A) op(B) (+ R); A stored [M, K] or [K, M], B [K, N] or [N, K]
+    std::vector<double> ref(size_t(c.M) * c.N);
+    for (int i = 0; i < c.M; ++i)
+      for (int j = 0; j < c.N; ++j) {
+        double acc = c.residual ? double(r[size_t(i) * c.N + j]) : 0.0;
+        for (int k = 0; k < c.K; ++k) {
+          const double x = a[c.ta ? size_t(k) * c.M + i : size_t(i) * c.K + k];
+          const double y = b[c.tb ? size_t(j) * c.K + k : size_t(k) * c.N + j];
+          acc += x * y;
+        }
+        ref[size_t(i) * c.N + j] = acc;
+      }
+    double err[3];
+    for (int m = 0; m < 3; ++m) {
+      Backend& g = *be[m];
+      Dev ga = c.ta ? make_from(g, DType::f32, {c.K, c.M}, a) : make_from(g, DType::f32, {c.M, c.K}, a);
+      Dev gb = c.tb ? make_from(g, DType::f32, {c.N, c.K}, b) : make_from(g, DType::f32, {c.K, c.N}, b);
+      Dev gr = make_from(g, DType::f32, {c.M, c.N}, r), gc = make(g, DType::f32, {c.M, c.N});
+      g.fill(gc.t, std::numeric_limits<float>::quiet_NaN());
+      if (c.residual) g.matmul_add(gc.t, ga.t, c.ta, gb.t, c.tb, gr.t);
+      else g.matmul(gc.t, ga.t, c.ta, gb.t, c.tb, 1.f, 0.f);
+      const Vec got = download(g, gc.t);
+      double num = 0, den = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+        den += ref[i] * ref[i];
+      }
+      err[m] = std::isnan(num) ? std::numeric_limits<double>::infinity() : std::sqrt(num / den);
+      note(std::string("fp32_matmul ") + names[m] + " vs fp64 (normwise)", err[m], m == 1 ? 2e-3 : 2e-6);
+      if (c.residual) CHECK(download(g, gr.t) == r);  // the residual input is left as it was
+    }
+    INFO("normwise error vs fp64: ieee " << err[0] << ", tf32 " << err[1] << ", 3xtf32 " << err[2]);
+    CHECK(err[0] <= 2e-6);
+    CHECK(err[2] <= 2e-6);        // fp32's order (IEEE: ~1e-7; 3xTF32 drops terms of ~2^-21 relative)
+    CHECK(err[1] <= 2e-3);        // one TF32 product: ~2^-11 per operand
+    if (c.K >= 100) CHECK(err[1] > 20 * err[2]);  // the split products are not plain TF32 ones
+  }
+}
+
 TEST_CASE("cuda embedding_fwd / embedding_bwd match cpu", "[cuda][embedding]") {
   REQUIRE_GPU();
   const uint64_t seed = fresh_seed();

@@ -45,6 +45,13 @@ Tensor Buffer::view(DType t, std::initializer_list<int64_t> shape) const {
   return v;
 }
 
+Fp32Matmul parse_fp32_matmul(const std::string& name) {
+  if (name == "ieee") return Fp32Matmul::ieee;
+  if (name == "tf32") return Fp32Matmul::tf32;
+  TRAINER_CHECK(name == "3xtf32", "fp32_matmul '{}' is not ieee, tf32 or 3xtf32", name);
+  return Fp32Matmul::split3;
+}
+
 std::unique_ptr<Backend> make_backend(Device device, int device_index, const BackendOptions& opts) {
   if (device == Device::cpu) {
     auto be = std::make_unique<CpuBackend>();  // allocates nothing before this

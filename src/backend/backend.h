@@ -264,8 +264,15 @@ class ScopedRange {
   int kind_ = 0;  // 0 other, 1 phase, 2 block
 };
 
+/// How fp32 matrix products run on the GPU (config key fp32_matmul): IEEE fp32 on the CUDA cores, one TF32
+/// tensor-core product, or three (3xTF32: A B ~ Ah Bh + Ah Bl + Al Bh with X = Xh + Xl split at TF32 precision;
+/// Ootomo & Yokota 2022, arXiv:2203.03341; CUTLASS's 3xTF32 GEMMs): error of fp32's order at a third of the TF32 rate.
+enum class Fp32Matmul { ieee, tf32, split3 };
+/// "ieee", "tf32" or "3xtf32" (config.fp32_matmul; validated before) as the enum.
+Fp32Matmul parse_fp32_matmul(const std::string& name);
+
 struct BackendOptions {
-  bool allow_tf32 = false;     // fp32 matmuls may use TF32 tensor cores (cuda)
+  Fp32Matmul fp32_matmul = Fp32Matmul::ieee;  // fp32 matrix products (cuda)
   bool gemm_autotune = false;  // time cuBLASLt's candidate algorithms per shape on first use, keep the fastest (cuda)
   /// Logs every allocation and free from the backend's construction on (profile.memory_timeline); owned by the
   /// caller, who keeps it alive past the backend (the backend's own buffers are freed in its destructor).

@@ -34,6 +34,13 @@ inline size_t scratch_grown(size_t have, size_t need) {
   return (want + kScratchRound - 1) / kScratchRound * kScratchRound;
 }
 
+/// fp32_matmul "3xtf32": the split operands of one fp32 product, hi and lo of A and of B, each in its operand's layout
+/// (span_a / span_b elements from the first to the last one touched), every part 256-byte aligned.
+inline size_t split_tf32_bytes(int64_t span_a, int64_t span_b) {
+  const auto part = [](int64_t n) { return (size_t(n) * sizeof(float) + 255) / 256 * 256; };
+  return 2 * (part(span_a) + part(span_b));
+}
+
 /// rmsnorm_bwd's scratch: one fp32 dw row [D] per block.
 inline size_t rmsnorm_bwd_scratch_bytes(int64_t N, int D) {
   return size_t(std::min<int64_t>(N, kRmsnormBwdBlocks)) * size_t(D) * sizeof(float);

@@ -108,7 +108,7 @@ struct RunConfig {
   std::string device = "auto";     // auto (cuda when available) | cpu | cuda
   std::string precision = "fp32";  // fp32 | bf16 (mixed: fp32 master weights, bf16 activations; cuda only) |
                                    //   bf16_pure (weights, gradients, AdamW state and activations in bf16)
-  bool allow_tf32 = false;
+  std::string fp32_matmul = "ieee";  // ieee | tf32 | 3xtf32 (cuda; see schema.h)
   bool gemm_autotune = true;       // cuda: time cuBLASLt's candidate algorithms per GEMM shape once, keep the fastest
   std::string attention = "auto";  // auto (flash2 for bf16 on cuda, else naive) | naive | flash2
   bool cuda_graph = false;

@@ -166,6 +166,10 @@ void read_section(const json& j, S& s, const std::string& prefix) {
       found = true;
       read_value(v, member, prefix + k);
     });
+    if (!found && prefix.empty() && k == "allow_tf32")  // renamed (2026-12-02): one key for how fp32 products run
+      throw ConfigError(fmt::format("config: 'allow_tf32' was replaced by 'fp32_matmul': \"tf32\" for true, \"ieee\" "
+                                    "for false (\"3xtf32\": fp32-accurate products on the tensor cores); got {}",
+                                    describe(v)));
     if (!found) unknown_key(s, prefix, k);
   }
 }

@@ -28,6 +28,7 @@ inline const Names kJobs{"train", "attention_bench", "collective_bench"};
 inline const Names kDevices{"auto", "cpu", "cuda"};
 inline const Names kPrecisions{"fp32", "bf16", "bf16_pure"};
 inline const Names kAttention{"auto", "naive", "flash2"};
+inline const Names kFp32Matmul{"ieee", "tf32", "3xtf32"};
 inline const Names kCheckpointPolicies{"none", "selective", "full", "every_k", "sqrt", "nested"};
 inline const Names kStrategies{"none", "ddp_naive", "ddp_flat", "ddp_overlap", "ddp_bucketed", "zero1", "fsdp"};
 inline const Names kComms{"auto", "nccl", "mpi"};
@@ -213,7 +214,11 @@ void fields(S& c, F&& f) {
     "bf16: fp32 master weights, grads and optimizer state, bf16 matmuls and activations (cuda only); bf16_pure: "
     "weights, grads and AdamW m, v stored in bf16 as the leaderboard's reference model has them (AdamW computed in "
     "fp32, rounded once; activations bf16 on cuda, fp32 on the cpu backend, which emulates the bf16 storage)"});
-  f("allow_tf32", c.allow_tf32, {{"true | false"}, "let fp32 matmuls use TF32 tensor cores (cuda)"});
+  f("fp32_matmul", c.fp32_matmul, {{"{}", &kFp32Matmul},
+    "cuda, fp32 matrix products (the model's GEMMs and naive attention's): ieee: CUDA cores, IEEE fp32; tf32: one "
+    "TF32 tensor-core product (10-bit mantissas, ~1e-3 relative error); 3xtf32: three TF32 products of the operands "
+    "split into high and low parts (fp32-order error; ~2.5x the ieee rate on an H200; a workspace holds the split "
+    "operands)"});
   f("gemm_autotune", c.gemm_autotune, {{"true | false"},
     "cuda: on the first call of each GEMM shape, time cuBLASLt's candidate algorithms and keep the fastest"});
   f("attention", c.attention, {{"{}", &kAttention},

@@ -193,7 +193,7 @@ nlohmann::json run_attention_bench(const RunConfig& cfg, const RunContext& ctx) 
 nlohmann::json run_attention_bench(const RunConfig& cfg, const RunContext& ctx, const AttentionBenchOptions& o) {
   const Device dev = cfg.device == "cuda" ? Device::cuda : Device::cpu;
   BackendOptions bopts;
-  bopts.allow_tf32 = cfg.allow_tf32;
+  bopts.fp32_matmul = parse_fp32_matmul(cfg.fp32_matmul);
   bopts.gemm_autotune = cfg.gemm_autotune;
   const std::string description = make_backend(dev, ctx.local_rank, bopts)->description();
   spdlog::info("attention_bench on {}: grids {}, warm-up {}, iterations {}", description, o.grids.size(),

@@ -27,7 +27,7 @@ AttentionBenchOptions attention_bench_options(const RunConfig& cfg);
 
 nlohmann::json run_attention_bench(const RunConfig& cfg, const RunContext& ctx);
 
-/// As run_attention_bench(cfg, ctx) with explicit options (cfg gives device, allow_tf32 and profile.nvtx).
+/// As run_attention_bench(cfg, ctx) with explicit options (cfg gives device, fp32_matmul and profile.nvtx).
 /// Raises ConfigError for an unknown grid name.
 nlohmann::json run_attention_bench(const RunConfig& cfg, const RunContext& ctx, const AttentionBenchOptions& o);
 

@@ -24,10 +24,13 @@ namespace trainer {
 
 namespace {
 
-// Peak dense rates used for MFU, measured on one H200 (ANCHORS.md): bf16 GEMM 756 TFLOP/s, fp32 (no TF32) 51.
+// Peak dense rates used for MFU, measured on one H200 (ANCHORS.md): bf16 GEMM 756 TFLOP/s, fp32 (no TF32) 51, TF32
+// 378; 3xTF32 does three TF32 products per fp32 one (126).
 double peak_tflops(const RunConfig& c) {
   if (c.device != "cuda") return 0.0;
-  return bf16_precision(c.precision) ? 756.0 : (c.allow_tf32 ? 378.0 : 51.0);
+  if (bf16_precision(c.precision)) return 756.0;
+  const Fp32Matmul m = parse_fp32_matmul(c.fp32_matmul);
+  return m == Fp32Matmul::ieee ? 51.0 : (m == Fp32Matmul::tf32 ? 378.0 : 126.0);
 }
 
 std::string fmt_rate(double tok_s) {
@@ -100,7 +103,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   using nlohmann::json;
   const Device dev = cfg.device == "cuda" ? Device::cuda : Device::cpu;
   BackendOptions bopts;
-  bopts.allow_tf32 = cfg.allow_tf32;
+  bopts.fp32_matmul = parse_fp32_matmul(cfg.fp32_matmul);
   bopts.gemm_autotune = cfg.gemm_autotune;
   bopts.memory_timeline = ctx.memory_timeline;  // before anything is allocated; main() writes it
   auto be = make_backend(dev, ctx.local_rank, bopts);

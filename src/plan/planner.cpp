@@ -60,7 +60,7 @@ Plan make_plan(const RunConfig& cfg, int world_size, int rank) {
   p.device_memory_bytes = dev == Device::cuda ? kH200MemoryBytes : 0;
 
   QuietLog quiet;
-  MetaBackend be(dev, cfg.allow_tf32);
+  MetaBackend be(dev, parse_fp32_matmul(cfg.fp32_matmul));
   MetaCommunicator comm(rank, world_size, p.comm, p.bus_bandwidth);
   TrainSetup s = setup_training(cfg, be, &comm, world_size, /*init_weights=*/false);
   p.tokens_per_step = s.shape.global_tokens;
@@ -138,6 +138,7 @@ nlohmann::json Plan::to_json() const {
            {{"device", rates.device},
             {"gemm_bf16_flops_per_s", rates.gemm_bf16},
             {"gemm_f32_flops_per_s", rates.gemm_f32},
+            {"fp32_matmul", rates.gemm_f32_mode},
             {"gemm_efficiency", rates.gemm_efficiency},
             {"attention_bf16_flops_per_s", rates.attention_bf16},
             {"attention_bf16_sm90_fwd_flops_per_s", rates.attention_bf16_fwd_sm90},
@@ -186,10 +187,12 @@ std::string Plan::table() const {
                    flops / 1e12, executed_flops / 1e12, bytes_moved / 1e9, comm_bytes / 1e9);
   t += fmt::format("predicted step: {} = {} compute + {} memory-bound + {} communication (no overlap assumed)\n",
                    fmt_time(time_s), fmt_time(compute_s), fmt_time(memory_s), fmt_time(comm_s));
-  t += fmt::format("assumed rates ({}): GEMM bf16 {:.4g} TFLOP/s, fp32 {:.4g} (efficiency {:.2f} of peak), attention "
+  t += fmt::format("assumed rates ({}): GEMM bf16 {:.4g} TFLOP/s, fp32{} {:.4g} (efficiency {:.2f} of peak), attention "
                    "bf16 {:.4g} TFLOP/s (Hopper kernels: forward {:.4g}, backward {:.4g}), fp32 {:.4g}, memory {:.4g} "
                    "TB/s, collectives {:.4g} GB/s bus bandwidth\n",
-                   rates.device, rates.gemm_bf16 / 1e12, rates.gemm_f32 / 1e12, rates.gemm_efficiency,
+                   rates.device, rates.gemm_bf16 / 1e12,
+                   rates.gemm_f32_mode.empty() ? "" : fmt::format(" ({})", rates.gemm_f32_mode), rates.gemm_f32 / 1e12,
+                   rates.gemm_efficiency,
                    rates.attention_bf16 / 1e12, rates.attention_bf16_fwd_sm90 / 1e12,
                    rates.attention_bf16_bwd_sm90 / 1e12, rates.attention_f32 / 1e12, rates.memory_bandwidth / 1e12,
                    bus_bandwidth / 1e9);

@@ -20,7 +20,7 @@ SOURCE_DIR = pathlib.Path(os.environ.get("TRAINER_SOURCE_DIR", pathlib.Path(__fi
 CONFIGS = SOURCE_DIR / "configs"
 
 TOP_LEVEL_KEYS = {
-    "job", "name", "model", "device", "precision", "allow_tf32", "gemm_autotune", "attention", "cuda_graph",
+    "job", "name", "model", "device", "precision", "fp32_matmul", "gemm_autotune", "attention", "cuda_graph",
     "checkpointing", "parallel", "optimizer", "data", "bench", "init", "output", "profile", "collective",
 }
 
@@ -103,6 +103,18 @@ def case_unknown_top_key(tmp):
     cfg = tiny_config(tmp)
     cfg["devicee"] = "cpu"
     return [write_json(tmp / "c.json", cfg)], ["unknown key 'devicee'"]
+
+
+def case_renamed_allow_tf32(tmp):
+    cfg = tiny_config(tmp)
+    cfg["allow_tf32"] = True
+    return [write_json(tmp / "c.json", cfg)], ["'allow_tf32' was replaced by 'fp32_matmul'", '"tf32" for true']
+
+
+def case_unknown_fp32_matmul(tmp):
+    cfg = tiny_config(tmp)
+    cfg["fp32_matmul"] = "tf16"
+    return [write_json(tmp / "c.json", cfg)], ["fp32_matmul", "tf16", "3xtf32"]
 
 
 def case_unknown_nested_key(tmp):

@@ -97,8 +97,7 @@ CudaBackend::CudaBackend(int local_rank, const BackendOptions& opts) : opts_(opt
   workspace_ = alloc(kWorkspaceBytes, Category::workspace);
   reduce_partials_ = alloc(cuda_sizes::reduce_partials_bytes(), Category::workspace);
   CUDA_CHECK(cudaMallocHost(&host_result_, sizeof(double)));
-  blas_ = std::make_unique<CublasLtMatmul>(workspace_.data(), workspace_.bytes(), opts_.allow_tf32,
-                                           opts_.gemm_autotune);
+  blas_ = std::make_unique<CublasLtMatmul>(workspace_.data(), workspace_.bytes(), opts_.gemm_autotune);
 }
 
 CudaBackend::~CudaBackend() {
@@ -106,6 +105,7 @@ CudaBackend::~CudaBackend() {
   blas_.reset();
   workspace_.reset();
   scratch_.reset();
+  split_.reset();
   reduce_partials_.reset();
   rope_table_.reset();
   pool_.reset();  // the cached blocks go back to the driver (the stream is idle: synchronised above)
@@ -177,9 +177,33 @@ float CudaBackend::elapsed_ms(Event& start, Event& end) {
 
 // ---- ops ------------------------------------------------------------------------------------------------------------
 
-void CudaBackend::gemm(const GemmShape& g, void* C, const void* A, const void* B, float alpha, float beta,
+void CudaBackend::gemm(const GemmShape& shape, void* C, const void* A, const void* B, float alpha, float beta,
                        const void* C_in) {
-  blas_->gemm(g, C, A, B, alpha, beta, stream_, C_in);
+  GemmShape g = shape;
+  g.tf32 = g.ab == DType::f32 && opts_.fp32_matmul != Fp32Matmul::ieee;
+  if (g.ab != DType::f32 || opts_.fp32_matmul != Fp32Matmul::split3) {
+    blas_->gemm(g, C, A, B, alpha, beta, stream_, C_in);
+    return;
+  }
+  // 3xTF32: A B ~ Al Bh + Ah Bl + Ah Bh (the small terms first; Al Bl, ~2^-22 relative, is left out), each a TF32
+  // product accumulated into C in fp32. The parts keep their operand's layout, so the three share g (and its plan).
+  const int64_t na = span_a(g), nb = span_b(g);
+  const size_t need = cuda_sizes::split_tf32_bytes(na, nb);
+  if (need > split_.bytes()) {  // grows as scratch does (the products queued before may still read the old block)
+    const size_t want = cuda_sizes::scratch_grown(split_.bytes(), need);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    split_.reset();
+    split_ = alloc(want, Category::workspace);
+  }
+  const size_t pa = cuda_sizes::split_tf32_bytes(na, 0) / 2, pb = cuda_sizes::split_tf32_bytes(0, nb) / 2;
+  char* base = static_cast<char*>(split_.data());
+  float *ah = reinterpret_cast<float*>(base), *al = reinterpret_cast<float*>(base + pa),
+        *bh = reinterpret_cast<float*>(base + 2 * pa), *bl = reinterpret_cast<float*>(base + 2 * pa + pb);
+  kernels::split_tf32(ah, al, static_cast<const float*>(A), na, stream_);
+  kernels::split_tf32(bh, bl, static_cast<const float*>(B), nb, stream_);
+  blas_->gemm(g, C, al, bh, alpha, beta, stream_, C_in);
+  blas_->gemm(g, C, ah, bl, alpha, 1.f, stream_);
+  blas_->gemm(g, C, ah, bh, alpha, 1.f, stream_);
 }
 
 GemmShape CudaBackend::matmul_shape(const Tensor& C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b) {

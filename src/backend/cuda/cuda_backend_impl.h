@@ -77,7 +77,8 @@ class CudaBackend final : public Backend {
   /// Stream order makes reuse safe. Grows (synchronising once, then freeing the old block) when too small.
   void* scratch(size_t bytes);
   double reduce(const Tensor& x, bool square);
-  /// Row-major product on the compute stream (see GemmShape); C_in: read in place of C for beta C (null: C).
+  /// Row-major product on the compute stream (see GemmShape); C_in: read in place of C for beta C (null: C). fp32
+  /// operands run as opts_.fp32_matmul says; 3xtf32: three TF32 products of the split operands (split_) into C.
   void gemm(const GemmShape& g, void* C, const void* A, const void* B, float alpha, float beta,
             const void* C_in = nullptr);
   /// matmul_add (checked by Backend): R goes in as cuBLASLt's C input, D is the output.
@@ -99,6 +100,7 @@ class CudaBackend final : public Backend {
   Buffer scratch_;          // per-op temporaries (attention scores, sort keys, partial sums)
   Buffer reduce_partials_;  // fp64 partial sums + the result of sum / sum_squares
   Buffer rope_table_;       // (cos, sin) [T, d_head/2] for rope_key_
+  Buffer split_;            // fp32_matmul 3xtf32: hi / lo parts of one product's A and B (cuda_sizes::split_tf32_bytes)
   std::tuple<int, int, float> rope_key_{0, 0, 0.f};  // (T, d_head, theta) of rope_table_
   double* host_result_ = nullptr;  // pinned, 1 double
   std::unique_ptr<CublasLtMatmul> blas_;

@@ -46,7 +46,8 @@ bool CublasLtMatmul::Key::operator==(const Key& o) const {
   const GemmShape& y = o.g;
   return x.M == y.M && x.N == y.N && x.K == y.K && x.trans_a == y.trans_a && x.trans_b == y.trans_b &&
          x.ab == y.ab && x.c == y.c && x.lda == y.lda && x.ldb == y.ldb && x.ldc == y.ldc && x.batch == y.batch &&
-         x.stride_a == y.stride_a && x.stride_b == y.stride_b && x.stride_c == y.stride_c && align_a == o.align_a &&
+         x.stride_a == y.stride_a && x.stride_b == y.stride_b && x.stride_c == y.stride_c && x.tf32 == y.tf32 &&
+         align_a == o.align_a &&
          align_b == o.align_b && align_c == o.align_c;
 }
 
@@ -57,12 +58,21 @@ size_t CublasLtMatmul::KeyHash::operator()(const Key& k) const {
   for (int64_t v : {g.M, g.N, g.K, g.lda, g.ldb, g.ldc, g.stride_a, g.stride_b, g.stride_c}) mix(uint64_t(v));
   mix(uint64_t(g.batch));
   mix(uint64_t(g.trans_a) | uint64_t(g.trans_b) << 1 | uint64_t(g.ab) << 2 | uint64_t(g.c) << 6 |
-      uint64_t(k.align_a) << 10 | uint64_t(k.align_b) << 18 | uint64_t(k.align_c) << 26);
+      uint64_t(k.align_a) << 10 | uint64_t(k.align_b) << 18 | uint64_t(k.align_c) << 26 | uint64_t(g.tf32) << 34);
   return h;
 }
 
-CublasLtMatmul::CublasLtMatmul(void* workspace, size_t workspace_bytes, bool allow_tf32, bool autotune)
-    : workspace_(workspace), workspace_bytes_(workspace_bytes), allow_tf32_(allow_tf32), autotune_(autotune) {
+int64_t span_a(const GemmShape& g) {
+  const int64_t rows = g.trans_a ? g.K : g.M, cols = g.trans_a ? g.M : g.K;
+  return int64_t(g.batch - 1) * g.stride_a + (rows - 1) * g.lda + cols;
+}
+int64_t span_b(const GemmShape& g) {
+  const int64_t rows = g.trans_b ? g.N : g.K, cols = g.trans_b ? g.K : g.N;
+  return int64_t(g.batch - 1) * g.stride_b + (rows - 1) * g.ldb + cols;
+}
+
+CublasLtMatmul::CublasLtMatmul(void* workspace, size_t workspace_bytes, bool autotune)
+    : workspace_(workspace), workspace_bytes_(workspace_bytes), autotune_(autotune) {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
 }
 
@@ -146,7 +156,7 @@ CublasLtMatmul::Plan CublasLtMatmul::make_plan(const Key& k, const void* A, cons
 void CublasLtMatmul::fill_plan(const Key& k, Plan& p, const void* A, const void* B, cudaStream_t stream) {
   const GemmShape& g = k.g;
   const cublasComputeType_t compute =
-      (g.ab == DType::f32 && allow_tf32_) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      (g.ab == DType::f32 && g.tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, compute, CUDA_R_32F));
   const cublasOperation_t op_first = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;   // cuBLASLt "A" = our B
   const cublasOperation_t op_second = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt "B" = our A

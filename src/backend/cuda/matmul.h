@@ -25,7 +25,13 @@ struct GemmShape {
   int64_t lda = 0, ldb = 0, ldc = 0;
   int batch = 1;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  bool tf32 = false;  // f32 A / B: one TF32 tensor-core product (CUBLAS_COMPUTE_32F_FAST_TF32), else IEEE fp32
 };
+
+/// Elements of A (of B) from the first to the last one the product reads: its [rows, cols] with row stride ld,
+/// `batch` of them stride_* apart (a contiguous operand: its numel).
+int64_t span_a(const GemmShape& g);
+int64_t span_b(const GemmShape& g);
 
 /// Owns a cuBLASLt handle and the cache; the workspace memory belongs to the caller (the backend's 32 MiB buffer).
 class CublasLtMatmul {
@@ -34,14 +40,14 @@ class CublasLtMatmul {
   /// C from cudaMalloc, so C itself is untouched; the stream is synchronised) and keep the fastest (the heuristic's
   /// first choice unless another is at least 3% faster). Without memory
   /// for the temporary C the heuristic's first choice is kept.
-  CublasLtMatmul(void* workspace, size_t workspace_bytes, bool allow_tf32, bool autotune = false);
+  CublasLtMatmul(void* workspace, size_t workspace_bytes, bool autotune = false);
   ~CublasLtMatmul();
   CublasLtMatmul(const CublasLtMatmul&) = delete;
   CublasLtMatmul& operator=(const CublasLtMatmul&) = delete;
 
   /// Enqueues the product on `stream`. Pointers need the alignment of their element type (checked); the alignment
   /// they actually have (up to 16 bytes) is part of the cache key, so an algorithm that needs 16-byte operands is
-  /// never used on less. fp32 uses CUBLAS_COMPUTE_32F (CUBLAS_COMPUTE_32F_FAST_TF32 when allow_tf32); bf16 uses
+  /// never used on less. fp32 uses CUBLAS_COMPUTE_32F (CUBLAS_COMPUTE_32F_FAST_TF32 when g.tf32); bf16 uses
   /// CUBLAS_COMPUTE_32F (fp32 accumulation) with C bf16 or f32. Aborts (fatal) when cuBLASLt has no algorithm.
   /// C_in (optional): read for beta C_in instead of C (same layout and alignment as C; cuBLASLt's separate C and D),
   /// so D = alpha op(A) op(B) + beta C_in leaves C_in untouched.
@@ -79,7 +85,6 @@ class CublasLtMatmul {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_;
   size_t workspace_bytes_;
-  bool allow_tf32_;
   bool autotune_;
   GemmTuning tuning_;
   std::unordered_map<Key, Plan, KeyHash> cache_;

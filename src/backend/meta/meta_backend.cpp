@@ -13,7 +13,7 @@ struct MetaEvent final : Event {};
 double b(const Tensor& t) { return double(t.bytes()); }
 }  // namespace
 
-MetaRates MetaRates::for_target(Device d, bool allow_tf32) {
+MetaRates MetaRates::for_target(Device d, Fp32Matmul fp32_matmul) {
   MetaRates r;
   if (d == Device::cuda) {
     // One H200 (shared/ANCHORS.md, 2026-11-29): bf16 GEMM 8192^3 756 TFLOP/s, fp32 GEMM 51 (TF32: about 378, half
@@ -25,7 +25,12 @@ MetaRates MetaRates::for_target(Device d, bool allow_tf32) {
     r.device = "cuda (H200)";
     r.gemm_efficiency = 0.88;
     r.gemm_bf16 = 756e12 * r.gemm_efficiency;
-    r.gemm_f32 = (allow_tf32 ? 378e12 : 51e12) * r.gemm_efficiency;
+    // fp32: IEEE 51, TF32 378; 3xTF32 (three TF32 products; the split passes are counted as bytes) 108, fitted to
+    // the xl fp32 step at ctx 512 (544 ms, results/NOTES.md v11): below a third of 378, its products run at ~325.
+    r.gemm_f32 = (fp32_matmul == Fp32Matmul::ieee ? 51e12 : (fp32_matmul == Fp32Matmul::tf32 ? 378e12 : 108e12)) *
+                 r.gemm_efficiency;
+    r.split_fp32_gemm = fp32_matmul == Fp32Matmul::split3;
+    r.gemm_f32_mode = fp32_matmul == Fp32Matmul::ieee ? "ieee" : (fp32_matmul == Fp32Matmul::tf32 ? "tf32" : "3xtf32");
     r.attention_bf16 = 215e12;
     r.attention_bf16_fwd_sm90 = 540e12;
     r.attention_bf16_bwd_sm90 = 400e12;
@@ -43,8 +48,8 @@ MetaRates MetaRates::for_target(Device d, bool allow_tf32) {
   return r;
 }
 
-MetaBackend::MetaBackend(Device target, bool allow_tf32)
-    : target_(target), rates_(MetaRates::for_target(target, allow_tf32)) {
+MetaBackend::MetaBackend(Device target, Fp32Matmul fp32_matmul)
+    : target_(target), rates_(MetaRates::for_target(target, fp32_matmul)) {
   if (cuda()) {  // what CudaBackend allocates at construction (cuda_backend.cpp)
     workspace_ = alloc(cuda_sizes::kCublasWorkspaceBytes, Category::workspace);
     reduce_partials_ = alloc(cuda_sizes::reduce_partials_bytes(), Category::workspace);
@@ -96,8 +101,19 @@ void MetaBackend::fill(Tensor t, float) { account(0, 0, 0, b(t)); }
 void MetaBackend::matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& B, bool, float, float beta) {
   const double M = double(C.rows()), N = double(C.cols()), K = double(trans_a ? A.rows() : A.cols());
   const double f = 2 * M * N * K;
+  double split_reads = 0;  // 3xTF32: the products read the parts (two more reads of A and B)
+  if (cuda() && rates_.split_fp32_gemm && A.dtype == DType::f32) {
+    account(0, 0, 0, 3 * (b(A) + b(B)));  // the split passes: read A and B, write their high and low parts
+    split_reads = 2 * (b(A) + b(B));
+    const size_t need = cuda_sizes::split_tf32_bytes(A.numel(), B.numel());
+    if (need > split_.bytes()) {  // grows as the CUDA backend's split buffer (cuda_backend.cpp, gemm)
+      const size_t want = cuda_sizes::scratch_grown(split_.bytes(), need);
+      split_.reset();
+      split_ = alloc(want, Category::workspace);
+    }
+  }
   account(f, f, A.dtype == DType::bf16 ? rates_.gemm_bf16 : rates_.gemm_f32,
-          b(A) + b(B) + b(C) * (beta != 0.f ? 2 : 1));
+          b(A) + b(B) + b(C) * (beta != 0.f ? 2 : 1) + split_reads);
 }
 
 void MetaBackend::embedding_fwd(Tensor out, const Tensor& tokens, const Tensor&) {

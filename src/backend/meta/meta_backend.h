@@ -17,7 +17,9 @@ namespace trainer {
 struct MetaRates {
   std::string device;              // "cuda (H200)" or "cpu (nominal)"
   double gemm_bf16 = 0;            // dense bf16 GEMM, already times gemm_efficiency
-  double gemm_f32 = 0;             // fp32 GEMM (TF32 when allowed), already times gemm_efficiency
+  double gemm_f32 = 0;             // fp32 GEMM (by fp32_matmul), already times gemm_efficiency
+  bool split_fp32_gemm = false;    // fp32_matmul 3xtf32: fp32 products split their operands (workspace, bytes)
+  std::string gemm_f32_mode;       // fp32_matmul: "ieee", "tf32" or "3xtf32"
   double gemm_efficiency = 1;      // fraction of the dense peak a training GEMM reaches
   double attention_bf16 = 0;       // flash2 attention, executed FLOPs per second (causal half counted): the
                                    //   mma.sync kernels (forward and backward)
@@ -27,7 +29,7 @@ struct MetaRates {
   double memory_bandwidth = 0;     // bytes read + written per second
   std::string source;              // where the numbers come from
   /// H200 figures (shared/ANCHORS.md) for Device::cuda, nominal CPU figures for Device::cpu.
-  static MetaRates for_target(Device d, bool allow_tf32);
+  static MetaRates for_target(Device d, Fp32Matmul fp32_matmul);
 };
 
 /// What the dry run's ops cost, summed.
@@ -44,7 +46,7 @@ struct MetaCost {
 class MetaBackend final : public Backend {
  public:
   /// A meta backend standing in for `target` (device() returns it, so tensors look as in a run).
-  explicit MetaBackend(Device target, bool allow_tf32 = false);
+  explicit MetaBackend(Device target, Fp32Matmul fp32_matmul = Fp32Matmul::ieee);
   ~MetaBackend() override;
   Device device() const override { return target_; }
   std::string name() const override { return target_ == Device::cuda ? "meta:cuda" : "meta:cpu"; }
@@ -102,7 +104,7 @@ class MetaBackend final : public Backend {
   MetaCost cost_;
   uintptr_t next_ = uintptr_t(1) << 46;  // fake addresses: far from any real mapping, 256-byte steps
   std::map<std::string, size_t> phase_high_;
-  Buffer workspace_, reduce_partials_, scratch_, rope_table_;  // cuda target: the CUDA backend's own allocations
+  Buffer workspace_, reduce_partials_, scratch_, rope_table_, split_;  // cuda target: the CUDA backend's own allocations
   int rope_T_ = 0, rope_d_ = 0;
 };
 
