@@ -114,7 +114,7 @@ struct MaxSum {
 };
 __device__ __forceinline__ MaxSum maxsum_merge(MaxSum a, MaxSum b) {
   const float m = fmaxf(a.m, b.m);
-  if (m == -INFINITY) return {m, 0.f};
+  if (m == -INFINITY) return {m, a.s + b.s};  // 0 + 0, or a NaN sum carried on
   return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
 }
 /// Merges MaxSum over the block (same rules as block_sum); `shared` needs 32 entries.

@@ -35,7 +35,7 @@ __global__ __launch_bounds__(kThreads) void cross_entropy_kernel(float* __restri
     if (x > acc.m) {
       acc.s = acc.s * expf(acc.m - x) + 1.f;  // exp(-inf) = 0 on the first element
       acc.m = x;
-    } else {
+    } else if (x != -INFINITY) {  // a -inf logit adds 0 (and -inf - -inf would be NaN); a NaN one adds NaN
       acc.s += expf(x - acc.m);
     }
   }
@@ -139,13 +139,19 @@ __global__ __launch_bounds__(kClusterThreads) void cross_entropy_cluster_kernel(
   }
   __syncthreads();
   MaxSum acc{-INFINITY, 0.f};
+  bool nan = false;  // fmaxf drops NaN: a NaN logit makes the sum NaN (and, through maxsum_merge, the row's lse)
   for (int i = threadIdx.x; i < cnt; i += blockDim.x) {
     float x[kVec];
     load8(seg + i * kVec, x);
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) acc.m = fmaxf(acc.m, x[k]);  // NaN is dropped here but kept by the sum below
+    for (int k = 0; k < kVec; ++k) {
+      acc.m = fmaxf(acc.m, x[k]);
+      nan |= x[k] != x[k];
+    }
   }
-  if (acc.m != -INFINITY) {  // also a NaN max (all of the thread's elements NaN): the sum then carries it
+  if (nan) {
+    acc.s = NAN;
+  } else if (acc.m != -INFINITY) {  // -inf logits add exp2(-inf) = 0
     const float ml = acc.m * kLog2e;
     for (int i = threadIdx.x; i < cnt; i += blockDim.x) {
       float x[kVec];
@@ -180,14 +186,20 @@ __global__ __launch_bounds__(kClusterThreads) void cross_entropy_cluster_kernel(
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-/// Whether the current device launches thread-block clusters (compute capability 9.0 or newer); cached per device.
-bool cluster_launch_ok() {
+/// Whether `kernel` can run its cluster code here: the device launches thread-block clusters (compute capability 9.0
+/// or newer) and the kernel's code was compiled for it (PTX 9.0 or newer; a build for sm_80 JIT-compiled on an H100
+/// holds the __trap() body). The device's capability is cached per device.
+template <class K>
+bool cluster_launch_ok(K kernel) {
   static int major[64] = {};
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   if (dev < 0 || dev >= 64) return false;
   if (major[dev] == 0) CUDA_CHECK(cudaDeviceGetAttribute(&major[dev], cudaDevAttrComputeCapabilityMajor, dev));
-  return major[dev] >= 9;
+  if (major[dev] < 9) return false;
+  cudaFuncAttributes a{};
+  CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
+  return a.ptxVersion >= 90;
 }
 
 }  // namespace
@@ -203,10 +215,10 @@ void cross_entropy(float* losses, void* dlogits, DType tdl, const void* logits, 
       using TD = typename decltype(ad)::type;
       const int64_t row_bytes = V * int64_t(sizeof(TL));
       const int cs = int(ceil_div(row_bytes, kMaxSegmentBytes));
-      if (aligned && cs <= kMaxCluster && cluster_launch_ok()) {
+      auto* kernel = cross_entropy_cluster_kernel<TL, TD>;
+      if (aligned && cs <= kMaxCluster && cluster_launch_ok(kernel)) {
         const int seg_vecs = int(ceil_div(V / kVec, int64_t(cs)));
         const size_t smem = size_t(seg_vecs) * kVec * sizeof(TL);
-        auto* kernel = cross_entropy_cluster_kernel<TL, TD>;
         set_smem(kernel, smem);
         cudaLaunchConfig_t cfg{};
         cfg.gridDim = dim3(unsigned(N * cs));

@@ -682,6 +682,57 @@ TEST_CASE("cuda cross_entropy matches cpu (losses, dlogits, dlogits aliasing log
         }
 }
 
+TEST_CASE("cuda cross_entropy: -inf and NaN logits, bad targets, mixed dtypes, in both kernels", "[cuda][cross_entropy]") {
+  REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  Rng rng(seed);
+  // V 17: the scalar kernel; 1024: the cluster kernel with one CTA a row; 151944 = 8 x 18993: clusters of 4 (bf16) and
+  // 8 (f32) CTAs whose last segment is shorter than the others.
+  for (int V : {17, 1024, 151944})
+    for (DType dt : {DType::f32, DType::bf16}) {
+      const DType dd = dt == DType::f32 ? DType::bf16 : DType::f32;  // dlogits in the other dtype
+      CAPTURE(V, dn(dt));
+      const int N = 5;
+      Vec x = as_dtype(rng.uniform(int64_t(N) * V, -4.f, 4.f), dt);
+      x[size_t(0) * V + 3] = -INFINITY;                             // row 0: a -inf logit: finite loss, dlogit 0
+      x[size_t(1) * V + size_t(V) / 2] = std::numeric_limits<float>::quiet_NaN();  // row 1: a NaN logit: NaN loss
+      const std::vector<int32_t> t = {0, 0, -1, V, 1};                // rows 2, 3: targets outside [0, V)
+      const float dscale = 0.25f;
+      Dev gl = make_from(gpu(), dt, {N, V}, x), gt = make_i32(gpu(), t), gloss = make(gpu(), DType::f32, {N}),
+          gd = make(gpu(), dd, {N, V});
+      poison(gloss.t);
+      poison(gd.t);
+      gpu().cross_entropy(gloss.t, gd.t, gl.t, gt.t, dscale);
+      const Vec loss = download(gpu(), gloss.t), d = download(gpu(), gd.t);
+      for (int n : {0, 4}) {  // fp64 reference of the finite rows
+        double m = -INFINITY, sum = 0;
+        for (int v = 0; v < V; ++v) m = std::max(m, double(x[size_t(n) * V + v]));
+        for (int v = 0; v < V; ++v) sum += std::exp(double(x[size_t(n) * V + v]) - m);
+        const double lse = m + std::log(sum), ref = lse - double(x[size_t(n) * V + t[size_t(n)]]);
+        CAPTURE(n, ref, loss[size_t(n)]);
+        CHECK(std::abs(double(loss[size_t(n)]) - ref) <= 1e-5 * (std::abs(ref) + 1));
+        double worst = 0;
+        for (int v = 0; v < V; ++v) {
+          const double want = dscale * (std::exp(double(x[size_t(n) * V + v]) - lse) - (v == t[size_t(n)] ? 1 : 0));
+          worst = std::max(worst, std::abs(double(d[size_t(n) * V + v]) - want) / dscale);
+        }
+        CHECK(worst <= (dd == DType::bf16 ? 4e-3 : 1e-5));  // dlogits / dscale lie in [-1, 1]
+      }
+      CHECK(d[3] == 0.f);  // exp(-inf - lse) = 0
+      for (int n : {1, 2, 3}) {
+        CAPTURE(n);
+        CHECK(std::isnan(loss[size_t(n)]));
+      }
+      for (int n : {2, 3}) {  // a bad target: the whole dlogits row is NaN
+        size_t not_nan = 0;
+        for (int v = 0; v < V; ++v) not_nan += !std::isnan(d[size_t(n) * V + v]);
+        CAPTURE(n);
+        CHECK(not_nan == 0);
+      }
+    }
+}
+
 TEST_CASE("cuda sum and sum_squares match cpu and are deterministic", "[cuda][reductions]") {
   REQUIRE_GPU();
   const uint64_t seed = fresh_seed();
