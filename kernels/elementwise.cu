@@ -38,14 +38,15 @@ __global__ __launch_bounds__(kThreads) void scale_kernel(T* __restrict__ x, int6
 }
 
 // hi = x rounded to TF32 (10 mantissa bits, nearest, ties away: cvt.rna.tf32.f32) as an fp32 value, lo = x - hi
-// (exact in fp32). Grid-stride over n.
+// (exact in fp32); where the rounding overflows (|x| near FLT_MAX, or x = +-inf) hi = x, lo = 0. Grid-stride over n.
 __global__ __launch_bounds__(kThreads) void split_tf32_kernel(float* __restrict__ hi, float* __restrict__ lo,
                                                                const float* __restrict__ x, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float v = x[i];
     uint32_t h;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(h) : "f"(v));
-    const float hv = __uint_as_float(h);
+    float hv = __uint_as_float(h & 0xffffe000u);  // PTX leaves the 13 low bits of the tf32 result unspecified
+    if (isinf(hv)) hv = v;  // +-inf (and finite values rounding past the largest float) stay whole: lo 0, not NaN
     hi[i] = hv;
     lo[i] = v - hv;
   }

@@ -124,7 +124,7 @@ __device__ __forceinline__ float exp2_fast(float x) {
 // Each fp32 operand x is split into hi = x rounded to TF32 (10-bit mantissa) and lo = x - hi (exact in fp32; the
 // tensor core reads its top 10 mantissa bits), and a b ~ a_lo b_hi + a_hi b_lo + a_hi b_hi (m16n8k8 .tf32 mma,
 // fp32 accumulation): the dropped a_lo b_lo and lo's truncation leave a relative error of about 2^-21 per product,
-// fp32's order, at a third of the TF32 rate (no TF32 rounding reaches the result: allow_tf32 stays false).
+// fp32's order, at a third of the TF32 rate (no TF32 rounding reaches the result, whatever fp32_matmul says).
 //
 // The fp32 fragment register is a Tf32Pair: the two fp32 values at the positions of one bf16 pair of the m16n8k16
 // layouts above, split. A k16 step of the bf16 kernels becomes two k8 mmas whose k slots are permuted within each

@@ -157,6 +157,13 @@ void read_value(const json& v, std::optional<T>& out, const std::string& key, bo
 }
 
 /// Overlays the keys of object `j` on section `s`; `prefix` is the dotted path of the section ("" or "model.").
+/// Top-level keys that were renamed: a config file or --set naming the old key gets the new one in its error.
+void renamed_key(const std::string& key, std::string_view context = {}) {
+  if (key == "allow_tf32")  // 2026-12-02: one key for how fp32 products run
+    throw ConfigError(fmt::format("config: 'allow_tf32' was replaced by 'fp32_matmul': \"tf32\" for true, \"ieee\" "
+                                  "for false (\"3xtf32\": fp32-accurate products on the tensor cores){}", context));
+}
+
 template <Section S>
 void read_section(const json& j, S& s, const std::string& prefix) {
   for (const auto& [k, v] : j.items()) {
@@ -166,10 +173,7 @@ void read_section(const json& j, S& s, const std::string& prefix) {
       found = true;
       read_value(v, member, prefix + k);
     });
-    if (!found && prefix.empty() && k == "allow_tf32")  // renamed (2026-12-02): one key for how fp32 products run
-      throw ConfigError(fmt::format("config: 'allow_tf32' was replaced by 'fp32_matmul': \"tf32\" for true, \"ieee\" "
-                                    "for false (\"3xtf32\": fp32-accurate products on the tensor cores); got {}",
-                                    describe(v)));
+    if (!found && prefix.empty()) renamed_key(k);
     if (!found) unknown_key(s, prefix, k);
   }
 }
@@ -335,6 +339,7 @@ void apply_override(json& full, const std::string& text) {
                    "config: '{}' has no element {} (it has {}){}", walked, part, node->size(), context);
       node = &(*node)[std::stoul(part)];
     } else {
+      if (walked.empty()) renamed_key(part, context);
       std::string best, hint;  // the nearest existing key at this level, within 2 edits, as for config files
       size_t best_d = 3;
       if (node->is_object())

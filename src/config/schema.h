@@ -93,8 +93,8 @@ void fields(S& c, F&& f) {
     "selective"});
   f("lm_head_chunk_tokens", c.lm_head_chunk_tokens, {{"integer >= 0"},
     "tokens per chunk of the fused LM head + cross-entropy (logits, loss and their gradients in one pass); 0: "
-    "auto, the largest multiple of 128 whose head buffers (logits, the chunk's normed input and its gradient) take "
-    "at most 1 GiB"});
+    "auto, the largest multiple of 128 (at least 128) whose head buffers (logits, the chunk's normed input, its "
+    "gradient, fp32 rstd) take at most 1 GiB"});
   f("keep_attention", c.keep_attention, {{"true | false"},
     "recomputed (checkpointed) blocks also keep attention's output O [N, d_model] and logsumexp from the forward, "
     "so their recompute runs the GEMMs but not the attention forward (at long context about half of a block's "
@@ -215,10 +215,11 @@ void fields(S& c, F&& f) {
     "weights, grads and AdamW m, v stored in bf16 as the leaderboard's reference model has them (AdamW computed in "
     "fp32, rounded once; activations bf16 on cuda, fp32 on the cpu backend, which emulates the bf16 storage)"});
   f("fp32_matmul", c.fp32_matmul, {{"{}", &kFp32Matmul},
-    "cuda, fp32 matrix products (the model's GEMMs and naive attention's): ieee: CUDA cores, IEEE fp32; tf32: one "
-    "TF32 tensor-core product (10-bit mantissas, ~1e-3 relative error); 3xtf32: three TF32 products of the operands "
-    "split into high and low parts (fp32-order error; ~2.5x the ieee rate on an H200; a workspace holds the split "
-    "operands)"});
+    "fp32 matrix products on cuda (ignored on cpu; replaces allow_tf32): ieee: CUDA cores, IEEE fp32; tf32: one TF32 "
+    "tensor-core product (10-bit mantissas, ~1e-3 relative error; naive attention's products too); 3xtf32: the "
+    "model's GEMMs as three TF32 products of operands split into high and low parts (fp32-order error, about 2x "
+    "the ieee GEMM rate on an H200; a workspace holds the split operands of the largest product; naive attention's "
+    "products stay IEEE)"});
   f("gemm_autotune", c.gemm_autotune, {{"true | false"},
     "cuda: on the first call of each GEMM shape, time cuBLASLt's candidate algorithms and keep the fastest"});
   f("attention", c.attention, {{"{}", &kAttention},

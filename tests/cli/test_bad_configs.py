@@ -111,6 +111,11 @@ def case_renamed_allow_tf32(tmp):
     return [write_json(tmp / "c.json", cfg)], ["'allow_tf32' was replaced by 'fp32_matmul'", '"tf32" for true']
 
 
+def case_renamed_allow_tf32_set(tmp):
+    return [write_json(tmp / "c.json", tiny_config(tmp)), "--set", "allow_tf32=true"], [
+        "'allow_tf32' was replaced by 'fp32_matmul'", "(in --set allow_tf32=true)"]
+
+
 def case_unknown_fp32_matmul(tmp):
     cfg = tiny_config(tmp)
     cfg["fp32_matmul"] = "tf16"

@@ -178,10 +178,11 @@ float CudaBackend::elapsed_ms(Event& start, Event& end) {
 // ---- ops ------------------------------------------------------------------------------------------------------------
 
 void CudaBackend::gemm(const GemmShape& shape, void* C, const void* A, const void* B, float alpha, float beta,
-                       const void* C_in) {
+                       const void* C_in, bool model_product) {
   GemmShape g = shape;
-  g.tf32 = g.ab == DType::f32 && opts_.fp32_matmul != Fp32Matmul::ieee;
-  if (g.ab != DType::f32 || opts_.fp32_matmul != Fp32Matmul::split3) {
+  const bool split = g.ab == DType::f32 && opts_.fp32_matmul == Fp32Matmul::split3 && model_product;
+  g.tf32 = g.ab == DType::f32 && (opts_.fp32_matmul == Fp32Matmul::tf32 || split);
+  if (!split) {
     blas_->gemm(g, C, A, B, alpha, beta, stream_, C_in);
     return;
   }
@@ -243,7 +244,7 @@ void CudaBackend::matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& 
       kernels::scale(C.data, C.dtype, C.numel(), beta, stream_);
     return;
   }
-  gemm(g, C.data, A.data, B.data, alpha, beta);
+  gemm(g, C.data, A.data, B.data, alpha, beta, nullptr, /*model_product=*/true);
 }
 
 void CudaBackend::matmul_residual(Tensor D, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
@@ -256,7 +257,7 @@ void CudaBackend::matmul_residual(Tensor D, const Tensor& A, bool trans_a, const
     copy(D.data, R.data, D.bytes());
     return;
   }
-  gemm(g, D.data, A.data, B.data, 1.f, 1.f, R.data);
+  gemm(g, D.data, A.data, B.data, 1.f, 1.f, R.data, /*model_product=*/true);
 }
 
 void CudaBackend::embedding_fwd(Tensor out, const Tensor& tokens, const Tensor& table) {

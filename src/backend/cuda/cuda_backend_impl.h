@@ -78,9 +78,11 @@ class CudaBackend final : public Backend {
   void* scratch(size_t bytes);
   double reduce(const Tensor& x, bool square);
   /// Row-major product on the compute stream (see GemmShape); C_in: read in place of C for beta C (null: C). fp32
-  /// operands run as opts_.fp32_matmul says; 3xtf32: three TF32 products of the split operands (split_) into C.
+  /// operands run as opts_.fp32_matmul says; 3xtf32 (the model's matmul / matmul_add, `model_product`): three TF32
+  /// products of the split operands (split_) into C. Naive attention's batched products are not split (3xtf32 runs
+  /// them IEEE): their operands (all heads' scores) would make the split workspace as large as the scores.
   void gemm(const GemmShape& g, void* C, const void* A, const void* B, float alpha, float beta,
-            const void* C_in = nullptr);
+            const void* C_in = nullptr, bool model_product = false);
   /// matmul_add (checked by Backend): R goes in as cuBLASLt's C input, D is the output.
   void matmul_residual(Tensor D, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b,
                        const Tensor& R) override;
