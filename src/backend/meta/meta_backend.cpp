@@ -19,7 +19,8 @@ MetaRates MetaRates::for_target(Device d, Fp32Matmul fp32_matmul) {
     // One H200 (shared/ANCHORS.md, 2026-11-29): bf16 GEMM 8192^3 756 TFLOP/s, fp32 GEMM 51 (TF32: about 378, half
     // the bf16 rate), device copy 4.2 TB/s. The training GEMMs of xl and the 8B model ran at 650-700 TFLOP/s
     // (results/NOTES.md v0-v3). Flash attention, executed (causal) FLOPs: the Hopper kernels (d 64 / 80 / 128)
-    // forward 474-577 and backward ~390-450 TFLOP/s at T 16384 (kernels/flash_attn/NOTES.md, v7 and v10); the
+    // forward 474-577 and backward ~390-450 TFLOP/s at T 16384 (kernels/flash_attn/NOTES.md, v7 and v10; the d 128
+    // backward 474-510: the 8B proxy's 46.4 ms a block and 16 x 128 at T 16384, results/NOTES.md v11); the
     // mma.sync kernels (other head dims, fp32 inputs, few tiles) fitted to the xl ctx 16384 / 32768 steps of v8, when
     // d 80 still ran them (results/NOTES.md v9).
     r.device = "cuda (H200)";
@@ -34,6 +35,7 @@ MetaRates MetaRates::for_target(Device d, Fp32Matmul fp32_matmul) {
     r.attention_bf16 = 215e12;
     r.attention_bf16_fwd_sm90 = 540e12;
     r.attention_bf16_bwd_sm90 = 400e12;
+    r.attention_bf16_bwd_sm90_d128 = 480e12;
     r.attention_f32 = 100e12;  // flash2 fp32 runs as 3xTF32: assumed ~1/4 of the bf16 kernel
     r.memory_bandwidth = 4.2e12;
     r.source = "H200 measurements in shared/ANCHORS.md (GEMM peaks times gemm_efficiency; attention fp32 assumed)";
@@ -41,7 +43,8 @@ MetaRates MetaRates::for_target(Device d, Fp32Matmul fp32_matmul) {
     r.device = "cpu (nominal)";
     r.gemm_efficiency = 1;
     r.gemm_bf16 = r.gemm_f32 = 50e9;  // OpenBLAS sgemm on a few cores: nominal
-    r.attention_bf16 = r.attention_f32 = r.attention_bf16_fwd_sm90 = r.attention_bf16_bwd_sm90 = 10e9;
+    r.attention_bf16 = r.attention_f32 = r.attention_bf16_fwd_sm90 = r.attention_bf16_bwd_sm90 =
+        r.attention_bf16_bwd_sm90_d128 = 10e9;
     r.memory_bandwidth = 10e9;
     r.source = "nominal figures for a small multi-core CPU (not measured)";
   }
@@ -176,7 +179,8 @@ void MetaBackend::attention_bwd(AttnImpl impl, const AttnShape& s, Tensor dqkv, 
   if (flash) {  // recomputes S and P: 2.5x the forward's executed FLOPs
     if (cuda()) scratch(cuda_sizes::flash_bwd_workspace_bytes_h200(s));
     const double fwd_exec = s.causal ? f / 4 : f / 2;
-    const double rate = cuda_sizes::flash_bwd_uses_hopper_h200(s, qkv.dtype) ? rates_.attention_bf16_bwd_sm90
+    const double sm90_bwd = s.d_head == 128 ? rates_.attention_bf16_bwd_sm90_d128 : rates_.attention_bf16_bwd_sm90;
+    const double rate = cuda_sizes::flash_bwd_uses_hopper_h200(s, qkv.dtype) ? sm90_bwd
                         : qkv.dtype == DType::bf16                          ? rates_.attention_bf16
                                                                             : rates_.attention_f32;
     account(f, 2.5 * fwd_exec, rate, b(qkv) + b(dout) + b(out) + b(lse) + b(dqkv));

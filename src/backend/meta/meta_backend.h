@@ -23,8 +23,9 @@ struct MetaRates {
   double gemm_efficiency = 1;      // fraction of the dense peak a training GEMM reaches
   double attention_bf16 = 0;       // flash2 attention, executed FLOPs per second (causal half counted): the
                                    //   mma.sync kernels (forward and backward)
-  double attention_bf16_fwd_sm90 = 0;  // the Hopper (wgmma) kernels: forward, backward
-  double attention_bf16_bwd_sm90 = 0;
+  double attention_bf16_fwd_sm90 = 0;       // the Hopper (wgmma) kernels: forward,
+  double attention_bf16_bwd_sm90 = 0;       //   backward at d 64 / 80
+  double attention_bf16_bwd_sm90_d128 = 0;  //   backward at d 128
   double attention_f32 = 0;
   double memory_bandwidth = 0;     // bytes read + written per second
   std::string source;              // where the numbers come from
