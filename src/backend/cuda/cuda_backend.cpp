@@ -151,14 +151,16 @@ void CudaBackend::fill(Tensor t, float value) {
 
 void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
-void* CudaBackend::scratch(size_t bytes) {
-  if (bytes <= scratch_.bytes()) return scratch_.data();
-  const size_t want = cuda_sizes::scratch_grown(scratch_.bytes(), bytes);  // whole MiB, at least 1.5x
+void* CudaBackend::grown(Buffer& b, size_t bytes) {
+  if (bytes <= b.bytes()) return b.data();
+  const size_t want = cuda_sizes::scratch_grown(b.bytes(), bytes);  // whole MiB, at least 1.5x
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // kernels already enqueued may still read the old block
-  scratch_.reset();
-  scratch_ = alloc(want, Category::workspace);
-  return scratch_.data();
+  b.reset();
+  b = alloc(want, Category::workspace);
+  return b.data();
 }
+
+void* CudaBackend::scratch(size_t bytes) { return grown(scratch_, bytes); }
 
 // ---- timing ---------------------------------------------------------------------------------------------------------
 
@@ -189,15 +191,8 @@ void CudaBackend::gemm(const GemmShape& shape, void* C, const void* A, const voi
   // 3xTF32: A B ~ Al Bh + Ah Bl + Ah Bh (the small terms first; Al Bl, ~2^-22 relative, is left out), each a TF32
   // product accumulated into C in fp32. The parts keep their operand's layout, so the three share g (and its plan).
   const int64_t na = span_a(g), nb = span_b(g);
-  const size_t need = cuda_sizes::split_tf32_bytes(na, nb);
-  if (need > split_.bytes()) {  // grows as scratch does (the products queued before may still read the old block)
-    const size_t want = cuda_sizes::scratch_grown(split_.bytes(), need);
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    split_.reset();
-    split_ = alloc(want, Category::workspace);
-  }
+  char* base = static_cast<char*>(grown(split_, cuda_sizes::split_tf32_bytes(na, nb)));
   const size_t pa = cuda_sizes::split_tf32_bytes(na, 0) / 2, pb = cuda_sizes::split_tf32_bytes(0, nb) / 2;
-  char* base = static_cast<char*>(split_.data());
   float *ah = reinterpret_cast<float*>(base), *al = reinterpret_cast<float*>(base + pa),
         *bh = reinterpret_cast<float*>(base + 2 * pa), *bl = reinterpret_cast<float*>(base + 2 * pa + pb);
   kernels::split_tf32(ah, al, static_cast<const float*>(A), na, stream_);

@@ -76,6 +76,9 @@ class CudaBackend final : public Backend {
   /// At least `bytes` of device memory (256-byte aligned) for the op being enqueued; valid until the next call.
   /// Stream order makes reuse safe. Grows (synchronising once, then freeing the old block) when too small.
   void* scratch(size_t bytes);
+  /// `b` with at least `bytes` (the scratch rule: grown to max(bytes, 1.5x) in whole MiB after a stream
+  /// synchronisation, Category::workspace); returns its data.
+  void* grown(Buffer& b, size_t bytes);
   double reduce(const Tensor& x, bool square);
   /// Row-major product on the compute stream (see GemmShape); C_in: read in place of C for beta C (null: C). fp32
   /// operands run as opts_.fp32_matmul says; 3xtf32 (the model's matmul / matmul_add, `model_product`): three TF32

@@ -89,12 +89,14 @@ void MetaBackend::account(double flops, double executed, double rate, double byt
   else cost_.memory_s += tm;
 }
 
-void MetaBackend::scratch(size_t bytes) {
-  if (!cuda() || bytes <= scratch_.bytes()) return;
-  const size_t want = cuda_sizes::scratch_grown(scratch_.bytes(), bytes);
-  scratch_.reset();
-  scratch_ = alloc(want, Category::workspace);
+void MetaBackend::grow(Buffer& b, size_t bytes) {
+  if (!cuda() || bytes <= b.bytes()) return;
+  const size_t want = cuda_sizes::scratch_grown(b.bytes(), bytes);
+  b.reset();
+  b = alloc(want, Category::workspace);
 }
+
+void MetaBackend::scratch(size_t bytes) { grow(scratch_, bytes); }
 
 std::unique_ptr<Event> MetaBackend::make_event() { return std::make_unique<MetaEvent>(); }
 
@@ -108,12 +110,7 @@ void MetaBackend::matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& 
   if (cuda() && rates_.split_fp32_gemm && A.dtype == DType::f32) {
     account(0, 0, 0, 3 * (b(A) + b(B)));  // the split passes: read A and B, write their high and low parts
     split_reads = 2 * (b(A) + b(B));
-    const size_t need = cuda_sizes::split_tf32_bytes(A.numel(), B.numel());
-    if (need > split_.bytes()) {  // grows as the CUDA backend's split buffer (cuda_backend.cpp, gemm)
-      const size_t want = cuda_sizes::scratch_grown(split_.bytes(), need);
-      split_.reset();
-      split_ = alloc(want, Category::workspace);
-    }
+    grow(split_, cuda_sizes::split_tf32_bytes(A.numel(), B.numel()));  // as CudaBackend::gemm's split_
   }
   account(f, f, A.dtype == DType::bf16 ? rates_.gemm_bf16 : rates_.gemm_f32,
           b(A) + b(B) + b(C) * (beta != 0.f ? 2 : 1) + split_reads);

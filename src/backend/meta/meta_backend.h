@@ -98,6 +98,7 @@ class MetaBackend final : public Backend {
   void account(double flops, double executed, double rate, double bytes);
   void touch();                  // records the current total in the phase's high-water mark
   void scratch(size_t bytes);    // cuda target: the CUDA backend's growable scratch (cuda_sizes::scratch_grown)
+  void grow(Buffer& b, size_t bytes);  // cuda target: `b` grown by the scratch rule (CudaBackend::grown)
   bool cuda() const { return target_ == Device::cuda; }
 
   Device target_;
