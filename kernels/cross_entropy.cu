@@ -13,6 +13,7 @@
 // The scalar kernel (one block per row, a second read of the row) covers any V and alignment.
 #include "common.cuh"
 #include "cross_entropy.cuh"
+#include "flash_attn/mma.cuh"  // cp_async_16 / _commit / _wait, exp2_fast (ex2.approx.ftz)
 
 #include <cooperative_groups.h>
 
@@ -98,18 +99,6 @@ __device__ __forceinline__ void store8<float>(float* p, const float (&x)[kVec]) 
   reinterpret_cast<float4*>(p)[1] = make_float4(x[4], x[5], x[6], x[7]);
 }
 
-/// 2^x by the SFU (ex2.approx.ftz: ~2 ulp, subnormal results flushed to 0: probabilities below 1e-38).
-__device__ __forceinline__ float exp2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-
 // Same results as cross_entropy_kernel up to fp32 rounding (another summation order; exp as exp2 of x·log2e - m·log2e).
 // Grid N·cs CTAs in clusters of cs: row n = blockIdx.x / cs, segment = the CTA's rank (seg_vecs vectors of 8 each,
 // the last one shorter); V % 8 == 0, 16-byte aligned rows; dynamic shared memory seg_vecs · 8 · sizeof(TL).
@@ -134,8 +123,10 @@ __global__ __launch_bounds__(kClusterThreads) void cross_entropy_cluster_kernel(
   constexpr int kPieces = int(sizeof(TL)) * kVec / 16;  // 16-byte copies per vector
   {
     const char* src = reinterpret_cast<const char*>(xr + v0 * kVec);
-    for (int i = threadIdx.x; i < cnt * kPieces; i += blockDim.x) cp_async16(segment_raw + i * 16, src + i * 16);
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    for (int i = threadIdx.x; i < cnt * kPieces; i += blockDim.x)
+      flash::cp_async_16(segment_raw + i * 16, src + i * 16, true);
+    flash::cp_async_commit();
+    flash::cp_async_wait<0>();
   }
   __syncthreads();
   MaxSum acc{-INFINITY, 0.f};
@@ -157,7 +148,7 @@ __global__ __launch_bounds__(kClusterThreads) void cross_entropy_cluster_kernel(
       float x[kVec];
       load8(seg + i * kVec, x);
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) acc.s += exp2_ftz(fmaf(x[k], kLog2e, -ml));
+      for (int k = 0; k < kVec; ++k) acc.s += flash::exp2_fast(fmaf(x[k], kLog2e, -ml));
     }
   }
   acc = block_maxsum(acc, shared);
@@ -178,7 +169,7 @@ __global__ __launch_bounds__(kClusterThreads) void cross_entropy_cluster_kernel(
     float x[kVec], d[kVec];
     load8(seg + i * kVec, x);
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) d[k] = dscale * (exp2_ftz(fmaf(x[k], kLog2e, -ll)) - (int64_t(i) * kVec + k == tl ? 1.f : 0.f));
+    for (int k = 0; k < kVec; ++k) d[k] = dscale * (flash::exp2_fast(fmaf(x[k], kLog2e, -ll)) - (int64_t(i) * kVec + k == tl ? 1.f : 0.f));
     store8(dr + int64_t(i) * kVec, d);
   }
 #endif
@@ -197,9 +188,12 @@ bool cluster_launch_ok(K kernel) {
   if (dev < 0 || dev >= 64) return false;
   if (major[dev] == 0) CUDA_CHECK(cudaDeviceGetAttribute(&major[dev], cudaDevAttrComputeCapabilityMajor, dev));
   if (major[dev] < 9) return false;
-  cudaFuncAttributes a{};
-  CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
-  return a.ptxVersion >= 90;
+  static const int ptx = [kernel] {  // per instantiation, once
+    cudaFuncAttributes a{};
+    CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
+    return a.ptxVersion;
+  }();
+  return ptx >= 90;
 }
 
 }  // namespace
