@@ -220,4 +220,52 @@ TEST_CASE("caching allocator: reuse without the device, best fit within a bound,
   CHECK(dev.blocks.size() == 3);
 }
 
+TEST_CASE("caching allocator: blocks a capture used stay its own until released", "[memory]") {
+  constexpr size_t MiB = size_t(1) << 20;
+  FakeDevice dev(64 * MiB);
+  CachingAllocator a(dev.source());
+  // An uncaptured step caches a 4 MiB and a 2 MiB block.
+  void* x = a.allocate(4 * MiB);
+  void* y = a.allocate(2 * MiB);
+  a.deallocate(x);
+  a.deallocate(y);
+  // The capture takes the cached blocks (no device call), frees x, takes it again, and keeps y live.
+  a.begin_private();
+  CHECK(a.allocate(4 * MiB) == x);
+  CHECK(a.allocate(2 * MiB) == y);
+  a.deallocate(x);
+  CHECK(a.allocate(4 * MiB) == x);  // inside the capture private blocks are reused as usual
+  a.deallocate(x);
+  a.end_private();
+  CHECK(dev.mallocs == 2);
+  CHECK(a.private_blocks() == 2);
+  // Outside the capture neither is handed out: a request of x's size gets a new block.
+  void* z = a.allocate(4 * MiB);
+  CHECK(z != x);
+  CHECK(dev.mallocs == 3);
+  // y freed later (outside) is still the graph's; flushing the cache keeps x and y, returns z.
+  a.deallocate(y);
+  a.deallocate(z);
+  void* w = a.allocate(2 * MiB);
+  CHECK(w != y);
+  a.deallocate(w);
+  const int frees = dev.frees;
+  a.release_cached();
+  CHECK(dev.frees == frees + 2);  // z and w
+  CHECK(a.cached_blocks() == 2);  // x and y
+  CHECK(a.reserved_bytes() == 6 * MiB);
+  // Out of memory outside a capture with only private blocks cached: no flush of them, nullptr.
+  CHECK(a.allocate(60 * MiB) == nullptr);
+  CHECK(a.cached_blocks() == 2);
+  // A second capture may use them again; after release_private() anyone may.
+  a.begin_private();
+  CHECK(a.allocate(4 * MiB) == x);
+  a.deallocate(x);
+  a.end_private();
+  a.release_private();
+  CHECK(a.private_blocks() == 0);
+  CHECK(a.allocate(4 * MiB) == x);
+  CHECK(a.allocate(2 * MiB) == y);
+}
+
 }  // namespace

@@ -14,6 +14,13 @@
 // is done with it; the communicators keep their buffers for the whole run, and wait() orders the compute stream
 // after a collective, so this holds today.
 //
+// Private blocks (CUDA graphs, backend/backend.h Backend::capture): between begin_private() and end_private() every
+// block the allocator hands out or takes back becomes private to the capture. A captured graph reads and writes those
+// addresses on every replay, so outside a capture a private block is never handed out (allocate skips it) nor given
+// back to the source (release_cached keeps it); a later capture may use it again. release_private() (the graph is
+// gone) makes them ordinary cached or live blocks. The choice inside a capture is the same best fit as outside, over
+// all cached blocks, so a captured step reuses the blocks its uncaptured twin would have.
+//
 // The source is three functions (alloc, free, sync), which lets the tests drive the logic on the host. Not
 // thread-safe (neither is MemoryStats): one allocator per backend, used from the thread that runs the backend.
 #pragma once
@@ -22,6 +29,7 @@
 #include <functional>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace trainer {
 
@@ -53,8 +61,16 @@ class CachingAllocator {
   void* allocate(size_t bytes);
   /// Puts a block from allocate() back into the cache (no sync). RuntimeError for a pointer it did not hand out.
   void deallocate(void* p);
-  /// Synchronises, then returns every cached block to the source.
+  /// Synchronises, then returns every cached block to the source (private ones stay).
   void release_cached();
+
+  /// Opens / closes a capture: blocks allocated or deallocated in between become private (see above). Inside a
+  /// capture the cache is never flushed (that would synchronise): out of memory returns nullptr at once.
+  void begin_private() { capturing_ = true; }
+  void end_private() { capturing_ = false; }
+  /// The captures that used the private blocks are gone: they become ordinary blocks again.
+  void release_private() { private_.clear(); }
+  size_t private_blocks() const { return private_.size(); }
 
   /// Bytes held from the source: live blocks (rounded sizes) plus cached ones; the highest value so far.
   size_t reserved_bytes() const { return reserved_; }
@@ -77,6 +93,8 @@ class CachingAllocator {
   Source src_;
   std::multimap<size_t, void*> free_;        // cached blocks by size, bytes
   std::unordered_map<void*, size_t> live_;   // handed-out blocks and their sizes, bytes
+  std::unordered_set<void*> private_;        // blocks a capture used (cached or live)
+  bool capturing_ = false;
   size_t reserved_ = 0, peak_reserved_ = 0, cached_ = 0;
   Counters counters_;
 };
