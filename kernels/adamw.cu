@@ -28,6 +28,15 @@ namespace {  // ---- kernels ---------------------------------------------------
 
 constexpr int kThreads = 256;
 
+// The per-step values from device memory when the launch has them (AdamWStep::per_step).
+__device__ __forceinline__ void load_per_step(AdamWStep& a) {
+  if (a.per_step) {
+    a.decay = a.per_step->decay;
+    a.step_size = a.per_step->step_size;
+  }
+  if (a.grad_scale_by) a.grad_scale *= *a.grad_scale_by;
+}
+
 __device__ __forceinline__ float adamw_one(float& p, float g, float& m, float& v, const AdamWStep& a) {
   g *= a.grad_scale;
   float pv = p - a.decay * p;
@@ -46,6 +55,7 @@ __global__ __launch_bounds__(kThreads) void adamw_kernel(float* __restrict__ p, 
                                                          float* __restrict__ m, float* __restrict__ v,
                                                          TW* __restrict__ p_work, int64_t n, AdamWStep a,
                                                          double* __restrict__ partials) {
+  load_per_step(a);
   double acc = 0.0;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     float pi = p[i], mi = m[i], vi = v[i];
@@ -70,6 +80,7 @@ __global__ __launch_bounds__(kThreads) void adamw_vec4_kernel(float4* __restrict
                                                               float4* __restrict__ m, float4* __restrict__ v,
                                                               TW* __restrict__ p_work, int64_t n4, AdamWStep a,
                                                               double* __restrict__ partials) {
+  load_per_step(a);
   double acc = 0.0;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += int64_t(gridDim.x) * blockDim.x) {
     float4 pi = p[i], mi = m[i], vi = v[i];
@@ -129,6 +140,8 @@ __global__ __launch_bounds__(kThreads) void adamw_bf16_kernel(bf16* __restrict__
                                                               bf16* __restrict__ m, bf16* __restrict__ v, Chunks ch,
                                                               int64_t n_chunks, AdamWStep a, StochasticRounding sr,
                                                               double* __restrict__ partials) {
+  load_per_step(a);
+  if (kStochastic && a.per_step) sr.key = a.per_step->rounding_key;
   double acc = 0.0;
   for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < n_chunks;
        c += int64_t(gridDim.x) * blockDim.x) {

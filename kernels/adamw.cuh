@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "backend/adamw_step.h"
+
 namespace trainer::kernels {
 
 /// Per-step constants of the update, computed on the host in fp64 (see adamw.cu).
@@ -13,6 +15,11 @@ struct AdamWStep {
   float decay;       // lr * weight_decay
   float step_size;   // lr * sqrt(1 - beta2^t) / (1 - beta1^t)
   float grad_scale;  // g is multiplied by this first
+  /// Device memory with this step's decay, step_size and rounding key, read by every thread in place of the fields
+  /// above and of StochasticRounding::key (a captured step replays with each step's values), or null.
+  const AdamWStepValues* per_step = nullptr;
+  /// Device float multiplying grad_scale (the clip factor computed on the device), or null.
+  const float* grad_scale_by = nullptr;
 };
 
 /// Stochastic rounding of the updated p on the bf16 path (backend/bf16.h): element i of a call gets the random bits

@@ -53,6 +53,18 @@ void reduce_sum(double* out, const void* x, DType t, int64_t n, bool square, dou
   reduce_partials(out, partials, n > 0 ? G : 0, s);
 }
 
+namespace {
+__global__ void clip_factor_kernel(float* factor, const double* sumsq, double max_norm) {
+  const double f = max_norm / (__dsqrt_rn(*sumsq) + 1e-6);
+  *factor = float(f < 1.0 ? f : 1.0);
+}
+}  // namespace
+
+void clip_factor(float* factor, const double* sumsq, double max_norm, cudaStream_t s) {
+  clip_factor_kernel<<<1, 1, 0, s>>>(factor, sumsq, max_norm);
+  CUDA_CHECK(cudaGetLastError());
+}
+
 void reduce_partials(double* out, const double* partials, int count, cudaStream_t s) {
   TRAINER_CHECK(count >= 0 && count <= kReduceMaxBlocks, "reduce_partials: {} partials, at most {}", count,
                 kReduceMaxBlocks);

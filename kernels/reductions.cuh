@@ -20,4 +20,8 @@ void reduce_sum(double* out, const void* x, DType t, int64_t n, bool square, dou
 /// out[0] = sum of partials[0..count) with reduce_sum's fixed tree (stage 2 alone); count <= kReduceMaxBlocks.
 void reduce_partials(double* out, const double* partials, int count, cudaStream_t s);
 
+/// factor[0] = float(min(1, max_norm / (sqrt(sumsq[0]) + 1e-6))), in fp64 (IEEE sqrt and division, so the same
+/// value as optim/schedule.cpp's clip_factor on the host). One thread; device pointers.
+void clip_factor(float* factor, const double* sumsq, double max_norm, cudaStream_t s);
+
 }  // namespace trainer::kernels

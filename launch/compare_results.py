@@ -97,6 +97,16 @@ def ratio(x, base, spec="{:.2f}x"):
     return "-" if x is None or not base else spec.format(x / base)
 
 
+def graph_summary(r):
+    """Whether the steps replayed a CUDA graph (then timing has no forward / backward / optimizer split)."""
+    g = r.get("cuda_graph")
+    if not g:
+        return "-"
+    if g.get("used"):
+        return f"from step {g.get('captured_step', '?')} ({g.get('nodes', '?')} nodes)"
+    return "no: " + str(g.get("why_not", "?"))[:50]
+
+
 def build_rows(records):
     """[(label, [cell per record])], in display order."""
     rows = []
@@ -114,6 +124,7 @@ def build_rows(records):
            else (" +tf32" if get(r, "config", "allow_tf32") else "")))
     row("attention", lambda r: get(r, "config", "attention", default="-"), train_only=True)
     row("gemm autotune", gemm_summary)
+    row("cuda graph", graph_summary, train_only=True)
     row("checkpointing", lambda r: get(r, "config", "checkpointing", "policy", default="-"), train_only=True)
     row("strategy / comm", lambda r: f"{get(r, 'config', 'parallel', 'strategy', default='-')} / "
         f"{get(r, 'config', 'parallel', 'comm', default='-')}")

@@ -456,7 +456,7 @@ TEST_CASE("config: validation rules", "[config]") {
       {{"precision=fp16"}, 1, "config: 'precision' must be one of fp32, bf16, bf16_pure; got 'fp16'"},
       {{"attention=xformers"}, 1, "config: 'attention' must be one of auto, naive, flash2; got 'xformers'"},
       {{"precision=bf16"}, 1, "precision: bf16 needs device 'cuda' (the CPU backend is the fp32 reference;"},
-      {{"cuda_graph=true"}, 1, "cuda_graph: needs device 'cuda'"},
+      {{"cuda_graph=1"}, 1, "config: 'cuda_graph' must be a boolean"},
       {{"checkpointing.policy=bogus"}, 1, "config: 'checkpointing.policy' must be one of none, selective, full, every_k, sqrt, nested; got 'bogus'"},
       {{"checkpointing.k=0"}, 1, "config: 'checkpointing.k' must be >= 1, got 0"},
       {{"checkpointing.blocks=[99]"}, 1, "config: 'checkpointing.blocks' lists block 99, outside [0, "},

@@ -868,6 +868,66 @@ TEST_CASE("cuda adamw matches cpu, with bf16 and f32 working copies", "[cuda][ad
       }
 }
 
+TEST_CASE("cuda adamw: step values and the clip factor read from device memory equal the by-value launch",
+          "[cuda][adamw][graph]") {
+  REQUIRE_GPU();
+  // What a captured step relies on (jobs/train.cpp, cuda_graph): AdamW's per-step values uploaded to the device
+  // (AdamWArgs::step_values) and the clip factor computed there (clip_factor_to, AdamWArgs::grad_scale_by) give the
+  // update that the values passed by value give, bit for bit; the factor equals the host's clip_factor.
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  Rng rng(seed);
+  const int64_t n = 1000003;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    CAPTURE(dn(dt));
+    const Vec p = rng.uniform(n), g = rng.uniform(n, -0.3f, 0.3f), m = rng.uniform(n, -0.1f, 0.1f),
+              v = rng.uniform(n, 0.f, 0.01f);
+    Dev a[4], b[4];
+    const Vec* init[4] = {&p, &g, &m, &v};
+    for (int i = 0; i < 4; ++i) {
+      a[i] = make_from(gpu(), dt, {n}, *init[i]);
+      b[i] = make_from(gpu(), dt, {n}, *init[i]);
+    }
+    Dev scalars = make(gpu(), DType::f32, {8});  // AdamWStepValues (16 bytes), the sum of squares (8), the factor
+    auto* values = static_cast<AdamWStepValues*>(scalars.t.data);
+    auto* sumsq = reinterpret_cast<double*>(static_cast<char*>(scalars.t.data) + 16);
+    auto* factor = reinterpret_cast<float*>(static_cast<char*>(scalars.t.data) + 24);
+    for (int64_t t : {1, 7}) {
+      for (double max_norm : {1e-3, 1e6}) {  // clipping active, and a factor of 1
+        CAPTURE(t, max_norm);
+        AdamWArgs args;
+        args.lr = 2e-3f, args.weight_decay = 0.1f, args.t = t, args.seed = 99;
+        args.stochastic_rounding = dt == DType::bf16;
+        // By value: the host's norm and clip factor.
+        const double norm = std::sqrt(gpu().sum_squares(a[1].t));
+        const double host_factor = std::min(1.0, max_norm / (norm + 1e-6));
+        AdamWArgs by_value = args;
+        by_value.grad_scale = float(host_factor);
+        gpu().adamw(a[0].t, a[1].t, a[2].t, a[3].t, Tensor{}, by_value);
+        // From device memory.
+        const AdamWStepValues host_values = adamw_step_values(args);
+        gpu().copy_from_host(values, &host_values, sizeof host_values);
+        gpu().clip_factor_to(b[1].t, max_norm, sumsq, factor);
+        AdamWArgs from_device = args;
+        from_device.lr = 1.f, from_device.t = 1000, from_device.seed = 5;  // ignored: the device values win
+        from_device.step_values = values;
+        from_device.grad_scale_by = factor;
+        gpu().adamw(b[0].t, b[1].t, b[2].t, b[3].t, Tensor{}, from_device);
+        double got_sumsq = 0;
+        float got_factor = 0;
+        gpu().copy_to_host(&got_sumsq, sumsq, 8);
+        gpu().copy_to_host(&got_factor, factor, 4);
+        CHECK(std::sqrt(got_sumsq) == norm);
+        CHECK(got_factor == float(host_factor));
+        for (int i : {0, 2, 3}) {
+          INFO("tensor " << "pgmv"[i]);
+          check_equal("adamw from device values", download(gpu(), b[i].t), download(gpu(), a[i].t));
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("cuda op errors: shape and dtype mismatches raise RuntimeError", "[cuda]") {
   REQUIRE_GPU();
   Dev a = make(gpu(), DType::f32, {4, 8}), b = make(gpu(), DType::f32, {4, 8}), c = make(gpu(), DType::f32, {4, 4});

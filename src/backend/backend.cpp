@@ -1,5 +1,8 @@
 #include "backend/backend.h"
 
+#include <cmath>
+
+#include "backend/bf16.h"
 #include "backend/cpu/cpu_backend.h"
 #ifdef TRAINER_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -43,6 +46,20 @@ Tensor Buffer::view(DType t, std::initializer_list<int64_t> shape) const {
   Tensor v(data_, t, be_ ? be_->device() : Device::cpu, shape);
   TRAINER_CHECK(v.bytes() <= bytes_, "Buffer::view: {} bytes asked of a {}-byte buffer", v.bytes(), bytes_);
   return v;
+}
+
+AdamWStepValues adamw_step_values(const AdamWArgs& a) {
+  const double t = double(a.t);
+  AdamWStepValues v;
+  v.decay = float(double(a.lr) * double(a.weight_decay));
+  v.step_size =
+      float(double(a.lr) * std::sqrt(1.0 - std::pow(double(a.beta2), t)) / (1.0 - std::pow(double(a.beta1), t)));
+  v.rounding_key = bf16_bits::rounding_key(a.seed, a.t);
+  return v;
+}
+
+std::unique_ptr<Graph> Backend::capture(const std::function<void()>&) {
+  throw RuntimeError(fmt::format("{}: no graph capture (CUDA graphs need the cuda backend)", name()));
 }
 
 Fp32Matmul parse_fp32_matmul(const std::string& name) {

@@ -13,10 +13,12 @@
 // v) accumulates in fp32 and rounds each element once per call, to nearest even (backend/bf16.h). On the CPU backend
 // bf16 is storage only (emulated: converted to fp32 temporaries, results rounded); CPU activations stay f32.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 
+#include "backend/adamw_step.h"
 #include "core/memory.h"
 #include "core/tensor.h"
 
@@ -57,6 +59,15 @@ struct Event {
   virtual void* native_handle() { return nullptr; }
 };
 
+/// A captured sequence of a backend's work (Backend::capture): a CUDA graph, instantiated.
+struct Graph {
+  virtual ~Graph() = default;
+  /// Enqueues one replay on the compute stream (no sync).
+  virtual void launch() = 0;
+  /// Nodes in the graph (kernels, copies, fills).
+  virtual size_t nodes() const = 0;
+};
+
 /// Receives named ranges (profile/profiler.h implements it: NVTX and Chrome traces). index >= 0 is appended to the
 /// name ("block 3"). A backend without a sink opens no ranges.
 class RangeSink {
@@ -88,7 +99,17 @@ struct AdamWArgs {
   /// With grad_sumsq: where the fp64 sum of g^2 is written (a device pointer on cuda, a host pointer on cpu; one
   /// double). Then adamw neither synchronises nor returns the sum (it returns 0). Null: adamw returns it (syncs).
   double* sumsq_to = nullptr;
+  /// cuda: where the kernel reads decay, step_size and the rounding key (device memory holding
+  /// adamw_step_values(*this), uploaded by AdamW::begin_step), so that a captured step replays with each step's lr
+  /// and t. Null: the values computed from lr, t and seed here go in as kernel arguments. The cpu ignores it.
+  const AdamWStepValues* step_values = nullptr;
+  /// Where a factor of g's scale is (device on cuda, host on cpu; clip_factor_to writes it): g is multiplied by
+  /// grad_scale * *grad_scale_by. Null: by grad_scale alone.
+  const float* grad_scale_by = nullptr;
 };
+
+/// The per-step values of `a` (backend/adamw_step.h), in fp64 then rounded to float.
+AdamWStepValues adamw_step_values(const AdamWArgs& a);
 
 /// What GEMM autotuning did (cuda with gemm_autotune): shapes tuned, how many of them left the heuristic's first
 /// choice, and the summed per-call ms of the heuristic's choice and of the kept one (one call of each shape).
@@ -127,6 +148,15 @@ class Backend {
   virtual void synchronize() = 0;
   /// The compute stream (cudaStream_t) or nullptr on the CPU; communicators order themselves after it.
   virtual void* stream() { return nullptr; }
+
+  // ---- graphs ------------------------------------------------------------------------------------------------
+  /// Records what `enqueue` puts on the compute stream into a graph instead of running it (nothing runs; launch()
+  /// runs it, as often as wanted, with the same pointers and kernel arguments). Blocks the allocator hands out or
+  /// takes back during the capture stay reserved for the graph until it is destroyed, so buffers allocated and
+  /// freed inside a step keep their addresses across replays. The work must not synchronise or copy from pageable
+  /// host memory, and should run once uncaptured first (GEMM tuning and workspace growth synchronise). cuda only: the default raises
+  /// RuntimeError; so does cuda when the capture fails (nothing is kept; the stream is usable again).
+  virtual std::unique_ptr<Graph> capture(const std::function<void()>& enqueue);
 
   // ---- timing ------------------------------------------------------------------------------------------------
   virtual std::unique_ptr<Event> make_event() = 0;
@@ -196,6 +226,11 @@ class Backend {
   virtual double sum(const Tensor& x) = 0;
   /// Sum of squares of an f32 or bf16 tensor, in fp64 on the host, for the global gradient norm. (syncs)
   virtual double sum_squares(const Tensor& x) = 0;
+  /// Gradient clipping without the host: *sumsq = sum of g^2 (fp64, as sum_squares), then *factor =
+  /// float(min(1, max_norm / (sqrt(*sumsq) + 1e-6))) in fp64 (optim/schedule.h clip_factor's formula and value).
+  /// Device pointers on cuda, host on cpu; no sync, so a step that clips can be captured (AdamWArgs::grad_scale_by
+  /// reads the factor).
+  virtual void clip_factor_to(const Tensor& g, double max_norm, double* sumsq, float* factor) = 0;
   /// x *= s (f32 or bf16; fp32 product, one rounding).
   virtual void scale(Tensor x, float s) = 0;
   /// dst = src with dtype conversion (f32 <-> bf16 round to nearest even, or a plain copy).

@@ -111,7 +111,7 @@ struct RunConfig {
   std::string fp32_matmul = "ieee";  // ieee | tf32 | 3xtf32 (cuda; see schema.h)
   bool gemm_autotune = true;       // cuda: time cuBLASLt's candidate algorithms per GEMM shape once, keep the fastest
   std::string attention = "auto";  // auto (flash2 for bf16 on cuda, else naive) | naive | flash2
-  bool cuda_graph = false;
+  bool cuda_graph = true;  // capture the train step in a CUDA graph where it can be (jobs/train.cpp; schema.h)
   CheckpointingCfg checkpointing;
   ParallelCfg parallel;
   OptimizerCfg optimizer;

@@ -225,7 +225,10 @@ void fields(S& c, F&& f) {
   f("attention", c.attention, {{"{}", &kAttention},
     "auto: flash2 for bf16 on cuda, else naive (materialised scores)"});
   f("cuda_graph", c.cuda_graph, {{"true | false"},
-    "capture the training step in a CUDA graph (not implemented yet: must be false)"});
+    "true: the train job captures its second step in a CUDA graph and replays it for every later step (the same "
+    "kernels and arguments: exact; saves the launch time of every op) where it can: device cuda, strategy none, no "
+    "profile.trace; elsewhere the steps run uncaptured and the log and the record's "
+    "cuda_graph.why_not say why. Replayed steps are timed as a whole (no forward / backward / optimizer split)"});
   f("checkpointing", c.checkpointing, KeyDoc{});
   f("parallel", c.parallel, KeyDoc{});
   f("optimizer", c.optimizer, KeyDoc{});

@@ -111,8 +111,6 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
   CONFIG_CHECK(!c.optimizer.stochastic_rounding || bf16_storage(c.precision),
                "optimizer: stochastic_rounding applies to precision bf16_pure (bf16 weights), got precision '{}'",
                c.precision);
-  CONFIG_CHECK(!c.cuda_graph || c.device == "cuda", "cuda_graph: needs device 'cuda', got device '{}'", c.device);
-  CONFIG_CHECK(!c.cuda_graph, "cuda_graph: capturing the step in a CUDA graph is not implemented yet; set false");
 
   // checkpointing and parallel
   check_enum(c.checkpointing.policy, kCheckpointPolicies, "checkpointing.policy");

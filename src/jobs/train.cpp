@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "core/interrupt.h"
@@ -72,6 +73,19 @@ nlohmann::json checkpointing_record(Model& model, int micro, int T) {
           {"lm_head_chunk_tokens",
            lm_head_chunk_rows(int64_t(micro) * T, model.dims().vocab_size, model.dims().d_model, model.act_dtype(),
                               p.lm_head_chunk_tokens)}};
+}
+
+/// Why the step of this run is not captured in a CUDA graph ("" when it is: from its second step on). `steps` is the
+/// number of steps this run executes.
+std::string cuda_graph_why_not(const RunConfig& c, int steps) {
+  if (!c.cuda_graph) return "cuda_graph is false";
+  if (c.device != "cuda") return fmt::format("device {}: graphs are a CUDA feature", c.device);
+  if (c.parallel.strategy != "none")
+    return fmt::format("parallel.strategy {}: its communication (the Communicator's calls, host all-reduces of the "
+                       "norm) is not captured yet; strategy none only", c.parallel.strategy);
+  if (c.profile.trace) return "profile.trace times every op with its own events";
+  if (steps < 2) return "fewer than 2 steps: the first step runs uncaptured (GEMM tuning, workspace sizes)";
+  return "";
 }
 
 }  // namespace
@@ -187,6 +201,18 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   const int first_step = int(ckpt.resume(setup.weights_read_s));
   int steps_done = first_step;
 
+  // cuda_graph: the run's first step runs uncaptured (it tunes the GEMMs and sizes the workspaces); the second is
+  // captured once into a CUDA graph and launched, and every later step launches the graph again. The step's inputs
+  // that change sit in device buffers the graph reads: the tokens (set_step_tokens), the loss accumulator, AdamW's
+  // step values (lr, t: begin_train_step uploads them before each launch). A replayed step is timed as a whole.
+  const std::string graph_why_not = cuda_graph_why_not(cfg, total_steps - first_step);
+  std::unique_ptr<Graph> graph;
+  json graph_record = {{"used", graph_why_not.empty()}};
+  if (!graph_why_not.empty()) {
+    graph_record["why_not"] = graph_why_not;
+    if (cfg.cuda_graph) spdlog::info("cuda graph: not used ({})", graph_why_not);
+  }
+
   for (int step = first_step; step < total_steps; ++step) {
     const bool measured = step >= cfg.bench.warmup_steps;
     // The step's tokens are drawn and uploaded before its first event: the host work is not part of the step time.
@@ -196,7 +222,26 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
     model.set_step_tokens(inputs.data(), targets.data());
     if (measured) profiler.begin_step(step + 1);  // numbered from 1, as in the log lines
     const double lr = learning_rate(cfg.optimizer, step, total_steps);
-    const double gnorm = train_step(*be, model, *strategy, shape, lr, cfg.optimizer.max_grad_norm, marks);
+    const bool replayed = graph_why_not.empty() && step > first_step;
+    double gnorm = std::nan("");
+    if (replayed) {
+      begin_train_step(*strategy, shape, lr);
+      if (!graph) {
+        const auto t0 = std::chrono::steady_clock::now();
+        graph = be->capture(
+            [&] { enqueue_train_step(*be, model, *strategy, shape, lr, cfg.optimizer.max_grad_norm); });
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        graph_record.update({{"captured_step", step + 1}, {"nodes", graph->nodes()}, {"capture_ms", ms}});
+        spdlog::info("cuda graph: step {} captured ({} nodes, {:.1f} ms to capture and instantiate); every later "
+                     "step replays it", step + 1, graph->nodes(), ms);
+      }
+      be->record(*ev[0]);
+      graph->launch();
+      be->record(*ev[size_t(2 * n_micro + 2)]);
+      if (do_step) gnorm = strategy->step_grad_norm();  // syncs
+    } else {
+      gnorm = train_step(*be, model, *strategy, shape, lr, cfg.optimizer.max_grad_norm, marks);
+    }
     // One host all_reduce per step carries the loss and whether any rank was asked to stop (interrupt.h), so the
     // ranks leave the loop after the same step at no extra collective.
     double loss_and_stop[2] = {model.step_loss_sum(), interrupt_signal() != 0 ? 1.0 : 0.0};
@@ -204,21 +249,25 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
     const double loss = loss_and_stop[0] / double(global_tokens);
     be->synchronize();
 
-    double fwd = 0, bwd = 0;
-    for (int m = 0; m < n_micro; ++m) {
-      fwd += be->elapsed_ms(m == 0 ? *ev[0] : *ev[2 * m], *ev[1 + 2 * m]);
-      bwd += be->elapsed_ms(*ev[1 + 2 * m], *ev[2 + 2 * m]);
+    double fwd = 0, bwd = 0, opt = 0;
+    if (!replayed) {  // a replayed graph has no events between its phases
+      for (int m = 0; m < n_micro; ++m) {
+        fwd += be->elapsed_ms(m == 0 ? *ev[0] : *ev[2 * m], *ev[1 + 2 * m]);
+        bwd += be->elapsed_ms(*ev[1 + 2 * m], *ev[2 + 2 * m]);
+      }
+      bwd += be->elapsed_ms(*ev[2 * n_micro], *ev[2 * n_micro + 1]);  // finish_backward (gradient communication)
+      opt = be->elapsed_ms(*ev[2 * n_micro + 1], *ev[2 * n_micro + 2]);
     }
-    bwd += be->elapsed_ms(*ev[2 * n_micro], *ev[2 * n_micro + 1]);  // finish_backward (gradient communication)
-    const double opt = be->elapsed_ms(*ev[2 * n_micro + 1], *ev[2 * n_micro + 2]);
     const double step_ms = std::max<double>(be->elapsed_ms(*ev[0], *ev[2 * n_micro + 2]), fwd + bwd + opt);
     losses.push_back(loss);
     gnorms.push_back(do_step ? json(gnorm) : json(nullptr));
     lrs.push_back(do_step ? json(lr) : json(nullptr));
     if (measured) {
-      t_fwd.push_back(fwd);
-      if (do_backward) t_bwd.push_back(bwd);
-      if (do_step) t_opt.push_back(opt);
+      if (!replayed) {
+        t_fwd.push_back(fwd);
+        if (do_backward) t_bwd.push_back(bwd);
+        if (do_step) t_opt.push_back(opt);
+      }
       t_step.push_back(step_ms);
       t_comm.push_back(strategy->comm_ms());
       t_exposed.push_back(strategy->comm_exposed_ms());
@@ -277,6 +326,10 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                  {"optimizer", timing_stats(t_opt)}, {"step", timing_stats(t_step)},
                  {"checkpoint_write_s", ckpt.write_seconds()}, {"resume_read_s", ckpt.read_seconds()}};
   r["checkpoint"] = ckpt.record();
+  if (graph_why_not.empty())
+    graph_record["note"] = "timing.forward / backward / optimizer cover the measured steps that ran uncaptured only "
+                           "(a replayed graph is timed as a whole: timing.step)";
+  r["cuda_graph"] = graph_record;
   if (ctx.world_size > 1) {
     r["timing"]["comm"] = timing_stats(t_comm);
     r["timing"]["comm_exposed"] = timing_stats(t_exposed);

@@ -6,8 +6,10 @@
 
 namespace trainer {
 
-double train_step(Backend& be, Model& model, Strategy& strategy, const StepShape& s, double lr,
-                  std::optional<double> max_grad_norm, const StepEvents& ev) {
+void begin_train_step(Strategy& strategy, const StepShape& s, double lr) { strategy.begin_step(lr, s.optimizer); }
+
+void enqueue_train_step(Backend& be, Model& model, Strategy& strategy, const StepShape& s, double lr,
+                          std::optional<double> max_grad_norm, const StepEvents& ev) {
   auto mark = [&be](Event* e) {
     if (e) be.record(*e);
   };
@@ -15,7 +17,6 @@ double train_step(Backend& be, Model& model, Strategy& strategy, const StepShape
     if (size_t(i) < v.size()) mark(v[size_t(i)]);
   };
   mark(ev.start);
-  strategy.begin_step(lr, s.optimizer);
   if (s.backward) model.zero_grads();
   for (int m = 0; m < s.n_micro; ++m) {
     strategy.begin_microbatch(m, s.n_micro);
@@ -36,18 +37,18 @@ double train_step(Backend& be, Model& model, Strategy& strategy, const StepShape
     strategy.finish_backward();
   }
   mark(ev.comm_end);
-  double gnorm = std::nan("");
   if (s.optimizer) {
     ScopedRange range(be, "optimizer", "phase");
-    if (max_grad_norm) {  // the clip factor is needed before the update: a separate pass
-      gnorm = strategy.grad_norm();
-      strategy.optimizer_step(lr, clip_factor(gnorm, max_grad_norm));
-    } else {  // the norm (for the record) is read in AdamW's own pass over the gradients
-      gnorm = strategy.optimizer_step(lr, 1.0, /*want_norm=*/true);
-    }
+    strategy.clipped_optimizer_step(lr, max_grad_norm);  // the norm: strategy.step_grad_norm()
   }
   mark(ev.optimizer_end);
-  return gnorm;
+}
+
+double train_step(Backend& be, Model& model, Strategy& strategy, const StepShape& s, double lr,
+                  std::optional<double> max_grad_norm, const StepEvents& ev) {
+  begin_train_step(strategy, s, lr);
+  enqueue_train_step(be, model, strategy, s, lr, max_grad_norm, ev);
+  return s.optimizer ? strategy.step_grad_norm() : std::nan("");
 }
 
 }  // namespace trainer

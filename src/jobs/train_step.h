@@ -30,10 +30,20 @@ struct StepEvents {
   Event* optimizer_end = nullptr;
 };
 
-/// Enqueues one step: the step's tokens must already be uploaded (Model::begin_step_losses, set_step_tokens). Runs
-/// each microbatch's forward (and backward), strategy.finish_backward(), and AdamW at learning rate lr (with clipping
-/// at max_grad_norm when set). Returns the global gradient norm (NaN when there is no optimizer step). Syncs only
-/// where the strategy does (the norm).
+/// The host part of a step, before its device work: the strategy's begin_step (the learning rate; AdamW's step
+/// values uploaded to the device, which syncs). Outside any graph capture: a captured step replays after it.
+void begin_train_step(Strategy& strategy, const StepShape& s, double lr);
+
+/// The device work of one step (after begin_train_step; the step's tokens already uploaded: Model::begin_step_losses,
+/// set_step_tokens): each microbatch's forward (and backward), strategy.finish_backward(), and AdamW at learning rate
+/// lr (with clipping at max_grad_norm when set: Strategy::clipped_optimizer_step); the gradient norm is then the
+/// strategy's step_grad_norm(). With strategy none nothing here synchronises (it clips on the device), so it can be
+/// captured in a CUDA graph (jobs/train.cpp); the data-parallel strategies sync for the norm.
+void enqueue_train_step(Backend& be, Model& model, Strategy& strategy, const StepShape& s, double lr,
+                          std::optional<double> max_grad_norm, const StepEvents& ev = {});
+
+/// begin_train_step + enqueue_train_step; returns the global gradient norm (NaN when there is no optimizer step).
+/// Syncs where the strategy does (the norm).
 double train_step(Backend& be, Model& model, Strategy& strategy, const StepShape& s, double lr,
                   std::optional<double> max_grad_norm, const StepEvents& ev = {});
 

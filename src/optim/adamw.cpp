@@ -7,6 +7,7 @@ AdamW::AdamW(Backend& be, int64_t numel, const OptimizerCfg& cfg, DType state_dt
   TRAINER_CHECK(dtype_ == DType::f32 || dtype_ == DType::bf16, "AdamW: state dtype {} (f32 or bf16)",
                 dtype_name(dtype_));
   m_ = be_.alloc(size_t(numel) * dtype_size(dtype_), Category::optimizer);
+  step_values_ = be_.alloc(sizeof(AdamWStepValues), Category::optimizer);
   v_ = be_.alloc(size_t(numel) * dtype_size(dtype_), Category::optimizer);
   if (numel > 0) {
     be_.fill(m_.view(dtype_, {numel}), 0.f);
@@ -14,9 +15,9 @@ AdamW::AdamW(Backend& be, int64_t numel, const OptimizerCfg& cfg, DType state_dt
   }
 }
 
-AdamWArgs AdamW::args(double lr, double grad_scale) const {
+AdamWArgs AdamW::args(double grad_scale) const {
   AdamWArgs a;
-  a.lr = float(lr);
+  a.lr = float(lr_);
   a.beta1 = float(cfg_.betas.at(0));
   a.beta2 = float(cfg_.betas.at(1));
   a.eps = float(cfg_.eps);
@@ -25,25 +26,36 @@ AdamWArgs AdamW::args(double lr, double grad_scale) const {
   a.grad_scale = float(grad_scale);
   a.stochastic_rounding = cfg_.stochastic_rounding && dtype_ == DType::bf16;
   a.seed = seed_;
+  a.step_values = static_cast<const AdamWStepValues*>(step_values_.data());
   return a;
 }
 
-double AdamW::step(Tensor p, const Tensor& g, Tensor p_work, double lr, double grad_scale, bool want_sumsq) {
-  TRAINER_CHECK(p.numel() == numel_ && g.numel() == numel_, "AdamW: {} parameters, state for {}", p.numel(), numel_);
+void AdamW::begin_step(double lr) {
   ++t_;
+  lr_ = lr;
+  const AdamWStepValues v = adamw_step_values(args(1.0));
+  be_.copy_from_host(step_values_.data(), &v, sizeof v);
+}
+
+double AdamW::update(Tensor p, const Tensor& g, Tensor p_work, double grad_scale, bool want_sumsq, double* sumsq_to,
+                     const float* grad_scale_by) {
+  TRAINER_CHECK(p.numel() == numel_ && g.numel() == numel_, "AdamW: {} parameters, state for {}", p.numel(), numel_);
+  TRAINER_CHECK(t_ >= 1, "AdamW::update before begin_step");
   if (numel_ == 0) return 0.0;
-  AdamWArgs a = args(lr, grad_scale);
+  AdamWArgs a = args(grad_scale);
   a.grad_sumsq = want_sumsq;
+  a.sumsq_to = want_sumsq ? sumsq_to : nullptr;
+  a.grad_scale_by = grad_scale_by;
   return be_.adamw(p, g, m_.view(dtype_, {numel_}), v_.view(dtype_, {numel_}), p_work, a);
 }
 
-void AdamW::step_range(int64_t offset, Tensor p, const Tensor& g, Tensor p_work, double lr, double* sumsq_to) {
+void AdamW::step_range(int64_t offset, Tensor p, const Tensor& g, Tensor p_work, double* sumsq_to) {
   const int64_t n = p.numel();
   TRAINER_CHECK(t_ >= 1, "AdamW::step_range before begin_step");
   TRAINER_CHECK(offset >= 0 && offset + n <= numel_ && g.numel() == n, "AdamW: range {}+{} (g {}) of {} parameters",
                 offset, n, g.numel(), numel_);
   if (n == 0) return;
-  AdamWArgs a = args(lr, 1.0);
+  AdamWArgs a = args(1.0);
   a.index_offset = offset;
   a.grad_sumsq = sumsq_to != nullptr;
   a.sumsq_to = sumsq_to;

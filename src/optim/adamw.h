@@ -16,16 +16,26 @@ class AdamW {
   /// bf16_pure (then p and g are bf16 too and the update is computed in fp32 and rounded once). `seed` feeds
   /// stochastic rounding (cfg.stochastic_rounding, bf16 only).
   AdamW(Backend& be, int64_t numel, const OptimizerCfg& cfg, DType state_dtype = DType::f32, uint64_t seed = 0);
-  /// One step over p, g ([numel], the state dtype) with learning rate lr; g is scaled by grad_scale first (clipping).
-  /// p_work (bf16 copy of f32 p, or empty) is refreshed in the same pass. Increments the step count t (from 1).
-  /// With want_sumsq, returns sum g^2 (g as given) read in the same pass (syncs); else 0.
-  double step(Tensor p, const Tensor& g, Tensor p_work, double lr, double grad_scale, bool want_sumsq = false);
-
-  /// The same update in pieces (optimizer.in_backward): begin_step() increments t once per step, then
-  /// step_range() updates elements [offset, offset + p.numel()) of the state with g (no clipping). When sumsq_to is
-  /// non-null (a device f64 on cuda, host on cpu) the sum of g^2 is written there without a sync.
-  void begin_step() { ++t_; }
-  void step_range(int64_t offset, Tensor p, const Tensor& g, Tensor p_work, double lr, double* sumsq_to);
+  /// Opens step t + 1 at learning rate lr: increments the step count t (from 1) and uploads the step's values
+  /// (decay, step_size, rounding key: backend/adamw_step.h) to the device copy the kernels read (a copy from the host:
+  /// syncs; call it before a graph capture or replay, never inside one).
+  void begin_step(double lr);
+  /// The update of the open step over p, g ([numel], the state dtype); g is scaled by grad_scale first (clipping).
+  /// p_work (bf16 copy of f32 p, or empty) is refreshed in the same pass. With want_sumsq, returns sum g^2 (g as
+  /// given) read in the same pass (syncs), or, when sumsq_to is non-null (a device f64 on cuda, host on cpu), writes
+  /// it there without a sync and returns 0; else returns 0. grad_scale_by (device float, or null) multiplies
+  /// grad_scale (a clip factor computed on the device: Backend::clip_factor_to). Enqueues only (capturable) unless
+  /// the sum is returned.
+  double update(Tensor p, const Tensor& g, Tensor p_work, double grad_scale, bool want_sumsq = false,
+                double* sumsq_to = nullptr, const float* grad_scale_by = nullptr);
+  /// begin_step(lr) then update(): one whole step.
+  double step(Tensor p, const Tensor& g, Tensor p_work, double lr, double grad_scale, bool want_sumsq = false) {
+    begin_step(lr);
+    return update(p, g, p_work, grad_scale, want_sumsq);
+  }
+  /// The open step's update of elements [offset, offset + p.numel()) of the state with g (optimizer.in_backward: one
+  /// unit at a time; no clipping). When sumsq_to is non-null the sum of g^2 is written there without a sync.
+  void step_range(int64_t offset, Tensor p, const Tensor& g, Tensor p_work, double* sumsq_to);
 
   int64_t steps_taken() const { return t_; }
   size_t state_bytes() const { return m_.bytes() + v_.bytes(); }
@@ -37,14 +47,16 @@ class AdamW {
   void set_steps_taken(int64_t t) { t_ = t; }
 
  private:
-  AdamWArgs args(double lr, double grad_scale) const;
+  AdamWArgs args(double grad_scale) const;  // the open step's (lr_, t_)
   Backend& be_;
   int64_t numel_;
   OptimizerCfg cfg_;
   DType dtype_;
   uint64_t seed_;
   Buffer m_, v_;
+  Buffer step_values_;  // AdamWStepValues of the open step, on the device (Category::optimizer)
   int64_t t_ = 0;
+  double lr_ = 0;
 };
 
 }  // namespace trainer

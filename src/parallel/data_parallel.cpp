@@ -103,11 +103,11 @@ OptimizerState DdpStrategy::optimizer_state() {
 
 double DdpStrategy::grad_norm() { return std::sqrt(be_.sum_squares(model_->grads())); }
 
-double DdpStrategy::optimizer_step(double lr, double grad_scale, bool want_norm) {
+void DdpStrategy::optimizer_step(double lr, double grad_scale, bool want_norm) {
   // Every rank holds the whole reduced gradient, so the local norm is the global one.
   Tensor work = model_->act_dtype() == DType::f32 ? Tensor() : model_->params_work();
   const double sumsq = adamw_->step(model_->params(), model_->grads(), work, lr, grad_scale, want_norm);
-  return want_norm ? std::sqrt(sumsq) : std::nan("");
+  step_norm_ = want_norm ? std::sqrt(sumsq) : std::nan("");
 }
 
 }  // namespace trainer

@@ -67,7 +67,7 @@ class DdpStrategy : public Strategy {
   std::string name() const override { return name_; }
   void setup(Model& model) override;
   double grad_norm() override;
-  double optimizer_step(double lr, double grad_scale, bool want_norm) override;
+  void optimizer_step(double lr, double grad_scale, bool want_norm) override;
   size_t optimizer_state_bytes() const override { return adamw_ ? adamw_->state_bytes() : 0; }
   /// The whole flat range, the same on every rank (replicated).
   OptimizerState optimizer_state() override;

@@ -230,13 +230,13 @@ class Fsdp final : public Strategy {
     return std::sqrt(sum_over_ranks(local));
   }
 
-  double optimizer_step(double lr, double grad_scale, bool want_norm) override {
+  void optimizer_step(double lr, double grad_scale, bool want_norm) override {
     const double local =
         adamw_->step(master(), grads(), cdtype_ == DType::f32 ? Tensor() : work(), lr, grad_scale, want_norm);
     const double norm = want_norm ? std::sqrt(sum_over_ranks(local)) : std::nan("");
     full_unit_ = -1;
     timer_.end_step();
-    return norm;
+    step_norm_ = norm;
   }
 
   std::vector<float> download_param(const ParamInfo& p, bool grad) override {

@@ -22,8 +22,12 @@ class NoneStrategy final : public Strategy {
   void setup(Model& model) override {
     model_ = &model;
     adamw_ = std::make_unique<AdamW>(be_, model.flat_size(), optimizer_, model.param_dtype(), seed_);
-    if (!in_backward_) return;
     const ParamLayout& lay = model.layout();
+    // The sums of g^2 of the step's updates (one per unit with in_backward, else one), read by step_grad_norm().
+    const int64_t slots = in_backward_ ? lay.num_units() : 2;  // without in_backward: the sum and the clip factor
+    sumsq_ = be_.alloc(size_t(slots) * 8, Category::optimizer);
+    be_.fill(Tensor(sumsq_.data(), DType::f32, be_.device(), {slots * 2}), 0.f);
+    if (!in_backward_) return;
     unit_grads_.resize(size_t(lay.num_units()));
     gaps_.resize(size_t(lay.num_units()));
     for (int u = 0; u < lay.num_units(); ++u) {  // alignment padding inside the unit: zero gradients
@@ -35,13 +39,10 @@ class NoneStrategy final : public Strategy {
       }
       if (lay.unit_end(u) > at) gaps_[size_t(u)].push_back({at - lay.unit_begin(u), lay.unit_end(u) - at});
     }
-    sumsq_ = be_.alloc(size_t(lay.num_units()) * 8, Category::optimizer);
-    be_.fill(Tensor(sumsq_.data(), DType::f32, be_.device(), {int64_t(lay.num_units()) * 2}), 0.f);
   }
   void begin_step(double lr, bool optimizer) override {
-    lr_ = lr;
     update_in_backward_ = in_backward_ && optimizer;
-    if (update_in_backward_) adamw_->begin_step();
+    if (optimizer) adamw_->begin_step(lr);  // uploads the step's lr and t (before any capture)
   }
   UnitView acquire(int unit, UnitPass pass) override {
     if (!in_backward_) return Strategy::acquire(unit, pass);
@@ -67,7 +68,7 @@ class NoneStrategy final : public Strategy {
     const int64_t b = lay.unit_begin(unit), n = lay.unit_end(unit) - b;
     Buffer& g = unit_grads_[size_t(unit)];
     Tensor work = model_->params_work().data == model_->params().data ? Tensor() : model_->params_work().slice(b, {n});
-    adamw_->step_range(b, model_->params().slice(b, {n}), g.view(model_->param_dtype(), {n}), work, lr_,
+    adamw_->step_range(b, model_->params().slice(b, {n}), g.view(model_->param_dtype(), {n}), work,
                        static_cast<double*>(sumsq_.data()) + unit);
     g.reset();  // stream-ordered: the caching allocator hands it out again only to later work on this stream
   }
@@ -76,15 +77,29 @@ class NoneStrategy final : public Strategy {
     if (in_backward_) return std::sqrt(slots_sum());
     return std::sqrt(be_.sum_squares(model_->grads()));
   }
-  double optimizer_step(double lr, double grad_scale, bool want_norm) override {
-    if (in_backward_) {  // every unit was updated during the backward; the norm from the update's own pass
-      (void)lr;
-      (void)grad_scale;
-      return want_norm ? std::sqrt(slots_sum()) : std::nan("");
-    }
+  // Enqueues only (no sync): the norm stays on the device until step_grad_norm(), so a step can be captured.
+  void optimizer_step(double lr, double grad_scale, bool want_norm) override {
+    (void)lr;  // begin_step uploaded it
+    norm_asked_ = want_norm;
+    if (in_backward_) return;  // every unit was updated during the backward, its sum of g^2 in its slot
     Tensor work = model_->params_work().data == model_->params().data ? Tensor() : model_->params_work();
-    const double sumsq = adamw_->step(model_->params(), model_->grads(), work, lr, grad_scale, want_norm);
-    return want_norm ? std::sqrt(sumsq) : std::nan("");
+    adamw_->update(model_->params(), model_->grads(), work, grad_scale, want_norm,
+                   static_cast<double*>(sumsq_.data()));
+  }
+  double step_grad_norm() override { return norm_asked_ ? std::sqrt(slots_sum()) : std::nan(""); }
+  // Clipping on the device: the sum of g^2 into the norm's slot, the clip factor from it, AdamW reading the factor;
+  // nothing waits for the host, so the step can be captured. The same values as the host path (clip_factor_to).
+  void clipped_optimizer_step(double lr, std::optional<double> max_grad_norm) override {
+    if (!max_grad_norm || in_backward_) {  // (in_backward with clipping is refused by the config)
+      optimizer_step(lr, 1.0, /*want_norm=*/true);
+      return;
+    }
+    double* sumsq = static_cast<double*>(sumsq_.data());
+    float* factor = reinterpret_cast<float*>(sumsq + 1);  // sumsq_ has room for it (setup)
+    be_.clip_factor_to(model_->grads(), *max_grad_norm, sumsq, factor);
+    Tensor work = model_->params_work().data == model_->params().data ? Tensor() : model_->params_work();
+    adamw_->update(model_->params(), model_->grads(), work, 1.0, false, nullptr, factor);
+    norm_asked_ = true;
   }
   size_t optimizer_state_bytes() const override { return adamw_ ? adamw_->state_bytes() : 0; }
   OptimizerState optimizer_state() override {
@@ -92,8 +107,8 @@ class NoneStrategy final : public Strategy {
   }
 
  private:
-  double slots_sum() {  // (syncs) the units' sums of g^2, added in unit order
-    std::vector<double> h(unit_grads_.size());
+  double slots_sum() {  // (syncs) the updates' sums of g^2, added in unit order
+    std::vector<double> h(in_backward_ ? sumsq_.bytes() / 8 : 1);
     be_.copy_to_host(h.data(), sumsq_.data(), h.size() * 8);
     double s = 0;
     for (double x : h) s += x;
@@ -102,13 +117,14 @@ class NoneStrategy final : public Strategy {
   const OptimizerCfg optimizer_;  // the config section this strategy reads (a copy)
   const uint64_t seed_;           // init.seed (stochastic rounding)
   Backend& be_;
-  bool in_backward_ = false, update_in_backward_ = false;
-  double lr_ = 0;
+  // norm_asked_: the optimizer step left a norm in sumsq_ (set by the host code of the step, so also by its capture,
+  // which every replay repeats)
+  bool in_backward_ = false, update_in_backward_ = false, norm_asked_ = false;
   Model* model_ = nullptr;
   std::unique_ptr<AdamW> adamw_;
   std::vector<Buffer> unit_grads_;                              // in_backward: each unit's gradient, while it lives
   std::vector<std::vector<std::pair<int64_t, int64_t>>> gaps_;  // in_backward: padding (offset, length) per unit
-  Buffer sumsq_;                                                // in_backward: f64 [units] sum g^2 of each update
+  Buffer sumsq_;  // f64 sum g^2 of each update: [units] with in_backward, else [2] (the sum, the f32 clip factor)
 };
 }  // namespace
 

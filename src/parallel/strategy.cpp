@@ -1,5 +1,6 @@
 #include "parallel/strategy.h"
 
+#include "optim/schedule.h"
 #include "parallel/data_parallel.h"
 
 namespace trainer {
@@ -18,6 +19,16 @@ void Strategy::release(int unit, UnitPass pass) {
   attached_->full_release(unit, pass);
   if ((pass == UnitPass::backward || pass == UnitPass::forward_backward) && micro_ == n_micro_ - 1)
     on_unit_ready(unit);
+}
+
+void Strategy::clipped_optimizer_step(double lr, std::optional<double> max_grad_norm) {
+  if (!max_grad_norm) {  // the norm (for the record) is read in AdamW's own pass over the gradients
+    optimizer_step(lr, 1.0, /*want_norm=*/true);
+    return;
+  }
+  const double norm = grad_norm();  // the clip factor is needed before the update: a separate pass (syncs)
+  optimizer_step(lr, clip_factor(norm, max_grad_norm));
+  step_norm_ = norm;
 }
 
 std::unique_ptr<Strategy> make_strategy(const RunConfig& cfg, Backend& be, Communicator* comm) {

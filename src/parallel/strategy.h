@@ -6,11 +6,12 @@
 //
 // The train step (jobs/train_step.h) calls, per step: model.zero_grads(); for each microbatch begin_microbatch(m, n),
 // forward + backward; then finish_backward(); then, with clipping, grad_norm() and optimizer_step(lr, clip factor),
-// or without, optimizer_step(lr, 1, want_norm = true) (the norm read in AdamW's pass).
+// or without, optimizer_step(lr, 1, want_norm = true) (the norm read in AdamW's pass) and step_grad_norm().
 // Gradients accumulate scaled by 1 / (tokens of the global batch), so a sum over ranks is the exact global mean.
 // Implementations: none (one process), ddp_naive, ddp_flat, ddp_overlap, ddp_bucketed, zero1, fsdp (src/parallel/*).
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,9 +78,17 @@ class Strategy : public ParamResidency {
   /// Global L2 norm of the (reduced) gradient over all ranks and shards; equals the one-process value. (syncs)
   virtual double grad_norm() = 0;
   /// AdamW step with learning rate lr and gradients scaled by grad_scale; afterwards all ranks hold the same weights
-  /// (and the bf16 working copy is refreshed). With want_norm, returns the global gradient norm (the value
-  /// grad_norm() would give before the step) computed in the same pass over the gradients; else NaN. (syncs if asked)
-  virtual double optimizer_step(double lr, double grad_scale, bool want_norm = false) = 0;
+  /// (and the bf16 working copy is refreshed). With want_norm, the global gradient norm (the value grad_norm() would
+  /// give before the step) is computed in the same pass over the gradients, for step_grad_norm(). none enqueues only
+  /// (its step can be captured in a CUDA graph); the data-parallel strategies sync when the norm is asked for.
+  virtual void optimizer_step(double lr, double grad_scale, bool want_norm = false) = 0;
+  /// The norm of the last optimizer_step(want_norm = true), NaN when it was not asked for. (syncs where the norm is
+  /// still on the device)
+  virtual double step_grad_norm() { return step_norm_; }
+  /// The step's update as the train step runs it: with clipping at max_grad_norm, by default grad_norm() (syncs),
+  /// then optimizer_step(lr, clip_factor(norm)); without, optimizer_step(lr, 1, want_norm = true). The norm
+  /// (before clipping) then comes from step_grad_norm(). none overrides it to clip on the device (no sync).
+  virtual void clipped_optimizer_step(double lr, std::optional<double> max_grad_norm);
   /// Makes every rank's fp32 master weights complete (collective). Only zero1 in mixed precision needs it: it keeps
   /// just its shard of the master weights current and gathers the bf16 working copy. Call before reading the
   /// weights on the host (checkpoints).
@@ -101,6 +110,7 @@ class Strategy : public ParamResidency {
  protected:
   Model* attached_ = nullptr;  // set by attach()
   int micro_ = 0, n_micro_ = 1;
+  double step_norm_ = 0.0 / 0.0;  // what step_grad_norm() returns by default (set by optimizer_step)
 };
 
 /// The strategy named by cfg.parallel.strategy. comm may be null only for "none".

@@ -67,7 +67,7 @@ class Zero1 final : public Strategy {
     return std::sqrt(total);
   }
 
-  double optimizer_step(double lr, double grad_scale, bool want_norm) override {
+  void optimizer_step(double lr, double grad_scale, bool want_norm) override {
     const Tensor params = model_->params();
     const Tensor mine = params.slice(begin_, {chunk_});
     const bool mixed = model_->act_dtype() != DType::f32;
@@ -89,7 +89,7 @@ class Zero1 final : public Strategy {
       comm_.all_gather(params, mine);
     timer_.end_exposed();
     timer_.end_step();
-    return total;
+    step_norm_ = total;
   }
 
   void gather_params() override {

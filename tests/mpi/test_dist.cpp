@@ -788,6 +788,7 @@ void check_fsdp_machinery(const FsdpDevice& dev, int prefetch, int n_micro, bool
   be->copy_from_host(ref.grads().data, expect_grad.data(), expect_grad.size() * 4);
   const double scale = clip_factor(norm, 0.5);
   REQUIRE(scale < 1);
+  none->begin_step(lr, /*optimizer=*/true);
   none->optimizer_step(lr, scale);
   if (delay && dev.cuda) {  // keep the compute stream busy for ~0.1 s before the shards' update
     const int64_t n = 8192;

@@ -3,7 +3,9 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -367,7 +369,14 @@ void CpuBackend::cast(Tensor dst, const Tensor& src) {
   }
 }
 
-double CpuBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) {
+void CpuBackend::clip_factor_to(const Tensor& g, double max_norm, double* sumsq, float* factor) {
+  *sumsq = sum_squares(g);
+  *factor = float(std::min(1.0, max_norm / (std::sqrt(*sumsq) + 1e-6)));
+}
+
+double CpuBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& args) {
+  AdamWArgs a = args;
+  if (a.grad_scale_by) a.grad_scale *= *a.grad_scale_by;  // the factor clip_factor_to wrote (host memory here)
   TRAINER_CHECK(p_work.data == nullptr, "cpu backend: adamw with a working copy (p_work) is CUDA-only");
   const int64_t n = p.numel();
   check_numel(g, n, "adamw g");

@@ -62,6 +62,7 @@ class CpuBackend final : public Backend {
                      float dscale) override;
   double sum(const Tensor& x) override;
   double sum_squares(const Tensor& x) override;
+  void clip_factor_to(const Tensor& g, double max_norm, double* sumsq, float* factor) override;
   void scale(Tensor x, float s) override;
   /// Same-dtype copy (f32, f64, i32, bf16) or f32 <-> bf16 (round to nearest even).
   void cast(Tensor dst, const Tensor& src) override;

@@ -154,6 +154,11 @@ void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 void* CudaBackend::grown(Buffer& b, size_t bytes) {
   if (bytes <= b.bytes()) return b.data();
   const size_t want = cuda_sizes::scratch_grown(b.bytes(), bytes);  // whole MiB, at least 1.5x
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream_, &cap));
+  TRAINER_CHECK(cap == cudaStreamCaptureStatusNone,
+                "a workspace must grow from {} to {} during a graph capture (run the step once uncaptured first)",
+                format_bytes(b.bytes()), format_bytes(bytes));
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // kernels already enqueued may still read the old block
   b.reset();
   b = alloc(want, Category::workspace);
@@ -161,6 +166,61 @@ void* CudaBackend::grown(Buffer& b, size_t bytes) {
 }
 
 void* CudaBackend::scratch(size_t bytes) { return grown(scratch_, bytes); }
+
+// ---- graphs ---------------------------------------------------------------------------------------------------------
+
+namespace {
+struct CudaGraph final : Graph {
+  cudaGraphExec_t exec = nullptr;
+  cudaStream_t stream = nullptr;
+  CachingAllocator* pool = nullptr;
+  size_t n_nodes = 0;
+  void launch() override { CUDA_CHECK(cudaGraphLaunch(exec, stream)); }
+  size_t nodes() const override { return n_nodes; }
+  ~CudaGraph() override {
+    if (exec) {
+      cudaStreamSynchronize(stream);  // a replay still running uses the private blocks
+      cudaGraphExecDestroy(exec);
+    }
+    pool->release_private();
+  }
+};
+}  // namespace
+
+std::unique_ptr<Graph> CudaBackend::capture(const std::function<void()>& enqueue) {
+  auto g = std::make_unique<CudaGraph>();
+  g->stream = stream_;
+  g->pool = pool_.get();
+  cudaGraph_t graph = nullptr;
+  // Relaxed: the allocator may still call cudaMalloc inside the capture (a step whose best fits differ from the
+  // uncaptured one's); the new block becomes private like the others. Synchronising calls still fail the capture.
+  CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+  pool_->begin_private();
+  try {
+    enqueue();
+  } catch (...) {
+    pool_->end_private();
+    (void)cudaStreamEndCapture(stream_, &graph);  // ends the (possibly invalidated) capture; the stream is usable
+    if (graph) cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    throw;
+  }
+  pool_->end_private();
+  const cudaError_t st = cudaStreamEndCapture(stream_, &graph);
+  if (st != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (graph) cudaGraphDestroy(graph);
+    throw RuntimeError(fmt::format("cuda graph capture failed: {} (an op synchronised, copied from pageable host "
+                                   "memory or used another stream; run with cuda_graph false)",
+                                   cudaGetErrorString(st)));
+  }
+  CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &g->n_nodes));
+  const cudaError_t inst = cudaGraphInstantiate(&g->exec, graph, 0);
+  cudaGraphDestroy(graph);  // the executable graph keeps what it needs
+  CUDA_CHECK(inst);
+  CUDA_CHECK(cudaGraphUpload(g->exec, stream_));
+  return g;
+}
 
 // ---- timing ---------------------------------------------------------------------------------------------------------
 
@@ -411,6 +471,13 @@ double CudaBackend::sum_squares(const Tensor& x) {
   return reduce(x, true);
 }
 
+void CudaBackend::clip_factor_to(const Tensor& g, double max_norm, double* sumsq, float* factor) {
+  ScopedRange r(*this, "clip_factor");
+  check_float(g, "clip_factor_to", "g");
+  kernels::reduce_sum(sumsq, g.data, g.dtype, g.numel(), true, static_cast<double*>(reduce_partials_.data()), stream_);
+  kernels::clip_factor(factor, sumsq, max_norm, stream_);
+}
+
 void CudaBackend::scale(Tensor x, float s) {
   ScopedRange r(*this, "scale");
   check_float(x, "scale", "x");
@@ -443,20 +510,21 @@ double CudaBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor 
     TRAINER_CHECK(p_work.numel() == p.numel(), "adamw: p_work {} vs p {}", p_work.shape_str(), p.shape_str());
   }
   TRAINER_CHECK(a.t >= 1, "adamw: step {} (t starts at 1)", a.t);
+  const AdamWStepValues per_step = adamw_step_values(a);
   kernels::AdamWStep k;
   k.beta1 = a.beta1;
   k.beta2 = a.beta2;
   k.eps = a.eps;
-  k.decay = float(double(a.lr) * double(a.weight_decay));
+  k.decay = per_step.decay;
+  k.step_size = per_step.step_size;
   k.grad_scale = a.grad_scale;
-  const double t = double(a.t);
-  k.step_size = float(double(a.lr) * std::sqrt(1.0 - std::pow(double(a.beta2), t)) /
-                      (1.0 - std::pow(double(a.beta1), t)));
+  k.per_step = a.step_values;  // device copy of the same values (AdamW::begin_step), or null
+  k.grad_scale_by = a.grad_scale_by;
   double* partials = static_cast<double*>(reduce_partials_.data());
   double* out = nullptr;
   if (a.grad_sumsq) out = a.sumsq_to ? a.sumsq_to : partials + kernels::kReduceMaxBlocks;
   if (dt == DType::bf16) {
-    const kernels::StochasticRounding sr{bf16_bits::rounding_key(a.seed, a.t), a.index_offset};
+    const kernels::StochasticRounding sr{per_step.rounding_key, a.index_offset};
     kernels::adamw_bf16(p.ptr<bf16>(), g.ptr<bf16>(), m.ptr<bf16>(), v.ptr<bf16>(), p.numel(), k,
                         a.stochastic_rounding ? &sr : nullptr, out ? partials : nullptr, out, stream_);
   } else {

@@ -40,6 +40,10 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   void* stream() override { return stream_; }
 
+  /// cudaStreamBeginCapture (relaxed mode: cudaMalloc allowed) on the compute stream, the allocator's private blocks
+  /// (core/caching_allocator.h) for the capture's allocations, cudaGraphInstantiate + cudaGraphUpload.
+  std::unique_ptr<Graph> capture(const std::function<void()>& enqueue) override;
+
   std::unique_ptr<Event> make_event() override;
   void record(Event& e) override;
   float elapsed_ms(Event& start, Event& end) override;
@@ -63,6 +67,7 @@ class CudaBackend final : public Backend {
                      float dscale) override;
   double sum(const Tensor& x) override;
   double sum_squares(const Tensor& x) override;
+  void clip_factor_to(const Tensor& g, double max_norm, double* sumsq, float* factor) override;
   void scale(Tensor x, float s) override;
   void cast(Tensor dst, const Tensor& src) override;
   double adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) override;

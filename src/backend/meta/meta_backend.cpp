@@ -206,6 +206,7 @@ double MetaBackend::sum_squares(const Tensor& x) {
   account(0, 0, 0, b(x));
   return 0;
 }
+void MetaBackend::clip_factor_to(const Tensor& g, double, double*, float*) { account(0, 0, 0, b(g)); }
 void MetaBackend::scale(Tensor x, float) { account(0, 0, 0, 2 * b(x)); }
 void MetaBackend::cast(Tensor dst, const Tensor& src) { account(0, 0, 0, b(dst) + b(src)); }
 double MetaBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs&) {

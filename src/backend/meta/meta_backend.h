@@ -89,6 +89,7 @@ class MetaBackend final : public Backend {
                      float dscale) override;
   double sum(const Tensor& x) override;          // 0
   double sum_squares(const Tensor& x) override;  // 0
+  void clip_factor_to(const Tensor& g, double max_norm, double* sumsq, float* factor) override;  // writes nothing
   void scale(Tensor x, float s) override;
   void cast(Tensor dst, const Tensor& src) override;
   double adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) override;
