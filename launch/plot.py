@@ -289,6 +289,8 @@ def draw_phases(recs, args):
     for label, path, r in recs:
         step = float(field(r, "timing.step.mean_ms", path))
         f, b, o = (mean_ms(r, k, path) for k in ("forward", "backward", "optimizer"))
+        if (r.get("cuda_graph") or {}).get("used"):
+            notes.append(f"{label}: its steps replayed a CUDA graph, which is timed whole: the bar is all 'other'")
         for k, v in zip(segs, (f, b, o, max(step - f - b - o, 0.0))):
             segs[k].append(v)
     fig, (ax,) = barh_figure(len(recs))

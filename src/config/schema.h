@@ -227,8 +227,9 @@ void fields(S& c, F&& f) {
   f("cuda_graph", c.cuda_graph, {{"true | false"},
     "true: the train job captures its second step in a CUDA graph and replays it for every later step (the same "
     "kernels and arguments: exact; saves the launch time of every op) where it can: device cuda, strategy none, no "
-    "profile.trace; elsewhere the steps run uncaptured and the log and the record's "
-    "cuda_graph.why_not say why. Replayed steps are timed as a whole (no forward / backward / optimizer split)"});
+    "profile.trace or profile.nvtx, at least 2 steps in this run; elsewhere the steps run uncaptured and the log "
+    "and the record's cuda_graph.why_not say why. A run with a graph is timed by whole steps (no forward / "
+    "backward / optimizer split)"});
   f("checkpointing", c.checkpointing, KeyDoc{});
   f("parallel", c.parallel, KeyDoc{});
   f("optimizer", c.optimizer, KeyDoc{});

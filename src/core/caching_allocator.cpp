@@ -44,7 +44,9 @@ void* CachingAllocator::allocate(size_t bytes) {
     return p;
   }
   void* p = from_source(size);
-  if (!p && !free_.empty() && !capturing_) {  // out of memory: give the cached blocks back, then ask once more
+  bool any_shared = false;  // a cached block release_cached would give back (not a graph's)
+  for (const auto& [sz, q] : free_) any_shared = any_shared || !private_.count(q);
+  if (!p && any_shared && !capturing_) {  // out of memory: give the cached blocks back, then ask once more
     ++counters_.flushes;
     release_cached();
     p = from_source(size);

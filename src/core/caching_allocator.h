@@ -5,8 +5,9 @@
 // Sizes are rounded up (round_size: to 512 B up to 1 MiB, to 2 MiB above), and a freed block goes into one free
 // list ordered by size. An allocation takes the smallest cached block that is at least its rounded size and at most
 // a quarter larger (an exact size first, being the smallest); otherwise it asks the source (cudaMalloc) for a new
-// block. When the source fails, the allocator synchronises, returns every cached block to the source and tries
-// once more; if that fails too it returns nullptr (Buffer then raises OutOfMemory). Blocks are never split.
+// block. When the source fails, the allocator synchronises, returns every cached block that is not private (below)
+// to the source and tries once more (not inside a capture, where it would synchronise); if that fails too it returns
+// nullptr (Buffer then raises OutOfMemory). Blocks are never split.
 //
 // Stream order: reuse needs no synchronisation because the backend runs every op on its one compute stream, so a
 // block freed after ops were enqueued on it is handed again only to ops enqueued later on the same stream, which run
@@ -18,8 +19,8 @@
 // block the allocator hands out or takes back becomes private to the capture. A captured graph reads and writes those
 // addresses on every replay, so outside a capture a private block is never handed out (allocate skips it) nor given
 // back to the source (release_cached keeps it); a later capture may use it again. release_private() (the graph is
-// gone) makes them ordinary cached or live blocks. The choice inside a capture is the same best fit as outside, over
-// all cached blocks, so a captured step reuses the blocks its uncaptured twin would have.
+// gone) makes them ordinary cached or live blocks; the private set is one, so one capture's graph may exist at a
+// time (CudaBackend refuses a second). The choice inside a capture is the same best fit as outside.
 //
 // The source is three functions (alloc, free, sync), which lets the tests drive the logic on the host. Not
 // thread-safe (neither is MemoryStats): one allocator per backend, used from the thread that runs the backend.

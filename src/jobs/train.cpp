@@ -84,6 +84,7 @@ std::string cuda_graph_why_not(const RunConfig& c, int steps) {
     return fmt::format("parallel.strategy {}: its communication (the Communicator's calls, host all-reduces of the "
                        "norm) is not captured yet; strategy none only", c.parallel.strategy);
   if (c.profile.trace) return "profile.trace times every op with its own events";
+  if (c.profile.nvtx) return "profile.nvtx: the ranges would be recorded once, at the capture, not on replays";
   if (steps < 2) return "fewer than 2 steps: the first step runs uncaptured (GEMM tuning, workspace sizes)";
   return "";
 }
@@ -207,11 +208,9 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   // step values (lr, t: begin_train_step uploads them before each launch). A replayed step is timed as a whole.
   const std::string graph_why_not = cuda_graph_why_not(cfg, total_steps - first_step);
   std::unique_ptr<Graph> graph;
-  json graph_record = {{"used", graph_why_not.empty()}};
-  if (!graph_why_not.empty()) {
-    graph_record["why_not"] = graph_why_not;
-    if (cfg.cuda_graph) spdlog::info("cuda graph: not used ({})", graph_why_not);
-  }
+  json graph_record = json::object();
+  if (!graph_why_not.empty() && cfg.cuda_graph && cfg.device == "cuda")
+    spdlog::info("cuda graph: not used ({})", graph_why_not);
 
   for (int step = first_step; step < total_steps; ++step) {
     const bool measured = step >= cfg.bench.warmup_steps;
@@ -263,7 +262,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
     gnorms.push_back(do_step ? json(gnorm) : json(nullptr));
     lrs.push_back(do_step ? json(lr) : json(nullptr));
     if (measured) {
-      if (!replayed) {
+      if (!graph_why_not.empty()) {  // with a graph no phases: an uncaptured step 1 is not mixed with replays
         t_fwd.push_back(fwd);
         if (do_backward) t_bwd.push_back(bwd);
         if (do_step) t_opt.push_back(opt);
@@ -326,9 +325,12 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                  {"optimizer", timing_stats(t_opt)}, {"step", timing_stats(t_step)},
                  {"checkpoint_write_s", ckpt.write_seconds()}, {"resume_read_s", ckpt.read_seconds()}};
   r["checkpoint"] = ckpt.record();
-  if (graph_why_not.empty())
-    graph_record["note"] = "timing.forward / backward / optimizer cover the measured steps that ran uncaptured only "
-                           "(a replayed graph is timed as a whole: timing.step)";
+  graph_record["used"] = graph != nullptr;
+  if (graph)
+    graph_record["note"] = "the steps from captured_step on replayed the graph; timing.forward / backward / "
+                           "optimizer are not split (null) in a run that uses a graph: timing.step is the whole step";
+  else
+    graph_record["why_not"] = graph_why_not.empty() ? "the run ended before its second step" : graph_why_not;
   r["cuda_graph"] = graph_record;
   if (ctx.world_size > 1) {
     r["timing"]["comm"] = timing_stats(t_comm);

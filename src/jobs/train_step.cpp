@@ -9,7 +9,7 @@ namespace trainer {
 void begin_train_step(Strategy& strategy, const StepShape& s, double lr) { strategy.begin_step(lr, s.optimizer); }
 
 void enqueue_train_step(Backend& be, Model& model, Strategy& strategy, const StepShape& s, double lr,
-                          std::optional<double> max_grad_norm, const StepEvents& ev) {
+                        std::optional<double> max_grad_norm, const StepEvents& ev) {
   auto mark = [&be](Event* e) {
     if (e) be.record(*e);
   };

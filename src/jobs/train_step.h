@@ -40,7 +40,7 @@ void begin_train_step(Strategy& strategy, const StepShape& s, double lr);
 /// strategy's step_grad_norm(). With strategy none nothing here synchronises (it clips on the device), so it can be
 /// captured in a CUDA graph (jobs/train.cpp); the data-parallel strategies sync for the norm.
 void enqueue_train_step(Backend& be, Model& model, Strategy& strategy, const StepShape& s, double lr,
-                          std::optional<double> max_grad_norm, const StepEvents& ev = {});
+                        std::optional<double> max_grad_norm, const StepEvents& ev = {});
 
 /// begin_train_step + enqueue_train_step; returns the global gradient norm (NaN when there is no optimizer step).
 /// Syncs where the strategy does (the norm).

@@ -7,8 +7,8 @@ AdamW::AdamW(Backend& be, int64_t numel, const OptimizerCfg& cfg, DType state_dt
   TRAINER_CHECK(dtype_ == DType::f32 || dtype_ == DType::bf16, "AdamW: state dtype {} (f32 or bf16)",
                 dtype_name(dtype_));
   m_ = be_.alloc(size_t(numel) * dtype_size(dtype_), Category::optimizer);
-  step_values_ = be_.alloc(sizeof(AdamWStepValues), Category::optimizer);
   v_ = be_.alloc(size_t(numel) * dtype_size(dtype_), Category::optimizer);
+  step_values_ = be_.alloc(sizeof(AdamWStepValues), Category::optimizer);
   if (numel > 0) {
     be_.fill(m_.view(dtype_, {numel}), 0.f);
     be_.fill(v_.view(dtype_, {numel}), 0.f);

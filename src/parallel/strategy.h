@@ -4,12 +4,14 @@
 // and hands its gradient back at release(). The default (none, ddp_*, zero1) serves views of the Model's full flat
 // buffers and, on the step's last microbatch, turns the release of a unit's backward into on_unit_ready(unit).
 //
-// The train step (jobs/train_step.h) calls, per step: model.zero_grads(); for each microbatch begin_microbatch(m, n),
-// forward + backward; then finish_backward(); then, with clipping, grad_norm() and optimizer_step(lr, clip factor),
-// or without, optimizer_step(lr, 1, want_norm = true) (the norm read in AdamW's pass) and step_grad_norm().
+// The train step (jobs/train_step.h) calls, per step: begin_step(lr, optimizer); model.zero_grads(); for each
+// microbatch begin_microbatch(m, n), forward + backward; then finish_backward(); then clipped_optimizer_step(lr,
+// max_grad_norm) (by default: with clipping grad_norm() and optimizer_step(lr, clip factor), without
+// optimizer_step(lr, 1, want_norm = true), the norm read in AdamW's pass); then step_grad_norm().
 // Gradients accumulate scaled by 1 / (tokens of the global batch), so a sum over ranks is the exact global mean.
 // Implementations: none (one process), ddp_naive, ddp_flat, ddp_overlap, ddp_bucketed, zero1, fsdp (src/parallel/*).
 #pragma once
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -110,7 +112,7 @@ class Strategy : public ParamResidency {
  protected:
   Model* attached_ = nullptr;  // set by attach()
   int micro_ = 0, n_micro_ = 1;
-  double step_norm_ = 0.0 / 0.0;  // what step_grad_norm() returns by default (set by optimizer_step)
+  double step_norm_ = std::numeric_limits<double>::quiet_NaN();  // step_grad_norm()'s default (optimizer_step sets it)
 };
 
 /// The strategy named by cfg.parallel.strategy. comm may be null only for "none".

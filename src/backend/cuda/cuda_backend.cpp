@@ -154,10 +154,10 @@ void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 void* CudaBackend::grown(Buffer& b, size_t bytes) {
   if (bytes <= b.bytes()) return b.data();
   const size_t want = cuda_sizes::scratch_grown(b.bytes(), bytes);  // whole MiB, at least 1.5x
-  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(stream_, &cap));
-  TRAINER_CHECK(cap == cudaStreamCaptureStatusNone,
-                "a workspace must grow from {} to {} during a graph capture (run the step once uncaptured first)",
+  // A captured graph writes the old block on every replay: it must not move while one exists (or is being made).
+  TRAINER_CHECK(live_graphs_ == 0,
+                "a workspace must grow from {} to {} while a CUDA graph uses it (run the step once uncaptured before "
+                "capturing; set cuda_graph false for work of other shapes)",
                 format_bytes(b.bytes()), format_bytes(bytes));
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // kernels already enqueued may still read the old block
   b.reset();
@@ -174,6 +174,7 @@ struct CudaGraph final : Graph {
   cudaGraphExec_t exec = nullptr;
   cudaStream_t stream = nullptr;
   CachingAllocator* pool = nullptr;
+  int* live = nullptr;  // CudaBackend::live_graphs_
   size_t n_nodes = 0;
   void launch() override { CUDA_CHECK(cudaGraphLaunch(exec, stream)); }
   size_t nodes() const override { return n_nodes; }
@@ -183,17 +184,25 @@ struct CudaGraph final : Graph {
       cudaGraphExecDestroy(exec);
     }
     pool->release_private();
+    --*live;
   }
 };
 }  // namespace
 
 std::unique_ptr<Graph> CudaBackend::capture(const std::function<void()>& enqueue) {
+  TRAINER_CHECK(live_graphs_ == 0, "capture: a captured graph exists already (one at a time: its blocks are private)");
+  // The cached blocks of the uncaptured steps go back first: the capture then takes fresh blocks in its own order
+  // (no best fit that differs from step 1's and asks for more), and a run near the memory limit has the whole
+  // device again. Synchronises (outside the capture).
+  pool_->release_cached();
   auto g = std::make_unique<CudaGraph>();
   g->stream = stream_;
   g->pool = pool_.get();
+  g->live = &live_graphs_;
+  ++live_graphs_;
   cudaGraph_t graph = nullptr;
-  // Relaxed: the allocator may still call cudaMalloc inside the capture (a step whose best fits differ from the
-  // uncaptured one's); the new block becomes private like the others. Synchronising calls still fail the capture.
+  // Relaxed: the allocator may call cudaMalloc inside the capture (the new block is private like the others).
+  // Synchronising calls still fail the capture.
   CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
   pool_->begin_private();
   try {
@@ -214,8 +223,8 @@ std::unique_ptr<Graph> CudaBackend::capture(const std::function<void()>& enqueue
                                    "memory or used another stream; run with cuda_graph false)",
                                    cudaGetErrorString(st)));
   }
-  CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &g->n_nodes));
-  const cudaError_t inst = cudaGraphInstantiate(&g->exec, graph, 0);
+  const cudaError_t nodes = cudaGraphGetNodes(graph, nullptr, &g->n_nodes);
+  const cudaError_t inst = nodes == cudaSuccess ? cudaGraphInstantiate(&g->exec, graph, 0) : nodes;
   cudaGraphDestroy(graph);  // the executable graph keeps what it needs
   CUDA_CHECK(inst);
   CUDA_CHECK(cudaGraphUpload(g->exec, stream_));
@@ -385,6 +394,8 @@ void CudaBackend::rope(Tensor qkv, const AttnShape& s, float theta, bool inverse
                 "rope: qkv {} is not [{}, {}]", qkv.shape_str(), int64_t(s.B) * s.T, 3 * int64_t(s.H) * s.d_head);
   const std::tuple<int, int, float> key{s.T, s.d_head, theta};
   if (!rope_table_.data() || rope_key_ != key) {  // one table per (T, d_head, theta), made on first use
+    TRAINER_CHECK(live_graphs_ == 0, "rope: a new table (T {}, d_head {}) while a CUDA graph uses the old one", s.T,
+                  s.d_head);
     rope_table_.reset();
     rope_table_ = alloc(cuda_sizes::rope_table_bytes(s.T, s.d_head), Category::workspace);
     kernels::rope_table(static_cast<float*>(rope_table_.data()), s.T, s.d_head, double(theta), stream_);

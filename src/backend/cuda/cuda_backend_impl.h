@@ -112,6 +112,7 @@ class CudaBackend final : public Backend {
   Buffer rope_table_;       // (cos, sin) [T, d_head/2] for rope_key_
   Buffer split_;            // fp32_matmul 3xtf32: hi / lo parts of one product's A and B (cuda_sizes::split_tf32_bytes)
   std::tuple<int, int, float> rope_key_{0, 0, 0.f};  // (T, d_head, theta) of rope_table_
+  int live_graphs_ = 0;  // captured graphs not yet destroyed (at most one): workspaces they use must not move
   double* host_result_ = nullptr;  // pinned, 1 double
   std::unique_ptr<CublasLtMatmul> blas_;
   bool flash2_warned_ = false;
