@@ -28,11 +28,6 @@ class AdamW {
   /// the sum is returned.
   double update(Tensor p, const Tensor& g, Tensor p_work, double grad_scale, bool want_sumsq = false,
                 double* sumsq_to = nullptr, const float* grad_scale_by = nullptr);
-  /// begin_step(lr) then update(): one whole step.
-  double step(Tensor p, const Tensor& g, Tensor p_work, double lr, double grad_scale, bool want_sumsq = false) {
-    begin_step(lr);
-    return update(p, g, p_work, grad_scale, want_sumsq);
-  }
   /// The open step's update of elements [offset, offset + p.numel()) of the state with g (optimizer.in_backward: one
   /// unit at a time; no clipping). When sumsq_to is non-null the sum of g^2 is written there without a sync.
   void step_range(int64_t offset, Tensor p, const Tensor& g, Tensor p_work, double* sumsq_to);

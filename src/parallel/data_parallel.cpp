@@ -101,12 +101,17 @@ OptimizerState DdpStrategy::optimizer_state() {
   return {adamw_->state_tensors(), {{0, 0, model_->layout().total()}}, true, adamw_.get()};
 }
 
+void DdpStrategy::begin_step(double lr, bool optimizer) {
+  if (optimizer) adamw_->begin_step(lr);  // AdamW's step values to the device, before the step's work
+}
+
 double DdpStrategy::grad_norm() { return std::sqrt(be_.sum_squares(model_->grads())); }
 
 void DdpStrategy::optimizer_step(double lr, double grad_scale, bool want_norm) {
   // Every rank holds the whole reduced gradient, so the local norm is the global one.
   Tensor work = model_->act_dtype() == DType::f32 ? Tensor() : model_->params_work();
-  const double sumsq = adamw_->step(model_->params(), model_->grads(), work, lr, grad_scale, want_norm);
+  (void)lr;  // begin_step uploaded it
+  const double sumsq = adamw_->update(model_->params(), model_->grads(), work, grad_scale, want_norm);
   step_norm_ = want_norm ? std::sqrt(sumsq) : std::nan("");
 }
 

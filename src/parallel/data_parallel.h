@@ -66,6 +66,7 @@ class DdpStrategy : public Strategy {
               std::string name);
   std::string name() const override { return name_; }
   void setup(Model& model) override;
+  void begin_step(double lr, bool optimizer) override;
   double grad_norm() override;
   void optimizer_step(double lr, double grad_scale, bool want_norm) override;
   size_t optimizer_state_bytes() const override { return adamw_ ? adamw_->state_bytes() : 0; }

@@ -225,14 +225,19 @@ class Fsdp final : public Strategy {
     for (Slot& s : slots_) drain(s);
   }
 
+  void begin_step(double lr, bool optimizer) override {
+    if (optimizer) adamw_->begin_step(lr);  // AdamW's step values to the device, before the step's work
+  }
+
   double grad_norm() override {
     const double local = be_.sum_squares(grads());
     return std::sqrt(sum_over_ranks(local));
   }
 
   void optimizer_step(double lr, double grad_scale, bool want_norm) override {
+    (void)lr;  // begin_step uploaded it
     const double local =
-        adamw_->step(master(), grads(), cdtype_ == DType::f32 ? Tensor() : work(), lr, grad_scale, want_norm);
+        adamw_->update(master(), grads(), cdtype_ == DType::f32 ? Tensor() : work(), grad_scale, want_norm);
     const double norm = want_norm ? std::sqrt(sum_over_ranks(local)) : std::nan("");
     full_unit_ = -1;
     timer_.end_step();

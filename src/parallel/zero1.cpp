@@ -59,6 +59,10 @@ class Zero1 final : public Strategy {
     timer_.end_exposed();
   }
 
+  void begin_step(double lr, bool optimizer) override {
+    if (optimizer) adamw_->begin_step(lr);  // AdamW's step values to the device, before the step's work
+  }
+
   double grad_norm() override {
     double total = be_.sum_squares(shard());
     timer_.begin_exposed();
@@ -73,7 +77,8 @@ class Zero1 final : public Strategy {
     const bool mixed = model_->act_dtype() != DType::f32;
     const Tensor work = model_->params_work();
     const Tensor work_mine = mixed ? work.slice(begin_, {chunk_}) : Tensor();
-    const double local = adamw_->step(mine, shard(), work_mine, lr, grad_scale, want_norm);
+    (void)lr;  // begin_step uploaded it
+    const double local = adamw_->update(mine, shard(), work_mine, grad_scale, want_norm);
     double total = std::nan("");
     if (want_norm) {
       total = local;

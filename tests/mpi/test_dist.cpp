@@ -790,6 +790,7 @@ void check_fsdp_machinery(const FsdpDevice& dev, int prefetch, int n_micro, bool
   REQUIRE(scale < 1);
   none->begin_step(lr, /*optimizer=*/true);
   none->optimizer_step(lr, scale);
+  fsdp->begin_step(lr, /*optimizer=*/true);
   if (delay && dev.cuda) {  // keep the compute stream busy for ~0.1 s before the shards' update
     const int64_t n = 8192;
     Buffer a = be->alloc(size_t(n * n) * 4, Category::workspace), c = be->alloc(size_t(n * n) * 4, Category::workspace);
