@@ -67,8 +67,9 @@ class NoneStrategy final : public Strategy {
     const ParamLayout& lay = model_->layout();
     const int64_t b = lay.unit_begin(unit), n = lay.unit_end(unit) - b;
     Buffer& g = unit_grads_[size_t(unit)];
-    Tensor work = model_->params_work().data == model_->params().data ? Tensor() : model_->params_work().slice(b, {n});
-    adamw_->step_range(b, model_->params().slice(b, {n}), g.view(model_->param_dtype(), {n}), work,
+    const Tensor all = work();
+    adamw_->step_range(b, model_->params().slice(b, {n}), g.view(model_->param_dtype(), {n}),
+                       all.data ? all.slice(b, {n}) : Tensor(),
                        static_cast<double*>(sumsq_.data()) + unit);
     g.reset();  // stream-ordered: the caching allocator hands it out again only to later work on this stream
   }
@@ -82,8 +83,7 @@ class NoneStrategy final : public Strategy {
     (void)lr;  // begin_step uploaded it
     norm_asked_ = want_norm;
     if (in_backward_) return;  // every unit was updated during the backward, its sum of g^2 in its slot
-    Tensor work = model_->params_work().data == model_->params().data ? Tensor() : model_->params_work();
-    adamw_->update(model_->params(), model_->grads(), work, grad_scale, want_norm,
+    adamw_->update(model_->params(), model_->grads(), work(), grad_scale, want_norm,
                    static_cast<double*>(sumsq_.data()));
   }
   double step_grad_norm() override { return norm_asked_ ? std::sqrt(slots_sum()) : std::nan(""); }
@@ -97,8 +97,7 @@ class NoneStrategy final : public Strategy {
     double* sumsq = static_cast<double*>(sumsq_.data());
     float* factor = reinterpret_cast<float*>(sumsq + 1);  // sumsq_ has room for it (setup)
     be_.clip_factor_to(model_->grads(), *max_grad_norm, sumsq, factor);
-    Tensor work = model_->params_work().data == model_->params().data ? Tensor() : model_->params_work();
-    adamw_->update(model_->params(), model_->grads(), work, 1.0, false, nullptr, factor);
+    adamw_->update(model_->params(), model_->grads(), work(), 1.0, false, nullptr, factor);
     norm_asked_ = true;
   }
   size_t optimizer_state_bytes() const override { return adamw_ ? adamw_->state_bytes() : 0; }
@@ -107,6 +106,10 @@ class NoneStrategy final : public Strategy {
   }
 
  private:
+  /// The bf16 working copy AdamW refreshes, or none (fp32 and bf16_pure: the weights are the working copy).
+  Tensor work() const {
+    return model_->params_work().data == model_->params().data ? Tensor() : model_->params_work();
+  }
   double slots_sum() {  // (syncs) the updates' sums of g^2, added in unit order
     std::vector<double> h(in_backward_ ? sumsq_.bytes() / 8 : 1);
     be_.copy_to_host(h.data(), sumsq_.data(), h.size() * 8);
