@@ -5,14 +5,19 @@
 // both operands in shared memory (Q and K K-major); P stays in registers (the S accumulators, packed to bf16, are the
 // A operand) and O += P V reads V [keys][d] as an N-major B operand, so no transpose is ever stored.
 // Warp specialization as FlashAttention-3 (section 3.1): warpgroup 0 is the producer (setmaxnreg down): one lane
-// loads the Q tile and streams the K / V tiles by TMA through Tr::kStages shared stages guarded by mbarriers (full:
-// the transaction bytes; empty: every consumer thread, once its O += P V of the stage is done); warpgroups 1 .. kWG
-// are the consumers (setmaxnreg up), 64 query rows each, with no CTA barrier between them, so that one's softmax runs
-// under another's wgmma. Not (yet) FlashAttention-3's ping-pong scheduling or intra-warpgroup overlap (an
-// intra-warpgroup overlap version of the earlier design, S_j issued together with O += P_{j-1} V_{j-1}, was 20-38%
-// slower: ptxas serialized its wgmma (C7514) for reading S while the second product was in flight; NOTES.md).
+// loads the Q tile and streams the K and V tiles by TMA through Tr::kStages shared stages, K and V each guarded by
+// their own mbarriers (full: the transaction bytes; empty: every consumer thread, K once its S product is done, V
+// once its O += P V is), so the next K can land while P V still reads V; warpgroups 1 .. kWG are the consumers
+// (setmaxnreg up), 64 query rows each, with no CTA barrier between them, so that one's softmax runs under another's
+// wgmma. Tr::kOverlap adds FlashAttention-3's intra-warpgroup overlap (Algorithm 2: S_j issued with
+// O += P_{j-1} V_{j-1}, the softmax of S_j while the second runs) and Tr::kPingPong its ping-pong (named barriers
+// hand the issue of the products from one consumer to the next). An earlier overlap attempt (the design before warp
+// specialization) was serialized by ptxas (C7514); this one is not: S is committed before P V and read after
+// wait_group 1, P is repacked only after wait_group 0 (NOTES.md, fourteenth session).
 // Measured (one H200, 16 heads, T 16384, causal): d 64 with three consumers (192 rows) 1.15 ms, d 128 with two
-// 1.91 ms, against 1.40 / 2.71 for the earlier design (all threads loading by cp.async, a CTA barrier per key tile).
+// 1.91 ms, against 1.40 / 2.71 for the earlier design (all threads loading by cp.async, a CTA barrier per key tile);
+// with the overlap (d 128) and overlap + ping-pong (d 64), side by side with the loop without them: d 128 1.90 ->
+// 1.81 ms (607 TFLOP/s; SDPA 1.85), d 64 1.12 -> 1.10 (results/h200/2026-12-02/v14/call5).
 // d 80 (xl) keeps d 128's shared layout (two 64-column sub-tiles; the TMA zero-fills columns 80..127, which no
 // product reads) and runs its products over 80 columns: Q Kᵀ as five k16 steps, O += P V as m64n80 (16 x 80, T 16384,
 // causal: 1.31 ms = 525 TFLOP/s, against 2.46 on the mma.sync kernel and SDPA's 1.87; v10 notes).
@@ -75,16 +80,20 @@ __device__ __forceinline__ void wgmma_kmajor(float (&acc)[kN / 2], uint64_t a, u
 /// Tile configuration: kD: head dim (64, 80 or 128; 80 is stored as two sub-tiles, sm90_subtiles); kBN: keys per
 /// tile (64 or 128); kWG: consumer warpgroups (64 query rows each, kBM = 64 kWG rows per CTA); kStages: K / V stages;
 /// kRegsProducer / kRegsConsumer: setmaxnreg budgets (128 threads each; together at most the registers of
-/// __launch_bounds__(kThreads, 1)).
-template <int kD_, int kBN_, int kWG_, int kStages_ = 2, int kRegsProducer_ = 24, int kRegsConsumer_ = 160>
+/// __launch_bounds__(kThreads, 1)); kOverlap / kPingPong: FlashAttention-3's intra-warpgroup overlap and ping-pong
+/// of the consumer loop (flash_fwd_sm90_kernel; the same results, only the schedule differs).
+template <int kD_, int kBN_, int kWG_, int kStages_ = 2, int kRegsProducer_ = 24, int kRegsConsumer_ = 160,
+          bool kOverlap_ = false, bool kPingPong_ = false>
 struct FwdTraits {
   static constexpr int kD = kD_, kBN = kBN_, kWG = kWG_, kBM = 64 * kWG_, kThreads = 128 * (kWG_ + 1);
   static constexpr int kStages = kStages_;
+  static constexpr bool kOverlap = kOverlap_, kPingPong = kPingPong_;
+  static_assert(!kPingPong || (kOverlap && kWG >= 2), "ping-pong orders the overlapped loops of >= 2 consumers");
   static constexpr int kRegsProducer = kRegsProducer_, kRegsConsumer = kRegsConsumer_;
   static constexpr int kSub = sm90_subtiles(kD);
   static constexpr int kQBytes = kBM * 64 * kSub * 2, kKVBytes = kBN * 64 * kSub * 2;  // (TMA boxes incl. zero fill)
-  // Q, stages of K and V, mbarriers (Q, full and empty per stage), alignment
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 8 * (1 + 2 * kStages) + 1024;
+  // Q, stages of K and V, mbarriers (Q; full and empty per stage, for K and V apart), alignment
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 8 * (1 + 4 * kStages) + 1024;
   static_assert((kD == 64 || kD == 80 || kD == 128) && (kBN == 64 || kBN == 128) && kBM <= 256,
                 "wgmma tiles, TMA box rows");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm_90 CTA");
@@ -95,21 +104,89 @@ struct FwdTraits {
                 "setmaxnreg: the producer gives registers up, the consumers take at most what it gave");
 };
 
+/// Masks one S tile (keys >= T; causal: keys past the row), then FlashAttention-2's online softmax of this thread's
+/// two rows (row0, row0 + 8) in the exp2 domain: m_run / l_run (running max in log2 units, running sum) updated, sc
+/// (the m64 x kBN accumulators, scores) turned into P = exp2(S sl2 - m), and alpha = exp2(m_old - m_new), the factor
+/// O must be rescaled by before P V is added (rescale_o). n0: the tile's first key; row_lo: the warpgroup's first row.
+template <int kBN, bool kCausal>
+__device__ __forceinline__ void softmax_tile(float (&sc)[kBN / 2], float (&m_run)[2], float (&l_run)[2],
+                                             float (&alpha)[2], int n0, int T, int row_lo, int row0, int t,
+                                             float sl2) {
+  if (n0 + kBN > T || (kCausal && n0 + kBN - 1 > row_lo)) {
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = n0 + j * 8 + 2 * t + (e & 1), row = row0 + (e >> 1) * 8;
+        if (key >= T || (kCausal && key > row)) sc[4 * j + e] = -INFINITY;
+      }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) mx = fmaxf(mx, fmaxf(sc[4 * j + 2 * r], sc[4 * j + 2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m_run[r], mx * sl2);
+    const float m_use = m_new == -INFINITY ? 0.f : m_new;
+    alpha[r] = exp2_fast(m_run[r] - m_use);
+    m_run[r] = m_new;
+    float rs = 0.f;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      sc[4 * j + 2 * r] = exp2_fast(fmaf(sc[4 * j + 2 * r], sl2, -m_use));
+      sc[4 * j + 2 * r + 1] = exp2_fast(fmaf(sc[4 * j + 2 * r + 1], sl2, -m_use));
+      rs += sc[4 * j + 2 * r] + sc[4 * j + 2 * r + 1];
+    }
+    l_run[r] = l_run[r] * alpha[r] + rs;
+  }
+}
+/// o (m64 x kD accumulators) *= alpha of its row.
+template <int kD>
+__device__ __forceinline__ void rescale_o(float (&o)[kD / 2], const float (&alpha)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      o[4 * j + 2 * r] *= alpha[r];
+      o[4 * j + 2 * r + 1] *= alpha[r];
+    }
+}
+/// P (m64 x kBN accumulators) as bf16 A fragments of the kBN / 16 k16 steps of O += P V.
+template <int kBN>
+__device__ __forceinline__ void pack_p(uint32_t (&pa)[kBN / 16][4], const float (&sc)[kBN / 2]) {
+#pragma unroll
+  for (int kk = 0; kk < kBN / 16; ++kk) {
+    pa[kk][0] = pack_bf16(sc[8 * kk + 0], sc[8 * kk + 1]);
+    pa[kk][1] = pack_bf16(sc[8 * kk + 2], sc[8 * kk + 3]);
+    pa[kk][2] = pack_bf16(sc[8 * kk + 4], sc[8 * kk + 5]);
+    pa[kk][3] = pack_bf16(sc[8 * kk + 6], sc[8 * kk + 7]);
+  }
+}
+
 /// O [B, T, H, d] (bf16, or f32 when p.o_f32) and lse [B, H, T] (f32, natural log; rows < T) from bf16 q, k, v
 /// views (params.h; rows 16-byte aligned, checked by run_fwd) and their TMA tensor maps `tma` (launch_sm90.cuh),
 /// d = Tr::kD, T >= 1. Grid: ceil(T / kBM) x H x B CTAs (tile_grid), Tr::kThreads threads, Tr::kSmemBytes of
 /// dynamic shared memory. sm_90a only.
+/// Tr::kOverlap: FlashAttention-3's intra-warpgroup overlap (arXiv:2407.08608, Algorithm 2): S_j = Q K_jᵀ and
+/// O += P_{j-1} V_{j-1} are issued together and the softmax of S_j runs while the second product is in flight; the
+/// arithmetic (O rescaled by alpha_{j-1} before P_{j-1} V_{j-1} is added) is the same as without it, so is every bit
+/// of O and L. Tr::kPingPong (section 3.1): the consumers issue their products in turn (named barrier 1 + wc, 256
+/// threads: this warpgroup's sync and the previous one's arrive), so that one's softmax runs under another's wgmma.
 template <class Tr, bool kCausal>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     flash_fwd_sm90_kernel(const FlashParams p, const __grid_constant__ TmaMaps tma) {
-  constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kSub = Tr::kSub, kStages = Tr::kStages;
+  constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kSub = Tr::kSub, kStages = Tr::kStages, kWG = Tr::kWG;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* sQ = align_smem_1024(smem_raw);
   uint8_t* sK = sQ + Tr::kQBytes;            // [stages][kSub][kBN][64]
   uint8_t* sV = sK + kStages * Tr::kKVBytes;  // [stages][kSub][kBN][64]
   uint64_t* q_full = reinterpret_cast<uint64_t*>(sV + kStages * Tr::kKVBytes);
-  uint64_t* full = q_full + 1;
-  uint64_t* empty = full + kStages;
+  uint64_t* full_k = q_full + 1;  // per stage: K landed (transaction bytes)
+  uint64_t* full_v = full_k + kStages;
+  uint64_t* empty_k = full_v + kStages;  // per stage: every consumer thread done with K (after S) / V (after P V)
+  uint64_t* empty_v = empty_k + kStages;
 
   const TileCoord c = tile_coord(p);
   if (c.b >= p.batch) return;  // past the last (b, h) pair (the last group of tile_grid)
@@ -122,8 +199,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   if (tid == 0) {
     mbar_init(q_full, 1);
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(full + s, 1);
-      mbar_init(empty + s, 128 * Tr::kWG);
+      mbar_init(full_k + s, 1);
+      mbar_init(full_v + s, 1);
+      mbar_init(empty_k + s, 128 * kWG);
+      mbar_init(empty_v + s, 128 * kWG);
     }
     mbar_init_fence();
   }
@@ -137,13 +216,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       for (int sub = 0; sub < kSub; ++sub) tma_load_4d(sQ + sub * kBM * 128, &tma.q, 64 * sub, m0, h, b, q_full);
       for (int it = 0; it < n_blocks; ++it) {  // key tiles from the diagonal down
         const int nb = n_blocks - 1 - it, s = it % kStages;
-        mbar_wait(empty + s, ((it / kStages) & 1) ^ 1);
-        mbar_arrive_expect_tx(full + s, uint32_t(2 * Tr::kKVBytes));
+        const uint32_t free_parity = ((it / kStages) & 1) ^ 1;
+        mbar_wait(empty_k + s, free_parity);
+        mbar_arrive_expect_tx(full_k + s, uint32_t(Tr::kKVBytes));
 #pragma unroll
-        for (int sub = 0; sub < kSub; ++sub) {
-          tma_load_4d(sK + s * Tr::kKVBytes + sub * kBN * 128, &tma.k, 64 * sub, nb * kBN, h, b, full + s);
-          tma_load_4d(sV + s * Tr::kKVBytes + sub * kBN * 128, &tma.v, 64 * sub, nb * kBN, h, b, full + s);
-        }
+        for (int sub = 0; sub < kSub; ++sub)
+          tma_load_4d(sK + s * Tr::kKVBytes + sub * kBN * 128, &tma.k, 64 * sub, nb * kBN, h, b, full_k + s);
+        mbar_wait(empty_v + s, free_parity);
+        mbar_arrive_expect_tx(full_v + s, uint32_t(Tr::kKVBytes));
+#pragma unroll
+        for (int sub = 0; sub < kSub; ++sub)
+          tma_load_4d(sV + s * Tr::kKVBytes + sub * kBN * 128, &tma.v, 64 * sub, nb * kBN, h, b, full_v + s);
       }
     }
     return;
@@ -155,77 +238,100 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   float o[kD / 2];
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) o[i] = 0.f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f}, alpha[2];
   const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scale·log2(e): scores in log2 units
   const int row_lo = m0 + 64 * wc;                          // this warpgroup's rows: row_lo .. row_lo + 63
   const int row0 = row_lo + 16 * warp + g;                  // this thread's: row0 and row0 + 8
   const uint64_t q_desc = make_desc(smem_addr(sQ) + uint32_t(64 * wc * 128), 16, 1024);  // K-major A
   const uint64_t k_desc = make_desc(smem_addr(sK), 16, 1024);                            // K-major B (stage 0)
   const uint64_t v_desc = make_desc(smem_addr(sV), kBN * 128, 1024);                     // N-major B (stage 0)
+  // S = Q K_itᵀ issued (one commit group), O += P V_it issued (one commit group)
+  auto issue_s = [&](float(&sc)[kBN / 2], int it) {
+    wgmma_fence();
+    wgmma_kmajor<kBN, kD>(sc, q_desc, kBM * 128, desc_add(k_desc, uint32_t((it % kStages) * Tr::kKVBytes)),
+                          kBN * 128);
+    wgmma_commit();
+  };
+  auto issue_pv = [&](const uint32_t(&pa)[kBN / 16][4], int it) {
+    const uint32_t stage = uint32_t((it % kStages) * Tr::kKVBytes);
+    fence_regs(o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) wgmma_rs<1, kD>(o, pa[kk], desc_add(v_desc, stage + kk * 2048), true);
+    wgmma_commit();
+  };
+  auto parity = [](int it) { return uint32_t((it / kStages) & 1); };
   mbar_wait(q_full, 0);
 
-  for (int it = 0; it < n_blocks; ++it) {
-    const int nb = n_blocks - 1 - it, s = it % kStages;
-    const uint32_t stage = uint32_t(s * Tr::kKVBytes);
-    const int n0 = nb * kBN;
-    mbar_wait(full + s, (it / kStages) & 1);
-    float sc[kBN / 2];
-    wgmma_fence();
-    wgmma_kmajor<kBN, kD>(sc, q_desc, kBM * 128, desc_add(k_desc, stage), kBN * 128);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(sc);
-    if (n0 + kBN > T || (kCausal && n0 + kBN - 1 > row_lo)) {
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = n0 + j * 8 + 2 * t + (e & 1), row = row0 + (e >> 1) * 8;
-          if (key >= T || (kCausal && key > row)) sc[4 * j + e] = -INFINITY;
-        }
+  if constexpr (!Tr::kOverlap) {
+    for (int it = 0; it < n_blocks; ++it) {
+      const int s = it % kStages;
+      mbar_wait(full_k + s, parity(it));
+      float sc[kBN / 2];
+      issue_s(sc, it);
+      wgmma_wait<0>();
+      fence_regs(sc);
+      mbar_arrive(empty_k + s);
+      softmax_tile<kBN, kCausal>(sc, m_run, l_run, alpha, (n_blocks - 1 - it) * kBN, T, row_lo, row0, t, sl2);
+      rescale_o<kD>(o, alpha);
+      uint32_t pa[kBN / 16][4];
+      pack_p<kBN>(pa, sc);
+      mbar_wait(full_v + s, parity(it));
+      issue_pv(pa, it);
+      wgmma_wait<0>();
+      fence_regs(o);
+      mbar_arrive(empty_v + s);
     }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) mx = fmaxf(mx, fmaxf(sc[4 * j + 2 * r], sc[4 * j + 2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_run[r], mx * sl2);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      const float alpha = exp2_fast(m_run[r] - m_use);
-      m_run[r] = m_new;
-      float rs = 0.f;
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-        sc[4 * j + 2 * r] = exp2_fast(fmaf(sc[4 * j + 2 * r], sl2, -m_use));
-        sc[4 * j + 2 * r + 1] = exp2_fast(fmaf(sc[4 * j + 2 * r + 1], sl2, -m_use));
-        rs += sc[4 * j + 2 * r] + sc[4 * j + 2 * r + 1];
-      }
-      l_run[r] = l_run[r] * alpha + rs;
-#pragma unroll
-      for (int j = 0; j < kD / 8; ++j) {
-        o[4 * j + 2 * r] *= alpha;
-        o[4 * j + 2 * r + 1] *= alpha;
-      }
-    }
+  } else {
+    // Round `it` (0 .. n_blocks - 1) issues S_it and, from round 1, O += P_{it-1} V_{it-1}; the last P V follows.
+    // Ping-pong: warpgroup wc waits on barrier 1 + wc before a round's products and then lets the next one go; the
+    // last warpgroup starts the first's turn, so it skips its own last arrive (every barrier phase completes).
+    auto turn_wait = [&] {
+      if constexpr (Tr::kPingPong) named_bar_sync(1 + wc, 256);
+    };
+    auto turn_pass = [&](int it) {
+      if constexpr (Tr::kPingPong)
+        if (!(wc == kWG - 1 && it == n_blocks - 1)) named_bar_arrive(1 + (wc + 1) % kWG, 256);
+    };
+    if constexpr (Tr::kPingPong)
+      if (wc == kWG - 1) named_bar_arrive(1, 256);
     uint32_t pa[kBN / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) {
-      pa[kk][0] = pack_bf16(sc[8 * kk + 0], sc[8 * kk + 1]);
-      pa[kk][1] = pack_bf16(sc[8 * kk + 2], sc[8 * kk + 3]);
-      pa[kk][2] = pack_bf16(sc[8 * kk + 4], sc[8 * kk + 5]);
-      pa[kk][3] = pack_bf16(sc[8 * kk + 6], sc[8 * kk + 7]);
+    {
+      mbar_wait(full_k, 0);
+      float sc[kBN / 2];
+      turn_wait();
+      issue_s(sc, 0);
+      turn_pass(0);
+      wgmma_wait<0>();
+      fence_regs(sc);
+      mbar_arrive(empty_k);
+      softmax_tile<kBN, kCausal>(sc, m_run, l_run, alpha, (n_blocks - 1) * kBN, T, row_lo, row0, t, sl2);
+      pack_p<kBN>(pa, sc);
     }
-    fence_regs(o);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk)
-      wgmma_rs<1, kD>(o, pa[kk], desc_add(v_desc, stage + kk * 2048), true);
-    wgmma_commit();
+    for (int it = 1; it < n_blocks; ++it) {
+      mbar_wait(full_k + it % kStages, parity(it));
+      float sc[kBN / 2];
+      turn_wait();
+      issue_s(sc, it);
+      rescale_o<kD>(o, alpha);
+      mbar_wait(full_v + (it - 1) % kStages, parity(it - 1));
+      issue_pv(pa, it - 1);
+      turn_pass(it);
+      wgmma_wait<1>();
+      fence_regs(sc);
+      mbar_arrive(empty_k + it % kStages);
+      softmax_tile<kBN, kCausal>(sc, m_run, l_run, alpha, (n_blocks - 1 - it) * kBN, T, row_lo, row0, t, sl2);
+      wgmma_wait<0>();
+      fence_regs(o);
+      mbar_arrive(empty_v + (it - 1) % kStages);
+      pack_p<kBN>(pa, sc);
+    }
+    rescale_o<kD>(o, alpha);
+    mbar_wait(full_v + (n_blocks - 1) % kStages, parity(n_blocks - 1));
+    issue_pv(pa, n_blocks - 1);
     wgmma_wait<0>();
     fence_regs(o);
-    mbar_arrive(empty + s);
+    mbar_arrive(empty_v + (n_blocks - 1) % kStages);
   }
 
   const int64_t o_off = int64_t(b) * p.o_batch_stride + int64_t(h) * p.o_head_stride;
@@ -241,7 +347,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #pragma unroll
     for (int j = 0; j < kD / 8; ++j)
       store_pair(p.o, ro + j * 8 + 2 * t, p.o_f32, o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-    if (t == 0) p.lse[(int64_t(b) * p.num_heads + h) * T + row] = m_run[r] * 0.6931471805599453f + logf(l);
+    // one rounding (fmaf), whatever the surrounding code: a contraction left to the compiler differed between
+    // the loop variants in the last bit of L
+    if (t == 0) p.lse[(int64_t(b) * p.num_heads + h) * T + row] = fmaf(m_run[r], 0.6931471805599453f, logf(l));
   }
 }
 

@@ -13,7 +13,11 @@ namespace trainer::flash {
 namespace {
 
 /// Forward: three consumer warpgroups (192 query rows, 160 registers each) at d 64, two (128 rows, 240 registers)
-/// at d 128, 128 keys per tile, two K / V stages (16 x 64, T 16384, causal: 1.15 ms; two consumers at d 64: 1.43).
+/// at d 128, 128 keys per tile, two K / V stages (16 x 64, T 16384, causal: 1.15 ms; two consumers at d 64: 1.43);
+/// FlashAttention-3's intra-warpgroup overlap at d 64 (with ping-pong) and d 128 (ping-pong adds nothing there), not
+/// at d 80 (slower with two consumers; three spill with it). Side by side with the loop before it
+/// (results/h200/2026-12-02/v14/call5; 16 heads, T 16384, causal): d 128 1.90 -> 1.81 ms, d 64 1.12 -> 1.10; the
+/// same bits of O and L.
 /// Backward: 128 keys (2 consumer warpgroups) x 64 queries, two query stages; the consumers' register budget 232
 /// at d 64 (no spill), 240 at d 128 (48-64 bytes of spill, against more with 232); its query loop split over CTAs
 /// when the key tiles give fewer than two CTAs per SM.
@@ -24,7 +28,7 @@ template <int kD>
 struct Sm90Config;
 template <>
 struct Sm90Config<64> {
-  using Fwd = sm90::FwdTraits<64, 128, 3, 2, 24, 160>;
+  using Fwd = sm90::FwdTraits<64, 128, 3, 2, 24, 160, true, true>;
   using Bwd = sm90::BwdTraits<64, 2, 40, 232>;
 };
 template <>
@@ -34,7 +38,7 @@ struct Sm90Config<80> {
 };
 template <>
 struct Sm90Config<128> {
-  using Fwd = sm90::FwdTraits<128, 128, 2, 2, 24, 240>;
+  using Fwd = sm90::FwdTraits<128, 128, 2, 2, 24, 240, true, false>;
   using Bwd = sm90::BwdTraits<128, 2, 24, 240>;
 };
 

@@ -101,6 +101,15 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
+/// Named barrier `id` (1..15; 0 is __syncthreads) of `count` threads (a multiple of 32): sync waits until count
+/// threads have arrived or synced on it; arrive counts this thread in and goes on (PTX "bar.sync / bar.arrive"). Every
+/// warp of a participating warpgroup executes it.
+__device__ __forceinline__ void named_bar_sync(uint32_t id, uint32_t count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(uint32_t id, uint32_t count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
 /// Register reallocation between warpgroups (every warp of the warpgroup executes it): this warpgroup's threads
 /// give up registers down to / take registers up to kRegs (a multiple of 8, 24..256).
 template <int kRegs>

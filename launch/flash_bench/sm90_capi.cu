@@ -39,17 +39,25 @@ int fa_fwd_sm90(int variant, const void* qkv, void* out, float* lse, int B, int 
   p.batch = B, p.seq_len = T, p.num_heads = H, p.d_head = d;
   p.softmax_scale = scale, p.causal = causal != 0, p.is_bf16 = true, p.o_f32 = o_f32 != 0;
   auto s = static_cast<cudaStream_t>(stream);
-  // FwdTraits<d, keys per tile, consumer warpgroups, K / V stages, producer / consumer registers>. Production: 0
-  // (d 64), 20 (d 80) and 10 (d 128), sm90.cu Sm90Config. The earlier design (all threads loading by cp.async, CTA
-  // barriers) is recorded in results/h200/2026-12-01/v5_sm90 and v7_ws/experiments.
+  // FwdTraits<d, keys per tile, consumer warpgroups, K / V stages, producer / consumer registers, intra-warpgroup
+  // overlap (O), ping-pong (P)>. Production: 0 (d 64), 20 (d 80) and 10 (d 128), sm90.cu Sm90Config. The earlier
+  // design (all threads loading by cp.async, CTA barriers) is recorded in results/h200/2026-12-01/v5_sm90 and
+  // v7_ws/experiments; the overlap / ping-pong comparison in results/h200/2026-12-02/v14.
   switch (variant) {
-    case 0: return fwd_variant<sm90::FwdTraits<64, 128, 3, 2, 24, 160>>(p, s);
-    case 1: return fwd_variant<sm90::FwdTraits<64, 128, 3, 3, 24, 160>>(p, s);   // three K / V stages
-    case 2: return fwd_variant<sm90::FwdTraits<64, 128, 2, 2, 24, 240>>(p, s);   // two consumer warpgroups
-    case 10: return fwd_variant<sm90::FwdTraits<128, 128, 2, 2, 24, 240>>(p, s);
+    case 0: return fwd_variant<sm90::FwdTraits<64, 128, 3, 2, 24, 160, true, true>>(p, s);    // O + P
+    case 1: return fwd_variant<sm90::FwdTraits<64, 128, 3, 3, 24, 160, true, true>>(p, s);    // three K / V stages
+    case 2: return fwd_variant<sm90::FwdTraits<64, 128, 2, 2, 24, 240>>(p, s);                // two consumers
+    case 3: return fwd_variant<sm90::FwdTraits<64, 128, 3, 2, 24, 160>>(p, s);                // no overlap
+    case 4: return fwd_variant<sm90::FwdTraits<64, 128, 3, 2, 24, 160, true, false>>(p, s);   // O
+    case 5: return fwd_variant<sm90::FwdTraits<64, 128, 2, 2, 24, 240, true, true>>(p, s);    // O + P, 2 consumers
+    case 10: return fwd_variant<sm90::FwdTraits<128, 128, 2, 2, 24, 240, true, false>>(p, s);  // O
+    case 11: return fwd_variant<sm90::FwdTraits<128, 64, 3, 2, 24, 160>>(p, s);   // three consumers, 64 keys
+    case 12: return fwd_variant<sm90::FwdTraits<128, 128, 2, 2, 24, 240>>(p, s);  // no overlap
+    case 13: return fwd_variant<sm90::FwdTraits<128, 128, 2, 2, 24, 240, true, true>>(p, s);   // O + P
+    case 14: return fwd_variant<sm90::FwdTraits<128, 128, 2, 3, 24, 240, true, false>>(p, s);  // O, three stages
     case 20: return fwd_variant<sm90::FwdTraits<80, 128, 3, 2, 24, 160>>(p, s);   // d 80: three consumers
     case 21: return fwd_variant<sm90::FwdTraits<80, 128, 2, 2, 24, 240>>(p, s);   // d 80: two consumers
-    case 11: return fwd_variant<sm90::FwdTraits<128, 64, 3, 2, 24, 160>>(p, s);  // three consumers, 64 keys
+    case 23: return fwd_variant<sm90::FwdTraits<80, 128, 2, 2, 24, 240, true, true>>(p, s);   // O + P, 2 consumers
     default: return -2;
   }
 }

@@ -2,13 +2,17 @@
 """GPU check and timing of the Hopper (sm_90a, wgmma) FlashAttention variants of launch/flash_bench/sm90_capi.cu.
 
   python3 launch/flash_bench/sm90_check.py [--fwd 0,1,10] [--bwd ...] [--out DIR] [--no-check] [--no-time]
+                                           [--rounds N] [--xl] [--profile [--profile-d D]]
 
 Checks each variant against attention in float64 (PyTorch, same rounded inputs; fresh random inputs per case, outputs
 NaN-poisoned): O and L relative error < 1e-2 (bf16), dQ/dK/dV < 2e-2, at T 1, 17, 100, 128, 1000, 4097 (one
 (batch, head) pair) and 2 x 20 heads up to T 1000, causal and not, d 64, 80, 128. Then times them at 1 x 16 heads,
 T 16384, causal (d 64, 80 and 128; --xl: d 80 at 4 x 32 heads, T 512, 2048, 16384), beside the production kernels
 (libflashbench.so, when built; at d 80 also its mma.sync kernels, variants 21) and SDPA in the same process: median
-of CUDA-event timings. Writes sm90_check.json under --out and prints a table last.
+of CUDA-event timings. Forward variants of one head dimension are also compared bit for bit with the first of them
+listed (O and L; the overlap / ping-pong loops must give the same bits as the plain one). --rounds N times the
+forward kernels in turn, N rounds after a warm-up (sustained clocks; median and spread per kernel), instead of the
+checks and the table above. Writes sm90_check.json (sm90_rounds.json) under --out and prints a table last.
 """
 import argparse
 import ctypes
@@ -28,6 +32,10 @@ p.add_argument("--xl", action="store_true", help="also time d 80 at the xl shape
 p.add_argument("--out", default=os.environ.get("OUT", "."))
 p.add_argument("--no-check", action="store_true")
 p.add_argument("--no-time", action="store_true")
+p.add_argument("--rounds", type=int, default=0, help="forward timing only: the production forward, every --fwd "
+               "variant and SDPA's in turn, this many rounds (median of 5 calls each), after a 1 s warm-up; "
+               "reports the median round and the spread (robust to clock drift between variants)")
+p.add_argument("--profile-d", type=int, default=64, help="head dimension of --profile (16 heads, T 16384)")
 p.add_argument("--profile", action="store_true", help="one call of each --fwd / --bwd variant at 16 x 64, T 16384 "
                "(for a profiler), nothing else")
 args = p.parse_args()
@@ -84,6 +92,7 @@ def check(d, causal, T, B, H):
     dout = torch.randn(B * T, H * d, device=dev).to(torch.bfloat16)
     O, L, G = reference(qkv, dout, B, T, H, d, causal)
     D = H * d
+    first = None  # the first variant's O and L that ran at this shape: the others' bits are compared with them
     for v in FWD:
         rc, out, lse = fwd(v, qkv, B, T, H, d, causal)
         if rc == -2:
@@ -91,6 +100,11 @@ def check(d, causal, T, B, H):
         torch.cuda.synchronize()
         e = {"pass": "fwd", "variant": v, "d": d, "causal": causal, "T": T, "BH": B * H, "rc": rc,
              "O": rel(out, O), "L": rel(lse, L)}
+        if first is None:
+            first = (v, out, lse)
+        else:
+            e["same_bits_as"] = first[0]
+            e["same_bits"] = bool(torch.equal(out, first[1]) and torch.equal(lse, first[2]))
         ok = rc == 0 and e["O"] < 1e-2 and e["L"] < 1e-2
         res["checks"].append(e)
         if not ok:
@@ -164,8 +178,54 @@ def time_shape(B, T, H, d, causal):
                               "kernel": r[1], "ms": r[2], "tflops": r[3]})
 
 
+def time_fwd_rounds(B, T, H, d, causal, rounds):
+    """Forward kernels of this shape timed in turn, `rounds` times: {kernel: [ms of each round]}."""
+    qkv = torch.randn(B * T, 3 * H * d, device=dev).to(torch.bfloat16)
+    out = torch.empty(B * T, H * d, device=dev, dtype=torch.bfloat16)
+    lse = torch.empty(B, H, T, device=dev, dtype=torch.float32)
+    sc = 1.0 / math.sqrt(d)
+    fns = {}
+    if prod is not None:
+        fns["prod"] = lambda: prod.fa_fwd(0, qkv.data_ptr(), out.data_ptr(), lse.data_ptr(), B, T, H, d,
+                                          int(causal), 1, 0, sc, stream())
+    for v in FWD:
+        if fwd(v, qkv, B, T, H, d, causal, out, lse)[0] == 0:
+            fns[f"sm90 v{v}"] = (lambda v=v: fwd(v, qkv, B, T, H, d, causal, out, lse))
+    q, k, v_ = (torch.randn(B, H, T, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
+    fns["sdpa"] = lambda: F.scaled_dot_product_attention(q, k, v_, is_causal=causal)
+    import time
+    t0 = time.time()
+    while time.time() - t0 < 1.0:  # clocks up before the first round
+        for f in fns.values():
+            f()
+        torch.cuda.synchronize()
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, f in fns.items():
+            times[name].append(median_ms(f, reps=5, warmup=1))
+    fl = 2.0 * T * T * d * B * H * (1 if causal else 2)
+    shape = f"{B}x{H}x{d} T{T} {'causal' if causal else 'full'}"
+    for name, ts in times.items():
+        s_ = sorted(ts)
+        med = s_[len(s_) // 2]
+        res["timing"].append({"shape": shape, "pass": "fwd", "kernel": name, "ms": med, "tflops": fl / med / 1e9,
+                              "rounds_ms": ts})
+
+
+if args.rounds > 0:
+    for (B, T, H, d) in [(1, 16384, 16, 64), (1, 16384, 16, 128), (1, 16384, 16, 80)] + \
+            ([(4, 512, 32, 80), (4, 2048, 32, 80), (4, 16384, 32, 80)] if args.xl else []):
+        time_fwd_rounds(B, T, H, d, True, args.rounds)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "sm90_rounds.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    print(f"{'shape':26} {'kernel':10} {'median ms':>9} {'TFLOP/s':>8} {'min':>7} {'max':>7}  ({args.rounds} rounds)")
+    for t in res["timing"]:
+        print(f"{t['shape']:26} {t['kernel']:10} {t['ms']:9.3f} {t['tflops']:8.1f} {min(t['rounds_ms']):7.3f} "
+              f"{max(t['rounds_ms']):7.3f}")
+    raise SystemExit(0)
 if args.profile:
-    B, T, H, d = 1, 16384, 16, 64
+    B, T, H, d = 1, 16384, 16, args.profile_d
     qkv = torch.randn(B * T, 3 * H * d, device=dev).to(torch.bfloat16)
     dout = torch.randn(B * T, H * d, device=dev).to(torch.bfloat16)
     for v in FWD:
@@ -197,6 +257,14 @@ for e in res["checks"]:
     m = max(v for k, v in e.items() if k in ("O", "L", "dQ", "dK", "dV"))
     worst[key] = max(worst.get(key, 0.0), m) if m == m else float("nan")
 print(f"checks: {len(res['checks'])} cases, {len(failures)} failures")
+bits = {}
+for e in res["checks"]:
+    if "same_bits" in e:
+        k = (e["variant"], e["same_bits_as"])
+        n, eq = bits.get(k, (0, 0))
+        bits[k] = (n + 1, eq + int(e["same_bits"]))
+for (v, w), (n, eq) in sorted(bits.items()):
+    print(f"  forward v{v}: O and L bit for bit those of v{w} in {eq} of {n} cases")
 for f_ in failures[:20]:
     print("FAIL", f_)
 for k, v in sorted(worst.items()):

@@ -116,6 +116,13 @@ int main() {
   bad += run_case(1, 201, 1, 64, false, true, 0, 0, true);
   bad += run_case(2, 190, 1, 128, true, true, 10, 10, true);
   bad += run_case(1, 129, 1, 128, false, true, 10, 10, true);
+  // the other forward loops (sm90_capi.cu: without overlap 3, 12; overlap alone 4; overlap and ping-pong 5, 13, 23)
+  bad += run_case(1, 300, 2, 64, true, true, 0, 3, true);
+  bad += run_case(1, 201, 1, 64, false, true, 0, 4, true);
+  bad += run_case(1, 201, 1, 64, true, true, 0, 5, true);
+  bad += run_case(2, 190, 1, 128, true, true, 10, 13, true);
+  bad += run_case(1, 129, 1, 128, false, true, 10, 12, true);
+  bad += run_case(1, 300, 1, 80, true, true, 20, 23, true);
   std::printf("smoke: %s\n", bad ? "FAILED" : "ok");
   return bad ? 1 : 0;
 }
