@@ -16,8 +16,9 @@
 // wait_group 1, P is repacked only after wait_group 0 (NOTES.md, fourteenth session).
 // Measured (one H200, 16 heads, T 16384, causal): d 64 with three consumers (192 rows) 1.15 ms, d 128 with two
 // 1.91 ms, against 1.40 / 2.71 for the earlier design (all threads loading by cp.async, a CTA barrier per key tile);
-// with the overlap (d 128) and overlap + ping-pong (d 64), side by side with the loop without them: d 128 1.90 ->
-// 1.81 ms (607 TFLOP/s; SDPA 1.85), d 64 1.12 -> 1.10 (results/h200/2026-12-02/v14/call5).
+// with the overlap (d 128) and overlap + ping-pong (d 64), side by side with the previous production loop (one
+// barrier per K / V stage, no overlap): d 128 1.90 -> 1.81 ms (607 TFLOP/s; SDPA 1.85), d 64 1.12 -> 1.10
+// (results/h200/2026-12-02/v14/call5).
 // d 80 (xl) keeps d 128's shared layout (two 64-column sub-tiles; the TMA zero-fills columns 80..127, which no
 // product reads) and runs its products over 80 columns: Q Kᵀ as five k16 steps, O += P V as m64n80 (16 x 80, T 16384,
 // causal: 1.31 ms = 525 TFLOP/s, against 2.46 on the mma.sync kernel and SDPA's 1.87; v10 notes).
@@ -323,6 +324,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       softmax_tile<kBN, kCausal>(sc, m_run, l_run, alpha, (n_blocks - 1 - it) * kBN, T, row_lo, row0, t, sl2);
       wgmma_wait<0>();
       fence_regs(o);
+      fence_regs(sc);  // keeps the repack of P (pa: the in-flight P V's A registers) after the wait
       mbar_arrive(empty_v + (it - 1) % kStages);
       pack_p<kBN>(pa, sc);
     }

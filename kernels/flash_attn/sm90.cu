@@ -22,8 +22,9 @@ namespace {
 /// at d 64 (no spill), 240 at d 128 (48-64 bytes of spill, against more with 232); its query loop split over CTAs
 /// when the key tiles give fewer than two CTAs per SM.
 /// d 80 (the xl preset's): two sub-tiles per row as d 128, products over its 80 columns; the d 64 forward's three
-/// consumers (4 x 32 heads, T 16384, causal: 11.6 ms against 13.6 with two; ptxas serializes the non-causal build's
-/// wgmma at 160 registers, C7512, the causal one's not) and the d 64 backward's budget (no spill).
+/// consumers (4 x 32 heads, T 16384, causal: 11.6 ms against 13.6 with two; until the K / V barriers were split in
+/// the fourteenth session ptxas serialized the non-causal build's wgmma at 160 registers, C7512, and both spilled a
+/// few bytes; now neither) and the d 64 backward's budget (no spill).
 template <int kD>
 struct Sm90Config;
 template <>
