@@ -10,7 +10,8 @@ NaN-poisoned): O and L relative error < 1e-2 (bf16), dQ/dK/dV < 2e-2, at T 1, 17
 T 16384, causal (d 64, 80 and 128; --xl: d 80 at 4 x 32 heads, T 512, 2048, 16384), beside the production kernels
 (libflashbench.so, when built; at d 80 also its mma.sync kernels, variants 21) and SDPA in the same process: median
 of CUDA-event timings. Forward variants of one head dimension are also compared bit for bit with the first of them
-listed (O and L; the overlap / ping-pong loops must give the same bits as the plain one). --rounds N times the
+listed (O and L; the overlap / ping-pong loops must give the same bits as the plain one; a difference is a failure,
+except for variants with another key tile). --rounds N times the
 forward kernels in turn, N rounds after a warm-up (sustained clocks; median and spread per kernel), instead of the
 checks and the table above. Writes sm90_check.json (sm90_rounds.json) under --out and prints a table last.
 """
@@ -20,6 +21,7 @@ import json
 import math
 import os
 import sys
+import time
 
 
 p = argparse.ArgumentParser()
@@ -66,6 +68,9 @@ if os.path.exists(args.prod):
 
 dev = torch.device("cuda")
 FWD = [int(x) for x in args.fwd.split(",") if x]
+# Forward variants whose key tile (the online softmax's steps) differs from production's: their bits may differ, so
+# they are not compared bit for bit (sm90_capi.cu: 11 takes 64 keys per tile).
+OTHER_KEY_TILE = {11}
 BWD = [int(x) for x in args.bwd.split(",") if x]
 res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "checks": [], "timing": []}
 failures = []
@@ -102,10 +107,10 @@ def check(d, causal, T, B, H):
              "O": rel(out, O), "L": rel(lse, L)}
         if first is None:
             first = (v, out, lse)
-        else:
+        elif v not in OTHER_KEY_TILE:
             e["same_bits_as"] = first[0]
             e["same_bits"] = bool(torch.equal(out, first[1]) and torch.equal(lse, first[2]))
-        ok = rc == 0 and e["O"] < 1e-2 and e["L"] < 1e-2
+        ok = rc == 0 and e["O"] < 1e-2 and e["L"] < 1e-2 and e.get("same_bits", True)
         res["checks"].append(e)
         if not ok:
             failures.append(e)
@@ -193,7 +198,6 @@ def time_fwd_rounds(B, T, H, d, causal, rounds):
             fns[f"sm90 v{v}"] = (lambda v=v: fwd(v, qkv, B, T, H, d, causal, out, lse))
     q, k, v_ = (torch.randn(B, H, T, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
     fns["sdpa"] = lambda: F.scaled_dot_product_attention(q, k, v_, is_causal=causal)
-    import time
     t0 = time.time()
     while time.time() - t0 < 1.0:  # clocks up before the first round
         for f in fns.values():
