@@ -6,7 +6,7 @@
 // issue 5: O and L < 1e-2 (bf16) / 1e-4 (fp32); dQ, dK, dV < 2e-2 / 1e-3. The backward starts from the GPU's own O
 // and L (so a bf16 O does not feed the CPU reference), against the CPU gradient from its own fp32 forward: the
 // difference is what the flash backward adds.
-// Shapes: d_head 16/32/64/128 (and 80, the xl preset's), causal and not, T in {1, 17, 100, 128, 1000, 4097} (the large
+// Shapes: d_head 16/32/64/96/128 (and 80, the xl preset's), causal and not, T in {1, 17, 100, 128, 1000, 4097} (the large
 // ones for fewer head dims), batch·heads 1 and 40. Also: the deterministic backward is bitwise reproducible and close
 // to the atomic one (bf16 and fp32); bf16 inputs with f32 out / gradients. fp32 runs the 3xTF32 tensor-core kernels:
 // the 1e-4 limit on O would fail plain TF32 (about 1e-3), so these cases also check that the split products are there.
@@ -25,6 +25,9 @@
 #include "device_tensor.h"
 
 #ifdef TRAINER_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda_sizes.h"
 #include "flash_attn/flash.h"
 #endif
 
@@ -116,7 +119,7 @@ void flash_case(DType dt, int B, int T, int H, int dh, bool causal, DType out_t,
 TEST_CASE("flash2 matches naive attention: small and ragged lengths, every head dim", "[cuda][flash]") {
   REQUIRE_GPU();
   for (DType dt : {DType::bf16, DType::f32})
-    for (int dh : {16, 32, 64, 80, 128})
+    for (int dh : {16, 32, 64, 80, 96, 128})
       for (bool causal : {false, true})
         for (int T : {1, 17, 100, 128}) {
           flash_case(dt, 1, T, 1, dh, causal, dt, dt);  // batch·heads 1
@@ -130,7 +133,7 @@ TEST_CASE("flash2 matches naive attention: T 1000 and 4097", "[cuda][flash]") {
   REQUIRE_GPU();
   for (DType dt : {DType::bf16, DType::f32})
     for (bool causal : {false, true}) {
-      for (int dh : {16, 32, 64, 80, 128}) flash_case(dt, 1, 1000, 1, dh, causal, dt, dt);
+      for (int dh : {16, 32, 64, 80, 96, 128}) flash_case(dt, 1, 1000, 1, dh, causal, dt, dt);
       flash_case(dt, 2, 1000, 20, dt == DType::bf16 ? 64 : 32, causal, dt, dt);
       flash_case(dt, 2, 1000, 3, 80, causal, dt, dt);
       flash_case(dt, 1, 4097, 1, dt == DType::bf16 ? 128 : 64, causal, dt, dt);
@@ -139,9 +142,9 @@ TEST_CASE("flash2 matches naive attention: T 1000 and 4097", "[cuda][flash]") {
 
 #ifdef TRAINER_HAVE_CUDA
 TEST_CASE("flash2 on Hopper: the wgmma kernels at shapes that take them", "[cuda][flash][sm90]") {
-  // 2 x 20 heads give at least one forward query tile per SM from T 897 on 132 SMs (d 64, 80: 192-row tiles, 5 x 40,
-  // the last ragged; d 128: 128-row tiles, 8 x 40, the last one row); 2 x 140 heads at T 65 and 129 do with one or two
-  // tiles, the last one holding a single key (backward, 128-key tiles) and, at d 128, a single query row. These take
+  // 2 x 20 heads give at least one forward query tile per SM from T 897 on 132 SMs (d 64, 80, 96: 192-row tiles, 5 x
+  // 40, the last ragged; d 128: 128-row tiles, 8 x 40, the last one row); 2 x 140 heads at T 65 and 129 do with one or
+  // two tiles, the last one holding a single key (backward, 128-key tiles) and, at d 128, a single query row. These take
   // the sm_90a kernels (fwd_sm90.cuh, bwd_sm90.cuh) whenever the build has them and the GPU is an H100 / H200.
   REQUIRE_GPU();
   const bool available = flash::sm90_kernels_available();
@@ -149,7 +152,7 @@ TEST_CASE("flash2 on Hopper: the wgmma kernels at shapes that take them", "[cuda
   struct Shape {
     int B, H, T;
   };
-  for (int dh : {64, 80, 128})
+  for (int dh : {64, 80, 96, 128})
     for (bool causal : {false, true})
       for (Shape sh : {Shape{2, 20, 897}, Shape{2, 20, 1024}, Shape{2, 140, 65}, Shape{2, 140, 129}}) {
         AttnShape s;
@@ -165,6 +168,40 @@ TEST_CASE("flash2 on Hopper: the wgmma kernels at shapes that take them", "[cuda
 }
 #endif
 
+#ifdef TRAINER_HAVE_CUDA
+TEST_CASE("flash2 backward workspace: the planner's H200 sizes equal the kernels' on an H200", "[cuda][flash][planner]") {
+  // backend/cuda_sizes.h restates the Hopper backward's split rule for the meta backend with the H200's SM count; on
+  // a GPU with that count and the Hopper kernels both must reserve the same bytes (with or without the dK / dV
+  // accumulators of the split). Shapes: the small and medium models' (no split since the fifteenth session), d 96 at
+  // 4 x 8 heads (no split), one head (split), few heads at long lengths (split), xl's (no split).
+  REQUIRE_GPU();
+  int dev = 0, sms = 0;
+  REQUIRE(cudaGetDevice(&dev) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess);
+  if (!flash::sm90_kernels_available() || sms != cuda_sizes::kH200SmCount) {
+    WARN("not an H200-class GPU with the Hopper kernels (" << sms << " SMs): skipped");
+    return;
+  }
+  struct Shape {
+    int B, H, T, d;
+  };
+  int splits = 0;
+  for (Shape sh : {Shape{4, 12, 512, 64}, Shape{4, 16, 512, 64}, Shape{4, 8, 512, 96}, Shape{1, 1, 1000, 64},
+                   Shape{1, 1, 16384, 128}, Shape{2, 1, 8192, 128}, Shape{2, 3, 1000, 80}, Shape{4, 32, 512, 80},
+                   Shape{1, 16, 2048, 96}})
+    for (bool causal : {false, true}) {
+      AttnShape s;
+      s.B = sh.B, s.T = sh.T, s.H = sh.H, s.d_head = sh.d, s.causal = causal;
+      CAPTURE(sh.B, sh.H, sh.T, sh.d, causal);
+      const size_t kernels = flash::bwd_workspace_bytes(s, DType::bf16, false);
+      CHECK(cuda_sizes::flash_bwd_workspace_bytes_h200(s, DType::bf16) == kernels);
+      const size_t rows = size_t(s.B) * s.H * s.T;  // D and the dQ accumulators; a split adds dK / dV's
+      splits += kernels > cuda_sizes::align256(rows * 4) + cuda_sizes::align256(rows * s.d_head * 4);
+    }
+  CHECK(splits > 0);  // some shapes above do split
+}
+#endif
+
 TEST_CASE("flash2 split paths on one head: forward key chunks, backward query chunks", "[cuda][flash][split]") {
   // Small enough for compute-sanitizer racecheck: T 600 with one (batch, head) pair splits the forward's keys
   // (bf16 d 64: 10 key tiles of 64; d 128: 19 of 32; fp32: 10 of 64 / 19 of 32) and the dK/dV pass's query loop
@@ -172,7 +209,7 @@ TEST_CASE("flash2 split paths on one head: forward key chunks, backward query ch
   REQUIRE_GPU();
   for (DType dt : {DType::bf16, DType::f32})
     for (bool causal : {false, true})
-      for (int dh : {64, 80, 128}) flash_case(dt, 1, 600, 1, dh, causal, dt, dt);
+      for (int dh : {64, 80, 96, 128}) flash_case(dt, 1, 600, 1, dh, causal, dt, dt);
 }
 
 TEST_CASE("flash2 with bf16 inputs and f32 outputs or gradients", "[cuda][flash]") {

@@ -57,8 +57,8 @@ __global__ void flash_bwd_preprocess_kernel(const FlashBwdParams p, bool zero_dq
 /// Column at which element (row t, column c) of a dq_accum row is stored when p.dq_accum_swizzled: 16-byte chunks
 /// swizzled per row (chunk c / 4 at c / 4 ^ t % 8), so that the Hopper backward's fragment stores into its shared
 /// dQ tile are free of bank conflicts (its bulk reduction copies the tile as it is); d 80: the last four chunks
-/// (16..19, no whole group of eight) at c / 4 ^ t % 4. Its own inverse; d 64, 80 or 128 (d % 16 == 0 with d % 32 == 0
-/// or d % 32 == 16).
+/// (16..19, no whole group of eight) at c / 4 ^ t % 4. Its own inverse; d 64, 80, 96 or 128 (d % 16 == 0 with d % 32
+/// == 0 or d % 32 == 16).
 __host__ __device__ __forceinline__ int dq_swizzle(int t, int c, int d) {
   if (d % 32 == 0) return (((c >> 2) ^ (t & 7)) << 2) | (c & 3);
   const int chunk = c >> 2, x = (chunk | 7) < (d >> 2) ? (t & 7) : (t & 3);

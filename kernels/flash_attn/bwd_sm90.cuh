@@ -31,7 +31,8 @@
 // d 80 (xl): d 128's shared layout (two 64-column sub-tiles, zero-filled past column 80) with products over 80
 // columns (Sᵀ, dPᵀ as five k16 steps; dV, dK as m64n80); the dQ columns of the second warpgroup, 40..79, cross the
 // sub-tile edge, so they are two products (40..63, 64..79). 4 x 32 heads, T 16384, causal: 35.4 ms = 388 TFLOP/s,
-// against 74.6 on the mma.sync kernel (v10 notes).
+// against 74.6 on the mma.sync kernel (v10 notes). d 96 the same way: Sᵀ, dPᵀ as six k16 steps, dV, dK as m64n96,
+// the first warpgroup's dQ columns 0..47 as one product, the second's 48..95 as two (48..63, 64..95).
 #pragma once
 #include <type_traits>
 
@@ -41,8 +42,8 @@
 
 namespace trainer::flash::sm90 {
 
-/// Tile configuration: 128 keys per CTA (two consumer warpgroups of 64) x query tiles of 64; kD: head dim (64, 80 or
-/// 128; 80 is stored as two sub-tiles, sm90_subtiles); kStages: Q / dO / L / D stages; kRegsProducer /
+/// Tile configuration: 128 keys per CTA (two consumer warpgroups of 64) x query tiles of 64; kD: head dim (64, 80, 96
+/// or 128; 80 and 96 are stored as two sub-tiles, sm90_subtiles); kStages: Q / dO / L / D stages; kRegsProducer /
 /// kRegsConsumer: setmaxnreg budgets (128 threads each; together at most 3 x 168, the register count of
 /// __launch_bounds__(384, 1)).
 template <int kD_, int kStages_ = 2, int kRegsProducer_ = 40, int kRegsConsumer_ = 232>
@@ -52,7 +53,7 @@ struct BwdTraits {
   static constexpr int kRegsProducer = kRegsProducer_, kRegsConsumer = kRegsConsumer_;
   static constexpr int kSub = sm90_subtiles(kD);
   static constexpr int kDqN = kD / kWG;  // dQ columns per consumer warpgroup
-  // The second warpgroup's dQ columns kDqN .. 2 kDqN - 1 cross a 64-column sub-tile edge (d 80: 40..79)
+  // The second warpgroup's dQ columns kDqN .. 2 kDqN - 1 cross a 64-column sub-tile edge (d 80: 40..79; d 96: 48..95)
   static constexpr bool kDqCrossesSubtile = kDqN % 64 != 0 && kDqN / 64 != (2 * kDqN - 1) / 64;
   // K / V and Q / dO tiles as TMA boxes of 64 columns (d 80: incl. the zero fill), dSᵀ
   static constexpr int kKBytes = kBN * 64 * kSub * 2, kQBytes = kBM * 64 * kSub * 2, kDsBytes = kBN * kBM * 2;
@@ -60,7 +61,7 @@ struct BwdTraits {
   // K, V; stages of Q, dO, L, D; stages of dSᵀ and of the dQ tile (f32); mbarriers; alignment slack
   static constexpr int kSmemBytes = 2 * kKBytes + kStages * (2 * kQBytes + 2 * kBM * 4) + kDsStages * kDsBytes +
                                     kDqStages * kBM * kD * 4 + 8 * kBarriers + 1024;
-  static_assert((kD == 64 || kD == 80 || kD == 128) && kDqN % 8 == 0 && kDqN <= 64, "wgmma tiles");
+  static_assert((kD == 64 || kD == 80 || kD == 96 || kD == 128) && kDqN % 8 == 0 && kDqN <= 64, "wgmma tiles");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm_90 CTA");
   static constexpr int kRegsLaunch = (65536 / kThreads) & ~7;  // 168 under __launch_bounds__(384, 1)
   static_assert(kRegsProducer <= kRegsLaunch && kRegsConsumer >= kRegsLaunch &&
@@ -321,9 +322,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     }
     dq_pending = i;
   };
-  // The same where the second warpgroup's columns cross the sub-tile edge (kDqCrossesSubtile, d 80): an N-major
-  // operand cannot run across it from inside a sub-tile, so that warpgroup's columns 40..79 are two products, 40..63
-  // and 64..79 (kc: the warpgroup, compile-time; kq_desc_n is then K's start, dq_b_off 0 for warpgroup 0).
+  // The same where the second warpgroup's columns cross the sub-tile edge (kDqCrossesSubtile, d 80 and 96): an
+  // N-major operand cannot run across it from inside a sub-tile, so that warpgroup's columns are two products (d 80:
+  // 40..63 and 64..79; d 96: 48..63 and 64..95) (kc: the warpgroup, compile-time; kq_desc_n is then K's start,
+  // dq_b_off 0 for warpgroup 0).
   auto dq_tile_split = [&](auto kc, int i) {
     constexpr int lo = decltype(kc)::value * kDqN, hi = lo + kDqN, edge = (lo / 64 + 1) * 64;
     constexpr int mid = hi < edge ? hi : edge;

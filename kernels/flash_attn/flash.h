@@ -13,14 +13,14 @@
 
 namespace trainer::flash {
 
-/// Head dimensions with a kernel (bf16 and fp32): 16, 32, 64, 80, 128.
+/// Head dimensions with a kernel (bf16 and fp32): 16, 32, 64, 80, 96, 128.
 bool supports_head_dim(int d_head);
 
 /// True when attention_fwd (backward = false) or the non-deterministic attention_bwd (backward = true) runs the
-/// Hopper kernels (sm_90a, wgmma: fwd_sm90.cuh, bwd_sm90.cuh) for this problem: bf16, d_head 64 or 128, a build for
-/// sm_90a running on a compute capability 9.0 device, and for the forward at least one query tile per SM (tiles of
-/// 192 rows at d 64, 128 at d 128; the backward splits its query loop instead). Otherwise the mma.sync
-/// FlashAttention-2 kernels.
+/// Hopper kernels (sm_90a, wgmma: fwd_sm90.cuh, bwd_sm90.cuh) for this problem: bf16, d_head 64, 80, 96 or 128, a
+/// build for sm_90a running on a compute capability 9.0 device, and for the forward at least one query tile for every
+/// third SM (tiles of 192 rows at d 64 / 80 / 96, 128 at d 128; the backward splits its query loop instead).
+/// Otherwise the mma.sync FlashAttention-2 kernels.
 bool uses_sm90_kernels(const AttnShape& s, DType dtype, bool backward);
 /// True when this build has the Hopper kernels (sm_90a) and the current device runs them (compute capability 9.0).
 bool sm90_kernels_available();

@@ -19,7 +19,7 @@ size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
 
 void check_common(const FlashParams& p) {
-  TRAINER_CHECK(supports_head_dim(p.d_head), "flash2: d_head {} not supported (16, 32, 64, 80, 128)", p.d_head);
+  TRAINER_CHECK(supports_head_dim(p.d_head), "flash2: d_head {} not supported (16, 32, 64, 80, 96, 128)", p.d_head);
   TRAINER_CHECK(p.batch >= 0 && p.seq_len >= 0 && p.num_heads >= 0 && p.batch <= 65535 && p.num_heads <= 65535,
                 "flash2: batch {} heads {} seq {} out of range", p.batch, p.num_heads, p.seq_len);
   // grid limits of tile_grid: y = tiles per (b, h) pair (16 rows at least), z = groups of tile_group pairs
@@ -48,6 +48,7 @@ auto head_dim_switch(int d_head, F&& f) {
     case 32: return f(std::integral_constant<int, 32>{});
     case 64: return f(std::integral_constant<int, 64>{});
     case 80: return f(std::integral_constant<int, 80>{});
+    case 96: return f(std::integral_constant<int, 96>{});
     default: return f(std::integral_constant<int, 128>{});
   }
 }
@@ -57,7 +58,7 @@ auto head_dim_switch(int d_head, F&& f) {
 bool bwd_dkdv_splits(const AttnShape& s, DType dtype) {
   const int64_t bh = int64_t(s.B) * s.H;
   if (dtype == DType::bf16 && uses_sm90_bwd(s.d_head))
-    return dkdv_chunk(int(s.T), kSm90BwdKeyTile, kSm90BwdQueryTile, bh, s.causal) > 0;
+    return dkdv_chunk(int(s.T), kSm90BwdKeyTile, kSm90BwdQueryTile, bh, s.causal, 1) > 0;
   return head_dim_switch(s.d_head, [&](auto d) {
     return dtype == DType::f32 ? bwd_dkdv_chunk<d, true>(int(s.T), bh, s.causal) > 0
                                : bwd_dkdv_chunk<d, false>(int(s.T), bh, s.causal) > 0;
@@ -114,12 +115,12 @@ int fwd_num_splits(const AttnShape& s, DType dtype) {
 
 bool uses_sm90_fwd(int d_head, int64_t seq_len, int64_t heads, int64_t batch) {
   return uses_sm90_bwd(d_head) &&
-         ceil_div(seq_len, int64_t(sm90_fwd_rows(d_head))) * heads * batch >= int64_t(device_sm_count());
+         3 * ceil_div(seq_len, int64_t(sm90_fwd_rows(d_head))) * heads * batch >= int64_t(device_sm_count());
 }
 
 bool uses_sm90_bwd(int d_head) {
 #ifdef TRAINER_FLASH_SM90
-  return (d_head == 64 || d_head == 80 || d_head == 128) && sm90_flash_available();
+  return (d_head == 64 || d_head == 80 || d_head == 96 || d_head == 128) && sm90_flash_available();
 #else
   return false;
 #endif

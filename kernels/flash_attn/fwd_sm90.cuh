@@ -21,7 +21,8 @@
 // (results/h200/2026-12-02/v14/call5).
 // d 80 (xl) keeps d 128's shared layout (two 64-column sub-tiles; the TMA zero-fills columns 80..127, which no
 // product reads) and runs its products over 80 columns: Q Kᵀ as five k16 steps, O += P V as m64n80 (16 x 80, T 16384,
-// causal: 1.31 ms = 525 TFLOP/s, against 2.46 on the mma.sync kernel and SDPA's 1.87; v10 notes).
+// causal: 1.31 ms = 525 TFLOP/s, against 2.46 on the mma.sync kernel and SDPA's 1.87; v10 notes). d 96 the same
+// way: Q Kᵀ as six k16 steps (four in the first sub-tile, two in the second), O += P V as m64n96.
 //
 // One CTA per (query tile of kBM = 64 kWG rows, head, batch), longest causal rows first. Key tiles of kBN keys are
 // visited from the diagonal down; the causal / ragged-edge mask runs only on tiles that need it. Output O (bf16 or
@@ -35,11 +36,12 @@
 
 namespace trainer::flash::sm90 {
 
-/// d (+)= A B for a 64 x N accumulator, both operands from shared memory (N = 16, 24, 32, 40, 64 or 128).
+/// d (+)= A B for a 64 x N accumulator, both operands from shared memory (N = 16, 24, 32, 40, 48, 64 or 128).
 template <int kTA, int kTB, int kN>
 __device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], uint64_t da, uint64_t db, bool acc) {
   if constexpr (kN == 128) wgmma_ss_n128<kTA, kTB>(d, da, db, acc);
   else if constexpr (kN == 64) wgmma_ss_n64<kTA, kTB>(d, da, db, acc);
+  else if constexpr (kN == 48) wgmma_ss_n48<kTA, kTB>(d, da, db, acc);
   else if constexpr (kN == 40) wgmma_ss_n40<kTA, kTB>(d, da, db, acc);
   else if constexpr (kN == 32) wgmma_ss_n32<kTA, kTB>(d, da, db, acc);
   else if constexpr (kN == 24) wgmma_ss_n24<kTA, kTB>(d, da, db, acc);
@@ -48,10 +50,11 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], uint64_t da, uint64
     wgmma_ss_n16<kTA, kTB>(d, da, db, acc);
   }
 }
-/// d (+)= A B for a 64 x N accumulator, A from registers, B from shared memory (N = 64, 80 or 128).
+/// d (+)= A B for a 64 x N accumulator, A from registers, B from shared memory (N = 64, 80, 96 or 128).
 template <int kTB, int kN>
 __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t db, bool acc) {
   if constexpr (kN == 128) wgmma_rs_n128<kTB>(d, a, db, acc);
+  else if constexpr (kN == 96) wgmma_rs_n96<kTB>(d, a, db, acc);
   else if constexpr (kN == 80) wgmma_rs_n80<kTB>(d, a, db, acc);
   else {
     static_assert(kN == 64, "generated wgmma_rs widths (gen_wgmma.py)");
@@ -59,13 +62,13 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)
   }
 }
 
-/// Shared sub-tiles (64 columns each) of a head dimension d: d 80 takes two, the second holding columns 64..79 and
-/// the TMA's zero fill (the tensor map's column extent is d), which no product reads.
+/// Shared sub-tiles (64 columns each) of a head dimension d: d 80 and 96 take two, the second holding columns 64..d-1
+/// and the TMA's zero fill (the tensor map's column extent is d), which no product reads.
 constexpr int sm90_subtiles(int d) { return (d + 63) / 64; }
 
 /// acc = A Bᵀ over K = kK columns (a multiple of 16), A (64 rows) and B (kN rows) K-major in 128B-swizzled sub-tiles
 /// of 64 columns, a_sub / b_sub bytes apart, starting at descriptors a and b: kK / 16 chained k16 steps (step kk of
-/// sub-tile sub 32 kk bytes in; d 80: four steps in the first sub-tile, one in the second).
+/// sub-tile sub 32 kk bytes in; d 80: four steps in the first sub-tile, one in the second; d 96: four and two).
 template <int kN, int kK>
 __device__ __forceinline__ void wgmma_kmajor(float (&acc)[kN / 2], uint64_t a, uint32_t a_sub, uint64_t b,
                                              uint32_t b_sub) {
@@ -78,7 +81,7 @@ __device__ __forceinline__ void wgmma_kmajor(float (&acc)[kN / 2], uint64_t a, u
         wgmma_ss<0, 0, kN>(acc, desc_add(a, sub * a_sub + kk * 32), desc_add(b, sub * b_sub + kk * 32), sub + kk > 0);
 }
 
-/// Tile configuration: kD: head dim (64, 80 or 128; 80 is stored as two sub-tiles, sm90_subtiles); kBN: keys per
+/// Tile configuration: kD: head dim (64, 80, 96 or 128; 80 and 96 are stored as two sub-tiles, sm90_subtiles); kBN: keys per
 /// tile (64 or 128); kWG: consumer warpgroups (64 query rows each, kBM = 64 kWG rows per CTA); kStages: K / V stages;
 /// kRegsProducer / kRegsConsumer: setmaxnreg budgets (128 threads each; together at most the registers of
 /// __launch_bounds__(kThreads, 1)); kOverlap / kPingPong: FlashAttention-3's intra-warpgroup overlap and ping-pong
@@ -95,7 +98,7 @@ struct FwdTraits {
   static constexpr int kQBytes = kBM * 64 * kSub * 2, kKVBytes = kBN * 64 * kSub * 2;  // (TMA boxes incl. zero fill)
   // Q, stages of K and V, mbarriers (Q; full and empty per stage, for K and V apart), alignment
   static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 8 * (1 + 4 * kStages) + 1024;
-  static_assert((kD == 64 || kD == 80 || kD == 128) && (kBN == 64 || kBN == 128) && kBM <= 256,
+  static_assert((kD == 64 || kD == 80 || kD == 96 || kD == 128) && (kBN == 64 || kBN == 128) && kBM <= 256,
                 "wgmma tiles, TMA box rows");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm_90 CTA");
   static constexpr int kRegsLaunch = (65536 / kThreads) & ~7;  // per thread under __launch_bounds__(kThreads, 1)

@@ -30,8 +30,8 @@ __device__ __forceinline__ void wgmma_rs_n{n}(float (&d)[{nacc}], const uint32_t
 }}
 '''
 out = []
-for n in (16, 24, 32, 40, 64, 128):  # 16 / 24 / 40: d 80's dQ column segments (bwd_sm90.cuh)
+for n in (16, 24, 32, 40, 48, 64, 128):  # 16 / 24 / 40: d 80's dQ column segments, 48 / 16 / 32 d 96's (bwd_sm90.cuh)
     out.append(ss(n))
-for n in (64, 80, 128):  # 80: d 80's O, dV, dK
+for n in (64, 80, 96, 128):  # 80 / 96: d 80's / d 96's O, dV, dK
     out.append(rs(n))
 print("\n".join(out))

@@ -18,8 +18,8 @@ namespace trainer::flash {
 /// H200 (NOTES.md; results/h200x2/2026-11-30/v3/flash_xl): two m16 tiles per warp (FwdTraits/BwdTraits last
 /// parameter) for d 64, 80 and 128 forward and d 64 backward. d 80 (the xl model): forward 128 x 64, Q in
 /// registers; backward 64 keys x 64 queries, 4 warps (T 512: fwd 0.055 -> 0.046 ms, bwd 0.199 -> 0.163; T 2048:
-/// 0.474 -> 0.368, 1.679 -> 1.420). d 128 forward: 256 x 64 tiles, 8 warps x 2 (16 x 128, T 16384: 3.75 -> 3.61 ms,
-/// 293 -> 304 TFLOP/s).
+/// 0.474 -> 0.368, 1.679 -> 1.420); d 96 takes d 80's tiles (not tuned: on Hopper the wgmma kernels run it). d 128
+/// forward: 256 x 64 tiles, 8 warps x 2 (16 x 128, T 16384: 3.75 -> 3.61 ms, 293 -> 304 TFLOP/s).
 /// FwdShort / DkdvShort: the configuration used when the main one would launch fewer than two CTAs per SM (short
 /// sequences, few heads; see few_ctas): smaller tiles, more CTAs (d 64 at 4 x 12 heads, T 512: fwd 0.0215 -> 0.0174
 /// ms, bwd 0.0695 -> 0.0652; d 128: the 128-row forward). Where they equal the main ones, one kernel is compiled.
@@ -28,12 +28,12 @@ struct Config {
   using Fwd = std::conditional_t<
       kD == 64, FwdTraits<64, 128, 64, true, 1, 2>,
       std::conditional_t<kD == 128, FwdTraits<128, 256, 64, false, 1, 2>,
-                         std::conditional_t<kD == 80, FwdTraits<80, 128, 64, true, 1, 2>,
+                         std::conditional_t<kD == 80 || kD == 96, FwdTraits<kD, 128, 64, true, 1, 2>,
                                             FwdTraits<kD, 128, (kD <= 32 ? 128 : 64), (kD <= 64)>>>>;
   using FwdShort = std::conditional_t<kD == 64, FwdTraits<64, 64, 64, true>,
                                       std::conditional_t<kD == 128, FwdTraits<128, 128, 32, false, 1, 2>, Fwd>>;
   using Dkdv = std::conditional_t<kD == 64, BwdTraits<64, 128, 32, true, 1, 2>,  // atomic dQ
-                                  std::conditional_t<kD == 80, BwdTraits<80, 64, 64, true>,
+                                  std::conditional_t<kD == 80 || kD == 96, BwdTraits<kD, 64, 64, true>,
                                                      BwdTraits<kD, 128, (kD <= 64 ? 64 : 32), true>>>;
   using DkdvShort = std::conditional_t<kD == 64, BwdTraits<64, 64, 64, true>, Dkdv>;
   using DkdvDet = BwdTraits<kD, 128, (kD <= 64 ? 64 : 32), false>;  // deterministic: dQ by its own pass
@@ -90,7 +90,7 @@ void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
   int splits = 1;
   p.dkdv_chunk = 0;
   if (Dkdv::kAtomicDQ && p.dkv_accum) {
-    p.dkdv_chunk = dkdv_chunk(p.seq_len, Dkdv::kBN, Dkdv::kBM, int64_t(p.batch) * p.num_heads, kCausal);
+    p.dkdv_chunk = dkdv_chunk(p.seq_len, Dkdv::kBN, Dkdv::kBM, int64_t(p.batch) * p.num_heads, kCausal, 2);
     if (p.dkdv_chunk > 0) splits = int(ceil_div(ceil_div(p.seq_len, Dkdv::kBM), p.dkdv_chunk));
   }
   launch_bwd_preprocess(p, Dkdv::kAtomicDQ, s);  // (zeroes dkv_accum too when the pass splits: p.dkdv_chunk)
@@ -116,7 +116,7 @@ void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
 template <int kD, bool kCausal, bool kF32>
 void fwd_launch(const FlashParams& p, cudaStream_t s) {
 #ifdef TRAINER_FLASH_SM90
-  if constexpr (!kF32 && (kD == 64 || kD == 80 || kD == 128))
+  if constexpr (!kF32 && (kD == 64 || kD == 80 || kD == 96 || kD == 128))
     if (uses_sm90_fwd(kD, p.seq_len, p.num_heads, p.batch)) return fwd_sm90_launch<kD, kCausal>(p, s);
 #endif
   using C = Config<kD, kF32>;
@@ -136,13 +136,13 @@ template <int kD, bool kF32>
 int bwd_dkdv_chunk(int seq_len, int64_t bh, bool causal) {
   using C = Config<kD, kF32>;
   if (!std::is_same_v<typename C::DkdvShort, typename C::Dkdv> && few_ctas(seq_len, bh, 1, C::Dkdv::kBN))
-    return dkdv_chunk(seq_len, C::DkdvShort::kBN, C::DkdvShort::kBM, bh, causal);
-  return dkdv_chunk(seq_len, C::Dkdv::kBN, C::Dkdv::kBM, bh, causal);
+    return dkdv_chunk(seq_len, C::DkdvShort::kBN, C::DkdvShort::kBM, bh, causal, 2);
+  return dkdv_chunk(seq_len, C::Dkdv::kBN, C::Dkdv::kBM, bh, causal, 2);
 }
 template <int kD, bool kCausal, bool kF32>
 void bwd_launch(const FlashBwdParams& p, cudaStream_t s) {
 #ifdef TRAINER_FLASH_SM90
-  if constexpr (!kF32 && (kD == 64 || kD == 80 || kD == 128))
+  if constexpr (!kF32 && (kD == 64 || kD == 80 || kD == 96 || kD == 128))
     if (!p.deterministic && uses_sm90_bwd(kD)) return bwd_sm90_launch<kD, kCausal>(p, s);
 #endif
   using C = Config<kD, kF32>;

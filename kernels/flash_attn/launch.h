@@ -10,7 +10,7 @@
 
 namespace trainer::flash {
 
-/// Forward / backward for one head dimension (16, 32, 64, 80, 128), mask and dtype (kF32: fp32 inputs, 3xTF32
+/// Forward / backward for one head dimension (16, 32, 64, 80, 96, 128), mask and dtype (kF32: fp32 inputs, 3xTF32
 /// tensor-core kernels; else bf16).
 template <int kD, bool kCausal, bool kF32>
 void fwd_launch(const FlashParams& p, cudaStream_t s);
@@ -52,27 +52,29 @@ int fwd_splits(int seq_len, int64_t bh);
 /// Merges the split forward's partial results (p.fwd_splits, p.o_accum, p.lse_accum) into p.o and p.lse.
 void launch_fwd_combine(const FlashParams& p, cudaStream_t s);
 /// Query tiles per CTA of the dK/dV pass for seq_len keys in tiles of kbn and queries in tiles of kbm, times `bh`
-/// (batch x heads): 0 (no split) unless the key tiles alone give fewer than two CTAs per SM; then chunks of at least
-/// 2 query tiles such that about four CTAs per SM do the (causal: triangular) work; 0 again when one chunk would
-/// cover every query tile.
-int dkdv_chunk(int seq_len, int kbn, int kbm, int64_t bh, bool causal);
+/// (batch x heads), for a kernel of ctas_per_sm resident CTAs per SM (mma.sync 2, Hopper 1) on this device: 0 (no
+/// split) or the chunk, by the rule of cuda_sizes::flash_dkdv_chunk (backend/cuda_sizes.h).
+int dkdv_chunk(int seq_len, int kbn, int kbm, int64_t bh, bool causal, int ctas_per_sm);
 
-/// Hopper kernels (sm90.cu, built only for sm_90a: TRAINER_FLASH_SM90): bf16, d_head 64, 80 and 128, tiles of
+/// Hopper kernels (sm90.cu, built only for sm_90a: TRAINER_FLASH_SM90): bf16, d_head 64, 80, 96 and 128, tiles of
 /// sm90_fwd_rows(d_head) query rows (forward) and kSm90BwdKeyTile keys x kSm90BwdQueryTile queries (backward).
 /// sm90_flash_available(): this device runs them (compute capability 9.0). The backward includes its preprocess and
 /// convert passes (atomic-mode workspace: dsum, dq_accum, and dkv_accum when it splits its query loop: dkdv_chunk
 /// with these tiles > 0).
 constexpr int kSm90BwdKeyTile = 128, kSm90BwdQueryTile = 64;
-constexpr int sm90_fwd_rows(int d_head) { return d_head == 64 || d_head == 80 ? 192 : 128; }
+constexpr int sm90_fwd_rows(int d_head) { return d_head == 128 ? 128 : 192; }
 bool sm90_flash_available();
 template <int kD, bool kCausal>
 void fwd_sm90_launch(const FlashParams& p, cudaStream_t s);
 template <int kD, bool kCausal>
 void bwd_sm90_launch(const FlashBwdParams& p, cudaStream_t s);
-/// True when fwd_launch takes the Hopper kernel for this problem: built and available, d_head 64, 80 or 128, and at
-/// least one query tile per SM (it runs one CTA per SM; fewer tiles take the mma.sync kernel and its split keys).
-/// bwd_launch (deterministic = false) takes the Hopper backward for every problem with d_head 64, 80 or 128 when built
-/// and available (uses_sm90_bwd): with few key tiles it splits the query loop itself.
+/// True when fwd_launch takes the Hopper kernel for this problem: built and available, d_head 64, 80, 96 or 128, and at
+/// least one query tile for every third SM (it runs one CTA per SM; fewer tiles take the mma.sync kernel and its split
+/// keys. Measured on one H200, causal, d 128, one head: 128 tiles (T 16384) 0.239 ms on the Hopper kernel against
+/// 0.439 split, 64 tiles (T 8192) 0.119 against 0.140, 32 tiles (T 4096) 0.075 against 0.066; 2 x 8 heads, T 512, 64
+/// tiles: 0.034 against 0.053; kernels/flash_attn/NOTES.md, fifteenth session).
+/// bwd_launch (deterministic = false) takes the Hopper backward for every problem with d_head 64, 80, 96 or 128 when
+/// built and available (uses_sm90_bwd): with few key tiles it splits the query loop itself.
 bool uses_sm90_fwd(int d_head, int64_t seq_len, int64_t heads, int64_t batch);
 bool uses_sm90_bwd(int d_head);
 

@@ -3,6 +3,7 @@
 // (fwd_split_count, dkdv_chunk) and the forward's combine.
 #include "common.cuh"  // first (fmt set-up for nvcc)
 
+#include "backend/cuda_sizes.h"
 #include "flash_attn/bwd_kernel.cuh"
 #include "flash_attn/fwd_kernel.cuh"
 #include "flash_attn/launch.h"
@@ -51,14 +52,8 @@ int device_sm_count() {
   return n;
 }
 
-int dkdv_chunk(int seq_len, int kbn, int kbm, int64_t bh, bool causal) {
-  const int64_t sms = device_sm_count();
-  const int n_blocks = ceil_div(seq_len, kbn), m_tiles = ceil_div(seq_len, kbm);
-  if (int64_t(n_blocks) * bh >= 2 * sms) return 0;
-  int64_t pairs = 0;  // (key tile, query tile) pairs the pass visits
-  for (int n = 0; n < n_blocks; ++n) pairs += m_tiles - (causal ? int64_t(n) * kbn / kbm : 0);
-  const int chunk = int(std::max<int64_t>(2, ceil_div(pairs * bh, 4 * sms)));
-  return chunk < m_tiles ? chunk : 0;
+int dkdv_chunk(int seq_len, int kbn, int kbm, int64_t bh, bool causal, int ctas_per_sm) {
+  return cuda_sizes::flash_dkdv_chunk(seq_len, kbn, kbm, bh, causal, ctas_per_sm, device_sm_count());
 }
 
 int fwd_split_count(int seq_len, int kbm, int kbn, int64_t bh) {

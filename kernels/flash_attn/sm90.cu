@@ -1,5 +1,5 @@
 // The Hopper (sm_90a, wgmma) FlashAttention kernels in production (fwd_sm90.cuh, bwd_sm90.cuh, launch_sm90.cuh): bf16,
-// d_head 64, 80 and 128, the tile configuration per head dimension chosen by measurement on an H200 (NOTES.md,
+// d_head 64, 80, 96 and 128, the tile configuration per head dimension chosen by measurement on an H200 (NOTES.md,
 // 2026-12-01 evening), and whether the device runs them.
 // Compiled for sm_90a only (CMake object library trainer_flash_sm90; trainer_lib then defines TRAINER_FLASH_SM90,
 // which turns on the dispatch in launch.cuh): fwd_launch / bwd_launch call these when uses_sm90_fwd / uses_sm90_bwd.
@@ -20,7 +20,7 @@ namespace {
 /// same bits of O and L.
 /// Backward: 128 keys (2 consumer warpgroups) x 64 queries, two query stages; the consumers' register budget 232
 /// at d 64 (no spill), 240 at d 128 (48-64 bytes of spill, against more with 232); its query loop split over CTAs
-/// when the key tiles give fewer than two CTAs per SM.
+/// when the key tiles leave SMs idle and the split at least halves the time (cuda_sizes::flash_dkdv_chunk).
 /// d 80 (the xl preset's): two sub-tiles per row as d 128, products over its 80 columns; the d 64 forward's three
 /// consumers (4 x 32 heads, T 16384, causal: 11.6 ms against 13.6 with two; until the K / V barriers were split in
 /// the fourteenth session ptxas serialized the non-causal build's wgmma at 160 registers, C7512, and both spilled a
@@ -36,6 +36,15 @@ template <>
 struct Sm90Config<80> {
   using Fwd = sm90::FwdTraits<80, 128, 3, 2, 24, 160>;
   using Bwd = sm90::BwdTraits<80, 2, 40, 232>;
+};
+/// d 96: two sub-tiles per row as d 80, and d 80's configuration: three consumers without the overlap (side by side
+/// in interleaved rounds, results/h200/2026-12-02/v15/call2: 16 x 96, T 16384, causal 1.48 ms against 1.62 with d
+/// 128's two consumers and the overlap; 4 x 32 heads, T 2048 / 16384: 0.288 / 12.67 against 0.306 / 13.81; T 512
+/// 0.056 against 0.054), the backward at d 64's budget (no spill; 240 registers spill 4 bytes, the same time).
+template <>
+struct Sm90Config<96> {
+  using Fwd = sm90::FwdTraits<96, 128, 3, 2, 24, 160>;
+  using Bwd = sm90::BwdTraits<96, 2, 40, 232>;
 };
 template <>
 struct Sm90Config<128> {
@@ -80,12 +89,16 @@ template void fwd_sm90_launch<64, false>(const FlashParams&, cudaStream_t);
 template void fwd_sm90_launch<64, true>(const FlashParams&, cudaStream_t);
 template void fwd_sm90_launch<80, false>(const FlashParams&, cudaStream_t);
 template void fwd_sm90_launch<80, true>(const FlashParams&, cudaStream_t);
+template void fwd_sm90_launch<96, false>(const FlashParams&, cudaStream_t);
+template void fwd_sm90_launch<96, true>(const FlashParams&, cudaStream_t);
 template void fwd_sm90_launch<128, false>(const FlashParams&, cudaStream_t);
 template void fwd_sm90_launch<128, true>(const FlashParams&, cudaStream_t);
 template void bwd_sm90_launch<64, false>(const FlashBwdParams&, cudaStream_t);
 template void bwd_sm90_launch<64, true>(const FlashBwdParams&, cudaStream_t);
 template void bwd_sm90_launch<80, false>(const FlashBwdParams&, cudaStream_t);
 template void bwd_sm90_launch<80, true>(const FlashBwdParams&, cudaStream_t);
+template void bwd_sm90_launch<96, false>(const FlashBwdParams&, cudaStream_t);
+template void bwd_sm90_launch<96, true>(const FlashBwdParams&, cudaStream_t);
 template void bwd_sm90_launch<128, false>(const FlashBwdParams&, cudaStream_t);
 template void bwd_sm90_launch<128, true>(const FlashBwdParams&, cudaStream_t);
 

@@ -135,6 +135,8 @@ int fa_fwd(int variant, const void* qkv, void* out, float* lse, int B, int T, in
       case 32: ok = fwd_variant<FwdTraits<128, 64, 32, false, 1, 2>>(p, s); break;   // 2 warps x 2
       case 33: ok = fwd_variant<FwdTraits<128, 192, 32, false, 1, 2>>(p, s); break;  // 6 warps x 2
       case 34: ok = fwd_variant<FwdTraits<128, 128, 16, false, 1, 2>>(p, s); break;
+      // d 96: the mma.sync configuration (launch.cuh Config<96>::Fwd, d 80's tiles), which runs it off Hopper
+      case 50: ok = fwd_variant<FwdTraits<96, 128, 64, true, 1, 2>>(p, s); break;
       // fp32 (3xTF32): production Config<64 / 128, true>::Fwd is 40 / 44
       case 40: ok = fwd_variant<FwdTraits<64, 64, 64, false, 1, 1, float>>(p, s); break;
       case 41: ok = fwd_variant<FwdTraits<64, 128, 64, false, 1, 2, float>>(p, s); break;  // 4 warps x 2
@@ -207,6 +209,8 @@ int fa_bwd(int variant, void* dqkv, int dqkv_f32, const void* dout, const void* 
       case 24: ok = bwd_variant<BwdTraits<80, 128, 32, true, 1, 2>, Dq80>(p, s); break;  // 4 warps x 2
       case 25: ok = bwd_variant<BwdTraits<80, 32, 32, true>, Dq80>(p, s); break;         // 2 warps x 1
       case 26: ok = bwd_variant<BwdTraits<80, 128, 16, true>, Dq80>(p, s); break;        // 8 warps x 1, kBM 16
+      // d 96: the mma.sync configuration (launch.cuh Config<96>::Dkdv, d 80's tiles), which runs it off Hopper
+      case 50: ok = bwd_variant<BwdTraits<96, 64, 64, true>, BwdDqTraits<96, 64, 32>>(p, s); break;
       // fp32 (3xTF32), atomic dQ: production Config<64 / 128, true>::Dkdv is 40 / 44
       case 40: ok = bwd_variant<BwdTraits<64, 64, 32, true, 1, 1, float>, Dq64f>(p, s); break;
       case 41: ok = bwd_variant<BwdTraits<64, 128, 32, true, 1, 2, float>, Dq64f>(p, s); break;  // 4 warps x 2

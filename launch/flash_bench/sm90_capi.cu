@@ -40,7 +40,7 @@ int fa_fwd_sm90(int variant, const void* qkv, void* out, float* lse, int B, int 
   p.softmax_scale = scale, p.causal = causal != 0, p.is_bf16 = true, p.o_f32 = o_f32 != 0;
   auto s = static_cast<cudaStream_t>(stream);
   // FwdTraits<d, keys per tile, consumer warpgroups, K / V stages, producer / consumer registers, intra-warpgroup
-  // overlap (O), ping-pong (P)>. Production: 0 (d 64), 20 (d 80) and 10 (d 128), sm90.cu Sm90Config. The earlier
+  // overlap (O), ping-pong (P)>. Production: 0 (d 64), 20 (d 80), 32 (d 96) and 10 (d 128), sm90.cu Sm90Config. The earlier
   // design (all threads loading by cp.async, CTA barriers) is recorded in results/h200/2026-12-01/v5_sm90 and
   // v7_ws/experiments; the overlap / ping-pong comparison in results/h200/2026-12-02/v14.
   switch (variant) {
@@ -58,13 +58,17 @@ int fa_fwd_sm90(int variant, const void* qkv, void* out, float* lse, int B, int 
     case 20: return fwd_variant<sm90::FwdTraits<80, 128, 3, 2, 24, 160>>(p, s);   // d 80: three consumers
     case 21: return fwd_variant<sm90::FwdTraits<80, 128, 2, 2, 24, 240>>(p, s);   // d 80: two consumers
     case 23: return fwd_variant<sm90::FwdTraits<80, 128, 2, 2, 24, 240, true, true>>(p, s);   // O + P, 2 consumers
+    case 30: return fwd_variant<sm90::FwdTraits<96, 128, 2, 2, 24, 240, true, false>>(p, s);  // d 96: O
+    case 31: return fwd_variant<sm90::FwdTraits<96, 128, 2, 2, 24, 240>>(p, s);               // no overlap
+    case 32: return fwd_variant<sm90::FwdTraits<96, 128, 3, 2, 24, 160>>(p, s);   // three consumers (production)
+    case 33: return fwd_variant<sm90::FwdTraits<96, 128, 2, 2, 24, 240, true, true>>(p, s);   // O + P
     default: return -2;
   }
 }
 
 /// Backward variants (sm90::BwdTraits<d, query stages, producer / consumer registers>), bf16 in and out; ws:
 /// B*H*T*(d + 1) floats (dq_accum, then dsum). out / lse from a forward. -2 when the variant does not fit.
-/// Production: 0 (d 64), 20 (d 80) and 10 (d 128), sm90.cu Sm90Config. The warp-specialized design's development
+/// Production: 0 (d 64), 20 (d 80), 31 (d 96) and 10 (d 128), sm90.cu Sm90Config. The warp-specialized design's development
 /// variants (one to three cp.async loader warps, dQ per warpgroup over its own keys) and the previous design (CTA
 /// barriers) are recorded in results/h200/2026-12-01/v7_ws/ and kernels/flash_attn/NOTES.md ("warp specialization").
 int fa_bwd_sm90(int variant, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
@@ -97,6 +101,8 @@ int fa_bwd_sm90(int variant, void* dqkv, const void* dout, const void* qkv, cons
     case 20: return bwd_variant<sm90::BwdTraits<80, 2, 40, 232>>(p, s);   // d 80 with d 64's budget
     case 21: return bwd_variant<sm90::BwdTraits<80, 2, 24, 240>>(p, s);   // d 80, consumer registers 240
     case 11: return bwd_variant<sm90::BwdTraits<128, 2, 40, 232>>(p, s);  // 232 regs: spills, serialized wgmma
+    case 30: return bwd_variant<sm90::BwdTraits<96, 2, 24, 240>>(p, s);   // d 96 with d 128's budget
+    case 31: return bwd_variant<sm90::BwdTraits<96, 2, 40, 232>>(p, s);   // d 96 with d 64's budget (production)
     default: return -2;
   }
 }

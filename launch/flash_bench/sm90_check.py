@@ -6,9 +6,10 @@
 
 Checks each variant against attention in float64 (PyTorch, same rounded inputs; fresh random inputs per case, outputs
 NaN-poisoned): O and L relative error < 1e-2 (bf16), dQ/dK/dV < 2e-2, at T 1, 17, 100, 128, 1000, 4097 (one
-(batch, head) pair) and 2 x 20 heads up to T 1000, causal and not, d 64, 80, 128. Then times them at 1 x 16 heads,
-T 16384, causal (d 64, 80 and 128; --xl: d 80 at 4 x 32 heads, T 512, 2048, 16384), beside the production kernels
-(libflashbench.so, when built; at d 80 also its mma.sync kernels, variants 21) and SDPA in the same process: median
+(batch, head) pair) and 2 x 20 heads up to T 1000, causal and not, d 64, 80, 96, 128. Then times them at 1 x 16
+heads, T 16384, causal (d 64, 80, 96 and 128; --xl: d 80 at 4 x 32 heads, T 512, 2048, 16384; --d96: d 96 at 4 x 32
+heads, T 512, 2048, 16384), beside the production kernels (libflashbench.so, when built; at d 80 also its mma.sync
+kernels, variants 21, at d 96 variants 50) and SDPA in the same process: median
 of CUDA-event timings. Forward variants of one head dimension are also compared bit for bit with the first of them
 listed (O and L; the overlap / ping-pong loops must give the same bits as the plain one; a difference is a failure,
 except for variants with another key tile). --rounds N times the
@@ -27,10 +28,15 @@ import time
 p = argparse.ArgumentParser()
 p.add_argument("--lib", default=".carry/flash/libflashbench.so")
 p.add_argument("--prod", default=".carry/flash/libflashbench.so")
-p.add_argument("--fwd", default="0,10,20", help="fa_fwd_sm90 variants (sm90_capi.cu); 0, 10, 20: the production "
-               "configurations (d 64, 128, 80)")
-p.add_argument("--bwd", default="0,10,20", help="fa_bwd_sm90 variants; 0, 10, 20: the production configurations")
+p.add_argument("--fwd", default="0,10,20,32", help="fa_fwd_sm90 variants (sm90_capi.cu); 0, 10, 20, 32: the "
+               "production configurations (d 64, 128, 80, 96)")
+p.add_argument("--bwd", default="0,10,20,31", help="fa_bwd_sm90 variants; 0, 10, 20, 31: the production "
+               "configurations")
 p.add_argument("--xl", action="store_true", help="also time d 80 at the xl shapes (4 x 32 heads, T 512, 2048, 16384)")
+p.add_argument("--d96", action="store_true", help="also time d 96 at 4 x 32 heads, T 512, 2048, 16384 (with --rounds: "
+               "and at 1 x 16 heads, T 16384)")
+p.add_argument("--shapes", default="", help="also time these causal shapes, BxTxHxd comma-separated (e.g. 4x512x12x64: "
+               "the small model's attention)")
 p.add_argument("--out", default=os.environ.get("OUT", "."))
 p.add_argument("--no-check", action="store_true")
 p.add_argument("--no-time", action="store_true")
@@ -146,11 +152,14 @@ def time_shape(B, T, H, d, causal):
         ms = median_ms(lambda: prod.fa_bwd(0, dq.data_ptr(), 0, dout.data_ptr(), qkv.data_ptr(), out.data_ptr(), 0,
                                            lse.data_ptr(), ws.data_ptr(), B, T, H, d, int(causal), 1, sc, stream()))
         rows.append(("bwd", "prod", ms, 2.5 * fl / ms / 1e9))
-        if d == 80:  # the mma.sync kernels that ran d 80 before the Hopper kernels took it (capi.cu variants 21)
-            ms = median_ms(lambda: prod.fa_fwd(21, qkv.data_ptr(), out.data_ptr(), lse.data_ptr(), B, T, H, d,
+        # the mma.sync kernels that ran d 80 before the Hopper kernels took it (capi.cu variants 21) and that run d 96
+        # off Hopper (variants 50)
+        mv = {80: 21, 96: 50}.get(d)
+        if mv is not None:
+            ms = median_ms(lambda: prod.fa_fwd(mv, qkv.data_ptr(), out.data_ptr(), lse.data_ptr(), B, T, H, d,
                                                int(causal), 1, 0, sc, stream()))
             rows.append(("fwd", "mma.sync", ms, fl / ms / 1e9))
-            ms = median_ms(lambda: prod.fa_bwd(21, dq.data_ptr(), 0, dout.data_ptr(), qkv.data_ptr(), out.data_ptr(),
+            ms = median_ms(lambda: prod.fa_bwd(mv, dq.data_ptr(), 0, dout.data_ptr(), qkv.data_ptr(), out.data_ptr(),
                                                0, lse.data_ptr(), ws.data_ptr(), B, T, H, d, int(causal), 1, sc,
                                                stream()))
             rows.append(("bwd", "mma.sync", ms, 2.5 * fl / ms / 1e9))
@@ -218,7 +227,8 @@ def time_fwd_rounds(B, T, H, d, causal, rounds):
 
 if args.rounds > 0:
     for (B, T, H, d) in [(1, 16384, 16, 64), (1, 16384, 16, 128), (1, 16384, 16, 80)] + \
-            ([(4, 512, 32, 80), (4, 2048, 32, 80), (4, 16384, 32, 80)] if args.xl else []):
+            ([(4, 512, 32, 80), (4, 2048, 32, 80), (4, 16384, 32, 80)] if args.xl else []) + \
+            ([(1, 16384, 16, 96), (4, 512, 32, 96), (4, 2048, 32, 96), (4, 16384, 32, 96)] if args.d96 else []):
         time_fwd_rounds(B, T, H, d, True, args.rounds)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "sm90_rounds.json"), "w") as f:
@@ -239,7 +249,7 @@ if args.profile:
     torch.cuda.synchronize()
     raise SystemExit(0)
 if not args.no_check:
-    for d in (64, 80, 128):
+    for d in (64, 80, 96, 128):
         for causal in (True, False):
             for T in (1, 17, 100, 128, 1000, 4097):
                 check(d, causal, T, 1, 1)
@@ -249,9 +259,15 @@ if not args.no_time:
     time_shape(1, 16384, 16, 64, True)
     time_shape(1, 16384, 16, 128, True)
     time_shape(1, 16384, 16, 80, True)
+    time_shape(1, 16384, 16, 96, True)
     if args.xl:
         for T in (512, 2048, 16384):
             time_shape(4, T, 32, 80, True)
+    if args.d96:
+        for T in (512, 2048, 16384):
+            time_shape(4, T, 32, 96, True)
+    for sh in filter(None, args.shapes.split(",")):
+        time_shape(*(int(x) for x in sh.split("x")), True)
 os.makedirs(args.out, exist_ok=True)
 with open(os.path.join(args.out, "sm90_check.json"), "w") as f:
     json.dump(res, f, indent=1)

@@ -19,9 +19,31 @@ inline constexpr int kRmsnormBwdBlocks = 1024;  // rmsnorm_bwd's fixed block cou
 inline constexpr int kH200SmCount = 132;
 
 /// Head dimensions with a FlashAttention-2 kernel (kernels/flash_attn; others fall back to naive attention).
-inline bool flash_supports_head_dim(int d) { return d == 16 || d == 32 || d == 64 || d == 80 || d == 128; }
+inline bool flash_supports_head_dim(int d) { return d == 16 || d == 32 || d == 64 || d == 80 || d == 96 || d == 128; }
 
 inline size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+
+/// The FlashAttention backward's split rule (kernels/flash_attn: dkdv_chunk, with the device's SM count; the meta
+/// backend with the H200's): query tiles per CTA of the dK/dV pass for seq_len keys in tiles of kbn and queries in
+/// tiles of kbm, bh = batch x heads, on `sms` SMs that hold ctas_per_sm CTAs of the kernel each (the mma.sync kernels
+/// 2, the Hopper kernel 1). 0 (no split) when the key tiles fill every CTA slot; else chunks of at least 2 query
+/// tiles such that about four CTAs per SM do the (causal: triangular) work, but only where that at least halves the
+/// time counted in (key tile, query tile) steps: unsplit, the longest key tile's steps (every CTA has a slot); split,
+/// the larger of a chunk and an even share of all steps per slot. Splitting costs the dK / dV partial sums (zeroed,
+/// added by atomics, converted), which at short lengths outweigh a smaller gain (one H200, Hopper backward, causal, T
+/// 512: 4 x 12 heads d 64 0.073 ms split against 0.061 unsplit, 4 x 8 heads d 96 0.070 against 0.052;
+/// kernels/flash_attn/NOTES.md, fifteenth session). 0 again when one chunk would cover every query tile.
+inline int flash_dkdv_chunk(int seq_len, int kbn, int kbm, int64_t bh, bool causal, int ctas_per_sm, int64_t sms) {
+  const int64_t n_blocks = (int64_t(seq_len) + kbn - 1) / kbn, m_tiles = (int64_t(seq_len) + kbm - 1) / kbm;
+  const int64_t slots = int64_t(ctas_per_sm) * sms;
+  if (n_blocks * bh >= slots) return 0;
+  int64_t pairs = 0;  // (key tile, query tile) pairs the pass visits
+  for (int64_t n = 0; n < n_blocks; ++n) pairs += m_tiles - (causal ? n * kbn / kbm : 0);
+  const int64_t chunk = std::max<int64_t>(2, (pairs * bh + 4 * sms - 1) / (4 * sms));
+  const int64_t share = (pairs * bh + slots - 1) / slots;
+  if (chunk >= m_tiles || m_tiles < 2 * std::max(chunk, share)) return 0;
+  return int(chunk);
+}
 
 /// Bytes of the reduction partials (Category::workspace, allocated at construction).
 inline constexpr size_t reduce_partials_bytes() { return size_t(kReduceMaxBlocks + 1) * sizeof(double); }
@@ -79,14 +101,14 @@ inline size_t naive_attention_bwd_scratch_bytes(const AttnShape& s, DType dtype,
 
 /// The dispatch of kernels/flash_attn on an H200 (flash_api.cu uses_sm90_fwd / uses_sm90_bwd and launch.h's
 /// sm90_fwd_rows, restated here: this header builds without CUDA). The backward runs the Hopper (wgmma, sm_90a)
-/// kernel for every bf16 problem with d_head 64, 80 or 128; the forward when its query tiles (192 rows at d 64 / 80,
-/// 128 at d 128) also give at least one CTA per SM; else the mma.sync kernels.
+/// kernel for every bf16 problem with d_head 64, 80, 96 or 128; the forward when its query tiles (192 rows at d 64 /
+/// 80 / 96, 128 at d 128) also give at least one CTA for every third SM; else the mma.sync kernels.
 inline bool flash_bwd_uses_hopper_h200(const AttnShape& s, DType dtype) {
-  return dtype == DType::bf16 && (s.d_head == 64 || s.d_head == 80 || s.d_head == 128);
+  return dtype == DType::bf16 && (s.d_head == 64 || s.d_head == 80 || s.d_head == 96 || s.d_head == 128);
 }
 inline bool flash_fwd_uses_hopper_h200(const AttnShape& s, DType dtype) {
   const int64_t rows = s.d_head == 128 ? 128 : 192;
-  return flash_bwd_uses_hopper_h200(s, dtype) && (int64_t(s.T) + rows - 1) / rows * s.B * s.H >= kH200SmCount;
+  return flash_bwd_uses_hopper_h200(s, dtype) && 3 * ((int64_t(s.T) + rows - 1) / rows * s.B * s.H) >= kH200SmCount;
 }
 /// FlashAttention-2 forward workspace on an H200 (approximation of flash::fwd_workspace_bytes): the forward splits
 /// its keys only when the query tiles (128 rows) give fewer than two CTAs per SM; then up to 16 chunks of partial
@@ -101,13 +123,15 @@ inline size_t flash_fwd_workspace_bytes_h200(const AttnShape& s, DType dtype) {
   return align256(splits * rows * size_t(s.d_head) * 4) + align256(splits * rows * 4);
 }
 /// FlashAttention-2 backward workspace on an H200 (approximation of flash::bwd_workspace_bytes, atomic mode): D
-/// [B, H, T] and the dQ accumulators [B, H, T, d] f32, plus dK / dV accumulators when the 128-key tiles give fewer
-/// than two CTAs per SM.
-inline size_t flash_bwd_workspace_bytes_h200(const AttnShape& s) {
+/// [B, H, T] and the dQ accumulators [B, H, T, d] f32, plus dK / dV accumulators where the dK/dV pass splits its
+/// query loop (flash_dkdv_chunk; for the Hopper kernel's tiles, 128 keys x 64 queries at one CTA per SM, where it runs;
+/// elsewhere taken as the same tiles at two CTAs per SM).
+inline size_t flash_bwd_workspace_bytes_h200(const AttnShape& s, DType dtype) {
   const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T);
   size_t bytes = align256(rows * 4) + align256(rows * size_t(s.d_head) * 4);
-  const int64_t key_tiles = (int64_t(s.T) + 127) / 128 * s.B * s.H;
-  if (key_tiles < 2 * kH200SmCount && s.T > 128) bytes += align256(2 * rows * size_t(s.d_head) * 4);
+  const int ctas_per_sm = flash_bwd_uses_hopper_h200(s, dtype) ? 1 : 2;
+  if (flash_dkdv_chunk(int(s.T), 128, 64, int64_t(s.B) * s.H, s.causal, ctas_per_sm, kH200SmCount) > 0)
+    bytes += align256(2 * rows * size_t(s.d_head) * 4);
   return bytes;
 }
 /// embedding_bwd's scratch (approximation of kernels::embedding_bwd_scratch_bytes): sorted keys and two row index

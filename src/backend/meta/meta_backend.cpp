@@ -174,7 +174,7 @@ void MetaBackend::attention_bwd(AttnImpl impl, const AttnShape& s, Tensor dqkv, 
   const double f = 2 * attn_model_flops(s);
   const bool flash = impl == AttnImpl::flash2 && (!cuda() || cuda_sizes::flash_supports_head_dim(s.d_head));
   if (flash) {  // recomputes S and P: 2.5x the forward's executed FLOPs
-    if (cuda()) scratch(cuda_sizes::flash_bwd_workspace_bytes_h200(s));
+    if (cuda()) scratch(cuda_sizes::flash_bwd_workspace_bytes_h200(s, qkv.dtype));
     const double fwd_exec = s.causal ? f / 4 : f / 2;
     const double sm90_bwd = s.d_head == 128 ? rates_.attention_bf16_bwd_sm90_d128 : rates_.attention_bf16_bwd_sm90;
     const double rate = cuda_sizes::flash_bwd_uses_hopper_h200(s, qkv.dtype) ? sm90_bwd
