@@ -142,9 +142,11 @@ TEST_CASE("flash2 matches naive attention: T 1000 and 4097", "[cuda][flash]") {
 
 #ifdef TRAINER_HAVE_CUDA
 TEST_CASE("flash2 on Hopper: the wgmma kernels at shapes that take them", "[cuda][flash][sm90]") {
-  // 2 x 20 heads give at least one forward query tile per SM from T 897 on 132 SMs (d 64, 80, 96: 192-row tiles, 5 x
-  // 40, the last ragged; d 128: 128-row tiles, 8 x 40, the last one row); 2 x 140 heads at T 65 and 129 do with one or
-  // two tiles, the last one holding a single key (backward, 128-key tiles) and, at d 128, a single query row. These take
+  // 2 x 20 heads at T 897 (d 64, 80, 96: 192-row tiles, 5 x 40, the last ragged; d 128: 128-row tiles, 8 x 40, the
+  // last one row) and 2 x 140 heads at T 65 and 129 (one or two tiles, the last one holding a single key in the
+  // backward's 128-key tiles and, at d 128, a single query row) give at least one forward query tile for every third
+  // of 132 SMs; the boundary itself: one tile per head (T = the tile's rows) and ceil(SMs / 3) heads take the Hopper
+  // forward, one head fewer does not. These take
   // the sm_90a kernels (fwd_sm90.cuh, bwd_sm90.cuh) whenever the build has them and the GPU is an H100 / H200.
   REQUIRE_GPU();
   const bool available = flash::sm90_kernels_available();
@@ -165,6 +167,21 @@ TEST_CASE("flash2 on Hopper: the wgmma kernels at shapes that take them", "[cuda
         flash_case(DType::bf16, sh.B, sh.T, sh.H, dh, causal, DType::bf16, DType::bf16);
         if (sh.T == 897) flash_case(DType::bf16, sh.B, sh.T, sh.H, dh, causal, DType::f32, DType::f32);
       }
+  if (!available) return;
+  int dev = 0, sms = 0;
+  REQUIRE(cudaGetDevice(&dev) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess);
+  for (int dh : {64, 96, 128}) {
+    const int rows = dh == 128 ? 128 : 192, heads = (sms + 2) / 3;
+    for (int H : {heads, heads - 1}) {
+      AttnShape s;
+      s.B = 1, s.T = rows, s.H = H, s.d_head = dh;
+      CAPTURE(dh, H, sms);
+      CHECK(flash::uses_sm90_kernels(s, DType::bf16, false) == (H == heads));
+      CHECK(flash::uses_sm90_kernels(s, DType::bf16, true));
+      flash_case(DType::bf16, 1, rows, H, dh, true, DType::bf16, DType::bf16);
+    }
+  }
 }
 #endif
 

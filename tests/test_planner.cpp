@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda_sizes.h"
 #include "backend/meta/meta_backend.h"
 #include "jobs/train_setup.h"
 #include "jobs/train_step.h"
@@ -150,4 +151,33 @@ TEST_CASE("meta backend: fake addresses, no-op ops that count FLOPs and bytes", 
   a.reset();
   CHECK(be.memory().total == 1);
   CHECK(be.memory().peak_total == 1001);
+}
+
+TEST_CASE("flash backward split rule: chunks worked out by hand on 132 SMs", "[planner][flash]") {
+  // cuda_sizes::flash_dkdv_chunk, 128-key x 64-query tiles (the Hopper backward's), 132 SMs. The expected values are
+  // the rule's definition worked through on paper: C = key tiles x bh CTAs, slots = CTAs per SM x 132, pairs = the
+  // (key tile, query tile) steps (causal: key tile n skips 2n query tiles), chunk = max(2, ceil(pairs bh / 528)),
+  // share = ceil(pairs bh / slots); no split when C >= slots, chunk >= query tiles, or query tiles < min_gain x
+  // max(chunk, share) (Hopper: 1 CTA per SM, min_gain 2; mma.sync: 2 and 1).
+  using cuda_sizes::flash_dkdv_chunk;
+  constexpr int64_t sms = 132;
+  // 4 x 12 heads, T 512 (the small model): 4 key tiles x 48 = 192 CTAs >= 132 slots: no split on Hopper; on mma.sync
+  // 192 < 264, pairs 8 + 6 + 4 + 2 = 20 (x 48 = 960), chunk 2, share ceil(960 / 264) = 4, 8 >= 4: chunks of 2.
+  CHECK(flash_dkdv_chunk(512, 128, 64, 48, true, true, sms) == 0);
+  CHECK(flash_dkdv_chunk(512, 128, 64, 48, true, false, sms) == 2);
+  // 4 x 8 heads, T 512: 128 CTAs < 132; pairs 20 x 32 = 640, chunk 2, share ceil(640 / 132) = 5; 8 < 2 x 5: no split.
+  CHECK(flash_dkdv_chunk(512, 128, 64, 32, true, true, sms) == 0);
+  // One head, T 16384, causal: 128 CTAs; 256 query tiles; pairs 128 x 256 - 2 (0 + .. + 127) = 16512; chunk
+  // ceil(16512 / 528) = 32, share ceil(16512 / 132) = 126; 256 >= 252: chunks of 32. Not causal: pairs 32768, chunk
+  // 63, share 249; 256 < 498 (every CTA already runs 256 steps): no split.
+  CHECK(flash_dkdv_chunk(16384, 128, 64, 1, true, true, sms) == 32);
+  CHECK(flash_dkdv_chunk(16384, 128, 64, 1, false, true, sms) == 0);
+  // One head, T 1000: 8 key tiles, 16 query tiles, pairs 16 + 14 + .. + 2 = 72, chunk 2, share 1: 16 >= 4.
+  CHECK(flash_dkdv_chunk(1000, 128, 64, 1, true, true, sms) == 2);
+  // The shortest split: T 192 has 3 query tiles (pairs 3 + 1, chunk 2, share 1: 3 < 4), T 193 has 4 (4 >= 4).
+  CHECK(flash_dkdv_chunk(192, 128, 64, 1, true, true, sms) == 0);
+  CHECK(flash_dkdv_chunk(193, 128, 64, 1, true, true, sms) == 2);
+  // One query tile: a chunk of 2 would cover it.
+  CHECK(flash_dkdv_chunk(1, 128, 64, 1, true, true, sms) == 0);
+  CHECK(flash_dkdv_chunk(1, 128, 64, 1, true, false, sms) == 0);
 }

@@ -90,7 +90,7 @@ void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
   int splits = 1;
   p.dkdv_chunk = 0;
   if (Dkdv::kAtomicDQ && p.dkv_accum) {
-    p.dkdv_chunk = dkdv_chunk(p.seq_len, Dkdv::kBN, Dkdv::kBM, int64_t(p.batch) * p.num_heads, kCausal, 2);
+    p.dkdv_chunk = dkdv_chunk(p.seq_len, Dkdv::kBN, Dkdv::kBM, int64_t(p.batch) * p.num_heads, kCausal, false);
     if (p.dkdv_chunk > 0) splits = int(ceil_div(ceil_div(p.seq_len, Dkdv::kBM), p.dkdv_chunk));
   }
   launch_bwd_preprocess(p, Dkdv::kAtomicDQ, s);  // (zeroes dkv_accum too when the pass splits: p.dkdv_chunk)
@@ -136,8 +136,8 @@ template <int kD, bool kF32>
 int bwd_dkdv_chunk(int seq_len, int64_t bh, bool causal) {
   using C = Config<kD, kF32>;
   if (!std::is_same_v<typename C::DkdvShort, typename C::Dkdv> && few_ctas(seq_len, bh, 1, C::Dkdv::kBN))
-    return dkdv_chunk(seq_len, C::DkdvShort::kBN, C::DkdvShort::kBM, bh, causal, 2);
-  return dkdv_chunk(seq_len, C::Dkdv::kBN, C::Dkdv::kBM, bh, causal, 2);
+    return dkdv_chunk(seq_len, C::DkdvShort::kBN, C::DkdvShort::kBM, bh, causal, false);
+  return dkdv_chunk(seq_len, C::Dkdv::kBN, C::Dkdv::kBM, bh, causal, false);
 }
 template <int kD, bool kCausal, bool kF32>
 void bwd_launch(const FlashBwdParams& p, cudaStream_t s) {

@@ -52,9 +52,10 @@ int fwd_splits(int seq_len, int64_t bh);
 /// Merges the split forward's partial results (p.fwd_splits, p.o_accum, p.lse_accum) into p.o and p.lse.
 void launch_fwd_combine(const FlashParams& p, cudaStream_t s);
 /// Query tiles per CTA of the dK/dV pass for seq_len keys in tiles of kbn and queries in tiles of kbm, times `bh`
-/// (batch x heads), for a kernel of ctas_per_sm resident CTAs per SM (mma.sync 2, Hopper 1) on this device: 0 (no
-/// split) or the chunk, by the rule of cuda_sizes::flash_dkdv_chunk (backend/cuda_sizes.h).
-int dkdv_chunk(int seq_len, int kbn, int kbm, int64_t bh, bool causal, int ctas_per_sm);
+/// (batch x heads), on this device, for the mma.sync kernels (two CTAs per SM, any gain pays for the split) or the
+/// Hopper kernel (one CTA per SM, the split must halve the time): 0 (no split) or the chunk, by the rule of
+/// cuda_sizes::flash_dkdv_chunk (backend/cuda_sizes.h).
+int dkdv_chunk(int seq_len, int kbn, int kbm, int64_t bh, bool causal, bool hopper);
 
 /// Hopper kernels (sm90.cu, built only for sm_90a: TRAINER_FLASH_SM90): bf16, d_head 64, 80, 96 and 128, tiles of
 /// sm90_fwd_rows(d_head) query rows (forward) and kSm90BwdKeyTile keys x kSm90BwdQueryTile queries (backward).

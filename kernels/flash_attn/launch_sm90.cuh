@@ -37,13 +37,13 @@ void launch_fwd(const FlashParams& p_in, cudaStream_t s) {
 /// Backward with tile configuration Tr (BwdTraits): preprocess (D, zeroed accumulators), the dK/dV/dQ kernel (its
 /// inputs also as TMA tensor maps, encoded here per call), the convert pass (dQ, and dK / dV when split). With few
 /// key tiles and p.dkv_accum given (bwd_workspace_bytes reserves it by the same rule) each key tile's query loop is
-/// split over CTAs (dkdv_chunk, the rule of the mma.sync path at one CTA per SM).
+/// split over CTAs (dkdv_chunk's Hopper rule: one CTA per SM, the split must halve the time).
 template <class Tr, bool kCausal>
 void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
   FlashBwdParams p = p_in;
   p.dq_accum_swizzled = true;
   p.dkdv_chunk =
-      p.dkv_accum ? dkdv_chunk(p.seq_len, Tr::kBN, Tr::kBM, int64_t(p.batch) * p.num_heads, kCausal, 1) : 0;
+      p.dkv_accum ? dkdv_chunk(p.seq_len, Tr::kBN, Tr::kBM, int64_t(p.batch) * p.num_heads, kCausal, true) : 0;
   const int splits = p.dkdv_chunk > 0 ? int(ceil_div(ceil_div(p.seq_len, Tr::kBM), p.dkdv_chunk)) : 1;
   launch_bwd_preprocess(p, true, s);
   auto kernel = splits > 1 ? flash_bwd_sm90_kernel<Tr, kCausal, true> : flash_bwd_sm90_kernel<Tr, kCausal>;

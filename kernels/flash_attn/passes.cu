@@ -52,8 +52,8 @@ int device_sm_count() {
   return n;
 }
 
-int dkdv_chunk(int seq_len, int kbn, int kbm, int64_t bh, bool causal, int ctas_per_sm) {
-  return cuda_sizes::flash_dkdv_chunk(seq_len, kbn, kbm, bh, causal, ctas_per_sm, device_sm_count());
+int dkdv_chunk(int seq_len, int kbn, int kbm, int64_t bh, bool causal, bool hopper) {
+  return cuda_sizes::flash_dkdv_chunk(seq_len, kbn, kbm, bh, causal, hopper, device_sm_count());
 }
 
 int fwd_split_count(int seq_len, int kbm, int kbn, int64_t bh) {

@@ -177,7 +177,7 @@ def check_case(dt, d, causal, T, B, H, fwd_variant=0, bwd_variants=(0,), o_f32=F
 
 def run_checks():
     t0 = time.time()
-    ds = [16, 32, 64, 80, 128]
+    ds = [16, 32, 64, 80, 96, 128]
     Ts = [(1, 1, 1), (17, 1, 1), (100, 1, 1), (128, 1, 1), (1000, 1, 1), (4097, 1, 1),
           (1, 2, 20), (17, 2, 20), (100, 2, 20), (128, 4, 10), (1000, 2, 20)]
     if args.quick:
@@ -203,11 +203,11 @@ def run_checks():
         check_case(torch.bfloat16, 80, causal, 333, 1, 3, o_f32=False, dqkv_f32=True, bwd_variants=(0,))
     # tile-config variants of capi.cu
     for fv, d in ((1, 64), (2, 64), (3, 64), (4, 128), (5, 128), (6, 128), (7, 64), (8, 64), (9, 128), (10, 128),
-                  (11, 64)) + tuple((v, 80) for v in XL_FWD if v >= 20):
+                  (11, 64), (50, 96)) + tuple((v, 80) for v in XL_FWD if v >= 20):
         for causal in (False, True):
             for T in ((1, 17, 100, 1000) if fv >= 7 else (1000,)):
                 check_case(torch.bfloat16, d, causal, T, 2, 3, fwd_variant=fv, bwd_variants=())
-    for bv, d in ((2, 64), (3, 64), (4, 128), (5, 128), (6, 64), (7, 64), (8, 64), (9, 64)) + \
+    for bv, d in ((2, 64), (3, 64), (4, 128), (5, 128), (6, 64), (7, 64), (8, 64), (9, 64), (50, 96)) + \
             tuple((v, 80) for v in XL_BWD if v >= 20):
         for causal in (False, True):
             for T in ((1, 17, 100, 1000) if bv >= 7 else (1000,)):

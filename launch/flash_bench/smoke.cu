@@ -123,8 +123,9 @@ int main() {
   bad += run_case(2, 190, 1, 128, true, true, 10, 13, true);
   bad += run_case(1, 129, 1, 128, false, true, 10, 12, true);
   bad += run_case(1, 300, 1, 80, true, true, 20, 23, true);
-  // d 96: production dispatch (one head: the mma.sync forward, the Hopper backward split), the Hopper kernels directly
-  bad += run_case(1, 100, 1, 96, true, true, 0);
+  // d 96: production dispatch (one head, T 300: the mma.sync forward, the Hopper backward's split query loop), the
+  // Hopper kernels directly
+  bad += run_case(1, 300, 1, 96, true, true, 0);
   bad += run_case(1, 70, 1, 96, false, false, 0);
   bad += run_case(2, 190, 1, 96, true, true, 31, 32, true);
   bad += run_case(1, 129, 1, 96, false, true, 31, 32, true);

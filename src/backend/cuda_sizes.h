@@ -25,15 +25,19 @@ inline size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
 /// The FlashAttention backward's split rule (kernels/flash_attn: dkdv_chunk, with the device's SM count; the meta
 /// backend with the H200's): query tiles per CTA of the dK/dV pass for seq_len keys in tiles of kbn and queries in
-/// tiles of kbm, bh = batch x heads, on `sms` SMs that hold ctas_per_sm CTAs of the kernel each (the mma.sync kernels
-/// 2, the Hopper kernel 1). 0 (no split) when the key tiles fill every CTA slot; else chunks of at least 2 query
-/// tiles such that about four CTAs per SM do the (causal: triangular) work, but only where that at least halves the
-/// time counted in (key tile, query tile) steps: unsplit, the longest key tile's steps (every CTA has a slot); split,
-/// the larger of a chunk and an even share of all steps per slot. Splitting costs the dK / dV partial sums (zeroed,
-/// added by atomics, converted), which at short lengths outweigh a smaller gain (one H200, Hopper backward, causal, T
-/// 512: 4 x 12 heads d 64 0.073 ms split against 0.061 unsplit, 4 x 8 heads d 96 0.070 against 0.052;
-/// kernels/flash_attn/NOTES.md, fifteenth session). 0 again when one chunk would cover every query tile.
-inline int flash_dkdv_chunk(int seq_len, int kbn, int kbm, int64_t bh, bool causal, int ctas_per_sm, int64_t sms) {
+/// tiles of kbm, bh = batch x heads, on `sms` SMs, for the Hopper kernel (hopper) or the mma.sync kernels. A
+/// kernel's SMs hold ctas_per_sm of its CTAs each (Hopper 1, mma.sync 2). 0 (no split) when the key tiles fill every
+/// CTA slot; else chunks of at least 2 query tiles such that about four CTAs per SM do the (causal: triangular) work,
+/// but only where that makes the time, counted in (key tile, query tile) steps, at least min_gain times shorter:
+/// unsplit, the longest key tile's steps (every CTA has a slot); split, the larger of a chunk and an even share of all
+/// steps per slot. Splitting costs the dK / dV partial sums (zeroed, added by atomics, converted): next to the
+/// mma.sync kernels' long steps any gain pays (min_gain 1: the rule as it was before the fifteenth session); next to
+/// the Hopper kernel's short ones the split must halve the time (min_gain 2; one H200, causal, T 512: 4 x 12 heads d
+/// 64 0.073 ms split against 0.061 unsplit, 4 x 8 heads d 96 0.070 against 0.052; one head, T 16384: 0.457 split
+/// against 0.642; kernels/flash_attn/NOTES.md, fifteenth session). 0 again when one chunk would cover every query
+/// tile.
+inline int flash_dkdv_chunk(int seq_len, int kbn, int kbm, int64_t bh, bool causal, bool hopper, int64_t sms) {
+  const int ctas_per_sm = hopper ? 1 : 2, min_gain = hopper ? 2 : 1;
   const int64_t n_blocks = (int64_t(seq_len) + kbn - 1) / kbn, m_tiles = (int64_t(seq_len) + kbm - 1) / kbm;
   const int64_t slots = int64_t(ctas_per_sm) * sms;
   if (n_blocks * bh >= slots) return 0;
@@ -41,7 +45,7 @@ inline int flash_dkdv_chunk(int seq_len, int kbn, int kbm, int64_t bh, bool caus
   for (int64_t n = 0; n < n_blocks; ++n) pairs += m_tiles - (causal ? n * kbn / kbm : 0);
   const int64_t chunk = std::max<int64_t>(2, (pairs * bh + 4 * sms - 1) / (4 * sms));
   const int64_t share = (pairs * bh + slots - 1) / slots;
-  if (chunk >= m_tiles || m_tiles < 2 * std::max(chunk, share)) return 0;
+  if (chunk >= m_tiles || m_tiles < min_gain * std::max(chunk, share)) return 0;
   return int(chunk);
 }
 
@@ -124,13 +128,13 @@ inline size_t flash_fwd_workspace_bytes_h200(const AttnShape& s, DType dtype) {
 }
 /// FlashAttention-2 backward workspace on an H200 (approximation of flash::bwd_workspace_bytes, atomic mode): D
 /// [B, H, T] and the dQ accumulators [B, H, T, d] f32, plus dK / dV accumulators where the dK/dV pass splits its
-/// query loop (flash_dkdv_chunk; for the Hopper kernel's tiles, 128 keys x 64 queries at one CTA per SM, where it runs;
-/// elsewhere taken as the same tiles at two CTAs per SM).
+/// query loop (flash_dkdv_chunk; for the Hopper kernel's tiles, 128 keys x 64 queries, and its rule where it runs;
+/// elsewhere taken as the same tiles under the mma.sync kernels' rule).
 inline size_t flash_bwd_workspace_bytes_h200(const AttnShape& s, DType dtype) {
   const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T);
   size_t bytes = align256(rows * 4) + align256(rows * size_t(s.d_head) * 4);
-  const int ctas_per_sm = flash_bwd_uses_hopper_h200(s, dtype) ? 1 : 2;
-  if (flash_dkdv_chunk(int(s.T), 128, 64, int64_t(s.B) * s.H, s.causal, ctas_per_sm, kH200SmCount) > 0)
+  const bool hopper = flash_bwd_uses_hopper_h200(s, dtype);
+  if (flash_dkdv_chunk(int(s.T), 128, 64, int64_t(s.B) * s.H, s.causal, hopper, kH200SmCount) > 0)
     bytes += align256(2 * rows * size_t(s.d_head) * 4);
   return bytes;
 }

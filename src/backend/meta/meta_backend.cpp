@@ -18,7 +18,7 @@ MetaRates MetaRates::for_target(Device d, Fp32Matmul fp32_matmul) {
   if (d == Device::cuda) {
     // One H200 (shared/ANCHORS.md, 2026-11-29): bf16 GEMM 8192^3 756 TFLOP/s, fp32 GEMM 51 (TF32: about 378, half
     // the bf16 rate), device copy 4.2 TB/s. The training GEMMs of xl and the 8B model ran at 650-700 TFLOP/s
-    // (results/NOTES.md v0-v3). Flash attention, executed (causal) FLOPs: the Hopper kernels (d 64 / 80 / 128)
+    // (results/NOTES.md v0-v3). Flash attention, executed (causal) FLOPs: the Hopper kernels (d 64 / 80 / 96 / 128)
     // forward 474-577 and backward ~390-450 TFLOP/s at T 16384 (kernels/flash_attn/NOTES.md, v7 and v10; the d 128
     // backward 474-510: the 8B proxy's 46.4 ms a block and 16 x 128 at T 16384, results/NOTES.md v11); the
     // mma.sync kernels (other head dims, fp32 inputs, few tiles) fitted to the xl ctx 16384 / 32768 steps of v8, when
