@@ -115,12 +115,12 @@ int fwd_num_splits(const AttnShape& s, DType dtype) {
 
 bool uses_sm90_fwd(int d_head, int64_t seq_len, int64_t heads, int64_t batch) {
   return uses_sm90_bwd(d_head) &&
-         3 * ceil_div(seq_len, int64_t(sm90_fwd_rows(d_head))) * heads * batch >= int64_t(device_sm_count());
+         cuda_sizes::flash_sm90_fwd_enough_tiles(seq_len, heads, batch, d_head, device_sm_count());
 }
 
 bool uses_sm90_bwd(int d_head) {
 #ifdef TRAINER_FLASH_SM90
-  return (d_head == 64 || d_head == 80 || d_head == 96 || d_head == 128) && sm90_flash_available();
+  return cuda_sizes::flash_sm90_head_dim(d_head) && sm90_flash_available();
 #else
   return false;
 #endif

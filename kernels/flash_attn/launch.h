@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda_sizes.h"
 #include "flash_attn/params.h"
 
 namespace trainer::flash {
@@ -62,18 +63,17 @@ int dkdv_chunk(int seq_len, int kbn, int kbm, int64_t bh, bool causal, bool hopp
 /// sm90_flash_available(): this device runs them (compute capability 9.0). The backward includes its preprocess and
 /// convert passes (atomic-mode workspace: dsum, dq_accum, and dkv_accum when it splits its query loop: dkdv_chunk
 /// with these tiles > 0).
-constexpr int kSm90BwdKeyTile = 128, kSm90BwdQueryTile = 64;
-constexpr int sm90_fwd_rows(int d_head) { return d_head == 128 ? 128 : 192; }
+constexpr int kSm90BwdKeyTile = cuda_sizes::kFlashSm90BwdKeyTile;
+constexpr int kSm90BwdQueryTile = cuda_sizes::kFlashSm90BwdQueryTile;
+constexpr int sm90_fwd_rows(int d_head) { return cuda_sizes::flash_sm90_fwd_rows(d_head); }
 bool sm90_flash_available();
 template <int kD, bool kCausal>
 void fwd_sm90_launch(const FlashParams& p, cudaStream_t s);
 template <int kD, bool kCausal>
 void bwd_sm90_launch(const FlashBwdParams& p, cudaStream_t s);
 /// True when fwd_launch takes the Hopper kernel for this problem: built and available, d_head 64, 80, 96 or 128, and at
-/// least one query tile for every third SM (it runs one CTA per SM; fewer tiles take the mma.sync kernel and its split
-/// keys. Measured on one H200, causal, d 128, one head: 128 tiles (T 16384) 0.239 ms on the Hopper kernel against
-/// 0.439 split, 64 tiles (T 8192) 0.119 against 0.140, 32 tiles (T 4096) 0.075 against 0.066; 2 x 8 heads, T 512, 64
-/// tiles: 0.034 against 0.053; kernels/flash_attn/NOTES.md, fifteenth session).
+/// least one query tile for every third SM (cuda_sizes::flash_sm90_fwd_enough_tiles, with the measurements; fewer
+/// tiles take the mma.sync kernel and its split keys).
 /// bwd_launch (deterministic = false) takes the Hopper backward for every problem with d_head 64, 80, 96 or 128 when
 /// built and available (uses_sm90_bwd): with few key tiles it splits the query loop itself.
 bool uses_sm90_fwd(int d_head, int64_t seq_len, int64_t heads, int64_t batch);

@@ -23,6 +23,21 @@ inline bool flash_supports_head_dim(int d) { return d == 16 || d == 32 || d == 6
 
 inline size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
+/// The Hopper (wgmma, sm_90a) FlashAttention kernels' head dimensions and tiles (kernels/flash_attn: sm90.cu's
+/// configurations, launch.h, flash_api.cu's dispatch; the meta backend's restatement below): bf16, d_head 64, 80, 96
+/// and 128; the forward's query tiles of 192 rows (d 128: 128), the backward's of 128 keys x 64 queries.
+inline constexpr int kFlashSm90BwdKeyTile = 128, kFlashSm90BwdQueryTile = 64;
+constexpr bool flash_sm90_head_dim(int d) { return d == 64 || d == 80 || d == 96 || d == 128; }
+constexpr int flash_sm90_fwd_rows(int d_head) { return d_head == 128 ? 128 : 192; }
+/// The Hopper forward runs one CTA per SM; it takes a problem from one query tile for every third of `sms` SMs
+/// (fewer go to the mma.sync kernel and its split keys: one H200, causal, d 128, one head: 128 tiles 0.239 ms on the
+/// Hopper kernel against 0.439 split, 64 tiles 0.119 against 0.140, 32 tiles 0.075 against 0.066;
+/// kernels/flash_attn/NOTES.md, fifteenth session).
+inline bool flash_sm90_fwd_enough_tiles(int64_t seq_len, int64_t heads, int64_t batch, int d_head, int64_t sms) {
+  const int64_t rows = flash_sm90_fwd_rows(d_head);
+  return 3 * ((seq_len + rows - 1) / rows * heads * batch) >= sms;
+}
+
 /// The FlashAttention backward's split rule (kernels/flash_attn: dkdv_chunk, with the device's SM count; the meta
 /// backend with the H200's): query tiles per CTA of the dK/dV pass for seq_len keys in tiles of kbn and queries in
 /// tiles of kbm, bh = batch x heads, on `sms` SMs, for the Hopper kernel (hopper) or the mma.sync kernels. A
@@ -103,16 +118,15 @@ inline size_t naive_attention_bwd_scratch_bytes(const AttnShape& s, DType dtype,
 
 // ---- approximations for the meta backend (the CUDA code decides these on the device) ---------------------------
 
-/// The dispatch of kernels/flash_attn on an H200 (flash_api.cu uses_sm90_fwd / uses_sm90_bwd and launch.h's
-/// sm90_fwd_rows, restated here: this header builds without CUDA). The backward runs the Hopper (wgmma, sm_90a)
-/// kernel for every bf16 problem with d_head 64, 80, 96 or 128; the forward when its query tiles (192 rows at d 64 /
-/// 80 / 96, 128 at d 128) also give at least one CTA for every third SM; else the mma.sync kernels.
+/// The dispatch of kernels/flash_attn on an H200 (flash_api.cu uses_sm90_fwd / uses_sm90_bwd, by the same rules
+/// above, with the H200's SM count and the Hopper kernels taken as built and available). The backward runs the Hopper
+/// kernel for every bf16 problem with a flash_sm90_head_dim; the forward when flash_sm90_fwd_enough_tiles too; else
+/// the mma.sync kernels.
 inline bool flash_bwd_uses_hopper_h200(const AttnShape& s, DType dtype) {
-  return dtype == DType::bf16 && (s.d_head == 64 || s.d_head == 80 || s.d_head == 96 || s.d_head == 128);
+  return dtype == DType::bf16 && flash_sm90_head_dim(s.d_head);
 }
 inline bool flash_fwd_uses_hopper_h200(const AttnShape& s, DType dtype) {
-  const int64_t rows = s.d_head == 128 ? 128 : 192;
-  return flash_bwd_uses_hopper_h200(s, dtype) && 3 * ((int64_t(s.T) + rows - 1) / rows * s.B * s.H) >= kH200SmCount;
+  return flash_bwd_uses_hopper_h200(s, dtype) && flash_sm90_fwd_enough_tiles(s.T, s.H, s.B, s.d_head, kH200SmCount);
 }
 /// FlashAttention-2 forward workspace on an H200 (approximation of flash::fwd_workspace_bytes): the forward splits
 /// its keys only when the query tiles (128 rows) give fewer than two CTAs per SM; then up to 16 chunks of partial
@@ -134,7 +148,8 @@ inline size_t flash_bwd_workspace_bytes_h200(const AttnShape& s, DType dtype) {
   const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T);
   size_t bytes = align256(rows * 4) + align256(rows * size_t(s.d_head) * 4);
   const bool hopper = flash_bwd_uses_hopper_h200(s, dtype);
-  if (flash_dkdv_chunk(int(s.T), 128, 64, int64_t(s.B) * s.H, s.causal, hopper, kH200SmCount) > 0)
+  if (flash_dkdv_chunk(int(s.T), kFlashSm90BwdKeyTile, kFlashSm90BwdQueryTile, int64_t(s.B) * s.H, s.causal, hopper,
+                       kH200SmCount) > 0)
     bytes += align256(2 * rows * size_t(s.d_head) * 4);
   return bytes;
 }
