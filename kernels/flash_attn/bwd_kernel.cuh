@@ -24,33 +24,84 @@ namespace trainer::flash {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-/// dsum[b, h, t] = sum_i dO[b, t, h, i] O[b, t, h, i] (fp32); one warp per (b, t, h) row. TI: dO's type, TO: O's.
-/// zero_dq / zero_dkv: the same warp zeroes the row's dq_accum [B, H, T, d] (and dkv_accum's two [B, H, T, d]
-/// halves) for the atomic passes that follow (d % 4 == 0; the workspaces are 16-byte aligned).
-template <class TI, class TO>
-__global__ void flash_bwd_preprocess_kernel(const FlashBwdParams p, bool zero_dq, bool zero_dkv) {
-  const int64_t rows = int64_t(p.batch) * p.seq_len * p.num_heads;
-  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  const int h = int(row % p.num_heads);
-  const int64_t bt = row / p.num_heads;
-  const int tt = int(bt % p.seq_len), b = int(bt / p.seq_len);
-  const int64_t ro = int64_t(b) * p.o_batch_stride + int64_t(tt) * p.o_row_stride + int64_t(h) * p.o_head_stride;
-  const TI* dO = static_cast<const TI*>(p.dout) + ro;
-  const TO* O = static_cast<const TO*>(p.o) + ro;
-  float acc = 0.f;
-  for (int i = lane; i < p.d_head; i += 32) acc += float(dO[i]) * float(O[i]);
+/// Eight consecutive elements of a row as floats: one 16-byte load (bf16) or two (f32); p 16-byte aligned.
+template <class T>
+__device__ __forceinline__ void load8(const T* p, float (&f)[8]) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+  } else {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  const int64_t bht = (int64_t(b) * p.num_heads + h) * p.seq_len + tt;
-  if (lane == 0) p.dsum[bht] = acc;
+    for (int k = 0; k < 4; ++k) {
+      const float2 v = __bfloat1622float2(h[k]);
+      f[2 * k] = v.x, f[2 * k + 1] = v.y;
+    }
+  }
+}
+
+/// Eight floats into base[off .. off + 7] (f32, or bf16 rounded to nearest): vec: 16-byte stores (the address
+/// 16-byte aligned), else pairs (8-byte / 4-byte aligned).
+__device__ __forceinline__ void store8(void* base, int64_t off, bool f32, const float (&v)[8], bool vec) {
+  if (!vec) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) store_pair(base, off + 2 * k, f32, v[2 * k], v[2 * k + 1]);
+  } else if (f32) {
+    float4* d = reinterpret_cast<float4*>(static_cast<float*>(base) + off);
+    d[0] = make_float4(v[0], v[1], v[2], v[3]);
+    d[1] = make_float4(v[4], v[5], v[6], v[7]);
+  } else {
+    uint4 u;
+    u.x = pack_bf16(v[0], v[1]), u.y = pack_bf16(v[2], v[3]), u.z = pack_bf16(v[4], v[5]), u.w = pack_bf16(v[6], v[7]);
+    *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(base) + off) = u;
+  }
+}
+
+/// dsum[b, h, t] = sum_i dO[b, t, h, i] O[b, t, h, i] (fp32); one thread per (b, t, h) row (threads in the rows'
+/// memory order), eight columns at a time (vec: 16-byte loads, when O and dO rows are 16-byte aligned; else
+/// element by element, the same order of sums). zero_dq / zero_dkv: the grid also zeroes dq_accum [B, H, T, d]
+/// (and dkv_accum's two [B, H, T, d] halves) with coalesced 16-byte stores, for the atomic passes that follow (d %
+/// 8 == 0; the workspaces are 16-byte aligned). Grid: ceil(rows / blockDim.x) blocks.
+/// (Before: one warp per row, a bf16 load per lane and 64-bit index divisions per warp: xl's 65536 rows took 25 us
+/// for 42 MB; results/h200/2026-12-02/v16/call1.)
+template <class TI, class TO>
+__global__ void __launch_bounds__(256) flash_bwd_preprocess_kernel(const FlashBwdParams p, bool zero_dq,
+                                                                   bool zero_dkv, bool vec) {
+  const int64_t rows = int64_t(p.batch) * p.seq_len * p.num_heads;
+  const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, threads = int64_t(gridDim.x) * blockDim.x;
+  const int d = p.d_head;
+  if (row < rows) {
+    const int h = int(row % p.num_heads);
+    const int64_t bt = row / p.num_heads;
+    const int tt = int(bt % p.seq_len), b = int(bt / p.seq_len);
+    const int64_t ro = int64_t(b) * p.o_batch_stride + int64_t(tt) * p.o_row_stride + int64_t(h) * p.o_head_stride;
+    const TI* dO = static_cast<const TI*>(p.dout) + ro;
+    const TO* O = static_cast<const TO*>(p.o) + ro;
+    float acc = 0.f;
+#pragma unroll 4
+    for (int c = 0; c < d; c += 8) {
+      float a[8], o[8];
+      if (vec) {
+        load8(dO + c, a);
+        load8(O + c, o);
+      } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) a[k] = float(dO[c + k]), o[k] = float(O[c + k]);
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) acc = fmaf(a[k], o[k], acc);
+    }
+    p.dsum[(int64_t(b) * p.num_heads + h) * p.seq_len + tt] = acc;
+  }
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int c = 4 * lane; c < p.d_head && zero_dq; c += 128)
-    *reinterpret_cast<float4*>(p.dq_accum + bht * p.d_head + c) = zero;
-  for (int c = 4 * lane; c < p.d_head && zero_dkv; c += 128) {
-    *reinterpret_cast<float4*>(p.dkv_accum + bht * p.d_head + c) = zero;
-    *reinterpret_cast<float4*>(p.dkv_accum + (rows + bht) * p.d_head + c) = zero;
+  if (zero_dq) {
+    float4* z = reinterpret_cast<float4*>(p.dq_accum);
+    for (int64_t i = row, n4 = rows * d / 4; i < n4; i += threads) z[i] = zero;
+  }
+  if (zero_dkv) {
+    float4* z = reinterpret_cast<float4*>(p.dkv_accum);
+    for (int64_t i = row, n4 = 2 * rows * d / 4; i < n4; i += threads) z[i] = zero;
   }
 }
 
@@ -65,31 +116,40 @@ __host__ __device__ __forceinline__ int dq_swizzle(int t, int c, int d) {
   return ((chunk ^ x) << 2) | (c & 3);
 }
 
-/// The atomic mode's last pass, one thread per pair of elements of [B, H, T, d]: dQ = scale · dq_accum (read through
-/// dq_swizzle when p.dq_accum_swizzled) into the dq view and, when the dK/dV pass was split (with_dkv), dK, dV =
-/// dkv_accum [2][B, H, T, d] (already scaled) into theirs. TO: the gradients' dtype (f32 or bf16).
-template <class TO>
-__global__ void flash_bwd_convert_kernel(const FlashBwdParams p, bool with_dkv) {
-  const int64_t n = int64_t(p.batch) * p.num_heads * p.seq_len * p.d_head;
-  const int64_t e = 2 * (int64_t(blockIdx.x) * blockDim.x + threadIdx.x);
-  if (e >= n) return;
-  const int c = int(e % p.d_head);
-  const int64_t bht = e / p.d_head;
-  const int tt = int(bht % p.seq_len);
-  const int64_t bh = bht / p.seq_len;
-  const int h = int(bh % p.num_heads), b = int(bh / p.num_heads);
+/// The atomic mode's last pass, one thread per eight consecutive elements of [B, H, T, d] (d % 8 == 0): dQ = scale
+/// · dq_accum (read through dq_swizzle when p.dq_accum_swizzled) into the dq view and, when the dK/dV pass was split
+/// (with_dkv), dK, dV = dkv_accum [2][B, H, T, d] (already scaled) into theirs; vec: 16-byte stores (the views'
+/// rows 16-byte aligned), else pairs. TO: the gradients' dtype (f32 or bf16). Index arithmetic in 32 bits where the
+/// problem fits (64-bit divisions per element pair made the previous version integer-bound: 20 us for xl's 31 MB).
+template <class TO, class Index>
+__device__ __forceinline__ void bwd_convert_8(const FlashBwdParams& p, bool with_dkv, bool vec, Index e, Index n) {
+  const Index d = Index(p.d_head), T = Index(p.seq_len), H = Index(p.num_heads);
+  const Index bht = e / d, c = e - bht * d, tt = bht % T, bh = bht / T, h = bh % H, b = bh / H;
   const int64_t off = int64_t(b) * p.dqkv_batch_stride + int64_t(tt) * p.dqkv_row_stride +
-                      int64_t(h) * p.dqkv_head_stride + c;
+                      int64_t(h) * p.dqkv_head_stride + int64_t(c);
   constexpr bool f32 = std::is_same_v<TO, float>;
-  const float2 q = *reinterpret_cast<const float2*>(
-      p.dq_accum + (p.dq_accum_swizzled ? bht * p.d_head + dq_swizzle(tt, c, p.d_head) : e));
-  store_pair(p.dq, off, f32, q.x * p.softmax_scale, q.y * p.softmax_scale);
+  const float* src = p.dq_accum + int64_t(bht) * d;
+  const int c0 = p.dq_accum_swizzled ? dq_swizzle(int(tt), int(c), int(d)) : int(c);
+  const int c1 = p.dq_accum_swizzled ? dq_swizzle(int(tt), int(c) + 4, int(d)) : int(c) + 4;
+  const float4 lo = *reinterpret_cast<const float4*>(src + c0), hi = *reinterpret_cast<const float4*>(src + c1);
+  const float sc = p.softmax_scale;
+  const float q[8] = {lo.x * sc, lo.y * sc, lo.z * sc, lo.w * sc, hi.x * sc, hi.y * sc, hi.z * sc, hi.w * sc};
+  store8(p.dq, off, f32, q, vec);
   if (with_dkv) {
-    const float2 k = *reinterpret_cast<const float2*>(p.dkv_accum + e);
-    const float2 v = *reinterpret_cast<const float2*>(p.dkv_accum + n + e);
-    store_pair(p.dk, off, f32, k.x, k.y);
-    store_pair(p.dv, off, f32, v.x, v.y);
+    float k[8], v[8];
+    load8(p.dkv_accum + int64_t(e), k);
+    load8(p.dkv_accum + int64_t(n) + int64_t(e), v);
+    store8(p.dk, off, f32, k, vec);
+    store8(p.dv, off, f32, v, vec);
   }
+}
+template <class TO>
+__global__ void __launch_bounds__(256) flash_bwd_convert_kernel(const FlashBwdParams p, bool with_dkv, bool vec) {
+  const int64_t n = int64_t(p.batch) * p.num_heads * p.seq_len * p.d_head;
+  const int64_t e = 8 * (int64_t(blockIdx.x) * blockDim.x + threadIdx.x);
+  if (e >= n) return;
+  if (n <= int64_t(INT32_MAX)) bwd_convert_8<TO, uint32_t>(p, with_dkv, vec, uint32_t(e), uint32_t(n));
+  else bwd_convert_8<TO, int64_t>(p, with_dkv, vec, e, n);
 }
 
 /// Elt: the element type of q, k, v, dO (bf16, or float for the 3xTF32 fp32 kernels; mma.cuh).

@@ -13,29 +13,45 @@
 
 namespace trainer::flash {
 
+namespace {
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+/// Strides (elements) whose rows start 16-byte aligned for an element of `bytes` bytes.
+bool strides16(int64_t a, int64_t b, int64_t c, int bytes) {
+  const int64_t e = 16 / bytes;
+  return a % e == 0 && b % e == 0 && c % e == 0;
+}
+}  // namespace
+
 void launch_bwd_preprocess(const FlashBwdParams& p, bool zero_accum, cudaStream_t s) {
   const int64_t rows = int64_t(p.batch) * p.seq_len * p.num_heads;
-  const unsigned blocks = unsigned(ceil_div<int64_t>(rows * 32, 256));
-  // The accumulators are zeroed by the same warps (one launch instead of three: short problems are launch-bound).
+  const unsigned blocks = unsigned(ceil_div<int64_t>(rows, 256));
+  // The accumulators are zeroed by the same kernel (one launch instead of three: short problems are launch-bound).
   const bool zero_dq = zero_accum, zero_dkv = zero_accum && p.dkdv_chunk > 0;
+  // 16-byte loads where every row of O and dO starts 16-byte aligned (they share the strides; 4-byte elements are
+  // the stricter case when either is f32)
+  const int widest = (!p.is_bf16 || p.o_f32) ? 4 : 2;
+  const bool vec = aligned16(p.o) && aligned16(p.dout) &&
+                   strides16(p.o_batch_stride, p.o_row_stride, p.o_head_stride, widest);
   if (p.is_bf16) {
     if (p.o_f32)
-      flash_bwd_preprocess_kernel<__nv_bfloat16, float><<<blocks, 256, 0, s>>>(p, zero_dq, zero_dkv);
+      flash_bwd_preprocess_kernel<__nv_bfloat16, float><<<blocks, 256, 0, s>>>(p, zero_dq, zero_dkv, vec);
     else
-      flash_bwd_preprocess_kernel<__nv_bfloat16, __nv_bfloat16><<<blocks, 256, 0, s>>>(p, zero_dq, zero_dkv);
+      flash_bwd_preprocess_kernel<__nv_bfloat16, __nv_bfloat16><<<blocks, 256, 0, s>>>(p, zero_dq, zero_dkv, vec);
   } else {
-    flash_bwd_preprocess_kernel<float, float><<<blocks, 256, 0, s>>>(p, zero_dq, zero_dkv);
+    flash_bwd_preprocess_kernel<float, float><<<blocks, 256, 0, s>>>(p, zero_dq, zero_dkv, vec);
   }
   CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_bwd_convert(const FlashBwdParams& p, bool with_dkv, cudaStream_t s) {
-  const int64_t pairs = int64_t(p.batch) * p.num_heads * p.seq_len * p.d_head / 2;
-  const unsigned blocks = unsigned(ceil_div<int64_t>(pairs, 256));
+  const int64_t octets = int64_t(p.batch) * p.num_heads * p.seq_len * p.d_head / 8;
+  const unsigned blocks = unsigned(ceil_div<int64_t>(octets, 256));
+  const bool vec = aligned16(p.dq) && aligned16(p.dk) && aligned16(p.dv) &&
+                   strides16(p.dqkv_batch_stride, p.dqkv_row_stride, p.dqkv_head_stride, p.dqkv_f32 ? 4 : 2);
   if (p.dqkv_f32)
-    flash_bwd_convert_kernel<float><<<blocks, 256, 0, s>>>(p, with_dkv);
+    flash_bwd_convert_kernel<float><<<blocks, 256, 0, s>>>(p, with_dkv, vec);
   else
-    flash_bwd_convert_kernel<__nv_bfloat16><<<blocks, 256, 0, s>>>(p, with_dkv);
+    flash_bwd_convert_kernel<__nv_bfloat16><<<blocks, 256, 0, s>>>(p, with_dkv, vec);
   CUDA_CHECK(cudaGetLastError());
 }
 
