@@ -8,7 +8,8 @@
 // dK += dSᵀ Q read dO and Q as N-major B operands; dSᵀ is also stored to shared memory, where it is the M-major A
 // operand of dQ = dS K.
 //
-// One CTA per (key tile of kBN = 128 keys, head, batch), the longest (causal) key tiles first; 384 threads:
+// One CTA per (key tile of kBN = 128 keys, head, batch), in the tile kernels' order (tile_coord, params.h: the
+// longest (causal) key tiles of a group of heads first); 384 threads:
 //  - warpgroup 0 is the producer (setmaxnreg down to kRegsProducer): its warp 0 streams the query tiles (kBM = 64
 //    queries: Q, dO by TMA, L, D by cp.async) through kStages shared stages guarded by mbarriers (full: the
 //    transaction bytes and the cp.async arrivals; empty: every consumer thread, once its wgmma reading the stage are
@@ -152,7 +153,7 @@ __device__ __forceinline__ void store_dkdv(const FlashBwdParams& p, const float 
 /// dK, dV (bf16, or f32 when p.dqkv_f32) from bf16 q, k, v, dO views (TMA tensor maps `tma` of the same views,
 /// launch_sm90.cuh), lse and p.dsum = D [B, H, T] (the preprocess pass), adding dS K into p.dq_accum (f32 [B, H, T,
 /// d], zeroed, rows swizzled as dq_swizzle, 16-byte aligned: the convert pass turns it into dQ); d = Tr::kD, T >= 1.
-/// Grid (ceil(T / kBN) x splits, H, B), Tr::kThreads threads, Tr::kSmemBytes of dynamic shared memory. sm_90a only.
+/// Grid tile_grid(p, ceil(T / kBN) x splits) (launch.h; CTA order tile_coord), Tr::kThreads threads, Tr::kSmemBytes of dynamic shared memory. sm_90a only.
 /// kSplit: the split-queries build for problems with few key tiles (gridDim.x = key tiles x chunks of p.dkdv_chunk
 /// query tiles; each CTA adds its partial dK·scale and dV into the f32 accumulators p.dkv_accum, which the convert
 /// pass writes out), as flash_bwd_dkdv_kernel; without it the split code compiles away.
@@ -179,10 +180,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   uint64_t* dq_empty = dq_full + kDqStages;
 
   const int T = p.seq_len;
-  const int splits = kSplit ? int(gridDim.x) / ((T + kBN - 1) / kBN) : 1;
-  const int n_block = blockIdx.x / splits;  // low key tiles see the most queries (causal): first
-  const int split = blockIdx.x % splits;
-  const int h = blockIdx.y, b = blockIdx.z;
+  const TileCoord tc = tile_coord(p);  // the tile kernels' CTA order: tile t of a group of heads before tile t + 1
+  if (tc.b >= p.batch) return;         // past the last (batch, head) pair of the last group
+  const int splits = kSplit ? tc.tiles / ((T + kBN - 1) / kBN) : 1;
+  const int n_block = tc.tile / splits;  // low key tiles see the most queries (causal): first
+  const int split = tc.tile % splits;
+  const int h = tc.h, b = tc.b;
   const int n0 = n_block * kBN;
   int m_lo = kCausal ? n0 / kBM : 0, m_hi = (T + kBM - 1) / kBM;
   if (kSplit) {  // this CTA's chunk of the query loop; a chunk past the end has nothing to do (the whole CTA leaves)

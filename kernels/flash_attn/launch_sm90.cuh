@@ -48,9 +48,10 @@ void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
   launch_bwd_preprocess(p, true, s);
   auto kernel = splits > 1 ? flash_bwd_sm90_kernel<Tr, kCausal, true> : flash_bwd_sm90_kernel<Tr, kCausal>;
   set_smem(kernel, Tr::kSmemBytes);
-  // Grid (tiles, H, B): each head's key tiles in turn (tile_grid's order moved the previous design's d 64 build by
-  // <= 1%, and its computed coordinates made that design's d 128 build spill; kernels/flash_attn/NOTES.md).
-  const dim3 grid(unsigned(ceil_div(p.seq_len, Tr::kBN) * splits), unsigned(p.num_heads), unsigned(p.batch));
+  // The tile kernels' grid and CTA order (tile_grid, tile_coord): tile t of a group of heads before tile t + 1, so
+  // that short problems end on their short key tiles. (Until the sixteenth session: each head's key tiles in turn.)
+  p.tile_group = tile_group(p);
+  const dim3 grid = tile_grid(p, ceil_div(p.seq_len, Tr::kBN) * splits);
   TmaMaps maps = qkv_tma_maps(p, Tr::kBM, Tr::kBN);
   maps.dout = encode_tma_bf16(p.dout, p.batch, p.seq_len, p.num_heads, p.d_head, p.o_batch_stride, p.o_row_stride,
                               p.o_head_stride, Tr::kBM);

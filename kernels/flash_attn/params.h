@@ -60,8 +60,8 @@ struct TileCoord {
 /// a group tile t of every pair before tile t + 1 of any. The kernels number their longest (causal) tiles first, so
 /// the longest tiles of G heads start together and the last wave holds short tiles (load balance), while the CTAs in
 /// flight read the K / V of about G heads (L2 reuse). The last group may have CTAs past the last pair: b >= batch
-/// (the kernel returns at once). The Hopper backward keeps its own (tiles, heads, batch) grid (launch_sm90.cuh: the
-/// order gained its earlier design <= 1% at d 64, and the computed coordinates made that design's d 128 build spill).
+/// (the kernel returns at once). Every tile kernel takes this order, the Hopper backward too since the sixteenth
+/// session (before, it ran each head's key tiles in turn).
 __device__ __forceinline__ TileCoord tile_coord(const FlashParams& p) {
   const int bh = int(blockIdx.z * gridDim.x + blockIdx.x);
   return {int(blockIdx.y), int(gridDim.y), bh / p.num_heads, bh % p.num_heads};

@@ -103,6 +103,14 @@ int fa_bwd_sm90(int variant, void* dqkv, const void* dout, const void* qkv, cons
     case 11: return bwd_variant<sm90::BwdTraits<128, 2, 40, 232>>(p, s);  // 232 regs: spills, serialized wgmma
     case 30: return bwd_variant<sm90::BwdTraits<96, 2, 24, 240>>(p, s);   // d 96 with d 128's budget
     case 31: return bwd_variant<sm90::BwdTraits<96, 2, 40, 232>>(p, s);   // d 96 with d 64's budget (production)
+    // CTA order (tile_coord): production groups kTileGroup (16) heads; 1 = each head's key tiles in turn (the order
+    // before the sixteenth session); 1 << 20 = every head's first key tile before any second one
+    case 4: p.tile_group = 1; return bwd_variant<sm90::BwdTraits<64, 2, 40, 232>>(p, s);
+    case 5: p.tile_group = 1 << 20; return bwd_variant<sm90::BwdTraits<64, 2, 40, 232>>(p, s);
+    case 24: p.tile_group = 1; return bwd_variant<sm90::BwdTraits<80, 2, 40, 232>>(p, s);
+    case 25: p.tile_group = 1 << 20; return bwd_variant<sm90::BwdTraits<80, 2, 40, 232>>(p, s);
+    case 14: p.tile_group = 1; return bwd_variant<sm90::BwdTraits<128, 2, 24, 240>>(p, s);
+    case 15: p.tile_group = 1 << 20; return bwd_variant<sm90::BwdTraits<128, 2, 24, 240>>(p, s);
     default: return -2;
   }
 }
