@@ -5,10 +5,11 @@
 //             dw[d]   += sum_n dy[n,d] x[n,d] r[n]                      (fixed-order two-stage sum: deterministic)
 // Shapes: x, y, dy, dx [N, D] row-major (f32 or bf16, each its own dtype); w [D] f32 or bf16; r [N] f32; dw [D] f32
 // or bf16 (the column sum in fp32, then one rounding per element).
-// One block per row (forward); the backward's blocks each take rows b, b + G, b + 2G, ... and keep their own
-// partial dw row in shared memory (d_model floats, so d_model <= 57856). Pattern: llm.c `llmc/layernorm.cuh`
-// (layernorm_backward_kernel10 keeps per-block dweight partials and sums them in a second step); ggml
-// `src/ggml-cuda/norm.cu` (rms_norm_f32).
+// One block per row (forward); the backward's blocks each take a run of R consecutive rows (R >= 2, fixed by N:
+// cuda_sizes::rmsnorm_bwd_rows) and keep their own partial dw row (in shared memory: d_model floats, so d_model <=
+// 57856; the bf16 vector kernel in registers, with its rows' loads in flight two at a time). Pattern: llm.c
+// `llmc/layernorm.cuh` (layernorm_backward_kernel10 keeps per-block dweight partials and sums them in a second
+// step); ggml `src/ggml-cuda/norm.cu` (rms_norm_f32).
 #include "common.cuh"
 #include "rmsnorm.cuh"
 
@@ -21,9 +22,11 @@ namespace {  // ---- kernels ---------------------------------------------------
 
 constexpr int kMaxThreads = 256;
 constexpr int kMaxSmemBytes = 226 * 1024;  // Hopper's opt-in limit (227 KiB) less room for static shared
-// G = 1024 (backend/cuda_sizes.h, which the planner reads): a fixed count (not the SM count) so the dw sum order never
-// changes; 1024 blocks keep ~8 blocks of 256 threads on each of the 132 SMs
-constexpr int kBwdBlocks = cuda_sizes::kRmsnormBwdBlocks;
+// The backward's partition (backend/cuda_sizes.h, which the planner reads): G = ceil(N / R) blocks of R >= 2
+// consecutive rows, fixed by N (not the SM count) so the dw sum order never changes. (Before the sixteenth session:
+// 1024 blocks taking rows b, b + 1024, ... in turn: at N = 2048 two rows each, whose loads, block sum, dx load and
+// store ran one after the other; xl's backward took 27 us for 52 MB. Runs of 8 rows, four rows' loads in flight,
+// took 31 us: a quarter of the blocks, too few warps per SM; results/h200/2026-12-02/v16/call2.)
 
 int threads_for(int D) { return D <= 256 ? 64 : (D <= 1024 ? 128 : 256); }
 
@@ -45,18 +48,20 @@ __global__ __launch_bounds__(kMaxThreads) void rmsnorm_fwd_kernel(TY* __restrict
   if (threadIdx.x == 0) rstd[blockIdx.x] = r;
 }
 
-// Stage 1: every block takes rows blockIdx.x + k * gridDim.x and sums its share of dw in shared memory (each thread
+// Stage 1: every block takes rows blockIdx.x * R .. + R - 1 and sums its share of dw in shared memory (each thread
 // owns columns c = threadIdx.x + j * blockDim.x, so no two threads touch one entry), then writes it to
 // partial[blockIdx.x, :].
 template <class TDX, class TDY, class TX, class TW>
 __global__ __launch_bounds__(kMaxThreads) void rmsnorm_bwd_kernel(TDX* __restrict__ dx, float* __restrict__ partial,
                                                                   const TDY* __restrict__ dy, const TX* __restrict__ x,
                                                                   const TW* __restrict__ w,
-                                                                  const float* __restrict__ rstd, int64_t N, int D) {
+                                                                  const float* __restrict__ rstd, int64_t N, int D,
+                                                                  int64_t R) {
   extern __shared__ float pr[];  // [D]: this block's dw partial
   __shared__ float shared[32];
   for (int c = threadIdx.x; c < D; c += blockDim.x) pr[c] = 0.f;
-  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+  const int64_t n0 = int64_t(blockIdx.x) * R, n1 = n0 + R < N ? n0 + R : N;
+  for (int64_t n = n0; n < n1; ++n) {
     const TDY* dyr = dy + n * D;
     const TX* xr = x + n * D;
     float dot = 0.f;
@@ -103,8 +108,9 @@ __global__ __launch_bounds__(kSumCols * kSumWarps) void rmsnorm_dw_sum_kernel(TW
 
 // ---- bf16 vector kernels: 8 consecutive columns per thread through 16-byte accesses, the row held in registers
 // (one read of x in the forward; in the backward each thread keeps its 8 columns' dw partials in registers, not
-// shared memory). Used when x, y/dx, dy and w are all bf16, D % 8 == 0, D <= 8 * 1024 and pointers are 16-byte
-// aligned (the bf16 model's case); same formulas as above, per-thread partial sums then the same block tree.
+// shared memory). Used when x, y/dx, dy and w are all bf16, D % 8 == 0, D <= 8 * 1024 (backward: 8 * 640 = 5120)
+// and pointers are 16-byte aligned (the bf16 model's case); same formulas as above, per-thread partial sums then
+// the same block tree.
 constexpr int kVec = 8;
 struct alignas(16) Bf16x8 {
   bf16 v[kVec];
@@ -116,17 +122,17 @@ __global__ __launch_bounds__(1024) void rmsnorm_fwd_vec_kernel(bf16* __restrict_
   __shared__ float shared[32];
   const int c = threadIdx.x * kVec;
   const bool mine = c < D;
-  Bf16x8 xv{};
+  Bf16x8 xv{}, wv{};
   float ss = 0.f;
   if (mine) {
     xv = *reinterpret_cast<const Bf16x8*>(x + int64_t(blockIdx.x) * D + c);
+    wv = *reinterpret_cast<const Bf16x8*>(w + c);  // loaded with x, not after the block sum's barriers
 #pragma unroll
     for (int k = 0; k < kVec; ++k) ss += to_f32(xv.v[k]) * to_f32(xv.v[k]);
   }
   ss = block_sum(ss, shared);
   const float r = 1.f / sqrtf(ss / float(D) + eps);
   if (mine) {
-    const Bf16x8 wv = *reinterpret_cast<const Bf16x8*>(w + c);
     Bf16x8 out;
 #pragma unroll
     for (int k = 0; k < kVec; ++k) out.v[k] = from_f32<bf16>(to_f32(xv.v[k]) * r * to_f32(wv.v[k]));
@@ -135,11 +141,28 @@ __global__ __launch_bounds__(1024) void rmsnorm_fwd_vec_kernel(bf16* __restrict_
   if (threadIdx.x == 0) rstd[blockIdx.x] = r;
 }
 
-__global__ __launch_bounds__(1024) void rmsnorm_bwd_vec_kernel(bf16* __restrict__ dx, float* __restrict__ partial,
-                                                              const bf16* __restrict__ dy, const bf16* __restrict__ x,
-                                                              const bf16* __restrict__ w,
-                                                              const float* __restrict__ rstd, int64_t N, int D) {
-  __shared__ float shared[32];
+/// Sums of K values over the block at once (block_sum's arithmetic for each, one pair of barriers for all);
+/// `shared` needs 32 K entries.
+template <int K>
+__device__ __forceinline__ void block_sum_k(float (&v)[K], float* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = warp_sum(v[k]);
+  __syncthreads();  // `shared` may still be read by a previous call
+  if (lane == 0)
+#pragma unroll
+    for (int k = 0; k < K; ++k) shared[32 * k + warp] = v[k];
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = warp_sum(lane < nwarps ? shared[32 * k + lane] : 0.f);
+}
+
+constexpr int kBwdBatch = 2;           // rows whose loads (dy, x, dx) are in flight together
+constexpr int kBwdVecMaxThreads = 640;  // d_model <= 5120 (10B: 4608); at most 102 registers a thread
+__global__ __launch_bounds__(kBwdVecMaxThreads) void rmsnorm_bwd_vec_kernel(
+    bf16* __restrict__ dx, float* __restrict__ partial, const bf16* __restrict__ dy, const bf16* __restrict__ x,
+    const bf16* __restrict__ w, const float* __restrict__ rstd, int64_t N, int D, int64_t R) {
+  __shared__ float shared[32 * kBwdBatch];
   const int c = threadIdx.x * kVec;
   const bool mine = c < D;
   float wv[kVec], pr[kVec];
@@ -150,28 +173,38 @@ __global__ __launch_bounds__(1024) void rmsnorm_bwd_vec_kernel(bf16* __restrict_
     wv[k] = to_f32(wl.v[k]);
     pr[k] = 0.f;
   }
-  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
-    Bf16x8 dyv{}, xv{};
-    float dot = 0.f;
-    if (mine) {
-      dyv = *reinterpret_cast<const Bf16x8*>(dy + n * D + c);
-      xv = *reinterpret_cast<const Bf16x8*>(x + n * D + c);
+  const int64_t n0 = int64_t(blockIdx.x) * R, n1 = n0 + R < N ? n0 + R : N;
+  for (int64_t n = n0; n < n1; n += kBwdBatch) {
+    Bf16x8 dyv[kBwdBatch], xv[kBwdBatch], dxv[kBwdBatch];
+    float dot[kBwdBatch], r[kBwdBatch];
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) dot += wv[k] * to_f32(dyv.v[k]) * to_f32(xv.v[k]);
+    for (int i = 0; i < kBwdBatch; ++i) {  // every load of the batch first
+      dyv[i] = xv[i] = dxv[i] = Bf16x8{};
+      const bool row = n + i < n1;
+      if (mine && row) {
+        const int64_t o = (n + i) * D + c;
+        dyv[i] = *reinterpret_cast<const Bf16x8*>(dy + o);
+        xv[i] = *reinterpret_cast<const Bf16x8*>(x + o);
+        dxv[i] = *reinterpret_cast<const Bf16x8*>(dx + o);
+      }
+      r[i] = row ? rstd[n + i] : 0.f;
+      dot[i] = 0.f;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) dot[i] += wv[k] * to_f32(dyv[i].v[k]) * to_f32(xv[i].v[k]);
     }
-    dot = block_sum(dot, shared);
-    const float r = rstd[n];
-    const float kk = r * r * dot / float(D);
-    if (mine) {
-      Bf16x8* dxp = reinterpret_cast<Bf16x8*>(dx + n * D + c);
-      Bf16x8 dxv = *dxp;
+    block_sum_k(dot, shared);
+#pragma unroll
+    for (int i = 0; i < kBwdBatch; ++i) {
+      if (!mine || n + i >= n1) continue;
+      const float kk = r[i] * r[i] * dot[i] / float(D);
+      Bf16x8 out;
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        const float g = to_f32(dyv.v[k]), xk = to_f32(xv.v[k]);
-        dxv.v[k] = from_f32<bf16>(to_f32(dxv.v[k]) + r * (wv[k] * g - xk * kk));
-        pr[k] += g * xk * r;
+        const float g = to_f32(dyv[i].v[k]), xk = to_f32(xv[i].v[k]);
+        out.v[k] = from_f32<bf16>(to_f32(dxv[i].v[k]) + r[i] * (wv[k] * g - xk * kk));
+        pr[k] += g * xk * r[i];
       }
-      *dxp = dxv;
+      *reinterpret_cast<Bf16x8*>(dx + (n + i) * D + c) = out;
     }
   }
   if (mine) {
@@ -181,15 +214,14 @@ __global__ __launch_bounds__(1024) void rmsnorm_bwd_vec_kernel(bf16* __restrict_
   }
 }
 
-bool vec_ok(int D, std::initializer_list<const void*> ptrs) {
-  if (D % kVec != 0 || D > kVec * 1024) return false;
+bool vec_ok(int D, std::initializer_list<const void*> ptrs, int max_threads = 1024) {
+  if (D % kVec != 0 || D > kVec * max_threads) return false;
   for (const void* p : ptrs)
     if (reinterpret_cast<uintptr_t>(p) & 15u) return false;
   return true;
 }
 int vec_threads(int D) { return ceil_div(D / kVec, 32) * 32; }
 
-int bwd_blocks(int64_t N) { return int(N < kBwdBlocks ? N : kBwdBlocks); }
 
 /// dw (+)= the column sum of partial [G, D] (rmsnorm_dw_sum_kernel) in dw's dtype.
 void dw_sum(void* dw, DType tdw, const float* partial, int G, int D, bool accumulate, cudaStream_t s) {
@@ -237,12 +269,14 @@ void rmsnorm_bwd(void* dx, DType tdx, void* dw, DType tdw, const void* dy, DType
     if (!accumulate_dw) CUDA_CHECK(cudaMemsetAsync(dw, 0, size_t(D) * dtype_size(tdw), s));
     return;
   }
-  const int G = bwd_blocks(N);
+  const int G = int(cuda_sizes::rmsnorm_bwd_blocks(N));
+  const int64_t R = cuda_sizes::rmsnorm_bwd_rows(N);
   float* partial = static_cast<float*>(scratch);
-  if (tdx == DType::bf16 && tdy == DType::bf16 && tx == DType::bf16 && tw == DType::bf16 && vec_ok(D, {dx, dy, x, w})) {
+  if (tdx == DType::bf16 && tdy == DType::bf16 && tx == DType::bf16 && tw == DType::bf16 &&
+      vec_ok(D, {dx, dy, x, w}, kBwdVecMaxThreads)) {
     rmsnorm_bwd_vec_kernel<<<G, vec_threads(D), 0, s>>>(static_cast<bf16*>(dx), partial, static_cast<const bf16*>(dy),
                                                         static_cast<const bf16*>(x), static_cast<const bf16*>(w),
-                                                        rstd, N, D);
+                                                        rstd, N, D, R);
     CUDA_CHECK(cudaGetLastError());
     dw_sum(dw, tdw, partial, G, D, accumulate_dw, s);
     return;
@@ -261,7 +295,7 @@ void rmsnorm_bwd(void* dx, DType tdx, void* dw, DType tdw, const void* dy, DType
           set_smem(rmsnorm_bwd_kernel<TDX, TDY, TX, TW>, smem);
           rmsnorm_bwd_kernel<TDX, TDY, TX, TW><<<G, threads_for(D), smem, s>>>(
               static_cast<TDX*>(dx), partial, static_cast<const TDY*>(dy), static_cast<const TX*>(x),
-              static_cast<const TW*>(w), rstd, N, D);
+              static_cast<const TW*>(w), rstd, N, D, R);
         });
       });
     });

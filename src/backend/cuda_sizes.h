@@ -15,7 +15,10 @@ namespace trainer::cuda_sizes {
 inline constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;  // cuBLASLt workspace: NVIDIA recommends 32 MiB
 inline constexpr size_t kScratchRound = size_t(1) << 20;           // the scratch buffer grows in whole MiB
 inline constexpr int kReduceMaxBlocks = 1024;  // fp64 partial sums of the deterministic reductions (+1: the result)
-inline constexpr int kRmsnormBwdBlocks = 1024;  // rmsnorm_bwd's fixed block count (each keeps a dw row)
+// rmsnorm_bwd: each block takes a run of consecutive rows and keeps a dw row; at least kRmsnormBwdRows rows each, and
+// at most kRmsnormBwdBlocks blocks (rmsnorm_bwd_rows): a partition fixed by N alone, so the dw sum order never depends
+// on the device
+inline constexpr int kRmsnormBwdBlocks = 1024, kRmsnormBwdRows = 2;
 inline constexpr int kH200SmCount = 132;
 
 /// Head dimensions with a FlashAttention-2 kernel (kernels/flash_attn; others fall back to naive attention).
@@ -82,9 +85,16 @@ inline size_t split_tf32_bytes(int64_t span_a, int64_t span_b) {
   return 2 * (part(span_a) + part(span_b));
 }
 
+/// rmsnorm_bwd's rows per block for N rows: max(kRmsnormBwdRows, ceil(N / kRmsnormBwdBlocks)), a multiple of
+/// kRmsnormBwdRows; its blocks: ceil(N / rows).
+inline int64_t rmsnorm_bwd_rows(int64_t N) {
+  const int64_t r = std::max<int64_t>(kRmsnormBwdRows, (N + kRmsnormBwdBlocks - 1) / kRmsnormBwdBlocks);
+  return (r + kRmsnormBwdRows - 1) / kRmsnormBwdRows * kRmsnormBwdRows;
+}
+inline int64_t rmsnorm_bwd_blocks(int64_t N) { return N <= 0 ? 0 : (N + rmsnorm_bwd_rows(N) - 1) / rmsnorm_bwd_rows(N); }
 /// rmsnorm_bwd's scratch: one fp32 dw row [D] per block.
 inline size_t rmsnorm_bwd_scratch_bytes(int64_t N, int D) {
-  return size_t(std::min<int64_t>(N, kRmsnormBwdBlocks)) * size_t(D) * sizeof(float);
+  return size_t(rmsnorm_bwd_blocks(N)) * size_t(D) * sizeof(float);
 }
 
 /// RoPE's (cos, sin) table [T, d_head/2] x 2, fp32.
