@@ -153,8 +153,9 @@ __device__ __forceinline__ void store_dkdv(const FlashBwdParams& p, const float 
 /// dK, dV (bf16, or f32 when p.dqkv_f32) from bf16 q, k, v, dO views (TMA tensor maps `tma` of the same views,
 /// launch_sm90.cuh), lse and p.dsum = D [B, H, T] (the preprocess pass), adding dS K into p.dq_accum (f32 [B, H, T,
 /// d], zeroed, rows swizzled as dq_swizzle, 16-byte aligned: the convert pass turns it into dQ); d = Tr::kD, T >= 1.
-/// Grid tile_grid(p, ceil(T / kBN) x splits) (launch.h; CTA order tile_coord), Tr::kThreads threads, Tr::kSmemBytes of dynamic shared memory. sm_90a only.
-/// kSplit: the split-queries build for problems with few key tiles (gridDim.x = key tiles x chunks of p.dkdv_chunk
+/// Grid tile_grid(p, ceil(T / kBN) x splits) (launch.h; CTA order tile_coord), Tr::kThreads threads,
+/// Tr::kSmemBytes of dynamic shared memory. sm_90a only.
+/// kSplit: the split-queries build for problems with few key tiles (tiles = key tiles x chunks of p.dkdv_chunk
 /// query tiles; each CTA adds its partial dK·scale and dV into the f32 accumulators p.dkv_accum, which the convert
 /// pass writes out), as flash_bwd_dkdv_kernel; without it the split code compiles away.
 template <class Tr, bool kCausal, bool kSplit = false>

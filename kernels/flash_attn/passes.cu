@@ -27,9 +27,9 @@ void launch_bwd_preprocess(const FlashBwdParams& p, bool zero_accum, cudaStream_
   const unsigned blocks = unsigned(ceil_div<int64_t>(rows, 256));
   // The accumulators are zeroed by the same kernel (one launch instead of three: short problems are launch-bound).
   const bool zero_dq = zero_accum, zero_dkv = zero_accum && p.dkdv_chunk > 0;
-  // 16-byte loads where every row of O and dO starts 16-byte aligned (they share the strides; 4-byte elements are
-  // the stricter case when either is f32)
-  const int widest = (!p.is_bf16 || p.o_f32) ? 4 : 2;
+  // 16-byte loads where every row of O and dO starts 16-byte aligned (they share the strides): a bf16 dO needs
+  // strides in multiples of 8 elements, the stricter case (an f32 O with it: 4; fp32 throughout: 4)
+  const int widest = p.is_bf16 ? 2 : 4;
   const bool vec = aligned16(p.o) && aligned16(p.dout) &&
                    strides16(p.o_batch_stride, p.o_row_stride, p.o_head_stride, widest);
   if (p.is_bf16) {
