@@ -230,6 +230,14 @@ TEST_CASE("config: resolution of auto values, name and microbatch", "[config]") 
     CHECK(c.parallel.comm == "mpi");
     CHECK(c.name == "abc");
   }
+  SECTION("optimizer.in_backward null (auto): on wherever it can run") {
+    CHECK(load_doc(dir, doc).optimizer.in_backward == true);  // strategy none, no clipping, train_step
+    CHECK(load_doc(dir, doc, {"optimizer.max_grad_norm=1.0"}).optimizer.in_backward == false);
+    CHECK(load_doc(dir, doc, {"parallel.strategy=ddp_flat"}, 2).optimizer.in_backward == false);
+    CHECK(load_doc(dir, doc, {"bench.phase=forward_backward"}).optimizer.in_backward == false);
+    CHECK(load_doc(dir, doc, {"optimizer.in_backward=false"}).optimizer.in_backward == false);  // explicit: kept
+    CHECK(load_doc(dir, doc, {"optimizer.in_backward=true", "bench.phase=forward"}).optimizer.in_backward == true);
+  }
   SECTION("microbatch defaults to the per-rank batch") {
     const std::string ddp = "parallel.strategy=ddp_flat";
     CHECK(load_doc(dir, doc, {"data.batch_size=8", ddp}, 2).data.microbatch_size == 4);
@@ -633,6 +641,7 @@ TEST_CASE("config: files named by the config are checked", "[config]") {
 TEST_CASE("config: to_json and from_json round-trip; optionals are null", "[config]") {
   const json d = RunConfig{};
   CHECK(d["optimizer"]["max_grad_norm"].is_null());
+  CHECK(d["optimizer"]["in_backward"].is_null());  // auto
   CHECK(d["data"]["path"].is_null());
   CHECK(d["output"]["results"].is_null());
   CHECK(d["init"]["weights"].is_null());

@@ -48,8 +48,9 @@ struct OptimizerCfg {
   double eps = 1e-8;
   double weight_decay = 0.01;
   std::optional<double> max_grad_norm;  // null: no clipping
-  bool in_backward = false;             // AdamW for each unit as soon as its gradient is final (strategy none,
-                                        //   no clipping); gradients then live per unit, never all at once
+  std::optional<bool> in_backward;      // AdamW for each unit as soon as its gradient is final (strategy none,
+                                        //   no clipping); gradients then live per unit, never all at once;
+                                        //   null (auto): resolve.cpp turns it on wherever it can run
   bool stochastic_rounding = false;     // bf16_pure: round the updated weights stochastically (else to nearest)
   std::string schedule = "constant";    // constant | cosine (linear warm-up, cosine decay to min_lr)
   int warmup_steps = 0;                 // schedule warm-up iterations

@@ -126,9 +126,11 @@ void fields(S& o, F&& f) {
     "decoupled weight decay (p -= lr*wd*p), applied to every parameter"});
   f("max_grad_norm", o.max_grad_norm, {{"null | number > 0"},
     "clip the global gradient L2 norm to this; null: no clipping"});
-  f("in_backward", o.in_backward, {{"true | false"},
+  f("in_backward", o.in_backward, {{"null | true | false"},
     "AdamW updates each unit (embedding, block, head) as soon as its gradient is final, during the backward; each "
-    "unit's gradient then exists only from its backward to its update (strategy none, no clipping)"});
+    "unit's gradient then exists only from its backward to its update, so no flat gradient buffer (strategy none, "
+    "no clipping; changes no weight). null (auto): true for a train_step run of strategy none without clipping, "
+    "else false"});
   f("stochastic_rounding", o.stochastic_rounding, {{"true | false"},
     "bf16_pure: round each updated weight up or down at random in proportion (unbiased; deterministic in "
     "init.seed, the step and the element) instead of to nearest; m and v are rounded to nearest"});

@@ -152,10 +152,10 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
   check_positive(o.eps, "optimizer.eps");
   check_non_negative(o.weight_decay, "optimizer.weight_decay");
   if (o.max_grad_norm) check_positive(*o.max_grad_norm, "optimizer.max_grad_norm");
-  CONFIG_CHECK(!o.in_backward || !o.max_grad_norm,
+  CONFIG_CHECK(!o.in_backward.value_or(false) || !o.max_grad_norm,
                "optimizer: in_backward updates each unit before the global gradient norm is known, so it cannot clip; "
                "set optimizer.max_grad_norm null or in_backward false");
-  CONFIG_CHECK(!o.in_backward || c.parallel.strategy == "none",
+  CONFIG_CHECK(!o.in_backward.value_or(false) || c.parallel.strategy == "none",
                "optimizer: in_backward is implemented for parallel.strategy 'none', got '{}'", c.parallel.strategy);
   check_enum(o.schedule, kSchedules, "optimizer.schedule");
   check_non_negative(o.warmup_steps, "optimizer.warmup_steps");

@@ -16,7 +16,7 @@ namespace {
 class NoneStrategy final : public Strategy {
  public:
   NoneStrategy(const OptimizerCfg& optimizer, uint64_t seed, Backend& be)
-      : optimizer_(optimizer), seed_(seed), be_(be), in_backward_(optimizer.in_backward) {}
+      : optimizer_(optimizer), seed_(seed), be_(be), in_backward_(optimizer.in_backward.value_or(false)) {}
   std::string name() const override { return "none"; }
   bool full_grads() const override { return !in_backward_; }
   void setup(Model& model) override {

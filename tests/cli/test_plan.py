@@ -30,7 +30,8 @@ def plan_json(trainer_bin, tmp_path, *args):
 
 
 def test_plan_json_shape(trainer_bin, tmp_path):
-    p = plan_json(trainer_bin, tmp_path, TINY, "--set", "device=cpu")
+    # optimizer.in_backward false: the flat gradient buffer (its default, auto, drops it; checked below)
+    p = plan_json(trainer_bin, tmp_path, TINY, "--set", "device=cpu", "--set", "optimizer.in_backward=false")
     mem = p["memory"]
     assert set(mem["by_category"]) == CATEGORIES
     assert mem["peak_bytes"] == sum(mem["by_category"].values())
@@ -46,6 +47,10 @@ def test_plan_json_shape(trainer_bin, tmp_path):
     # optimizer's also holds AdamW's step values on the device (16 bytes), the norm's fp64 slot and the clip factor (16)
     n = mem["by_category"]["parameters"] // 4
     assert mem["category_peaks"]["gradients"] == 4 * n and mem["category_peaks"]["optimizer"] == 8 * n + 16 + 16
+    # in_backward (auto here: strategy none, no clipping) keeps one unit's gradient at a time, not all of them
+    per_unit = plan_json(trainer_bin, tmp_path, TINY, "--set", "device=cpu")["memory"]
+    assert 0 < per_unit["category_peaks"]["gradients"] < 4 * n
+    assert per_unit["peak_bytes"] < mem["peak_bytes"]
     assert not list(tmp_path.iterdir()), "--plan wrote files"
 
 

@@ -153,7 +153,10 @@ def test_trainer_writes_a_timeline_whose_replay_peaks_at_the_record(tmp_path):
 def test_out_of_memory_run_still_writes_its_timeline(tmp_path):
     mem, rec = tmp_path / "mem.json", tmp_path / "r.json"
     # 2^20 rows of the tiny model: the parameters and optimizer state fit, the step's buffers (hundreds of GiB) do not.
+    # optimizer.in_backward false: the flat gradient buffer is allocated at setup (with the default, auto, gradients
+    # are per unit and made during the backward)
     p = subprocess.run([BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set", "data.batch_size=1048576",
+                        "--set", "optimizer.in_backward=false",
                         "--set", f"profile.memory_timeline={mem}", "--set", f"output.results={rec}"],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 3, p.stderr[-2000:]
