@@ -16,6 +16,7 @@
 // misalignment; else every chunk is loaded element by element), the rest are 16-byte vectors with a ragged tail.
 #include "adamw.cuh"
 #include "common.cuh"
+#include "align.h"
 #include "reductions.cuh"
 
 #include "backend/bf16.h"
@@ -109,8 +110,6 @@ __global__ __launch_bounds__(kThreads) void adamw_vec4_kernel(float4* __restrict
     if (threadIdx.x == 0) partials[blockIdx.x] = acc;
   }
 }
-
-bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
 // ---- bf16 storage ----
 constexpr int kChunk = 8;  // bf16 elements per 16-byte vector

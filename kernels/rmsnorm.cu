@@ -11,6 +11,7 @@
 // `llmc/layernorm.cuh` (layernorm_backward_kernel10 keeps per-block dweight partials and sums them in a second
 // step); ggml `src/ggml-cuda/norm.cu` (rms_norm_f32).
 #include "common.cuh"
+#include "align.h"
 #include "rmsnorm.cuh"
 
 #include "backend/cuda_sizes.h"
@@ -217,7 +218,7 @@ __global__ __launch_bounds__(kBwdVecMaxThreads) void rmsnorm_bwd_vec_kernel(
 bool vec_ok(int D, std::initializer_list<const void*> ptrs, int max_threads = 1024) {
   if (D % kVec != 0 || D > kVec * max_threads) return false;
   for (const void* p : ptrs)
-    if (reinterpret_cast<uintptr_t>(p) & 15u) return false;
+    if (!aligned16(p)) return false;
   return true;
 }
 int vec_threads(int D) { return ceil_div(D / kVec, 32) * 32; }

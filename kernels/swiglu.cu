@@ -5,6 +5,7 @@
 // ab, dab [N, 2F]; g, dg [N, F]; each f32 or bf16; arithmetic in fp32. Vectorised (8 elements per thread) when the
 // dtypes agree, F % 8 == 0 and the pointers are 16-byte aligned; otherwise one thread per (n, f).
 #include "common.cuh"
+#include "align.h"
 #include "swiglu.cuh"
 
 #include <type_traits>
@@ -91,8 +92,6 @@ __global__ __launch_bounds__(kThreads) void swiglu_bwd_vec_kernel(T* __restrict_
     if (g) *reinterpret_cast<Pack<T>*>(g + n * F + f) = gv;  // after d was read: g may be dg
   }
 }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 dim3 vec_grid(int64_t N, int64_t F) {
   const int64_t x = ceil_div<int64_t>(F / kVec, kThreads);

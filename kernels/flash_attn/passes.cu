@@ -3,6 +3,7 @@
 // (fwd_split_count, dkdv_chunk) and the forward's combine.
 #include "common.cuh"  // first (fmt set-up for nvcc)
 
+#include "align.h"
 #include "backend/cuda_sizes.h"
 #include "flash_attn/bwd_kernel.cuh"
 #include "flash_attn/fwd_kernel.cuh"
@@ -12,15 +13,6 @@
 #include <atomic>
 
 namespace trainer::flash {
-
-namespace {
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-/// Strides (elements) whose rows start 16-byte aligned for an element of `bytes` bytes.
-bool strides16(int64_t a, int64_t b, int64_t c, int bytes) {
-  const int64_t e = 16 / bytes;
-  return a % e == 0 && b % e == 0 && c % e == 0;
-}
-}  // namespace
 
 void launch_bwd_preprocess(const FlashBwdParams& p, bool zero_accum, cudaStream_t s) {
   const int64_t rows = int64_t(p.batch) * p.seq_len * p.num_heads;
