@@ -142,22 +142,6 @@ __global__ __launch_bounds__(1024) void rmsnorm_fwd_vec_kernel(bf16* __restrict_
   if (threadIdx.x == 0) rstd[blockIdx.x] = r;
 }
 
-/// Sums of K values over the block at once (block_sum's arithmetic for each, one pair of barriers for all);
-/// `shared` needs 32 K entries.
-template <int K>
-__device__ __forceinline__ void block_sum_k(float (&v)[K], float* shared) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-#pragma unroll
-  for (int k = 0; k < K; ++k) v[k] = warp_sum(v[k]);
-  __syncthreads();  // `shared` may still be read by a previous call
-  if (lane == 0)
-#pragma unroll
-    for (int k = 0; k < K; ++k) shared[32 * k + warp] = v[k];
-  __syncthreads();
-#pragma unroll
-  for (int k = 0; k < K; ++k) v[k] = warp_sum(lane < nwarps ? shared[32 * k + lane] : 0.f);
-}
-
 constexpr int kBwdBatch = 2;           // rows whose loads (dy, x, dx) are in flight together
 constexpr int kBwdVecMaxThreads = 640;  // d_model <= 5120 (10B: 4608); at most 102 registers a thread
 __global__ __launch_bounds__(kBwdVecMaxThreads) void rmsnorm_bwd_vec_kernel(
