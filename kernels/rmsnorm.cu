@@ -7,7 +7,7 @@
 // or bf16 (the column sum in fp32, then one rounding per element).
 // One block per row (forward); the backward's blocks each take a run of R consecutive rows (R >= 2, fixed by N:
 // cuda_sizes::rmsnorm_bwd_rows) and keep their own partial dw row (in shared memory: d_model floats, so d_model <=
-// 57856; the bf16 vector kernel in registers, with its rows' loads in flight two at a time). Pattern: llm.c
+// 57856; the bf16 vector kernel in registers, one row at a time). Pattern: llm.c
 // `llmc/layernorm.cuh` (layernorm_backward_kernel10 keeps per-block dweight partials and sums them in a second
 // step); ggml `src/ggml-cuda/norm.cu` (rms_norm_f32).
 #include "common.cuh"
@@ -85,7 +85,7 @@ __global__ __launch_bounds__(kMaxThreads) void rmsnorm_bwd_kernel(TDX* __restric
 // block takes 32 columns; its 32 warps each sum the rows b = warp, warp + 32, ... of those columns (coalesced
 // 128-byte rows), then warp 0 adds the 32 results in warp order: a fixed order, so the sum is the same on every run.
 // 32 warps (not 8): with d_model / 32 blocks only (24 for d_model 768, 80 for 2560) the sum is latency-bound, and
-// four times the loads in flight shorten it.
+// four times the loads in flight shorten it; each warp's loop is unrolled 4 times for the same reason.
 constexpr int kSumCols = 32, kSumWarps = 32;
 template <class TW>
 __global__ __launch_bounds__(kSumCols * kSumWarps) void rmsnorm_dw_sum_kernel(TW* __restrict__ dw,
@@ -95,8 +95,10 @@ __global__ __launch_bounds__(kSumCols * kSumWarps) void rmsnorm_dw_sum_kernel(TW
   const int lane = threadIdx.x % kSumCols, warp = threadIdx.x / kSumCols;
   const int c = blockIdx.x * kSumCols + lane;
   float acc = 0.f;
-  if (c < D)
+  if (c < D) {
+#pragma unroll 4  // four rows' loads in flight, the same order of adds: 9.2 -> 4.8 us at xl (v18/call2)
     for (int b = warp; b < G; b += kSumWarps) acc += partial[int64_t(b) * D + c];
+  }
   acc_w[warp][lane] = acc;
   __syncthreads();
   if (warp == 0 && c < D) {
@@ -142,7 +144,10 @@ __global__ __launch_bounds__(1024) void rmsnorm_fwd_vec_kernel(bf16* __restrict_
   if (threadIdx.x == 0) rstd[blockIdx.x] = r;
 }
 
-constexpr int kBwdBatch = 2;           // rows whose loads (dy, x, dx) are in flight together
+// One row at a time: ~62 registers, so 3 blocks of xl's 320 threads fit an SM. At xl's shapes (ncu, with the float4
+// partial stores below) two rows' loads in flight took 17.0 us (88 registers, 2 blocks an SM), one row 15.5, and two
+// rows with dy and x read again from L1 after the block sum (56 registers) 15.5 (results/h200/2026-12-03/v18/call2).
+constexpr int kBwdBatch = 1;            // rows whose loads (dy, x, dx) are in flight together
 constexpr int kBwdVecMaxThreads = 640;  // d_model <= 5120 (10B: 4608); at most 102 registers a thread
 __global__ __launch_bounds__(kBwdVecMaxThreads) void rmsnorm_bwd_vec_kernel(
     bf16* __restrict__ dx, float* __restrict__ partial, const bf16* __restrict__ dy, const bf16* __restrict__ x,
@@ -192,10 +197,12 @@ __global__ __launch_bounds__(kBwdVecMaxThreads) void rmsnorm_bwd_vec_kernel(
       *reinterpret_cast<Bf16x8*>(dx + (n + i) * D + c) = out;
     }
   }
-  if (mine) {
-    float* out = partial + int64_t(blockIdx.x) * D + c;
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) out[k] = pr[k];
+  static_assert(kVec == 8, "two float4 stores below");
+  if (mine) {  // two 16-byte stores, not eight of 4 bytes strided by 32 (those wrote each L2 sector eight times: 25.9
+               // -> 17.0 us at xl's shapes); partial is 256-byte aligned and D % 8 == 0
+    float4* out = reinterpret_cast<float4*>(partial + int64_t(blockIdx.x) * D + c);
+    out[0] = make_float4(pr[0], pr[1], pr[2], pr[3]);
+    out[1] = make_float4(pr[4], pr[5], pr[6], pr[7]);
   }
 }
 
