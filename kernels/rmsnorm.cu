@@ -199,7 +199,7 @@ __global__ __launch_bounds__(kBwdVecMaxThreads) void rmsnorm_bwd_vec_kernel(
   }
   static_assert(kVec == 8, "two float4 stores below");
   if (mine) {  // two 16-byte stores, not eight of 4 bytes strided by 32 (those wrote each L2 sector eight times: 25.9
-               // -> 17.0 us at xl's shapes); partial is 256-byte aligned and D % 8 == 0
+               // -> 17.0 us at xl's shapes); partial is 16-byte aligned (the launcher checks) and D % 8 == 0
     float4* out = reinterpret_cast<float4*>(partial + int64_t(blockIdx.x) * D + c);
     out[0] = make_float4(pr[0], pr[1], pr[2], pr[3]);
     out[1] = make_float4(pr[4], pr[5], pr[6], pr[7]);
@@ -265,7 +265,7 @@ void rmsnorm_bwd(void* dx, DType tdx, void* dw, DType tdw, const void* dy, DType
   const int64_t R = cuda_sizes::rmsnorm_bwd_rows(N);
   float* partial = static_cast<float*>(scratch);
   if (tdx == DType::bf16 && tdy == DType::bf16 && tx == DType::bf16 && tw == DType::bf16 &&
-      vec_ok(D, {dx, dy, x, w}, kBwdVecMaxThreads)) {
+      vec_ok(D, {dx, dy, x, w, partial}, kBwdVecMaxThreads)) {  // partial: its float4 stores
     rmsnorm_bwd_vec_kernel<<<G, vec_threads(D), 0, s>>>(static_cast<bf16*>(dx), partial, static_cast<const bf16*>(dy),
                                                         static_cast<const bf16*>(x), static_cast<const bf16*>(w),
                                                         rstd, N, D, R);
