@@ -24,7 +24,7 @@ namespace {  // ---- kernels ---------------------------------------------------
 constexpr int kMaxThreads = 256;
 constexpr int kMaxSmemBytes = 226 * 1024;  // Hopper's opt-in limit (227 KiB) less room for static shared
 // The backward's partition (backend/cuda_sizes.h, which the planner reads): G = ceil(N / R) blocks of R >= 2
-// consecutive rows, fixed by N (not the SM count) so the dw sum order never changes. (Before the sixteenth session:
+// consecutive rows (the last block's run may be shorter, down to one row), fixed by N (not the SM count) so the dw sum order never changes. (Before the sixteenth session:
 // 1024 blocks taking rows b, b + 1024, ... in turn: at N = 2048 two rows each, whose loads, block sum, dx load and
 // store ran one after the other; xl's backward took 27 us for 52 MB. Runs of 8 rows, four rows' loads in flight,
 // took 31 us: a quarter of the blocks, too few warps per SM; results/h200/2026-12-02/v16/call2.)
@@ -112,8 +112,8 @@ __global__ __launch_bounds__(kSumCols * kSumWarps) void rmsnorm_dw_sum_kernel(TW
 // ---- bf16 vector kernels: 8 consecutive columns per thread through 16-byte accesses, the row held in registers
 // (one read of x in the forward; in the backward each thread keeps its 8 columns' dw partials in registers, not
 // shared memory). Used when x, y/dx, dy and w are all bf16, D % 8 == 0, D <= 8 * 1024 (backward: 8 * 640 = 5120)
-// and pointers are 16-byte aligned (the bf16 model's case); same formulas as above, per-thread partial sums then
-// the same block tree.
+// and pointers are 16-byte aligned (the bf16 model's case; the backward's scratch too); same formulas as above,
+// per-thread partial sums then the same block tree.
 constexpr int kVec = 8;
 struct alignas(16) Bf16x8 {
   bf16 v[kVec];
@@ -145,10 +145,12 @@ __global__ __launch_bounds__(1024) void rmsnorm_fwd_vec_kernel(bf16* __restrict_
 }
 
 // One row at a time: ~62 registers, so 3 blocks of xl's 320 threads fit an SM. At xl's shapes (ncu, with the float4
-// partial stores below) two rows' loads in flight took 17.0 us (88 registers, 2 blocks an SM), one row 15.5, and two
-// rows with dy and x read again from L1 after the block sum (56 registers) 15.5 (results/h200/2026-12-03/v18/call2).
+// partial stores below) two rows' loads in flight took 17.0 us (88 registers, 2 blocks an SM), one row 15.5; two rows
+// with dy and x read again from L1 after the block sum took 16.7 (71 registers), or 15.5 with launch bounds (384, 3)
+// for 56 registers (results/h200/2026-12-03/v18/call2, variants v1, v3, v2, v5).
 constexpr int kBwdBatch = 1;            // rows whose loads (dy, x, dx) are in flight together
-constexpr int kBwdVecMaxThreads = 640;  // d_model <= 5120 (10B: 4608); at most 102 registers a thread
+constexpr int kBwdVecMaxThreads = 640;  // d_model <= 5120 (10B: 4608); at most 96 registers a thread (65536 / 640,
+                                        // in the allocation's steps of 8)
 __global__ __launch_bounds__(kBwdVecMaxThreads) void rmsnorm_bwd_vec_kernel(
     bf16* __restrict__ dx, float* __restrict__ partial, const bf16* __restrict__ dy, const bf16* __restrict__ x,
     const bf16* __restrict__ w, const float* __restrict__ rstd, int64_t N, int D, int64_t R) {

@@ -445,7 +445,7 @@ TEST_CASE("cuda rmsnorm_fwd / rmsnorm_bwd match cpu", "[cuda][rmsnorm]") {
   Rng rng(seed);
   const float eps = 1e-5f;
   // N: the backward's blocks of 2 rows (cuda_sizes::rmsnorm_bwd_rows) with a last block of one row; 2051 rows: 4 a
-  // block, the last 3 (a full pair and half a pair); 9001 rows: 10 a block, in batches of two, the last 1
+  // block, the last 3; 9001 rows: 10 a block, the last 1
   for (int N : {1, 7, 100, 513, 2051, 9001})
     for (int D : {16, 17, 100, 768, 4096, 16384})  // 16384: the backward's 64 KiB shared-memory opt-in
       for (DType dt : {DType::f32, DType::bf16})
