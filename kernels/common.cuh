@@ -94,30 +94,17 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-/// Sums of K values, each over the whole block (blockDim.x a multiple of 32, at most 1024), with one pair of
-/// barriers for all K; every thread gets the K results in v. Each sum: warp_sum in every warp, then warp_sum of the
-/// warps' partials (a fixed order: deterministic). `shared` needs 32 K elements. Contains __syncthreads: every thread
-/// of the block must call it.
-template <int K, class T>
-__device__ __forceinline__ void block_sum_k(T (&v)[K], T* shared) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-#pragma unroll
-  for (int k = 0; k < K; ++k) v[k] = warp_sum(v[k]);
-  __syncthreads();  // `shared` may still be read by a previous call
-  if (lane == 0)
-#pragma unroll
-    for (int k = 0; k < K; ++k) shared[32 * k + warp] = v[k];
-  __syncthreads();
-#pragma unroll
-  for (int k = 0; k < K; ++k) v[k] = warp_sum(lane < nwarps ? shared[32 * k + lane] : T(0));
-}
-
-/// Sum over the whole block (block_sum_k for one value); `shared` needs 32 elements.
+/// Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+/// `shared` needs 32 elements. Contains __syncthreads: every thread of the block must call it.
 template <class T>
 __device__ __forceinline__ T block_sum(T v, T* shared) {
-  T a[1] = {v};
-  block_sum_k(a, shared);
-  return a[0];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  v = warp_sum(v);
+  __syncthreads();  // `shared` may still be read by a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? shared[lane] : T(0);
+  return warp_sum(v);
 }
 
 /// Online-softmax pair (running max m, sum s of exp(x - m)); merge is associative up to rounding.

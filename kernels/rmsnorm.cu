@@ -24,8 +24,8 @@ namespace {  // ---- kernels ---------------------------------------------------
 constexpr int kMaxThreads = 256;
 constexpr int kMaxSmemBytes = 226 * 1024;  // Hopper's opt-in limit (227 KiB) less room for static shared
 // The backward's partition (backend/cuda_sizes.h, which the planner reads): G = ceil(N / R) blocks of R >= 2
-// consecutive rows (the last block's run may be shorter, down to one row), fixed by N (not the SM count) so the dw sum order never changes. (Before the sixteenth session:
-// 1024 blocks taking rows b, b + 1024, ... in turn: at N = 2048 two rows each, whose loads, block sum, dx load and
+// consecutive rows (the last block's run may be shorter, down to one row), fixed by N (not the SM count) so the dw
+// sum order never changes. (Before the sixteenth session: 1024 blocks taking rows b, b + 1024, ... in turn: at N = 2048 two rows each, whose loads, block sum, dx load and
 // store ran one after the other; xl's backward took 27 us for 52 MB. Runs of 8 rows, four rows' loads in flight,
 // took 31 us: a quarter of the blocks, too few warps per SM; results/h200/2026-12-02/v16/call2.)
 
@@ -148,13 +148,12 @@ __global__ __launch_bounds__(1024) void rmsnorm_fwd_vec_kernel(bf16* __restrict_
 // partial stores below) two rows' loads in flight took 17.0 us (88 registers, 2 blocks an SM), one row 15.5; two rows
 // with dy and x read again from L1 after the block sum took 16.7 (71 registers), or 15.5 with launch bounds (384, 3)
 // for 56 registers (results/h200/2026-12-03/v18/call2, variants v1, v3, v2, v5).
-constexpr int kBwdBatch = 1;            // rows whose loads (dy, x, dx) are in flight together
 constexpr int kBwdVecMaxThreads = 640;  // d_model <= 5120 (10B: 4608); at most 96 registers a thread (65536 / 640,
                                         // in the allocation's steps of 8)
 __global__ __launch_bounds__(kBwdVecMaxThreads) void rmsnorm_bwd_vec_kernel(
     bf16* __restrict__ dx, float* __restrict__ partial, const bf16* __restrict__ dy, const bf16* __restrict__ x,
     const bf16* __restrict__ w, const float* __restrict__ rstd, int64_t N, int D, int64_t R) {
-  __shared__ float shared[32 * kBwdBatch];
+  __shared__ float shared[32];
   const int c = threadIdx.x * kVec;
   const bool mine = c < D;
   float wv[kVec], pr[kVec];
@@ -166,38 +165,29 @@ __global__ __launch_bounds__(kBwdVecMaxThreads) void rmsnorm_bwd_vec_kernel(
     pr[k] = 0.f;
   }
   const int64_t n0 = int64_t(blockIdx.x) * R, n1 = n0 + R < N ? n0 + R : N;
-  for (int64_t n = n0; n < n1; n += kBwdBatch) {
-    Bf16x8 dyv[kBwdBatch], xv[kBwdBatch], dxv[kBwdBatch];
-    float dot[kBwdBatch], r[kBwdBatch];
-#pragma unroll
-    for (int i = 0; i < kBwdBatch; ++i) {  // every load of the batch first
-      dyv[i] = xv[i] = dxv[i] = Bf16x8{};
-      const bool row = n + i < n1;
-      if (mine && row) {
-        const int64_t o = (n + i) * D + c;
-        dyv[i] = *reinterpret_cast<const Bf16x8*>(dy + o);
-        xv[i] = *reinterpret_cast<const Bf16x8*>(x + o);
-        dxv[i] = *reinterpret_cast<const Bf16x8*>(dx + o);
-      }
-      r[i] = row ? rstd[n + i] : 0.f;
-      dot[i] = 0.f;
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) dot[i] += wv[k] * to_f32(dyv[i].v[k]) * to_f32(xv[i].v[k]);
+  for (int64_t n = n0; n < n1; ++n) {
+    const int64_t o = n * D + c;
+    Bf16x8 dyv{}, xv{}, dxv{};
+    if (mine) {  // dx is loaded with dy and x, before the block sum
+      dyv = *reinterpret_cast<const Bf16x8*>(dy + o);
+      xv = *reinterpret_cast<const Bf16x8*>(x + o);
+      dxv = *reinterpret_cast<const Bf16x8*>(dx + o);
     }
-    block_sum_k(dot, shared);
+    const float r = rstd[n];
+    float dot = 0.f;
 #pragma unroll
-    for (int i = 0; i < kBwdBatch; ++i) {
-      if (!mine || n + i >= n1) continue;
-      const float kk = r[i] * r[i] * dot[i] / float(D);
-      Bf16x8 out;
+    for (int k = 0; k < kVec; ++k) dot += wv[k] * to_f32(dyv.v[k]) * to_f32(xv.v[k]);
+    dot = block_sum(dot, shared);
+    if (!mine) continue;
+    const float kk = r * r * dot / float(D);
+    Bf16x8 out;
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        const float g = to_f32(dyv[i].v[k]), xk = to_f32(xv[i].v[k]);
-        out.v[k] = from_f32<bf16>(to_f32(dxv[i].v[k]) + r[i] * (wv[k] * g - xk * kk));
-        pr[k] += g * xk * r[i];
-      }
-      *reinterpret_cast<Bf16x8*>(dx + (n + i) * D + c) = out;
+    for (int k = 0; k < kVec; ++k) {
+      const float g = to_f32(dyv.v[k]), xk = to_f32(xv.v[k]);
+      out.v[k] = from_f32<bf16>(to_f32(dxv.v[k]) + r * (wv[k] * g - xk * kk));
+      pr[k] += g * xk * r;
     }
+    *reinterpret_cast<Bf16x8*>(dx + o) = out;
   }
   static_assert(kVec == 8, "two float4 stores below");
   if (mine) {  // two 16-byte stores, not eight of 4 bytes strided by 32 (those wrote each L2 sector eight times: 25.9
@@ -215,7 +205,6 @@ bool vec_ok(int D, std::initializer_list<const void*> ptrs, int max_threads = 10
   return true;
 }
 int vec_threads(int D) { return ceil_div(D / kVec, 32) * 32; }
-
 
 /// dw (+)= the column sum of partial [G, D] (rmsnorm_dw_sum_kernel) in dw's dtype.
 void dw_sum(void* dw, DType tdw, const float* partial, int G, int D, bool accumulate, cudaStream_t s) {
