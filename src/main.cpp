@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <functional>
@@ -315,12 +316,30 @@ int main(int argc, char** argv) {
     running["machine"] = machine_info("");
     write_json_atomic(results_path, running);
   };
+  // What the path held before (an earlier record, a symlink's target, /dev/null), put back if the run ends without a
+  // record; the kept-aside copy goes when `prior` does, at the end of main().
+  std::optional<PriorOutput> prior;
   if (rank == 0) {
+    prior.emplace(results_path);
     try {
       write_running_marker();
     } catch (const std::exception& e) {
       spdlog::error("the result record could not be marked running: {}", e.what());
     }
+  }
+  // A fatal library error (a collective past parallel.comm_timeout_s, a CUDA failure) aborts from wherever it happens:
+  // the record then says "error" with its message instead of staying "running".
+  if (rank == 0) {
+    static nlohmann::json failed;  // a copy made here, read by the hook on whichever thread fails
+    static std::string failed_path;
+    failed = record;
+    failed["status"] = "error";
+    failed["machine"] = machine_info("");
+    failed_path = results_path;
+    set_fatal_hook([](const std::string& msg) {
+      failed["error"] = msg;
+      write_json_atomic(failed_path, failed);
+    });
   }
   if (cfg.job == "train") install_interrupt_handlers();  // the train job stops after a step (exit code 4)
   int code = 0;
@@ -338,6 +357,17 @@ int main(int argc, char** argv) {
         throw;
       } catch (const std::exception& e) {  // a planner failure costs the prediction, not the run
         spdlog::warn("plan: the dry run failed ({}); the record carries no prediction", e.what());
+      }
+      // On the cpu the plan's peak is host memory (activations included, which check_host_memory leaves out): a run
+      // that cannot fit is bad input, not a process for the kernel's OOM killer.
+      if (plan && cfg.device == "cpu") {
+        const size_t need = plan->peak_bytes * size_t(std::max(1, mpi.local_size())), avail = host_memory_available();
+        CONFIG_CHECK(avail == 0 || need <= avail,
+                     "the run needs {} of host memory at its peak ({} a rank x {} on this host, in its {} phase as "
+                     "planned), but {} is available (MemAvailable in /proc/meminfo); lower data.batch_size or "
+                     "data.microbatch_size, set checkpointing.policy, or use a smaller model", format_bytes(need),
+                     format_bytes(plan->peak_bytes), std::max(1, mpi.local_size()), plan->peak_phase,
+                     format_bytes(avail));
       }
     }
     nlohmann::json part;
@@ -365,9 +395,9 @@ int main(int argc, char** argv) {
     // Bad input found only once the job looked at it (e.g. init.weights that do not fit the model): one line,
     // exit code 2, no record.
     if (rank == 0 || world == 1) std::fprintf(stderr, "trainer: error: %s\n", e.what());
-    if (rank == 0) {  // no record for bad input: take the running marker (and the directories it made) away again
+    if (rank == 0) {  // no record for bad input: the path as it was, without the directories the marker made
       std::error_code ec;
-      std::filesystem::remove(results_path, ec);
+      prior->restore();
       if (!created_dir.empty())  // remove() leaves a directory that is not empty
         for (auto d = std::filesystem::absolute(results_path).parent_path(); ec.clear(), std::filesystem::remove(d, ec);
              d = d.parent_path())
@@ -403,6 +433,7 @@ int main(int argc, char** argv) {
       }
     }
   }
+  set_fatal_hook(nullptr);
   record["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   record["machine"] = machine_info(record.value("backend", std::string()));
   if (rank == 0) {
@@ -414,6 +445,10 @@ int main(int argc, char** argv) {
       if (code == 0) code = 1;
     }
   }
+  if (code != 0 && world > 1 && rank == 0)  // Open MPI then waits for its kill timeout before it returns: say so
+    if (const char* t = std::getenv("OMPI_MCA_odls_base_sigkill_timeout"); t && std::atoi(t) > 2)
+      spdlog::info("exit code {}: mpirun may take up to {} s more to return (twice "
+                   "OMPI_MCA_odls_base_sigkill_timeout = {} s)", code, 2 * std::atoi(t), t);
   if (code != 0 && code != 4 && world > 1) {  // interrupted: every rank left the loop after the same step
     // The other ranks may be blocked in a collective this rank will never join: stop them all. Ranks other than 0
     // wait a moment first, so that rank 0, if it failed as well, has written its record.

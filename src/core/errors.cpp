@@ -3,6 +3,7 @@
 #include <mpi.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 
@@ -15,6 +16,12 @@ std::string mpi_error_string(int code) {
   return std::string(buf, len);
 }
 
+namespace {
+std::atomic<void (*)(const std::string&)> g_fatal_hook{nullptr};
+}  // namespace
+
+void set_fatal_hook(void (*hook)(const std::string& msg)) { g_fatal_hook.store(hook); }
+
 void fatal(const char* lib, const char* stmt, const char* file, int line, const std::string& msg) {
   int inited = 0, finalized = 0, rank = 0;
   MPI_Initialized(&inited);
@@ -22,6 +29,12 @@ void fatal(const char* lib, const char* stmt, const char* file, int line, const 
   if (inited && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   std::fprintf(stderr, "[%s error] rank %d %s:%d: %s\n    %s\n", lib, rank, file, line, msg.c_str(), stmt);
   std::fflush(stderr);
+  if (auto* hook = g_fatal_hook.exchange(nullptr)) {  // the first fatal() only
+    try {
+      hook(fmt::format("{} error: {}: {}", lib, stmt, msg));
+    } catch (...) {  // best effort: the process is aborting
+    }
+  }
   spdlog::shutdown();
   if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
   std::exit(1);

@@ -24,7 +24,14 @@ struct OutOfMemory : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A library error the program cannot continue from (a CUDA / NCCL / MPI failure, a collective past
+/// parallel.comm_timeout_s): prints "[lib error] rank r file:line: msg" and the statement, calls the fatal hook, then
+/// MPI_Abort (exit 1). Any thread.
 [[noreturn]] void fatal(const char* lib, const char* stmt, const char* file, int line, const std::string& msg);
+/// What fatal() runs before it aborts, with its message (at most once, from the first fatal() of the process):
+/// main() sets it on rank 0 to replace the "running" result record by one with status "error". Set before the
+/// threads that may fail start; nullptr: none.
+void set_fatal_hook(void (*hook)(const std::string& msg));
 
 /// Throws ConfigError(fmt::format(...)) when cond is false. For validating user input.
 #define CONFIG_CHECK(cond, ...)                                          \

@@ -19,6 +19,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "core/errors.h"
 
@@ -127,9 +128,8 @@ struct PendingTmp {
 };
 }  // namespace
 
-void write_file_atomic(const std::string& given, const std::vector<FilePart>& parts) {
+std::string output_target(const std::string& given) {
   std::error_code ec;
-  // A symbolic link is written through: the temp file and the rename go to its target's directory.
   std::string path = fs::path(given).lexically_normal().string();  // "a/../x" is "x", as check_output_path saw it
   for (int hops = 0; hops < 16 && fs::is_symlink(status_of(path)); ++hops) {  // a chain of links, even dangling
     fs::path target = fs::read_symlink(path, ec);
@@ -137,6 +137,54 @@ void write_file_atomic(const std::string& given, const std::vector<FilePart>& pa
     if (target.is_relative()) target = fs::path(path).parent_path() / target;
     path = target.lexically_normal().string();
   }
+  return path;
+}
+
+PriorOutput::PriorOutput(const std::string& path) : target_(output_target(path)) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(target_, ec);
+  if (ec || !fs::exists(st)) return;  // nothing there: restore() removes what the run wrote
+  if (!fs::is_regular_file(st)) {     // a character device (/dev/null): written through, never removed
+    special_ = true;
+    return;
+  }
+  existed_ = true;
+  const fs::path t(target_);
+  kept_ = (t.parent_path() / fmt::format(".{}.prev.{}", t.filename().string(), ::getpid())).string();
+  fs::remove(kept_, ec);
+  fs::create_hard_link(target_, kept_, ec);
+  if (ec) {  // a filesystem without hard links: keep the bytes
+    kept_.clear();
+    std::ifstream in(target_, std::ios::binary);
+    bytes_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+}
+
+PriorOutput::~PriorOutput() {
+  if (!kept_.empty()) ::unlink(kept_.c_str());
+}
+
+void PriorOutput::restore() {
+  if (special_) return;
+  std::error_code ec;
+  if (!existed_) {
+    if (fs::is_regular_file(fs::symlink_status(target_, ec))) fs::remove(target_, ec);
+    return;
+  }
+  if (!kept_.empty()) {
+    if (::rename(kept_.c_str(), target_.c_str()) == 0) kept_.clear();
+    return;
+  }
+  try {
+    write_file_atomic(target_, {{bytes_.data(), bytes_.size()}});
+  } catch (const std::exception&) {  // best effort: the run is failing already
+  }
+}
+
+void write_file_atomic(const std::string& given, const std::vector<FilePart>& parts) {
+  std::error_code ec;
+  // A symbolic link is written through: the temp file and the rename go to its target's directory.
+  const std::string path = output_target(given);
   // A character device (/dev/null, a terminal) cannot be replaced by a rename: write to it directly.
   if (fs::is_character_file(fs::status(path, ec))) {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);

@@ -25,6 +25,31 @@ struct FilePart {
 /// Raises RuntimeError naming the path and the system error on failure; the temp file is removed.
 void write_file_atomic(const std::string& path, const std::vector<FilePart>& parts);
 
+/// The file write_file_atomic writes for `path`: the end of its chain of symbolic links (up to 16 hops, dangling
+/// included), lexically normalised.
+std::string output_target(const std::string& path);
+
+/// What an output path held before a run replaced it (the result record's "running" marker), so that a run that ends
+/// without a record (bad input found late, exit code 2) leaves the path as it found it. Made before the first write.
+class PriorOutput {
+ public:
+  /// Notes output_target(path): an existing regular file is kept aside under a hard link `.<name>.prev.<pid>` in its
+  /// directory (where the filesystem has no hard links, its bytes are read into memory); a character device or
+  /// other special file (/dev/null) is noted as such.
+  explicit PriorOutput(const std::string& path);
+  /// Removes the kept-aside link (the run wrote its record, or restore() did not need it).
+  ~PriorOutput();
+  PriorOutput(const PriorOutput&) = delete;
+  PriorOutput& operator=(const PriorOutput&) = delete;
+  /// Puts the earlier file back (renames the kept link over the target), or, where there was none, removes the
+  /// regular file the run wrote; a special file is left alone (never removed). Best effort: errors are ignored.
+  void restore();
+
+ private:
+  std::string target_, kept_, bytes_;
+  bool existed_ = false, special_ = false;
+};
+
 /// Writes `j` (indented by 2, newline-terminated) to `path` with write_file_atomic. RuntimeError on failure, including
 /// a json that cannot be serialised (invalid UTF-8 in a string).
 void write_json_atomic(const std::string& path, const nlohmann::json& j);

@@ -317,8 +317,10 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                 {"dims", {{"vocab_size", dims.vocab_size}, {"context_length", dims.context_length},
                           {"d_model", dims.d_model}, {"d_ff", dims.d_ff}, {"num_layers", dims.num_layers},
                           {"num_heads", dims.num_heads}, {"d_head", dims.d_head()}}}};
+  // measured: the steps this run timed (timing.step's samples), fewer than bench.measure_steps after a resume or an
+  // interrupt.
   r["steps"] = {{"total", total_steps}, {"first", first_step}, {"warmup", cfg.bench.warmup_steps},
-                {"measured", cfg.bench.measure_steps}, {"done", steps_done}, {"microbatches", n_micro},
+                {"measured", int(t_step.size())}, {"done", steps_done}, {"microbatches", n_micro},
                 {"microbatch_size", micro}, {"tokens_per_step", global_tokens}};
   r["interrupted"] = interrupted;  // main() turns it into status "interrupted" and exit code 4
   r["timing"] = {{"forward", timing_stats(t_fwd)}, {"backward", timing_stats(t_bwd)},

@@ -152,20 +152,32 @@ def test_trainer_writes_a_timeline_whose_replay_peaks_at_the_record(tmp_path):
 @pytest.mark.skipif(not BIN, reason="TRAINER_BIN is not set")
 def test_out_of_memory_run_still_writes_its_timeline(tmp_path):
     mem, rec = tmp_path / "mem.json", tmp_path / "r.json"
-    # 2^20 rows of the tiny model: the parameters and optimizer state fit, the step's buffers (hundreds of GiB) do not.
-    # optimizer.in_backward false: the flat gradient buffer is allocated at setup (with the default, auto, gradients
-    # are per unit and made during the backward)
-    p = subprocess.run([BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set", "data.batch_size=1048576",
-                        "--set", "optimizer.in_backward=false",
-                        "--set", f"profile.memory_timeline={mem}", "--set", f"output.results={rec}"],
-                       capture_output=True, text=True, timeout=300)
+    args = [BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set", "optimizer.in_backward=false",
+            "--set", f"profile.memory_timeline={mem}", "--set", f"output.results={rec}"]
+    # 2^20 rows of the tiny model: the plan's peak (hundreds of GiB of activations) is beyond the host's memory, which
+    # on the cpu is bad input: one line, exit code 2, nothing written.
+    p = subprocess.run(args + ["--set", "data.batch_size=1048576"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "of host memory at its peak" in p.stderr.strip().splitlines()[-1] and not rec.exists() and not mem.exists()
+    # 4096 rows (a plan of ~3 GiB, which the host has) in a process limited to 2 GiB of address space: the parameters
+    # and optimizer state fit, the step's buffers do not, so an allocation fails and the run ends as oom, timeline
+    # written. optimizer.in_backward false: the flat gradient buffer is allocated at setup (with the default, auto,
+    # gradients are per unit and made during the backward).
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    p = subprocess.run(args + ["--set", "data.batch_size=4096"], capture_output=True, text=True, timeout=300,
+                       preexec_fn=limit)
     assert p.returncode == 3, p.stderr[-2000:]
     r, doc = json.loads(rec.read_text()), json.loads(mem.read_text())
     assert r["status"] == "oom"
     failed = [e for e in doc["events"] if e.get("failed")]
-    assert len(failed) == 1 and failed[0]["bytes"] >= 2 ** 36
+    assert len(failed) == 1 and failed[0]["bytes"] >= 2 ** 20
     assert failed[0]["category"] in ("activations", "workspace")
-    assert f"asked for {failed[0]['bytes'] / 2 ** 30:.2f} GiB ({failed[0]['category']})" in r["error"]
+    b = failed[0]["bytes"]
+    size = f"{b / 2 ** 30:.2f} GiB" if b >= 2 ** 30 else f"{b / 2 ** 20:.1f} MiB"  # the trainer's format_bytes
+    assert f"asked for {size} ({failed[0]['category']})" in r["error"], r["error"]
     before = doc["events"][:doc["events"].index(failed[0])]
     assert {e["category"] for e in before} >= {"parameters", "gradients", "optimizer"}
     end, peak = replay(doc)

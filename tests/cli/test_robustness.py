@@ -276,3 +276,70 @@ def test_bad_input_found_by_the_job_leaves_no_marker(trainer_bin, tmp_path):
     last = r.stderr.strip().splitlines()[-1]  # (the job has logged its plan line by then)
     assert last.startswith("trainer: error: init.weights") and "the model needs [256, 128]" in last, r.stderr
     assert snapshot(tmp_path) == before  # no out/result.json, no out/
+
+
+def test_bad_input_found_late_puts_back_what_output_results_held(trainer_bin, tmp_path):
+    """The job finds init.weights of another shape after the running marker was written: exit code 2, and what the
+    results path held before is there again, byte for byte: an earlier record, the same through a symbolic link, and
+    (as root, where a character device can be made) a device that must never be removed (as /dev/null once was)."""
+    (tmp_path / "w").mkdir()
+    make = write_json(tmp_path / "w" / "c.json", tiny_config(tmp_path / "w", output={
+        "results": str(tmp_path / "w" / "r.json"), "checkpoint": str(tmp_path / "w" / "ck")}))
+    assert run(trainer_bin, [make], tmp_path).returncode == 0
+    prev = tmp_path / "prev.json"
+    prev.write_text('{"earlier": "record"}\n')
+    (tmp_path / "link.json").symlink_to("prev.json")
+    targets = [prev, tmp_path / "link.json"]
+    if os.geteuid() == 0:
+        os.mknod(tmp_path / "dev", 0o666 | 0o020000, os.makedev(1, 3))  # a character device like /dev/null
+        targets.append(tmp_path / "dev")
+    for out in targets:
+        cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path, model={"preset": "tiny", "d_model": 128},
+                                                          init={"weights": str(tmp_path / "w" / "ck" /
+                                                                                "model.safetensors")},
+                                                          output={"results": str(out)}))
+        before = snapshot(tmp_path)
+        r = run(trainer_bin, [cfg], tmp_path)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.strip().splitlines()[-1].startswith("trainer: error: init.weights"), r.stderr
+        assert snapshot(tmp_path) == before, out  # no marker, no kept-aside copy left
+        assert prev.read_text() == '{"earlier": "record"}\n' and (tmp_path / "link.json").is_symlink()
+    if os.geteuid() == 0:
+        import stat
+        assert stat.S_ISCHR(os.stat(tmp_path / "dev").st_mode)
+
+
+def test_checkpoint_directory_holding_an_input_or_other_files_is_refused(trainer_bin, tmp_path):
+    """output.checkpoint may not hold init.weights among the files the checkpointer replaces or prunes, nor be a
+    directory with other things in it and no `latest`: one line, exit code 2, nothing touched. A step-*/ without a
+    manifest is never pruned."""
+    (tmp_path / "w").mkdir()
+    ck = tmp_path / "w" / "ck"
+    make = write_json(tmp_path / "w" / "c.json", tiny_config(tmp_path / "w", bench={"warmup_steps": 0,
+                                                                                     "measure_steps": 2},
+                                                             output={"results": str(tmp_path / "w" / "r.json"),
+                                                                     "checkpoint": str(ck)}))
+    assert run(trainer_bin, [make], tmp_path).returncode == 0
+    step = (ck / "latest").read_text().strip()
+    mine = tmp_path / "mine"
+    (mine / "step-00000002").mkdir(parents=True)
+    (mine / "step-00000002" / "mine.txt").write_text("keep")
+    cases = [({"weights": str(ck / "model.safetensors")}, ck, "holds the input init.weights"),
+             ({"weights": str(ck / step / "model.safetensors")}, ck, "holds the input init.weights"),
+             ({}, mine, "no checkpoint (no 'latest')")]
+    for init, out_ck, needle in cases:
+        cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path, init=init, output={"checkpoint": str(out_ck)}))
+        before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+        r = run(trainer_bin, [cfg], tmp_path)
+        assert r.returncode == 2, r.stderr
+        last = r.stderr.strip().splitlines()[-1]
+        assert last.startswith("trainer: error: output.checkpoint") and needle in last, r.stderr
+        assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    # A checkpoint directory with a foreign step-*/ in it (no manifest): written to, and the foreign one stays.
+    (ck / "step-00000000").mkdir()
+    (ck / "step-00000000" / "mine.txt").write_text("keep")
+    cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path, bench={"warmup_steps": 0, "measure_steps": 1},
+                                                      output={"checkpoint": str(ck), "checkpoint_every": 1}))
+    for _ in range(3):
+        assert run(trainer_bin, [cfg], tmp_path).returncode == 0
+    assert (ck / "step-00000000" / "mine.txt").read_text() == "keep"

@@ -255,3 +255,43 @@ def test_an_interrupt_of_one_rank_stops_every_rank_after_the_same_step(tmp_path)
     assert "lm_head.weight" in w
     latest = (tmp_path / "int.ck" / "latest").read_text().strip()
     assert json.loads((tmp_path / "int.ck" / latest / "manifest.json").read_text())["step"] == done
+
+
+def test_a_collective_timeout_leaves_an_error_record(tmp_path):
+    """Rank 1 stopped (SIGSTOP) mid-run: rank 0's all_reduce passes parallel.comm_timeout_s, the job aborts, and the
+    record says status error with the timeout's message instead of staying "running"."""
+    import signal
+    args = train_args(tmp_path, "to", "parallel.strategy=ddp_flat", "bench.measure_steps=100000",
+                      "parallel.comm_timeout_s=3")
+    p = subprocess.Popen(MPIRUN + ["-np", "2"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=ENV, cwd=SRC)
+    record = tmp_path / "to.json"
+    t0 = time.time()
+    rank1 = None
+    while time.time() - t0 < 60:  # rank 1 is the child of mpirun with OMPI_COMM_WORLD_RANK=1, once it has stepped
+        for child in pathlib.Path("/proc").glob("[0-9]*"):
+            try:
+                if int(child.joinpath("stat").read_text().split(")")[1].split()[1]) != p.pid:
+                    continue
+                if b"OMPI_COMM_WORLD_RANK=1\0" in child.joinpath("environ").read_bytes() + b"\0":
+                    rank1 = int(child.name)
+            except (OSError, ValueError, IndexError):
+                continue
+        if rank1 and record.exists() and json.loads(record.read_text())["status"] == "running":
+            break
+        time.sleep(0.2)
+    assert rank1, "rank 1 not found"
+    time.sleep(1)
+    os.kill(rank1, signal.SIGSTOP)
+    try:
+        _, err = p.communicate(timeout=90)
+    finally:
+        try:
+            os.kill(rank1, signal.SIGKILL)
+        except OSError:
+            pass
+        p.kill()
+    assert p.returncode != 0, err[-3000:]
+    r = json.loads(record.read_text())
+    assert r["status"] == "error", r["status"]
+    assert "collective not complete" in r["error"] and "parallel.comm_timeout_s = 3 s" in r["error"], r["error"]
