@@ -64,6 +64,22 @@ bool inside_dir(const std::string& p, const std::string& dir) {
   return true;
 }
 
+/// Whether `p` is, or lies in, one of the entries of checkpoint directory `dir` that the checkpointer replaces or
+/// prunes (io/checkpoint.cpp): latest, model.safetensors (and its temp link), step-*/, .tmp-step-*/.
+bool owned_by_checkpointer(const std::string& p, const std::string& dir) {
+  if (!inside_dir(p, dir)) return false;
+  const auto real = [](const std::string& x) {
+    std::error_code e;
+    const fs::path r = fs::weakly_canonical(fs::absolute(x), e);
+    return e ? fs::absolute(x).lexically_normal() : r;
+  };
+  const fs::path rel = real(p).lexically_relative(real(dir));
+  if (rel.empty() || rel == ".") return false;
+  const std::string first = rel.begin()->string();
+  return first == "latest" || first.rfind("model.safetensors", 0) == 0 || first.rfind("step-", 0) == 0 ||
+         first.rfind(".tmp-step-", 0) == 0;
+}
+
 /// An existing regular file that this process can open for reading.
 void check_readable_file(const std::string& path, const char* key) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -276,6 +292,30 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
         const std::string out = r == 0 ? **outputs[i].second : memory_timeline_path(**outputs[i].second, r);
         CONFIG_CHECK(!same_file(out, *in_value), "{}: '{}'{} is also the input {} ('{}'); the run would overwrite it",
                      outputs[i].first, out, r == 0 ? "" : fmt::format(" (rank {}'s file)", r), in_key, *in_value);
+      }
+  }
+  if (c.output.checkpoint) {
+    // The checkpointer replaces DIR/latest and DIR/model.safetensors and prunes DIR/step-*/ to the last two: no input
+    // may be one of them (init.resume is read whole at the start; resuming into the same directory is how a run
+    // continues), and a directory that holds something else is not taken over.
+    const std::string& ck = *c.output.checkpoint;
+    const std::pair<const char*, std::optional<std::string>> inputs[] = {
+        {"the config file", config_path.empty() ? std::nullopt : std::optional<std::string>(config_path)},
+        {"data.path", d.source == "tokens" ? d.path : std::nullopt},
+        {"init.weights", c.init.weights}};
+    for (const auto& [in_key, in_value] : inputs)
+      CONFIG_CHECK(!in_value || !owned_by_checkpointer(*in_value, ck),
+                   "output.checkpoint: '{}' holds the input {} ('{}'), which the checkpointer would replace or prune "
+                   "(latest, model.safetensors, step-*/); copy it elsewhere or write the checkpoints to another "
+                   "directory", ck, in_key, *in_value);
+    std::error_code ec;
+    if (fs::is_directory(ck, ec) && !fs::exists(fs::path(ck) / "latest", ec))
+      for (const auto& e : fs::directory_iterator(ck, ec)) {
+        const std::string n = e.path().filename().string();
+        CONFIG_CHECK(n.rfind(".tmp-step-", 0) == 0,
+                     "output.checkpoint: '{}' is a directory with other things in it ('{}') and no checkpoint (no "
+                     "'latest'); the checkpointer would replace or prune what it finds there: give an empty or new "
+                     "directory", ck, n);
       }
   }
   // check_output_path creates nothing (the writers make missing directories), so a rejected config leaves no trace.

@@ -190,7 +190,8 @@ std::string CheckpointWrite::commit(const json& manifest) {
   // Keep the new checkpoint and the previous one; remove older step directories and stale temporaries.
   for (const auto& e : fs::directory_iterator(dir_, ec)) {
     const std::string n = e.path().filename().string();
-    const bool old_step = is_step_name(n) && n != name && n != previous;
+    // (a step-*/ without a manifest is not one of ours: left alone)
+    const bool old_step = is_step_name(n) && n != name && n != previous && fs::exists(e.path() / kManifest, ec);
     const bool stale_tmp = n.rfind(".tmp-step-", 0) == 0;
     if ((old_step || stale_tmp) && e.is_directory()) fs::remove_all(e.path(), ec);
   }
