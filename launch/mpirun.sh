@@ -16,11 +16,14 @@
 #   -x OMP_NUM_THREADS, -x OPENBLAS_NUM_THREADS
 #                             host threads per rank: cores / N by default, so ranks do not fight over cores
 #   --allow-run-as-root       only when running as root (containers)
-#   odls_base_sigkill_timeout 60 (Open MPI 4)
+#   odls_base_sigkill_timeout 10 (Open MPI 4)
 #                             Ctrl-C / SIGTERM on mpirun reaches the ranks as SIGTERM and, after this many seconds
-#                             (default 1), SIGKILL: 60 s lets them finish the step, write the checkpoint and the
-#                             record with status "interrupted". `kill -USR1 <mpirun pid>` is forwarded as SIGUSR1
-#                             without a SIGKILL (mpirun then exits with the ranks' code 4)
+#                             (default 1), SIGKILL: 10 s lets them finish the step, write a small model's checkpoint
+#                             and the record with status "interrupted". The price: whenever a rank exits non-zero
+#                             (bad input 2, error 1, interrupted 4), mpirun waits up to twice this long before it
+#                             returns (rank 0 logs how long). For a large model's checkpoint, stop with
+#                             `kill -USR1 <mpirun pid>` (forwarded as SIGUSR1, no SIGKILL; mpirun exits with the
+#                             ranks' code 4) or export a larger OMPI_MCA_odls_base_sigkill_timeout
 set -euo pipefail
 
 if [[ $# -lt 2 || ! "$1" =~ ^[0-9]+$ ]]; then
@@ -33,7 +36,7 @@ shift
 cores=$(nproc)
 threads=$(( cores / np > 0 ? cores / np : 1 ))
 export NCCL_NVLS_ENABLE=0
-export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-60}
+export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-10}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads}
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$threads}
 
