@@ -41,7 +41,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plot_common import COLORS, DPI, BadInput, pyplot, save_figure  # noqa: E402
+from plot_common import COLORS, DPI, BadInput, check_output, pyplot, save_figure  # noqa: E402
 
 PROG = "plot.py"
 KINDS = ("loss", "sweep", "comm", "phases", "memory")
@@ -373,6 +373,9 @@ def main(argv=None) -> int:
         if not out_dir.is_dir():
             raise BadInput(f"the output directory '{out_dir}' does not exist")
         paths = expand(rest)
+        check_output(args.output, paths, "-o")
+        if args.dump_json and args.dump_json != "-":
+            check_output(args.dump_json, paths + [args.output], "--dump-json")
         if args.labels is not None:
             labels = [s.strip() for s in args.labels.split(",")]
             if len(labels) != len(paths):
@@ -381,17 +384,20 @@ def main(argv=None) -> int:
             labels = default_labels(paths)
         recs = [(lab, p, load(p)) for lab, p in zip(labels, paths)]
         fig, notes = DRAW[kind](recs, args)
+        fig.tight_layout()
+        if args.dump_json:
+            text = json.dumps(dump(fig, kind, notes), indent=1)
+            if args.dump_json == "-":
+                print(text)
+            else:
+                try:
+                    Path(args.dump_json).write_text(text + "\n")
+                except OSError as e:
+                    raise BadInput(f"cannot write '{args.dump_json}': {e.strerror or e}") from None
+        save_figure(fig, args.output)
     except BadInput as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
-    fig.tight_layout()
-    if args.dump_json:
-        text = json.dumps(dump(fig, kind, notes), indent=1)
-        if args.dump_json == "-":
-            print(text)
-        else:
-            Path(args.dump_json).write_text(text + "\n")
-    save_figure(fig, args.output)
     for n in notes:
         print(f"# not drawn: {n}", file=sys.stderr)
     print(f"# wrote {args.output} ({kind}, {len(recs)} records)", file=sys.stderr)

@@ -40,13 +40,31 @@ def pyplot():
     return plt
 
 
+def same_file(a: str, b: str) -> bool:
+    """Whether paths a and b name one file (through links, ./ or a hard link; an absent file by its real path)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_output(out: str, inputs, what: str = "the output") -> None:
+    """BadInput (one line) when `out` names one of `inputs`: an output never overwrites an input."""
+    for p in inputs:
+        if same_file(out, p):
+            raise BadInput(f"{what} '{out}' is also the input '{p}'; it would be overwritten: give another name")
+
+
 def save_figure(fig, out: str) -> None:
-    """Writes `fig` to the PNG `out` whole, then renames: never a half-written PNG. Closes the figure."""
+    """Writes `fig` to the PNG `out` whole, then renames: never a half-written PNG. Closes the figure. BadInput (one
+    line) when it cannot be written."""
     plt = pyplot()
     tmp = f"{out}.tmp.{os.getpid()}.png"
     try:
         fig.savefig(tmp)
         os.replace(tmp, out)
+    except OSError as e:
+        raise BadInput(f"cannot write '{out}': {e.strerror or e}") from None
     finally:
         plt.close(fig)
         if os.path.exists(tmp):

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plot_common import COLORS, DPI, BadInput, fmt_bytes, pyplot, save_figure  # noqa: E402
+from plot_common import COLORS, DPI, BadInput, check_output, fmt_bytes, pyplot, save_figure  # noqa: E402
 
 SCHEMA = "trainer.memory_timeline/1"
 PHASE_SHADES = ("#f2f2f2", "#e0e0e0")
@@ -200,12 +200,13 @@ def main(argv=None) -> int:
         out_dir = Path(out).resolve().parent
         if not out_dir.is_dir():
             raise BadInput(f"the output directory '{out_dir}' does not exist")
+        check_output(out, [args.path], "-o")
+        rows, peak, peak_at, alive = replay(doc)
+        title = args.title or f"{Path(args.path).name}: {doc.get('device', '')}, peak {fmt_bytes(peak)}"
+        plot(doc, rows, peak, peak_at, out, title, args.x)
     except BadInput as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
-    rows, peak, peak_at, alive = replay(doc)
-    title = args.title or f"{Path(args.path).name}: {doc.get('device', '')}, peak {fmt_bytes(peak)}"
-    plot(doc, rows, peak, peak_at, out, title, args.x)
     print(report(args.path, doc, peak, peak_at, alive, args.top))
     print(f"# wrote {out}")
     return 0

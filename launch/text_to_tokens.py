@@ -43,7 +43,13 @@ def main(argv=None):
 
     tokens = array.array("H")
     used, skipped = [], []
-    for path in input_files(args.inputs):
+    files = input_files(args.inputs)
+    for path in files:  # an output never overwrites an input
+        same = os.path.samefile(args.out, path) if os.path.exists(args.out) else \
+            os.path.realpath(args.out) == os.path.realpath(path)
+        if same:
+            sys.exit(f"text_to_tokens: error: the output '{args.out}' is also the input '{path}'; give another name")
+    for path in files:
         with open(path, "rb") as f:
             data = f.read()
         if b"\0" in data:  # a binary file in a text directory

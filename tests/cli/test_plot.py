@@ -254,6 +254,8 @@ def test_bad_input(tmp_path):
         "all oom": (["comm", write(tmp_path, "oom", record(rng, status="oom"))], "no record with status ok"),
         "directory": (["loss", tmp_path], "is a directory"),
         "no output dir": (["loss", good, "-o", tmp_path / "no" / "x.png"], "does not exist"),
+        "output is an input": (["loss", good, "-o", good], "is also the input"),
+        "dump is an input": (["loss", good, "--dump-json", good], "is also the input"),
     }
     (tmp_path / "x.json").write_text("{not json")
     for name, (args, msg) in cases.items():
@@ -264,3 +266,4 @@ def test_bad_input(tmp_path):
         assert len(lines) == 1 and lines[0].startswith("plot.py: error: "), (name, p.stderr)
         assert msg is None or msg in lines[0], (name, lines[0])
         assert not (tmp_path / "bad.png").exists(), name
+    assert json.loads(good.read_text())["schema"] == "trainer.result/1"  # the record named as an output is intact
