@@ -80,9 +80,9 @@ bool owned_by_checkpointer(const std::string& p, const std::string& dir) {
          first.rfind(".tmp-step-", 0) == 0;
 }
 
-/// An existing regular file that this process can open for reading.
+/// An existing regular file that this process can open for reading (a FIFO is refused at once: O_NONBLOCK).
 void check_readable_file(const std::string& path, const char* key) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw ConfigError(fmt::format("config: cannot read '{}' ({}): {}", path, key, std::strerror(errno)));
   struct stat st {};
   const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);

@@ -42,7 +42,8 @@ size_t token_dtype_size(const std::string& dtype) {
 class MappedTokens {
  public:
   MappedTokens(const std::string& path, const std::string& dtype) : path_(path), elem_(token_dtype_size(dtype)) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) throw ConfigError(fmt::format("data.path: cannot read '{}': {}", path, std::strerror(errno)));
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
@@ -53,6 +54,10 @@ class MappedTokens {
     if (S_ISDIR(st.st_mode)) {
       ::close(fd);
       throw ConfigError(fmt::format("data.path: cannot read '{}': Is a directory", path));
+    }
+    if (!S_ISREG(st.st_mode)) {  // a FIFO, a socket, a device: not a token file that can be mapped
+      ::close(fd);
+      throw ConfigError(fmt::format("data.path: cannot read '{}': not a regular file", path));
     }
     bytes_ = uint64_t(st.st_size);
     if (bytes_ % elem_ != 0) {

@@ -154,6 +154,12 @@ def case_missing_token_file(tmp):
     return [write_json(tmp / "c.json", cfg)], ["data.path", "missing.u16"]
 
 
+def case_token_file_is_a_fifo(tmp):  # opening it for reading would wait for a writer forever
+    os.mkfifo(tmp / "tokens.u16")
+    cfg = tiny_config(tmp, data={"source": "tokens", "path": str(tmp / "tokens.u16")})
+    return [write_json(tmp / "c.json", cfg)], ["data.path", "not a regular file"]
+
+
 def case_checkpoint_over_token_file(tmp):
     path = write_u16(tmp / "tokens.u16", [i % 256 for i in range(500)])
     cfg = tiny_config(tmp, data={"source": "tokens", "path": str(path)}, output={"checkpoint": str(path)})
