@@ -189,7 +189,7 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
   if (c.job == "train") {  // only the train job splits the batch over the ranks
     CONFIG_CHECK(d.batch_size % world_size == 0, "data: batch_size {} is not divisible by world_size {}",
                  d.batch_size, world_size);
-    check_positive(d.microbatch_size, "data.microbatch_size");
+    check_positive(d.microbatch_size, "data.microbatch_size", " (or 0 for the whole per-rank batch)");
     const int per_rank = d.batch_size / world_size;
     CONFIG_CHECK(per_rank % d.microbatch_size == 0,
                  "data: per-rank batch {} (batch_size {} / world_size {}) is not divisible by microbatch_size {}",
