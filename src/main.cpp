@@ -231,7 +231,8 @@ int main(int argc, char** argv) {
                         HostInfo{mpi.local_size(), cuda_device_count(), build::kHaveNccl}, &warnings);
       CONFIG_CHECK(args.print_config || cfg.device != "cuda" || cuda_available(),
                    "device: 'cuda' was asked for but {}", TRAINER_HAVE_CUDA_BUILD
-                       ? "no CUDA device is visible" : "this trainer was built without CUDA (no nvcc at build time)");
+                       ? "no CUDA device is visible"
+                       : "this trainer was built without CUDA (no nvcc at build time, or -DTRAINER_CUDA=OFF)");
       if (!args.print_config && cfg.job == "train")  // before anything is allocated (plan/host_memory.h)
         check_host_memory(cfg, world, mpi.local_size(), /*dry_run=*/false);
     }
@@ -257,7 +258,9 @@ int main(int argc, char** argv) {
   if (args.version) {
     if (rank == 0)
       std::cout << "trainer " << build::kVersion << " (" << build::kGit << ")\n"
-                << "CUDA: " << (TRAINER_HAVE_CUDA_BUILD ? "built in" : "absent (built without nvcc)") << "\n"
+                << "CUDA: "
+                << (TRAINER_HAVE_CUDA_BUILD ? "built in" : "absent (built without nvcc, or with -DTRAINER_CUDA=OFF)")
+                << "\n"
                 << "NCCL: "
                 << (build::kHaveNccl ? "built in (parallel.comm auto is nccl on cuda with a GPU per rank)"
                                      : fmt::format("absent: {}; parallel.comm auto resolves to mpi",
@@ -317,7 +320,7 @@ int main(int argc, char** argv) {
     write_json_atomic(results_path, running);
   };
   // What the path held before (an earlier record, a symlink's target, /dev/null), put back if the run ends without a
-  // record; the kept-aside copy goes when `prior` does, at the end of main().
+  // record (kept in memory only).
   std::optional<PriorOutput> prior;
   if (rank == 0) {
     prior.emplace(results_path);
@@ -393,8 +396,16 @@ int main(int argc, char** argv) {
     code = 3;
   } catch (const ConfigError& e) {
     // Bad input found only once the job looked at it (e.g. init.weights that do not fit the model): one line,
-    // exit code 2, no record.
-    if (rank == 0 || world == 1) std::fprintf(stderr, "trainer: error: %s\n", e.what());
+    // exit code 2, no record. Usually every rank finds it; rank 0 speaks. A rank > 0 waits a moment first, so that
+    // rank 0, if it failed as well, restores the record path and aborts everyone (this rank's line then never
+    // shows); if rank 0 did not, this rank's line, with its rank, is the one.
+    set_fatal_hook(nullptr);
+    if (rank > 0 && world > 1) {
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      std::fprintf(stderr, "trainer: error: rank %d: %s\n", rank, e.what());
+    } else {
+      std::fprintf(stderr, "trainer: error: %s\n", e.what());
+    }
     if (rank == 0) {  // no record for bad input: the path as it was, without the directories the marker made
       std::error_code ec;
       prior->restore();

@@ -79,7 +79,9 @@ std::unique_ptr<Backend> make_backend(Device device, int device_index, const Bac
   CONFIG_CHECK(cuda_available(), "device: 'cuda' was asked for but no CUDA device is visible");
   return make_cuda_backend(device_index, opts);
 #else
-  throw ConfigError("device: 'cuda' was asked for but this trainer was built without CUDA (no nvcc at build time)");
+  throw ConfigError(
+      "device: 'cuda' was asked for but this trainer was built without CUDA (no nvcc at build time, or "
+      "-DTRAINER_CUDA=OFF)");
 #endif
 }
 

@@ -308,11 +308,16 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
                    "output.checkpoint: '{}' holds the input {} ('{}'), which the checkpointer would replace or prune "
                    "(latest, model.safetensors, step-*/); copy it elsewhere or write the checkpoints to another "
                    "directory", ck, in_key, *in_value);
+    // Without `latest`, only what the checkpointer itself leaves when it is stopped before its first `latest` may be
+    // there: step-*/ holding a manifest, .tmp-step-*/ and latest.tmp.* (a requeued run continues in it).
     std::error_code ec;
     if (fs::is_directory(ck, ec) && !fs::exists(fs::path(ck) / "latest", ec))
       for (const auto& e : fs::directory_iterator(ck, ec)) {
         const std::string n = e.path().filename().string();
-        CONFIG_CHECK(n.rfind(".tmp-step-", 0) == 0,
+        std::error_code ec2;
+        const bool ours = n.rfind(".tmp-step-", 0) == 0 || n.rfind("latest.tmp.", 0) == 0 ||
+                          (n.rfind("step-", 0) == 0 && fs::exists(e.path() / "manifest.json", ec2));
+        CONFIG_CHECK(ours,
                      "output.checkpoint: '{}' is a directory with other things in it ('{}') and no checkpoint (no "
                      "'latest'); the checkpointer would replace or prune what it finds there: give an empty or new "
                      "directory", ck, n);

@@ -4,8 +4,10 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 namespace trainer {
 
@@ -18,6 +20,7 @@ std::string mpi_error_string(int code) {
 
 namespace {
 std::atomic<void (*)(const std::string&)> g_fatal_hook{nullptr};
+std::atomic<int> g_fatal_state{0};  // 0 no fatal() yet, 1 the first one is running the hook, 2 it is done
 }  // namespace
 
 void set_fatal_hook(void (*hook)(const std::string& msg)) { g_fatal_hook.store(hook); }
@@ -29,11 +32,18 @@ void fatal(const char* lib, const char* stmt, const char* file, int line, const 
   if (inited && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   std::fprintf(stderr, "[%s error] rank %d %s:%d: %s\n    %s\n", lib, rank, file, line, msg.c_str(), stmt);
   std::fflush(stderr);
-  if (auto* hook = g_fatal_hook.exchange(nullptr)) {  // the first fatal() only
-    try {
-      hook(fmt::format("{} error: {}: {}", lib, stmt, msg));
-    } catch (...) {  // best effort: the process is aborting
+  int expected = 0;
+  if (g_fatal_state.compare_exchange_strong(expected, 1)) {  // the first fatal() runs the hook
+    if (auto* hook = g_fatal_hook.exchange(nullptr)) {
+      try {
+        hook(fmt::format("{} error: {}: {}", lib, stmt, msg));
+      } catch (...) {  // best effort: the process is aborting
+      }
     }
+    g_fatal_state.store(2);
+  } else {  // another thread's fatal() (e.g. the main thread's next call after a watchdog's abort): let its hook finish
+    for (int i = 0; i < 500 && g_fatal_state.load() != 2; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   spdlog::shutdown();
   if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);

@@ -28,7 +28,8 @@ struct OutOfMemory : std::runtime_error {
 /// parallel.comm_timeout_s): prints "[lib error] rank r file:line: msg" and the statement, calls the fatal hook, then
 /// MPI_Abort (exit 1). Any thread.
 [[noreturn]] void fatal(const char* lib, const char* stmt, const char* file, int line, const std::string& msg);
-/// What fatal() runs before it aborts, with its message (at most once, from the first fatal() of the process):
+/// What fatal() runs before it aborts, with its message (at most once, from the first fatal() of the process; a
+/// fatal() on another thread meanwhile waits up to 5 s for it):
 /// main() sets it on rank 0 to replace the "running" result record by one with status "error". Set before the
 /// threads that may fail start; nullptr: none.
 void set_fatal_hook(void (*hook)(const std::string& msg));

@@ -149,19 +149,13 @@ PriorOutput::PriorOutput(const std::string& path) : target_(output_target(path))
     return;
   }
   existed_ = true;
-  const fs::path t(target_);
-  kept_ = (t.parent_path() / fmt::format(".{}.prev.{}", t.filename().string(), ::getpid())).string();
-  fs::remove(kept_, ec);
-  fs::create_hard_link(target_, kept_, ec);
-  if (ec) {  // a filesystem without hard links: keep the bytes
-    kept_.clear();
-    std::ifstream in(target_, std::ios::binary);
-    bytes_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-}
-
-PriorOutput::~PriorOutput() {
-  if (!kept_.empty()) ::unlink(kept_.c_str());
+  const uintmax_t size = fs::file_size(target_, ec);
+  if (ec || size > kMaxKeptBytes) return;  // not kept: restore() leaves the path alone
+  std::ifstream in(target_, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad() || bytes.size() != size) return;
+  bytes_ = std::move(bytes);
+  kept_ = true;
 }
 
 void PriorOutput::restore() {
@@ -171,10 +165,7 @@ void PriorOutput::restore() {
     if (fs::is_regular_file(fs::symlink_status(target_, ec))) fs::remove(target_, ec);
     return;
   }
-  if (!kept_.empty()) {
-    if (::rename(kept_.c_str(), target_.c_str()) == 0) kept_.clear();
-    return;
-  }
+  if (!kept_) return;
   try {
     write_file_atomic(target_, {{bytes_.data(), bytes_.size()}});
   } catch (const std::exception&) {  // best effort: the run is failing already

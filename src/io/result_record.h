@@ -31,23 +31,23 @@ std::string output_target(const std::string& path);
 
 /// What an output path held before a run replaced it (the result record's "running" marker), so that a run that ends
 /// without a record (bad input found late, exit code 2) leaves the path as it found it. Made before the first write.
+/// Nothing is left on disk for it (an abort or a SIGKILL leaves no trace of it).
 class PriorOutput {
  public:
-  /// Notes output_target(path): an existing regular file is kept aside under a hard link `.<name>.prev.<pid>` in its
-  /// directory (where the filesystem has no hard links, its bytes are read into memory); a character device or
-  /// other special file (/dev/null) is noted as such.
+  static constexpr uintmax_t kMaxKeptBytes = uintmax_t(256) << 20;  // a larger earlier file is not kept
+  /// Notes output_target(path): an existing regular file's bytes are read into memory (up to kMaxKeptBytes); a
+  /// character device or other special file (/dev/null) is noted as such.
   explicit PriorOutput(const std::string& path);
-  /// Removes the kept-aside link (the run wrote its record, or restore() did not need it).
-  ~PriorOutput();
   PriorOutput(const PriorOutput&) = delete;
   PriorOutput& operator=(const PriorOutput&) = delete;
-  /// Puts the earlier file back (renames the kept link over the target), or, where there was none, removes the
-  /// regular file the run wrote; a special file is left alone (never removed). Best effort: errors are ignored.
+  /// Writes the earlier file back (atomically), or, where there was none, removes the regular file the run wrote; a
+  /// special file, and an earlier file that was too large or unreadable to keep, are left alone (never removed).
+  /// Best effort: errors are ignored.
   void restore();
 
  private:
-  std::string target_, kept_, bytes_;
-  bool existed_ = false, special_ = false;
+  std::string target_, bytes_;
+  bool existed_ = false, special_ = false, kept_ = false;
 };
 
 /// Writes `j` (indented by 2, newline-terminated) to `path` with write_file_atomic. RuntimeError on failure, including

@@ -335,6 +335,15 @@ def test_checkpoint_directory_holding_an_input_or_other_files_is_refused(trainer
         last = r.stderr.strip().splitlines()[-1]
         assert last.startswith("trainer: error: output.checkpoint") and needle in last, r.stderr
         assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    # A run stopped after its first step directory and before `latest` (a requeue continues there): accepted.
+    import shutil as sh
+    crashed = tmp_path / "crashed"
+    crashed.mkdir()
+    sh.copytree(ck / step, crashed / step)
+    (crashed / "latest.tmp.123").write_text(step + "\n")
+    cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path, output={"checkpoint": str(crashed)}))
+    r = run(trainer_bin, [cfg], tmp_path)
+    assert r.returncode == 0, r.stderr
     # A checkpoint directory with a foreign step-*/ in it (no manifest): written to, and the foreign one stays.
     (ck / "step-00000000").mkdir()
     (ck / "step-00000000" / "mine.txt").write_text("keep")

@@ -282,7 +282,11 @@ def test_a_collective_timeout_leaves_an_error_record(tmp_path):
         time.sleep(0.2)
     assert rank1, "rank 1 not found"
     time.sleep(1)
-    os.kill(rank1, signal.SIGSTOP)
+    try:
+        os.kill(rank1, signal.SIGSTOP)
+    except ProcessLookupError:
+        p.kill()
+        pytest.fail(f"rank 1 ended before it could be stopped: {p.communicate()[1][-3000:]}")
     try:
         _, err = p.communicate(timeout=90)
     finally:
@@ -295,3 +299,4 @@ def test_a_collective_timeout_leaves_an_error_record(tmp_path):
     r = json.loads(record.read_text())
     assert r["status"] == "error", r["status"]
     assert "collective not complete" in r["error"] and "parallel.comm_timeout_s = 3 s" in r["error"], r["error"]
+    assert not list(tmp_path.glob(".to.json*")), list(tmp_path.iterdir())  # nothing kept aside is left behind
