@@ -1,0 +1,5 @@
+#!/bin/bash
+# v19 call5 (the command line as given to the device, one line there): call4's late-bad-input case had asked for a
+# shape that validation refuses up front (d_model 1024 with 12 heads); this one is found by the job: a one-step small
+# checkpoint, then init.weights of it with model.d_ff 2048, results pointed at an earlier record.
+mkdir -p $OUT/r && python3 -c "import lzma,shutil; shutil.copyfileobj(lzma.open('.dev/trainer.xz'), open('/tmp/trainer','wb'))" && chmod +x /tmp/trainer && /tmp/trainer configs/small.json --set device=cuda --set precision=bf16 --set bench.warmup_steps=0 --set bench.measure_steps=1 --set output.checkpoint=/tmp/ck --set output.results=/tmp/r0.json > $OUT/r/make_ck.log 2>&1; echo "make ck rc $?"; echo '{"earlier": "record"}' > $OUT/r/prev.json; /tmp/trainer configs/small.json --set device=cuda --set precision=bf16 --set model.d_ff=2048 --set init.weights=/tmp/ck/model.safetensors --set output.results=$OUT/r/prev.json > $OUT/r/late_bad.log 2>&1; echo "late bad rc $?"; tail -1 $OUT/r/late_bad.log; cat $OUT/r/prev.json; ls -a $OUT/r
