@@ -309,13 +309,13 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
                    "(latest, model.safetensors, step-*/); copy it elsewhere or write the checkpoints to another "
                    "directory", ck, in_key, *in_value);
     // Without `latest`, only what the checkpointer itself leaves when it is stopped before its first `latest` may be
-    // there: step-*/ holding a manifest, .tmp-step-*/ and latest.tmp.* (a requeued run continues in it).
+    // there: .lock, step-*/ holding a manifest, .tmp-step-*/ and latest.tmp.* (a requeued run continues in it).
     std::error_code ec;
     if (fs::is_directory(ck, ec) && !fs::exists(fs::path(ck) / "latest", ec))
       for (const auto& e : fs::directory_iterator(ck, ec)) {
         const std::string n = e.path().filename().string();
         std::error_code ec2;
-        const bool ours = n.rfind(".tmp-step-", 0) == 0 || n.rfind("latest.tmp.", 0) == 0 ||
+        const bool ours = n == ".lock" || n.rfind(".tmp-step-", 0) == 0 || n.rfind("latest.tmp.", 0) == 0 ||
                           (n.rfind("step-", 0) == 0 && fs::exists(e.path() / "manifest.json", ec2));
         CONFIG_CHECK(ours,
                      "output.checkpoint: '{}' is a directory with other things in it ('{}') and no checkpoint (no "

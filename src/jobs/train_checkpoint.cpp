@@ -1,9 +1,13 @@
 // Training checkpoints of the train job: see train_checkpoint.h (what is saved) and io/checkpoint.h (the files).
 #include "jobs/train_checkpoint.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
@@ -47,7 +51,40 @@ constexpr int64_t kReadChunkBytes = int64_t(64) << 20;
 
 TrainCheckpointer::TrainCheckpointer(const RunConfig& cfg, Backend& be, Model& model, Strategy& strategy,
                                      Communicator& comm, int64_t total_steps)
-    : cfg_(cfg), be_(be), model_(model), strategy_(strategy), comm_(comm), total_steps_(total_steps) {}
+    : cfg_(cfg), be_(be), model_(model), strategy_(strategy), comm_(comm), total_steps_(total_steps) {
+  if (!cfg.output.checkpoint) return;
+  const std::string dir = *cfg.output.checkpoint, lock = (fs::path(dir) / ".lock").string();
+  int64_t busy = 0;
+  std::string holder = "another run";
+  if (comm.rank() == 0) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);  // a failure shows at the open below (or at the first write)
+    lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd_ >= 0 && ::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      char buf[32] = {};
+      if (::pread(lock_fd_, buf, sizeof buf - 1, 0) > 0) {
+        std::string pid(buf);
+        while (!pid.empty() && std::isspace(static_cast<unsigned char>(pid.back()))) pid.pop_back();
+        if (!pid.empty()) holder = fmt::format("the run of pid {}", pid);
+      }
+      ::close(lock_fd_);
+      lock_fd_ = -1;
+      busy = 1;
+    } else if (lock_fd_ >= 0) {  // who holds it, for the message of the next run that finds it taken
+      const std::string pid = fmt::format("{}\n", ::getpid());
+      if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, pid.data(), pid.size(), 0) < 0) {
+        // the lock holds without the pid in it
+      }
+    }
+  }
+  comm.all_reduce_host(&busy, 1, HostOp::sum);
+  CONFIG_CHECK(busy == 0, "output.checkpoint: '{}' is being written by {} (it holds {}); wait for it to end or give "
+               "another directory", dir, holder, lock);
+}
+
+TrainCheckpointer::~TrainCheckpointer() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // drops the lock; the file stays (unlinking it would race a waiter)
+}
 
 bool TrainCheckpointer::due(int64_t steps_done) const {
   const int every = cfg_.output.checkpoint_every;

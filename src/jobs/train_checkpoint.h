@@ -33,9 +33,15 @@ class Communicator;
 
 class TrainCheckpointer {
  public:
-  /// total_steps: the run's length (bench.warmup_steps + measure_steps), for the schedule's record.
+  /// total_steps: the run's length (bench.warmup_steps + measure_steps), for the schedule's record. Collective: with
+  /// output.checkpoint, rank 0 takes an advisory lock (flock) on DIR/.lock for the run (the directory is made if
+  /// missing; the file stays; the kernel drops the lock when the process ends, a crash included). ConfigError on
+  /// every rank when another run holds it: two runs writing one directory would interleave their steps and latest.
   TrainCheckpointer(const RunConfig& cfg, Backend& be, Model& model, Strategy& strategy, Communicator& comm,
                     int64_t total_steps);
+  ~TrainCheckpointer();
+  TrainCheckpointer(const TrainCheckpointer&) = delete;
+  TrainCheckpointer& operator=(const TrainCheckpointer&) = delete;
 
   /// Whether output.checkpoint_every asks for a checkpoint after `steps_done` steps (never twice for one step).
   bool due(int64_t steps_done) const;
@@ -68,6 +74,7 @@ class TrainCheckpointer {
   Strategy& strategy_;
   Communicator& comm_;
   int64_t total_steps_;
+  int lock_fd_ = -1;  // rank 0: DIR/.lock, flock'ed for the run
   int64_t last_written_ = -1;
   nlohmann::json writes_ = nlohmann::json::array();
   nlohmann::json resumed_ = nullptr;

@@ -146,7 +146,8 @@ def test_checkpoint_every_keeps_the_last_two(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     r = record(tmp_path, "e")
     assert [x["step"] for x in r["checkpoint"]["writes"]] == [1, 2, 3, 4]  # the end's write is step 4's
-    assert sorted(x.name for x in ck.iterdir()) == ["latest", "model.safetensors", "step-00000003", "step-00000004"]
+    assert sorted(x.name for x in ck.iterdir()) == [".lock", "latest", "model.safetensors", "step-00000003",
+                                                    "step-00000004"]  # .lock: rank 0's flock while a run writes
 
 
 def test_killed_mid_write_leaves_the_previous_checkpoint(tmp_path, straight):
