@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
@@ -60,7 +62,13 @@ TrainCheckpointer::TrainCheckpointer(const RunConfig& cfg, Backend& be, Model& m
     std::error_code ec;
     fs::create_directories(dir, ec);  // a failure shows at the open below (or at the first write)
     lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (lock_fd_ >= 0 && ::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int locked = lock_fd_ >= 0 ? ::flock(lock_fd_, LOCK_EX | LOCK_NB) : 0;
+    if (locked != 0 && errno != EWOULDBLOCK) {  // a filesystem without flock (some NFS): run unguarded, say so
+      spdlog::warn("output.checkpoint: cannot lock '{}' ({}); nothing keeps a second run out of this directory", lock,
+                   std::strerror(errno));
+      ::close(lock_fd_);
+      lock_fd_ = -1;
+    } else if (locked != 0) {
       char buf[32] = {};
       if (::pread(lock_fd_, buf, sizeof buf - 1, 0) > 0) {
         std::string pid(buf);
