@@ -37,27 +37,24 @@ void check_non_negative(double v, const char* key) {
   CONFIG_CHECK(v >= 0, "config: '{}' must be >= 0, got {}", key, v);
 }
 
+/// `p` made absolute with its existing part resolved (symlinked directories, "./", ".."), as the checks below compare.
+fs::path resolved(const std::string& p) {
+  std::error_code e;
+  const fs::path r = fs::weakly_canonical(fs::absolute(p), e);
+  return e ? fs::absolute(p).lexically_normal() : r;
+}
+
 /// Whether paths `a` and `b` name the same file: the same inode when both exist (hard links, symlinks), else the
-/// same absolute path once the existing part is resolved (symlinked directories, "./", "..").
+/// same resolved path.
 bool same_file(const std::string& a, const std::string& b) {
   std::error_code ec;
   if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec) && !ec;
-  const auto real = [](const std::string& p) {
-    std::error_code e;
-    const fs::path r = fs::weakly_canonical(fs::absolute(p), e);
-    return e ? fs::absolute(p).lexically_normal() : r;
-  };
-  return real(a) == real(b);
+  return resolved(a) == resolved(b);
 }
 
-/// Whether path `p` lies inside directory `dir` (both resolved as same_file does; `dir` itself counts).
+/// Whether path `p` lies inside directory `dir` (both resolved; `dir` itself counts).
 bool inside_dir(const std::string& p, const std::string& dir) {
-  const auto real = [](const std::string& x) {
-    std::error_code e;
-    const fs::path r = fs::weakly_canonical(fs::absolute(x), e);
-    return e ? fs::absolute(x).lexically_normal() : r;
-  };
-  const fs::path rp = real(p), rd = real(dir);
+  const fs::path rp = resolved(p), rd = resolved(dir);
   auto d = rd.begin(), q = rp.begin();
   for (; d != rd.end() && !d->empty(); ++d, ++q)
     if (q == rp.end() || *q != *d) return false;
@@ -68,12 +65,7 @@ bool inside_dir(const std::string& p, const std::string& dir) {
 /// prunes (io/checkpoint.cpp): latest, model.safetensors (and its temp link), step-*/, .tmp-step-*/.
 bool owned_by_checkpointer(const std::string& p, const std::string& dir) {
   if (!inside_dir(p, dir)) return false;
-  const auto real = [](const std::string& x) {
-    std::error_code e;
-    const fs::path r = fs::weakly_canonical(fs::absolute(x), e);
-    return e ? fs::absolute(x).lexically_normal() : r;
-  };
-  const fs::path rel = real(p).lexically_relative(real(dir));
+  const fs::path rel = resolved(p).lexically_relative(resolved(dir));
   if (rel.empty() || rel == ".") return false;
   const std::string first = rel.begin()->string();
   return first == "latest" || first.rfind("model.safetensors", 0) == 0 || first.rfind("step-", 0) == 0 ||
@@ -249,6 +241,11 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
     check_resume(c);  // a complete checkpoint of this model and precision, with steps left to run
   }
 
+  // The run's inputs, which no output may overwrite: the config file, the token file, the initial weights.
+  const std::pair<const char*, std::optional<std::string>> inputs[] = {
+      {"the config file", config_path.empty() ? std::nullopt : std::optional<std::string>(config_path)},
+      {"data.path", d.source == "tokens" ? d.path : std::nullopt},
+      {"init.weights", c.init.weights}};
   const std::pair<const char*, const std::optional<std::string>*> outputs[] = {
       {"output.results", &c.output.results},
       {"output.checkpoint", &c.output.checkpoint},
@@ -281,11 +278,7 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
           CONFIG_CHECK(!inside_dir(**outputs[i].second, **dir),
                        "{}: '{}' lies inside the checkpoint directory '{}' ({}), which the checkpoints own; write it "
                        "elsewhere", outputs[i].first, **outputs[i].second, **dir, dir_key);
-    // An output must never overwrite an input: the config file, the token file, the initial weights.
-    const std::pair<const char*, std::optional<std::string>> inputs[] = {
-        {"the config file", config_path.empty() ? std::nullopt : std::optional<std::string>(config_path)},
-        {"data.path", d.source == "tokens" ? d.path : std::nullopt},
-        {"init.weights", c.init.weights}};
+    // An output must never overwrite an input (`inputs` above).
     const int ranks = outputs[i].second == &c.profile.memory_timeline ? std::min(world_size, 4096) : 1;
     for (const auto& [in_key, in_value] : inputs)
       for (int r = 0; in_value && r < ranks; ++r) {
@@ -299,10 +292,6 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
     // may be one of them (init.resume is read whole at the start; resuming into the same directory is how a run
     // continues), and a directory that holds something else is not taken over.
     const std::string& ck = *c.output.checkpoint;
-    const std::pair<const char*, std::optional<std::string>> inputs[] = {
-        {"the config file", config_path.empty() ? std::nullopt : std::optional<std::string>(config_path)},
-        {"data.path", d.source == "tokens" ? d.path : std::nullopt},
-        {"init.weights", c.init.weights}};
     for (const auto& [in_key, in_value] : inputs)
       CONFIG_CHECK(!in_value || !owned_by_checkpointer(*in_value, ck),
                    "output.checkpoint: '{}' holds the input {} ('{}'), which the checkpointer would replace or prune "
