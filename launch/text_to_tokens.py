@@ -17,6 +17,8 @@ import array
 import os
 import sys
 
+from plot_common import same_file  # this folder: the plot helpers' path comparison
+
 
 def input_files(paths):
     """The files to read, in order: files as given, directories expanded (see the module docstring)."""
@@ -45,9 +47,7 @@ def main(argv=None):
     used, skipped = [], []
     files = input_files(args.inputs)
     for path in files:  # an output never overwrites an input
-        same = os.path.samefile(args.out, path) if os.path.exists(args.out) else \
-            os.path.realpath(args.out) == os.path.realpath(path)
-        if same:
+        if same_file(args.out, path):
             sys.exit(f"text_to_tokens: error: the output '{args.out}' is also the input '{path}'; give another name")
     for path in files:
         with open(path, "rb") as f:
