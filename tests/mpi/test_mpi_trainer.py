@@ -55,6 +55,27 @@ def rel(a, b):
     return np.max(np.abs(np.asarray(a) - np.asarray(b)) / np.abs(np.asarray(b)))
 
 
+def running_rank1(p, record, timeout=60):
+    """The pid of rank 1 (the child of mpirun `p` with OMPI_COMM_WORLD_RANK=1) once rank 0 has marked `record`
+    running; fails the test when it is not found within `timeout` seconds."""
+    t0 = time.time()
+    rank1 = None
+    while time.time() - t0 < timeout:
+        for child in pathlib.Path("/proc").glob("[0-9]*"):
+            try:
+                if int(child.joinpath("stat").read_text().split(")")[1].split()[1]) != p.pid:
+                    continue
+                if b"OMPI_COMM_WORLD_RANK=1\0" in child.joinpath("environ").read_bytes() + b"\0":
+                    rank1 = int(child.name)
+            except (OSError, ValueError, IndexError):
+                continue
+        if rank1 and record.exists() and json.loads(record.read_text())["status"] == "running":
+            return rank1
+        time.sleep(0.2)
+    assert rank1, "rank 1 not found"
+    return rank1
+
+
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("one")
@@ -226,21 +247,7 @@ def test_an_interrupt_of_one_rank_stops_every_rank_after_the_same_step(tmp_path)
     p = subprocess.Popen(MPIRUN + ["-np", "2"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=ENV, cwd=SRC)
     record = tmp_path / "int.json"
-    t0 = time.time()
-    rank1 = None
-    while time.time() - t0 < 60:  # rank 1 is the child of mpirun with OMPI_COMM_WORLD_RANK=1, once it has stepped
-        for child in pathlib.Path("/proc").glob("[0-9]*"):
-            try:
-                if int(child.joinpath("stat").read_text().split(")")[1].split()[1]) != p.pid:
-                    continue
-                if b"OMPI_COMM_WORLD_RANK=1\0" in child.joinpath("environ").read_bytes() + b"\0":
-                    rank1 = int(child.name)
-            except (OSError, ValueError, IndexError):
-                continue
-        if rank1 and record.exists() and json.loads(record.read_text())["status"] == "running":
-            break
-        time.sleep(0.2)
-    assert rank1, "rank 1 not found"
+    rank1 = running_rank1(p, record)
     time.sleep(2)  # a few steps
     os.kill(rank1, signal.SIGTERM)
     _, err = p.communicate(timeout=120)
@@ -266,21 +273,7 @@ def test_a_collective_timeout_leaves_an_error_record(tmp_path):
     p = subprocess.Popen(MPIRUN + ["-np", "2"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=ENV, cwd=SRC)
     record = tmp_path / "to.json"
-    t0 = time.time()
-    rank1 = None
-    while time.time() - t0 < 60:  # rank 1 is the child of mpirun with OMPI_COMM_WORLD_RANK=1, once it has stepped
-        for child in pathlib.Path("/proc").glob("[0-9]*"):
-            try:
-                if int(child.joinpath("stat").read_text().split(")")[1].split()[1]) != p.pid:
-                    continue
-                if b"OMPI_COMM_WORLD_RANK=1\0" in child.joinpath("environ").read_bytes() + b"\0":
-                    rank1 = int(child.name)
-            except (OSError, ValueError, IndexError):
-                continue
-        if rank1 and record.exists() and json.loads(record.read_text())["status"] == "running":
-            break
-        time.sleep(0.2)
-    assert rank1, "rank 1 not found"
+    rank1 = running_rank1(p, record)
     time.sleep(1)
     try:
         os.kill(rank1, signal.SIGSTOP)
