@@ -361,17 +361,7 @@ int main(int argc, char** argv) {
       } catch (const std::exception& e) {  // a planner failure costs the prediction, not the run
         spdlog::warn("plan: the dry run failed ({}); the record carries no prediction", e.what());
       }
-      // On the cpu the plan's peak is host memory (activations included, which check_host_memory leaves out): a run
-      // that cannot fit is bad input, not a process for the kernel's OOM killer.
-      if (plan && cfg.device == "cpu") {
-        const size_t need = plan->peak_bytes * size_t(std::max(1, mpi.local_size())), avail = host_memory_available();
-        CONFIG_CHECK(avail == 0 || need <= avail,
-                     "the run needs {} of host memory at its peak ({} a rank x {} on this host, in its {} phase as "
-                     "planned), but {} is available (MemAvailable in /proc/meminfo); lower data.batch_size or "
-                     "data.microbatch_size, set checkpointing.policy, or use a smaller model", format_bytes(need),
-                     format_bytes(plan->peak_bytes), std::max(1, mpi.local_size()), plan->peak_phase,
-                     format_bytes(avail));
-      }
+      if (plan && cfg.device == "cpu") check_plan_fits_host(plan->peak_bytes, plan->peak_phase, mpi.local_size());
     }
     nlohmann::json part;
     if (cfg.job == "train") part = run_train(cfg, ctx);

@@ -78,6 +78,16 @@ TEST_CASE("host memory: the check names the key, the bytes needed and the bytes 
   CHECK(trainer::host_memory_available() > 0);  // Linux: /proc/meminfo
 }
 
+TEST_CASE("host memory: on the cpu the plan's peak times the host's ranks must fit", "[host_memory]") {
+  using trainer::check_plan_fits_host;
+  const size_t gib = size_t(1) << 30;
+  CHECK_NOTHROW(check_plan_fits_host(gib, "forward", 2, 2 * gib));  // exactly fits
+  CHECK_THROWS_WITH(check_plan_fits_host(gib, "backward", 2, 2 * gib - 1),
+                    Contains("2.00 GiB of host memory at its peak") && Contains("1.00 GiB a rank x 2") &&
+                        Contains("in its backward phase") && Contains("lower data.batch_size"));
+  CHECK_NOTHROW(check_plan_fits_host(gib, "forward", 0, gib));  // 0 local ranks reads as 1
+}
+
 TEST_CASE("config: parallel.comm in a build without NCCL", "[config]") {
   using trainer::resolve_comm;
   const auto no_nccl = resolve_comm("auto", "cuda", HostInfo{2, 2, /*nccl=*/false});

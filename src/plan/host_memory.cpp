@@ -80,4 +80,14 @@ void check_host_memory(const RunConfig& cfg, int world_size, int local_ranks, bo
       m.vocab_size, m.d_model, m.d_ff, m.num_layers));
 }
 
+void check_plan_fits_host(size_t peak_bytes, const std::string& peak_phase, int local_ranks, size_t available) {
+  if (available == 0) available = host_memory_available();
+  const size_t ranks = size_t(std::max(1, local_ranks)), need = peak_bytes * ranks;
+  CONFIG_CHECK(available == 0 || need <= available,
+               "the run needs {} of host memory at its peak ({} a rank x {} on this host, in its {} phase as planned), "
+               "but {} is available (MemAvailable in /proc/meminfo); lower data.batch_size or data.microbatch_size, "
+               "set checkpointing.policy, or use a smaller model",
+               format_bytes(need), format_bytes(peak_bytes), ranks, peak_phase, format_bytes(available));
+}
+
 }  // namespace trainer

@@ -38,4 +38,10 @@ size_t host_memory_available();
 /// host_memory_needed(...) exceeds host_memory_available(). `available` 0: read /proc/meminfo.
 void check_host_memory(const RunConfig& cfg, int world_size, int local_ranks, bool dry_run, size_t available = 0);
 
+/// On the cpu backend the plan's peak (planner.h: activations and workspaces included, which check_host_memory leaves
+/// out) is host memory: ConfigError (one line) when peak_bytes x local_ranks exceeds MemAvailable, so a run that
+/// cannot fit is bad input and not a process for the kernel's OOM killer. peak_phase names where the peak is.
+/// `available` 0: read /proc/meminfo (nothing is checked when it cannot be read).
+void check_plan_fits_host(size_t peak_bytes, const std::string& peak_phase, int local_ranks, size_t available = 0);
+
 }  // namespace trainer
