@@ -15,7 +15,9 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -208,6 +210,42 @@ std::string now_iso() {
   return buf;
 }
 
+/// The outermost missing directory on the way to directory `dir` (dir itself included), "" when it exists: what a
+/// writer will create there, and what a run that ends without output removes again.
+std::filesystem::path first_missing_dir(const std::filesystem::path& dir) {
+  std::filesystem::path created;
+  for (auto d = std::filesystem::absolute(dir); !d.empty() && !std::filesystem::exists(d); d = d.parent_path()) {
+    created = d;
+    if (d == d.parent_path()) break;
+  }
+  return created;
+}
+
+/// Removes directory `dir` and its parents up to `created` (first_missing_dir's answer) while they are empty.
+void remove_created_dirs(const std::filesystem::path& dir, const std::filesystem::path& created) {
+  if (created.empty()) return;
+  std::error_code ec;
+  for (auto d = std::filesystem::absolute(dir); ec.clear(), std::filesystem::remove(d, ec); d = d.parent_path())
+    if (d == created || d == d.parent_path()) break;  // remove() leaves a directory that is not empty
+}
+
+// Who ends the run's outputs on rank 0: the main thread or the failure-notice listener (a rank > 0 stopped the job:
+// MpiSession::listen_for_failures). The first to claim the end writes (or puts back) the record; the other leaves it
+// alone, and so does the fatal hook once the listener has it.
+enum class Ender : int { none, main_thread, listener };
+std::atomic<int> g_ender{int(Ender::none)};
+
+bool claim_end(Ender who) {
+  int none = int(Ender::none);
+  return g_ender.compare_exchange_strong(none, int(who)) || none == int(who);
+}
+
+/// For a thread that lost the end to the listener: it aborts the job in a moment (MPI_Abort); wait for that.
+[[noreturn]] void wait_for_abort(int code) {
+  std::this_thread::sleep_for(std::chrono::seconds(60));
+  std::_Exit(code);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -306,12 +344,8 @@ int main(int argc, char** argv) {
                            {"git", build::kGit}};
   // The record exists from here on, marked "running" (atomically, replacing any earlier record of this name), so an
   // older "ok" record never looks like this run's; the end of main() replaces it.
-  std::filesystem::path created_dir;  // the outermost directory the marker had to create ("" when none)
-  for (auto d = std::filesystem::absolute(results_path).parent_path(); !d.empty() && !std::filesystem::exists(d);
-       d = d.parent_path()) {
-    created_dir = d;
-    if (d == d.parent_path()) break;
-  }
+  const std::filesystem::path results_dir = std::filesystem::absolute(results_path).parent_path();
+  const std::filesystem::path created_dir = first_missing_dir(results_dir);  // what the marker creates ("": none)
   const auto write_running_marker = [&] {
     nlohmann::json running = record;
     running["status"] = "running";
@@ -330,20 +364,55 @@ int main(int argc, char** argv) {
       spdlog::error("the result record could not be marked running: {}", e.what());
     }
   }
+  // Bad input found once the job started ends without a record: what output.results held is put back, and the
+  // directories the marker made are removed while they hold nothing else.
+  const auto end_without_record = [&] {
+    prior->restore();
+    remove_created_dirs(results_dir, created_dir);
+  };
   // A fatal library error (a collective past parallel.comm_timeout_s, a CUDA failure) aborts from wherever it happens:
   // the record then says "error" with its message instead of staying "running".
+  static nlohmann::json failed;  // rank 0: a copy made here, read by the hook on whichever thread fails
+  static std::string failed_path;
   if (rank == 0) {
-    static nlohmann::json failed;  // a copy made here, read by the hook on whichever thread fails
-    static std::string failed_path;
     failed = record;
     failed["status"] = "error";
     failed["machine"] = machine_info("");
     failed_path = results_path;
     set_fatal_hook([](const std::string& msg) {
+      if (g_ender.load() == int(Ender::listener)) return;  // a rank > 0's failure is being recorded
       failed["error"] = msg;
       write_json_atomic(failed_path, failed);
     });
   }
+  // A rank > 0 that stops the job on its own (bad input only it found, a run error of its own) tells rank 0, which
+  // may be blocked in a collective that rank will never join: rank 0 then ends its outputs as for its own failure
+  // (bad input: the earlier record put back, exit code 2; else the record with status error or oom), and aborts.
+  if (rank == 0)
+    mpi.listen_for_failures([&](int from, int code, const std::string& msg) {
+      // Every rank usually finds bad input at once: rank 0's own end, if it comes within a second, speaks instead.
+      for (int i = 0; i < 50 && g_ender.load() == int(Ender::none); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (!claim_end(Ender::listener)) return;
+      set_fatal_hook(nullptr);
+      if (code == 2) {
+        std::fprintf(stderr, "trainer: error: rank %d: %s\n", from, msg.c_str());
+        std::fflush(stderr);
+        end_without_record();
+      } else {
+        failed["status"] = code == 3 ? "oom" : "error";
+        failed["error"] = fmt::format("rank {}: {}", from, msg);
+        try {
+          write_json_atomic(failed_path, failed);
+          spdlog::error("rank {} failed: {}; result record: {} (status {}); aborting all {} ranks", from, msg,
+                        failed_path, failed["status"].get<std::string>(), world);
+        } catch (const std::exception& e) {
+          spdlog::error("rank {} failed: {}; the result record could not be written: {}", from, msg, e.what());
+        }
+        spdlog::default_logger()->flush();
+      }
+      MPI_Abort(MPI_COMM_WORLD, code);
+    });
   if (cfg.job == "train") install_interrupt_handlers();  // the train job stops after a step (exit code 4)
   int code = 0;
   std::optional<Plan> plan;
@@ -386,24 +455,21 @@ int main(int argc, char** argv) {
     code = 3;
   } catch (const ConfigError& e) {
     // Bad input found only once the job looked at it (e.g. init.weights that do not fit the model): one line,
-    // exit code 2, no record. Usually every rank finds it; rank 0 speaks. A rank > 0 waits a moment first, so that
-    // rank 0, if it failed as well, restores the record path and aborts everyone (this rank's line then never
-    // shows); if rank 0 did not, this rank's line, with its rank, is the one.
+    // exit code 2, no record. Usually every rank finds it; rank 0 speaks. A rank > 0 tells rank 0 and waits a moment:
+    // rank 0 (for its own failure or for this notice) puts the paths back and aborts everyone, so this rank's line
+    // never shows; if rank 0 could not (it ended already, no MPI_THREAD_MULTIPLE), this rank's line is the one.
+    if (rank == 0 && !claim_end(Ender::main_thread)) wait_for_abort(2);  // a rank > 0's failure is being recorded
     set_fatal_hook(nullptr);
-    if (rank > 0 && world > 1) {
-      std::this_thread::sleep_for(std::chrono::seconds(2));
+    mpi.stop_listening();
+    if (rank > 0 && world > 1) {  // rank 0 speaks and aborts the job (see listen_for_failures above); else this rank
+      mpi.notify_failure(2, e.what());
+      std::signal(SIGTERM, SIG_DFL);  // mpirun's SIGTERM (the job aborting) now ends this rank before its own line
+      std::this_thread::sleep_for(std::chrono::seconds(3));
       std::fprintf(stderr, "trainer: error: rank %d: %s\n", rank, e.what());
     } else {
       std::fprintf(stderr, "trainer: error: %s\n", e.what());
     }
-    if (rank == 0) {  // no record for bad input: the path as it was, without the directories the marker made
-      std::error_code ec;
-      prior->restore();
-      if (!created_dir.empty())  // remove() leaves a directory that is not empty
-        for (auto d = std::filesystem::absolute(results_path).parent_path(); ec.clear(), std::filesystem::remove(d, ec);
-             d = d.parent_path())
-          if (d == created_dir) break;
-    }
+    if (rank == 0) end_without_record();  // no record for bad input: the paths as they were
     spdlog::shutdown();
     if (world > 1) MPI_Abort(MPI_COMM_WORLD, 2);
     return 2;
@@ -415,6 +481,8 @@ int main(int argc, char** argv) {
     spdlog::error("run failed: {}", e.what());
     code = 1;
   }
+  if (rank == 0 && !claim_end(Ender::main_thread)) wait_for_abort(code == 0 ? 1 : code);
+  mpi.stop_listening();
   if (cfg.profile.memory_timeline) {
     // Written here, after the job, so that a run that ran out of memory leaves its log too (its last allocation is
     // logged as failed); the job's backend is gone by now, so its teardown frees are in it as well.
@@ -455,7 +523,12 @@ int main(int argc, char** argv) {
     // wait a moment first, so that rank 0, if it failed as well, has written its record.
     spdlog::critical("rank {} failed ({}); aborting all {} ranks", rank, record["status"].get<std::string>(), world);
     spdlog::shutdown();
-    if (rank != 0) std::this_thread::sleep_for(std::chrono::seconds(2));
+    if (rank != 0) {  // rank 0 records the failure (unless it ended already) and aborts the job
+      mpi.notify_failure(code, record["error"].is_string() ? record["error"].get<std::string>()
+                                                            : record["status"].get<std::string>());
+      std::signal(SIGTERM, SIG_DFL);
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+    }
     MPI_Abort(MPI_COMM_WORLD, code);
   }
   spdlog::shutdown();

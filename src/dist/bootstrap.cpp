@@ -2,7 +2,10 @@
 
 #include <mpi.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <functional>
+#include <string>
 
 #include "core/errors.h"
 #include "dist/communicator.h"
@@ -20,9 +23,11 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_CHECK(MPI_Comm_rank(local, &local_rank_));
   MPI_CHECK(MPI_Comm_size(local, &local_size_));
   MPI_CHECK(MPI_Comm_free(&local));
+  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &notice_comm_));
 }
 
 MpiSession::~MpiSession() {
+  stop_listening();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
@@ -38,6 +43,51 @@ int MpiSession::first_rank_differing(const std::string& text) const {
   unsigned long long h = std::hash<std::string>{}(text), root = h;
   MPI_CHECK(MPI_Bcast(&root, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD));
   return first_failing_rank(h != root);
+}
+
+namespace {
+constexpr int kNoticeTag = 7;  // the only tag on notice_comm_
+}  // namespace
+
+void MpiSession::listen_for_failures(FailureHandler on_notice) {
+  if (rank_ != 0 || size_ < 2 || thread_level_ != MPI_THREAD_MULTIPLE || listener_.joinable()) return;
+  stop_.store(false);
+  listener_ = std::thread([this, on_notice = std::move(on_notice)] {
+    while (!stop_.load()) {
+      int flag = 0;
+      MPI_Status st;
+      MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, kNoticeTag, notice_comm_, &flag, &st));
+      if (!flag) {  // polled, not a blocking receive: Open MPI's blocking calls spin and would take a core
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        continue;
+      }
+      int bytes = 0;
+      MPI_CHECK(MPI_Get_count(&st, MPI_CHAR, &bytes));
+      std::string text(size_t(bytes), '\0');
+      MPI_CHECK(MPI_Recv(text.data(), bytes, MPI_CHAR, st.MPI_SOURCE, kNoticeTag, notice_comm_, MPI_STATUS_IGNORE));
+      const size_t nl = text.find('\n');  // "<code>\n<message>"
+      on_notice(st.MPI_SOURCE, std::atoi(text.substr(0, nl).c_str()),
+                nl == std::string::npos ? std::string() : text.substr(nl + 1));
+    }
+  });
+}
+
+void MpiSession::stop_listening() {
+  stop_.store(true);
+  if (listener_.joinable() && listener_.get_id() != std::this_thread::get_id()) listener_.join();
+}
+
+void MpiSession::notify_failure(int code, const std::string& message) const {
+  if (rank_ == 0 || notice_comm_ == MPI_COMM_NULL) return;
+  static std::string text;  // outlives a send that has not completed by the deadline (the job is ending anyway)
+  text = std::to_string(code) + "\n" + message;
+  MPI_Request req;
+  if (MPI_Isend(text.data(), int(text.size()), MPI_CHAR, 0, kNoticeTag, notice_comm_, &req) != MPI_SUCCESS) return;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  int done = 0;
+  while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
 
 std::unique_ptr<Communicator> make_communicator(const RunConfig& cfg, Backend& be, const RunContext& ctx) {

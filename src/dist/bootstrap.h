@@ -1,8 +1,13 @@
 // MPI bootstrap: MPI_Init_thread, world and local (per-host) rank, agreement helpers used at start-up, and the world
 // communicator chosen by parallel.comm.
 #pragma once
+#include <mpi.h>
+
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "config/config.h"
 #include "backend/backend.h"
@@ -28,8 +33,24 @@ class MpiSession {
   /// Collective: the lowest rank whose `text` differs from rank 0's (compared by a 64-bit hash), or -1.
   int first_rank_differing(const std::string& text) const;
 
+  /// Failure notices: a rank > 0 that stops the job on its own (bad input only it found, a run error) tells rank 0,
+  /// which may be blocked in a collective that rank will never join, so that rank 0 ends the run's outputs as it
+  /// would for its own failure before the job is aborted. They travel on a private duplicate of MPI_COMM_WORLD.
+  using FailureHandler = std::function<void(int rank, int code, const std::string& message)>;
+  /// Rank 0 of several, with MPI_THREAD_MULTIPLE (else a no-op): starts a thread that polls for notices (every
+  /// 20 ms) and calls `on_notice` for each (rank, exit code, message) until stop_listening(). Call once.
+  void listen_for_failures(FailureHandler on_notice);
+  /// Stops the listener and joins its thread (not from within `on_notice`). Idempotent.
+  void stop_listening();
+  /// Rank > 0: sends (exit code, message) to rank 0's listener. Best effort: returns once the send completed or
+  /// after 1 s; nothing tells whether rank 0 listens.
+  void notify_failure(int code, const std::string& message) const;
+
  private:
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, thread_level_ = 0;
+  MPI_Comm notice_comm_ = MPI_COMM_NULL;  // the notices' duplicate of MPI_COMM_WORLD
+  std::thread listener_;
+  std::atomic<bool> stop_{false};
 };
 
 /// The communicator over all ranks of the run, bound to the backend `be`; there always is one. Strategy "none" (one

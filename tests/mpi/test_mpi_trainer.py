@@ -5,7 +5,8 @@
   relative (fsdp: the checkpoint gathered from the shards); the record carries comm / comm_exposed timings, and
   zero1's and fsdp's optimizer-state bytes per rank are within 10% of 1/N of one process's.
 - A global batch not divisible by the ranks, and one rank given a different config: every rank stops with one clear
-  message, well within 30 s.
+  message, well within 30 s. Bad input that only rank 1 finds in the job (its own init.weights file): one line naming
+  rank 1, exit code 2, and rank 0 puts back what output.results held.
 - collective_bench on 2 and 4 ranks writes its table and record (#wrong 0, bandwidths as nccl-tests defines them),
   launched through launch/mpirun.sh.
 
@@ -140,6 +141,32 @@ def test_one_rank_with_a_different_config_stops_every_rank(tmp_path):
     assert p.returncode != 0
     assert "the resolved config of rank 1 differs from rank 0's" in p.stderr, p.stderr[-2000:]
     assert not (tmp_path / "mix.json").exists()
+    assert wall < 30, f"took {wall:.1f} s"
+
+
+def test_bad_input_only_rank_1_finds_puts_back_rank_0s_record(tmp_path):
+    """A per-rank file problem: init.weights is a relative path and each rank runs in its own directory (mpirun
+    -wdir), where only rank 1's file has another shape. Rank 1 finds it in the job while rank 0 goes on to a
+    collective; rank 0 hears of it, says so in one line naming rank 1, puts back what output.results held (it had
+    stayed "running"), and the job exits with code 2."""
+    p, _ = run(train_args(tmp_path, "w", "bench.measure_steps=1"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    weights, _ = safetensors_io.load(tmp_path / "w.ck" / "model.safetensors")
+    for sub, d_model in (("r0", 64), ("r1", 128)):
+        (tmp_path / sub).mkdir()
+        weights["token_embeddings.weight"] = np.zeros((256, d_model), np.float32)
+        safetensors_io.save(tmp_path / sub / "w.safetensors", weights)
+    record = tmp_path / "earlier.json"
+    record.write_text('{"earlier": "record"}\n')
+    args = [BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set", "parallel.strategy=ddp_flat",
+            "--set", "init.weights=w.safetensors", "--set", f"output.results={record}"]
+    p, wall = run(MPIRUN + ["-np", "1", "-wdir", str(tmp_path / "r0")] + args +
+                  [":", "-np", "1", "-wdir", str(tmp_path / "r1")] + args, timeout=60)
+    assert p.returncode == 2, p.stderr[-3000:]
+    errors = [line for line in p.stderr.splitlines() if "error:" in line or "[error]" in line]
+    assert errors == ["trainer: error: rank 1: init.weights: 'w.safetensors': tensor 'token_embeddings.weight' has "
+                      "shape [256, 128], the model needs [256, 64]"], p.stderr[-3000:]
+    assert record.read_text() == '{"earlier": "record"}\n'
     assert wall < 30, f"took {wall:.1f} s"
 
 
