@@ -346,6 +346,9 @@ int main(int argc, char** argv) {
   // older "ok" record never looks like this run's; the end of main() replaces it.
   const std::filesystem::path results_dir = std::filesystem::absolute(results_path).parent_path();
   const std::filesystem::path created_dir = first_missing_dir(results_dir);  // what the marker creates ("": none)
+  // The checkpoint directory, if this run makes it (rank 0 does, for its .lock, when the job starts).
+  const std::filesystem::path ckpt_created =
+      cfg.output.checkpoint ? first_missing_dir(*cfg.output.checkpoint) : std::filesystem::path();
   const auto write_running_marker = [&] {
     nlohmann::json running = record;
     running["status"] = "running";
@@ -365,10 +368,21 @@ int main(int argc, char** argv) {
     }
   }
   // Bad input found once the job started ends without a record: what output.results held is put back, and the
-  // directories the marker made are removed while they hold nothing else.
+  // directories this run made (for the record, for the checkpoints' .lock) are removed while they hold nothing else.
   const auto end_without_record = [&] {
     prior->restore();
     remove_created_dirs(results_dir, created_dir);
+    if (!ckpt_created.empty()) {
+      const std::filesystem::path dir = std::filesystem::absolute(*cfg.output.checkpoint);
+      std::error_code ec;
+      std::vector<std::filesystem::path> entries;
+      for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
+           it.increment(ec))
+        entries.push_back(it->path().filename());
+      if (!ec && entries == std::vector<std::filesystem::path>{".lock"})
+        std::filesystem::remove(dir / ".lock", ec);  // the lock is ours: this run made the directory
+      remove_created_dirs(dir, ckpt_created);
+    }
   };
   // A fatal library error (a collective past parallel.comm_timeout_s, a CUDA failure) aborts from wherever it happens:
   // the record then says "error" with its message instead of staying "running".

@@ -278,6 +278,29 @@ def test_bad_input_found_by_the_job_leaves_no_marker(trainer_bin, tmp_path):
     assert snapshot(tmp_path) == before  # no out/result.json, no out/
 
 
+def test_bad_input_found_after_the_checkpoint_lock_leaves_no_new_directory(trainer_bin, tmp_path):
+    """init.resume with a truncated optimizer shard is found once rank 0 holds output.checkpoint's .lock: exit code
+    2, the error as the last line, and the checkpoint directory the run made (two levels of it) is gone with its
+    .lock, as is the record's."""
+    (tmp_path / "w").mkdir()
+    ck = tmp_path / "w" / "ck"
+    make = write_json(tmp_path / "w" / "c.json", tiny_config(tmp_path / "w", output={
+        "results": str(tmp_path / "w" / "r.json"), "checkpoint": str(ck)}))
+    assert run(trainer_bin, [make], tmp_path).returncode == 0
+    shard = next((ck / (ck / "latest").read_text().strip()).glob("optim-rank*.safetensors"))
+    with open(shard, "r+b") as f:
+        f.truncate(1000)
+    cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path, bench={"warmup_steps": 0, "measure_steps": 3},
+                                                      init={"resume": str(ck)},
+                                                      output={"checkpoint": str(tmp_path / "new" / "ck")}))
+    before = snapshot(tmp_path)
+    r = run(trainer_bin, [cfg], tmp_path)
+    assert r.returncode == 2, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("trainer: error: init.resume") and "truncated" in last, r.stderr
+    assert snapshot(tmp_path) == before  # no new/ck/.lock, no new/, no out/
+
+
 def test_bad_input_found_late_puts_back_what_output_results_held(trainer_bin, tmp_path):
     """The job finds init.weights of another shape after the running marker was written: exit code 2, and what the
     results path held before is there again, byte for byte: an earlier record, the same through a symbolic link, and

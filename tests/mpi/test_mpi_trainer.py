@@ -148,7 +148,7 @@ def test_bad_input_only_rank_1_finds_puts_back_rank_0s_record(tmp_path):
     """A per-rank file problem: init.weights is a relative path and each rank runs in its own directory (mpirun
     -wdir), where only rank 1's file has another shape. Rank 1 finds it in the job while rank 0 goes on to a
     collective; rank 0 hears of it, says so in one line naming rank 1, puts back what output.results held (it had
-    stayed "running"), and the job exits with code 2."""
+    stayed "running"), removes the checkpoint directory it had made for its .lock, and the job exits with code 2."""
     p, _ = run(train_args(tmp_path, "w", "bench.measure_steps=1"))
     assert p.returncode == 0, p.stderr[-3000:]
     weights, _ = safetensors_io.load(tmp_path / "w.ck" / "model.safetensors")
@@ -159,7 +159,8 @@ def test_bad_input_only_rank_1_finds_puts_back_rank_0s_record(tmp_path):
     record = tmp_path / "earlier.json"
     record.write_text('{"earlier": "record"}\n')
     args = [BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set", "parallel.strategy=ddp_flat",
-            "--set", "init.weights=w.safetensors", "--set", f"output.results={record}"]
+            "--set", "init.weights=w.safetensors", "--set", f"output.results={record}",
+            "--set", f"output.checkpoint={tmp_path / 'new' / 'ck'}"]
     p, wall = run(MPIRUN + ["-np", "1", "-wdir", str(tmp_path / "r0")] + args +
                   [":", "-np", "1", "-wdir", str(tmp_path / "r1")] + args, timeout=60)
     assert p.returncode == 2, p.stderr[-3000:]
@@ -167,6 +168,7 @@ def test_bad_input_only_rank_1_finds_puts_back_rank_0s_record(tmp_path):
     assert errors == ["trainer: error: rank 1: init.weights: 'w.safetensors': tensor 'token_embeddings.weight' has "
                       "shape [256, 128], the model needs [256, 64]"], p.stderr[-3000:]
     assert record.read_text() == '{"earlier": "record"}\n'
+    assert not (tmp_path / "new").exists()
     assert wall < 30, f"took {wall:.1f} s"
 
 
