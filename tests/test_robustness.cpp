@@ -78,6 +78,26 @@ TEST_CASE("host memory: the check names the key, the bytes needed and the bytes 
   CHECK(trainer::host_memory_available() > 0);  // Linux: /proc/meminfo
 }
 
+TEST_CASE("host memory: one step's token ids count, in a run and in the plan's dry run", "[host_memory]") {
+  using trainer::check_host_memory;
+  using trainer::host_memory_needed;
+  const size_t gib = size_t(1) << 30;
+  RunConfig c = model(2, "cuda");
+  c.model.context_length = 64;
+  c.data.batch_size = 2000000000;
+  const double tokens = 2e9 * 64;
+  CHECK(host_memory_needed(c, 1, 1, /*dry_run=*/true).tokens == size_t(4 * tokens));  // the dry run's one array
+  CHECK(host_memory_needed(c, 1, 1, false).tokens == size_t(8 * tokens));  // inputs and targets (int32)
+  c.device = "cpu";  // and the cpu backend's copy of them and the losses; two ranks on this host, half a batch each
+  CHECK(host_memory_needed(c, 2, 2, false).tokens == size_t(20 * tokens / 2 * 2));
+  CHECK_THROWS_WITH(check_host_memory(c, 1, 1, true, gib),
+                    Contains("data.batch_size = 2000000000: the plan's dry run needs at least 476.84 GiB") &&
+                        Contains("for one step's token ids") && Contains("context_length 64"));
+  c.data.batch_size = 4;
+  c.model.context_length = 100000000;
+  CHECK_THROWS_WITH(check_host_memory(c, 1, 1, false, gib), Contains("model.context_length = 100000000"));
+}
+
 TEST_CASE("host memory: on the cpu the plan's peak times the host's ranks must fit", "[host_memory]") {
   using trainer::check_plan_fits_host;
   const size_t gib = size_t(1) << 30;

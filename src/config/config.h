@@ -188,6 +188,10 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
 /// The dims of a named preset (vocab, context, d_model, d_ff, layers, heads); raises ConfigError for unknown names.
 ModelCfg preset_model(const std::string& name);
 
+/// The parameters of DESIGN.md's model with dims `m`, counted in double (no padding, no overflow):
+/// 2 vocab d_model + num_layers (4 d_model^2 + 3 d_model d_ff + 2 d_model) + d_model.
+double model_param_count(const ModelCfg& m);
+
 /// The dims of `m` that differ from its preset's (e.g. a preset run at another context length), as
 /// {field: {"preset": value, "used": value}}; empty without a preset. Records and the start line name them, so a
 /// record never claims a preset's shape it did not run.

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <initializer_list>
 #include <string_view>
 
 #include "config/schema.h"
@@ -82,7 +83,46 @@ void check_readable_file(const std::string& path, const char* key) {
   CONFIG_CHECK(regular, "config: cannot read '{}' ({}): not a regular file", path, key);
 }
 
+// Sizes are counted in 64-bit integers (elements, bytes, byte offsets of the flat buffers): a product of the config's
+// sizes beyond this many elements overflows them (16 bytes of fp32 weights, gradients and AdamW state per parameter)
+// and is refused at once, before a dry run or an allocation turns it into a crash. 2^56 elements is 288 PB of fp32.
+constexpr double kMaxElements = 72057594037927936.0;  // 2^56
+
+struct SizeFactor {
+  const char* key;   // "data.batch_size"
+  double value;
+  double reference;  // its value in the largest preset (10B): the factor furthest above it is named first
+};
+
+/// The factor of `fs` furthest above its reference: the key a message names as the one that makes a size large.
+const SizeFactor& largest_factor(std::initializer_list<SizeFactor> fs) {
+  const SizeFactor* top = fs.begin();
+  for (const SizeFactor& f : fs)
+    if (f.value / f.reference > top->value / top->reference) top = &f;
+  return *top;
+}
+
+/// ConfigError naming the largest factor when the product of `fs` (`what`, e.g. "one step's attention scores")
+/// exceeds kMaxElements.
+void check_elements(const char* what, std::initializer_list<SizeFactor> fs) {
+  double product = 1;
+  std::string terms;
+  for (const SizeFactor& f : fs) {
+    product *= f.value;
+    terms += fmt::format("{}{} {}", terms.empty() ? "" : " x ", std::string_view(f.key).substr(
+                                                                  std::string_view(f.key).find('.') + 1), f.value);
+  }
+  const SizeFactor top = largest_factor(fs);
+  CONFIG_CHECK(product <= kMaxElements, "{} = {}: {} would hold {} = {:.3g} elements, beyond the 2^56 (7.2e16) that "
+               "the trainer's 64-bit sizes hold", top.key, top.value, what, terms, product);
+}
+
 }  // namespace
+
+double model_param_count(const ModelCfg& m) {
+  const double V = m.vocab_size, d = m.d_model, f = m.d_ff, L = m.num_layers;
+  return 2 * V * d + L * (4 * d * d + 3 * d * f + 2 * d) + d;
+}
 
 void validate_config(const RunConfig& c, int world_size, const std::string& config_path) {
   TRAINER_CHECK(world_size >= 1, "validate_config: world_size {} < 1", world_size);
@@ -186,6 +226,26 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
     CONFIG_CHECK(per_rank % d.microbatch_size == 0,
                  "data: per-rank batch {} (batch_size {} / world_size {}) is not divisible by microbatch_size {}",
                  per_rank, d.batch_size, world_size, d.microbatch_size);
+  }
+
+  // sizes whose products the trainer counts: the parameters and one step's largest tensors (global batch)
+  {
+    const ModelCfg big = preset_model("10B");
+    const SizeFactor V{"model.vocab_size", double(m.vocab_size), double(big.vocab_size)},
+        D{"model.d_model", double(m.d_model), double(big.d_model)},
+        F{"model.d_ff", double(m.d_ff), double(big.d_ff)},
+        L{"model.num_layers", double(m.num_layers), double(big.num_layers)},
+        H{"model.num_heads", double(m.num_heads), double(big.num_heads)},
+        T{"model.context_length", double(m.context_length), double(big.context_length)},
+        B{"data.batch_size", double(d.batch_size), 4.0};
+    const double params = model_param_count(m);
+    const SizeFactor top = largest_factor({V, D, F, L});
+    CONFIG_CHECK(params <= kMaxElements, "{} = {}: the model would have {:.3g} parameters, beyond the 2^56 (7.2e16) "
+                 "elements that the trainer's 64-bit sizes hold; model: vocab_size {}, d_model {}, d_ff {}, "
+                 "num_layers {}", top.key, top.value, params, m.vocab_size, m.d_model, m.d_ff, m.num_layers);
+    check_elements("one step's activations", {B, T, m.d_ff > m.d_model ? F : D});
+    check_elements("one step's attention scores", {B, H, T, T});
+    check_elements("one step's logits", {B, T, V});
   }
 
   // collective_bench

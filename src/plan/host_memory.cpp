@@ -14,11 +14,6 @@ namespace trainer {
 
 namespace {
 
-double param_count(const ModelCfg& m) {  // DESIGN.md's model: embedding, L blocks, ln_final, lm_head (no padding)
-  const double V = m.vocab_size, d = m.d_model, f = m.d_ff, L = m.num_layers;
-  return 2 * V * d + L * (4 * d * d + 3 * d * f + 2 * d) + d;
-}
-
 size_t clamp_bytes(double b) { return b >= 9e18 ? size_t(9e18) : size_t(b); }
 
 /// The model key that makes the model large, and its value: the one furthest above the largest preset's (10B).
@@ -40,8 +35,15 @@ std::pair<const char*, int> dominant_key(const ModelCfg& m) {
 HostNeed host_memory_needed(const RunConfig& cfg, int world_size, int local_ranks, bool dry_run) {
   HostNeed n;
   n.bookkeeping = clamp_bytes(double(cfg.model.num_layers) * kBookkeepingBytesPerBlock);
-  if (dry_run || cfg.device != "cpu") return n;
-  const double p = param_count(cfg.model), w = world_size;
+  const double rank_tokens = double(cfg.data.batch_size) / std::max(1, world_size) * cfg.model.context_length;
+  if (dry_run) {
+    n.tokens = clamp_bytes(kDryRunTokenBytes * rank_tokens);
+    return n;
+  }
+  n.tokens = clamp_bytes((kRunTokenBytes + (cfg.device == "cpu" ? kCpuTokenBytes : 0)) * rank_tokens *
+                         std::max(1, local_ranks));
+  if (cfg.device != "cpu") return n;
+  const double p = model_param_count(cfg.model), w = world_size;
   const std::string& s = cfg.parallel.strategy;
   const double weights = 4 * p / (s == "fsdp" ? w : 1), grads = 4 * p / (s == "fsdp" ? w : 1);
   const double adam = 8 * p / (s == "zero1" || s == "fsdp" ? w : 1);
@@ -67,17 +69,30 @@ void check_host_memory(const RunConfig& cfg, int world_size, int local_ranks, bo
   const HostNeed n = host_memory_needed(cfg, world_size, local_ranks, dry_run);
   if (n.total() <= available) return;
   const ModelCfg& m = cfg.model;
-  const std::string what =
-      n.tensors > n.bookkeeping
-          ? fmt::format("{} for the fp32 weights, gradients and AdamW state on the cpu{}", format_bytes(n.tensors),
-                        local_ranks > 1 ? fmt::format(" of {} ranks on this host", local_ranks) : "")
-          : fmt::format("{} for the bookkeeping of {} blocks", format_bytes(n.bookkeeping), m.num_layers);
-  const auto [key, value] = n.tensors > n.bookkeeping ? dominant_key(m) : std::pair("model.num_layers", m.num_layers);
+  const std::string on_host = local_ranks > 1 ? fmt::format(" of {} ranks on this host", local_ranks) : "";
+  std::string what, sizes;
+  std::pair<const char*, int> key;
+  if (n.tokens >= n.tensors && n.tokens >= n.bookkeeping) {  // one step's token ids (and losses)
+    what = fmt::format("{} for one step's token ids{}", format_bytes(n.tokens), on_host);
+    sizes = fmt::format("data: batch_size {} over {} rank(s), model: context_length {}", cfg.data.batch_size,
+                        world_size, m.context_length);
+    // The key further above its value in the largest preset (10B: batch 4, context 512).
+    key = double(cfg.data.batch_size) / 4 >= double(m.context_length) / 512
+              ? std::pair("data.batch_size", cfg.data.batch_size)
+              : std::pair("model.context_length", m.context_length);
+  } else {
+    what = n.tensors > n.bookkeeping
+               ? fmt::format("{} for the fp32 weights, gradients and AdamW state on the cpu{}",
+                             format_bytes(n.tensors), on_host)
+               : fmt::format("{} for the bookkeeping of {} blocks", format_bytes(n.bookkeeping), m.num_layers);
+    sizes = fmt::format("model: vocab_size {}, d_model {}, d_ff {}, num_layers {}", m.vocab_size, m.d_model, m.d_ff,
+                        m.num_layers);
+    key = n.tensors > n.bookkeeping ? dominant_key(m) : std::pair("model.num_layers", m.num_layers);
+  }
   throw ConfigError(fmt::format(
-      "{} = {}: {} needs at least {} of host memory ({}), but {} is available (MemAvailable in /proc/meminfo); "
-      "model: vocab_size {}, d_model {}, d_ff {}, num_layers {}",
-      key, value, dry_run ? "the plan's dry run" : "the run", format_bytes(n.total()), what, format_bytes(available),
-      m.vocab_size, m.d_model, m.d_ff, m.num_layers));
+      "{} = {}: {} needs at least {} of host memory ({}), but {} is available (MemAvailable in /proc/meminfo); {}",
+      key.first, key.second, dry_run ? "the plan's dry run" : "the run", format_bytes(n.total()), what,
+      format_bytes(available), sizes));
 }
 
 void check_plan_fits_host(size_t peak_bytes, const std::string& peak_phase, int local_ranks, size_t available) {

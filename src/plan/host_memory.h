@@ -9,7 +9,11 @@
 //     what was measured, so the bound stays a lower bound;
 //   - on the cpu backend the tensors themselves: fp32 weights, gradients and AdamW m and v, 16 bytes per parameter
 //     (gradients and weights divided by the world size under fsdp, the optimizer state under zero1 and fsdp), times
-//     the ranks that share this host.
+//     the ranks that share this host;
+//   - one step's token ids per rank (batch_size / world_size x context_length tokens): the train job's inputs and
+//     targets (int32 each, 8 bytes a token), on the cpu also the model's copy of them and its per-token losses (12
+//     more); the --plan dry run's one zero-filled token array (4 bytes a token). data.batch_size=2000000000 had
+//     made the dry run throw std::bad_alloc.
 // Activations and workspaces are not counted (a lower bound: a run this check passes may still run out of memory).
 #pragma once
 #include <cstddef>
@@ -21,14 +25,19 @@ namespace trainer {
 
 inline constexpr size_t kBookkeepingBytesPerBlock = 1024;
 
+inline constexpr double kRunTokenBytes = 8;     // a token's input and target ids (int32) on the host, a run
+inline constexpr double kCpuTokenBytes = 12;    // the cpu backend's copy of them and the token's fp32 loss
+inline constexpr double kDryRunTokenBytes = 4;  // the plan's dry run: one int32 id a token
+
 struct HostNeed {
   size_t bookkeeping = 0;  // bytes: per-block structures of the model, schedule and strategy (this process)
   size_t tensors = 0;      // bytes: cpu backend parameters, gradients, AdamW state (all ranks on this host)
-  size_t total() const { return bookkeeping + tensors; }
+  size_t tokens = 0;       // bytes: one step's token ids (and on the cpu losses) of a rank (all ranks on this host)
+  size_t total() const { return bookkeeping + tensors + tokens; }
 };
 
 /// The lower bound above for `cfg` (resolved) on `world_size` ranks, `local_ranks` of them on this host. dry_run: for
-/// --plan (the meta backend holds no tensors: bookkeeping only).
+/// --plan (the meta backend holds no tensors: bookkeeping and the dry run's token ids only).
 HostNeed host_memory_needed(const RunConfig& cfg, int world_size, int local_ranks, bool dry_run);
 
 /// MemAvailable of /proc/meminfo in bytes; 0 when it cannot be read (then nothing is checked).

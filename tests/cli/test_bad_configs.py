@@ -281,6 +281,37 @@ def case_keep_attention_not_bool(tmp):
     return [write_json(tmp / "c.json", cfg)], ["checkpointing.keep_attention"]
 
 
+def case_d_model_beyond_64_bit_sizes_in_the_plan(tmp):  # the dry run's byte counts had overflowed (an abort)
+    cfg = tiny_config(tmp, model={"preset": "tiny", "d_model": 2000000000})
+    return [write_json(tmp / "c.json", cfg), "--plan"], ["model.d_model = 2000000000", "parameters", "2^56"]
+
+
+def case_context_beyond_64_bit_sizes_in_the_plan(tmp):  # std::bad_alloc in the dry run
+    cfg = tiny_config(tmp, model={"preset": "tiny", "context_length": 2000000000})
+    return [write_json(tmp / "c.json", cfg), "--plan"], ["model.context_length = 2000000000", "attention scores"]
+
+
+def mem_available():
+    with open("/proc/meminfo") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+
+
+def huge_batch(tmp, *extra):  # 1.28e11 tokens: 477 GiB of token ids in the dry run, more in a run
+    if mem_available() > 4 * 2000000000 * 64:
+        return None
+    cfg = tiny_config(tmp, data={"source": "random", "batch_size": 2000000000})
+    return [write_json(tmp / "c.json", cfg), *extra], ["data.batch_size = 2000000000", "one step's token ids",
+                                                       "MemAvailable"]
+
+
+def case_huge_batch_in_the_plan(tmp):  # std::bad_alloc in the dry run (exit 134)
+    return huge_batch(tmp, "--plan")
+
+
+def case_huge_batch_in_a_run(tmp):  # had been an out-of-memory record (exit 3) after the running marker
+    return huge_batch(tmp)
+
+
 BAD_CASES = {name[len("case_"):]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
 
 
