@@ -32,9 +32,10 @@ fi
 cmake --build "$build" -j "${TRAINER_JOBS:-$(nproc)}"
 
 # NCCL comes from NVIDIA's CUDA repository, which setup does not add: it never installs NCCL. Without it a GPU build runs multi-GPU jobs over MPI
-# (parallel.comm auto resolves to mpi); say so here rather than only in CMake's log.
+# (parallel.comm auto resolves to mpi); say so here rather than only in CMake's log. A build without CUDA (no nvcc,
+# -DTRAINER_CUDA=OFF) has no use for NCCL: no advice there.
 version=$("$build/trainer" --version 2>/dev/null || true)
-if [[ "$version" == *"NCCL: absent"* ]]; then
+if [[ "$version" == *"CUDA: built in"* && "$version" == *"NCCL: absent"* ]]; then
   echo "setup: NCCL absent: built without NCCL, so runs on several GPUs use MPI (parallel.comm auto -> mpi; slower)."
   echo "       For NCCL: install NVIDIA's libnccl2 and libnccl-dev (CUDA apt repository), or set NCCL_HOME to an"
   echo "       NCCL install, then: rm $build/CMakeCache.txt && launch/setup.sh   ($build/trainer --version says which)"

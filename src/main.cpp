@@ -300,9 +300,11 @@ int main(int argc, char** argv) {
                 << (TRAINER_HAVE_CUDA_BUILD ? "built in" : "absent (built without nvcc, or with -DTRAINER_CUDA=OFF)")
                 << "\n"
                 << "NCCL: "
-                << (build::kHaveNccl ? "built in (parallel.comm auto is nccl on cuda with a GPU per rank)"
-                                     : fmt::format("absent: {}; parallel.comm auto resolves to mpi",
-                                                   build::kNoNcclHint))
+                << (build::kHaveNccl        ? "built in (parallel.comm auto is nccl on cuda with a GPU per rank)"
+                    : TRAINER_HAVE_CUDA_BUILD ? fmt::format("absent: {}; parallel.comm auto resolves to mpi",
+                                                            build::kNoNcclHint)
+                                              : std::string("absent (not used: no CUDA in this build; parallel.comm "
+                                                            "auto is mpi)"))
                 << "\n";
     return 0;
   }

@@ -8,7 +8,8 @@ parallel.comm auto without NCCL, and GPU suites that skip showing as skipped.
   line, exit code 2, nothing written.
 - model.num_layers=30000000: one line naming the key and the bytes needed vs MemAvailable, exit code 2, in well under
   a second.
-- Without NCCL in the build (CI), parallel.comm auto resolves to mpi on cuda and --version says how to get NCCL.
+- Without NCCL in the build (CI), parallel.comm auto resolves to mpi on cuda; --version says how to get NCCL in a CUDA
+  build only, and so does launch/setup.sh (a build without CUDA has no use for it).
 - ctest reports a GPU-only unit file as Skipped without a GPU.
 
 Run: TRAINER_BIN=build/trainer TRAINER_SOURCE_DIR=. /usr/bin/python3 -m pytest tests/cli/test_robustness.py
@@ -208,7 +209,10 @@ def test_comm_auto_without_nccl(trainer_bin, tmp_path):
     if nccl_line.startswith("NCCL: built in"):
         assert comm == "nccl"
         pytest.skip("this trainer has NCCL: the without-NCCL half does not apply")
-    assert "absent" in nccl_line and "libnccl-dev" in nccl_line and "NCCL_HOME" in nccl_line
+    if "CUDA: built in" in v:  # how to get NCCL, where it would be used
+        assert "absent" in nccl_line and "libnccl-dev" in nccl_line and "NCCL_HOME" in nccl_line
+    else:  # a build without CUDA has no use for NCCL: no advice
+        assert "absent (not used: no CUDA in this build" in nccl_line and "libnccl-dev" not in nccl_line, nccl_line
     assert comm == "mpi"
     expect_refused(trainer_bin, tmp_path, ["--print-config", tiny, "--set", "device=cuda", "--set", "parallel.comm=nccl"],
                    "parallel.comm: 'nccl' is not available", "libnccl-dev", "parallel.comm=mpi")
@@ -217,6 +221,30 @@ def test_comm_auto_without_nccl(trainer_bin, tmp_path):
 def test_setup_script_says_nccl_plainly():
     text = (pathlib.Path(os.environ.get("TRAINER_SOURCE_DIR", ".")) / "launch" / "setup.sh").read_text()
     assert "libnccl-dev" in text and "NCCL_HOME" in text
+
+
+@pytest.mark.parametrize("cuda, nccl, advice", [
+    ("absent (built without nvcc, or with -DTRAINER_CUDA=OFF)", "absent (not used: no CUDA in this build)", False),
+    ("built in", "absent: this trainer was built without NCCL (install NVIDIA's libnccl-dev ...)", True),
+    ("built in", "built in (parallel.comm auto is nccl on cuda with a GPU per rank)", False)])
+def test_setup_gives_nccl_advice_only_to_a_cuda_build(tmp_path, cuda, nccl, advice):
+    """launch/setup.sh after its build (install skipped, cmake a no-op, a stand-in trainer saying what it was built
+    with): the NCCL advice shows for a CUDA build without NCCL only."""
+    build = tmp_path / "build"
+    (build / "data").mkdir(parents=True)
+    (build / "CMakeCache.txt").write_text("")
+    (build / "data" / "fortunes.u16").write_bytes(b"")
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    for path, text in [(build / "trainer", f"echo 'trainer 0.1.0'; echo 'CUDA: {cuda}'; echo \"NCCL: {nccl}\""),
+                       (stubs / "cmake", "exit 0")]:
+        path.write_text(f"#!/bin/sh\n{text}\n")
+        path.chmod(0o755)
+    env = dict(os.environ, PATH=f"{stubs}:{os.environ['PATH']}", TRAINER_SKIP_INSTALL="1", TRAINER_BUILD_DIR=str(build))
+    r = subprocess.run(["bash", str(SRC / "launch" / "setup.sh")], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "setup: ok" in r.stdout
+    assert ("NCCL absent" in r.stdout and "libnccl-dev" in r.stdout) == advice, r.stdout
 
 
 # ---- skipped GPU tests -------------------------------------------------------------------------------------------
