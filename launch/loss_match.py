@@ -22,6 +22,20 @@ def load(path):
     return r, per_step
 
 
+def failure(path, r):
+    """Why record `r` (read from `path`) is not a finished run, naming the file, or None when it is one. A record
+    whose status is "running" carries no error: its run has not ended, or was killed before it wrote its end."""
+    status = r.get("status") if isinstance(r, dict) else None
+    if status in (None, "ok"):
+        return None
+    if status == "running":
+        why = (f"the run has not ended, or was killed before it wrote its record (pid {r.get('pid', '?')}, started "
+               f"{r.get('started', '?')})")
+    else:
+        why = r.get("error") or "no error message in the record"
+    return f"'{path}' is a failed run (status {status}: {why})"
+
+
 def setup(r):
     """What must agree for curves to be comparable: precision, schedule, lr, warm-up, model dims, global batch, data
     (source, file, sampling, seed) and the initial weights' seed."""
@@ -42,8 +56,8 @@ def main(argv):
         print(__doc__)
         return 2
     ref_rec, ref = load(argv[0])
-    if isinstance(ref_rec, dict) and ref_rec.get("status") not in (None, "ok"):
-        sys.exit(f"loss_match: error: the reference '{argv[0]}' is a failed run ({ref_rec.get('error')})")
+    if failure(argv[0], ref_rec):
+        sys.exit(f"loss_match: error: the reference {failure(argv[0], ref_rec)}")
     if not ref:
         sys.exit(f"loss_match: error: '{argv[0]}' has no per-step losses (not a trainer train record?)")
     p, sch, lr, wu = setup(ref_rec)[:4]
@@ -53,8 +67,8 @@ def main(argv):
     status = 0
     for path in argv[1:]:
         rec, l = load(path)
-        if isinstance(rec, dict) and rec.get("status") not in (None, "ok"):
-            print(f"{pathlib.Path(path).name:44s} failed run: {rec.get('error')}")
+        if failure(path, rec):
+            print(f"{pathlib.Path(path).name:44s} {failure(path, rec)}")
             status = 1
             continue
         if not l:
