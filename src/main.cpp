@@ -210,25 +210,6 @@ std::string now_iso() {
   return buf;
 }
 
-/// The outermost missing directory on the way to directory `dir` (dir itself included), "" when it exists: what a
-/// writer will create there, and what a run that ends without output removes again.
-std::filesystem::path first_missing_dir(const std::filesystem::path& dir) {
-  std::filesystem::path created;
-  for (auto d = std::filesystem::absolute(dir); !d.empty() && !std::filesystem::exists(d); d = d.parent_path()) {
-    created = d;
-    if (d == d.parent_path()) break;
-  }
-  return created;
-}
-
-/// Removes directory `dir` and its parents up to `created` (first_missing_dir's answer) while they are empty.
-void remove_created_dirs(const std::filesystem::path& dir, const std::filesystem::path& created) {
-  if (created.empty()) return;
-  std::error_code ec;
-  for (auto d = std::filesystem::absolute(dir); ec.clear(), std::filesystem::remove(d, ec); d = d.parent_path())
-    if (d == created || d == d.parent_path()) break;  // remove() leaves a directory that is not empty
-}
-
 // Who ends the run's outputs on rank 0: the main thread or the failure-notice listener (a rank > 0 stopped the job:
 // MpiSession::listen_for_failures). The first to claim the end writes (or puts back) the record; the other leaves it
 // alone, and so does the fatal hook once the listener has it.
@@ -348,9 +329,6 @@ int main(int argc, char** argv) {
   // older "ok" record never looks like this run's; the end of main() replaces it.
   const std::filesystem::path results_dir = std::filesystem::absolute(results_path).parent_path();
   const std::filesystem::path created_dir = first_missing_dir(results_dir);  // what the marker creates ("": none)
-  // The checkpoint directory, if this run makes it (rank 0 does, for its .lock, when the job starts).
-  const std::filesystem::path ckpt_created =
-      cfg.output.checkpoint ? first_missing_dir(*cfg.output.checkpoint) : std::filesystem::path();
   const auto write_running_marker = [&] {
     nlohmann::json running = record;
     running["status"] = "running";
@@ -370,21 +348,12 @@ int main(int argc, char** argv) {
     }
   }
   // Bad input found once the job started ends without a record: what output.results held is put back, and the
-  // directories this run made (for the record, for the checkpoints' .lock) are removed while they hold nothing else.
+  // directories this run made (for the record; for the checkpoints' .lock, when this run holds that lock) are removed
+  // while they hold nothing else.
   const auto end_without_record = [&] {
     prior->restore();
     remove_created_dirs(results_dir, created_dir);
-    if (!ckpt_created.empty()) {
-      const std::filesystem::path dir = std::filesystem::absolute(*cfg.output.checkpoint);
-      std::error_code ec;
-      std::vector<std::filesystem::path> entries;
-      for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
-           it.increment(ec))
-        entries.push_back(it->path().filename());
-      if (!ec && entries == std::vector<std::filesystem::path>{".lock"})
-        std::filesystem::remove(dir / ".lock", ec);  // the lock is ours: this run made the directory
-      remove_created_dirs(dir, ckpt_created);
-    }
+    remove_new_checkpoint_dir();
   };
   // A fatal library error (a collective past parallel.comm_timeout_s, a CUDA failure) aborts from wherever it happens:
   // the record then says "error" with its message instead of staying "running".

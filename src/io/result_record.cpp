@@ -140,6 +140,22 @@ std::string output_target(const std::string& given) {
   return path;
 }
 
+fs::path first_missing_dir(const fs::path& dir) {
+  fs::path created;
+  for (auto d = fs::absolute(dir); !d.empty() && !fs::exists(d); d = d.parent_path()) {
+    created = d;
+    if (d == d.parent_path()) break;
+  }
+  return created;
+}
+
+void remove_created_dirs(const fs::path& dir, const fs::path& created) {
+  if (created.empty()) return;
+  std::error_code ec;
+  for (auto d = fs::absolute(dir); ec.clear(), fs::remove(d, ec); d = d.parent_path())
+    if (d == created || d == d.parent_path()) break;  // remove() leaves a directory that is not empty
+}
+
 PriorOutput::PriorOutput(const std::string& path) : target_(output_target(path)) {
   std::error_code ec;
   const fs::file_status st = fs::status(target_, ec);

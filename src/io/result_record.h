@@ -2,6 +2,7 @@
 // timing statistics and the machine description stored in every record (DESIGN.md, "Result record").
 #pragma once
 #include <cstdint>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -28,6 +29,12 @@ void write_file_atomic(const std::string& path, const std::vector<FilePart>& par
 /// The file write_file_atomic writes for `path`: the end of its chain of symbolic links (up to 16 hops, dangling
 /// included), lexically normalised.
 std::string output_target(const std::string& path);
+
+/// The outermost missing directory on the way to directory `dir` (dir itself included), "" when it exists: what a
+/// writer will create there, and what a run that ends without output removes again.
+std::filesystem::path first_missing_dir(const std::filesystem::path& dir);
+/// Removes directory `dir` and its parents up to `created` (first_missing_dir's answer) while they are empty.
+void remove_created_dirs(const std::filesystem::path& dir, const std::filesystem::path& created);
 
 /// What an output path held before a run replaced it (the result record's "running" marker), so that a run that ends
 /// without a record (bad input found late, exit code 2) leaves the path as it found it. Made before the first write.

@@ -36,6 +36,12 @@ nlohmann::json gemm_autotune_record(const RunConfig& cfg, const GemmTuning* t);
 /// Raises OutOfMemory, RuntimeError.
 nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx);
 
+/// Rank 0 of a train run that ends without output (bad input found after its checkpointer took output.checkpoint's
+/// lock; any thread): if this process holds that lock and made the directory for it, and the directory holds nothing
+/// but .lock, removes .lock while the lock is still held, then the directories it made while empty; then drops the
+/// lock. A process that holds no lock (another run has it: this one was refused) removes nothing. Idempotent.
+void remove_new_checkpoint_dir();
+
 /// job = "collective_bench": times collective.ops over collective.sizes_mb through parallel.comm on every rank, prints
 /// an nccl-tests style table on rank 0 and returns {collective_bench: {comm, nranks, results[...]}, backend}.
 /// Raises RuntimeError when the closed-form check finds a wrong element; ConfigError for an unavailable comm.

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <ctime>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "backend/bf16.h"
@@ -22,6 +24,7 @@
 #include "core/memory.h"
 #include "dist/communicator.h"
 #include "io/checkpoint.h"
+#include "io/result_record.h"
 #include "io/safetensors.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
@@ -51,38 +54,99 @@ constexpr int64_t kReadChunkBytes = int64_t(64) << 20;
 
 }  // namespace
 
+namespace {
+
+// Rank 0: the output.checkpoint lock this process holds (at most one), kept apart from the checkpointer so that main()
+// can end it on whichever thread ends the run (remove_new_checkpoint_dir).
+struct HeldLock {
+  std::mutex m;
+  int fd = -1;        // DIR/.lock, flock'ed
+  fs::path dir;       // DIR, absolute
+  fs::path created;   // the outermost directory this run made for it ("": DIR existed)
+};
+HeldLock& held_lock() {
+  static HeldLock h;
+  return h;
+}
+
+// Whether fd is still the file at `path` (another run may have unlinked it, and made a new one, between our open and
+// our flock: a lock on the unlinked file would keep nobody out).
+bool is_file_at(int fd, const std::string& path) {
+  struct stat a {}, b {};
+  return ::fstat(fd, &a) == 0 && ::stat(path.c_str(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+}  // namespace
+
+void remove_new_checkpoint_dir() {
+  HeldLock& h = held_lock();
+  const std::lock_guard<std::mutex> guard(h.m);
+  if (h.fd < 0) return;
+  if (!h.created.empty()) {
+    std::error_code ec;
+    std::vector<fs::path> entries;
+    for (auto it = fs::directory_iterator(h.dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+      entries.push_back(it->path().filename());
+    // Unlinked while the lock is still held: a run that opened it meanwhile finds it taken, and one that opens it
+    // later makes a new .lock (then the directory is not empty and stays).
+    if (!ec && entries == std::vector<fs::path>{".lock"} && is_file_at(h.fd, (h.dir / ".lock").string()))
+      ::unlink((h.dir / ".lock").c_str());
+  }
+  ::close(h.fd);
+  h.fd = -1;
+  remove_created_dirs(h.dir, h.created);  // while empty
+}
+
 TrainCheckpointer::TrainCheckpointer(const RunConfig& cfg, Backend& be, Model& model, Strategy& strategy,
                                      Communicator& comm, int64_t total_steps)
-    : cfg_(cfg), be_(be), model_(model), strategy_(strategy), comm_(comm), total_steps_(total_steps) {
+    : cfg_(cfg), be_(be), model_(model), strategy_(strategy), comm_(comm), total_steps_(total_steps),
+      exceptions_at_start_(std::uncaught_exceptions()) {
   if (!cfg.output.checkpoint) return;
   const std::string dir = *cfg.output.checkpoint, lock = (fs::path(dir) / ".lock").string();
   int64_t busy = 0;
   std::string holder = "another run";
   if (comm.rank() == 0) {
+    HeldLock& h = held_lock();
+    const std::lock_guard<std::mutex> guard(h.m);
     std::error_code ec;
-    fs::create_directories(dir, ec);  // a failure shows at the open below (or at the first write)
-    lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    const int locked = lock_fd_ >= 0 ? ::flock(lock_fd_, LOCK_EX | LOCK_NB) : 0;
-    if (locked != 0 && errno != EWOULDBLOCK) {  // a filesystem without flock (some NFS): run unguarded, say so
-      spdlog::warn("output.checkpoint: cannot lock '{}' ({}); nothing keeps a second run out of this directory", lock,
-                   std::strerror(errno));
-      ::close(lock_fd_);
-      lock_fd_ = -1;
-    } else if (locked != 0) {
-      char buf[32] = {};
-      if (::pread(lock_fd_, buf, sizeof buf - 1, 0) > 0) {
-        std::string pid(buf);
-        while (!pid.empty() && std::isspace(static_cast<unsigned char>(pid.back()))) pid.pop_back();
-        if (!pid.empty()) holder = fmt::format("the run of pid {}", pid);
+    const fs::path created = first_missing_dir(dir);
+    int fd = -1;
+    for (int attempt = 0; attempt < 5; ++attempt) {  // again while the file we locked is no longer DIR/.lock
+      fs::create_directories(dir, ec);  // a failure shows at the open below (or at the first write)
+      fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      const int locked = fd >= 0 ? ::flock(fd, LOCK_EX | LOCK_NB) : 0;
+      if (locked != 0 && errno != EWOULDBLOCK) {  // a filesystem without flock (some NFS): run unguarded, say so
+        spdlog::warn("output.checkpoint: cannot lock '{}' ({}); nothing keeps a second run out of this directory",
+                     lock, std::strerror(errno));
+        ::close(fd);
+        fd = -1;
+      } else if (locked != 0) {
+        char buf[32] = {};
+        if (::pread(fd, buf, sizeof buf - 1, 0) > 0) {
+          std::string pid(buf);
+          while (!pid.empty() && std::isspace(static_cast<unsigned char>(pid.back()))) pid.pop_back();
+          if (!pid.empty()) holder = fmt::format("the run of pid {}", pid);
+        }
+        ::close(fd);
+        fd = -1;
+        busy = 1;
+      } else if (fd >= 0 && !is_file_at(fd, lock)) {
+        ::close(fd);
+        fd = -1;
+        busy = attempt == 4 ? 1 : 0;  // it keeps changing under us: another run is at it
+        continue;
       }
-      ::close(lock_fd_);
-      lock_fd_ = -1;
-      busy = 1;
-    } else if (lock_fd_ >= 0) {  // who holds it, for the message of the next run that finds it taken
+      break;
+    }
+    if (fd >= 0) {  // who holds it, for the message of the next run that finds it taken
       const std::string pid = fmt::format("{}\n", ::getpid());
-      if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, pid.data(), pid.size(), 0) < 0) {
+      if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
         // the lock holds without the pid in it
       }
+      if (h.fd >= 0) ::close(h.fd);  // an earlier checkpointer's, left for main() (not in a run: one job a process)
+      h.fd = fd;
+      h.dir = fs::absolute(dir);
+      h.created = created;
     }
   }
   comm.all_reduce_host(&busy, 1, HostOp::sum);
@@ -91,7 +155,14 @@ TrainCheckpointer::TrainCheckpointer(const RunConfig& cfg, Backend& be, Model& m
 }
 
 TrainCheckpointer::~TrainCheckpointer() {
-  if (lock_fd_ >= 0) ::close(lock_fd_);  // drops the lock; the file stays (unlinking it would race a waiter)
+  // Ending by an exception (bad input found later, a run error): the lock stays held for main(), which removes a
+  // directory this run made when the run ends without output (remove_new_checkpoint_dir); the kernel drops it when
+  // the process ends. Otherwise it is dropped here; the file stays (unlinking it unlocked would race another run).
+  if (std::uncaught_exceptions() > exceptions_at_start_) return;
+  HeldLock& h = held_lock();
+  const std::lock_guard<std::mutex> guard(h.m);
+  if (h.fd >= 0) ::close(h.fd);
+  h.fd = -1;
 }
 
 bool TrainCheckpointer::due(int64_t steps_done) const {

@@ -35,8 +35,8 @@ class TrainCheckpointer {
  public:
   /// total_steps: the run's length (bench.warmup_steps + measure_steps), for the schedule's record. Collective: with
   /// output.checkpoint, rank 0 takes an advisory lock (flock) on DIR/.lock for the run (the directory is made if
-  /// missing; the file stays, unless the run made the directory and ends with bad input: main() then removes both;
-  /// the kernel drops the lock when the process ends, a crash included). ConfigError on
+  /// missing; the file stays, unless the run made the directory and ends with bad input: main() then removes both,
+  /// remove_new_checkpoint_dir; the kernel drops the lock when the process ends, a crash included). ConfigError on
   /// every rank when another run holds it: two runs writing one directory would interleave their steps and latest.
   TrainCheckpointer(const RunConfig& cfg, Backend& be, Model& model, Strategy& strategy, Communicator& comm,
                     int64_t total_steps);
@@ -75,7 +75,7 @@ class TrainCheckpointer {
   Strategy& strategy_;
   Communicator& comm_;
   int64_t total_steps_;
-  int lock_fd_ = -1;  // rank 0: DIR/.lock, flock'ed for the run
+  int exceptions_at_start_;  // std::uncaught_exceptions() at construction: the destructor tells an exception's end
   int64_t last_written_ = -1;
   nlohmann::json writes_ = nlohmann::json::array();
   nlohmann::json resumed_ = nullptr;

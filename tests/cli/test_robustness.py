@@ -329,6 +329,48 @@ def test_bad_input_found_after_the_checkpoint_lock_leaves_no_new_directory(train
     assert snapshot(tmp_path) == before  # no new/ck/.lock, no new/, no out/
 
 
+def test_a_run_refused_a_new_checkpoint_directory_leaves_its_lock_alone(trainer_bin, tmp_path):
+    """Two runs name one new output.checkpoint: the one that finds the other's .lock taken (here the test's own
+    flock, taken while the run is stopped between its running marker and its checkpointer) stops with exit code 2
+    and leaves the .lock and the directory alone: it did not take the lock, so neither is its to remove (a refused
+    run had unlinked the live run's .lock and removed its directory, and a third run could then take it)."""
+    import fcntl
+    ck, results = tmp_path / "new" / "ck", tmp_path / "r.json"
+    cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path, output={"checkpoint": str(ck),
+                                                                         "results": str(results)}))
+    for _ in range(5):  # the run may take the lock before it is stopped: then again, in a fresh directory
+        proc = start(trainer_bin, [cfg], tmp_path)
+        while not results.exists() and proc.poll() is None:  # the marker: the run has looked at output.checkpoint
+            time.sleep(0.0005)
+        os.kill(proc.pid, signal.SIGSTOP)
+        ck.mkdir(parents=True, exist_ok=True)
+        lock = open(ck / ".lock", "a+")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # the run was quicker
+            lock.close()
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.communicate(timeout=120)
+            shutil.rmtree(tmp_path / "new")
+            continue
+        try:
+            lock.truncate(0)
+            lock.write(f"{os.getpid()}\n")
+            lock.flush()
+            os.kill(proc.pid, signal.SIGCONT)
+            _, err = proc.communicate(timeout=120)
+            assert proc.returncode == 2, err
+            last = err.strip().splitlines()[-1]
+            assert last.startswith("trainer: error: output.checkpoint") and f"pid {os.getpid()}" in last, err
+            assert (ck / ".lock").exists() and os.stat(ck / ".lock").st_ino == os.fstat(lock.fileno()).st_ino
+            assert sorted(p.name for p in ck.iterdir()) == [".lock"]
+            assert not results.exists()
+        finally:
+            lock.close()
+        return
+    pytest.skip("the run took output.checkpoint's lock before the test could, five times")
+
+
 def test_bad_input_found_late_puts_back_what_output_results_held(trainer_bin, tmp_path):
     """The job finds init.weights of another shape after the running marker was written: exit code 2, and what the
     results path held before is there again, byte for byte: an earlier record, the same through a symbolic link, and
