@@ -365,7 +365,7 @@ int main(int argc, char** argv) {
     failed["machine"] = machine_info("");
     failed_path = results_path;
     set_fatal_hook([](const std::string& msg) {
-      if (g_ender.load() == int(Ender::listener)) return;  // a rank > 0's failure is being recorded
+      if (!claim_end(Ender::main_thread)) return;  // the listener has it (and writes the record)
       failed["error"] = msg;
       write_json_atomic(failed_path, failed);
     });

@@ -12,6 +12,8 @@
 #include <functional>
 #include <regex>
 #include <set>
+#include <thread>
+#include <atomic>
 
 #include "core/errors.h"
 #include "io/result_record.h"
@@ -460,6 +462,29 @@ TEST_CASE("write_json_atomic: writes, replaces, and leaves no temp file", "[io][
   CHECK_THROWS_AS(write_json_atomic(path, {{"bad", std::string("\xff\xfe")}}), RuntimeError);
   CHECK(json::parse(slurp(path)) == json({{"status", "oom"}}));  // the old file survives a failed write
   CHECK(tmp.files() == std::set<std::string>{"r.json", "dir.json"});
+}
+
+TEST_CASE("write_json_atomic: two threads writing one path each leave a whole record", "[io][record]") {
+  // Rank 0's main thread and its failure-notice listener (or a fatal hook) may write the result record at once: each
+  // write has its own temp file, so neither fails and the file is one of the two records, never a mix.
+  TempDir tmp;
+  const std::string path = tmp / "r.json";
+  const json a = {{"by", "a"}, {"pad", std::string(20000, 'a')}}, b = {{"by", "b"}, {"pad", std::string(30000, 'b')}};
+  std::atomic<int> failures{0};
+  const auto writer = [&](const json& j) {
+    for (int i = 0; i < 200; ++i) try {
+        write_json_atomic(path, j);
+      } catch (const std::exception&) {
+        ++failures;
+      }
+  };
+  std::thread ta(writer, a), tb(writer, b);
+  ta.join();
+  tb.join();
+  CHECK(failures.load() == 0);
+  const json got = json::parse(slurp(path));
+  CHECK((got == a || got == b));
+  CHECK(tmp.files() == std::set<std::string>{"r.json"});
 }
 
 TEST_CASE("check_output_path: creates nothing, names the key on errors; writers make the directories",

@@ -122,9 +122,14 @@ struct PendingTmp {
       return true;
     }();
     (void)installed;
-    g_pending_tmp.store(tmp.c_str());
+    tmp_ = tmp.c_str();
+    g_pending_tmp.store(tmp_);
   }
-  ~PendingTmp() { g_pending_tmp.store(nullptr); }
+  ~PendingTmp() {  // unless another thread's write has taken the slot since
+    const char* mine = tmp_;
+    g_pending_tmp.compare_exchange_strong(mine, nullptr);
+  }
+  const char* tmp_ = nullptr;
 };
 }  // namespace
 
@@ -205,7 +210,9 @@ void write_file_atomic(const std::string& given, const std::vector<FilePart>& pa
     ::close(fd);
     return;
   }
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  // One temp file per write: two threads (rank 0's main thread and its failure-notice listener) may write one path.
+  static std::atomic<unsigned> writes{0};
+  const std::string tmp = fmt::format("{}.tmp.{}.{}", path, ::getpid(), writes.fetch_add(1));
   const PendingTmp pending(tmp);
   fs::create_directories(parent_dir(path), ec);
   if (ec) throw RuntimeError(fmt::format("cannot write '{}': creating its directory failed: {}", path, ec.message()));

@@ -21,8 +21,9 @@ struct FilePart {
   uint64_t bytes;
 };
 
-/// Writes the concatenation of `parts` to `path` atomically: `path.tmp.<pid>` is written, fsynced and renamed over
-/// `path` (then the directory is fsynced), so readers see the old file or the new one, never half of one.
+/// Writes the concatenation of `parts` to `path` atomically: `path.tmp.<pid>.<n>` (n counts the process's writes, so
+/// two threads may write one path) is written, fsynced and renamed over `path` (then the directory is fsynced), so
+/// readers see the old file or the new one, never half of one.
 /// Raises RuntimeError naming the path and the system error on failure; the temp file is removed.
 void write_file_atomic(const std::string& path, const std::vector<FilePart>& parts);
 

@@ -50,7 +50,7 @@ std::map<std::string, HostTensor> read_safetensors(const std::string& path,
 
 /// Writes `tensors` (in the given order, packed without gaps) and `metadata` to `path`. The header is padded with
 /// spaces to a multiple of 8 bytes so every tensor starts 8-byte aligned (as the reference writer does).
-/// Atomic: writes `path.tmp.<pid>`, fsyncs, then renames over `path`; on failure the temp file is removed and
+/// Atomic: writes `path.tmp.<pid>.<n>`, fsyncs, then renames over `path`; on failure the temp file is removed and
 /// RuntimeError is raised. Duplicate or empty names, a null data pointer with nonzero size, or negative dims raise
 /// RuntimeError (they are programming errors, not user input).
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
