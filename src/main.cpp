@@ -355,10 +355,13 @@ int main(int argc, char** argv) {
     remove_created_dirs(results_dir, created_dir);
     remove_new_checkpoint_dir();
   };
-  // A fatal library error (a collective past parallel.comm_timeout_s, a CUDA failure) aborts from wherever it happens:
-  // the record then says "error" with its message instead of staying "running".
+  // A fatal library error (a collective past parallel.comm_timeout_s, a CUDA or NCCL failure) aborts from wherever it
+  // happens: the record then says "error" with its message instead of staying "running". On rank 0 the hook writes it
+  // (unless the listener below has claimed the end: a rank > 0's failure is being recorded); a rank > 0 sends it to
+  // rank 0's listener as a failure notice and gives rank 0 a moment to record it and abort the job.
   static nlohmann::json failed;  // rank 0: a copy made here, read by the hook on whichever thread fails
   static std::string failed_path;
+  static const MpiSession* session = &mpi;
   if (rank == 0) {
     failed = record;
     failed["status"] = "error";
@@ -368,6 +371,12 @@ int main(int argc, char** argv) {
       if (!claim_end(Ender::main_thread)) return;  // the listener has it (and writes the record)
       failed["error"] = msg;
       write_json_atomic(failed_path, failed);
+    });
+  } else if (world > 1) {
+    set_fatal_hook([](const std::string& msg) {
+      std::signal(SIGTERM, SIG_DFL);  // mpirun's SIGTERM (rank 0 aborting the job) ends this rank while it waits
+      session->notify_failure(1, msg);
+      std::this_thread::sleep_for(std::chrono::seconds(3));
     });
   }
   // A rank > 0 that stops the job on its own (bad input only it found, a run error of its own) tells rank 0, which
@@ -447,8 +456,8 @@ int main(int argc, char** argv) {
     set_fatal_hook(nullptr);
     mpi.stop_listening();
     if (rank > 0 && world > 1) {  // rank 0 speaks and aborts the job (see listen_for_failures above); else this rank
-      mpi.notify_failure(2, e.what());
       std::signal(SIGTERM, SIG_DFL);  // mpirun's SIGTERM (the job aborting) now ends this rank before its own line
+      mpi.notify_failure(2, e.what());
       std::this_thread::sleep_for(std::chrono::seconds(3));
       std::fprintf(stderr, "trainer: error: rank %d: %s\n", rank, e.what());
     } else {
@@ -509,9 +518,9 @@ int main(int argc, char** argv) {
     spdlog::critical("rank {} failed ({}); aborting all {} ranks", rank, record["status"].get<std::string>(), world);
     spdlog::shutdown();
     if (rank != 0) {  // rank 0 records the failure (unless it ended already) and aborts the job
+      std::signal(SIGTERM, SIG_DFL);  // mpirun's SIGTERM (rank 0 aborting the job) ends this rank while it waits
       mpi.notify_failure(code, record["error"].is_string() ? record["error"].get<std::string>()
                                                             : record["status"].get<std::string>());
-      std::signal(SIGTERM, SIG_DFL);
       std::this_thread::sleep_for(std::chrono::seconds(3));
     }
     MPI_Abort(MPI_COMM_WORLD, code);

@@ -30,8 +30,9 @@ struct OutOfMemory : std::runtime_error {
 [[noreturn]] void fatal(const char* lib, const char* stmt, const char* file, int line, const std::string& msg);
 /// What fatal() runs before it aborts, with its message (at most once, from the first fatal() of the process; a
 /// fatal() on another thread meanwhile waits up to 5 s for it):
-/// main() sets it on rank 0 to replace the "running" result record by one with status "error". Set before the
-/// threads that may fail start; nullptr: none.
+/// main() sets it on rank 0 to replace the "running" result record by one with status "error", and on a rank > 0 of
+/// several to send the message to rank 0 (MpiSession::notify_failure), which writes that record, and wait a moment
+/// for rank 0 to abort the job. Set before the threads that may fail start; nullptr: none.
 void set_fatal_hook(void (*hook)(const std::string& msg));
 
 /// Throws ConfigError(fmt::format(...)) when cond is false. For validating user input.

@@ -56,25 +56,25 @@ def rel(a, b):
     return np.max(np.abs(np.asarray(a) - np.asarray(b)) / np.abs(np.asarray(b)))
 
 
-def running_rank1(p, record, timeout=60):
-    """The pid of rank 1 (the child of mpirun `p` with OMPI_COMM_WORLD_RANK=1) once rank 0 has marked `record`
-    running; fails the test when it is not found within `timeout` seconds."""
+def running_rank1(p, record, timeout=60, rank=1):
+    """The pid of rank 1 (the child of mpirun `p` with OMPI_COMM_WORLD_RANK=1; or of `rank`) once rank 0 has marked
+    `record` running; fails the test when it is not found within `timeout` seconds."""
     t0 = time.time()
-    rank1 = None
+    found = None
     while time.time() - t0 < timeout:
         for child in pathlib.Path("/proc").glob("[0-9]*"):
             try:
                 if int(child.joinpath("stat").read_text().split(")")[1].split()[1]) != p.pid:
                     continue
-                if b"OMPI_COMM_WORLD_RANK=1\0" in child.joinpath("environ").read_bytes() + b"\0":
-                    rank1 = int(child.name)
+                if f"OMPI_COMM_WORLD_RANK={rank}\0".encode() in child.joinpath("environ").read_bytes() + b"\0":
+                    found = int(child.name)
             except (OSError, ValueError, IndexError):
                 continue
-        if rank1 and record.exists() and json.loads(record.read_text())["status"] == "running":
-            return rank1
+        if found and record.exists() and json.loads(record.read_text())["status"] == "running":
+            return found
         time.sleep(0.2)
-    assert rank1, "rank 1 not found"
-    return rank1
+    assert found, f"rank {rank} not found"
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -322,3 +322,39 @@ def test_a_collective_timeout_leaves_an_error_record(tmp_path):
     assert r["status"] == "error", r["status"]
     assert "collective not complete" in r["error"] and "parallel.comm_timeout_s = 3 s" in r["error"], r["error"]
     assert not list(tmp_path.glob(".to.json*")), list(tmp_path.iterdir())  # nothing kept aside is left behind
+
+
+def test_a_collective_timeout_of_rank_1_alone_is_recorded_by_rank_0(tmp_path):
+    """Rank 0 stopped (SIGSTOP) mid-run: rank 1's all_reduce passes parallel.comm_timeout_s (a fatal error, as a CUDA
+    or NCCL failure would be), and rank 1 sends its message to rank 0 before the job is aborted. Rank 0, let go on
+    once rank 1 has said so, writes the record: status error, the message prefixed 'rank 1:' (it had stayed
+    "running": rank 1 aborted the job at once)."""
+    import signal
+    args = train_args(tmp_path, "to1", "parallel.strategy=ddp_flat", "bench.measure_steps=100000",
+                      "parallel.comm_timeout_s=3")
+    p = subprocess.Popen(MPIRUN + ["-np", "2"] + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         env=ENV, cwd=SRC)
+    record = tmp_path / "to1.json"
+    rank0 = running_rank1(p, record, rank=0)
+    time.sleep(1)
+    lines = []
+    try:
+        os.kill(rank0, signal.SIGSTOP)
+        for line in p.stderr:  # rank 1's fatal line: it has sent its notice and waits for rank 0
+            lines.append(line)
+            if "[MPI error] rank 1" in line:
+                break
+        os.kill(rank0, signal.SIGCONT)
+        lines.append(p.stderr.read())
+        p.wait(timeout=90)
+    finally:
+        try:
+            os.kill(rank0, signal.SIGCONT)
+        except OSError:
+            pass
+        p.kill()
+    err = "".join(lines)
+    assert p.returncode == 1, err[-3000:]
+    r = json.loads(record.read_text())
+    assert r["status"] == "error", (r["status"], err[-3000:])
+    assert r["error"].startswith("rank 1: MPI error: ") and "collective not complete" in r["error"], r["error"]
