@@ -24,13 +24,18 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_CHECK(MPI_Comm_size(local, &local_size_));
   MPI_CHECK(MPI_Comm_free(&local));
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &notice_comm_));
+  // Errors on it return (notify_failure is best effort and checks them) instead of aborting as MPI_COMM_WORLD's
+  // default handler, which the duplicate inherits, would.
+  MPI_CHECK(MPI_Comm_set_errhandler(notice_comm_, MPI_ERRORS_RETURN));
 }
 
 MpiSession::~MpiSession() {
-  stop_listening();
+  stop_listening();  // joins the listener, the other user of notice_comm_
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  if (notice_comm_ != MPI_COMM_NULL) MPI_Comm_free(&notice_comm_);
+  MPI_Finalize();
 }
 
 int MpiSession::first_failing_rank(bool failed) const {
