@@ -83,10 +83,14 @@ void check_readable_file(const std::string& path, const char* key) {
   CONFIG_CHECK(regular, "config: cannot read '{}' ({}): not a regular file", path, key);
 }
 
-// Sizes are counted in 64-bit integers (elements, bytes, byte offsets of the flat buffers): a product of the config's
-// sizes beyond this many elements overflows them (16 bytes of fp32 weights, gradients and AdamW state per parameter)
-// and is refused at once, before a dry run or an allocation turns it into a crash. 2^56 elements is 288 PB of fp32.
-constexpr double kMaxElements = 72057594037927936.0;  // 2^56
+// Sizes are counted in 64-bit integers (elements, bytes, byte offsets of the flat buffers, and the plan's sums of
+// bytes): a product of the config's sizes beyond this many bytes is refused at once, before a dry run or an allocation
+// turns it into a crash or a sum that wraps around (a smaller plan for a larger model). Each bound counts 4 bytes an
+// element (fp32), the parameters once and one step's largest tensors on every layer; a plan adds up a few copies of
+// each (weights, gradients and optimizer state; the tensors a block stores; scores, logits and their gradients), a
+// few dozen times 2^56 at most, well below the 2^63 of a signed 64-bit count. 2^56 bytes is 72 PB.
+constexpr double kMaxBytes = 72057594037927936.0;  // 2^56
+constexpr double kElementBytes = 4;
 
 struct SizeFactor {
   const char* key;   // "data.batch_size"
@@ -103,9 +107,9 @@ const SizeFactor& largest_factor(std::initializer_list<SizeFactor> fs) {
 }
 
 /// ConfigError naming the largest factor when the product of `fs` (`what`, e.g. "one step's attention scores")
-/// exceeds kMaxElements.
-void check_elements(const char* what, std::initializer_list<SizeFactor> fs) {
-  double product = 1;
+/// times 4 bytes exceeds kMaxBytes.
+void check_bytes(const char* what, std::initializer_list<SizeFactor> fs) {
+  double product = kElementBytes;
   std::string terms;
   for (const SizeFactor& f : fs) {
     product *= f.value;
@@ -113,8 +117,8 @@ void check_elements(const char* what, std::initializer_list<SizeFactor> fs) {
                                                                   std::string_view(f.key).find('.') + 1), f.value);
   }
   const SizeFactor top = largest_factor(fs);
-  CONFIG_CHECK(product <= kMaxElements, "{} = {}: {} would hold {} = {:.3g} elements, beyond the 2^56 (7.2e16) that "
-               "the trainer's 64-bit sizes hold", top.key, top.value, what, terms, product);
+  CONFIG_CHECK(product <= kMaxBytes, "{} = {}: {} would take {} x {} bytes = {:.3g} bytes, beyond the 2^56 (7.2e16) "
+               "that the trainer's 64-bit sizes and sums hold", top.key, top.value, what, terms, kElementBytes, product);
 }
 
 }  // namespace
@@ -240,12 +244,13 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
         B{"data.batch_size", double(d.batch_size), 4.0};
     const double params = model_param_count(m);
     const SizeFactor top = largest_factor({V, D, F, L});
-    CONFIG_CHECK(params <= kMaxElements, "{} = {}: the model would have {:.3g} parameters, beyond the 2^56 (7.2e16) "
-                 "elements that the trainer's 64-bit sizes hold; model: vocab_size {}, d_model {}, d_ff {}, "
-                 "num_layers {}", top.key, top.value, params, m.vocab_size, m.d_model, m.d_ff, m.num_layers);
-    check_elements("one step's activations", {B, T, m.d_ff > m.d_model ? F : D});
-    check_elements("one step's attention scores", {B, H, T, T});
-    check_elements("one step's logits", {B, T, V});
+    CONFIG_CHECK(params * kElementBytes <= kMaxBytes, "{} = {}: the model would have {:.3g} parameters, {:.3g} bytes "
+                 "in fp32, beyond the 2^56 (7.2e16) that the trainer's 64-bit sizes and sums hold; model: vocab_size "
+                 "{}, d_model {}, d_ff {}, num_layers {}", top.key, top.value, params, params * kElementBytes,
+                 m.vocab_size, m.d_model, m.d_ff, m.num_layers);
+    check_bytes("one step's activations on every layer", {B, T, m.d_ff > m.d_model ? F : D, L});
+    check_bytes("one step's attention scores on every layer", {B, H, T, T, L});
+    check_bytes("one step's logits", {B, T, V});
   }
 
   // collective_bench

@@ -291,6 +291,13 @@ def case_context_beyond_64_bit_sizes_in_the_plan(tmp):  # std::bad_alloc in the 
     return [write_json(tmp / "c.json", cfg), "--plan"], ["model.context_length = 2000000000", "attention scores"]
 
 
+def case_d_ff_beyond_64_bit_sums_in_the_plan(tmp):  # each tensor within 2^56 elements, the plan's sum had wrapped
+    cfg = tiny_config(tmp, model={"preset": "tiny", "context_length": 65536, "num_layers": 64, "d_ff": 2 ** 27},
+                      data={"source": "random", "batch_size": 4096})
+    return [write_json(tmp / "c.json", cfg), "--plan"], ["model.d_ff = 134217728", "activations on every layer",
+                                                         "num_layers 64", "2^56"]
+
+
 def mem_available():
     with open("/proc/meminfo") as f:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
