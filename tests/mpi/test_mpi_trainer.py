@@ -165,8 +165,11 @@ def test_bad_input_only_rank_1_finds_puts_back_rank_0s_record(tmp_path):
                   [":", "-np", "1", "-wdir", str(tmp_path / "r1")] + args, timeout=60)
     assert p.returncode == 2, p.stderr[-3000:]
     errors = [line for line in p.stderr.splitlines() if "error:" in line or "[error]" in line]
-    assert errors == ["trainer: error: rank 1: init.weights: 'w.safetensors': tensor 'token_embeddings.weight' has "
-                      "shape [256, 128], the model needs [256, 64]"], p.stderr[-3000:]
+    # Rank 0's line; rank 1 prints the same line itself when rank 0's abort has not reached it within its 3 s wait
+    # (a loaded machine): allowed, the record and the exit code below show that rank 0 ended the run.
+    line = ("trainer: error: rank 1: init.weights: 'w.safetensors': tensor 'token_embeddings.weight' has shape "
+            "[256, 128], the model needs [256, 64]")
+    assert errors in ([line], [line, line]), p.stderr[-3000:]
     assert record.read_text() == '{"earlier": "record"}\n'
     assert not (tmp_path / "new").exists()
     assert wall < 30, f"took {wall:.1f} s"
