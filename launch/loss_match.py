@@ -29,11 +29,9 @@ def failure(path, r):
     if status in (None, "ok"):
         return None
     if status == "running":
-        why = (f"the run has not ended, or was killed before it wrote its record (pid {r.get('pid', '?')}, started "
-               f"{r.get('started', '?')})")
-    else:
-        why = r.get("error") or "no error message in the record"
-    return f"'{path}' is a failed run (status {status}: {why})"
+        return (f"'{path}' is not a finished run (status running: the run has not ended, or was killed before it "
+                f"wrote its record; pid {r.get('pid', '?')}, started {r.get('started', '?')})")
+    return f"'{path}' is a failed run (status {status}: {r.get('error') or 'no error message in the record'})"
 
 
 def setup(r):
@@ -56,8 +54,8 @@ def main(argv):
         print(__doc__)
         return 2
     ref_rec, ref = load(argv[0])
-    if failure(argv[0], ref_rec):
-        sys.exit(f"loss_match: error: the reference {failure(argv[0], ref_rec)}")
+    if why := failure(argv[0], ref_rec):
+        sys.exit(f"loss_match: error: the reference {why}")
     if not ref:
         sys.exit(f"loss_match: error: '{argv[0]}' has no per-step losses (not a trainer train record?)")
     p, sch, lr, wu = setup(ref_rec)[:4]
@@ -67,8 +65,8 @@ def main(argv):
     status = 0
     for path in argv[1:]:
         rec, l = load(path)
-        if failure(path, rec):
-            print(f"{pathlib.Path(path).name:44s} {failure(path, rec)}")
+        if why := failure(path, rec):
+            print(f"{pathlib.Path(path).name:44s} {why}")
             status = 1
             continue
         if not l:

@@ -37,7 +37,7 @@ def test_a_running_or_failed_record_is_named_with_its_status(tmp_path):
     lines = r.stdout.splitlines()
     assert "None" not in r.stdout, r.stdout
     assert any(line.startswith("r.json") and "ddp_flat" in line and "5.00e-02" in line for line in lines), r.stdout
-    assert any(f"'{running}' is a failed run (status running: the run has not ended, or was killed" in line and
+    assert any(f"'{running}' is not a finished run (status running: the run has not ended, or was killed" in line and
                "pid 4242" in line for line in lines), r.stdout
     assert any(f"'{oom}' is a failed run (status oom: out of memory on cpu: asked for 1 GiB)" in line
                for line in lines), r.stdout
@@ -47,5 +47,5 @@ def test_a_failed_reference_is_one_line_naming_it(tmp_path):
     ref = record(tmp_path / "ref.json", "none", None, status="running", pid=7)
     r = run(ref, record(tmp_path / "a.json", "ddp_flat", [5.0]))
     assert r.returncode == 1 and r.stdout == "", (r.stdout, r.stderr)
-    assert r.stderr.strip() == (f"loss_match: error: the reference '{ref}' is a failed run (status running: the run "
-                                "has not ended, or was killed before it wrote its record (pid 7, started ?))")
+    assert r.stderr.strip() == (f"loss_match: error: the reference '{ref}' is not a finished run (status running: "
+                                "the run has not ended, or was killed before it wrote its record; pid 7, started ?)")
