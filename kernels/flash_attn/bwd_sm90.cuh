@@ -29,6 +29,11 @@
 // Measured (one H200, 16 heads x d 64, T 16384, causal): 3.41 ms against 4.21 for the previous design (the same
 // products with both warpgroups meeting at two CTA barriers per query tile, all threads loading by cp.async);
 // kernels/flash_attn/NOTES.md, "warp specialization".
+// d 64 takes query tiles of 128 (BwdTraits kBM 128, twentieth session): Sᵀ, dPᵀ as m64n128 products, dV, dK over
+// 128 queries a tile, and dQ split by rows instead of columns (consumer c: its 64 queries, every column, over all
+// 128 keys; dSᵀ is then two 64-query sub-tiles, one per consumer's A operand). For registers, dS = P o (dP - D) takes
+// Pᵀ as rounded to bf16 for dV (not the f32 value), L and D are read from shared memory where they are used, and
+// the f32 dQ tile has one stage (shared memory). 16 heads, T 16384, causal: 3.01-3.17 ms against 3.43-3.55.
 // d 80 (xl): d 128's shared layout (two 64-column sub-tiles, zero-filled past column 80) with products over 80
 // columns (Sᵀ, dPᵀ as five k16 steps; dV, dK as m64n80); the dQ columns of the second warpgroup, 40..79, cross the
 // sub-tile edge, so they are two products (40..63, 64..79). 4 x 32 heads, T 16384, causal: 35.4 ms = 388 TFLOP/s,
@@ -47,15 +52,21 @@ namespace trainer::flash::sm90 {
 /// or 128; 80 and 96 are stored as two sub-tiles, sm90_subtiles); kStages: Q / dO / L / D stages; kRegsProducer /
 /// kRegsConsumer: setmaxnreg budgets (128 threads each; together at most 3 x 168, the register count of
 /// __launch_bounds__(384, 1)).
-template <int kD_, int kStages_ = 2, int kRegsProducer_ = 40, int kRegsConsumer_ = 232>
+/// kBM_: queries per tile, 64, or 128 at d 64 (then each consumer computes the dQ rows of its 64 queries over all
+/// columns, dSᵀ is two 64-query sub-tiles, Pᵀ in dS = P o (dP - D) is the bf16 Pᵀ of the dV product, and L, D are
+/// read from shared memory where they are used: registers); kDqStages_: stages of the f32 dQ tile.
+template <int kD_, int kStages_ = 2, int kRegsProducer_ = 40, int kRegsConsumer_ = 232, int kBM_ = 64,
+          int kDqStages_ = 2>
 struct BwdTraits {
-  static constexpr int kD = kD_, kWG = 2, kBN = 64 * kWG, kBM = 64, kThreads = 128 * (kWG + 1);
-  static constexpr int kStages = kStages_, kDsStages = 2, kDqStages = 2;
+  static constexpr int kD = kD_, kWG = 2, kBN = 64 * kWG, kBM = kBM_, kThreads = 128 * (kWG + 1);
+  static constexpr int kStages = kStages_, kDsStages = 2, kDqStages = kDqStages_;
   static constexpr int kRegsProducer = kRegsProducer_, kRegsConsumer = kRegsConsumer_;
   static constexpr int kSub = sm90_subtiles(kD);
-  static constexpr int kDqN = kD / kWG;  // dQ columns per consumer warpgroup
+  static constexpr bool kWide = kBM == 128;  // the 128-query tile (rows of dQ per consumer, bf16 Pᵀ in dS)
+  static_assert(kBM == 64 || (kWide && kD == 64), "query tiles of 64, or of 128 at d 64");
+  static constexpr int kDqN = kWide ? kD : kD / kWG;  // dQ columns per consumer warpgroup
   // The second warpgroup's dQ columns kDqN .. 2 kDqN - 1 cross a 64-column sub-tile edge (d 80: 40..79; d 96: 48..95)
-  static constexpr bool kDqCrossesSubtile = kDqN % 64 != 0 && kDqN / 64 != (2 * kDqN - 1) / 64;
+  static constexpr bool kDqCrossesSubtile = !kWide && kDqN % 64 != 0 && kDqN / 64 != (2 * kDqN - 1) / 64;
   // K / V and Q / dO tiles as TMA boxes of 64 columns (d 80: incl. the zero fill), dSᵀ
   static constexpr int kKBytes = kBN * 64 * kSub * 2, kQBytes = kBM * 64 * kSub * 2, kDsBytes = kBN * kBM * 2;
   static constexpr int kBarriers = 2 * (kStages + kDsStages + kDqStages);
@@ -169,7 +180,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   uint8_t* sV = sK + Tr::kKBytes;
   uint8_t* sQ = sV + Tr::kKBytes;              // [kStages][kSub][kBM][64]
   uint8_t* sdO = sQ + kStages * Tr::kQBytes;   // [kStages][kSub][kBM][64]
-  uint8_t* sdS = sdO + kStages * Tr::kQBytes;  // [kDsStages][kBN keys][kBM queries] (dSᵀ)
+  uint8_t* sdS = sdO + kStages * Tr::kQBytes;  // [kDsStages][kBM / 64][kBN keys][64 queries] (dSᵀ)
   float* sL = reinterpret_cast<float*>(sdS + kDsStages * Tr::kDsBytes);  // [kStages][kBM]
   float* sDs = sL + kStages * kBM;                                       // [kStages][kBM]
   float* sdQ = sDs + kStages * kBM;  // [kDqStages][kBM][kD] f32, dq_accum's row layout (16-byte aligned)
@@ -265,13 +276,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scale·log2(e)
   const int key0 = n0 + 64 * c + 16 * warp + g;             // this thread's keys: key0 and key0 + 8
   const uint32_t kw_off = uint32_t(64 * c * 128);           // this warpgroup's 64 key rows inside K / V / dSᵀ
-  const uint32_t dq_b_off = uint32_t((c * kDqN) / 64 * (kBN * 128) + (c * kDqN) % 64 * 2);  // its dQ columns in K
+  // its dQ columns in K (the 128-query tile: all columns, and its 64 queries' sub-tile of dSᵀ)
+  const uint32_t dq_b_off = Tr::kWide ? 0u : uint32_t((c * kDqN) / 64 * (kBN * 128) + (c * kDqN) % 64 * 2);
   const uint64_t k_desc = make_desc(smem_addr(sK) + kw_off, 16, 1024);
   const uint64_t v_desc = make_desc(smem_addr(sV) + kw_off, 16, 1024);
   const uint64_t q_desc = make_desc(smem_addr(sQ), 16, 1024), do_desc = make_desc(smem_addr(sdO), 16, 1024);
   const uint64_t q_desc_n = make_desc(smem_addr(sQ), kBM * 128, 1024);
   const uint64_t do_desc_n = make_desc(smem_addr(sdO), kBM * 128, 1024);
-  const uint64_t ds_desc = make_desc(smem_addr(sdS), kBM * 128, 1024);               // M-major A of dQ (stage 0)
+  const uint64_t ds_desc = Tr::kWide ? make_desc(smem_addr(sdS) + uint32_t(c * kBN * 128), kBN * 128, 1024)
+                                     : make_desc(smem_addr(sdS), kBM * 128, 1024);  // M-major A of dQ (stage 0)
   const uint64_t kq_desc_n = make_desc(smem_addr(sK) + dq_b_off, kBN * 128, 1024);  // N-major B of dQ
 
   // Hand-offs to the other warpgroup and to the dQ warp: a fence.proxy.async waits for this thread's shared stores
@@ -321,8 +334,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     float* sdq = dq_tile_stage(d, i);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int row = 16 * warp + g + 8 * r;
-      store_dq_row(sdq + row * kD, row, r, c * kDqN, dq);
+      if constexpr (Tr::kWide) {  // this warpgroup's 64 query rows, every column
+        const int row = 64 * c + 16 * warp + g + 8 * r;
+        store_dq_row(sdq + row * kD, row, r, 0, dq);
+      } else {
+        const int row = 16 * warp + g + 8 * r;
+        store_dq_row(sdq + row * kD, row, r, c * kDqN, dq);
+      }
     }
     dq_pending = i;
   };
@@ -378,12 +396,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     const uint32_t stage = uint32_t(s * Tr::kQBytes);
     mbar_wait(full + s, (i / kStages) & 1);
     // -L·log2(e) of this thread's query columns 8j + 2t, +1, read before the products so that the loads overlap them
-    float nl[kBM / 4];
+    // (the 128-query tile: where they are used, for registers)
+    float nl[Tr::kWide ? 2 : kBM / 4];
+    if constexpr (!Tr::kWide) {
 #pragma unroll
-    for (int j = 0; j < kBM / 8; ++j) {
-      const float2 l2 = *reinterpret_cast<const float2*>(sL + s * kBM + 8 * j + 2 * t);
-      nl[2 * j] = -l2.x * kLog2e;
-      nl[2 * j + 1] = -l2.y * kLog2e;
+      for (int j = 0; j < kBM / 8; ++j) {
+        const float2 l2 = *reinterpret_cast<const float2*>(sL + s * kBM + 8 * j + 2 * t);
+        nl[2 * j] = -l2.x * kLog2e;
+        nl[2 * j + 1] = -l2.y * kLog2e;
+      }
     }
     float st[kBM / 2], dpt[kBM / 2];
     wgmma_fence();
@@ -400,9 +421,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     // Pᵀ = exp(scale·Sᵀ - L) (0 where masked), per (key row, query column).
 #pragma unroll
     for (int j = 0; j < kBM / 8; ++j) {
+      if constexpr (Tr::kWide) {
+        const float2 l2 = *reinterpret_cast<const float2*>(sL + s * kBM + 8 * j + 2 * t);
+        nl[0] = -l2.x * kLog2e;
+        nl[1] = -l2.y * kLog2e;
+      }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float pv = exp2_fast(fmaf(st[4 * j + e], sl2, nl[2 * j + (e & 1)]));
+        float pv = exp2_fast(fmaf(st[4 * j + e], sl2, nl[Tr::kWide ? (e & 1) : 2 * j + (e & 1)]));
         if (need_mask) {
           const int key = key0 + (e >> 1) * 8, q = q0 + 8 * j + 2 * t + (e & 1);
           if (q >= T || key >= T || (kCausal && key > q)) pv = 0.f;
@@ -421,16 +447,30 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     for (int kk = 0; kk < kBM / 16; ++kk)
       wgmma_rs<1, kD>(dv, pa[kk], desc_add(do_desc_n, stage + kk * 2048), true);
     wgmma_commit();
-    float2 dd[kBM / 8];  // D of the query columns, read while dPᵀ may still run
+    float2 dd[Tr::kWide ? 1 : kBM / 8];  // D of the query columns, read while dPᵀ may still run (not kWide)
+    if constexpr (!Tr::kWide) {
 #pragma unroll
-    for (int j = 0; j < kBM / 8; ++j) dd[j] = *reinterpret_cast<const float2*>(sDs + s * kBM + 8 * j + 2 * t);
+      for (int j = 0; j < kBM / 8; ++j) dd[j] = *reinterpret_cast<const float2*>(sDs + s * kBM + 8 * j + 2 * t);
+    }
     wgmma_wait<1>();  // dPᵀ (dV may still run)
     fence_regs(dpt);
-    // dSᵀ = Pᵀ o (dPᵀ - D).
+    // dSᵀ = Pᵀ o (dPᵀ - D) (the 128-query tile: Pᵀ as rounded to bf16 for dV, pa[j / 2][2 (j % 2) + e / 2]).
 #pragma unroll
-    for (int j = 0; j < kBM / 8; ++j)
+    for (int j = 0; j < kBM / 8; ++j) {
+      if constexpr (Tr::kWide) dd[0] = *reinterpret_cast<const float2*>(sDs + s * kBM + 8 * j + 2 * t);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - ((e & 1) ? dd[j].y : dd[j].x));
+      for (int e = 0; e < 4; ++e) {
+        float pv;
+        if constexpr (Tr::kWide) {
+          const uint32_t w = pa[j / 2][2 * (j % 2) + e / 2];
+          pv = __uint_as_float((e & 1) ? (w & 0xffff0000u) : (w << 16));
+        } else {
+          pv = st[4 * j + e];
+        }
+        const float2 dj = dd[Tr::kWide ? 0 : j];
+        dpt[4 * j + e] = pv * (dpt[4 * j + e] - ((e & 1) ? dj.y : dj.x));
+      }
+    }
 #pragma unroll
     for (int kk = 0; kk < kBM / 16; ++kk)
 #pragma unroll
@@ -444,8 +484,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #pragma unroll
       for (int kk = 0; kk < kBM / 16; ++kk)
 #pragma unroll
-        for (int r = 0; r < 4; ++r)
-          *reinterpret_cast<uint32_t*>(ds + sw128_offset(r0 + 8 * (r & 1), 2 * kk + (r >> 1)) + 4 * t) = da[kk][r];
+        for (int r = 0; r < 4; ++r) {  // 16-byte chunk ch of the row: sub-tile ch / 8 (two at 128 queries)
+          const int ch = 2 * kk + (r >> 1);
+          *reinterpret_cast<uint32_t*>(ds + (ch / 8) * (kBN * 128) + sw128_offset(r0 + 8 * (r & 1), ch % 8) + 4 * t) =
+              da[kk][r];
+        }
     }
     // dK += dSᵀ Q: A from registers, Q N-major.
     fence_regs(dk);

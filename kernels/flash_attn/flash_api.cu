@@ -58,7 +58,7 @@ auto head_dim_switch(int d_head, F&& f) {
 bool bwd_dkdv_splits(const AttnShape& s, DType dtype) {
   const int64_t bh = int64_t(s.B) * s.H;
   if (dtype == DType::bf16 && uses_sm90_bwd(s.d_head))
-    return dkdv_chunk(int(s.T), kSm90BwdKeyTile, kSm90BwdQueryTile, bh, s.causal, true) > 0;
+    return dkdv_chunk(int(s.T), kSm90BwdKeyTile, sm90_bwd_query_rows(s.d_head), bh, s.causal, true) > 0;
   return head_dim_switch(s.d_head, [&](auto d) {
     return dtype == DType::f32 ? bwd_dkdv_chunk<d, true>(int(s.T), bh, s.causal) > 0
                                : bwd_dkdv_chunk<d, false>(int(s.T), bh, s.causal) > 0;

@@ -19,8 +19,11 @@ namespace {
 /// (results/h200/2026-12-02/v14/call5; 16 heads, T 16384, causal): d 128 1.90 -> 1.81 ms, d 64 1.12 -> 1.10; the
 /// same bits of O and L.
 /// Backward: 128 keys (2 consumer warpgroups) x 64 queries, two query stages; the consumers' register budget 232
-/// at d 64 (no spill), 240 at d 128 (48-64 bytes of spill, against more with 232); its query loop split over CTAs
-/// when the key tiles leave SMs idle and the split at least halves the time (cuda_sizes::flash_dkdv_chunk).
+/// (no spill), 240 at d 128 (48-64 bytes of spill, against more with 232); its query loop split over CTAs when the
+/// key tiles leave SMs idle and the split at least halves the time (cuda_sizes::flash_dkdv_chunk). d 64: 128
+/// queries a tile (each consumer's dQ rows over all columns, one dQ stage for shared memory, 240 registers, no
+/// spill): half the per-tile hand-offs and wider products, 16 heads, T 16384, causal 3.01-3.17 ms against 3.43-3.55
+/// (the 64-query tile, sm90_capi variant 0; same process, results/h200/2026-12-03/v20); T 512 / 2048 the same.
 /// d 80 (the xl preset's): two sub-tiles per row as d 128, products over its 80 columns; the d 64 forward's three
 /// consumers (4 x 32 heads, T 16384, causal: 11.6 ms against 13.6 with two; until the K / V barriers were split in
 /// the fourteenth session ptxas serialized the non-causal build's wgmma at 160 registers, C7512, and both spilled a
@@ -30,7 +33,7 @@ struct Sm90Config;
 template <>
 struct Sm90Config<64> {
   using Fwd = sm90::FwdTraits<64, 128, 3, 2, 24, 160, true, true>;
-  using Bwd = sm90::BwdTraits<64, 2, 40, 232>;
+  using Bwd = sm90::BwdTraits<64, 2, 24, 240, 128, 1>;
 };
 template <>
 struct Sm90Config<80> {
@@ -80,7 +83,7 @@ void fwd_sm90_launch(const FlashParams& p, cudaStream_t s) {
 template <int kD, bool kCausal>
 void bwd_sm90_launch(const FlashBwdParams& p, cudaStream_t s) {
   using Tr = typename Sm90Config<kD>::Bwd;
-  static_assert(Tr::kBN == kSm90BwdKeyTile && Tr::kBM == kSm90BwdQueryTile,
+  static_assert(Tr::kBN == kSm90BwdKeyTile && Tr::kBM == sm90_bwd_query_rows(kD),
                 "launch.h's tile constants (the workspace rule) are these");
   sm90::launch_bwd<Tr, kCausal>(p, s);
 }

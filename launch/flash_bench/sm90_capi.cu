@@ -68,7 +68,7 @@ int fa_fwd_sm90(int variant, const void* qkv, void* out, float* lse, int B, int 
 
 /// Backward variants (sm90::BwdTraits<d, query stages, producer / consumer registers>), bf16 in and out; ws:
 /// B*H*T*(d + 1) floats (dq_accum, then dsum). out / lse from a forward. -2 when the variant does not fit.
-/// Production: 0 (d 64), 20 (d 80), 31 (d 96) and 10 (d 128), sm90.cu Sm90Config. The warp-specialized design's development
+/// Production: 7 (d 64), 20 (d 80), 31 (d 96) and 10 (d 128), sm90.cu Sm90Config. The warp-specialized design's development
 /// variants (one to three cp.async loader warps, dQ per warpgroup over its own keys) and the previous design (CTA
 /// barriers) are recorded in results/h200/2026-12-01/v7_ws/ and kernels/flash_attn/NOTES.md ("warp specialization").
 int fa_bwd_sm90(int variant, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
@@ -94,9 +94,14 @@ int fa_bwd_sm90(int variant, void* dqkv, const void* dout, const void* qkv, cons
   p.dsum = ws + int64_t(B) * H * T * d;
   auto s = static_cast<cudaStream_t>(stream);
   switch (variant) {
-    case 0: return bwd_variant<sm90::BwdTraits<64, 2, 40, 232>>(p, s);    // production d 64
+    case 0: return bwd_variant<sm90::BwdTraits<64, 2, 40, 232>>(p, s);    // d 64 until v20: 64-query tiles
     case 1: return bwd_variant<sm90::BwdTraits<64, 3, 40, 232>>(p, s);    // three query stages
     case 2: return bwd_variant<sm90::BwdTraits<64, 2, 24, 240>>(p, s);    // consumer registers 240
+    // 128-query tiles (dQ rows per consumer, bf16 Pᵀ in dS, L / D read where used), one dQ stage; 7: production
+    // d 64 (results/h200/2026-12-03/v20: 16 heads, T 16384, causal 3.01-3.17 ms against variant 0's 3.54-3.56, 6's
+    // 3.25; V held in registers as dPᵀ's A operand, not kept: 3.16-3.19)
+    case 6: return bwd_variant<sm90::BwdTraits<64, 2, 40, 232, 128, 1>>(p, s);
+    case 7: return bwd_variant<sm90::BwdTraits<64, 2, 24, 240, 128, 1>>(p, s);
     case 10: return bwd_variant<sm90::BwdTraits<128, 2, 24, 240>>(p, s);  // production d 128
     case 20: return bwd_variant<sm90::BwdTraits<80, 2, 40, 232>>(p, s);   // d 80 with d 64's budget
     case 21: return bwd_variant<sm90::BwdTraits<80, 2, 24, 240>>(p, s);   // d 80, consumer registers 240

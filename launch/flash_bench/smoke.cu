@@ -112,8 +112,9 @@ int main() {
   bad += run_case(1, 600, 1, 64, true, true, 0);
   bad += run_case(1, 600, 1, 128, false, true, 0);
   // Hopper kernels (production tiles: sm90.cu Sm90Config) called directly, ragged lengths
-  bad += run_case(1, 300, 2, 64, true, true, 0, 0, true);
-  bad += run_case(1, 201, 1, 64, false, true, 0, 0, true);
+  bad += run_case(1, 300, 2, 64, true, true, 7, 0, true);
+  bad += run_case(1, 201, 1, 64, false, true, 7, 0, true);
+  bad += run_case(1, 100, 2, 64, true, true, 0, 0, true);  // d 64's 64-query backward (variant 0, before v20)
   bad += run_case(2, 190, 1, 128, true, true, 10, 10, true);
   bad += run_case(1, 129, 1, 128, false, true, 10, 10, true);
   // the other forward loops (sm90_capi.cu: without overlap 3, 12; overlap alone 4; overlap and ping-pong 5, 13, 23)
