@@ -352,8 +352,8 @@ int main(int argc, char** argv) {
   // while they hold nothing else.
   const auto end_without_record = [&] {
     prior->restore();
+    remove_new_checkpoint_dir();  // first: its .lock may be all that keeps a directory both made non-empty
     remove_created_dirs(results_dir, created_dir);
-    remove_new_checkpoint_dir();
   };
   // A fatal library error (a collective past parallel.comm_timeout_s, a CUDA or NCCL failure) aborts from wherever it
   // happens: the record then says "error" with its message instead of staying "running". On rank 0 the hook writes it
@@ -368,11 +368,12 @@ int main(int argc, char** argv) {
     failed["machine"] = machine_info("");
     failed_path = results_path;
     set_fatal_hook([](const std::string& msg) {
-      if (!claim_end(Ender::main_thread)) return;  // the listener has it (and writes the record)
+      // The listener has it: it writes the record and aborts the job; fatal()'s own abort must not cut it short.
+      if (!claim_end(Ender::main_thread)) wait_for_abort(1);
       failed["error"] = msg;
       write_json_atomic(failed_path, failed);
     });
-  } else if (world > 1) {
+  } else if (world > 1 && mpi.thread_level() == MPI_THREAD_MULTIPLE) {  // (else rank 0 has no listener)
     set_fatal_hook([](const std::string& msg) {
       std::signal(SIGTERM, SIG_DFL);  // mpirun's SIGTERM (rank 0 aborting the job) ends this rank while it waits
       session->notify_failure(1, msg);

@@ -688,3 +688,18 @@ TEST_CASE("config: --help and configs/README.md list every key with its default"
   }
   for (const auto& name : trainer::preset_names()) CHECK_THAT(help, Contains(name));
 }
+
+TEST_CASE("config: the 2^56-byte size bound counts a rank's share of the batch, and scores only for naive attention",
+          "[config]") {
+  // tiny (4 heads, 2 layers) at context 2^20: one sequence's attention scores on every layer take 4 x 2^40 x 2 x 4
+  // bytes = 2^45 where they are materialized (naive attention): 4096 sequences on one rank 2^57, beyond the bound;
+  // 2048 a rank (2 ranks) 2^56, the bound itself.
+  TempDir dir;
+  const json doc = {{"model", {{"preset", "tiny"}, {"context_length", 1 << 20}}},
+                    {"data", {{"source", "random"}, {"batch_size", 4096}}},
+                    {"output", {{"results", dir.path("r.json")}}}};
+  REQUIRE_THROWS_WITH(load_doc(dir, doc, {"attention=naive"}),
+                      Contains("attention scores on every layer would take batch_size 4096 x num_heads 4"));
+  CHECK_NOTHROW(load_doc(dir, doc, {"attention=naive", "parallel.strategy=ddp_flat"}, 2));
+  CHECK_NOTHROW(load_doc(dir, doc, {"attention=flash2", "device=cuda", "precision=bf16"}, 1, /*cuda=*/true));
+}

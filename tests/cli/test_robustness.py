@@ -306,10 +306,12 @@ def test_bad_input_found_by_the_job_leaves_no_marker(trainer_bin, tmp_path):
     assert snapshot(tmp_path) == before  # no out/result.json, no out/
 
 
-def test_bad_input_found_after_the_checkpoint_lock_leaves_no_new_directory(trainer_bin, tmp_path):
+@pytest.mark.parametrize("shared_parent", [False, True])
+def test_bad_input_found_after_the_checkpoint_lock_leaves_no_new_directory(trainer_bin, tmp_path, shared_parent):
     """init.resume with a truncated optimizer shard is found once rank 0 holds output.checkpoint's .lock: exit code
     2, the error as the last line, and the checkpoint directory the run made (two levels of it) is gone with its
-    .lock, as is the record's."""
+    .lock, as is the record's (shared_parent: the record in the same new directory, new/r.json, which had stayed:
+    it was removed before the .lock)."""
     (tmp_path / "w").mkdir()
     ck = tmp_path / "w" / "ck"
     make = write_json(tmp_path / "w" / "c.json", tiny_config(tmp_path / "w", output={
@@ -321,6 +323,11 @@ def test_bad_input_found_after_the_checkpoint_lock_leaves_no_new_directory(train
     cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path, bench={"warmup_steps": 0, "measure_steps": 3},
                                                       init={"resume": str(ck)},
                                                       output={"checkpoint": str(tmp_path / "new" / "ck")}))
+    if shared_parent:
+        cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path, bench={"warmup_steps": 0, "measure_steps": 3},
+                                                          init={"resume": str(ck)},
+                                                          output={"checkpoint": str(tmp_path / "new" / "ck"),
+                                                                  "results": str(tmp_path / "new" / "r.json")}))
     before = snapshot(tmp_path)
     r = run(trainer_bin, [cfg], tmp_path)
     assert r.returncode == 2, r.stderr
