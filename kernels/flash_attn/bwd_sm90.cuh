@@ -24,7 +24,7 @@
 //    waits for the other only when that one is a whole query tile behind. No CTA barrier runs in the loop, so one
 //    consumer's exp / dS work runs under the other's wgmma.
 // The dQ tile's rows keep dq_accum's layout with 16-byte chunks swizzled (dq_swizzle), so that the fragment stores
-// are free of bank conflicts. Causal: query tiles that end before the key tile starts are never visited; the mask
+// spread over the banks (a 2-way conflict per half-warp remains: ncu, twentieth session; NOTES.md). Causal: query tiles that end before the key tile starts are never visited; the mask
 // runs only on tiles that need it.
 // Measured (one H200, 16 heads x d 64, T 16384, causal): 3.41 ms against 4.21 for the previous design (the same
 // products with both warpgroups meeting at two CTA barriers per query tile, all threads loading by cp.async);
