@@ -221,6 +221,15 @@ bool claim_end(Ender who) {
   return g_ender.compare_exchange_strong(none, int(who)) || none == int(who);
 }
 
+/// A rank > 0 that stops the job on its own: tells rank 0 (a failure notice: exit code, message) and waits a moment
+/// for rank 0 to record it and abort the job. mpirun's SIGTERM (that abort) then ends this rank while it waits,
+/// instead of being taken for an interrupt; after the wait the caller goes on (rank 0 could not hear or has ended).
+void hand_failure_to_rank_0(const MpiSession& mpi, int code, const std::string& message) {
+  std::signal(SIGTERM, SIG_DFL);
+  mpi.notify_failure(code, message);
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+}
+
 /// For a thread that lost the end to the listener: it aborts the job in a moment (MPI_Abort); wait for that.
 [[noreturn]] void wait_for_abort(int code) {
   std::this_thread::sleep_for(std::chrono::seconds(60));
@@ -457,9 +466,7 @@ int main(int argc, char** argv) {
     set_fatal_hook(nullptr);
     mpi.stop_listening();
     if (rank > 0 && world > 1) {  // rank 0 speaks and aborts the job (see listen_for_failures above); else this rank
-      std::signal(SIGTERM, SIG_DFL);  // mpirun's SIGTERM (the job aborting) now ends this rank before its own line
-      mpi.notify_failure(2, e.what());
-      std::this_thread::sleep_for(std::chrono::seconds(3));
+      hand_failure_to_rank_0(mpi, 2, e.what());
       std::fprintf(stderr, "trainer: error: rank %d: %s\n", rank, e.what());
     } else {
       std::fprintf(stderr, "trainer: error: %s\n", e.what());
@@ -519,10 +526,8 @@ int main(int argc, char** argv) {
     spdlog::critical("rank {} failed ({}); aborting all {} ranks", rank, record["status"].get<std::string>(), world);
     spdlog::shutdown();
     if (rank != 0) {  // rank 0 records the failure (unless it ended already) and aborts the job
-      std::signal(SIGTERM, SIG_DFL);  // mpirun's SIGTERM (rank 0 aborting the job) ends this rank while it waits
-      mpi.notify_failure(code, record["error"].is_string() ? record["error"].get<std::string>()
-                                                            : record["status"].get<std::string>());
-      std::this_thread::sleep_for(std::chrono::seconds(3));
+      hand_failure_to_rank_0(mpi, code, record["error"].is_string() ? record["error"].get<std::string>()
+                                                                     : record["status"].get<std::string>());
     }
     MPI_Abort(MPI_COMM_WORLD, code);
   }
