@@ -105,18 +105,6 @@ __global__ void __launch_bounds__(256) flash_bwd_preprocess_kernel(const FlashBw
   }
 }
 
-/// Column at which element (row t, column c) of a dq_accum row is stored when p.dq_accum_swizzled: 16-byte chunks
-/// swizzled per row (chunk c / 4 at c / 4 ^ t % 8), so that the Hopper backward's fragment stores into its shared
-/// dQ tile spread over the banks (its bulk reduction copies the tile as it is; a 2-way conflict remains in each
-/// half-warp of its 64-bit stores, which sees rows t % 8 in 0..3 only: kernels/flash_attn/NOTES.md, twentieth session); d 80: the last four chunks
-/// (16..19, no whole group of eight) at c / 4 ^ t % 4. Its own inverse; d 64, 80, 96 or 128 (d % 16 == 0 with d % 32
-/// == 0 or d % 32 == 16).
-__host__ __device__ __forceinline__ int dq_swizzle(int t, int c, int d) {
-  if (d % 32 == 0) return (((c >> 2) ^ (t & 7)) << 2) | (c & 3);
-  const int chunk = c >> 2, x = (chunk | 7) < (d >> 2) ? (t & 7) : (t & 3);
-  return ((chunk ^ x) << 2) | (c & 3);
-}
-
 /// The atomic mode's last pass, one thread per eight consecutive elements of [B, H, T, d] (d % 8 == 0): dQ = scale
 /// · dq_accum (read through dq_swizzle when p.dq_accum_swizzled) into the dq view and, when the dK/dV pass was split
 /// (with_dkv), dK, dV = dkv_accum [2][B, H, T, d] (already scaled) into theirs; vec: 16-byte stores (the views'

@@ -46,8 +46,8 @@ struct FlashBwdParams : FlashParams {
   float* dkv_accum = nullptr;  // workspace [2][B, H, T, d] f32 (dK then dV) where the problem has few key tiles
                                // (bwd_workspace_bytes); lets the launcher split each key tile's query loop
   int dkdv_chunk = 0;          // set by the launcher: query tiles per CTA of the dK/dV pass (0: all of them)
-  bool dq_accum_swizzled = false;  // set by the launcher: dq_accum rows hold 16-byte chunks swizzled (dq_swizzle,
-                                   // bwd_kernel.cuh; the Hopper backward writes them so)
+  bool dq_accum_swizzled = false;  // set by the launcher: dq_accum rows hold 16-byte chunks swizzled (dq_swizzle
+                                   // below; the Hopper backward writes them so)
 };
 
 #ifdef __CUDACC__
@@ -67,6 +67,27 @@ __device__ __forceinline__ TileCoord tile_coord(const FlashParams& p) {
   return {int(blockIdx.y), int(gridDim.y), bh / p.num_heads, bh % p.num_heads};
 }
 #endif
+
+#if defined(__CUDACC__)
+#define TRAINER_FLASH_HD __host__ __device__ __forceinline__
+#else
+#define TRAINER_FLASH_HD inline
+#endif
+/// Column at which element (row t, column c) of a dq_accum row is stored when p.dq_accum_swizzled: 16-byte chunks
+/// swizzled per row, so that the Hopper backward's 64-bit fragment stores into its shared f32 dQ tile hit every bank
+/// once a half-warp (its bulk reduction copies the tile as it is; the convert pass reads back through this). A
+/// half-warp stores rows t % 8 in 0..3 (or 4..7), two adjacent chunks (2j, 2j + 1) a row:
+/// · d % 32 == 0 (64, 96, 128; rows a multiple of 128 bytes): chunk c / 4 at c / 4 ^ 2 (t % 4), four rows' pairs on
+///   eight distinct chunks mod 8 (the twentieth session's c / 4 ^ t % 8 put them on four: a 2-way conflict);
+/// · d 80 (rows 320 bytes: odd rows start 64 bytes into a bank line): whole groups of eight chunks at c / 4 ^ t % 8,
+///   the last four (16..19) at c / 4 ^ t % 4.
+/// Its own inverse, a permutation of each row's chunks; d 64, 80, 96 or 128. Checked on the CPU by counting the
+/// stores' wavefronts (tests/test_flash_reference.cpp); kernels/flash_attn/NOTES.md, twenty-first session.
+TRAINER_FLASH_HD int dq_swizzle(int t, int c, int d) {
+  if (d % 32 == 0) return (((c >> 2) ^ ((t & 3) << 1)) << 2) | (c & 3);
+  const int chunk = c >> 2, x = (chunk | 7) < (d >> 2) ? (t & 7) : (t & 3);
+  return ((chunk ^ x) << 2) | (c & 3);
+}
 
 /// Calls f(std::true_type) or f(std::false_type): `bool_switch(p.causal, [&](auto c) { constexpr bool kC = c; })`.
 template <class F>
