@@ -13,8 +13,10 @@ kernels, variants 21, at d 96 variants 50) and SDPA in the same process: median
 of CUDA-event timings. Forward variants of one head dimension are also compared bit for bit with the first of them
 listed (O and L; the overlap / ping-pong loops must give the same bits as the plain one; a difference is a failure,
 except for variants with another key tile). --rounds N times the
-forward kernels in turn, N rounds after a warm-up (sustained clocks; median and spread per kernel), instead of the
-checks and the table above. Writes sm90_check.json (sm90_rounds.json) under --out and prints a table last.
+kernels in turn, N rounds after a warm-up (sustained clocks; median and spread per kernel; the production forward,
+the --fwd variants and SDPA's forward, and with --bwd variants the production backward, those and SDPA's forward +
+backward; at the shapes above, --xl / --d96's and --shapes), instead of the checks and the table above; in one
+burst the kernel timed first gains up to ~7% from the clocks, so compare variants by rounds. Writes sm90_check.json (sm90_rounds.json) under --out and prints a table last.
 """
 import argparse
 import ctypes
@@ -40,9 +42,9 @@ p.add_argument("--shapes", default="", help="also time these causal shapes, BxTx
 p.add_argument("--out", default=os.environ.get("OUT", "."))
 p.add_argument("--no-check", action="store_true")
 p.add_argument("--no-time", action="store_true")
-p.add_argument("--rounds", type=int, default=0, help="forward timing only: the production forward, every --fwd "
-               "variant and SDPA's in turn, this many rounds (median of 5 calls each), after a 1 s warm-up; "
-               "reports the median round and the spread (robust to clock drift between variants)")
+p.add_argument("--rounds", type=int, default=0, help="time the production kernels, every --fwd / --bwd variant "
+               "and SDPA's in turn, this many rounds (median of 5 calls each), after a 1 s warm-up; reports the median "
+               "round and the spread (robust to clock drift between variants); --bwd '' for the forward only")
 p.add_argument("--profile-d", type=int, default=64, help="head dimension of --profile (16 heads, T 16384)")
 p.add_argument("--profile", action="store_true", help="one call of each --fwd / --bwd variant at 16 x 64, T 16384 "
                "(for a profiler), nothing else")
@@ -192,51 +194,76 @@ def time_shape(B, T, H, d, causal):
                               "kernel": r[1], "ms": r[2], "tflops": r[3]})
 
 
-def time_fwd_rounds(B, T, H, d, causal, rounds):
-    """Forward kernels of this shape timed in turn, `rounds` times: {kernel: [ms of each round]}."""
+def time_rounds(B, T, H, d, causal, rounds):
+    """The kernels of this shape timed in turn, `rounds` times (median of 5 calls each): the production forward,
+    every --fwd variant and SDPA's forward; with --bwd variants also the production backward, those variants and
+    SDPA's forward + backward. Appends each kernel's median round and its rounds to res["timing"]."""
     qkv = torch.randn(B * T, 3 * H * d, device=dev).to(torch.bfloat16)
     out = torch.empty(B * T, H * d, device=dev, dtype=torch.bfloat16)
     lse = torch.empty(B, H, T, device=dev, dtype=torch.float32)
     sc = 1.0 / math.sqrt(d)
-    fns = {}
+    fns = {}  # (pass, kernel) -> callable
     if prod is not None:
-        fns["prod"] = lambda: prod.fa_fwd(0, qkv.data_ptr(), out.data_ptr(), lse.data_ptr(), B, T, H, d,
-                                          int(causal), 1, 0, sc, stream())
+        fns[("fwd", "prod")] = lambda: prod.fa_fwd(0, qkv.data_ptr(), out.data_ptr(), lse.data_ptr(), B, T, H, d,
+                                                   int(causal), 1, 0, sc, stream())
     for v in FWD:
         if fwd(v, qkv, B, T, H, d, causal, out, lse)[0] == 0:
-            fns[f"sm90 v{v}"] = (lambda v=v: fwd(v, qkv, B, T, H, d, causal, out, lse))
-    q, k, v_ = (torch.randn(B, H, T, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
-    fns["sdpa"] = lambda: F.scaled_dot_product_attention(q, k, v_, is_causal=causal)
+            fns[("fwd", f"sm90 v{v}")] = (lambda v=v: fwd(v, qkv, B, T, H, d, causal, out, lse))
+    q, k, v_ = (torch.randn(B, H, T, d, device=dev, dtype=torch.bfloat16, requires_grad=bool(BWD)) for _ in range(3))
+    with torch.no_grad():
+        fns[("fwd", "sdpa")] = lambda: F.scaled_dot_product_attention(q, k, v_, is_causal=causal)
+    if BWD:
+        fwd(FWD[0] if FWD else {64: 0, 80: 20, 96: 32, 128: 10}[d], qkv, B, T, H, d, causal, out, lse)
+        dout = torch.randn(B * T, H * d, device=dev).to(torch.bfloat16)
+        dq = torch.empty(B * T, 3 * H * d, device=dev, dtype=torch.bfloat16)
+        ws = torch.empty(B * H * T * (d + 1) + 64, device=dev, dtype=torch.float32)
+        if prod is not None:
+            pws = torch.empty(prod.fa_bwd_ws(B, T, H, d, 1, 0) // 4 + 64, device=dev, dtype=torch.float32)
+            fns[("bwd", "prod")] = lambda: prod.fa_bwd(0, dq.data_ptr(), 0, dout.data_ptr(), qkv.data_ptr(),
+                                                       out.data_ptr(), 0, lse.data_ptr(), pws.data_ptr(), B, T, H, d,
+                                                       int(causal), 1, sc, stream())
+        for v in BWD:
+            if bwd(v, qkv, out, lse, dout, B, T, H, d, causal, dq, ws)[0] == 0:
+                fns[("bwd", f"sm90 v{v}")] = (lambda v=v: bwd(v, qkv, out, lse, dout, B, T, H, d, causal, dq, ws))
+        do = torch.randn(B, H, T, d, device=dev, dtype=torch.bfloat16)
+
+        def fb():
+            o = F.scaled_dot_product_attention(q, k, v_, is_causal=causal)
+            torch.autograd.grad(o, (q, k, v_), do)
+        fns[("f+b", "sdpa")] = fb
     t0 = time.time()
     while time.time() - t0 < 1.0:  # clocks up before the first round
         for f in fns.values():
             f()
         torch.cuda.synchronize()
-    times = {name: [] for name in fns}
+    times = {key: [] for key in fns}
     for _ in range(rounds):
-        for name, f in fns.items():
-            times[name].append(median_ms(f, reps=5, warmup=1))
+        for key, f in fns.items():
+            times[key].append(median_ms(f, reps=5, warmup=1))
     fl = 2.0 * T * T * d * B * H * (1 if causal else 2)
     shape = f"{B}x{H}x{d} T{T} {'causal' if causal else 'full'}"
-    for name, ts in times.items():
+    for (pass_, name), ts in times.items():
         s_ = sorted(ts)
         med = s_[len(s_) // 2]
-        res["timing"].append({"shape": shape, "pass": "fwd", "kernel": name, "ms": med, "tflops": fl / med / 1e9,
+        fl_pass = fl * {"fwd": 1.0, "bwd": 2.5, "f+b": 3.5}[pass_]
+        res["timing"].append({"shape": shape, "pass": pass_, "kernel": name, "ms": med, "tflops": fl_pass / med / 1e9,
                               "rounds_ms": ts})
 
 
 if args.rounds > 0:
     for (B, T, H, d) in [(1, 16384, 16, 64), (1, 16384, 16, 128), (1, 16384, 16, 80)] + \
             ([(4, 512, 32, 80), (4, 2048, 32, 80), (4, 16384, 32, 80)] if args.xl else []) + \
-            ([(1, 16384, 16, 96), (4, 512, 32, 96), (4, 2048, 32, 96), (4, 16384, 32, 96)] if args.d96 else []):
-        time_fwd_rounds(B, T, H, d, True, args.rounds)
+            ([(1, 16384, 16, 96), (4, 512, 32, 96), (4, 2048, 32, 96), (4, 16384, 32, 96)] if args.d96 else []) + \
+            [tuple(int(x) for x in sh.split("x")) for sh in args.shapes.split(",") if sh]:
+        time_rounds(B, T, H, d, True, args.rounds)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "sm90_rounds.json"), "w") as f:
         json.dump(res, f, indent=1)
-    print(f"{'shape':26} {'kernel':10} {'median ms':>9} {'TFLOP/s':>8} {'min':>7} {'max':>7}  ({args.rounds} rounds)")
+    print(f"{'shape':26} {'pass':5} {'kernel':10} {'median ms':>9} {'TFLOP/s':>8} {'min':>7} {'max':>7}  "
+          f"({args.rounds} rounds)")
     for t in res["timing"]:
-        print(f"{t['shape']:26} {t['kernel']:10} {t['ms']:9.3f} {t['tflops']:8.1f} {min(t['rounds_ms']):7.3f} "
-              f"{max(t['rounds_ms']):7.3f}")
+        print(f"{t['shape']:26} {t['pass']:5} {t['kernel']:10} {t['ms']:9.3f} {t['tflops']:8.1f} "
+              f"{min(t['rounds_ms']):7.3f} {max(t['rounds_ms']):7.3f}")
     raise SystemExit(0)
 if args.profile:
     B, T, H, d = 1, 16384, 16, args.profile_d
