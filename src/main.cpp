@@ -383,11 +383,7 @@ int main(int argc, char** argv) {
       write_json_atomic(failed_path, failed);
     });
   } else if (world > 1 && mpi.thread_level() == MPI_THREAD_MULTIPLE) {  // (else rank 0 has no listener)
-    set_fatal_hook([](const std::string& msg) {
-      std::signal(SIGTERM, SIG_DFL);  // mpirun's SIGTERM (rank 0 aborting the job) ends this rank while it waits
-      session->notify_failure(1, msg);
-      std::this_thread::sleep_for(std::chrono::seconds(3));
-    });
+    set_fatal_hook([](const std::string& msg) { hand_failure_to_rank_0(*session, 1, msg); });
   }
   // A rank > 0 that stops the job on its own (bad input only it found, a run error of its own) tells rank 0, which
   // may be blocked in a collective that rank will never join: rank 0 then ends its outputs as for its own failure
