@@ -24,10 +24,12 @@
 // causal: 1.31 ms = 525 TFLOP/s, against 2.46 on the mma.sync kernel and SDPA's 1.87; v10 notes). d 96 the same
 // way: Q Kᵀ as six k16 steps (four in the first sub-tile, two in the second), O += P V as m64n96.
 //
-// One CTA per (query tile of kBM = 64 kWG rows, head, batch), longest causal rows first. Key tiles of kBN keys are
-// visited from the diagonal down; the causal / ragged-edge mask runs only on tiles that need it. Output O (bf16 or
-// f32) and the natural-log logsumexp L, as flash_fwd_kernel; problems with few query tiles (split keys) keep that
-// kernel (launch.cuh).
+// Query tiles of kBM = 64 kWG rows, longest causal rows first: one CTA each, or (Tr::kPersistent, production since
+// v22) one CTA per SM that takes tile after tile from a counter (FlashAttention-3's persistent kernel with its
+// dynamic scheduler), the next tile's Q and K / V landing under the last one's P V and O stores. Key tiles of kBN
+// keys are visited from the diagonal down; the causal / ragged-edge mask runs only on tiles that need it. Output O
+// (bf16 or f32) and the natural-log logsumexp L, as flash_fwd_kernel; problems with few query tiles (split keys) keep
+// that kernel (launch.cuh).
 #pragma once
 #include "flash_attn/mma.cuh"
 #include "flash_attn/params.h"
@@ -87,17 +89,22 @@ __device__ __forceinline__ void wgmma_kmajor(float (&acc)[kN / 2], uint64_t a, u
 /// __launch_bounds__(kThreads, 1)); kOverlap / kPingPong: FlashAttention-3's intra-warpgroup overlap and ping-pong
 /// of the consumer loop (flash_fwd_sm90_kernel; the same results, only the schedule differs).
 template <int kD_, int kBN_, int kWG_, int kStages_ = 2, int kRegsProducer_ = 24, int kRegsConsumer_ = 160,
-          bool kOverlap_ = false, bool kPingPong_ = false>
+          bool kOverlap_ = false, bool kPingPong_ = false, bool kPersistent_ = false>
 struct FwdTraits {
   static constexpr int kD = kD_, kBN = kBN_, kWG = kWG_, kBM = 64 * kWG_, kThreads = 128 * (kWG_ + 1);
   static constexpr int kStages = kStages_;
   static constexpr bool kOverlap = kOverlap_, kPingPong = kPingPong_;
+  // One CTA per SM that runs query tiles in turn, each taking the next from a counter (FwdTileCounter): the next
+  // tile's Q and first K / V load while the consumers finish the last P V and store O (FlashAttention-3's
+  // persistent kernel and dynamic scheduler).
+  static constexpr bool kPersistent = kPersistent_;
   static_assert(!kPingPong || (kOverlap && kWG >= 2), "ping-pong orders the overlapped loops of >= 2 consumers");
   static constexpr int kRegsProducer = kRegsProducer_, kRegsConsumer = kRegsConsumer_;
   static constexpr int kSub = sm90_subtiles(kD);
   static constexpr int kQBytes = kBM * 64 * kSub * 2, kKVBytes = kBN * 64 * kSub * 2;  // (TMA boxes incl. zero fill)
-  // Q, stages of K and V, mbarriers (Q; full and empty per stage, for K and V apart), alignment
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 8 * (1 + 4 * kStages) + 1024;
+  // Q, stages of K and V, mbarriers (Q full and empty; full and empty per stage, for K and V apart), the next
+  // tile's index (kPersistent), alignment
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 8 * (2 + 4 * kStages) + 8 + 1024;
   static_assert((kD == 64 || kD == 80 || kD == 96 || kD == 128) && (kBN == 64 || kBN == 128) && kBM <= 256,
                 "wgmma tiles, TMA box rows");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm_90 CTA");
@@ -169,10 +176,34 @@ __device__ __forceinline__ void pack_p(uint32_t (&pa)[kBN / 16][4], const float 
   }
 }
 
+/// Tile L (0 .. tiles x batch x heads - 1) of the tile kernels' CTA order (tile_coord: tile_grid's blockIdx order,
+/// x fastest; groups of G = p.tile_group (batch, head) pairs one after the other, inside a group tile t of every
+/// pair before tile t + 1 of any), the last group packed to its pairs: the persistent forward's order.
+__device__ __forceinline__ TileCoord fwd_tile_at(const FlashParams& p, int L, int tiles) {
+  const int pairs = p.batch * p.num_heads, G = min(p.tile_group, pairs);
+  const int grp = L / (G * tiles), rem = L - grp * G * tiles, Gg = min(G, pairs - grp * G);
+  const int bh = grp * G + rem % Gg;
+  return {rem / Gg, tiles, bh / p.num_heads, bh % p.num_heads};
+}
+
+/// The persistent forward's tile counters (FlashAttention-3's dynamic scheduler): CTA i of a grid of P runs tile i
+/// (fwd_tile_at) first and then tile P + next++ until past the last, so that a CTA that ends its tiles early takes
+/// more (static shares let the CTAs drift apart: results/h200/2026-12-03/v21). The CTA that finishes last (done)
+/// sets both back to 0 for the next launch: no memset per launch. A launch takes slot launch_count % kFwdSlots
+/// (launch_fwd), so launches in flight on different streams at once use different counters (up to kFwdSlots).
+struct FwdTileCounter {
+  unsigned next, done;
+};
+constexpr int kFwdSlots = 16;
+namespace {
+__device__ FwdTileCounter g_fwd_tiles[kFwdSlots];  // zero-initialized at module load
+}  // namespace
+
 /// O [B, T, H, d] (bf16, or f32 when p.o_f32) and lse [B, H, T] (f32, natural log; rows < T) from bf16 q, k, v
 /// views (params.h; rows 16-byte aligned, checked by run_fwd) and their TMA tensor maps `tma` (launch_sm90.cuh),
-/// d = Tr::kD, T >= 1. Grid: ceil(T / kBM) x H x B CTAs (tile_grid), Tr::kThreads threads, Tr::kSmemBytes of
-/// dynamic shared memory. sm_90a only.
+/// d = Tr::kD, T >= 1. Grid: ceil(T / kBM) x H x B CTAs (tile_grid), or Tr::kPersistent: a 1-D grid of at most
+/// that many, whose CTAs take tiles from the counters g_fwd_tiles[slot] (FwdTileCounter; 0 at the launch, left 0);
+/// Tr::kThreads threads, Tr::kSmemBytes of dynamic shared memory. sm_90a only.
 /// Tr::kOverlap: FlashAttention-3's intra-warpgroup overlap (arXiv:2407.08608, Algorithm 2): S_j = Q K_jᵀ and
 /// O += P_{j-1} V_{j-1} are issued together and the softmax of S_j runs while the second product is in flight; the
 /// arithmetic (O rescaled by alpha_{j-1} before P_{j-1} V_{j-1} is added) is the same as without it, so is every bit
@@ -180,28 +211,31 @@ __device__ __forceinline__ void pack_p(uint32_t (&pa)[kBN / 16][4], const float 
 /// threads: this warpgroup's sync and the previous one's arrive), so that one's softmax runs under another's wgmma.
 template <class Tr, bool kCausal>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
-    flash_fwd_sm90_kernel(const FlashParams p, const __grid_constant__ TmaMaps tma) {
+    flash_fwd_sm90_kernel(const FlashParams p, const __grid_constant__ TmaMaps tma, int slot) {
   constexpr int kD = Tr::kD, kBM = Tr::kBM, kBN = Tr::kBN, kSub = Tr::kSub, kStages = Tr::kStages, kWG = Tr::kWG;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* sQ = align_smem_1024(smem_raw);
   uint8_t* sK = sQ + Tr::kQBytes;            // [stages][kSub][kBN][64]
   uint8_t* sV = sK + kStages * Tr::kKVBytes;  // [stages][kSub][kBN][64]
   uint64_t* q_full = reinterpret_cast<uint64_t*>(sV + kStages * Tr::kKVBytes);
-  uint64_t* full_k = q_full + 1;  // per stage: K landed (transaction bytes)
+  uint64_t* q_empty = q_full + 1;  // every consumer thread done with Q (after the tile's last S; kPersistent)
+  uint64_t* full_k = q_full + 2;   // per stage: K landed (transaction bytes)
   uint64_t* full_v = full_k + kStages;
   uint64_t* empty_k = full_v + kStages;  // per stage: every consumer thread done with K (after S) / V (after P V)
   uint64_t* empty_v = empty_k + kStages;
+  int* tile_slot = reinterpret_cast<int*>(empty_v + kStages);  // kPersistent: the next tile (fwd_tile_at), or past
 
-  const TileCoord c = tile_coord(p);
-  if (c.b >= p.batch) return;  // past the last (b, h) pair (the last group of tile_grid)
-  const int m_block = c.tiles - 1 - c.tile;  // the longest (causal) rows first
-  const int h = c.h, b = c.b;
-  const int T = p.seq_len, m0 = m_block * kBM;
+  const int T = p.seq_len, tiles = (T + kBM - 1) / kBM, total = tiles * p.batch * p.num_heads;
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  int n_blocks = (T + kBN - 1) / kBN;
-  if (kCausal) n_blocks = min(n_blocks, (m0 + kBM + kBN - 1) / kBN);
+  // The tile's first row and key tiles (from the diagonal down); m_block: the longest (causal) rows first.
+  auto tile_rows = [&](const TileCoord& c, int& m0, int& n_blocks) {
+    m0 = (c.tiles - 1 - c.tile) * kBM;
+    n_blocks = (T + kBN - 1) / kBN;
+    if (kCausal) n_blocks = min(n_blocks, (m0 + kBM + kBN - 1) / kBN);
+  };
   if (tid == 0) {
     mbar_init(q_full, 1);
+    mbar_init(q_empty, 128 * kWG);
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full_k + s, 1);
       mbar_init(full_v + s, 1);
@@ -212,149 +246,209 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   }
   __syncthreads();
 
+  // K / V tiles are numbered across this CTA's query tiles (kv0: the count before this tile), which gives each
+  // its stage (% kStages) and phase.
   if (wg == 0) {  // ---- producer ----
     setmaxnreg_dec<Tr::kRegsProducer>();
     if (warp == 0 && lane == 0) {
-      mbar_arrive_expect_tx(q_full, uint32_t(Tr::kQBytes));
-#pragma unroll
-      for (int sub = 0; sub < kSub; ++sub) tma_load_4d(sQ + sub * kBM * 128, &tma.q, 64 * sub, m0, h, b, q_full);
-      for (int it = 0; it < n_blocks; ++it) {  // key tiles from the diagonal down
-        const int nb = n_blocks - 1 - it, s = it % kStages;
-        const uint32_t free_parity = ((it / kStages) & 1) ^ 1;
-        mbar_wait(empty_k + s, free_parity);
-        mbar_arrive_expect_tx(full_k + s, uint32_t(Tr::kKVBytes));
+      // kPersistent: tile j's index goes to the consumers through tile_slot, released by q_full's arrive (once they
+      // are done with the previous Q: q_empty); an index past the last ends them (an arrive without bytes).
+      FwdTileCounter* ctr = g_fwd_tiles + slot;
+      int kv0 = 0, L = int(blockIdx.x);
+      for (int j = 0;; ++j) {
+        TileCoord c;
+        if constexpr (!Tr::kPersistent) {
+          c = tile_coord(p);
+          if (j > 0 || c.b >= p.batch) break;  // one tile; none past the last (b, h) pair (tile_grid's last group)
+        } else {
+          if (j > 0) mbar_wait(q_empty, uint32_t((j - 1) & 1));
+          *tile_slot = L;
+          if (L >= total) {
+            mbar_arrive(q_full);
+            break;
+          }
+          c = fwd_tile_at(p, L, tiles);
+        }
+        int m0, n_blocks;
+        tile_rows(c, m0, n_blocks);
+        mbar_arrive_expect_tx(q_full, uint32_t(Tr::kQBytes));
 #pragma unroll
         for (int sub = 0; sub < kSub; ++sub)
-          tma_load_4d(sK + s * Tr::kKVBytes + sub * kBN * 128, &tma.k, 64 * sub, nb * kBN, h, b, full_k + s);
-        mbar_wait(empty_v + s, free_parity);
-        mbar_arrive_expect_tx(full_v + s, uint32_t(Tr::kKVBytes));
+          tma_load_4d(sQ + sub * kBM * 128, &tma.q, 64 * sub, m0, c.h, c.b, q_full);
+        for (int it = 0; it < n_blocks; ++it) {  // key tiles from the diagonal down
+          const int nb = n_blocks - 1 - it, kv = kv0 + it, s = kv % kStages;
+          const uint32_t free_parity = ((kv / kStages) & 1) ^ 1;
+          mbar_wait(empty_k + s, free_parity);
+          mbar_arrive_expect_tx(full_k + s, uint32_t(Tr::kKVBytes));
 #pragma unroll
-        for (int sub = 0; sub < kSub; ++sub)
-          tma_load_4d(sV + s * Tr::kKVBytes + sub * kBN * 128, &tma.v, 64 * sub, nb * kBN, h, b, full_v + s);
+          for (int sub = 0; sub < kSub; ++sub)
+            tma_load_4d(sK + s * Tr::kKVBytes + sub * kBN * 128, &tma.k, 64 * sub, nb * kBN, c.h, c.b, full_k + s);
+          mbar_wait(empty_v + s, free_parity);
+          mbar_arrive_expect_tx(full_v + s, uint32_t(Tr::kKVBytes));
+#pragma unroll
+          for (int sub = 0; sub < kSub; ++sub)
+            tma_load_4d(sV + s * Tr::kKVBytes + sub * kBN * 128, &tma.v, 64 * sub, nb * kBN, c.h, c.b, full_v + s);
+        }
+        kv0 += n_blocks;
+        if constexpr (Tr::kPersistent) L = int(gridDim.x + atomicAdd(&ctr->next, 1u));  // once its loads are issued
+      }
+      if constexpr (Tr::kPersistent) {
+        __threadfence();  // this CTA's last claim before its count in `done`
+        if (atomicAdd(&ctr->done, 1u) == gridDim.x - 1) {  // every CTA has made its last claim: reset
+          atomicExch(&ctr->next, 0u);
+          atomicExch(&ctr->done, 0u);
+        }
       }
     }
     return;
   }
 
-  // ---- consumers: warpgroup wc owns rows m0 + 64 wc .. +63 ----
+  // ---- consumers: warpgroup wc owns rows m0 + 64 wc .. +63 of each tile ----
   setmaxnreg_inc<Tr::kRegsConsumer>();
   const int wc = wg - 1;
-  float o[kD / 2];
-#pragma unroll
-  for (int i = 0; i < kD / 2; ++i) o[i] = 0.f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f}, alpha[2];
   const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scale·log2(e): scores in log2 units
-  const int row_lo = m0 + 64 * wc;                          // this warpgroup's rows: row_lo .. row_lo + 63
-  const int row0 = row_lo + 16 * warp + g;                  // this thread's: row0 and row0 + 8
   const uint64_t q_desc = make_desc(smem_addr(sQ) + uint32_t(64 * wc * 128), 16, 1024);  // K-major A
   const uint64_t k_desc = make_desc(smem_addr(sK), 16, 1024);                            // K-major B (stage 0)
   const uint64_t v_desc = make_desc(smem_addr(sV), kBN * 128, 1024);                     // N-major B (stage 0)
-  // S = Q K_itᵀ issued (one commit group), O += P V_it issued (one commit group)
-  auto issue_s = [&](float(&sc)[kBN / 2], int it) {
-    wgmma_fence();
-    wgmma_kmajor<kBN, kD>(sc, q_desc, kBM * 128, desc_add(k_desc, uint32_t((it % kStages) * Tr::kKVBytes)),
-                          kBN * 128);
-    wgmma_commit();
-  };
-  auto issue_pv = [&](const uint32_t(&pa)[kBN / 16][4], int it) {
-    const uint32_t stage = uint32_t((it % kStages) * Tr::kKVBytes);
-    fence_regs(o);
-    wgmma_fence();
+  int kv0 = 0;
+  // Tile j (its Q landed: q_full's phase j)
+  auto run_tile = [&](const TileCoord& c) {
+    const int h = c.h, b = c.b;
+    int m0, n_blocks;
+    tile_rows(c, m0, n_blocks);
+    float o[kD / 2];
 #pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) wgmma_rs<1, kD>(o, pa[kk], desc_add(v_desc, stage + kk * 2048), true);
-    wgmma_commit();
-  };
-  auto parity = [](int it) { return uint32_t((it / kStages) & 1); };
-  mbar_wait(q_full, 0);
-
-  if constexpr (!Tr::kOverlap) {
-    for (int it = 0; it < n_blocks; ++it) {
-      const int s = it % kStages;
-      mbar_wait(full_k + s, parity(it));
-      float sc[kBN / 2];
-      issue_s(sc, it);
-      wgmma_wait<0>();
-      fence_regs(sc);
-      mbar_arrive(empty_k + s);
-      softmax_tile<kBN, kCausal>(sc, m_run, l_run, alpha, (n_blocks - 1 - it) * kBN, T, row_lo, row0, t, sl2);
-      rescale_o<kD>(o, alpha);
-      uint32_t pa[kBN / 16][4];
-      pack_p<kBN>(pa, sc);
-      mbar_wait(full_v + s, parity(it));
-      issue_pv(pa, it);
-      wgmma_wait<0>();
-      fence_regs(o);
-      mbar_arrive(empty_v + s);
-    }
-  } else {
-    // Round `it` (0 .. n_blocks - 1) issues S_it and, from round 1, O += P_{it-1} V_{it-1}; the last P V follows.
-    // Ping-pong: warpgroup wc waits on barrier 1 + wc before a round's products and then lets the next one go; the
-    // last warpgroup starts the first's turn, so it skips its own last arrive (every barrier phase completes).
-    auto turn_wait = [&] {
-      if constexpr (Tr::kPingPong) named_bar_sync(1 + wc, 256);
+    for (int i = 0; i < kD / 2; ++i) o[i] = 0.f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f}, alpha[2];
+    const int row_lo = m0 + 64 * wc;          // this warpgroup's rows: row_lo .. row_lo + 63
+    const int row0 = row_lo + 16 * warp + g;  // this thread's: row0 and row0 + 8
+    // S = Q K_itᵀ issued (one commit group), O += P V_it issued (one commit group)
+    auto issue_s = [&](float(&sc)[kBN / 2], int it) {
+      wgmma_fence();
+      wgmma_kmajor<kBN, kD>(sc, q_desc, kBM * 128,
+                            desc_add(k_desc, uint32_t(((kv0 + it) % kStages) * Tr::kKVBytes)), kBN * 128);
+      wgmma_commit();
     };
-    auto turn_pass = [&](int it) {
+    auto issue_pv = [&](const uint32_t(&pa)[kBN / 16][4], int it) {
+      const uint32_t stage = uint32_t(((kv0 + it) % kStages) * Tr::kKVBytes);
+      fence_regs(o);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) wgmma_rs<1, kD>(o, pa[kk], desc_add(v_desc, stage + kk * 2048), true);
+      wgmma_commit();
+    };
+    auto stage = [&](int it) { return (kv0 + it) % kStages; };
+    auto parity = [&](int it) { return uint32_t(((kv0 + it) / kStages) & 1); };
+    // S of key tile `it` is done: its K stage is free, and after the tile's last S so is Q (the next tile's Q may
+    // land while P V and the O stores run)
+    auto release_k = [&](int it) {
+      mbar_arrive(empty_k + stage(it));
+      if constexpr (Tr::kPersistent)
+        if (it == n_blocks - 1) mbar_arrive(q_empty);
+    };
+    if constexpr (!Tr::kOverlap) {
+      for (int it = 0; it < n_blocks; ++it) {
+        mbar_wait(full_k + stage(it), parity(it));
+        float sc[kBN / 2];
+        issue_s(sc, it);
+        wgmma_wait<0>();
+        fence_regs(sc);
+        release_k(it);
+        softmax_tile<kBN, kCausal>(sc, m_run, l_run, alpha, (n_blocks - 1 - it) * kBN, T, row_lo, row0, t, sl2);
+        rescale_o<kD>(o, alpha);
+        uint32_t pa[kBN / 16][4];
+        pack_p<kBN>(pa, sc);
+        mbar_wait(full_v + stage(it), parity(it));
+        issue_pv(pa, it);
+        wgmma_wait<0>();
+        fence_regs(o);
+        mbar_arrive(empty_v + stage(it));
+      }
+    } else {
+      // Round `it` (0 .. n_blocks - 1) issues S_it and, from round 1, O += P_{it-1} V_{it-1}; the last P V follows.
+      // Ping-pong: warpgroup wc waits on barrier 1 + wc before a round's products and then lets the next one go;
+      // the last warpgroup starts the first's turn, so it skips its own last arrive (every barrier phase of a tile
+      // completes within it).
+      auto turn_wait = [&] {
+        if constexpr (Tr::kPingPong) named_bar_sync(1 + wc, 256);
+      };
+      auto turn_pass = [&](int it) {
+        if constexpr (Tr::kPingPong)
+          if (!(wc == kWG - 1 && it == n_blocks - 1)) named_bar_arrive(1 + (wc + 1) % kWG, 256);
+      };
       if constexpr (Tr::kPingPong)
-        if (!(wc == kWG - 1 && it == n_blocks - 1)) named_bar_arrive(1 + (wc + 1) % kWG, 256);
-    };
-    if constexpr (Tr::kPingPong)
-      if (wc == kWG - 1) named_bar_arrive(1, 256);
-    uint32_t pa[kBN / 16][4];
-    {
-      mbar_wait(full_k, 0);
-      float sc[kBN / 2];
-      turn_wait();
-      issue_s(sc, 0);
-      turn_pass(0);
-      wgmma_wait<0>();
-      fence_regs(sc);
-      mbar_arrive(empty_k);
-      softmax_tile<kBN, kCausal>(sc, m_run, l_run, alpha, (n_blocks - 1) * kBN, T, row_lo, row0, t, sl2);
-      pack_p<kBN>(pa, sc);
-    }
-    for (int it = 1; it < n_blocks; ++it) {
-      mbar_wait(full_k + it % kStages, parity(it));
-      float sc[kBN / 2];
-      turn_wait();
-      issue_s(sc, it);
+        if (wc == kWG - 1) named_bar_arrive(1, 256);
+      uint32_t pa[kBN / 16][4];
+      {
+        mbar_wait(full_k + stage(0), parity(0));
+        float sc[kBN / 2];
+        turn_wait();
+        issue_s(sc, 0);
+        turn_pass(0);
+        wgmma_wait<0>();
+        fence_regs(sc);
+        release_k(0);
+        softmax_tile<kBN, kCausal>(sc, m_run, l_run, alpha, (n_blocks - 1) * kBN, T, row_lo, row0, t, sl2);
+        pack_p<kBN>(pa, sc);
+      }
+      for (int it = 1; it < n_blocks; ++it) {
+        mbar_wait(full_k + stage(it), parity(it));
+        float sc[kBN / 2];
+        turn_wait();
+        issue_s(sc, it);
+        rescale_o<kD>(o, alpha);
+        mbar_wait(full_v + stage(it - 1), parity(it - 1));
+        issue_pv(pa, it - 1);
+        turn_pass(it);
+        wgmma_wait<1>();
+        fence_regs(sc);
+        release_k(it);
+        softmax_tile<kBN, kCausal>(sc, m_run, l_run, alpha, (n_blocks - 1 - it) * kBN, T, row_lo, row0, t, sl2);
+        wgmma_wait<0>();
+        fence_regs(o);
+        fence_regs(sc);  // keeps the repack of P (pa: the in-flight P V's A registers) after the wait
+        mbar_arrive(empty_v + stage(it - 1));
+        pack_p<kBN>(pa, sc);
+      }
       rescale_o<kD>(o, alpha);
-      mbar_wait(full_v + (it - 1) % kStages, parity(it - 1));
-      issue_pv(pa, it - 1);
-      turn_pass(it);
-      wgmma_wait<1>();
-      fence_regs(sc);
-      mbar_arrive(empty_k + it % kStages);
-      softmax_tile<kBN, kCausal>(sc, m_run, l_run, alpha, (n_blocks - 1 - it) * kBN, T, row_lo, row0, t, sl2);
+      mbar_wait(full_v + stage(n_blocks - 1), parity(n_blocks - 1));
+      issue_pv(pa, n_blocks - 1);
       wgmma_wait<0>();
       fence_regs(o);
-      fence_regs(sc);  // keeps the repack of P (pa: the in-flight P V's A registers) after the wait
-      mbar_arrive(empty_v + (it - 1) % kStages);
-      pack_p<kBN>(pa, sc);
+      mbar_arrive(empty_v + stage(n_blocks - 1));
     }
-    rescale_o<kD>(o, alpha);
-    mbar_wait(full_v + (n_blocks - 1) % kStages, parity(n_blocks - 1));
-    issue_pv(pa, n_blocks - 1);
-    wgmma_wait<0>();
-    fence_regs(o);
-    mbar_arrive(empty_v + (n_blocks - 1) % kStages);
-  }
 
-  const int64_t o_off = int64_t(b) * p.o_batch_stride + int64_t(h) * p.o_head_stride;
+    const int64_t o_off = int64_t(b) * p.o_batch_stride + int64_t(h) * p.o_head_stride;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = l_run[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int row = row0 + r * 8;
-    if (row >= T) continue;
-    const float inv = 1.f / l;
-    const int64_t ro = o_off + int64_t(row) * p.o_row_stride;
+    for (int r = 0; r < 2; ++r) {
+      float l = l_run[r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int row = row0 + r * 8;
+      if (row >= T) continue;
+      const float inv = 1.f / l;
+      const int64_t ro = o_off + int64_t(row) * p.o_row_stride;
 #pragma unroll
-    for (int j = 0; j < kD / 8; ++j)
-      store_pair(p.o, ro + j * 8 + 2 * t, p.o_f32, o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-    // one rounding (fmaf), whatever the surrounding code: a contraction left to the compiler differed between
-    // the loop variants in the last bit of L
-    if (t == 0) p.lse[(int64_t(b) * p.num_heads + h) * T + row] = fmaf(m_run[r], 0.6931471805599453f, logf(l));
+      for (int jj = 0; jj < kD / 8; ++jj)
+        store_pair(p.o, ro + jj * 8 + 2 * t, p.o_f32, o[4 * jj + 2 * r] * inv, o[4 * jj + 2 * r + 1] * inv);
+      // one rounding (fmaf), whatever the surrounding code: a contraction left to the compiler differed between
+      // the loop variants in the last bit of L
+      if (t == 0) p.lse[(int64_t(b) * p.num_heads + h) * T + row] = fmaf(m_run[r], 0.6931471805599453f, logf(l));
+    }
+    kv0 += n_blocks;
+  };
+  if constexpr (!Tr::kPersistent) {
+    const TileCoord c = tile_coord(p);
+    if (c.b >= p.batch) return;  // past the last (b, h) pair (the last group of tile_grid)
+    mbar_wait(q_full, 0);
+    run_tile(c);
+  } else {
+    for (int j = 0;; ++j) {
+      mbar_wait(q_full, uint32_t(j & 1));
+      const int L = *static_cast<volatile int*>(tile_slot);
+      if (L >= total) break;
+      run_tile(fwd_tile_at(p, L, tiles));
+    }
   }
 }
 

@@ -4,6 +4,11 @@
 #pragma once
 #include "common.cuh"  // first (fmt set-up for nvcc)
 
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <stdexcept>
+
 #include "flash_attn/bwd_sm90.cuh"
 #include "flash_attn/fwd_sm90.cuh"
 #include "flash_attn/launch.h"
@@ -21,8 +26,10 @@ inline TmaMaps qkv_tma_maps(const FlashParams& p, int q_rows, int kv_rows) {
   return maps;
 }
 
-/// Forward with tile configuration Tr (FwdTraits): ceil(T / kBM) x H x B CTAs (tile_grid), the inputs also as TMA
-/// tensor maps (encoded here per call). CUDA errors abort (CUDA_CHECK).
+/// Forward with tile configuration Tr (FwdTraits): ceil(T / kBM) x H x B CTAs (tile_grid), or (Tr::kPersistent) one
+/// per SM up to that many, taking the tiles from the counters of slot launch_count % kFwdSlots (FwdTileCounter); the
+/// inputs also as TMA tensor maps (encoded here per call). CUDA errors abort (CUDA_CHECK); more than 2^31 - 1 - SMs
+/// tiles (int indices) throw std::invalid_argument.
 template <class Tr, bool kCausal>
 void launch_fwd(const FlashParams& p_in, cudaStream_t s) {
   FlashParams p = p_in;
@@ -30,7 +37,17 @@ void launch_fwd(const FlashParams& p_in, cudaStream_t s) {
   auto kernel = flash_fwd_sm90_kernel<Tr, kCausal>;
   set_smem(kernel, Tr::kSmemBytes);
   const TmaMaps maps = qkv_tma_maps(p, Tr::kBM, Tr::kBN);
-  kernel<<<tile_grid(p, ceil_div(p.seq_len, Tr::kBM)), Tr::kThreads, Tr::kSmemBytes, s>>>(p, maps);
+  const int64_t tiles = ceil_div(p.seq_len, Tr::kBM), total = tiles * p.batch * p.num_heads;
+  dim3 grid = tile_grid(p, tiles);
+  int slot = 0;
+  if constexpr (Tr::kPersistent) {
+    const int64_t sms = device_sm_count();
+    if (total > int64_t(INT32_MAX) - sms) throw std::invalid_argument("flash forward: too many query tiles");
+    grid = dim3(unsigned(std::min(total, sms)));
+    static std::atomic<unsigned> launches{0};
+    slot = int(launches.fetch_add(1, std::memory_order_relaxed) % kFwdSlots);
+  }
+  kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, s>>>(p, maps, slot);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -40,7 +40,8 @@ int fa_fwd_sm90(int variant, const void* qkv, void* out, float* lse, int B, int 
   p.softmax_scale = scale, p.causal = causal != 0, p.is_bf16 = true, p.o_f32 = o_f32 != 0;
   auto s = static_cast<cudaStream_t>(stream);
   // FwdTraits<d, keys per tile, consumer warpgroups, K / V stages, producer / consumer registers, intra-warpgroup
-  // overlap (O), ping-pong (P)>. Production: 0 (d 64), 20 (d 80), 32 (d 96) and 10 (d 128), sm90.cu Sm90Config. The earlier
+  // overlap (O), ping-pong (P), persistent>. Production: 6 (d 64), 24 (d 80), 34 (d 96) and 15 (d 128), sm90.cu
+  // Sm90Config; 0, 20, 32 and 10 are the same loops with one CTA a query tile (production until v22). The earlier
   // design (all threads loading by cp.async, CTA barriers) is recorded in results/h200/2026-12-01/v5_sm90 and
   // v7_ws/experiments; the overlap / ping-pong comparison in results/h200/2026-12-02/v14.
   switch (variant) {
@@ -48,6 +49,16 @@ int fa_fwd_sm90(int variant, const void* qkv, void* out, float* lse, int B, int 
     case 1: return fwd_variant<sm90::FwdTraits<64, 128, 3, 3, 24, 160, true, true>>(p, s);    // three K / V stages
     case 2: return fwd_variant<sm90::FwdTraits<64, 128, 2, 2, 24, 240>>(p, s);                // two consumers
     case 3: return fwd_variant<sm90::FwdTraits<64, 128, 3, 2, 24, 160>>(p, s);                // no overlap
+    // persistent (one CTA per SM taking query tiles from a counter, FwdTileCounter): production since v22
+    case 6: return fwd_variant<sm90::FwdTraits<64, 128, 3, 2, 24, 160, true, true, true>>(p, s);
+    case 15: return fwd_variant<sm90::FwdTraits<128, 128, 2, 2, 24, 240, true, false, true>>(p, s);
+    case 24: return fwd_variant<sm90::FwdTraits<80, 128, 3, 2, 24, 160, false, false, true>>(p, s);
+    case 34: return fwd_variant<sm90::FwdTraits<96, 128, 3, 2, 24, 160, false, false, true>>(p, s);
+    // the same with 32 producer registers (three consumers: 128 x (32 + 3 x 160) = 65536): no spill of the
+    // producer's at 24 (60-80 bytes), the same time (results/h200/2026-12-03/v22/call1)
+    case 7: return fwd_variant<sm90::FwdTraits<64, 128, 3, 2, 32, 160, true, true, true>>(p, s);
+    case 25: return fwd_variant<sm90::FwdTraits<80, 128, 3, 2, 32, 160, false, false, true>>(p, s);
+    case 35: return fwd_variant<sm90::FwdTraits<96, 128, 3, 2, 32, 160, false, false, true>>(p, s);
     case 4: return fwd_variant<sm90::FwdTraits<64, 128, 3, 2, 24, 160, true, false>>(p, s);   // O
     case 5: return fwd_variant<sm90::FwdTraits<64, 128, 2, 2, 24, 240, true, true>>(p, s);    // O + P, 2 consumers
     case 10: return fwd_variant<sm90::FwdTraits<128, 128, 2, 2, 24, 240, true, false>>(p, s);  // O
@@ -60,7 +71,7 @@ int fa_fwd_sm90(int variant, const void* qkv, void* out, float* lse, int B, int 
     case 23: return fwd_variant<sm90::FwdTraits<80, 128, 2, 2, 24, 240, true, true>>(p, s);   // O + P, 2 consumers
     case 30: return fwd_variant<sm90::FwdTraits<96, 128, 2, 2, 24, 240, true, false>>(p, s);  // d 96: O
     case 31: return fwd_variant<sm90::FwdTraits<96, 128, 2, 2, 24, 240>>(p, s);               // no overlap
-    case 32: return fwd_variant<sm90::FwdTraits<96, 128, 3, 2, 24, 160>>(p, s);   // three consumers (production)
+    case 32: return fwd_variant<sm90::FwdTraits<96, 128, 3, 2, 24, 160>>(p, s);   // three consumers
     case 33: return fwd_variant<sm90::FwdTraits<96, 128, 2, 2, 24, 240, true, true>>(p, s);   // O + P
     default: return -2;
   }
