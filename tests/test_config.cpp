@@ -703,3 +703,16 @@ TEST_CASE("config: the 2^56-byte size bound counts a rank's share of the batch, 
   CHECK_NOTHROW(load_doc(dir, doc, {"attention=naive", "parallel.strategy=ddp_flat"}, 2));
   CHECK_NOTHROW(load_doc(dir, doc, {"attention=flash2", "device=cuda", "precision=bf16"}, 1, /*cuda=*/true));
 }
+
+TEST_CASE("config: collective.sizes_mb is bounded by the same 2^56 bytes (2^36 MiB)", "[config]") {
+  // 2^36 MiB x 2^20 bytes = 2^56 bytes, the bound itself; one MiB more is beyond it, and 1e12 MiB (1.05e18 bytes)
+  // had been asked of the allocator (an out-of-memory record, exit code 3) instead of refused.
+  TempDir dir;
+  const json doc = tiny_doc(dir);
+  CHECK_NOTHROW(load_doc(dir, doc, {"job=collective_bench", "collective.sizes_mb=[1,68719476736]"}));
+  REQUIRE_THROWS_WITH(load_doc(dir, doc, {"job=collective_bench", "collective.sizes_mb=[1,68719476737]"}),
+                      Contains("collective.sizes_mb[1] = 68719476737") && Contains("2^56") &&
+                          Contains("at most 2^36 = 68719476736 MiB"));
+  REQUIRE_THROWS_WITH(load_doc(dir, doc, {"job=collective_bench", "collective.sizes_mb=[1e12]"}),
+                      Contains("collective.sizes_mb[0] = 1000000000000: 1.05e+18 bytes"));
+}

@@ -196,8 +196,9 @@ void fields(S& p, F&& f) {
 template <Is<CollectiveCfg> S, class F>
 void fields(S& c, F&& f) {
   f("ops", c.ops, {{"non-empty array of {}", &kCollectiveOps}, "collective_bench: collectives to time"});
-  f("sizes_mb", c.sizes_mb, {{"non-empty array of numbers > 0"},
-    "collective_bench: MiB of the whole array (nccl-tests size; reduce_scatter input, all_gather output)"});
+  f("sizes_mb", c.sizes_mb, {{"non-empty array of numbers > 0, each <= 2^36"},
+    "collective_bench: MiB of the whole array (nccl-tests size; reduce_scatter input, all_gather output); at most "
+    "2^36 MiB = 2^56 bytes, the bound of the trainer's 64-bit sizes"});
   f("warmup", c.warmup, {{"integer >= 0"}, "collective_bench: untimed operations per size"});
   f("iters", c.iters, {{"integer >= 1"}, "collective_bench: timed operations per size (time = their mean)"});
   f("dtype", c.dtype, {{"{}", &kCollectiveDtypes}, "collective_bench: element type"});

@@ -91,6 +91,7 @@ void check_readable_file(const std::string& path, const char* key) {
 // few dozen times 2^56 at most, well below the 2^63 of a signed 64-bit count. 2^56 bytes is 72 PB.
 constexpr double kMaxBytes = 72057594037927936.0;  // 2^56
 constexpr double kElementBytes = 4;
+constexpr double kMiB = 1024.0 * 1024.0;  // collective.sizes_mb counts MiB (2^20 bytes)
 
 struct SizeFactor {
   const char* key;   // "data.batch_size"
@@ -262,8 +263,15 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
   for (size_t i = 0; i < cc.ops.size(); ++i)
     check_enum(cc.ops[i], kCollectiveOps, fmt::format("collective.ops[{}]", i).c_str());
   CONFIG_CHECK(!cc.sizes_mb.empty(), "config: 'collective.sizes_mb' must hold at least one size");
-  for (size_t i = 0; i < cc.sizes_mb.size(); ++i)
+  for (size_t i = 0; i < cc.sizes_mb.size(); ++i) {
     check_positive(cc.sizes_mb[i], fmt::format("collective.sizes_mb[{}]", i).c_str());
+    // The bench counts a size in 64-bit bytes and elements (a size near 2^63 bytes had wrapped and been asked of the
+    // allocator, an out-of-memory record): the same bound as the model's sizes, 2^56 bytes = 2^36 MiB.
+    const double bytes = cc.sizes_mb[i] * kMiB;
+    CONFIG_CHECK(bytes <= kMaxBytes, "collective.sizes_mb[{}] = {}: {:.3g} bytes, beyond the 2^56 (7.2e16) that the "
+                 "trainer's 64-bit sizes and sums hold (at most 2^36 = {:.0f} MiB)", i, cc.sizes_mb[i], bytes,
+                 kMaxBytes / kMiB);
+  }
   check_non_negative(cc.warmup, "collective.warmup");
   CONFIG_CHECK(cc.iters >= 1, "config: 'collective.iters' must be >= 1, got {}", cc.iters);
   check_enum(cc.dtype, kCollectiveDtypes, "collective.dtype");

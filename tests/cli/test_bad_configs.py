@@ -298,6 +298,12 @@ def case_d_ff_beyond_64_bit_sums_in_the_plan(tmp):  # each tensor within 2^56 el
                                                          "num_layers 64", "2^56"]
 
 
+def case_collective_size_beyond_64_bit_sizes(tmp):  # had been an out-of-memory record (exit 3) after the marker
+    cfg = tiny_config(tmp, job="collective_bench", device="cpu", collective={"sizes_mb": [1e12]})
+    return [write_json(tmp / "c.json", cfg)], ["collective.sizes_mb[0] = 1000000000000", "2^56",
+                                               "at most 2^36 = 68719476736 MiB"]
+
+
 def mem_available():
     with open("/proc/meminfo") as f:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
