@@ -263,6 +263,8 @@ int main(int argc, char** argv) {
                        : "this trainer was built without CUDA (no nvcc at build time, or -DTRAINER_CUDA=OFF)");
       if (!args.print_config && cfg.job == "train")  // before anything is allocated (plan/host_memory.h)
         check_host_memory(cfg, world, mpi.local_size(), /*dry_run=*/false);
+      if (!args.print_config && cfg.job == "collective_bench")
+        check_collective_host_memory(cfg, world, mpi.local_size());
     }
   } catch (const ConfigError& e) {
     error = e.what();

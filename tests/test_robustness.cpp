@@ -119,3 +119,45 @@ TEST_CASE("config: parallel.comm in a build without NCCL", "[config]") {
                     Contains("'nccl' is not available") && Contains("use parallel.comm=mpi"));
   CHECK(resolve_comm("mpi", "cuda", HostInfo{2, 2, false}).comm == "mpi");
 }
+
+TEST_CASE("host memory: collective_bench counts its largest point's buffers, or the mpi staging on cuda",
+          "[host_memory]") {
+  using trainer::check_collective_host_memory;
+  using trainer::collective_host_bytes;
+  const size_t mib = size_t(1) << 20, gib = size_t(1) << 30;
+  RunConfig c;
+  c.job = "collective_bench";
+  c.device = "cpu";
+  c.parallel.comm = "mpi";
+  c.collective.ops = {"all_reduce"};
+  c.collective.sizes_mb = {1, 1000, 10};
+  std::string op;
+  size_t i = 99;
+  CHECK(collective_host_bytes(c, 4, &op, &i) == 1000 * mib);  // the whole array, once (sizes do not add up)
+  CHECK(op == "all_reduce");
+  CHECK(i == 1);
+  // reduce_scatter on the cpu: the array (rounded down to a multiple of 3 elements) and one rank's chunk of it.
+  c.collective.ops = {"all_reduce", "reduce_scatter"};
+  const size_t elements = 1000 * mib / 4 / 3 * 3;
+  CHECK(collective_host_bytes(c, 3, &op) == 4 * elements + 4 * elements / 3);
+  CHECK(op == "reduce_scatter");
+  c.collective.ops = {"all_gather"};
+  CHECK(collective_host_bytes(c, 3) == 4 * elements + 4 * elements / 3);
+  // cuda: device buffers; the mpi communicator stages all_gather's output only, nccl nothing on the host.
+  c.device = "cuda";
+  CHECK(collective_host_bytes(c, 3) == 4 * elements);
+  c.parallel.comm = "nccl";
+  CHECK(collective_host_bytes(c, 3) == 0);
+  CHECK_NOTHROW(check_collective_host_memory(c, 3, 3, mib));
+  // The check: bytes a rank times the ranks on this host against what is available.
+  c.device = "cpu";
+  c.parallel.comm = "mpi";
+  c.collective.ops = {"all_reduce"};
+  CHECK_NOTHROW(check_collective_host_memory(c, 2, 2, 2000 * mib));  // exactly fits
+  CHECK_THROWS_WITH(check_collective_host_memory(c, 2, 2, 2000 * mib - 1),
+                    Contains("collective.sizes_mb[1] = 1000: collective_bench needs at least 1.95 GiB of host "
+                             "memory (all_reduce's buffers of 1000.0 MiB a rank x 2 rank(s) on this host)") &&
+                        Contains("MemAvailable"));
+  c.collective.sizes_mb = {1e9};  // about a PiB, within the 2^56-byte bound of validation
+  CHECK_THROWS_WITH(check_collective_host_memory(c, 1, 1, gib), Contains("collective.sizes_mb[0] = 1000000000"));
+}

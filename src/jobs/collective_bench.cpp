@@ -65,8 +65,7 @@ struct Row {
 Row bench_one(Communicator& comm, Backend& be, const std::string& op, double size_mb, int warmup, int iters) {
   const int n = comm.size(), r = comm.rank();
   const double tri = 0.5 * n * (n + 1);
-  int64_t count = int64_t(size_mb * 1024 * 1024) / 4;
-  if (op != "all_reduce") count = count / n * n;
+  const int64_t count = collective_elements(op, size_mb, n);
   const int64_t chunk = count / n;
   Row row{op, count * 4, count};
 
@@ -118,6 +117,11 @@ Row bench_one(Communicator& comm, Backend& be, const std::string& op, double siz
 }
 
 }  // namespace
+
+int64_t collective_elements(const std::string& op, double size_mb, int ranks) {
+  const int64_t count = int64_t(size_mb * 1024 * 1024) / 4;  // validate: size_mb <= 2^36, so this stays in range
+  return op == "all_reduce" ? count : count / ranks * ranks;
+}
 
 nlohmann::json run_collective_bench(const RunConfig& cfg, const RunContext& ctx) {
   const CollectiveCfg& cc = cfg.collective;

@@ -47,6 +47,10 @@ void remove_new_checkpoint_dir();
 /// Raises RuntimeError when the closed-form check finds a wrong element; ConfigError for an unavailable comm.
 nlohmann::json run_collective_bench(const RunConfig& cfg, const RunContext& ctx);
 
+/// collective_bench's f32 element count for collective `op` at `size_mb` MiB on `ranks` ranks: the whole array, for
+/// reduce_scatter and all_gather rounded down to a multiple of `ranks` (a whole chunk a rank).
+int64_t collective_elements(const std::string& op, double size_mb, int ranks);
+
 /// job = "attention_bench": naive vs flash2 attention over the CS336 a2 grids (jobs/attention_bench.h).
 nlohmann::json run_attention_bench(const RunConfig& cfg, const RunContext& ctx);
 

@@ -9,6 +9,7 @@
 
 #include "core/errors.h"
 #include "core/memory.h"
+#include "jobs/job.h"
 
 namespace trainer {
 
@@ -103,6 +104,44 @@ void check_plan_fits_host(size_t peak_bytes, const std::string& peak_phase, int 
                "but {} is available (MemAvailable in /proc/meminfo); lower data.batch_size or data.microbatch_size, "
                "set checkpointing.policy, or use a smaller model",
                format_bytes(need), format_bytes(peak_bytes), ranks, peak_phase, format_bytes(available));
+}
+
+size_t collective_host_bytes(const RunConfig& cfg, int world_size, std::string* op, size_t* size_index) {
+  const int n = std::max(1, world_size);
+  const bool cpu = cfg.device == "cpu", staged = !cpu && cfg.parallel.comm == "mpi";
+  if (!cpu && !staged) return 0;  // nccl on cuda: device buffers only
+  size_t most = 0;
+  for (size_t i = 0; i < cfg.collective.sizes_mb.size(); ++i) {
+    for (const std::string& o : cfg.collective.ops) {
+      const double whole = 4.0 * double(collective_elements(o, cfg.collective.sizes_mb[i], n));
+      // cpu: reduce_scatter's output and all_gather's input are a second buffer of one chunk; staged: reduce_scatter
+      // stages its input and its output, all_gather its output only (its input is copied into its slot).
+      const bool chunk = cpu ? o != "all_reduce" : o == "reduce_scatter";
+      const size_t bytes = clamp_bytes(whole + (chunk ? whole / n : 0));
+      if (bytes <= most) continue;
+      most = bytes;
+      if (op) *op = o;
+      if (size_index) *size_index = i;
+    }
+  }
+  return most;
+}
+
+void check_collective_host_memory(const RunConfig& cfg, int world_size, int local_ranks, size_t available) {
+  if (available == 0) available = host_memory_available();
+  if (available == 0) return;  // no /proc/meminfo: nothing to compare with
+  std::string op;
+  size_t i = 0;
+  const size_t rank_bytes = collective_host_bytes(cfg, world_size, &op, &i);
+  const size_t ranks = size_t(std::max(1, local_ranks));
+  const double need = double(rank_bytes) * double(ranks);
+  CONFIG_CHECK(need <= double(available),
+               "collective.sizes_mb[{}] = {}: collective_bench needs at least {} of host memory ({}'s {} a rank x {} "
+               "rank(s) on this host), but {} is available (MemAvailable in /proc/meminfo); use smaller sizes",
+               i, cfg.collective.sizes_mb[i], format_bytes(clamp_bytes(need)), op,
+               cfg.device == "cpu" ? fmt::format("buffers of {}", format_bytes(rank_bytes))
+                                   : fmt::format("host staging of {} (parallel.comm mpi)", format_bytes(rank_bytes)),
+               ranks, format_bytes(available));
 }
 
 }  // namespace trainer

@@ -53,4 +53,18 @@ void check_host_memory(const RunConfig& cfg, int world_size, int local_ranks, bo
 /// `available` 0: read /proc/meminfo (nothing is checked when it cannot be read).
 void check_plan_fits_host(size_t peak_bytes, const std::string& peak_phase, int local_ranks, size_t available = 0);
 
+/// job collective_bench: the host bytes a rank holds at once for its largest (op, size) point, a lower bound: on the
+/// cpu the bench's own buffers (the whole array; and a rank's chunk for reduce_scatter and all_gather); on cuda with
+/// parallel.comm mpi the communicator's host staging blocks (the whole array; and the chunk for reduce_scatter);
+/// with nccl none. Each size holds its buffers alone (they are freed before the next). The point is returned in
+/// *op and *size_index when given.
+size_t collective_host_bytes(const RunConfig& cfg, int world_size, std::string* op = nullptr,
+                             size_t* size_index = nullptr);
+
+/// Raises ConfigError (one line naming the collective.sizes_mb entry, the bytes needed and MemAvailable) when
+/// collective_host_bytes(...) x local_ranks exceeds MemAvailable, so a size the host cannot hold is bad input (exit
+/// code 2 before any output) and not an out-of-memory record. `available` 0: read /proc/meminfo (nothing is checked
+/// when it cannot be read).
+void check_collective_host_memory(const RunConfig& cfg, int world_size, int local_ranks, size_t available = 0);
+
 }  // namespace trainer

@@ -325,6 +325,14 @@ def case_huge_batch_in_a_run(tmp):  # had been an out-of-memory record (exit 3) 
     return huge_batch(tmp)
 
 
+def case_collective_size_beyond_host_memory(tmp):  # 1e9 MiB: within 2^56 bytes, but an oom record (exit 3) had said so
+    if mem_available() > 1e9 * 2 ** 20:
+        return None
+    cfg = tiny_config(tmp, job="collective_bench", device="cpu", collective={"sizes_mb": [1, 1e9]})
+    return [write_json(tmp / "c.json", cfg)], ["collective.sizes_mb[1] = 1000000000", "of host memory",
+                                               "MemAvailable"]
+
+
 BAD_CASES = {name[len("case_"):]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
 
 
