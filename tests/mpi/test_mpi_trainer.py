@@ -6,7 +6,8 @@
   zero1's and fsdp's optimizer-state bytes per rank are within 10% of 1/N of one process's.
 - A global batch not divisible by the ranks, and one rank given a different config: every rank stops with one clear
   message, well within 30 s. Bad input that only rank 1 finds in the job (its own init.weights file): one line naming
-  rank 1, exit code 2, and rank 0 puts back what output.results held.
+  rank 1, exit code 2, and rank 0 puts back what output.results held. A run failure of rank 1 alone (out of memory
+  under a data-segment limit only it has): rank 0's record says oom with rank 1's message, exit code 3.
 - collective_bench on 2 and 4 ranks writes its table and record (#wrong 0, bandwidths as nccl-tests defines them),
   launched through launch/mpirun.sh.
 
@@ -181,6 +182,37 @@ def test_bad_input_only_rank_1_finds_puts_back_rank_0s_record(tmp_path):
     assert errors in ([line], [line, line]), p.stderr[-3000:]
     assert record.read_text() == '{"earlier": "record"}\n'
     assert not (tmp_path / "new").exists()
+    assert wall < 30, f"took {wall:.1f} s"
+
+
+def mem_available():
+    with open("/proc/meminfo") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+
+
+def test_a_run_error_of_rank_1_alone_is_recorded_by_rank_0(tmp_path):
+    """Rank 1 alone runs out of memory in the job: it is started under a data-segment limit (ulimit -d, RLIMIT_DATA:
+    its private writable mappings, 390 MiB) below the model's flat parameter buffer (vocab 2^20 x d_model 64 x 2
+    matrices, 512.4 MiB, one allocation), so its first parameter allocation fails while rank 0, unlimited, goes on
+    to its first collective, which rank 1 never joins. Rank 1 ends its job as a run failure (OutOfMemory, exit code
+    3: the same end of main() as any run error) and sends its message to rank 0; rank 0 writes the record, status
+    oom with rank 1's message prefixed 'rank 1:', and aborts the job with that exit code."""
+    if mem_available() < 6 * 2 ** 30:  # rank 0's plan (2.50 GiB a rank, x 2 on this host) must fit MemAvailable
+        pytest.skip("needs 6 GiB of MemAvailable")
+    args = train_args(tmp_path, "oom1", "parallel.strategy=ddp_flat", "model.vocab_size=1048576")
+    record = tmp_path / "oom1.json"
+    p, wall = run(MPIRUN + ["-np", "1"] + args + [":", "-np", "1", "sh", "-c", 'ulimit -d 400000 && exec "$0" "$@"']
+                  + args, timeout=90)
+    assert p.returncode == 3, p.stderr[-3000:]
+    r = json.loads(record.read_text())
+    assert r["status"] == "oom", (r["status"], p.stderr[-3000:])
+    assert r["error"] == "rank 1: out of memory on cpu: asked for 512.4 MiB (parameters) with 0 B in use (nothing)", \
+        r["error"]
+    assert r["world_size"] == 2 and r["config"]["model"]["vocab_size"] == 1048576
+    # Rank 0 says so in its log, naming rank 1 and the record.
+    assert (f"[r0] [error] rank 1 failed: out of memory on cpu: asked for 512.4 MiB (parameters) with 0 B in use "
+            f"(nothing); result record: {record} (status oom)") in p.stderr, p.stderr[-3000:]
+    assert not list(tmp_path.glob(".oom1.json*")), list(tmp_path.iterdir())  # no temporary record left behind
     assert wall < 30, f"took {wall:.1f} s"
 
 
