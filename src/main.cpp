@@ -390,12 +390,18 @@ int main(int argc, char** argv) {
   // A rank > 0 that stops the job on its own (bad input only it found, a run error of its own) tells rank 0, which
   // may be blocked in a collective that rank will never join: rank 0 then ends its outputs as for its own failure
   // (bad input: the earlier record put back, exit code 2; else the record with status error or oom), and aborts.
+  // Notices the listener heard after rank 0's main thread had claimed the end: a rank > 0 that failed once its job
+  // was done (the end-of-run agreement below reads them, after stop_listening() has joined the listener).
+  std::vector<MpiSession::RankEnd> late_notices;
   if (rank == 0)
     mpi.listen_for_failures([&](int from, int code, const std::string& msg) {
       // Every rank usually finds bad input at once: rank 0's own end, if it comes within a second, speaks instead.
       for (int i = 0; i < 50 && g_ender.load() == int(Ender::none); ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      if (!claim_end(Ender::listener)) return;
+      if (!claim_end(Ender::listener)) {
+        late_notices.push_back({from, code, msg});
+        return;
+      }
       set_fatal_hook(nullptr);
       if (code == 2) {
         std::fprintf(stderr, "trainer: error: rank %d: %s\n", from, msg.c_str());
@@ -502,6 +508,29 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // The end-of-run agreement: rank 0 writes "ok" (or "interrupted") only once every rank has said that it ended
+  // well, so a rank > 0 that fails after its job (its memory timeline cannot be written) is in the record. Only for
+  // the jobs whose ranks end together (train and collective_bench end in a collective every rank joins: what is left
+  // is each rank's own work after its job); rank 0 waits at most parallel.comm_timeout_s, polling, and a rank > 0 that
+  // failed has sent a failure notice instead (the end of this function).
+  int failed_rank = rank;  // whose failure `code` is
+  const bool ranks_end_together = cfg.job == "train" || cfg.job == "collective_bench";
+  if (world > 1 && ranks_end_together && (code == 0 || code == 4)) {
+    if (rank > 0) {
+      mpi.report_end(code);
+    } else if (const auto ends = mpi.await_ends(cfg.parallel.comm_timeout_s, late_notices); !ends.empty()) {
+      const MpiSession::RankEnd& e = ends.front();  // the first heard (a rank that did not answer comes last)
+      failed_rank = e.rank;
+      code = e.code == 3 ? 3 : 1;  // (bad input found after rank 0's job is a failed run: the record is written)
+      record["status"] = code == 3 ? "oom" : "error";
+      record["error"] = e.code == -1 ? fmt::format("rank {} did not report the end of its run within "
+                                                   "parallel.comm_timeout_s = {} s", e.rank, cfg.parallel.comm_timeout_s)
+                                     : fmt::format("rank {}: {}", e.rank, e.message);
+      if (ends.size() > 1) record["error"] = fmt::format("{} ({} ranks failed)", record["error"].get<std::string>(),
+                                                         ends.size());
+      spdlog::error("end of run: {}", record["error"].get<std::string>());
+    }
+  }
   set_fatal_hook(nullptr);
   record["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   record["machine"] = machine_info(record.value("backend", std::string()));
@@ -521,7 +550,8 @@ int main(int argc, char** argv) {
   if (code != 0 && code != 4 && world > 1) {  // interrupted: every rank left the loop after the same step
     // The other ranks may be blocked in a collective this rank will never join: stop them all. Ranks other than 0
     // wait a moment first, so that rank 0, if it failed as well, has written its record.
-    spdlog::critical("rank {} failed ({}); aborting all {} ranks", rank, record["status"].get<std::string>(), world);
+    spdlog::critical("rank {} failed ({}); aborting all {} ranks", failed_rank, record["status"].get<std::string>(),
+                     world);
     spdlog::shutdown();
     if (rank != 0) {  // rank 0 records the failure (unless it ended already) and aborts the job
       hand_failure_to_rank_0(mpi, code, record["error"].is_string() ? record["error"].get<std::string>()

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/errors.h"
 #include "dist/communicator.h"
@@ -51,7 +53,28 @@ int MpiSession::first_rank_differing(const std::string& text) const {
 }
 
 namespace {
-constexpr int kNoticeTag = 7;  // the only tag on notice_comm_
+constexpr int kNoticeTag = 7;  // a failure notice: "<exit code>\n<message>"
+constexpr int kEndTag = 8;     // a rank's good end (report_end): "<exit code>"
+
+/// Sends `text` to rank 0 on `comm` with `tag` (non-blocking; returns once the send completed or after 1 s).
+void send_to_rank_0(MPI_Comm comm, int tag, const std::string& text) {
+  static std::string kept[2];  // outlive a send that has not completed by the deadline (the job is ending anyway)
+  std::string& buf = kept[tag == kNoticeTag ? 0 : 1];
+  buf = text;
+  MPI_Request req;
+  if (MPI_Isend(buf.data(), int(buf.size()), MPI_CHAR, 0, tag, comm, &req) != MPI_SUCCESS) return;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  int done = 0;
+  while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
+/// "<code>\n<message>" split into its parts.
+std::pair<int, std::string> parse_notice(const std::string& text) {
+  const size_t nl = text.find('\n');
+  return {std::atoi(text.substr(0, nl).c_str()), nl == std::string::npos ? std::string() : text.substr(nl + 1)};
+}
 }  // namespace
 
 void MpiSession::listen_for_failures(FailureHandler on_notice) {
@@ -70,9 +93,8 @@ void MpiSession::listen_for_failures(FailureHandler on_notice) {
       MPI_CHECK(MPI_Get_count(&st, MPI_CHAR, &bytes));
       std::string text(size_t(bytes), '\0');
       MPI_CHECK(MPI_Recv(text.data(), bytes, MPI_CHAR, st.MPI_SOURCE, kNoticeTag, notice_comm_, MPI_STATUS_IGNORE));
-      const size_t nl = text.find('\n');  // "<code>\n<message>"
-      on_notice(st.MPI_SOURCE, std::atoi(text.substr(0, nl).c_str()),
-                nl == std::string::npos ? std::string() : text.substr(nl + 1));
+      const auto [code, message] = parse_notice(text);
+      on_notice(st.MPI_SOURCE, code, message);
     }
   });
 }
@@ -84,15 +106,53 @@ void MpiSession::stop_listening() {
 
 void MpiSession::notify_failure(int code, const std::string& message) const {
   if (rank_ == 0 || notice_comm_ == MPI_COMM_NULL) return;
-  static std::string text;  // outlives a send that has not completed by the deadline (the job is ending anyway)
-  text = std::to_string(code) + "\n" + message;
-  MPI_Request req;
-  if (MPI_Isend(text.data(), int(text.size()), MPI_CHAR, 0, kNoticeTag, notice_comm_, &req) != MPI_SUCCESS) return;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  int done = 0;
-  while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  send_to_rank_0(notice_comm_, kNoticeTag, std::to_string(code) + "\n" + message);
+}
+
+void MpiSession::report_end(int code) const {
+  if (rank_ == 0 || notice_comm_ == MPI_COMM_NULL) return;
+  send_to_rank_0(notice_comm_, kEndTag, std::to_string(code));
+}
+
+std::vector<MpiSession::RankEnd> MpiSession::await_ends(double timeout_s, const std::vector<RankEnd>& heard) const {
+  std::vector<RankEnd> failed;
+  if (rank_ != 0 || size_ < 2 || notice_comm_ == MPI_COMM_NULL) return failed;
+  std::vector<bool> ended(size_t(size_), false);
+  ended[0] = true;
+  int left = size_ - 1;
+  for (const RankEnd& e : heard) {
+    if (e.rank <= 0 || e.rank >= size_ || ended[size_t(e.rank)]) continue;
+    ended[size_t(e.rank)] = true;
+    --left;
+    failed.push_back(e);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (left > 0 && std::chrono::steady_clock::now() < deadline) {
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, notice_comm_, &flag, &st) != MPI_SUCCESS) break;
+    if (!flag) {  // polled: a blocking receive could wait forever for a rank that never answers
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      continue;
+    }
+    int bytes = 0;
+    MPI_Get_count(&st, MPI_CHAR, &bytes);
+    std::string text(size_t(bytes), '\0');
+    if (MPI_Recv(text.data(), bytes, MPI_CHAR, st.MPI_SOURCE, st.MPI_TAG, notice_comm_, MPI_STATUS_IGNORE) !=
+        MPI_SUCCESS)
+      break;
+    const int from = st.MPI_SOURCE;
+    if (from <= 0 || from >= size_ || ended[size_t(from)]) continue;  // a second notice of a rank: its first counts
+    ended[size_t(from)] = true;
+    --left;
+    if (st.MPI_TAG == kNoticeTag) {
+      const auto [code, message] = parse_notice(text);
+      failed.push_back({from, code, message});
+    }
+  }
+  for (int r = 1; r < size_; ++r)
+    if (!ended[size_t(r)]) failed.push_back({r, -1, ""});
+  return failed;
 }
 
 std::unique_ptr<Communicator> make_communicator(const RunConfig& cfg, Backend& be, const RunContext& ctx) {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "config/config.h"
 #include "backend/backend.h"
@@ -45,6 +46,20 @@ class MpiSession {
   /// Rank > 0: sends (exit code, message) to rank 0's listener. Best effort: returns once the send completed or
   /// after 1 s; nothing tells whether rank 0 listens.
   void notify_failure(int code, const std::string& message) const;
+
+  /// The end-of-run agreement (rank 0 writes "ok" only once every rank has ended well). Rank > 0 whose run ended
+  /// without a failure (exit code 0, or 4: interrupted): tells rank 0 so. Best effort, as notify_failure.
+  void report_end(int code) const;
+  /// How a rank > 0 ended, as await_ends saw it: its failure notice (exit code, message), or code -1 for no word.
+  struct RankEnd {
+    int rank = 0, code = 0;
+    std::string message;
+  };
+  /// Rank 0 of several, at the end of a run it ended without a failure: waits until every rank > 0 has reported its
+  /// end (report_end) or sent a failure notice (notify_failure), polling, for at most `timeout_s`. Returns the ranks
+  /// that failed or did not answer in time (code -1), in the order heard (silent ones last, by rank); empty when every
+  /// rank ended well. `heard`: failure notices the listener took but left to the main thread (they count as ends).
+  std::vector<RankEnd> await_ends(double timeout_s, const std::vector<RankEnd>& heard) const;
 
  private:
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, thread_level_ = 0;

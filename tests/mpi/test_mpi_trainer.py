@@ -7,7 +7,9 @@
 - A global batch not divisible by the ranks, and one rank given a different config: every rank stops with one clear
   message, well within 30 s. Bad input that only rank 1 finds in the job (its own init.weights file): one line naming
   rank 1, exit code 2, and rank 0 puts back what output.results held. A run failure of rank 1 alone (out of memory
-  under a data-segment limit only it has): rank 0's record says oom with rank 1's message, exit code 3.
+  under a data-segment limit only it has): rank 0's record says oom with rank 1's message, exit code 3. A failure of
+  rank 1 after its job (its memory timeline file): rank 0's record says error with its message (the end-of-run
+  agreement), and a rank 1 that never reports its end is waited for at most parallel.comm_timeout_s.
 - collective_bench on 2 and 4 ranks writes its table and record (#wrong 0, bandwidths as nccl-tests defines them),
   launched through launch/mpirun.sh.
 
@@ -214,6 +216,51 @@ def test_a_run_error_of_rank_1_alone_is_recorded_by_rank_0(tmp_path):
             f"(nothing); result record: {record} (status oom)") in p.stderr, p.stderr[-3000:]
     assert not list(tmp_path.glob(".oom1.json*")), list(tmp_path.iterdir())  # no temporary record left behind
     assert wall < 30, f"took {wall:.1f} s"
+
+
+def test_a_failure_of_rank_1_after_its_job_is_in_rank_0s_record(tmp_path):
+    """Rank 1 fails after its job, once rank 0 has ended its own: its memory timeline file cannot be written (a
+    directory has its name, mem.rank1.json; rank 0's mem.json is written). The end-of-run agreement makes rank 0
+    wait for every rank's end before it writes the record: status error with rank 1's message, exit code 1 (the
+    record had said ok while the job exited with 1)."""
+    (tmp_path / "mem.rank1.json").mkdir()
+    args = train_args(tmp_path, "late", "parallel.strategy=ddp_flat", "bench.measure_steps=2",
+                      f"profile.memory_timeline={tmp_path / 'mem.json'}")
+    p, wall = run(MPIRUN + ["-np", "2"] + args, timeout=60)
+    assert p.returncode == 1, p.stderr[-3000:]
+    r = json.loads((tmp_path / "late.json").read_text())
+    assert r["status"] == "error", (r["status"], p.stderr[-3000:])
+    assert r["error"] == (f"rank 1: the memory timeline could not be written: cannot write "
+                          f"'{tmp_path / 'mem.rank1.json'}': rename failed: Is a directory"), r["error"]
+    assert len(r["loss"]["per_step"]) == 2  # rank 0's measurements are kept
+    assert json.loads((tmp_path / "mem.json").read_text())["rank"] == 0
+    assert wall < 30, f"took {wall:.1f} s"
+
+
+def test_a_rank_that_never_reports_its_end_is_waited_for_at_most_comm_timeout_s(tmp_path):
+    """Rank 1 hangs after its job: the temporary file of its memory timeline is a FIFO nobody reads, so its open()
+    blocks. Rank 0 waits for rank 1's end at most parallel.comm_timeout_s (3 s), then writes the record, status
+    error naming rank 1 and the timeout, and aborts the job: no hang."""
+    p, record, rank1 = start_two_ranks(tmp_path, "hang", "parallel.strategy=ddp_flat", "bench.measure_steps=300",
+                                       "parallel.comm_timeout_s=3", "output.checkpoint=null",
+                                       f"profile.memory_timeline={tmp_path / 'mem.json'}", stdout=subprocess.DEVNULL)
+    t0 = time.time()
+    os.mkfifo(tmp_path / f"mem.rank1.json.tmp.{rank1}.0")  # rank 1's first write_file_atomic (no checkpoint)
+    try:
+        _, err = p.communicate(timeout=60)
+    finally:
+        for pid in (rank1, p.pid):
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+    wall = time.time() - t0
+    assert p.returncode == 1, err[-3000:]
+    r = json.loads(record.read_text())
+    assert r["status"] == "error", (r["status"], err[-3000:])
+    assert r["error"] == "rank 1 did not report the end of its run within parallel.comm_timeout_s = 3 s", r["error"]
+    assert len(r["loss"]["per_step"]) == 300
+    assert 3 <= wall < 30, f"took {wall:.1f} s"
 
 
 def test_nccl_on_cpu_is_a_config_error(tmp_path):
