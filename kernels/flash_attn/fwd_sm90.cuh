@@ -190,7 +190,11 @@ __device__ __forceinline__ TileCoord fwd_tile_at(const FlashParams& p, int L, in
 /// (fwd_tile_at) first and then tile P + next++ until past the last, so that a CTA that ends its tiles early takes
 /// more (static shares let the CTAs drift apart: results/h200/2026-12-03/v21). The CTA that finishes last (done)
 /// sets both back to 0 for the next launch: no memset per launch. A launch takes slot launch_count % kFwdSlots
-/// (launch_fwd), so launches in flight on different streams at once use different counters (up to kFwdSlots).
+/// (next_fwd_slot, one count over every configuration), so launches in flight on different streams at once use
+/// different counters (up to kFwdSlots). The first tile is blockIdx.x, not a claim (no atomic's latency before the
+/// first loads, as FlashAttention-3): a CTA that starts late, its SM held by another kernel (NCCL's beside FSDP's
+/// forward), still runs one of the first (longest) tiles, a tail of up to one tile that the one-CTA-a-tile grid,
+/// which hands out tiles in order as SMs free, would not have.
 struct FwdTileCounter {
   unsigned next, done;
 };
@@ -295,6 +299,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       if constexpr (Tr::kPersistent) {
         __threadfence();  // this CTA's last claim before its count in `done`
         if (atomicAdd(&ctr->done, 1u) == gridDim.x - 1) {  // every CTA has made its last claim: reset
+          __threadfence();  // (after the others' claims, which their fences ordered before their counts)
           atomicExch(&ctr->next, 0u);
           atomicExch(&ctr->done, 0u);
         }

@@ -26,6 +26,13 @@ inline TmaMaps qkv_tma_maps(const FlashParams& p, int q_rows, int kv_rows) {
   return maps;
 }
 
+/// The counter slot (g_fwd_tiles) of the next persistent forward launch: launches in turn, over every tile
+/// configuration (one count for the process), take slots 0 .. kFwdSlots - 1 cyclically.
+inline int next_fwd_slot() {
+  static std::atomic<unsigned> launches{0};
+  return int(launches.fetch_add(1, std::memory_order_relaxed) % kFwdSlots);
+}
+
 /// Forward with tile configuration Tr (FwdTraits): ceil(T / kBM) x H x B CTAs (tile_grid), or (Tr::kPersistent) one
 /// per SM up to that many, taking the tiles from the counters of slot launch_count % kFwdSlots (FwdTileCounter); the
 /// inputs also as TMA tensor maps (encoded here per call). CUDA errors abort (CUDA_CHECK); more than 2^31 - 1 - SMs
@@ -44,8 +51,7 @@ void launch_fwd(const FlashParams& p_in, cudaStream_t s) {
     const int64_t sms = device_sm_count();
     if (total > int64_t(INT32_MAX) - sms) throw std::invalid_argument("flash forward: too many query tiles");
     grid = dim3(unsigned(std::min(total, sms)));
-    static std::atomic<unsigned> launches{0};
-    slot = int(launches.fetch_add(1, std::memory_order_relaxed) % kFwdSlots);
+    slot = next_fwd_slot();
   }
   kernel<<<grid, Tr::kThreads, Tr::kSmemBytes, s>>>(p, maps, slot);
   CUDA_CHECK(cudaGetLastError());

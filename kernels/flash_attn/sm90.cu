@@ -12,16 +12,18 @@
 namespace trainer::flash {
 namespace {
 
-/// Forward: three consumer warpgroups (192 query rows, 160 registers each) at d 64, two (128 rows, 240 registers)
-/// at d 128, 128 keys per tile, two K / V stages (16 x 64, T 16384, causal: 1.15 ms; two consumers at d 64: 1.43);
-/// FlashAttention-3's intra-warpgroup overlap at d 64 (with ping-pong) and d 128 (ping-pong adds nothing there), not
-/// at d 80 (slower with two consumers; three spill with it). Side by side with the loop before it
-/// (results/h200/2026-12-02/v14/call5; 16 heads, T 16384, causal): d 128 1.90 -> 1.81 ms, d 64 1.12 -> 1.10; the
-/// same bits of O and L. Every forward is persistent (one CTA per SM taking query tiles from a counter,
+/// Forward: three consumer warpgroups (192 query rows, 160 registers each) at d 64, two (128 rows, 240 registers) at d
+/// 128, 128 keys per tile, two K / V stages (16 x 64, T 16384, causal: 1.15 ms; two consumers at d 64: 1.43);
+/// FlashAttention-3's intra-warpgroup overlap at d 64 (with ping-pong) and d 128 (ping-pong added nothing there until
+/// the forward was persistent, below), not at d 80 (slower with two consumers; three spill with it). Side by side with
+/// the loop before it (results/h200/2026-12-02/v14/call5; 16 heads, T 16384, causal): d 128 1.90 -> 1.81 ms, d 64 1.12
+/// -> 1.10; the same bits of O and L. Every forward is persistent (one CTA per SM taking query tiles from a counter,
 /// FwdTileCounter; the next tile's loads under the last one's P V and O stores): rounds beside the one-CTA-a-tile
 /// kernel, same bits (results/h200/2026-12-03/v22/call1): 16 heads, T 16384, causal: d 64 1.159 -> 1.129 ms, d 128
-/// 1.910 -> 1.884, d 80 1.341 -> 1.353 (noise: two runs of one kernel differed by 2% there); xl's 4 x 32 x 80, T
-/// 2048: 0.279 -> 0.266, T 512 0.054 -> 0.053; small's 4 x 12 x 64, T 4096: 0.290 -> 0.279, T 512 0.038 -> 0.036.
+/// 1.910 -> 1.884, d 80 1.341 -> 1.353 (noise: two runs of one kernel differed by 2% there); xl's 4 x 32 x 80, T 2048:
+/// 0.279 -> 0.266, T 512 0.054 -> 0.053; small's 4 x 12 x 64, T 4096: 0.290 -> 0.279, T 512 0.038 -> 0.036. d 128
+/// persistent takes the ping-pong too (one CTA a tile it had added nothing): 1-2% at four shapes in 21 rounds, 16 heads
+/// T 16384 1.880 -> 1.848 ms, 4 x 32 heads T 2048 0.302 -> 0.301 (results/h200/2026-12-03/v22/call5).
 /// Backward: 128 keys (2 consumer warpgroups) x 64 queries, two query stages; the consumers' register budget 232
 /// (no spill), 240 at d 128 (48-64 bytes of spill, against more with 232); its query loop split over CTAs when the
 /// key tiles leave SMs idle and the split at least halves the time (cuda_sizes::flash_dkdv_chunk). d 64: 128
@@ -55,7 +57,7 @@ struct Sm90Config<96> {
 };
 template <>
 struct Sm90Config<128> {
-  using Fwd = sm90::FwdTraits<128, 128, 2, 2, 24, 240, true, false, true>;
+  using Fwd = sm90::FwdTraits<128, 128, 2, 2, 24, 240, true, true, true>;
   using Bwd = sm90::BwdTraits<128, 2, 24, 240>;
 };
 

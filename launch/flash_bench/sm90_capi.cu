@@ -40,8 +40,9 @@ int fa_fwd_sm90(int variant, const void* qkv, void* out, float* lse, int B, int 
   p.softmax_scale = scale, p.causal = causal != 0, p.is_bf16 = true, p.o_f32 = o_f32 != 0;
   auto s = static_cast<cudaStream_t>(stream);
   // FwdTraits<d, keys per tile, consumer warpgroups, K / V stages, producer / consumer registers, intra-warpgroup
-  // overlap (O), ping-pong (P), persistent>. Production: 6 (d 64), 24 (d 80), 34 (d 96) and 15 (d 128), sm90.cu
-  // Sm90Config; 0, 20, 32 and 10 are the same loops with one CTA a query tile (production until v22). The earlier
+  // overlap (O), ping-pong (P), persistent>. Production: 6 (d 64), 24 (d 80), 34 (d 96) and 16 (d 128), sm90.cu
+  // Sm90Config; 0, 20, 32 and 10 (13 with ping-pong) are the loops with one CTA a query tile (production until
+  // v22). The earlier
   // design (all threads loading by cp.async, CTA barriers) is recorded in results/h200/2026-12-01/v5_sm90 and
   // v7_ws/experiments; the overlap / ping-pong comparison in results/h200/2026-12-02/v14.
   switch (variant) {
@@ -59,6 +60,12 @@ int fa_fwd_sm90(int variant, const void* qkv, void* out, float* lse, int B, int 
     case 7: return fwd_variant<sm90::FwdTraits<64, 128, 3, 2, 32, 160, true, true, true>>(p, s);
     case 25: return fwd_variant<sm90::FwdTraits<80, 128, 3, 2, 32, 160, false, false, true>>(p, s);
     case 35: return fwd_variant<sm90::FwdTraits<96, 128, 3, 2, 32, 160, false, false, true>>(p, s);
+    // persistent with the loops that were not faster one CTA a tile: ping-pong at d 128 (13; persistent, 16, it is
+    // 1-2% faster: production) and d 80 (23; two consumers: slower), three K / V stages (1, 14: no gain), v22 call4-5
+    case 16: return fwd_variant<sm90::FwdTraits<128, 128, 2, 2, 24, 240, true, true, true>>(p, s);
+    case 17: return fwd_variant<sm90::FwdTraits<128, 128, 2, 3, 24, 240, true, false, true>>(p, s);
+    case 8: return fwd_variant<sm90::FwdTraits<64, 128, 3, 3, 24, 160, true, true, true>>(p, s);
+    case 26: return fwd_variant<sm90::FwdTraits<80, 128, 2, 2, 24, 240, true, true, true>>(p, s);
     case 4: return fwd_variant<sm90::FwdTraits<64, 128, 3, 2, 24, 160, true, false>>(p, s);   // O
     case 5: return fwd_variant<sm90::FwdTraits<64, 128, 2, 2, 24, 240, true, true>>(p, s);    // O + P, 2 consumers
     case 10: return fwd_variant<sm90::FwdTraits<128, 128, 2, 2, 24, 240, true, false>>(p, s);  // O

@@ -30,8 +30,8 @@ import time
 p = argparse.ArgumentParser()
 p.add_argument("--lib", default=".carry/flash/libflashbench.so")
 p.add_argument("--prod", default=".carry/flash/libflashbench.so")
-p.add_argument("--fwd", default="6,15,24,34", help="fa_fwd_sm90 variants (sm90_capi.cu); 6, 15, 24, 34: the "
-               "production configurations (d 64, 128, 80, 96); 0, 10, 20, 32: the same with one CTA a query tile")
+p.add_argument("--fwd", default="6,16,24,34", help="fa_fwd_sm90 variants (sm90_capi.cu); 6, 16, 24, 34: the "
+               "production configurations (d 64, 128, 80, 96); 0, 13, 20, 32: the same with one CTA a query tile")
 p.add_argument("--bwd", default="7,10,20,31", help="fa_bwd_sm90 variants; 7, 10, 20, 31: the production "
                "configurations")
 p.add_argument("--xl", action="store_true", help="also time d 80 at the xl shapes (4 x 32 heads, T 512, 2048, 16384)")
@@ -213,7 +213,7 @@ def time_rounds(B, T, H, d, causal, rounds):
     with torch.no_grad():
         fns[("fwd", "sdpa")] = lambda: F.scaled_dot_product_attention(q, k, v_, is_causal=causal)
     if BWD:
-        fwd(FWD[0] if FWD else {64: 6, 80: 24, 96: 34, 128: 15}[d], qkv, B, T, H, d, causal, out, lse)
+        fwd(FWD[0] if FWD else {64: 6, 80: 24, 96: 34, 128: 16}[d], qkv, B, T, H, d, causal, out, lse)
         dout = torch.randn(B * T, H * d, device=dev).to(torch.bfloat16)
         dq = torch.empty(B * T, 3 * H * d, device=dev, dtype=torch.bfloat16)
         ws = torch.empty(B * H * T * (d + 1) + 64, device=dev, dtype=torch.float32)
@@ -269,7 +269,7 @@ if args.profile:
     B, T, H, d = 1, 16384, 16, args.profile_d
     qkv = torch.randn(B * T, 3 * H * d, device=dev).to(torch.bfloat16)
     dout = torch.randn(B * T, H * d, device=dev).to(torch.bfloat16)
-    for v in FWD or [{64: 6, 80: 24, 96: 34, 128: 15}[d]]:  # (the backward needs O and L of some forward)
+    for v in FWD or [{64: 6, 80: 24, 96: 34, 128: 16}[d]]:  # (the backward needs O and L of some forward)
         rc, out, lse = fwd(v, qkv, B, T, H, d, True)
     for v in BWD:
         bwd(v, qkv, out, lse, dout, B, T, H, d, True)

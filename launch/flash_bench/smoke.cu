@@ -133,7 +133,8 @@ int main() {
   bad += run_case(1, 201, 1, 96, true, true, 30, 30, true);  // the overlap loop, the 240-register backward
   // the persistent forwards (production since v22) with more query tiles than SMs (each CTA runs several)
   bad += run_case(1, 1000, 40, 64, true, true, 7, 6, true);
-  bad += run_case(1, 1000, 40, 128, false, true, 10, 15, true);
+  bad += run_case(1, 1000, 40, 128, false, true, 10, 16, true);
+  bad += run_case(1, 1000, 40, 128, true, true, 10, 15, true);
   bad += run_case(2, 500, 40, 80, true, true, 20, 24, true);
   bad += run_case(1, 1000, 40, 96, true, true, 31, 34, true);
   std::printf("smoke: %s\n", bad ? "FAILED" : "ok");
