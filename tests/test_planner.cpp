@@ -153,6 +153,39 @@ TEST_CASE("meta backend: fake addresses, no-op ops that count FLOPs and bytes", 
   CHECK(be.memory().peak_total == 1001);
 }
 
+TEST_CASE("meta backend: the Hopper attention rates by sequence length, against an H200's", "[planner]") {
+  // xl's attention (4 x 32 heads of 80, causal, bf16), forward and backward timed in rounds on one H200
+  // (results/h200/2026-12-03/v22/call2/rounds.log), executed TFLOP/s. The planner's rates (H200 figures at T 16384
+  // and a per-tile cost, MetaRates::sm90_seq_len_factor) must give each within 25% (a constant rate: 5x at T 512).
+  struct Point {
+    int T;
+    double fwd, bwd;
+  };
+  for (const Point pt : {Point{512, 103.7, 113.9}, Point{2048, 367.5, 276.6}, Point{16384, 491.2, 380.3}}) {
+    MetaBackend be(Device::cuda);
+    const AttnShape s{4, pt.T, 32, 80, true, 1.f / std::sqrt(80.f)};
+    const int64_t rows = int64_t(s.B) * s.T, D = int64_t(s.H) * s.d_head;
+    Buffer buf = be.alloc(size_t(rows * 3 * D * 2), Category::activations);  // shapes only: nothing is read
+    const Tensor qkv(buf.data(), DType::bf16, Device::cuda, {rows, 3 * D}),
+        out(buf.data(), DType::bf16, Device::cuda, {rows, D}),
+        lse(buf.data(), DType::f32, Device::cuda, {int64_t(s.B), int64_t(s.H), int64_t(s.T)});
+    INFO("T " << pt.T);
+    be.reset_cost();
+    be.attention_fwd(AttnImpl::flash2, s, out, lse, Tensor(), qkv);
+    const double fwd = be.cost().executed_flops / be.cost().compute_s / 1e12;
+    CHECK(std::abs(fwd / pt.fwd - 1) < 0.25);
+    be.reset_cost();
+    be.attention_bwd(AttnImpl::flash2, s, qkv, out, qkv, out, lse, Tensor());
+    const double bwd = be.cost().executed_flops / be.cost().compute_s / 1e12;
+    CHECK(std::abs(bwd / pt.bwd - 1) < 0.25);
+  }
+  const MetaRates r = MetaRates::for_target(Device::cuda, Fp32Matmul::ieee);
+  CHECK(r.sm90_seq_len_factor(16384, r.attention_sm90_fwd_t0) == 1.0);
+  CHECK(r.sm90_seq_len_factor(65536, r.attention_sm90_fwd_t0) == 1.0);
+  CHECK(r.sm90_seq_len_factor(512, 0) == 1.0);
+  CHECK(r.sm90_seq_len_factor(512, r.attention_sm90_fwd_t0) < r.sm90_seq_len_factor(2048, r.attention_sm90_fwd_t0));
+}
+
 TEST_CASE("flash backward split rule: chunks worked out by hand on 132 SMs", "[planner][flash]") {
   // cuda_sizes::flash_dkdv_chunk, 128-key x 64-query tiles (the Hopper backward's), 132 SMs. The expected values are
   // the rule's definition worked through on paper: C = key tiles x bh CTAs, slots = CTAs per SM x 132, pairs = the

@@ -144,6 +144,9 @@ nlohmann::json Plan::to_json() const {
             {"attention_bf16_sm90_fwd_flops_per_s", rates.attention_bf16_fwd_sm90},
             {"attention_bf16_sm90_bwd_flops_per_s", rates.attention_bf16_bwd_sm90},
             {"attention_bf16_sm90_bwd_d128_flops_per_s", rates.attention_bf16_bwd_sm90_d128},
+            {"attention_sm90_rate_seq_len", rates.sm90_rate_seq_len},
+            {"attention_sm90_fwd_t0", rates.attention_sm90_fwd_t0},
+            {"attention_sm90_bwd_t0", rates.attention_sm90_bwd_t0},
             {"attention_f32_flops_per_s", rates.attention_f32},
             {"memory_bandwidth_bytes_per_s", rates.memory_bandwidth},
             {"comm_bus_bandwidth_bytes_per_s", bus_bandwidth},
@@ -189,13 +192,16 @@ std::string Plan::table() const {
   t += fmt::format("predicted step: {} = {} compute + {} memory-bound + {} communication (no overlap assumed)\n",
                    fmt_time(time_s), fmt_time(compute_s), fmt_time(memory_s), fmt_time(comm_s));
   t += fmt::format("assumed rates ({}): GEMM bf16 {:.4g} TFLOP/s, fp32{} {:.4g} (efficiency {:.2f} of peak), attention "
-                   "bf16 {:.4g} TFLOP/s (Hopper kernels: forward {:.4g}, backward {:.4g}, at d 128 {:.4g}), fp32 {:.4g}, memory {:.4g} "
-                   "TB/s, collectives {:.4g} GB/s bus bandwidth\n",
+                   "bf16 {:.4g} TFLOP/s (Hopper kernels at T {:.0f}: forward {:.4g}, backward {:.4g}, at d 128 "
+                   "{:.4g}; at T keys x T ({:.0f} + t0) / ({:.0f} (T + t0)), t0 {:.0f} / {:.0f}), fp32 {:.4g}, "
+                   "memory {:.4g} TB/s, collectives {:.4g} GB/s bus bandwidth\n",
                    rates.device, rates.gemm_bf16 / 1e12,
                    rates.gemm_f32_mode.empty() ? "" : fmt::format(" ({})", rates.gemm_f32_mode), rates.gemm_f32 / 1e12,
                    rates.gemm_efficiency,
-                   rates.attention_bf16 / 1e12, rates.attention_bf16_fwd_sm90 / 1e12,
+                   rates.attention_bf16 / 1e12, rates.sm90_rate_seq_len, rates.attention_bf16_fwd_sm90 / 1e12,
                    rates.attention_bf16_bwd_sm90 / 1e12, rates.attention_bf16_bwd_sm90_d128 / 1e12,
+                   rates.sm90_rate_seq_len, rates.sm90_rate_seq_len, rates.attention_sm90_fwd_t0,
+                   rates.attention_sm90_bwd_t0,
                    rates.attention_f32 / 1e12, rates.memory_bandwidth / 1e12,
                    bus_bandwidth / 1e9);
   return t;

@@ -36,6 +36,12 @@ MetaRates MetaRates::for_target(Device d, Fp32Matmul fp32_matmul) {
     r.attention_bf16_fwd_sm90 = 540e12;
     r.attention_bf16_bwd_sm90 = 400e12;
     r.attention_bf16_bwd_sm90_d128 = 480e12;
+    // Shorter sequences run slower (v22 rounds, results/h200/2026-12-03/v22/call2: xl's 4 x 32 x 80 causal, forward
+    // 104 / 352-367 / 491-505 TFLOP/s at T 512 / 2048 / 16384, backward 114 / 277 / 380; small's 4 x 12 x 64 at T
+    // 4096 forward 369): t0 fitted to T 512 and 16384 (the factor gives forward 112 / 290 at T 512 / 2048, backward
+    // 120 / 262 at these rates).
+    r.attention_sm90_fwd_t0 = 2300;
+    r.attention_sm90_bwd_t0 = 1330;
     r.attention_f32 = 100e12;  // flash2 fp32 runs as 3xTF32: assumed ~1/4 of the bf16 kernel
     r.memory_bandwidth = 4.2e12;
     r.source = "H200 measurements in shared/ANCHORS.md (GEMM peaks times gemm_efficiency; attention fp32 assumed)";
@@ -49,6 +55,11 @@ MetaRates MetaRates::for_target(Device d, Fp32Matmul fp32_matmul) {
     r.source = "nominal figures for a small multi-core CPU (not measured)";
   }
   return r;
+}
+
+double MetaRates::sm90_seq_len_factor(int64_t seq_len, double t0) const {
+  const double T = double(seq_len), L = sm90_rate_seq_len;
+  return t0 <= 0 || T >= L ? 1.0 : T * (L + t0) / (L * (T + t0));
 }
 
 MetaBackend::MetaBackend(Device target, Fp32Matmul fp32_matmul)
@@ -157,7 +168,9 @@ void MetaBackend::attention_fwd(AttnImpl impl, const AttnShape& s, Tensor out, T
   const bool flash = impl == AttnImpl::flash2 && (!cuda() || cuda_sizes::flash_supports_head_dim(s.d_head));
   if (flash) {  // flash2: the causal mask skips half the tiles
     if (cuda()) scratch(cuda_sizes::flash_fwd_workspace_bytes_h200(s, qkv.dtype));
-    const double rate = cuda_sizes::flash_fwd_uses_hopper_h200(s, qkv.dtype) ? rates_.attention_bf16_fwd_sm90
+    const double sm90_fwd =
+        rates_.attention_bf16_fwd_sm90 * rates_.sm90_seq_len_factor(s.T, rates_.attention_sm90_fwd_t0);
+    const double rate = cuda_sizes::flash_fwd_uses_hopper_h200(s, qkv.dtype) ? sm90_fwd
                         : qkv.dtype == DType::bf16                          ? rates_.attention_bf16
                                                                             : rates_.attention_f32;
     account(f, s.causal ? f / 2 : f, rate, b(qkv) + b(out) + b(lse));
@@ -176,7 +189,8 @@ void MetaBackend::attention_bwd(AttnImpl impl, const AttnShape& s, Tensor dqkv, 
   if (flash) {  // recomputes S and P: 2.5x the forward's executed FLOPs
     if (cuda()) scratch(cuda_sizes::flash_bwd_workspace_bytes_h200(s, qkv.dtype));
     const double fwd_exec = s.causal ? f / 4 : f / 2;
-    const double sm90_bwd = s.d_head == 128 ? rates_.attention_bf16_bwd_sm90_d128 : rates_.attention_bf16_bwd_sm90;
+    const double sm90_bwd = (s.d_head == 128 ? rates_.attention_bf16_bwd_sm90_d128 : rates_.attention_bf16_bwd_sm90) *
+                            rates_.sm90_seq_len_factor(s.T, rates_.attention_sm90_bwd_t0);
     const double rate = cuda_sizes::flash_bwd_uses_hopper_h200(s, qkv.dtype) ? sm90_bwd
                         : qkv.dtype == DType::bf16                          ? rates_.attention_bf16
                                                                             : rates_.attention_f32;

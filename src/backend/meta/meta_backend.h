@@ -26,11 +26,19 @@ struct MetaRates {
   double attention_bf16_fwd_sm90 = 0;       // the Hopper (wgmma) kernels: forward,
   double attention_bf16_bwd_sm90 = 0;       //   backward at d 64 / 80
   double attention_bf16_bwd_sm90_d128 = 0;  //   backward at d 128
+  // The Hopper rates above are those at T = sm90_rate_seq_len; a sequence of T keys runs at that rate times
+  // sm90_seq_len_factor(T, t0): a fixed cost a query tile (prologue, epilogue, wave tails) over T / 128 key tiles.
+  double sm90_rate_seq_len = 16384;
+  double attention_sm90_fwd_t0 = 0;  // t0 of the forward, keys
+  double attention_sm90_bwd_t0 = 0;  // t0 of the backward, keys
   double attention_f32 = 0;
   double memory_bandwidth = 0;     // bytes read + written per second
   std::string source;              // where the numbers come from
   /// H200 figures (shared/ANCHORS.md) for Device::cuda, nominal CPU figures for Device::cpu.
   static MetaRates for_target(Device d, Fp32Matmul fp32_matmul);
+  /// The Hopper attention rate's factor at `seq_len` keys: seq_len (L + t0) / (L (seq_len + t0)) with L =
+  /// sm90_rate_seq_len, at most 1 (1 at L; t0 = 0: always 1).
+  double sm90_seq_len_factor(int64_t seq_len, double t0) const;
 };
 
 /// What the dry run's ops cost, summed.
