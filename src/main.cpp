@@ -230,6 +230,17 @@ void hand_failure_to_rank_0(const MpiSession& mpi, int code, const std::string& 
   std::this_thread::sleep_for(std::chrono::seconds(3));
 }
 
+/// How much longer than parallel.comm_timeout_s a rank > 0 whose failure after its job rank 0 reads at the end of
+/// its run (MpiSession::report_end) waits for rank 0's abort: rank 0's own end after its job may take that long.
+constexpr double kEndAbortMarginS = 10;
+
+/// A rank > 0 that reported its failure after the job as its end: waits (at most `seconds`) while rank 0 ends its
+/// own run, writes the record and aborts the job; mpirun's SIGTERM then ends this rank. Returns after the wait.
+void wait_for_rank_0_abort(double seconds) {
+  std::signal(SIGTERM, SIG_DFL);
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
 /// For a thread that lost the end to the listener: it aborts the job in a moment (MPI_Abort); wait for that.
 [[noreturn]] void wait_for_abort(int code) {
   std::this_thread::sleep_for(std::chrono::seconds(60));
@@ -390,37 +401,36 @@ int main(int argc, char** argv) {
   // A rank > 0 that stops the job on its own (bad input only it found, a run error of its own) tells rank 0, which
   // may be blocked in a collective that rank will never join: rank 0 then ends its outputs as for its own failure
   // (bad input: the earlier record put back, exit code 2; else the record with status error or oom), and aborts.
-  // Notices the listener heard after rank 0's main thread had claimed the end: a rank > 0 that failed once its job
-  // was done (the end-of-run agreement below reads them, after stop_listening() has joined the listener).
-  std::vector<MpiSession::RankEnd> late_notices;
+  // A notice that comes once rank 0's main thread has claimed the end is left unreceived for the end-of-run
+  // agreement below (await_ends), which records it with rank 0's measurements.
   if (rank == 0)
-    mpi.listen_for_failures([&](int from, int code, const std::string& msg) {
-      // Every rank usually finds bad input at once: rank 0's own end, if it comes within a second, speaks instead.
-      for (int i = 0; i < 50 && g_ender.load() == int(Ender::none); ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      if (!claim_end(Ender::listener)) {
-        late_notices.push_back({from, code, msg});
-        return;
-      }
-      set_fatal_hook(nullptr);
-      if (code == 2) {
-        std::fprintf(stderr, "trainer: error: rank %d: %s\n", from, msg.c_str());
-        std::fflush(stderr);
-        end_without_record();
-      } else {
-        failed["status"] = code == 3 ? "oom" : "error";
-        failed["error"] = fmt::format("rank {}: {}", from, msg);
-        try {
-          write_json_atomic(failed_path, failed);
-          spdlog::error("rank {} failed: {}; result record: {} (status {}); aborting all {} ranks", from, msg,
-                        failed_path, failed["status"].get<std::string>(), world);
-        } catch (const std::exception& e) {
-          spdlog::error("rank {} failed: {}; the result record could not be written: {}", from, msg, e.what());
-        }
-        spdlog::default_logger()->flush();
-      }
-      MPI_Abort(MPI_COMM_WORLD, code);
-    });
+    mpi.listen_for_failures(
+        [](int) {
+          // Every rank usually finds bad input at once: rank 0's own end, if it comes within a second, speaks instead.
+          for (int i = 0; i < 50 && g_ender.load() == int(Ender::none); ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          return claim_end(Ender::listener);
+        },
+        [&](int from, int code, const std::string& msg) {
+          set_fatal_hook(nullptr);
+          if (code == 2) {
+            std::fprintf(stderr, "trainer: error: rank %d: %s\n", from, msg.c_str());
+            std::fflush(stderr);
+            end_without_record();
+          } else {
+            failed["status"] = code == 3 ? "oom" : "error";
+            failed["error"] = fmt::format("rank {}: {}", from, msg);
+            try {
+              write_json_atomic(failed_path, failed);
+              spdlog::error("rank {} failed: {}; result record: {} (status {}); aborting all {} ranks", from, msg,
+                            failed_path, failed["status"].get<std::string>(), world);
+            } catch (const std::exception& e) {
+              spdlog::error("rank {} failed: {}; the result record could not be written: {}", from, msg, e.what());
+            }
+            spdlog::default_logger()->flush();
+          }
+          MPI_Abort(MPI_COMM_WORLD, code);
+        });
   if (cfg.job == "train") install_interrupt_handlers();  // the train job stops after a step (exit code 4)
   int code = 0;
   std::optional<Plan> plan;
@@ -489,6 +499,7 @@ int main(int argc, char** argv) {
   }
   if (rank == 0 && !claim_end(Ender::main_thread)) wait_for_abort(code == 0 ? 1 : code);
   mpi.stop_listening();
+  const int job_code = code;  // how the job ended, before this rank's own work after it
   if (cfg.profile.memory_timeline) {
     // Written here, after the job, so that a run that ran out of memory leaves its log too (its last allocation is
     // logged as failed); the job's backend is gone by now, so its teardown frees are in it as well.
@@ -511,23 +522,27 @@ int main(int argc, char** argv) {
   // The end-of-run agreement: rank 0 writes "ok" (or "interrupted") only once every rank has said that it ended
   // well, so a rank > 0 that fails after its job (its memory timeline cannot be written) is in the record. Only for
   // the jobs whose ranks end together (train and collective_bench end in a collective every rank joins: what is left
-  // is each rank's own work after its job); rank 0 waits at most parallel.comm_timeout_s, polling, and a rank > 0 that
-  // failed has sent a failure notice instead (the end of this function).
+  // is each rank's own work after its job). A rank > 0 whose job ended well reports how its run ended, its failure
+  // after the job included (the listener leaves these reports alone: rank 0 reads them once its own job is done, so
+  // the record keeps its measurements), and after a failure waits for rank 0's abort (the end of this function).
+  // Rank 0 waits at most parallel.comm_timeout_s, polling, and stops at the first failure.
   int failed_rank = rank;  // whose failure `code` is
   const bool ranks_end_together = cfg.job == "train" || cfg.job == "collective_bench";
-  if (world > 1 && ranks_end_together && (code == 0 || code == 4)) {
-    if (rank > 0) {
-      mpi.report_end(code);
-    } else if (const auto ends = mpi.await_ends(cfg.parallel.comm_timeout_s, late_notices); !ends.empty()) {
-      const MpiSession::RankEnd& e = ends.front();  // the first heard (a rank that did not answer comes last)
+  const bool agreement = world > 1 && ranks_end_together && (job_code == 0 || job_code == 4);
+  if (agreement && rank > 0) {
+    mpi.report_end(code, record["error"].is_string() ? record["error"].get<std::string>() : std::string());
+  } else if (agreement && (code == 0 || code == 4)) {
+    if (const auto ends = mpi.await_ends(cfg.parallel.comm_timeout_s); !ends.empty()) {
+      const MpiSession::RankEnd& e = ends.front();  // the failure, or the first rank that did not answer
       failed_rank = e.rank;
       code = e.code == 3 ? 3 : 1;  // (bad input found after rank 0's job is a failed run: the record is written)
       record["status"] = code == 3 ? "oom" : "error";
       record["error"] = e.code == -1 ? fmt::format("rank {} did not report the end of its run within "
-                                                   "parallel.comm_timeout_s = {} s", e.rank, cfg.parallel.comm_timeout_s)
+                                                   "parallel.comm_timeout_s = {} s",
+                                                   e.rank, cfg.parallel.comm_timeout_s)
                                      : fmt::format("rank {}: {}", e.rank, e.message);
-      if (ends.size() > 1) record["error"] = fmt::format("{} ({} ranks failed)", record["error"].get<std::string>(),
-                                                         ends.size());
+      if (ends.size() > 1) record["error"] = fmt::format("{} ({} ranks did not report)",
+                                                         record["error"].get<std::string>(), ends.size());
       spdlog::error("end of run: {}", record["error"].get<std::string>());
     }
   }
@@ -553,7 +568,9 @@ int main(int argc, char** argv) {
     spdlog::critical("rank {} failed ({}); aborting all {} ranks", failed_rank, record["status"].get<std::string>(),
                      world);
     spdlog::shutdown();
-    if (rank != 0) {  // rank 0 records the failure (unless it ended already) and aborts the job
+    if (rank != 0 && agreement) {  // reported as its end: rank 0 reads it once its own job is done
+      wait_for_rank_0_abort(cfg.parallel.comm_timeout_s + kEndAbortMarginS);
+    } else if (rank != 0) {  // rank 0 records the failure (unless it ended already) and aborts the job
       hand_failure_to_rank_0(mpi, code, record["error"].is_string() ? record["error"].get<std::string>()
                                                                      : record["status"].get<std::string>());
     }

@@ -54,7 +54,7 @@ int MpiSession::first_rank_differing(const std::string& text) const {
 
 namespace {
 constexpr int kNoticeTag = 7;  // a failure notice: "<exit code>\n<message>"
-constexpr int kEndTag = 8;     // a rank's good end (report_end): "<exit code>"
+constexpr int kEndTag = 8;     // a rank's end (report_end): "<exit code>\n<message>", the listener never takes it
 
 /// Sends `text` to rank 0 on `comm` with `tag` (non-blocking; returns once the send completed or after 1 s).
 void send_to_rank_0(MPI_Comm comm, int tag, const std::string& text) {
@@ -77,10 +77,10 @@ std::pair<int, std::string> parse_notice(const std::string& text) {
 }
 }  // namespace
 
-void MpiSession::listen_for_failures(FailureHandler on_notice) {
+void MpiSession::listen_for_failures(TakeNotice take, FailureHandler on_notice) {
   if (rank_ != 0 || size_ < 2 || thread_level_ != MPI_THREAD_MULTIPLE || listener_.joinable()) return;
   stop_.store(false);
-  listener_ = std::thread([this, on_notice = std::move(on_notice)] {
+  listener_ = std::thread([this, take = std::move(take), on_notice = std::move(on_notice)] {
     while (!stop_.load()) {
       int flag = 0;
       MPI_Status st;
@@ -89,6 +89,7 @@ void MpiSession::listen_for_failures(FailureHandler on_notice) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         continue;
       }
+      if (!take(st.MPI_SOURCE)) return;  // rank 0's end is claimed: await_ends reads the notice
       int bytes = 0;
       MPI_CHECK(MPI_Get_count(&st, MPI_CHAR, &bytes));
       std::string text(size_t(bytes), '\0');
@@ -109,23 +110,17 @@ void MpiSession::notify_failure(int code, const std::string& message) const {
   send_to_rank_0(notice_comm_, kNoticeTag, std::to_string(code) + "\n" + message);
 }
 
-void MpiSession::report_end(int code) const {
+void MpiSession::report_end(int code, const std::string& message) const {
   if (rank_ == 0 || notice_comm_ == MPI_COMM_NULL) return;
-  send_to_rank_0(notice_comm_, kEndTag, std::to_string(code));
+  send_to_rank_0(notice_comm_, kEndTag, std::to_string(code) + "\n" + message);
 }
 
-std::vector<MpiSession::RankEnd> MpiSession::await_ends(double timeout_s, const std::vector<RankEnd>& heard) const {
-  std::vector<RankEnd> failed;
-  if (rank_ != 0 || size_ < 2 || notice_comm_ == MPI_COMM_NULL) return failed;
+std::vector<MpiSession::RankEnd> MpiSession::await_ends(double timeout_s) const {
+  std::vector<RankEnd> silent;
+  if (rank_ != 0 || size_ < 2 || notice_comm_ == MPI_COMM_NULL) return silent;
   std::vector<bool> ended(size_t(size_), false);
   ended[0] = true;
   int left = size_ - 1;
-  for (const RankEnd& e : heard) {
-    if (e.rank <= 0 || e.rank >= size_ || ended[size_t(e.rank)]) continue;
-    ended[size_t(e.rank)] = true;
-    --left;
-    failed.push_back(e);
-  }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   while (left > 0 && std::chrono::steady_clock::now() < deadline) {
     int flag = 0;
@@ -136,23 +131,22 @@ std::vector<MpiSession::RankEnd> MpiSession::await_ends(double timeout_s, const 
       continue;
     }
     int bytes = 0;
-    MPI_Get_count(&st, MPI_CHAR, &bytes);
+    if (MPI_Get_count(&st, MPI_CHAR, &bytes) != MPI_SUCCESS || bytes < 0) break;  // (MPI_UNDEFINED is negative)
     std::string text(size_t(bytes), '\0');
     if (MPI_Recv(text.data(), bytes, MPI_CHAR, st.MPI_SOURCE, st.MPI_TAG, notice_comm_, MPI_STATUS_IGNORE) !=
         MPI_SUCCESS)
       break;
     const int from = st.MPI_SOURCE;
-    if (from <= 0 || from >= size_ || ended[size_t(from)]) continue;  // a second notice of a rank: its first counts
+    if (from <= 0 || from >= size_ || ended[size_t(from)]) continue;  // a second word of a rank: its first counts
     ended[size_t(from)] = true;
     --left;
-    if (st.MPI_TAG == kNoticeTag) {
-      const auto [code, message] = parse_notice(text);
-      failed.push_back({from, code, message});
-    }
+    const auto [code, message] = parse_notice(text);
+    // A failure ends the wait: rank 0 records it and aborts the job, and that rank waits for the abort.
+    if (st.MPI_TAG == kNoticeTag || (code != 0 && code != 4)) return {{from, code, message}};
   }
   for (int r = 1; r < size_; ++r)
-    if (!ended[size_t(r)]) failed.push_back({r, -1, ""});
-  return failed;
+    if (!ended[size_t(r)]) silent.push_back({r, -1, ""});
+  return silent;
 }
 
 std::unique_ptr<Communicator> make_communicator(const RunConfig& cfg, Backend& be, const RunContext& ctx) {

@@ -39,27 +39,32 @@ class MpiSession {
   /// would for its own failure before the job is aborted. They travel on a private duplicate of MPI_COMM_WORLD.
   using FailureHandler = std::function<void(int rank, int code, const std::string& message)>;
   /// Rank 0 of several, with MPI_THREAD_MULTIPLE (else a no-op): starts a thread that polls for notices (every
-  /// 20 ms) and calls `on_notice` for each (rank, exit code, message) until stop_listening(). Call once.
-  void listen_for_failures(FailureHandler on_notice);
+  /// 20 ms). For each it calls `take(rank)` first: true receives the notice and calls `on_notice` with its (rank, exit
+  /// code, message); false leaves it unreceived, for await_ends, and ends the thread (rank 0's main thread has claimed
+  /// the end). Runs until stop_listening(). Call once.
+  using TakeNotice = std::function<bool(int rank)>;
+  void listen_for_failures(TakeNotice take, FailureHandler on_notice);
   /// Stops the listener and joins its thread (not from within `on_notice`). Idempotent.
   void stop_listening();
   /// Rank > 0: sends (exit code, message) to rank 0's listener. Best effort: returns once the send completed or
   /// after 1 s; nothing tells whether rank 0 listens.
   void notify_failure(int code, const std::string& message) const;
 
-  /// The end-of-run agreement (rank 0 writes "ok" only once every rank has ended well). Rank > 0 whose run ended
-  /// without a failure (exit code 0, or 4: interrupted): tells rank 0 so. Best effort, as notify_failure.
-  void report_end(int code) const;
-  /// How a rank > 0 ended, as await_ends saw it: its failure notice (exit code, message), or code -1 for no word.
+  /// The end-of-run agreement (rank 0 writes "ok" only once every rank has ended well). Rank > 0 whose job ended
+  /// without a failure (exit code 0, or 4: interrupted): tells rank 0 how the run ended after it, `code` 0 or 4, or
+  /// the failure of its own work after the job (exit code and message). Best effort, as notify_failure; the listener
+  /// never takes it (await_ends does).
+  void report_end(int code, const std::string& message = "") const;
+  /// How a rank > 0 ended, as await_ends saw it: its failure (exit code, message), or code -1 for no word.
   struct RankEnd {
     int rank = 0, code = 0;
     std::string message;
   };
-  /// Rank 0 of several, at the end of a run it ended without a failure: waits until every rank > 0 has reported its
-  /// end (report_end) or sent a failure notice (notify_failure), polling, for at most `timeout_s`. Returns the ranks
-  /// that failed or did not answer in time (code -1), in the order heard (silent ones last, by rank); empty when every
-  /// rank ended well. `heard`: failure notices the listener took but left to the main thread (they count as ends).
-  std::vector<RankEnd> await_ends(double timeout_s, const std::vector<RankEnd>& heard) const;
+  /// Rank 0 of several, at the end of a run whose job it ended without a failure: polls until every rank > 0 has
+  /// reported a good end (report_end), or until the first failure (a report_end with another code, or a failure
+  /// notice the listener left), for at most `timeout_s`. Returns {} when every rank ended well, that one failure,
+  /// or at the timeout the ranks that did not answer (code -1, by rank).
+  std::vector<RankEnd> await_ends(double timeout_s) const;
 
  private:
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, thread_level_ = 0;

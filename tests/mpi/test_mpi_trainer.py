@@ -9,7 +9,10 @@
   rank 1, exit code 2, and rank 0 puts back what output.results held. A run failure of rank 1 alone (out of memory
   under a data-segment limit only it has): rank 0's record says oom with rank 1's message, exit code 3. A failure of
   rank 1 after its job (its memory timeline file): rank 0's record says error with its message (the end-of-run
-  agreement), and a rank 1 that never reports its end is waited for at most parallel.comm_timeout_s.
+  agreement), and a rank 1 that never reports its end is waited for at most parallel.comm_timeout_s. Rank 1's failure
+  after its job is recorded with rank 0's measurements also when rank 0 is still in its job, when rank 0's own end
+  is slow (rank 1 waits for it), and when a third rank never ends (rank 0 does not wait for it): outputs that are
+  links to a terminal read late make those writes slow, deterministically.
 - collective_bench on 2 and 4 ranks writes its table and record (#wrong 0, bandwidths as nccl-tests defines them),
   launched through launch/mpirun.sh.
 
@@ -18,9 +21,12 @@ Environment (set by tests/mpi/CMakeLists.txt): TRAINER_BIN, TRAINER_SOURCE_DIR, 
 import json
 import os
 import pathlib
+import select
 import subprocess
 import sys
+import threading
 import time
+import tty
 
 import numpy as np
 import pytest
@@ -261,6 +267,150 @@ def test_a_rank_that_never_reports_its_end_is_waited_for_at_most_comm_timeout_s(
     assert r["error"] == "rank 1 did not report the end of its run within parallel.comm_timeout_s = 3 s", r["error"]
     assert len(r["loss"]["per_step"]) == 300
     assert 3 <= wall < 30, f"took {wall:.1f} s"
+
+
+class SlowTerminal:
+    """A pseudo-terminal whose slave side (a character device, which write_file_atomic writes directly: no temporary
+    file, no fsync) stands in for an output file: a write larger than the terminal's buffer (about 64 KiB) blocks
+    until `drain()` starts reading, after which the write succeeds. `text()`: everything read, once closed."""
+
+    def __init__(self):
+        self.master, self.slave = os.openpty()
+        tty.setraw(self.slave)  # bytes pass unchanged ("\n" stays "\n")
+        self.path = os.ttyname(self.slave)
+        self.data = bytearray()
+        self.done = threading.Event()
+        self.reader = None
+
+    def drain(self):
+        def read():
+            while not self.done.is_set():
+                if select.select([self.master], [], [], 0.1)[0]:
+                    self.data += os.read(self.master, 1 << 20)
+        self.reader = threading.Thread(target=read, daemon=True)
+        self.reader.start()
+
+    def close(self):
+        self.done.set()
+        if self.reader:
+            self.reader.join()
+        os.close(self.master)
+        os.close(self.slave)
+
+    def text(self):
+        return self.data.decode()
+
+
+def run_until(cmd, marker, then, timeout=90):
+    """Runs `cmd` (mpirun), collecting its stderr; calls `then()` on a thread once a line contains `marker`.
+    Returns (returncode, stderr, wall seconds)."""
+    t0 = time.time()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV, cwd=SRC)
+    lines = []
+    seen = threading.Event()
+
+    def collect():
+        for line in p.stderr:
+            lines.append(line)
+            if marker in line and not seen.is_set():
+                seen.set()
+                threading.Thread(target=then, daemon=True).start()
+    reader = threading.Thread(target=collect, daemon=True)
+    reader.start()
+    try:
+        p.wait(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        reader.join(5)
+    return p.returncode, "".join(lines), time.time() - t0
+
+
+RANK1_TIMELINE_FAILED = "[r1] [error] the memory timeline could not be written"
+
+
+def rank1_timeline_error(tmp_path):
+    return (f"rank 1: the memory timeline could not be written: cannot write '{tmp_path / 'mem.rank1.json'}': "
+            f"rename failed: Is a directory")
+
+
+def test_a_failure_after_the_job_is_recorded_while_another_rank_is_still_busy(tmp_path):
+    """3 ranks: rank 1 fails after its job (mem.rank1.json is a directory) while rank 2 never ends its own: its
+    timeline file, mem.rank2.json, is a link to a terminal nobody reads, so its write blocks. Rank 0 records rank 1's
+    failure at once, keeping its measurements, and aborts the job (which ends rank 2). Before, rank 0 waited for
+    every rank's end and rank 1 aborted the job after 3 s: the record stayed 'running'."""
+    (tmp_path / "mem.rank1.json").mkdir()
+    term = SlowTerminal()
+    (tmp_path / "mem.rank2.json").symlink_to(term.path)
+    args = train_args(tmp_path, "three", "parallel.strategy=ddp_flat", "data.batch_size=6",
+                      "bench.measure_steps=20", "parallel.comm_timeout_s=60", "output.checkpoint=null",
+                      f"profile.memory_timeline={tmp_path / 'mem.json'}")
+    try:
+        p, wall = run(MPIRUN + ["-np", "3"] + args, timeout=120)
+    finally:
+        term.close()
+    assert p.returncode == 1, p.stderr[-3000:]
+    r = json.loads((tmp_path / "three.json").read_text())
+    assert r["status"] == "error", (r["status"], p.stderr[-3000:])
+    assert r["error"] == rank1_timeline_error(tmp_path), r["error"]
+    assert len(r["loss"]["per_step"]) == 20 and r["timing"]["step"]["mean_ms"] > 0  # rank 0's measurements
+    assert json.loads((tmp_path / "mem.json").read_text())["rank"] == 0
+    assert wall < 40, f"took {wall:.1f} s"  # not parallel.comm_timeout_s (60 s): rank 2 is not waited for
+
+
+def test_a_failure_after_the_job_waits_for_a_slow_rank_0(tmp_path):
+    """2 ranks: rank 1 fails after its job (mem.rank1.json is a directory) while rank 0's own end is slow: its memory
+    timeline, mem.json, is a link to a terminal that is read only 6 s after rank 1 logged its failure. Rank 1 waits
+    for rank 0 (up to parallel.comm_timeout_s and a margin), so rank 0 writes its timeline, then the record with its
+    measurements, status error and rank 1's message, and aborts the job. Before, rank 1 aborted the job 3 s after
+    its failure, killing rank 0 in its write: the record stayed 'running'."""
+    (tmp_path / "mem.rank1.json").mkdir()
+    term = SlowTerminal()
+    (tmp_path / "mem.json").symlink_to(term.path)
+    args = train_args(tmp_path, "slow0", "parallel.strategy=ddp_flat", "bench.measure_steps=20",
+                      "parallel.comm_timeout_s=60", "output.checkpoint=null",
+                      f"profile.memory_timeline={tmp_path / 'mem.json'}")
+    try:
+        code, err, wall = run_until(MPIRUN + ["-np", "2"] + args, RANK1_TIMELINE_FAILED,
+                                    lambda: (time.sleep(6), term.drain()))
+    finally:
+        term.close()
+    assert code == 1, err[-3000:]
+    r = json.loads((tmp_path / "slow0.json").read_text())
+    assert r["status"] == "error", (r["status"], err[-3000:])
+    assert r["error"] == rank1_timeline_error(tmp_path), r["error"]
+    assert len(r["loss"]["per_step"]) == 20 and r["timing"]["step"]["mean_ms"] > 0
+    assert json.loads(term.text())["rank"] == 0  # rank 0's whole timeline went through the terminal
+    assert 6 <= wall < 40, f"took {wall:.1f} s"
+
+
+def test_a_failure_after_the_job_while_rank_0_is_still_in_its_job_keeps_its_measurements(tmp_path):
+    """2 ranks: rank 1 fails after its job (mem.rank1.json is a directory) while rank 0 is still in its own: it
+    writes the trace of both ranks (profile.trace, after the job's last collective) to a link to a terminal that is
+    read only 3 s after rank 1 logged its failure. Rank 1's failure is its end report, which rank 0 reads once its
+    job has ended: the record has rank 0's measurements, status error and rank 1's message. Before, rank 0's
+    failure-notice listener took it after 1 s and wrote the record as it was before the job: no loss, no timings."""
+    (tmp_path / "mem.rank1.json").mkdir()
+    term = SlowTerminal()
+    (tmp_path / "trace.json").symlink_to(term.path)
+    args = train_args(tmp_path, "intrace", "parallel.strategy=ddp_flat", "bench.measure_steps=20",
+                      "parallel.comm_timeout_s=60", "output.checkpoint=null",
+                      f"profile.memory_timeline={tmp_path / 'mem.json'}", f"profile.trace={tmp_path / 'trace.json'}")
+    try:
+        code, err, wall = run_until(MPIRUN + ["-np", "2"] + args, RANK1_TIMELINE_FAILED,
+                                    lambda: (time.sleep(3), term.drain()))
+    finally:
+        term.close()
+    assert code == 1, err[-3000:]
+    r = json.loads((tmp_path / "intrace.json").read_text())
+    assert r["status"] == "error", (r["status"], err[-3000:])
+    assert r["error"] == rank1_timeline_error(tmp_path), r["error"]
+    assert len(r["loss"]["per_step"]) == 20 and r["timing"]["step"]["mean_ms"] > 0, sorted(r)
+    assert r["profile"]["trace"] == str(tmp_path / "trace.json")
+    events = json.loads(term.text())["traceEvents"]
+    assert {e["pid"] for e in events} == {0, 1}, "the trace has both ranks"
+    assert wall < 40, f"took {wall:.1f} s"
 
 
 def test_nccl_on_cpu_is_a_config_error(tmp_path):
