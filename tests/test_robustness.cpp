@@ -9,6 +9,7 @@
 #include "config/config.h"
 #include "core/errors.h"
 #include "core/interrupt.h"
+#include "dist/mpi_communicator.h"
 #include "plan/host_memory.h"
 
 using Catch::Matchers::Contains;
@@ -143,9 +144,10 @@ TEST_CASE("host memory: collective_bench counts its largest point's buffers, or 
   CHECK(op == "reduce_scatter");
   c.collective.ops = {"all_gather"};
   CHECK(collective_host_bytes(c, 3) == 4 * elements + 4 * elements / 3);
-  // cuda: device buffers; the mpi communicator stages all_gather's output only, nccl nothing on the host.
+  // cuda: device buffers; the mpi communicator stages all_gather's output only, nccl nothing on the host. Its pool
+  // keeps the 1 MiB point's block (1 MiB rounded down to 3 elements), which the 1000 MiB point cannot reuse.
   c.device = "cuda";
-  CHECK(collective_host_bytes(c, 3) == 4 * elements);
+  CHECK(collective_host_bytes(c, 3) == 4 * elements + 4 * (mib / 4 / 3 * 3));
   c.parallel.comm = "nccl";
   CHECK(collective_host_bytes(c, 3) == 0);
   CHECK_NOTHROW(check_collective_host_memory(c, 3, 3, mib));
@@ -160,4 +162,60 @@ TEST_CASE("host memory: collective_bench counts its largest point's buffers, or 
                         Contains("MemAvailable"));
   c.collective.sizes_mb = {1e9};  // about a PiB, within the 2^56-byte bound of validation
   CHECK_THROWS_WITH(check_collective_host_memory(c, 1, 1, gib), Contains("collective.sizes_mb[0] = 1000000000"));
+}
+
+
+TEST_CASE("host memory: the mpi staging pool keeps every block it added; collective_bench on cuda counts them all",
+          "[host_memory]") {
+  using trainer::check_collective_host_memory;
+  using trainer::collective_host_bytes;
+  using trainer::staging_pool_bytes;
+  const size_t mib = size_t(1) << 20;
+  // The pool on its own: a freed block is reused by best fit, never freed, and an op holds its blocks together.
+  CHECK(staging_pool_bytes({{100}, {200}, {50}}) == 300);   // 50 reuses the 100 block
+  CHECK(staging_pool_bytes({{200}, {100}, {50}}) == 200);   // all three fit the first block
+  CHECK(staging_pool_bytes({{64}, {100, 50}}) == 164);      // 100 is new, 50 takes the 64 block
+  CHECK(staging_pool_bytes({{100, 100}, {100}}) == 200);    // two at once
+  CHECK(staging_pool_bytes({{0}, {10}}) == 64);             // blocks are at least 64 bytes
+  CHECK(staging_pool_bytes({}) == 0);
+  RunConfig c;
+  c.job = "collective_bench";
+  c.device = "cuda";
+  c.parallel.comm = "mpi";
+  c.collective.ops = {"all_reduce"};
+  // A rising sweep adds a block at every size: 1 + 2 + ... + 1024 MiB, not the largest point's 1024 MiB.
+  c.collective.sizes_mb = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+  std::string op;
+  size_t i = 99;
+  CHECK(collective_host_bytes(c, 2, &op, &i) == 2047 * mib);
+  CHECK(op == "all_reduce");
+  CHECK(i == 10);
+  // A falling one reuses the first block throughout.
+  c.collective.sizes_mb = {1024, 512, 1};
+  CHECK(collective_host_bytes(c, 2, &op, &i) == 1024 * mib);
+  CHECK(i == 0);
+  // Two ops (every size of all_reduce, then every size of reduce_scatter), 4 ranks: all_reduce adds a 1 and a 3 MiB
+  // block; reduce_scatter of 1 MiB takes the 1 MiB block for its input and the 3 MiB one for its 0.25 MiB output,
+  // of 3 MiB the 3 MiB block and the 1 MiB one for its 0.75 MiB output: 4 MiB, the last block added by all_reduce.
+  c.collective.ops = {"all_reduce", "reduce_scatter"};
+  c.collective.sizes_mb = {1, 3};
+  CHECK(collective_host_bytes(c, 4, &op, &i) == 4 * mib);
+  CHECK(op == "all_reduce");
+  CHECK(i == 1);
+  // 2 ranks, one size: reduce_scatter's input reuses all_reduce's block, its 0.5 MiB output is a new one.
+  c.collective.sizes_mb = {1};
+  CHECK(collective_host_bytes(c, 2, &op, &i) == mib + mib / 2);
+  CHECK(op == "reduce_scatter");
+  CHECK(i == 0);
+  // The check counts the pool: a rising sweep that fits by its largest point alone does not fit.
+  c.collective.ops = {"all_reduce"};
+  c.collective.sizes_mb = {512, 1024};
+  CHECK_NOTHROW(check_collective_host_memory(c, 2, 2, 3072 * mib));  // (512 + 1024) MiB x 2 ranks: exactly fits
+  CHECK_THROWS_WITH(check_collective_host_memory(c, 2, 2, 3072 * mib - 1),
+                    Contains("collective.sizes_mb[1] = 1024: collective_bench needs at least 3.00 GiB of host memory "
+                             "(host staging of 1.50 GiB a rank, the blocks parallel.comm mpi keeps from every point up "
+                             "to all_reduce of this size, x 2 rank(s) on this host)") &&
+                        Contains("use smaller or fewer sizes"));
+  c.parallel.comm = "nccl";  // no host staging
+  CHECK(collective_host_bytes(c, 2) == 0);
 }

@@ -65,10 +65,11 @@ struct Block {
 
 /// Host memory for staging device buffers: pinned (cudaHostAlloc) when the backend is a GPU, so copies run at full
 /// link rate; 64-byte aligned malloc otherwise (also in CUDA builds on machines without a GPU). Freed blocks are kept
-/// and reused (best fit by size).
+/// and reused (best fit by size) for the pool's life: the host memory it holds is the sum of the blocks it ever had to
+/// add, not the largest collective. `counting`: a model of the pool that allocates nothing (staging_pool_bytes).
 class StagingPool {
  public:
-  explicit StagingPool(bool pinned) : pinned_(pinned) {}
+  explicit StagingPool(bool pinned, bool counting = false) : pinned_(pinned), counting_(counting) {}
   StagingPool(const StagingPool&) = delete;
   StagingPool& operator=(const StagingPool&) = delete;
   ~StagingPool() {
@@ -83,13 +84,18 @@ class StagingPool {
       free_.erase(best);
       return b;
     }
-    return alloc_block(std::max<size_t>(bytes, 64));
+    Block b = alloc_block(std::max<size_t>(bytes, 64));
+    held_ = held_ > SIZE_MAX - b.bytes ? SIZE_MAX : held_ + b.bytes;  // (saturates: a model of impossible sizes)
+    return b;
   }
   void release(Block b) { free_.push_back(b); }
+  /// Bytes of all blocks this pool holds, free or in use.
+  size_t held_bytes() const { return held_; }
 
  private:
   Block alloc_block(size_t bytes) const {
     Block b{nullptr, bytes};
+    if (counting_) return b;
 #ifdef TRAINER_HAVE_CUDA
     if (pinned_) {
       const cudaError_t st = cudaHostAlloc(&b.ptr, bytes, cudaHostAllocPortable);
@@ -105,6 +111,7 @@ class StagingPool {
     return b;
   }
   void free_block(Block& b) const {
+    if (counting_) return;
 #ifdef TRAINER_HAVE_CUDA
     if (pinned_) {
       cudaFreeHost(b.ptr);
@@ -115,7 +122,8 @@ class StagingPool {
     std::free(b.ptr);
     b.ptr = nullptr;
   }
-  bool pinned_;
+  bool pinned_, counting_;
+  size_t held_ = 0;
   std::vector<Block> free_;
 };
 
@@ -571,6 +579,16 @@ MPI_Comm world_dup() {
   return c;
 }
 }  // namespace
+
+size_t staging_pool_bytes(const std::vector<std::vector<size_t>>& ops) {
+  StagingPool pool(/*pinned=*/false, /*counting=*/true);
+  for (const std::vector<size_t>& op : ops) {
+    std::vector<Block> held;
+    for (size_t bytes : op) held.push_back(pool.acquire(bytes));  // an op holds its blocks together ...
+    for (const Block& b : held) pool.release(b);                    // ... and gives them back when it is finished
+  }
+  return pool.held_bytes();
+}
 
 std::unique_ptr<Communicator> make_mpi_communicator(Backend& be, double timeout_s) {
   return std::make_unique<MpiCommunicator>(be, timeout_s, /*stage_host=*/false, world_dup());

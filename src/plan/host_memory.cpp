@@ -6,9 +6,11 @@
 #include <sstream>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "core/errors.h"
 #include "core/memory.h"
+#include "dist/mpi_communicator.h"
 #include "jobs/job.h"
 
 namespace trainer {
@@ -111,13 +113,19 @@ size_t collective_host_bytes(const RunConfig& cfg, int world_size, std::string* 
   const bool cpu = cfg.device == "cpu", staged = !cpu && cfg.parallel.comm == "mpi";
   if (!cpu && !staged) return 0;  // nccl on cuda: device buffers only
   size_t most = 0;
-  for (size_t i = 0; i < cfg.collective.sizes_mb.size(); ++i) {
-    for (const std::string& o : cfg.collective.ops) {
+  std::vector<std::vector<size_t>> staging;  // staged: the pool's blocks of each point, in the bench's order
+  for (const std::string& o : cfg.collective.ops) {  // the bench's order: every size of an op, then the next op
+    for (size_t i = 0; i < cfg.collective.sizes_mb.size(); ++i) {
       const double whole = 4.0 * double(collective_elements(o, cfg.collective.sizes_mb[i], n));
-      // cpu: reduce_scatter's output and all_gather's input are a second buffer of one chunk; staged: reduce_scatter
-      // stages its input and its output, all_gather its output only (its input is copied into its slot).
-      const bool chunk = cpu ? o != "all_reduce" : o == "reduce_scatter";
-      const size_t bytes = clamp_bytes(whole + (chunk ? whole / n : 0));
+      size_t bytes = 0;
+      if (cpu) {  // the bench's buffers, freed before the next point; reduce_scatter's output and all_gather's input
+                  // are a second buffer of one chunk
+        bytes = clamp_bytes(whole + (o != "all_reduce" ? whole / n : 0));
+      } else {  // reduce_scatter stages its input, then its output; all_reduce its buffer, all_gather its output
+        staging.push_back({clamp_bytes(whole)});
+        if (o == "reduce_scatter") staging.back().push_back(clamp_bytes(whole / n));
+        bytes = staging_pool_bytes(staging);  // the blocks are kept: what every point so far needed the pool to add
+      }
       if (bytes <= most) continue;
       most = bytes;
       if (op) *op = o;
@@ -135,13 +143,15 @@ void check_collective_host_memory(const RunConfig& cfg, int world_size, int loca
   const size_t rank_bytes = collective_host_bytes(cfg, world_size, &op, &i);
   const size_t ranks = size_t(std::max(1, local_ranks));
   const double need = double(rank_bytes) * double(ranks);
+  const std::string what =
+      cfg.device == "cpu"
+          ? fmt::format("{}'s buffers of {} a rank x {} rank(s) on this host", op, format_bytes(rank_bytes), ranks)
+          : fmt::format("host staging of {} a rank, the blocks parallel.comm mpi keeps from every point up to {} of "
+                        "this size, x {} rank(s) on this host", format_bytes(rank_bytes), op, ranks);
   CONFIG_CHECK(need <= double(available),
-               "collective.sizes_mb[{}] = {}: collective_bench needs at least {} of host memory ({}'s {} a rank x {} "
-               "rank(s) on this host), but {} is available (MemAvailable in /proc/meminfo); use smaller sizes",
-               i, cfg.collective.sizes_mb[i], format_bytes(clamp_bytes(need)), op,
-               cfg.device == "cpu" ? fmt::format("buffers of {}", format_bytes(rank_bytes))
-                                   : fmt::format("host staging of {} (parallel.comm mpi)", format_bytes(rank_bytes)),
-               ranks, format_bytes(available));
+               "collective.sizes_mb[{}] = {}: collective_bench needs at least {} of host memory ({}), but {} is "
+               "available (MemAvailable in /proc/meminfo); use smaller or fewer sizes",
+               i, cfg.collective.sizes_mb[i], format_bytes(clamp_bytes(need)), what, format_bytes(available));
 }
 
 }  // namespace trainer

@@ -53,11 +53,12 @@ void check_host_memory(const RunConfig& cfg, int world_size, int local_ranks, bo
 /// `available` 0: read /proc/meminfo (nothing is checked when it cannot be read).
 void check_plan_fits_host(size_t peak_bytes, const std::string& peak_phase, int local_ranks, size_t available = 0);
 
-/// job collective_bench: the host bytes a rank holds at once for its largest (op, size) point, a lower bound: on the
-/// cpu the bench's own buffers (the whole array; and a rank's chunk for reduce_scatter and all_gather); on cuda with
-/// parallel.comm mpi the communicator's host staging blocks (the whole array; and the chunk for reduce_scatter);
-/// with nccl none. Each size holds its buffers alone (they are freed before the next). The point is returned in
-/// *op and *size_index when given.
+/// job collective_bench: the most host bytes a rank holds at once, a lower bound. On the cpu the bench's own buffers
+/// of its largest (op, size) point (the whole array; and a rank's chunk for reduce_scatter and all_gather; each point's
+/// buffers are freed before the next). On cuda with parallel.comm mpi the communicator's host staging blocks (the
+/// whole array; and the chunk for reduce_scatter), which its pool keeps for the whole bench and reuses by best fit
+/// (staging_pool_bytes): what every point up to the last that adds a block needs together. With nccl none. The point
+/// (the largest; staged, the last that grows the pool) is returned in *op and *size_index when given.
 size_t collective_host_bytes(const RunConfig& cfg, int world_size, std::string* op = nullptr,
                              size_t* size_index = nullptr);
 
