@@ -221,18 +221,27 @@ bool claim_end(Ender who) {
   return g_ender.compare_exchange_strong(none, int(who)) || none == int(who);
 }
 
-/// A rank > 0 that stops the job on its own: tells rank 0 (a failure notice: exit code, message) and waits a moment
-/// for rank 0 to record it and abort the job. mpirun's SIGTERM (that abort) then ends this rank while it waits,
-/// instead of being taken for an interrupt; after the wait the caller goes on (rank 0 could not hear or has ended).
+/// How much longer than parallel.comm_timeout_s a rank > 0 whose failure rank 0 may read only at the end of its
+/// run (MpiSession::report_end, await_ends) waits for rank 0's abort: rank 0's own end after its job may take that
+/// long.
+constexpr double kEndAbortMarginS = 10;
+
+/// Seconds a rank > 0 that failed gives rank 0 to record it and abort the job (hand_failure_to_rank_0): 3, or where
+/// rank 0 reads a notice it could not take at once at the end of its run (train and collective_bench, whose ranks
+/// end together, with rank 0's listener: MPI_THREAD_MULTIPLE) parallel.comm_timeout_s + kEndAbortMarginS, so that a
+/// failure near the end of the job does not abort rank 0 before it has written its record. Set once the config is
+/// known.
+double g_hand_wait_s = 3;
+
+/// A rank > 0 that stops the job on its own: tells rank 0 (a failure notice: exit code, message) and waits up to
+/// g_hand_wait_s for rank 0 to record it and abort the job. mpirun's SIGTERM (that abort) then ends this rank while
+/// it waits, instead of being taken for an interrupt; after the wait the caller goes on (rank 0 could not hear or
+/// has ended).
 void hand_failure_to_rank_0(const MpiSession& mpi, int code, const std::string& message) {
   std::signal(SIGTERM, SIG_DFL);
   mpi.notify_failure(code, message);
-  std::this_thread::sleep_for(std::chrono::seconds(3));
+  std::this_thread::sleep_for(std::chrono::duration<double>(g_hand_wait_s));
 }
-
-/// How much longer than parallel.comm_timeout_s a rank > 0 whose failure after its job rank 0 reads at the end of
-/// its run (MpiSession::report_end) waits for rank 0's abort: rank 0's own end after its job may take that long.
-constexpr double kEndAbortMarginS = 10;
 
 /// A rank > 0 that reported its failure after the job as its end: waits (at most `seconds`) while rank 0 ends its
 /// own run, writes the record and aborts the job; mpirun's SIGTERM then ends this rank. Returns after the wait.
@@ -381,6 +390,8 @@ int main(int argc, char** argv) {
   // happens: the record then says "error" with its message instead of staying "running". On rank 0 the hook writes it
   // (unless the listener below has claimed the end: a rank > 0's failure is being recorded); a rank > 0 sends it to
   // rank 0's listener as a failure notice and gives rank 0 a moment to record it and abort the job.
+  if ((cfg.job == "train" || cfg.job == "collective_bench") && mpi.thread_level() == MPI_THREAD_MULTIPLE)
+    g_hand_wait_s = cfg.parallel.comm_timeout_s + kEndAbortMarginS;
   static nlohmann::json failed;  // rank 0: a copy made here, read by the hook on whichever thread fails
   static std::string failed_path;
   static const MpiSession* session = &mpi;

@@ -295,6 +295,14 @@ class SlowTerminal:
         self.done.set()
         if self.reader:
             self.reader.join()
+            while select.select([self.master], [], [], 0)[0]:  # what the writer left after `done`
+                try:
+                    chunk = os.read(self.master, 1 << 20)
+                except OSError:  # EIO: the writer has closed its side
+                    break
+                if not chunk:
+                    break
+                self.data += chunk
         os.close(self.master)
         os.close(self.slave)
 
