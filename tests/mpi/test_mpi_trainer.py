@@ -368,23 +368,31 @@ def test_a_failure_after_the_job_is_recorded_while_another_rank_is_still_busy(tm
     assert wall < 40, f"took {wall:.1f} s"  # not parallel.comm_timeout_s (60 s): rank 2 is not waited for
 
 
+def run_rank1_failing_after_its_job(tmp_path, name, slow_file, delay_s, extra=()):
+    """2 ranks of tiny (ddp_flat, 100 steps): rank 1's memory timeline cannot be written (mem.rank1.json is a
+    directory), and rank 0's output `slow_file` (under tmp_path) is a link to a SlowTerminal read only `delay_s`
+    after rank 1 logged that failure. Returns (exit code, stderr, wall seconds, the terminal, closed)."""
+    (tmp_path / "mem.rank1.json").mkdir()
+    term = SlowTerminal()
+    (tmp_path / slow_file).symlink_to(term.path)
+    args = train_args(tmp_path, name, "parallel.strategy=ddp_flat", "bench.measure_steps=100",
+                      "parallel.comm_timeout_s=60", "output.checkpoint=null",
+                      f"profile.memory_timeline={tmp_path / 'mem.json'}", *extra)
+    try:
+        code, err, wall = run_until(MPIRUN + ["-np", "2"] + args, RANK1_TIMELINE_FAILED,
+                                    lambda: (time.sleep(delay_s), term.drain()))
+    finally:
+        term.close()
+    return code, err, wall, term
+
+
 def test_a_failure_after_the_job_waits_for_a_slow_rank_0(tmp_path):
     """2 ranks: rank 1 fails after its job (mem.rank1.json is a directory) while rank 0's own end is slow: its memory
     timeline, mem.json, is a link to a terminal that is read only 6 s after rank 1 logged its failure. Rank 1 waits
     for rank 0 (up to parallel.comm_timeout_s and a margin), so rank 0 writes its timeline, then the record with its
     measurements, status error and rank 1's message, and aborts the job. Before, rank 1 aborted the job 3 s after
     its failure, killing rank 0 in its write: the record stayed 'running'."""
-    (tmp_path / "mem.rank1.json").mkdir()
-    term = SlowTerminal()
-    (tmp_path / "mem.json").symlink_to(term.path)
-    args = train_args(tmp_path, "slow0", "parallel.strategy=ddp_flat", "bench.measure_steps=100",
-                      "parallel.comm_timeout_s=60", "output.checkpoint=null",
-                      f"profile.memory_timeline={tmp_path / 'mem.json'}")
-    try:
-        code, err, wall = run_until(MPIRUN + ["-np", "2"] + args, RANK1_TIMELINE_FAILED,
-                                    lambda: (time.sleep(6), term.drain()))
-    finally:
-        term.close()
+    code, err, wall, term = run_rank1_failing_after_its_job(tmp_path, "slow0", "mem.json", delay_s=6)
     assert code == 1, err[-3000:]
     r = json.loads((tmp_path / "slow0.json").read_text())
     assert r["status"] == "error", (r["status"], err[-3000:])
@@ -400,17 +408,8 @@ def test_a_failure_after_the_job_while_rank_0_is_still_in_its_job_keeps_its_meas
     read only 3 s after rank 1 logged its failure. Rank 1's failure is its end report, which rank 0 reads once its
     job has ended: the record has rank 0's measurements, status error and rank 1's message. Before, rank 0's
     failure-notice listener took it after 1 s and wrote the record as it was before the job: no loss, no timings."""
-    (tmp_path / "mem.rank1.json").mkdir()
-    term = SlowTerminal()
-    (tmp_path / "trace.json").symlink_to(term.path)
-    args = train_args(tmp_path, "intrace", "parallel.strategy=ddp_flat", "bench.measure_steps=100",
-                      "parallel.comm_timeout_s=60", "output.checkpoint=null",
-                      f"profile.memory_timeline={tmp_path / 'mem.json'}", f"profile.trace={tmp_path / 'trace.json'}")
-    try:
-        code, err, wall = run_until(MPIRUN + ["-np", "2"] + args, RANK1_TIMELINE_FAILED,
-                                    lambda: (time.sleep(3), term.drain()))
-    finally:
-        term.close()
+    code, err, wall, term = run_rank1_failing_after_its_job(tmp_path, "intrace", "trace.json", delay_s=3,
+                                                            extra=[f"profile.trace={tmp_path / 'trace.json'}"])
     assert code == 1, err[-3000:]
     r = json.loads((tmp_path / "intrace.json").read_text())
     assert r["status"] == "error", (r["status"], err[-3000:])
