@@ -580,12 +580,14 @@ MPI_Comm world_dup() {
 }
 }  // namespace
 
-size_t staging_pool_bytes(const std::vector<std::vector<size_t>>& ops) {
+size_t staging_pool_bytes(const std::vector<std::vector<size_t>>& ops, std::vector<size_t>* after_each) {
   StagingPool pool(/*pinned=*/false, /*counting=*/true);
+  if (after_each) after_each->clear();
   for (const std::vector<size_t>& op : ops) {
     std::vector<Block> held;
     for (size_t bytes : op) held.push_back(pool.acquire(bytes));  // an op holds its blocks together ...
     for (const Block& b : held) pool.release(b);                    // ... and gives them back when it is finished
+    if (after_each) after_each->push_back(pool.held_bytes());
   }
   return pool.held_bytes();
 }

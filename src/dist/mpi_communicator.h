@@ -25,6 +25,7 @@ std::unique_ptr<Communicator> make_mpi_communicator_staged(Backend& be, double t
 /// it has staged `ops` in order: each op the block sizes it stages, in the order it takes them (all_reduce: the buffer;
 /// reduce_scatter: the input, then the output; all_gather: the output), given back when the op is finished and then
 /// reused by best fit. The pool itself, run without allocating; for collective_bench's host-memory check.
-size_t staging_pool_bytes(const std::vector<std::vector<size_t>>& ops);
+/// `after_each` (if given): the bytes held after each op, in order (one pass for every prefix).
+size_t staging_pool_bytes(const std::vector<std::vector<size_t>>& ops, std::vector<size_t>* after_each = nullptr);
 
 }  // namespace trainer

@@ -112,25 +112,30 @@ size_t collective_host_bytes(const RunConfig& cfg, int world_size, std::string* 
   const int n = std::max(1, world_size);
   const bool cpu = cfg.device == "cpu", staged = !cpu && cfg.parallel.comm == "mpi";
   if (!cpu && !staged) return 0;  // nccl on cuda: device buffers only
-  size_t most = 0;
-  std::vector<std::vector<size_t>> staging;  // staged: the pool's blocks of each point, in the bench's order
-  for (const std::string& o : cfg.collective.ops) {  // the bench's order: every size of an op, then the next op
+  std::vector<std::pair<std::string, size_t>> points;  // (op, size index) in the bench's order: every size of an
+  std::vector<size_t> bytes;                            // op, then the next op; what each point needs
+  std::vector<std::vector<size_t>> staging;             // staged: the pool's blocks of each point
+  for (const std::string& o : cfg.collective.ops) {
     for (size_t i = 0; i < cfg.collective.sizes_mb.size(); ++i) {
       const double whole = 4.0 * double(collective_elements(o, cfg.collective.sizes_mb[i], n));
-      size_t bytes = 0;
+      points.emplace_back(o, i);
       if (cpu) {  // the bench's buffers, freed before the next point; reduce_scatter's output and all_gather's input
                   // are a second buffer of one chunk
-        bytes = clamp_bytes(whole + (o != "all_reduce" ? whole / n : 0));
+        bytes.push_back(clamp_bytes(whole + (o != "all_reduce" ? whole / n : 0)));
       } else {  // reduce_scatter stages its input, then its output; all_reduce its buffer, all_gather its output
         staging.push_back({clamp_bytes(whole)});
         if (o == "reduce_scatter") staging.back().push_back(clamp_bytes(whole / n));
-        bytes = staging_pool_bytes(staging);  // the blocks are kept: what every point so far needed the pool to add
       }
-      if (bytes <= most) continue;
-      most = bytes;
-      if (op) *op = o;
-      if (size_index) *size_index = i;
     }
+  }
+  // staged: the blocks are kept, so a point needs what every point up to it made the pool add
+  if (!cpu) staging_pool_bytes(staging, &bytes);
+  size_t most = 0;
+  for (size_t k = 0; k < points.size(); ++k) {
+    if (bytes[k] <= most) continue;
+    most = bytes[k];
+    if (op) *op = points[k].first;
+    if (size_index) *size_index = points[k].second;
   }
   return most;
 }
