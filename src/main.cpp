@@ -233,21 +233,21 @@ constexpr double kEndAbortMarginS = 10;
 /// known.
 double g_hand_wait_s = 3;
 
-/// A rank > 0 that stops the job on its own: tells rank 0 (a failure notice: exit code, message) and waits up to
-/// g_hand_wait_s for rank 0 to record it and abort the job. mpirun's SIGTERM (that abort) then ends this rank while
-/// it waits, instead of being taken for an interrupt; after the wait the caller goes on (rank 0 could not hear or
-/// has ended).
-void hand_failure_to_rank_0(const MpiSession& mpi, int code, const std::string& message) {
-  std::signal(SIGTERM, SIG_DFL);
-  mpi.notify_failure(code, message);
-  std::this_thread::sleep_for(std::chrono::duration<double>(g_hand_wait_s));
-}
-
-/// A rank > 0 that reported its failure after the job as its end: waits (at most `seconds`) while rank 0 ends its
-/// own run, writes the record and aborts the job; mpirun's SIGTERM then ends this rank. Returns after the wait.
+/// A rank > 0 whose failure rank 0 has (a notice, or its end report): waits (at most `seconds`) while rank 0 records
+/// it and aborts the job; SIGTERM back to its default, so that mpirun's SIGTERM (that abort) ends this rank instead of
+/// being taken for an interrupt. Returns after the wait.
 void wait_for_rank_0_abort(double seconds) {
   std::signal(SIGTERM, SIG_DFL);
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+/// A rank > 0 that stops the job on its own: tells rank 0 (a failure notice: exit code, message) and waits up to
+/// g_hand_wait_s for rank 0 to record it and abort the job; after the wait the caller goes on (rank 0 could not hear
+/// or has ended).
+void hand_failure_to_rank_0(const MpiSession& mpi, int code, const std::string& message) {
+  std::signal(SIGTERM, SIG_DFL);  // before the notice: rank 0 may abort at once
+  mpi.notify_failure(code, message);
+  wait_for_rank_0_abort(g_hand_wait_s);
 }
 
 /// For a thread that lost the end to the listener: it aborts the job in a moment (MPI_Abort); wait for that.
