@@ -226,6 +226,10 @@ bool claim_end(Ender who) {
 /// long.
 constexpr double kEndAbortMarginS = 10;
 
+/// The jobs whose ranks end together (train and collective_bench end in a collective every rank joins): the ones
+/// with the end-of-run agreement (MpiSession::report_end, await_ends).
+bool ranks_end_together(const RunConfig& cfg) { return cfg.job == "train" || cfg.job == "collective_bench"; }
+
 /// Seconds a rank > 0 that failed gives rank 0 to record it and abort the job (hand_failure_to_rank_0): 3, or where
 /// rank 0 reads a notice it could not take at once at the end of its run (train and collective_bench, whose ranks
 /// end together, with rank 0's listener: MPI_THREAD_MULTIPLE) parallel.comm_timeout_s + kEndAbortMarginS, so that a
@@ -390,7 +394,7 @@ int main(int argc, char** argv) {
   // happens: the record then says "error" with its message instead of staying "running". On rank 0 the hook writes it
   // (unless the listener below has claimed the end: a rank > 0's failure is being recorded); a rank > 0 sends it to
   // rank 0's listener as a failure notice and gives rank 0 a moment to record it and abort the job.
-  if ((cfg.job == "train" || cfg.job == "collective_bench") && mpi.thread_level() == MPI_THREAD_MULTIPLE)
+  if (ranks_end_together(cfg) && mpi.thread_level() == MPI_THREAD_MULTIPLE)
     g_hand_wait_s = cfg.parallel.comm_timeout_s + kEndAbortMarginS;
   static nlohmann::json failed;  // rank 0: a copy made here, read by the hook on whichever thread fails
   static std::string failed_path;
@@ -538,8 +542,7 @@ int main(int argc, char** argv) {
   // the record keeps its measurements), and after a failure waits for rank 0's abort (the end of this function).
   // Rank 0 waits at most parallel.comm_timeout_s, polling, and stops at the first failure.
   int failed_rank = rank;  // whose failure `code` is
-  const bool ranks_end_together = cfg.job == "train" || cfg.job == "collective_bench";
-  const bool agreement = world > 1 && ranks_end_together && (job_code == 0 || job_code == 4);
+  const bool agreement = world > 1 && ranks_end_together(cfg) && (job_code == 0 || job_code == 4);
   if (agreement && rank > 0) {
     mpi.report_end(code, record["error"].is_string() ? record["error"].get<std::string>() : std::string());
   } else if (agreement && (code == 0 || code == 4)) {
