@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,27 +76,38 @@ std::pair<int, std::string> parse_notice(const std::string& text) {
   const size_t nl = text.find('\n');
   return {std::atoi(text.substr(0, nl).c_str()), nl == std::string::npos ? std::string() : text.substr(nl + 1)};
 }
+
+/// The word a probe found (`st`: its source and tag) received from `comm` and parsed; nullopt when an MPI call
+/// fails (the notices' communicator returns errors, MPI_ERRORS_RETURN: a failed peer must not abort rank 0 here).
+/// The listener and await_ends both take words this way.
+std::optional<std::pair<int, std::string>> receive_word(MPI_Comm comm, const MPI_Status& st) {
+  int bytes = 0;
+  if (MPI_Get_count(&st, MPI_CHAR, &bytes) != MPI_SUCCESS || bytes < 0) return std::nullopt;  // MPI_UNDEFINED < 0
+  std::string text(size_t(bytes), '\0');
+  if (MPI_Recv(text.data(), bytes, MPI_CHAR, st.MPI_SOURCE, st.MPI_TAG, comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+    return std::nullopt;
+  return parse_notice(text);
+}
 }  // namespace
 
 void MpiSession::listen_for_failures(TakeNotice take, FailureHandler on_notice) {
   if (rank_ != 0 || size_ < 2 || thread_level_ != MPI_THREAD_MULTIPLE || listener_.joinable()) return;
   stop_.store(false);
   listener_ = std::thread([this, take = std::move(take), on_notice = std::move(on_notice)] {
+    // An MPI error here ends the thread quietly (an exception would escape it and terminate rank 0): rank 0 then
+    // learns of a failed rank from its collectives' timeouts or from await_ends, as without a listener.
     while (!stop_.load()) {
       int flag = 0;
       MPI_Status st;
-      MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, kNoticeTag, notice_comm_, &flag, &st));
+      if (MPI_Iprobe(MPI_ANY_SOURCE, kNoticeTag, notice_comm_, &flag, &st) != MPI_SUCCESS) return;
       if (!flag) {  // polled, not a blocking receive: Open MPI's blocking calls spin and would take a core
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         continue;
       }
       if (!take(st.MPI_SOURCE)) return;  // rank 0's end is claimed: await_ends reads the notice
-      int bytes = 0;
-      MPI_CHECK(MPI_Get_count(&st, MPI_CHAR, &bytes));
-      std::string text(size_t(bytes), '\0');
-      MPI_CHECK(MPI_Recv(text.data(), bytes, MPI_CHAR, st.MPI_SOURCE, kNoticeTag, notice_comm_, MPI_STATUS_IGNORE));
-      const auto [code, message] = parse_notice(text);
-      on_notice(st.MPI_SOURCE, code, message);
+      const auto word = receive_word(notice_comm_, st);
+      if (!word) return;
+      on_notice(st.MPI_SOURCE, word->first, word->second);
     }
   });
 }
@@ -130,17 +142,13 @@ std::vector<MpiSession::RankEnd> MpiSession::await_ends(double timeout_s) const 
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
       continue;
     }
-    int bytes = 0;
-    if (MPI_Get_count(&st, MPI_CHAR, &bytes) != MPI_SUCCESS || bytes < 0) break;  // (MPI_UNDEFINED is negative)
-    std::string text(size_t(bytes), '\0');
-    if (MPI_Recv(text.data(), bytes, MPI_CHAR, st.MPI_SOURCE, st.MPI_TAG, notice_comm_, MPI_STATUS_IGNORE) !=
-        MPI_SUCCESS)
-      break;
+    const auto word = receive_word(notice_comm_, st);
+    if (!word) break;
     const int from = st.MPI_SOURCE;
     if (from <= 0 || from >= size_ || ended[size_t(from)]) continue;  // a second word of a rank: its first counts
     ended[size_t(from)] = true;
     --left;
-    const auto [code, message] = parse_notice(text);
+    const auto& [code, message] = *word;
     // A failure ends the wait: rank 0 records it and aborts the job, and that rank waits for the abort.
     if (st.MPI_TAG == kNoticeTag || (code != 0 && code != 4)) return {{from, code, message}};
   }
