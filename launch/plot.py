@@ -6,6 +6,7 @@
     launch/plot.py comm    results/h200x2/2026-11-30/v1/xl_*.json -o comm.png
     launch/plot.py phases  results/h200/2026-12-02/v8_memory/xl_c2048_*.json -o phases.png
     launch/plot.py memory  results/h200/2026-12-02/v8_memory/*.json -o memory.png
+    launch/plot.py ratio   results/plots/peer_ratio.json -o results/plots/peer_ratio_h200.png
 
 Kinds (the first argument; `--kind KIND` also works):
   loss    the loss of every step (loss.per_step, warm-up steps included) of several runs on one axes; a resumed
@@ -19,6 +20,31 @@ Kinds (the first argument; `--kind KIND` also works):
           optimizer and the rest of the step (timing.step - their sum), mean ms
   memory  one horizontal bar per record: the peak (memory.peak_bytes) split by category at the peak
           (memory.by_category), GiB, with the planner's prediction (memory.predicted.peak_bytes) as a black tick
+  ratio   the trainer's step time over the PyTorch peer's (launch/torch_bench.py, torch.compile) measured in the
+          same call, one line per workload against the version (x, in the manifest's order; solid between adjacent
+          versions, dotted across versions without a point), each workload's bar (the ratio to reach) as a dashed
+          line of its colour, 1.0 (as fast as the peer) dotted grey; a second panel (when the manifest names a
+          memory_workload) draws that workload's peak memory, trainer against peer, GiB. Its one input is a manifest
+          (below), not records.
+
+The ratio manifest (JSON, schema "plot.peer_ratio/1"; results/plots/peer_ratio.json is the kept one):
+  root              where the paths below start, relative to the manifest's folder (default: that folder)
+  versions          ["v0", "v1", ...]: the x axis, in order; a version without points keeps its tick (grey)
+  workloads         [{id, label, preset, precision, batch, ctx, bar}]: bar is optional (the issue's target ratio)
+  memory_workload   optional: the id of the workload whose peaks the second panel draws
+  points            [{version, workload, trainer: [PATH...], peer: [PATH...], note}]: one per version and workload
+  skipped           optional {version: why}: documentation of the versions without points (printed as notes)
+  about             optional: free text
+Any other key (also in a workload or point) is an error.
+A point's trainer paths are trainer result records of one call (job train, status ok, world_size 1, the workload's
+model.preset, precision, data.batch_size and model.context_length, bench.phase train_step): their
+timing.step.mean_ms and memory.peak_bytes are averaged. Its peer paths are torch_bench.result/1 records of the same
+call, or torch_bench.sweep/1 files (the rows that match are taken): status ok, the workload's preset, batch and ctx,
+phase train_step, mode compiled (precision bf16; compiled_pure for bf16_pure), one process. The fastest of them
+(smallest timing.step.mean_ms) is the peer; its compile mode is compile_mode_chosen, config.compile_mode, or (a
+record from before torch_bench.py had --compile-mode) torch.compile's default. ratio = trainer mean / peer. A peer
+record of another status (oom, timeout) is passed over with a note; one that does not match the workload, a trainer
+record that does not, or a missing file or key is an error. Every point is printed on stderr with its numbers.
 
 Inputs are files or quoted globs (expanded here, sorted). Labels are the file names without .json (with as many parent
 folders as make them unique) unless --labels gives them. A run that failed (status oom / error) has no timings: the bar
@@ -26,10 +52,11 @@ kinds and sweep list it in a note; loss draws the steps it has. --dump-json PATH
 from the figure's artists (lines: x, y; bars: one value per record and segment) for tests and scripts.
 
 Figures are 1100 px wide (10 in at 110 dpi): loss 605 px high, sweep 550, the bar kinds 110 x max(3, 1.6 + 0.34 x
-records) px.
+records) px, ratio 880 (with its memory panel) or 550.
 
 Exit codes: 0 ok, 2 bad input (a missing or unreadable file, not a trainer result record of job train, a record
-without the fields the kind needs, nothing left to draw), with one line `plot.py: error: ...` on stderr.
+without the fields the kind needs, a ratio manifest or peer record that does not fit, nothing left to draw), with one
+line `plot.py: error: ...` on stderr.
 Needs matplotlib (Debian's python3-matplotlib; Agg: no display).
 """
 from __future__ import annotations
@@ -37,6 +64,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -44,7 +72,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plot_common import COLORS, DPI, BadInput, check_output, pyplot, save_figure  # noqa: E402
 
 PROG = "plot.py"
-KINDS = ("loss", "sweep", "comm", "phases", "memory")
+KINDS = ("loss", "sweep", "comm", "phases", "memory", "ratio")
 GIB = 2 ** 30
 WIDTH_IN = 10.0   # every figure is 10 inches (1100 px) wide; loss 5.5 in high, sweep 5, the bar kinds by bar count
 PHASE_COLORS = {"forward": "#4c72b0", "backward": "#dd8452", "optimizer": "#55a868", "other": "#b0b0b0"}
@@ -67,10 +95,10 @@ def expand(inputs: list[str]) -> list[str]:
     return paths
 
 
-def load(path: str) -> dict:
-    """The record at `path`, checked to be a trainer result record of job train."""
+def read_json(path: str):
+    """The JSON document at `path`; BadInput (one line) when it is missing, a directory, unreadable or not JSON."""
     try:
-        r = json.loads(Path(path).read_text())
+        return json.loads(Path(path).read_text())
     except FileNotFoundError:
         raise BadInput(f"'{path}' does not exist") from None
     except IsADirectoryError:
@@ -80,6 +108,11 @@ def load(path: str) -> dict:
         raise BadInput(f"cannot read '{path}': {e}") from None
     except json.JSONDecodeError as e:
         raise BadInput(f"'{path}' is not JSON ({e})") from None
+
+
+def load(path: str) -> dict:
+    """The record at `path`, checked to be a trainer result record of job train."""
+    r = read_json(path)
     schema = r.get("schema") if isinstance(r, dict) else None
     if not str(schema).startswith("trainer.result/"):
         got = repr(schema) if isinstance(r, dict) else f"a JSON {type(r).__name__}"
@@ -322,12 +355,341 @@ def draw_memory(recs, args):
     return fig, notes
 
 
+# ---- ratio: the trainer against the PyTorch peer of the same call, by version --------------------------------------
+
+MANIFEST_SCHEMA = "plot.peer_ratio/1"
+PEER_MODE = {"bf16": "compiled", "bf16_pure": "compiled_pure"}   # the peer's torch.compile mode per precision
+RATIO_COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860"]
+
+
+JSON_TYPE = {str: "a string", int: "an integer", float: "a number", list: "a list", dict: "an object"}
+
+
+def manifest_key(m: dict, key: str, kind, where: str, path: str, optional=False):
+    """m[key] of the type `kind`; BadInput naming the manifest, the place and the key otherwise."""
+    if key not in m or m[key] is None:
+        if optional:
+            return None
+        raise BadInput(f"'{path}': {where} has no '{key}' (see plot.py --help, the ratio manifest)")
+    v = m[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(v, kinds) or isinstance(v, bool) and bool not in kinds:
+        names = " or ".join(JSON_TYPE[k] for k in kinds)
+        raise BadInput(f"'{path}': {where}'s '{key}' is {v!r}, not {names}")
+    return v
+
+
+MANIFEST_KEYS = {"manifest": ("schema", "about", "root", "versions", "workloads", "memory_workload", "points",
+                              "skipped"),
+                 "workload": ("id", "label", "preset", "precision", "batch", "ctx", "bar"),
+                 "point": ("version", "workload", "trainer", "peer", "note")}
+
+
+def known_keys(m: dict, what: str, where: str, path: str) -> None:
+    """BadInput for a key the manifest format does not have (a misspelt one would otherwise be ignored)."""
+    for k in m:
+        if k not in MANIFEST_KEYS[what]:
+            raise BadInput(f"'{path}': {where} has an unknown key '{k}' (known: {', '.join(MANIFEST_KEYS[what])})")
+
+
+def load_manifest(path: str) -> dict:
+    """The ratio manifest at `path`, checked: its versions, workloads and points, with every record path resolved
+    (against `root`, relative to the manifest's folder). Reads no record yet."""
+    m = read_json(path)
+    if not isinstance(m, dict) or m.get("schema") != MANIFEST_SCHEMA:
+        got = repr(m.get("schema")) if isinstance(m, dict) else f"a JSON {type(m).__name__}"
+        raise BadInput(f"'{path}' is not a ratio manifest (schema {got}, expected '{MANIFEST_SCHEMA}'; see plot.py "
+                       f"--help)")
+    known_keys(m, "manifest", "the manifest", path)
+    base = Path(path).resolve().parent
+    root = base / (manifest_key(m, "root", str, "the manifest", path, optional=True) or ".")
+    versions = manifest_key(m, "versions", list, "the manifest", path)
+    if not versions or not all(isinstance(v, str) and v for v in versions) or len(set(versions)) != len(versions):
+        raise BadInput(f"'{path}': versions must be a list of distinct names (got {versions!r})")
+    workloads = {}
+    for i, w in enumerate(manifest_key(m, "workloads", list, "the manifest", path)):
+        where = f"workloads[{i}]"
+        if not isinstance(w, dict):
+            raise BadInput(f"'{path}': {where} is {w!r}, not an object")
+        known_keys(w, "workload", where, path)
+        wid = manifest_key(w, "id", str, where, path)
+        if wid in workloads:
+            raise BadInput(f"'{path}': workload '{wid}' is listed twice")
+        precision = manifest_key(w, "precision", str, where, path)
+        if precision not in PEER_MODE:
+            raise BadInput(f"'{path}': workload '{wid}' has precision '{precision}'; the peer is compiled only for "
+                           f"{', '.join(PEER_MODE)}")
+        workloads[wid] = {"id": wid, "label": manifest_key(w, "label", str, where, path, optional=True) or wid,
+                          "preset": manifest_key(w, "preset", str, where, path), "precision": precision,
+                          "batch": manifest_key(w, "batch", int, where, path),
+                          "ctx": manifest_key(w, "ctx", int, where, path),
+                          "bar": manifest_key(w, "bar", (int, float), where, path, optional=True)}
+    if not workloads:
+        raise BadInput(f"'{path}': no workloads")
+    mem = manifest_key(m, "memory_workload", str, "the manifest", path, optional=True)
+    if mem is not None and mem not in workloads:
+        raise BadInput(f"'{path}': memory_workload '{mem}' is not one of the workloads ({', '.join(workloads)})")
+    skipped = manifest_key(m, "skipped", dict, "the manifest", path, optional=True) or {}
+    for v in skipped:
+        if v not in versions:
+            raise BadInput(f"'{path}': skipped names '{v}', which is not one of the versions")
+    points, seen = [], set()
+    for i, pt in enumerate(manifest_key(m, "points", list, "the manifest", path)):
+        where = f"points[{i}]"
+        if not isinstance(pt, dict):
+            raise BadInput(f"'{path}': {where} is {pt!r}, not an object")
+        known_keys(pt, "point", where, path)
+        version = manifest_key(pt, "version", str, where, path)
+        wid = manifest_key(pt, "workload", str, where, path)
+        where = f"point {version} {wid}"
+        if version not in versions:
+            raise BadInput(f"'{path}': {where}: '{version}' is not one of the versions")
+        if wid not in workloads:
+            raise BadInput(f"'{path}': {where}: '{wid}' is not one of the workloads ({', '.join(workloads)})")
+        if version in skipped:
+            raise BadInput(f"'{path}': {where}: '{version}' is also listed as skipped")
+        if (version, wid) in seen:
+            raise BadInput(f"'{path}': {where} is listed twice")
+        seen.add((version, wid))
+        files = {}
+        for side in ("trainer", "peer"):
+            lst = manifest_key(pt, side, list, where, path)
+            if not lst or not all(isinstance(f, str) and f for f in lst):
+                raise BadInput(f"'{path}': {where}'s '{side}' must be a non-empty list of paths (got {lst!r})")
+            files[side] = [os.path.relpath(root / f) for f in lst]
+        points.append({"version": version, "workload": wid, "trainer": files["trainer"], "peer": files["peer"],
+                       "note": pt.get("note")})
+    if not points:
+        raise BadInput(f"'{path}': no points: nothing to draw")
+    return {"versions": versions, "workloads": workloads, "memory_workload": mem, "points": points,
+            "skipped": skipped}
+
+
+def workload_text(w: dict) -> str:
+    return f"{w['preset']} {w['precision']} batch {w['batch']} ctx {w['ctx']}"
+
+
+def trainer_side(paths: list[str], w: dict, where: str) -> dict:
+    """The mean step ms and mean peak bytes of the trainer records of one point, each checked to be the workload."""
+    steps, peaks = [], []
+    for p in paths:
+        try:
+            r = load(p)
+        except BadInput as e:
+            raise BadInput(f"{e} ({where}, trainer)") from None
+        if r.get("status") != "ok":
+            raise BadInput(f"'{p}' ({where}) has status {r.get('status')!r}: a point needs the trainer's ok records")
+        got = {"preset": size_name(r), "precision": field(r, "config.precision", p),
+               "batch": field(r, "config.data.batch_size", p), "ctx": field(r, "config.model.context_length", p)}
+        phase, ranks = field(r, "config.bench.phase", p), r.get("world_size") or 1
+        if any(got[k] != w[k] for k in got) or phase != "train_step" or ranks != 1:
+            raise BadInput(f"'{p}' ({where}) is {workload_text(got)}, {phase}, {ranks} rank(s), not the workload "
+                           f"{w['id']} ({workload_text(w)}, train_step, 1 rank)")
+        steps.append(float(field(r, "timing.step.mean_ms", p)))
+        peak = field(r, "memory.peak_bytes", p, allow_null=True)
+        peaks.append(None if peak is None else float(peak))
+    return {"ms": sum(steps) / len(steps), "each_ms": steps, "files": paths,
+            "peak_bytes": None if None in peaks else sum(peaks) / len(peaks)}
+
+
+def peer_side(paths: list[str], w: dict, where: str, notes: list) -> dict:
+    """The fastest ok peer record among a point's files (torch_bench.result/1, or the matching rows of a
+    torch_bench.sweep/1): its step ms, peak bytes, compile mode and where it came from."""
+    mode = PEER_MODE[w["precision"]]
+    cands = []
+    for p in paths:
+        try:
+            d = read_json(p)
+        except BadInput as e:
+            raise BadInput(f"{e} ({where}, peer)") from None
+        schema = d.get("schema") if isinstance(d, dict) else None
+        if schema == "torch_bench.sweep/1":
+            rows = d.get("rows")
+            if not isinstance(rows, list):
+                raise BadInput(f"'{p}' ({where}) is a torch_bench sweep without a list of rows")
+            got = [(f"{p} rows[{i}]", r) for i, r in enumerate(rows) if isinstance(r, dict) and peer_fits(r, w, mode)]
+            if not got:
+                raise BadInput(f"'{p}' ({where}) has no row of mode {mode}, phase train_step, {w['preset']} batch "
+                               f"{w['batch']} ctx {w['ctx']}")
+            cands += got
+        elif schema == "torch_bench.result/1":
+            if not peer_fits(d, w, mode):
+                c = d.get("config") or {}
+                raise BadInput(f"'{p}' ({where}) is the peer's {c.get('preset')} {c.get('mode')} {c.get('phase')} "
+                               f"batch {c.get('batch')} ctx {c.get('ctx')}"
+                               + (f" on {c.get('world_size')} ranks" if (c.get("world_size") or 1) != 1 else "")
+                               + (f", checkpoint {c.get('checkpoint')}" if c.get("checkpoint") not in (None, "none")
+                                  else "")
+                               + f", not the workload {w['id']} ({w['preset']} {mode} train_step batch {w['batch']} "
+                                 f"ctx {w['ctx']}, one process)")
+            cands.append((p, d))
+        else:
+            got = repr(schema) if isinstance(d, dict) else f"a JSON {type(d).__name__}"
+            raise BadInput(f"'{p}' ({where}) is not a PyTorch peer record (schema {got}, expected "
+                           f"'torch_bench.result/1' or 'torch_bench.sweep/1'; written by launch/torch_bench.py --json)")
+    ok = []
+    for src, r in cands:
+        if r.get("status") != "ok":
+            notes.append(f"{where}: peer {src} has status {r.get('status')} ({str(r.get('error'))[:60]}): passed over")
+            continue
+        ok.append((float(field(r, "timing.step.mean_ms", src)), src, r))
+    if not ok:
+        raise BadInput(f"{where}: no peer record with status ok among {', '.join(paths)}")
+    ms, src, r = min(ok, key=lambda t: t[0])
+    peak = field(r, "memory.peak_bytes", src, allow_null=True)
+    cm = r.get("compile_mode_chosen") or (r.get("config") or {}).get("compile_mode") or "default"
+    return {"ms": ms, "file": src, "compile_mode": cm, "peak_bytes": None if peak is None else float(peak),
+            "candidates": [{"file": s, "ms": t, "compile_mode": rr.get("compile_mode_chosen")
+                            or (rr.get("config") or {}).get("compile_mode") or "default"} for t, s, rr in ok]}
+
+
+def peer_fits(r: dict, w: dict, mode: str) -> bool:
+    c = r.get("config")
+    return isinstance(c, dict) and c.get("preset") == w["preset"] and c.get("mode") == mode \
+        and c.get("phase") == "train_step" and c.get("batch") == w["batch"] and c.get("ctx") == w["ctx"] \
+        and (c.get("world_size") or 1) == 1 and c.get("checkpoint") in (None, "none")
+
+
+# The ratio's marker: which torch.compile mode of the peer was the fastest beside it (before v12 only default was run).
+MODE_MARKERS = {"default": "o", "reduce-overhead": "s", "max-autotune-no-cudagraphs": "^", "max-autotune": "D"}
+
+MEMORY_SERIES = (("trainer_peak_bytes", "trainer (its pool's peak)", "#4c72b0", "o"),
+                 ("peer_peak_bytes", "PyTorch (max_memory_allocated), the mode of the ratio", "#c44e52", "s"))
+
+
+def solid_legend(ax, series_labels, **kw):
+    """The legend, with the series (drawn dotted across versions without points) shown as a solid line with its
+    marker, apart from the dashed bars."""
+    from matplotlib.lines import Line2D
+    handles, labels = ax.get_legend_handles_labels()
+    handles = [Line2D([], [], color=h.get_color(), marker=h.get_marker(), markersize=5, linewidth=1.6)
+               if lab in series_labels else h for h, lab in zip(handles, labels)]
+    ax.legend(handles, labels, fontsize=8, framealpha=0.9, **kw)
+
+
+def series_line(ax, pts, color, marker, label):
+    """One series against the version: markers joined by a thin dotted line (the labelled artist, all points), and
+    solid segments only between adjacent versions, so that a line across versions without points is not read as
+    measured there."""
+    ax.plot([x for x, _ in pts], [y for _, y in pts], marker=marker, markersize=5, linewidth=1.0, linestyle=":",
+            color=color, label=label)
+    run = [pts[0]]
+    for p in pts[1:] + [None]:
+        if p is not None and p[0] == run[-1][0] + 1:
+            run.append(p)
+            continue
+        if len(run) > 1:
+            ax.plot([x for x, _ in run], [y for _, y in run], linewidth=1.6, color=color, label="_segment")
+        run = [p]
+
+
+def value_label(ax, x, y, text, color, others, near):
+    """The value beside its marker: above, unless another series' value at this version lies just above it (within
+    `near`), then below, so that the labels of close series do not overlap."""
+    below = any(y <= o <= y + near for o in others)
+    ax.annotate(text, (x, y), textcoords="offset points", xytext=(0, -12 if below else 6), ha="center", fontsize=7,
+                color=color)
+
+
+def draw_ratio(man: dict, args):
+    notes, rows = [], []
+    for pt in man["points"]:
+        w = man["workloads"][pt["workload"]]
+        where = f"point {pt['version']} {pt['workload']}"
+        t = trainer_side(pt["trainer"], w, where)
+        peer = peer_side(pt["peer"], w, where, notes)
+        rows.append({"version": pt["version"], "workload": w["id"], "trainer_ms": t["ms"],
+                     "trainer_each_ms": t["each_ms"], "trainer_files": t["files"],
+                     "trainer_peak_bytes": t["peak_bytes"], "peer_ms": peer["ms"], "peer_file": peer["file"],
+                     "peer_compile_mode": peer["compile_mode"], "peer_peak_bytes": peer["peak_bytes"],
+                     "peer_candidates": peer["candidates"], "ratio": t["ms"] / peer["ms"], "note": pt["note"]})
+    for v, why in man["skipped"].items():
+        notes.append(f"{v}: no point ({why})")
+    versions = man["versions"]
+    xpos = {v: i for i, v in enumerate(versions)}
+    mem = man["memory_workload"]
+    plt = pyplot()
+    if mem:
+        fig, (ax, mx) = plt.subplots(2, 1, figsize=(WIDTH_IN, 8.0), dpi=DPI, sharex=True,
+                                     gridspec_kw={"height_ratios": [1.7, 1.0]})
+    else:
+        fig, ax = plt.subplots(figsize=(WIDTH_IN, 5.0), dpi=DPI)
+        mx = None
+    ys = [r["ratio"] for r in rows] + [1.0] + [w["bar"] for w in man["workloads"].values() if w["bar"] is not None]
+    span = max(ys) - min(ys)
+    for k, (wid, w) in enumerate(man["workloads"].items()):
+        color = RATIO_COLORS[k % len(RATIO_COLORS)]
+        moded = sorted((xpos[r["version"]], r["ratio"], r["peer_compile_mode"]) for r in rows if r["workload"] == wid)
+        pts = [(x, y) for x, y, _ in moded]
+        if pts:
+            series_line(ax, pts, color, "", w["label"])
+            for x, y, m in moded:  # the marker names the peer's mode: the ratio changes meaning with it
+                ax.plot([x], [y], linestyle="none", marker=MODE_MARKERS.get(m, "X"), markersize=6, color=color,
+                        label="_mode")
+            others = [(xpos[r["version"]], r["ratio"]) for r in rows if r["workload"] != wid]
+            for x, y in pts:
+                value_label(ax, x, y, f"{y:.2f}", color, [o for xo, o in others if xo == x], 0.1 * span)
+        if w["bar"] is not None:
+            ax.axhline(w["bar"], linestyle="--", linewidth=1.2, color=color, label=f"bar {w['label']}: {w['bar']:g}x")
+            ys.append(w["bar"])
+    ax.axhline(1.0, linestyle=":", linewidth=1.0, color="#777777", label="1.0 = as fast as the peer")
+    for m in sorted({r["peer_compile_mode"] for r in rows}, key=lambda m: list(MODE_MARKERS).index(m)
+                    if m in MODE_MARKERS else len(MODE_MARKERS)):
+        ax.plot([], [], linestyle="none", marker=MODE_MARKERS.get(m, "X"), markersize=6, color="#444444",
+                label=f"peer's fastest: compile {m}")
+    ax.set_ylim(min(ys) - 0.08 * span - 0.02, max(ys) + 0.12 * span + 0.02)
+    ax.set_ylabel("trainer step / PyTorch step\n(the peer's fastest compile mode measured beside it)")
+    ax.grid(color="#dddddd", linewidth=0.6)
+    ax.set_axisbelow(True)
+    solid_legend(ax, [w["label"] for w in man["workloads"].values()], loc="lower right", ncol=2)
+    ax.set_title(args.title or "trainer step time over the PyTorch peer's, by version (lower is better)")
+    drawn = {r["version"] for r in rows}
+    axes = [ax] + ([mx] if mx is not None else [])
+    if mx is not None:
+        w = man["workloads"][mem]
+        both = sorted((xpos[r["version"]], r) for r in rows if r["workload"] == mem)
+        for r in (r for r in rows if r["workload"] == mem):
+            if r["trainer_peak_bytes"] is None or r["peer_peak_bytes"] is None:
+                notes.append(f"point {r['version']} {mem}: no peak memory on the "
+                             f"{'trainer' if r['trainer_peak_bytes'] is None else 'peer'} side: not in the memory "
+                             f"panel")
+        both = [(x, r) for x, r in both if r["trainer_peak_bytes"] is not None and r["peer_peak_bytes"] is not None]
+        gib = {key: [r[key] / GIB for _, r in both] for key in ("trainer_peak_bytes", "peer_peak_bytes")}
+        mspan = max(max(v) - min(v) for v in gib.values()) if both else 0
+        for key, label, color, marker in MEMORY_SERIES:
+            other = gib["peer_peak_bytes" if key == "trainer_peak_bytes" else "trainer_peak_bytes"]
+            pts = [(x, y) for (x, _), y in zip(both, gib[key])]
+            if pts:
+                series_line(mx, pts, color, marker, label)
+                for (x, y), o in zip(pts, other):
+                    value_label(mx, x, y, f"{y:.1f}", color, [o], 0.5 * mspan + 1.0)
+        if not both:
+            notes.append(f"memory panel: no point of {mem} has both peaks")
+        mx.set_ylabel(f"peak GiB, {w['label']}")
+        lo, hi = mx.get_ylim()
+        mx.set_ylim(lo - 0.1 * (hi - lo), hi + 0.1 * (hi - lo))
+        mx.grid(color="#dddddd", linewidth=0.6)
+        mx.set_axisbelow(True)
+        solid_legend(mx, [lab for _, lab, _, _ in MEMORY_SERIES], loc="upper right")
+        mx.set_title(f"peak memory, {w['label']}: trainer vs PyTorch (where both were recorded)", fontsize=10)
+    for a in axes:
+        a.set_xticks(range(len(versions)))
+        a.set_xticklabels(versions, fontsize=8)
+        a.tick_params(labelbottom=True)
+        for lab, v in zip(a.get_xticklabels(), versions):
+            if v not in drawn:
+                lab.set_color("#aaaaaa")
+        a.set_xlim(-0.6, len(versions) - 0.4)
+    axes[-1].set_xlabel("version (grey: no call with the trainer beside the peer kept as records)")
+    return fig, notes, rows
+
+
 DRAW = {"loss": draw_loss, "sweep": draw_sweep, "comm": draw_comm, "phases": draw_phases, "memory": draw_memory}
 
 
 # ---- what was drawn, read back from the figure ---------------------------------------------------------------------
 
-def dump(fig, kind, notes) -> dict:
+def dump(fig, kind, notes, extra=None) -> dict:
     axes = []
     for ax in fig.axes:
         lines = [{"label": ln.get_label(), "x": [float(x) for x in ln.get_xdata()],
@@ -341,14 +703,14 @@ def dump(fig, kind, notes) -> dict:
         axes.append({"title": ax.get_title(), "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
                      "lines": lines, "bars": bars, "yticks": [float(y) for y in ax.get_yticks()] if bars else [],
                      "yticklabels": ticks})
-    return {"kind": kind, "axes": axes, "notes": notes}
+    return {"kind": kind, "axes": axes, "notes": notes, **(extra or {})}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0], epilog=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("args", nargs="*", metavar="[KIND] RECORD", help=f"the kind ({', '.join(KINDS)}) unless --kind "
-                    "gives it, then result records (files or quoted globs)")
+                    "gives it, then result records (files or quoted globs); for ratio one manifest")
     ap.add_argument("--kind", choices=KINDS, help="what to draw (instead of the first argument)")
     ap.add_argument("-o", "--output", help="PNG to write (required)")
     ap.add_argument("--labels", help="comma-separated labels, one per record in input order")
@@ -366,27 +728,42 @@ def main(argv=None) -> int:
                                + (f" (got {rest[0]!r})" if rest else ""))
             kind = rest.pop(0)
         if not rest:
-            raise BadInput("no result records given")
+            raise BadInput("no ratio manifest given (plot.py ratio MANIFEST.json -o OUT.png)" if kind == "ratio"
+                           else "no result records given")
+        if kind == "ratio" and len(rest) > 1:
+            raise BadInput(f"ratio takes one manifest, not {len(rest)} files (the records are named in the manifest)")
+        if kind == "ratio" and args.labels is not None:
+            raise BadInput("--labels is for the record kinds; ratio takes its labels from the manifest's workloads")
         if not args.output:
             raise BadInput("no output: give -o OUT.png")
         out_dir = Path(args.output).resolve().parent
         if not out_dir.is_dir():
             raise BadInput(f"the output directory '{out_dir}' does not exist")
-        paths = expand(rest)
+        extra = None
+        if kind == "ratio":
+            man = load_manifest(rest[0])
+            paths = [rest[0]] + [f for pt in man["points"] for f in pt["trainer"] + pt["peer"]]
+        else:
+            paths = expand(rest)
         check_output(args.output, paths, "-o")
         if args.dump_json and args.dump_json != "-":
             check_output(args.dump_json, paths + [args.output], "--dump-json")
-        if args.labels is not None:
-            labels = [s.strip() for s in args.labels.split(",")]
-            if len(labels) != len(paths):
-                raise BadInput(f"--labels gives {len(labels)} labels for {len(paths)} records")
+        if kind == "ratio":
+            fig, notes, rows = draw_ratio(man, args)
+            recs = rows
+            extra = {"versions": man["versions"], "points": rows}
         else:
-            labels = default_labels(paths)
-        recs = [(lab, p, load(p)) for lab, p in zip(labels, paths)]
-        fig, notes = DRAW[kind](recs, args)
+            if args.labels is not None:
+                labels = [s.strip() for s in args.labels.split(",")]
+                if len(labels) != len(paths):
+                    raise BadInput(f"--labels gives {len(labels)} labels for {len(paths)} records")
+            else:
+                labels = default_labels(paths)
+            recs = [(lab, p, load(p)) for lab, p in zip(labels, paths)]
+            fig, notes = DRAW[kind](recs, args)
         fig.tight_layout()
         if args.dump_json:
-            text = json.dumps(dump(fig, kind, notes), indent=1)
+            text = json.dumps(dump(fig, kind, notes, extra), indent=1)
             if args.dump_json == "-":
                 print(text)
             else:
@@ -398,9 +775,15 @@ def main(argv=None) -> int:
     except BadInput as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
+    if kind == "ratio":
+        for r in recs:
+            print(f"# {r['version']} {r['workload']}: trainer {r['trainer_ms']:.3f} ms (mean of "
+                  f"{len(r['trainer_files'])}: {', '.join(r['trainer_files'])}) / peer {r['peer_ms']:.3f} ms "
+                  f"(compile {r['peer_compile_mode']}: {r['peer_file']}) = {r['ratio']:.3f}", file=sys.stderr)
     for n in notes:
         print(f"# not drawn: {n}", file=sys.stderr)
-    print(f"# wrote {args.output} ({kind}, {len(recs)} records)", file=sys.stderr)
+    print(f"# wrote {args.output} ({kind}, {len(recs)} {'points' if kind == 'ratio' else 'records'})",
+          file=sys.stderr)
     return 0
 
 

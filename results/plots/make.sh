@@ -43,3 +43,7 @@ $P loss $(for s in $strategies; do echo results/h200x2/2026-11-30/v3/small20/sma
 $P loss $(for s in $strategies; do echo results/h200x2/2026-11-30/small20/const_lr_bf16_$s.json; done) \
   --labels "$labels" -o $O/small20_const_lr_loss_h200x2.png \
   --title "H200x2: small bf16, constant lr 1e-3, global batch 8: 1 GPU vs 2 GPUs (apart after step 12)"
+
+# Issue 19: the trainer's step over the PyTorch peer's measured beside it, by version (the records: peer_ratio.json).
+$P ratio $O/peer_ratio.json -o $O/peer_ratio_h200.png \
+  --title "Issue 19 on H200: trainer step / PyTorch's, same call (v0-v3: same session, 1 GPU of H200x2)"

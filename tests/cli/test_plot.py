@@ -2,8 +2,9 @@
 
 Each drawing must give a valid PNG 1100 px wide, and what the figure holds (read back from its artists with
 --dump-json) must equal the records' values, recomputed here from the records (losses per step, step ms and TFLOP/s
-by parameter count, the comm split, the phase split, memory by category in GiB and the planned peak). Bad input gives
-one `plot.py: error:` line, exit 2 and no PNG.
+by parameter count, the comm split, the phase split, memory by category in GiB and the planned peak; for ratio, from
+a manifest of synthetic trainer and peer records, the trainer / peer step ratios by version and the two peaks). Bad
+input gives one `plot.py: error:` line, exit 2 and no PNG.
 """
 import json
 import os
@@ -227,7 +228,8 @@ def test_kind_option_glob_and_labels(tmp_path):
 
 def test_help():
     p = run_plot("--help")
-    assert p.returncode == 0 and all(k in p.stdout for k in ("loss", "sweep", "comm", "phases", "memory", "-o"))
+    assert p.returncode == 0 and all(k in p.stdout for k in ("loss", "sweep", "comm", "phases", "memory", "ratio",
+                                                             "-o"))
 
 
 def test_bad_input(tmp_path):
@@ -267,3 +269,165 @@ def test_bad_input(tmp_path):
         assert msg is None or msg in lines[0], (name, lines[0])
         assert not (tmp_path / "bad.png").exists(), name
     assert json.loads(good.read_text())["schema"] == "trainer.result/1"  # the record named as an output is intact
+
+
+# ---- ratio: the trainer against the PyTorch peer of the same call, by version, from a manifest ----------------------
+
+def trainer_rec(rng, preset, ctx, ms, peak_gib):
+    r = record(rng, preset=preset)
+    r["config"]["model"]["context_length"] = ctx
+    r["config"]["data"] = {"batch_size": 4}
+    r["timing"]["step"] = stats(ms)
+    r["memory"]["peak_bytes"] = int(peak_gib * GIB)
+    return r
+
+
+def peer_rec(preset, ctx, ms, peak_gib, compile_mode="default", mode="compiled", status="ok"):
+    """A launch/torch_bench.py record (torch_bench.result/1); compile_mode None: a record from before --compile-mode."""
+    r = {"schema": "torch_bench.result/1", "status": status, "error": None if status == "ok" else "killed",
+         "config": {"preset": preset, "mode": mode, "phase": "train_step", "batch": 4, "ctx": ctx,
+                    "checkpoint": "none", "compile_mode": compile_mode}}
+    if status == "ok":
+        r["timing"] = {"step": stats(ms)}
+        r["memory"] = {"peak_bytes": int(peak_gib * GIB)}
+    return r
+
+
+def ratio_manifest(tmp_path):
+    """Three versions (b has no point), two workloads; the records in tmp_path/rec, the manifest in tmp_path/m with
+    root '..'. Returns (manifest path, manifest, {(version, workload): (ratio, trainer GiB, peer GiB)})."""
+    rng = random.Random(8)
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    (tmp_path / "m").mkdir()
+
+    def put(name, r):
+        write(rec, name, r)
+        return f"rec/{name}.json"
+
+    sweep = {"schema": "torch_bench.sweep/1", "rows": [
+        peer_rec("xl", 512, 300.0, 70.0, mode="bf16", compile_mode=None),     # eager: not the peer
+        peer_rec("xl", 2048, 400.0, 75.0, compile_mode=None),                # another context
+        peer_rec("xl", 512, 110.0, 52.0, compile_mode=None)]}                # the one: compile default
+    points = [
+        {"version": "a", "workload": "small", "trainer": [put("a_s1", trainer_rec(rng, "small", 512, 6.0, 2.5)),
+                                                          put("a_s2", trainer_rec(rng, "small", 512, 7.0, 2.5))],
+         "peer": [put("a_ps", peer_rec("small", 512, 13.0, 2.6))]},
+        {"version": "a", "workload": "xl", "trainer": [put("a_x", trainer_rec(rng, "xl", 512, 99.0, 61.0))],
+         "peer": [put("a_sweep", sweep)]},
+        {"version": "c", "workload": "small", "trainer": [put("c_s", trainer_rec(rng, "small", 512, 5.0, 2.3))],
+         "peer": [put("c_def", peer_rec("small", 512, 8.0, 2.6)),
+                  put("c_ro", peer_rec("small", 512, 7.0, 2.7, "reduce-overhead")),
+                  put("c_mat", peer_rec("small", 512, 0, 0, "max-autotune-no-cudagraphs", status="timeout"))]},
+        {"version": "c", "workload": "xl", "trainer": [put("c_x", trainer_rec(rng, "xl", 512, 95.0, 49.0))],
+         "peer": [put("c_xro", peer_rec("xl", 512, 108.0, 52.5, "reduce-overhead"))]},
+    ]
+    m = {"schema": "plot.peer_ratio/1", "root": "..", "versions": ["a", "b", "c"],
+         "workloads": [{"id": "small", "label": "small ctx 512", "preset": "small", "precision": "bf16", "batch": 4,
+                        "ctx": 512, "bar": 0.5},
+                       {"id": "xl", "label": "xl ctx 512", "preset": "xl", "precision": "bf16", "batch": 4,
+                        "ctx": 512, "bar": 0.75}],
+         "memory_workload": "xl", "points": points, "skipped": {"b": "no peer kept"}}
+    path = tmp_path / "m" / "ratio.json"
+    path.write_text(json.dumps(m))
+    want = {("a", "small"): (6.5 / 13.0, None, None), ("a", "xl"): (99.0 / 110.0, 61.0, 52.0),
+            ("c", "small"): (5.0 / 7.0, None, None), ("c", "xl"): (95.0 / 108.0, 49.0, 52.5)}
+    return path, m, want
+
+
+def check_ratio_png(path, with_memory=True):
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">II", data[16:24]) == (1100, 880 if with_memory else 550)
+
+
+def test_ratio_by_version(tmp_path):
+    path, m, want = ratio_manifest(tmp_path)
+    out, dump = tmp_path / "ratio.png", tmp_path / "ratio.dump.json"
+    # run from another directory: the record paths start at the manifest's root, not the current directory
+    p = run_plot("ratio", path, "-o", out, "--dump-json", dump, cwd=tmp_path / "rec")
+    assert p.returncode == 0, p.stderr
+    check_ratio_png(out)
+    d = json.loads(dump.read_text())
+    assert d["versions"] == ["a", "b", "c"]
+    ratio_ax, mem_ax = d["axes"]
+    lines = {ln["label"]: ln for ln in ratio_ax["lines"]}
+    for wid, label in (("small", "small ctx 512"), ("xl", "xl ctx 512")):
+        assert lines[label]["x"] == [0, 2]   # versions a and c; b has no point
+        assert lines[label]["y"] == pytest.approx([want[("a", wid)][0], want[("c", wid)][0]])
+    assert lines["bar small ctx 512: 0.5x"]["y"] == pytest.approx([0.5, 0.5])
+    assert lines["bar xl ctx 512: 0.75x"]["y"] == pytest.approx([0.75, 0.75])
+    mem = {ln["label"].split(" ")[0]: ln for ln in mem_ax["lines"]}
+    assert mem["trainer"]["x"] == [0, 2] and mem["PyTorch"]["x"] == [0, 2]
+    assert mem["trainer"]["y"] == pytest.approx([want[("a", "xl")][1], want[("c", "xl")][1]], abs=1e-6)
+    assert mem["PyTorch"]["y"] == pytest.approx([want[("a", "xl")][2], want[("c", "xl")][2]], abs=1e-6)
+    pts = {(r["version"], r["workload"]): r for r in d["points"]}
+    assert pts[("a", "small")]["trainer_each_ms"] == [6.0, 7.0]          # two records of one call: averaged
+    assert pts[("a", "xl")]["peer_file"].endswith("a_sweep.json rows[2]")  # the sweep's matching row
+    assert pts[("a", "xl")]["peer_compile_mode"] == "default"              # no compile_mode: torch.compile's default
+    assert pts[("c", "small")]["peer_compile_mode"] == "reduce-overhead"   # the fastest of the call's modes
+    assert any("c_mat" in n and "timeout" in n for n in d["notes"])
+    assert any(n.startswith("b: no point") for n in d["notes"])
+    assert "= 0.714" in p.stderr and "c_ro.json" in p.stderr                # every point printed with its files
+    # without memory_workload: one panel
+    del m["memory_workload"]
+    path.write_text(json.dumps(m))
+    p = run_plot("ratio", path, "-o", out)
+    assert p.returncode == 0, p.stderr
+    check_ratio_png(out, with_memory=False)
+
+
+def test_ratio_bad_input(tmp_path):
+    path, m, _ = ratio_manifest(tmp_path)
+    rng = random.Random(9)
+
+    def variant(name, change):
+        v = json.loads(json.dumps(m))
+        change(v)
+        f = tmp_path / "m" / f"{name}.json"
+        f.write_text(json.dumps(v))
+        return f
+
+    write(tmp_path / "rec", "x2048", trainer_rec(rng, "xl", 2048, 320.0, 63.0))
+    write(tmp_path / "rec", "p2048", peer_rec("xl", 2048, 340.0, 73.0))
+    no_time = peer_rec("xl", 512, 1, 1)
+    del no_time["timing"]
+    write(tmp_path / "rec", "no_time", no_time)
+    write(tmp_path / "rec", "oom", peer_rec("xl", 512, 0, 0, status="oom"))
+
+    def point(i, **kw):
+        return lambda v: v["points"][i].update(kw)
+
+    cases = {
+        "missing manifest": ([tmp_path / "nope.json"], "does not exist"),
+        "not a manifest": ([tmp_path / "rec" / "a_s1.json"], "is not a ratio manifest"),
+        "two manifests": ([path, path], "takes one manifest"),
+        "labels": ([path, "--labels", "a"], "--labels is for the record kinds"),
+        "no manifest": ([], "no ratio manifest given"),
+        "unknown key": ([variant("k", point(0, peers=[]))], "unknown key 'peers'"),
+        "no trainer key": ([variant("t", lambda v: v["points"][0].pop("trainer"))], "has no 'trainer'"),
+        "unknown version": ([variant("v", point(0, version="zz"))], "'zz' is not one of the versions"),
+        "unknown workload": ([variant("w", point(0, workload="medium"))], "'medium' is not one of the workloads"),
+        "twice": ([variant("2", lambda v: v["points"].append(dict(v["points"][0])))], "is listed twice"),
+        "skipped with points": ([variant("s", lambda v: v["skipped"].update(a="x"))], "also listed as skipped"),
+        "missing record": ([variant("mr", point(0, trainer=["rec/gone.json"]))], "does not exist"),
+        "trainer of another ctx": ([variant("tc", point(1, trainer=["rec/x2048.json"]))],
+                                   "not the workload xl (xl bf16 batch 4 ctx 512"),
+        "peer of another ctx": ([variant("pc", point(1, peer=["rec/p2048.json"]))],
+                                "not the workload xl (xl compiled train_step batch 4 ctx 512"),
+        "peer is a trainer record": ([variant("pt", point(1, peer=["rec/a_x.json"]))], "not a PyTorch peer record"),
+        "peer without timing": ([variant("pn", point(1, peer=["rec/no_time.json"]))], "has no timing.step.mean_ms"),
+        "no ok peer": ([variant("po", point(1, peer=["rec/oom.json"]))], "no peer record with status ok"),
+        "bad memory workload": ([variant("mw", lambda v: v.update(memory_workload="xxl"))],
+                                "memory_workload 'xxl' is not one of the workloads"),
+        "output is a record": ([path, "-o", tmp_path / "rec" / "a_s1.json"], "is also the input"),
+    }
+    for name, (args, msg) in cases.items():
+        out = [] if "-o" in args else ["-o", tmp_path / "bad.png"]
+        p = run_plot("ratio", *args, *out)
+        assert p.returncode == 2, (name, p.stdout, p.stderr)
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("plot.py: error: "), (name, p.stderr)
+        assert msg in lines[0], (name, lines[0])
+        assert not (tmp_path / "bad.png").exists(), name
+    assert json.loads((tmp_path / "rec" / "a_s1.json").read_text())["schema"] == "trainer.result/1"
