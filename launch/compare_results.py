@@ -10,6 +10,11 @@ MFU, peak memory and its split by category at the peak, saved activations per bl
 collective_bench records, the bus bandwidth and time of every (op, size).
 When there are several records, "vs first" rows give the step time and tokens/s relative to the first column.
 A field a record lacks shows as "-". Standard library only.
+Records of the PyTorch peer (launch/torch_bench.py, torch_bench.result/1) can stand beside the trainer's: their
+config, machine, step timing, tokens/s, peak memory and loss map onto the same rows (job "peer", the name says the
+torch_bench mode and torch.compile mode), so "step time vs first" is the trainer / peer ratio when the first record
+is the peer's:
+    launch/compare_results.py results/.../torch_xl_ro.json results/.../xl1.json
 """
 import argparse
 import json
@@ -89,7 +94,8 @@ def timing_cell(r, phase):
     t = get(r, "timing", phase)
     if not t or t.get("mean_ms") is None:
         return "-"
-    n = len(t.get("samples") or [])
+    n = t.get("samples")
+    n = len(n) if isinstance(n, list) else (n or 0)  # the trainer's: the step times; torch_bench's: their count
     return f"{t['mean_ms']:.2f} ± {t.get('std_ms') or 0.0:.2f} (n={n})"
 
 
@@ -112,7 +118,8 @@ def build_rows(records):
     rows = []
 
     def row(label, fn, train_only=False):
-        rows.append((label, [fn(r) if not train_only or r.get("job", "train") == "train" else "-" for r in records]))
+        rows.append((label, [fn(r) if not train_only or r.get("job", "train") in ("train", "peer") else "-"
+                             for r in records]))
 
     row("status", lambda r: r.get("status", "-") + (f" ({r['error'][:60]})" if r.get("error") else ""))
     row("job / name", lambda r: f"{r.get('job', '-')} / {r.get('name') or '-'}")
@@ -194,19 +201,53 @@ def render_markdown(headers, rows):
     return "\n".join(lines)
 
 
+# torch_bench.py's modes: the precision row's text (autocast: bf16 compute with fp32 weights, as the trainer's bf16)
+PEER_PRECISION = {"fp32": "fp32 (eager)", "bf16": "bf16 (autocast, eager)", "compiled": "bf16 (autocast, compiled)",
+                  "compiled_pure": "bf16_pure (compiled)"}
+
+
+def peer_as_record(r):
+    """A torch_bench.result/1 record (the PyTorch peer) as the fields of a trainer record that the rows read."""
+    c = r.get("config") or {}
+    mode, compile_mode = c.get("mode"), c.get("compile_mode")
+    name = f"torch_bench {mode or '?'}" + (f", torch.compile {compile_mode}" if compile_mode else "")
+    ws = c.get("world_size") or 1
+    return {
+        "status": r.get("status", "-"), "error": r.get("error"), "job": "peer", "name": name,
+        "config": {"model": {"preset": c.get("preset")}, "precision": PEER_PRECISION.get(mode, mode),
+                   "attention": c.get("attention"), "checkpointing": {"policy": c.get("checkpoint")},
+                   "parallel": {"strategy": c.get("parallel"), "comm": c.get("backend")},
+                   "data": {"batch_size": c.get("global_batch") or c.get("batch")}},
+        "model": {"parameters": get(r, "model", "params"),
+                  "dims": {"d_model": c.get("d_model"), "d_ff": c.get("d_ff"), "num_layers": c.get("num_layers"),
+                           "num_heads": c.get("num_heads"), "vocab_size": c.get("vocab"),
+                           "context_length": c.get("ctx")}},
+        "machine": r.get("machine"), "world_size": ws, "timing": r.get("timing"), "throughput": r.get("throughput"),
+        "memory": {"peak_bytes": get(r, "memory", "peak_bytes")},
+        "loss": {"final": (get(r, "loss", "per_step") or [None])[-1]} if isinstance(get(r, "loss", "per_step"), list)
+        else r.get("loss"),
+    }
+
+
 def load(path):
+    """The record at `path`: a trainer result record, or a torch_bench one as peer_as_record makes it."""
     try:
         with open(path) as f:
             r = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         sys.exit(f"compare_results: error: cannot read '{path}': {e}")
-    if not isinstance(r, dict) or not str(r.get("schema", "")).startswith("trainer.result/"):
-        sys.exit(f"compare_results: error: '{path}' is not a trainer result record (schema trainer.result/1)")
+    schema = str(r.get("schema", "")) if isinstance(r, dict) else ""
+    if schema.startswith("torch_bench.result/"):
+        return peer_as_record(r)
+    if not schema.startswith("trainer.result/"):
+        sys.exit(f"compare_results: error: '{path}' is not a trainer result record (schema trainer.result/1) "
+                 f"nor a PyTorch peer's (torch_bench.result/1)")
     return r
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="Side-by-side table of trainer result records.")
+    ap = argparse.ArgumentParser(description="Side-by-side table of trainer result records (and the PyTorch "
+                                 "peer's, launch/torch_bench.py).")
     ap.add_argument("records", nargs="+", help="result record JSON files")
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
     args = ap.parse_args(argv)
