@@ -3,7 +3,7 @@
 // Dao 2023, arXiv:2307.08691, Algorithm 2 and section 3.2; the partitioning follows flash-attention's
 // `flash_bwd_kernel.h` (a CTA owns a K/V tile and loops over query tiles; dQ through fp32 atomics).
 //
-//   preprocess:  D = rowsum(dO ∘ O) per query row (fp32), dQacc = 0
+//   preprocess (passes.cu):  D = rowsum(dO ∘ O) per query row (fp32), dQacc = 0
 //   dK/dV pass (one CTA per key tile of kBN keys, each warp kNT x 16 keys; loop over query tiles of kBM rows):
 //     Sᵀ = K Qᵀ,  Pᵀ = exp2(Sᵀ·scale·log2e − L·log2e) (0 where masked),  dPᵀ = V dOᵀ,  dSᵀ = Pᵀ ∘ (dPᵀ − D),
 //     dV += Pᵀ dO,  dK += dSᵀ Q,  and (atomic mode) dQacc += dS K through dS staged in shared memory;
@@ -55,53 +55,6 @@ __device__ __forceinline__ void store8(void* base, int64_t off, bool f32, const 
     uint4 u;
     u.x = pack_bf16(v[0], v[1]), u.y = pack_bf16(v[2], v[3]), u.z = pack_bf16(v[4], v[5]), u.w = pack_bf16(v[6], v[7]);
     *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(base) + off) = u;
-  }
-}
-
-/// dsum[b, h, t] = sum_i dO[b, t, h, i] O[b, t, h, i] (fp32); one thread per (b, t, h) row (threads in the rows'
-/// memory order), eight columns at a time (vec: 16-byte loads, when O and dO rows are 16-byte aligned; else
-/// element by element, the same order of sums). zero_dq / zero_dkv: the grid also zeroes dq_accum [B, H, T, d]
-/// (and dkv_accum's two [B, H, T, d] halves) with coalesced 16-byte stores, for the atomic passes that follow (d %
-/// 8 == 0; the workspaces are 16-byte aligned). Grid: ceil(rows / blockDim.x) blocks.
-/// (Before: one warp per row, a bf16 load per lane and 64-bit index divisions per warp: xl's 65536 rows took 25 us
-/// for 42 MB; results/h200/2026-12-02/v16/call1.)
-template <class TI, class TO>
-__global__ void __launch_bounds__(256) flash_bwd_preprocess_kernel(const FlashBwdParams p, bool zero_dq,
-                                                                   bool zero_dkv, bool vec) {
-  const int64_t rows = int64_t(p.batch) * p.seq_len * p.num_heads;
-  const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, threads = int64_t(gridDim.x) * blockDim.x;
-  const int d = p.d_head;
-  if (row < rows) {
-    const int h = int(row % p.num_heads);
-    const int64_t bt = row / p.num_heads;
-    const int tt = int(bt % p.seq_len), b = int(bt / p.seq_len);
-    const int64_t ro = int64_t(b) * p.o_batch_stride + int64_t(tt) * p.o_row_stride + int64_t(h) * p.o_head_stride;
-    const TI* dO = static_cast<const TI*>(p.dout) + ro;
-    const TO* O = static_cast<const TO*>(p.o) + ro;
-    float acc = 0.f;
-#pragma unroll 4
-    for (int c = 0; c < d; c += 8) {
-      float a[8], o[8];
-      if (vec) {
-        load8(dO + c, a);
-        load8(O + c, o);
-      } else {
-#pragma unroll
-        for (int k = 0; k < 8; ++k) a[k] = float(dO[c + k]), o[k] = float(O[c + k]);
-      }
-#pragma unroll
-      for (int k = 0; k < 8; ++k) acc = fmaf(a[k], o[k], acc);
-    }
-    p.dsum[(int64_t(b) * p.num_heads + h) * p.seq_len + tt] = acc;
-  }
-  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (zero_dq) {
-    float4* z = reinterpret_cast<float4*>(p.dq_accum);
-    for (int64_t i = row, n4 = rows * d / 4; i < n4; i += threads) z[i] = zero;
-  }
-  if (zero_dkv) {
-    float4* z = reinterpret_cast<float4*>(p.dkv_accum);
-    for (int64_t i = row, n4 = 2 * rows * d / 4; i < n4; i += threads) z[i] = zero;
   }
 }
 
