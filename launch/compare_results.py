@@ -11,14 +11,16 @@ collective_bench records, the bus bandwidth and time of every (op, size).
 When there are several records, "vs first" rows give the step time and tokens/s relative to the first column.
 A field a record lacks shows as "-". Standard library only.
 Records of the PyTorch peer (launch/torch_bench.py, torch_bench.result/1) can stand beside the trainer's: their
-config, machine, step timing, tokens/s, peak memory and loss map onto the same rows (job "peer", the name says the
-torch_bench mode and torch.compile mode), so "step time vs first" is the trainer / peer ratio when the first record
-is the peer's:
+config, machine, timing, tokens/s and peak memory map onto the same rows (job "peer", the name says the torch_bench
+mode, phase and torch.compile mode; a forward or forward_backward record's time is its own row, not "step"; the
+std is recomputed from its times with n - 1, as the trainer's), so "step time vs first" is the trainer / peer ratio
+when the first record is the peer's train step:
     launch/compare_results.py results/.../torch_xl_ro.json results/.../xl1.json
 """
 import argparse
 import json
 import os
+import statistics
 import sys
 
 PHASES = ["forward", "backward", "optimizer", "step", "comm", "comm_exposed"]
@@ -63,7 +65,7 @@ def model_summary(r):
     changed = get(r, "model", "changed_from_preset", default={})
     if changed:  # a preset run with other dims: name them, so the label never claims the preset's shape
         preset += " (" + ", ".join(f"{k} {v.get('used')} not {v.get('preset')}" for k, v in changed.items()) + ")"
-    if not dims:
+    if not dims or "d_model" not in dims:  # (the peer's placeholder records have no dims)
         return preset
     return (f"{preset}: d_model {dims.get('d_model', '?')} d_ff {dims.get('d_ff', '?')} "
             f"L {dims.get('num_layers', '?')} H {dims.get('num_heads', '?')} "
@@ -108,6 +110,8 @@ def graph_summary(r):
     g = r.get("cuda_graph")
     if not g:
         return "-"
+    if "peer" in g:  # the PyTorch peer's: whether its torch.compile mode captures CUDA graphs
+        return g["peer"]
     if g.get("used"):
         return f"from step {g.get('captured_step', '?')} ({g.get('nodes', '?')} nodes)"
     return "no: " + str(g.get("why_not", "?"))[:50]
@@ -206,26 +210,46 @@ PEER_PRECISION = {"fp32": "fp32 (eager)", "bf16": "bf16 (autocast, eager)", "com
                   "compiled_pure": "bf16_pure (compiled)"}
 
 
+def peer_timing(r, phase):
+    """torch_bench's timing.step under the phase's name (train_step -> step), its std recomputed with n - 1 from
+    times_ms (torch_bench writes the population std; the trainer's records the sample std)."""
+    t = get(r, "timing", "step")
+    if not isinstance(t, dict):
+        return None
+    t = dict(t)
+    times = t.get("times_ms")
+    if isinstance(times, list) and len(times) > 1:
+        t["std_ms"] = statistics.stdev(times)
+    return {"step" if phase in (None, "train_step") else phase: t}
+
+
+# torch.compile modes that capture CUDA graphs (the "cuda graph" row)
+PEER_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
 def peer_as_record(r):
     """A torch_bench.result/1 record (the PyTorch peer) as the fields of a trainer record that the rows read."""
     c = r.get("config") or {}
-    mode, compile_mode = c.get("mode"), c.get("compile_mode")
-    name = f"torch_bench {mode or '?'}" + (f", torch.compile {compile_mode}" if compile_mode else "")
-    ws = c.get("world_size") or 1
+    mode, phase, compile_mode = c.get("mode"), c.get("phase"), c.get("compile_mode")
+    name = f"torch_bench {mode or '?'} {phase or '?'}" + (f", torch.compile {compile_mode}" if compile_mode else "")
+    dims = {"d_model": c.get("d_model"), "d_ff": c.get("d_ff"), "num_layers": c.get("num_layers"),
+            "num_heads": c.get("num_heads"), "vocab_size": c.get("vocab"), "context_length": c.get("ctx")}
+    graph = (f"yes (torch.compile {compile_mode})" if compile_mode in PEER_GRAPH_MODES
+             else "no" if compile_mode or mode in PEER_PRECISION else None)
     return {
         "status": r.get("status", "-"), "error": r.get("error"), "job": "peer", "name": name,
         "config": {"model": {"preset": c.get("preset")}, "precision": PEER_PRECISION.get(mode, mode),
-                   "attention": c.get("attention"), "checkpointing": {"policy": c.get("checkpoint")},
+                   "attention": c.get("attention"),
+                   "checkpointing": {"policy": {"block": "block (every block: the trainer's full)"}.get(
+                       c.get("checkpoint"), c.get("checkpoint"))},
                    "parallel": {"strategy": c.get("parallel"), "comm": c.get("backend")},
                    "data": {"batch_size": c.get("global_batch") or c.get("batch")}},
+        # a placeholder record (timeout, a subprocess that died) has no dims: the preset alone then
         "model": {"parameters": get(r, "model", "params"),
-                  "dims": {"d_model": c.get("d_model"), "d_ff": c.get("d_ff"), "num_layers": c.get("num_layers"),
-                           "num_heads": c.get("num_heads"), "vocab_size": c.get("vocab"),
-                           "context_length": c.get("ctx")}},
-        "machine": r.get("machine"), "world_size": ws, "timing": r.get("timing"), "throughput": r.get("throughput"),
-        "memory": {"peak_bytes": get(r, "memory", "peak_bytes")},
-        "loss": {"final": (get(r, "loss", "per_step") or [None])[-1]} if isinstance(get(r, "loss", "per_step"), list)
-        else r.get("loss"),
+                  "dims": dims if dims["d_model"] is not None else None},
+        "machine": r.get("machine"), "world_size": c.get("world_size") or 1, "timing": peer_timing(r, phase),
+        "throughput": r.get("throughput"), "memory": {"peak_bytes": get(r, "memory", "peak_bytes")},
+        "cuda_graph": {"peer": graph} if graph else None,
     }
 
 

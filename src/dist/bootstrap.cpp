@@ -94,20 +94,20 @@ void MpiSession::listen_for_failures(TakeNotice take, FailureHandler on_notice) 
   if (rank_ != 0 || size_ < 2 || thread_level_ != MPI_THREAD_MULTIPLE || listener_.joinable()) return;
   stop_.store(false);
   listener_ = std::thread([this, take = std::move(take), on_notice = std::move(on_notice)] {
-    // An MPI error here ends the thread quietly (an exception would escape it and terminate rank 0): rank 0 then
-    // learns of a failed rank from its collectives' timeouts or from await_ends, as without a listener.
     while (!stop_.load()) {
       int flag = 0;
       MPI_Status st;
-      if (MPI_Iprobe(MPI_ANY_SOURCE, kNoticeTag, notice_comm_, &flag, &st) != MPI_SUCCESS) return;
+      // A failed probe ends the job through fatal() (rank 0's fatal hook writes the record, then MPI_Abort).
+      MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, kNoticeTag, notice_comm_, &flag, &st));
       if (!flag) {  // polled, not a blocking receive: Open MPI's blocking calls spin and would take a core
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         continue;
       }
       if (!take(st.MPI_SOURCE)) return;  // rank 0's end is claimed: await_ends reads the notice
+      // This thread owns the end now, so it ends the run even when the notice cannot be read: that rank failed.
       const auto word = receive_word(notice_comm_, st);
-      if (!word) return;
-      on_notice(st.MPI_SOURCE, word->first, word->second);
+      if (word) on_notice(st.MPI_SOURCE, word->first, word->second);
+      else on_notice(st.MPI_SOURCE, 1, "it reported a failure whose notice could not be received (MPI error)");
     }
   });
 }

@@ -3,6 +3,7 @@ records of v24 (the ratios are computed here from the files, independently of th
 import json
 import os
 import pathlib
+import statistics
 import subprocess
 import sys
 
@@ -31,10 +32,12 @@ def test_peer_beside_trainer():
     assert out.returncode == 0, out.stderr
     ratio = t["timing"]["step"]["mean_ms"] / p["timing"]["step"]["mean_ms"]
     assert row(out.stdout, "step time vs first") == ["1.00x", f"{ratio:.2f}x"]
-    assert row(out.stdout, "job / name") == ["peer / torch_bench compiled, torch.compile reduce-overhead",
-                                             "train / xl1"]
+    assert row(out.stdout, "job / name") == [
+        "peer / torch_bench compiled train_step, torch.compile reduce-overhead", "train / xl1"]
+    ps = p["timing"]["step"]  # the std as the trainer's: n - 1
     assert row(out.stdout, "step ms (mean ± std)")[0] == (
-        f"{p['timing']['step']['mean_ms']:.2f} ± {p['timing']['step']['std_ms']:.2f} (n={p['timing']['step']['samples']})")
+        f"{ps['mean_ms']:.2f} ± {statistics.stdev(ps['times_ms']):.2f} (n={ps['samples']})")
+    assert row(out.stdout, "cuda graph")[0] == "yes (torch.compile reduce-overhead)"
     assert row(out.stdout, "peak memory") == [f"{p['memory']['peak_bytes'] / 2**30:.2f} GiB",
                                               f"{t['memory']['peak_bytes'] / 2**30:.2f} GiB"]
     assert row(out.stdout, "precision") == ["bf16 (autocast, compiled)", "bf16"]
@@ -53,3 +56,46 @@ def test_bad_input(tmp_path):
     assert "is not a trainer result record" in out.stderr and "torch_bench.result/1" in out.stderr
     missing = run(tmp_path / "missing.json")
     assert missing.returncode != 0 and "cannot read" in missing.stderr
+
+
+def peer_record(phase="train_step", status="ok", times=(10.0, 12.0, 14.0), **config):
+    c = {"preset": "small", "mode": "compiled", "phase": phase, "device": "cuda", "batch": 4, "ctx": 512,
+         "vocab": 10000, "d_model": 768, "d_ff": 3072, "num_layers": 12, "num_heads": 12, "attention": "sdpa",
+         "checkpoint": "none", "compile_mode": "default"}
+    c.update(config)
+    r = {"schema": "torch_bench.result/1", "status": status, "error": None if status == "ok" else "out of memory",
+         "config": c, "model": {"params": 128625408}}
+    if status == "ok":
+        r["timing"] = {"step": {"mean_ms": statistics.fmean(times), "std_ms": statistics.pstdev(times),
+                                "samples": len(times), "times_ms": list(times)}}
+        r["memory"] = {"peak_bytes": 3 * 2**30}
+    return r
+
+
+def test_peer_phases_and_failed_records(tmp_path):
+    """A forward-only peer record is not a step (its own row; no step ratio against it); an oom record and a
+    placeholder without dims (a timed-out configuration) print '-' where they have nothing."""
+    files = {}
+    for name, rec in {"fwd": peer_record(phase="forward"), "step": peer_record(times=(20.0, 22.0)),
+                      "oom": peer_record(status="oom"),
+                      "timeout": {"schema": "torch_bench.result/1", "status": "timeout", "error": "took > 600 s",
+                                  "config": {"preset": "xl", "mode": "compiled", "phase": "train_step",
+                                             "batch": 4, "ctx": 512, "vocab": 10000, "checkpoint": "block",
+                                             "compile_mode": "max-autotune-no-cudagraphs"},
+                                  "model": {"params": 3406809600}}}.items():
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(json.dumps(rec))
+    out = run(files["step"], files["fwd"], files["oom"], files["timeout"])
+    assert out.returncode == 0, out.stderr
+    assert row(out.stdout, "job / name")[:2] == ["peer / torch_bench compiled train_step, torch.compile default",
+                                                 "peer / torch_bench compiled forward, torch.compile default"]
+    assert row(out.stdout, "step ms (mean ± std)") == [f"21.00 ± {statistics.stdev([20.0, 22.0]):.2f} (n=2)",
+                                                       "-", "-", "-"]
+    assert row(out.stdout, "forward ms (mean ± std)") == ["-", f"12.00 ± {statistics.stdev([10.0, 12.0, 14.0]):.2f} (n=3)",
+                                                          "-", "-"]
+    assert row(out.stdout, "step time vs first") == ["1.00x", "-", "-", "-"]
+    assert row(out.stdout, "status") == ["ok", "ok", "oom (out of memory)", "timeout (took > 600 s)"]
+    model = row(out.stdout, "model")
+    assert model[0].startswith("small: d_model 768") and model[3] == "xl"
+    assert row(out.stdout, "checkpointing")[3] == "block (every block: the trainer's full)"
+    assert row(out.stdout, "cuda graph") == ["no"] * 4
