@@ -18,7 +18,7 @@ namespace trainer::flash {
 namespace {
 
 /// dsum[b, h, t] = sum_i dO[b, t, h, i] O[b, t, h, i] (fp32), for every (b, t, h) row; TI: dO's dtype, TO: O's.
-/// A group of G lanes per row (G: the power of two at or below d / 8, at most 32), rows in their memory order, so that
+/// A group of G lanes per row (G: the power of two at or below d / 8, 2 to 16), rows in their memory order, so that
 /// a warp reads 32 / G consecutive rows (contiguous in the [B, T, H, d] layout) with 16-byte loads; lane l sums
 /// columns 8 l .. 8 l + 7, then 8 (l + G) .. and on, in order, and the group adds its lanes by shuffles (a fixed
 /// tree: the same bits every run). vec: 16-byte loads (O and dO rows 16-byte aligned), else element by element in
@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(256) flash_bwd_preprocess_kernel(const FlashBw
   }
 }
 
-/// The preprocess kernel for TI / TO with G lanes a row: the power of two at or below d / 8, at most 32.
+/// The preprocess kernel for TI / TO with G lanes a row: the power of two at or below d / 8, from 2 to 16.
 template <class TI, class TO>
 void launch_preprocess(const FlashBwdParams& p, bool zero_dq, bool zero_dkv, bool vec, cudaStream_t s) {
   const int64_t rows = int64_t(p.batch) * p.seq_len * p.num_heads;
@@ -87,13 +87,13 @@ void launch_preprocess(const FlashBwdParams& p, bool zero_dq, bool zero_dkv, boo
     else
       flash_bwd_preprocess_kernel<TI, TO, G, int64_t><<<blocks, 256, 0, s>>>(p, zero_dq, zero_dkv, vec);
   };
+  // The head dims the kernels take (16, 32, 64, 80, 96, 128: flash_supports_head_dim) give G 2 .. 16; any other d
+  // would still be summed right (lanes past the row add nothing, columns past 8 G loop).
   const int octets = ceil_div(p.d_head, 8);
-  if (octets < 2) go(std::integral_constant<int, 1>{});
-  else if (octets < 4) go(std::integral_constant<int, 2>{});
+  if (octets < 4) go(std::integral_constant<int, 2>{});
   else if (octets < 8) go(std::integral_constant<int, 4>{});
   else if (octets < 16) go(std::integral_constant<int, 8>{});
-  else if (octets < 32) go(std::integral_constant<int, 16>{});
-  else go(std::integral_constant<int, 32>{});
+  else go(std::integral_constant<int, 16>{});
 }
 
 }  // namespace
