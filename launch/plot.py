@@ -537,10 +537,15 @@ def peer_side(paths: list[str], w: dict, where: str, notes: list) -> dict:
         raise BadInput(f"{where}: no peer record with status ok among {', '.join(paths)}")
     ms, src, r = min(ok, key=lambda t: t[0])
     peak = field(r, "memory.peak_bytes", src, allow_null=True)
-    cm = r.get("compile_mode_chosen") or (r.get("config") or {}).get("compile_mode") or "default"
-    return {"ms": ms, "file": src, "compile_mode": cm, "peak_bytes": None if peak is None else float(peak),
-            "candidates": [{"file": s, "ms": t, "compile_mode": rr.get("compile_mode_chosen")
-                            or (rr.get("config") or {}).get("compile_mode") or "default"} for t, s, rr in ok]}
+    return {"ms": ms, "file": src, "compile_mode": peer_compile_mode(r),
+            "peak_bytes": None if peak is None else float(peak),
+            "candidates": [{"file": s, "ms": t, "compile_mode": peer_compile_mode(rr)} for t, s, rr in ok]}
+
+
+def peer_compile_mode(r: dict) -> str:
+    """The torch.compile mode of a peer record: --compile-mode best's choice, its config's, or (a record from before
+    torch_bench.py had --compile-mode, which called plain torch.compile) default."""
+    return r.get("compile_mode_chosen") or (r.get("config") or {}).get("compile_mode") or "default"
 
 
 def peer_fits(r: dict, w: dict, mode: str) -> bool:
