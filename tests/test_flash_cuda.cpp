@@ -221,8 +221,10 @@ TEST_CASE("flash2 backward workspace: the planner's H200 sizes equal the kernels
       CAPTURE(sh.B, sh.H, sh.T, sh.d, causal);
       const size_t kernels = flash::bwd_workspace_bytes(s, DType::bf16, false);
       CHECK(cuda_sizes::flash_bwd_workspace_bytes_h200(s, DType::bf16) == kernels);
-      const size_t rows = size_t(s.B) * s.H * s.T;  // D and the dQ accumulators; a split adds dK / dV's
-      splits += kernels > cuda_sizes::align256(rows * 4) + cuda_sizes::align256(rows * s.d_head * 4);
+      // D, the dQ accumulators and their tile words; a split adds dK / dV's
+      const size_t rows = size_t(s.B) * s.H * s.T, words = size_t(s.B) * s.H * size_t((s.T + 63) / 64);
+      splits += kernels > cuda_sizes::align256(rows * 4) + cuda_sizes::align256(rows * s.d_head * 4) +
+                              cuda_sizes::align256(words * 4);
     }
   CHECK(splits > 0);  // some shapes above do split
 }
@@ -266,6 +268,9 @@ TEST_CASE("flash2 deterministic backward is bitwise reproducible and matches the
     auto run = [&](bool det) {
       const size_t ws = flash::bwd_workspace_bytes(s, dt, det);
       Buffer w = gpu().alloc(ws, Category::workspace);
+      // NaN in every f32 of the workspace: whatever the passes read must have been written by them (the Hopper
+      // backward stores each dQ tile's first contribution instead of adding it to zeros)
+      REQUIRE(cudaMemsetAsync(w.data(), 0xFF, ws, stream) == cudaSuccess);
       Dev dq = make(gpu(), dt, {N, 3 * D});
       gpu().fill(dq.t, std::numeric_limits<float>::quiet_NaN());
       flash::attention_bwd(s, dq.t, dO.t, q.t, o.t, l.t, w.data(), ws, det, stream);

@@ -14,7 +14,9 @@
 //    queries: Q, dO by TMA, L, D by cp.async) through kStages shared stages guarded by mbarriers (full: the
 //    transaction bytes and the cp.async arrivals; empty: every consumer thread, once its wgmma reading the stage are
 //    done); lane 0 of its warp 1 adds each finished f32 dQ tile into dq_accum with one bulk reduction
-//    (cp.reduce.async.bulk .add.f32; dq_full / dq_empty);
+//    (cp.reduce.async.bulk .add.f32; dq_full / dq_empty), or, where p.dq_tile_state is given and the tile's first
+//    contribution is this CTA's, stores it (cp.async.bulk), so that dq_accum needs no zeroing (the dQ tile words'
+//    protocol below, twenty-fifth session);
 //  - warpgroups 1 and 2 are the consumers (setmaxnreg up to kRegsConsumer): consumer c owns keys 64c .. 64c+63 of
 //    the tile and accumulates their dK, dV in registers over the query tiles. Per query tile: Sᵀ and dPᵀ as two wgmma
 //    groups, so that Pᵀ is computed while dPᵀ runs; dV += Pᵀ dO issued before dSᵀ is computed; dK += dSᵀ Q. dQ of a
@@ -103,6 +105,42 @@ __device__ __forceinline__ void bulk_wait_read() {
 }
 /// Waits until all of this thread's bulk groups are complete.
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+/// dst[i] = src[i] for `bytes` / 4 floats, global = shared, by the bulk copy engine (PTX cp.async.bulk, sm_90): one
+/// committed bulk group. dst and bytes 16-byte aligned.
+__device__ __forceinline__ void bulk_store_f32(float* dst, const float* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(smem_addr(src)),
+               "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+/// The dQ tile words' protocol (FlashBwdParams::dq_tile_state), run by the dQ warp's issuing lane: the first
+/// contribution to a tile (ticket 0) stores it into dq_accum, which then needs no zeroing; every later one adds, once
+/// the first is in. Between its ticket and its ready bit the first's lane waits for its own bulk operations only,
+/// never for another CTA, so no CTA waits on one that waits on it. kDqReady: the ready bit.
+/// Measured (ncu, one H200, against the same kernel with the zeroing; results/h200/2026-12-04/v25/call4): the
+/// backward's three launches -0.7% at 16 x 128, T 16384 (the preprocess 75 -> 56 us), -1.3% at xl's 4 x 32 x 80,
+/// T 2048, +0.8% at T 512 (the kernel +4%: the ticket's round trip and the store's completion on the dQ warp's path
+/// every tile), +0.6% at small's 4 x 12 x 64.
+constexpr unsigned kDqReady = 1u << 31;
+/// This contribution's ticket on tile word w (relaxed): 0 for the first.
+__device__ __forceinline__ unsigned dq_tile_ticket(unsigned* w) { return atomicAdd(w, 1u); }
+/// After this thread's bulk store of a tile is complete (bulk_wait_all): the store's writes (async proxy) ordered
+/// before the release of the ready bit on w.
+__device__ __forceinline__ void dq_tile_publish(unsigned* w) {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+  asm volatile("red.release.gpu.global.or.b32 [%0], %1;\n" ::"l"(w), "r"(kDqReady) : "memory");
+}
+/// Waits (acquire) until w's ready bit is set, then orders this thread's later bulk reductions (async proxy) after it.
+__device__ __forceinline__ void dq_tile_wait_ready(const unsigned* w) {
+  for (;;) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(w) : "memory");
+    if (v & kDqReady) break;
+    __nanosleep(64);
+  }
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
 
 /// Epilogue of the Hopper backward kernel: this thread's dK = scale · dk and dV = dv accumulators (the m64nkD
 /// layout of its warpgroup: rows key0 and key0 + 8, columns 8j + 2t, +1) into the gradients' dtype; kSplit: added
@@ -163,7 +201,8 @@ __device__ __forceinline__ void store_dkdv(const FlashBwdParams& p, const float 
 
 /// dK, dV (bf16, or f32 when p.dqkv_f32) from bf16 q, k, v, dO views (TMA tensor maps `tma` of the same views,
 /// launch_sm90.cuh), lse and p.dsum = D [B, H, T] (the preprocess pass), adding dS K into p.dq_accum (f32 [B, H, T,
-/// d], zeroed, rows swizzled as dq_swizzle, 16-byte aligned: the convert pass turns it into dQ); d = Tr::kD, T >= 1.
+/// d], rows swizzled as dq_swizzle, 16-byte aligned: the convert pass turns it into dQ; zeroed by the preprocess,
+/// or, with p.dq_tile_state (its words zeroed), each tile's first contribution stored); d = Tr::kD, T >= 1.
 /// Grid tile_grid(p, ceil(T / kBN) x splits) (launch.h; CTA order tile_coord), Tr::kThreads threads,
 /// Tr::kSmemBytes of dynamic shared memory. sm_90a only.
 /// kSplit: the split-queries build for problems with few key tiles (tiles = key tiles x chunks of p.dkdv_chunk
@@ -253,14 +292,29 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         }
         mbar_arrive_cp_async(full + s);
       }
-    } else if (warp == 1 && lane == 0) {  // dQ: each finished tile added into dq_accum by one bulk reduction
+    } else if (warp == 1 && lane == 0) {  // dQ: each finished tile into dq_accum by one bulk store or reduction
       float* gdq = p.dq_accum + bh * T * kD;
+      // with dq_tile_state: the first contribution to a tile stores it, the others add it once it is in (kDqReady)
+      unsigned* words = p.dq_tile_state ? p.dq_tile_state + bh * ((T + 63) / 64) : nullptr;
       for (int i = 0; i < n_tiles; ++i) {
         const int j = i % kDqStages, m = m_lo + i;
+        float* dst = gdq + int64_t(m) * kBM * kD;
+        const float* src = sdQ + j * kBM * kD;
+        const uint32_t bytes = uint32_t(min(kBM, T - m * kBM) * kD * 4);
         mbar_wait(dq_full + j, (i / kDqStages) & 1);
-        bulk_reduce_add_f32(gdq + int64_t(m) * kBM * kD, sdQ + j * kBM * kD, uint32_t(min(kBM, T - m * kBM) * kD * 4));
+        const bool first = words && dq_tile_ticket(words + m) == 0u;
+        if (first) {
+          bulk_store_f32(dst, src, bytes);
+        } else {
+          if (words) dq_tile_wait_ready(words + m);
+          bulk_reduce_add_f32(dst, src, bytes);
+        }
         bulk_wait_read<0>();
         mbar_arrive(dq_empty + j);
+        if (first) {  // the store complete (and the reductions before it), then the tile's ready bit
+          bulk_wait_all();
+          dq_tile_publish(words + m);
+        }
       }
       bulk_wait_all();
     }

@@ -36,9 +36,10 @@ void run_fwd(const FlashParams& p, cudaStream_t s);
 /// bwd_workspace_bytes; bind_bwd_workspace sets them). Same checks as run_fwd.
 void run_bwd(const FlashBwdParams& p, cudaStream_t s);
 
-/// Bytes of workspace attention_bwd needs: D [B, H, T] f32, plus dQ accumulators [B, H, T, d] f32 in the (default)
-/// non-deterministic mode, plus dK and dV accumulators (2 x [B, H, T, d] f32) there when the
-/// problem has so few key tiles that the dK/dV pass splits its query loop. 256-byte aligned parts.
+/// Bytes of workspace attention_bwd needs: D [B, H, T] f32, plus dQ accumulators [B, H, T, d] f32 and their tile
+/// words [B, H, ceil(T / 64)] u32 in the (default) non-deterministic mode, plus dK and dV accumulators (2 x [B, H, T,
+/// d] f32) there when the problem has so few key tiles that the dK/dV pass splits its query loop. 256-byte aligned
+/// parts.
 size_t bwd_workspace_bytes(const AttnShape& s, DType dtype, bool deterministic);
 
 /// Bytes of workspace attention_fwd needs: 0, or for problems with few query tiles (split keys) the partial
@@ -47,7 +48,8 @@ size_t fwd_workspace_bytes(const AttnShape& s, DType dtype);
 
 /// Point p's workspace pointers into `workspace` (at least fwd_workspace_bytes / bwd_workspace_bytes bytes for the
 /// same arguments, 256-byte aligned): the forward's split partials (o_accum, lse_accum; none when 0 bytes are
-/// needed), the backward's dsum, dq_accum and dkv_accum. RuntimeError when the workspace is missing or too small.
+/// needed), the backward's dsum, dq_accum, dkv_accum and dq_tile_state. RuntimeError when the workspace is missing
+/// or too small.
 void bind_fwd_workspace(FlashParams& p, const AttnShape& s, DType dtype, void* workspace, size_t bytes);
 void bind_bwd_workspace(FlashBwdParams& p, const AttnShape& s, DType dtype, bool deterministic, void* workspace,
                         size_t bytes);

@@ -86,6 +86,7 @@ template <class Dkdv, class Dq, bool kCausal>
 void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
   FlashBwdParams p = p_in;
   p.tile_group = tile_group(p);
+  p.dq_tile_state = nullptr;  // these kernels add every contribution into a zeroed dq_accum
   const int n_blocks = int(ceil_div(p.seq_len, Dkdv::kBN));
   int splits = 1;
   p.dkdv_chunk = 0;

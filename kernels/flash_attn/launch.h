@@ -30,8 +30,9 @@ inline dim3 tile_grid(const FlashParams& p, int64_t tiles) {
 /// p.tile_group, or kTileGroup when unset.
 inline int tile_group(const FlashParams& p) { return p.tile_group > 0 ? p.tile_group : kTileGroup; }
 
-/// Backward preprocessing (any dtype): D = rowsum(dO o O) into p.dsum; when zero_accum, dq_accum = 0, and
-/// dkv_accum = 0 too when the dK/dV pass splits its query loop (p.dkdv_chunk > 0, set before this call).
+/// Backward preprocessing (any dtype): D = rowsum(dO o O) into p.dsum; when zero_accum, dq_accum = 0 (where
+/// p.dq_tile_state is given: its words = 0 instead, dq_accum left as it is), and dkv_accum = 0 too when the dK/dV
+/// pass splits its query loop (p.dkdv_chunk > 0, set before this call).
 void launch_bwd_preprocess(const FlashBwdParams& p, bool zero_accum, cudaStream_t s);
 /// dQ = scale * dq_accum into the dq view (bf16 atomic mode) and, with_dkv (split dK/dV pass), dK, dV from
 /// dkv_accum into theirs.
@@ -61,8 +62,8 @@ int dkdv_chunk(int seq_len, int kbn, int kbm, int64_t bh, bool causal, bool hopp
 /// Hopper kernels (sm90.cu, built only for sm_90a: TRAINER_FLASH_SM90): bf16, d_head 64, 80, 96 and 128, tiles of
 /// sm90_fwd_rows(d_head) query rows (forward) and kSm90BwdKeyTile keys x sm90_bwd_query_rows(d_head) queries (backward).
 /// sm90_flash_available(): this device runs them (compute capability 9.0). The backward includes its preprocess and
-/// convert passes (atomic-mode workspace: dsum, dq_accum, and dkv_accum when it splits its query loop: dkdv_chunk
-/// with these tiles > 0).
+/// convert passes (atomic-mode workspace: dsum, dq_accum, dq_tile_state, and dkv_accum when it splits its query
+/// loop: dkdv_chunk with these tiles > 0).
 constexpr int kSm90BwdKeyTile = cuda_sizes::kFlashSm90BwdKeyTile;
 constexpr int sm90_bwd_query_rows(int d_head) { return cuda_sizes::flash_sm90_bwd_query_rows(d_head); }
 constexpr int sm90_fwd_rows(int d_head) { return cuda_sizes::flash_sm90_fwd_rows(d_head); }

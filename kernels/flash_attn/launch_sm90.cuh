@@ -57,7 +57,8 @@ void launch_fwd(const FlashParams& p_in, cudaStream_t s) {
   CUDA_CHECK(cudaGetLastError());
 }
 
-/// Backward with tile configuration Tr (BwdTraits): preprocess (D, zeroed accumulators), the dK/dV/dQ kernel (its
+/// Backward with tile configuration Tr (BwdTraits): preprocess (D; zeroed dQ tile words, or dq_accum where
+/// p.dq_tile_state is null, and dkv_accum when split), the dK/dV/dQ kernel (its
 /// inputs also as TMA tensor maps, encoded here per call), the convert pass (dQ, and dK / dV when split). With few
 /// key tiles and p.dkv_accum given (bwd_workspace_bytes reserves it by the same rule) each key tile's query loop is
 /// split over CTAs (dkdv_chunk's Hopper rule: one CTA per SM, the split must halve the time).

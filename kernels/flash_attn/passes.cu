@@ -22,9 +22,10 @@ namespace {
 /// a warp reads 32 / G consecutive rows (contiguous in the [B, T, H, d] layout) with 16-byte loads; lane l sums
 /// columns 8 l .. 8 l + 7, then 8 (l + G) .. and on, in order, and the group adds its lanes by shuffles (a fixed
 /// tree: the same bits every run). vec: 16-byte loads (O and dO rows 16-byte aligned), else element by element in
-/// the same order. zero_dq / zero_dkv: the grid also zeroes dq_accum [B, H, T, d] (and dkv_accum's two [B, H, T, d]
-/// halves) with coalesced 16-byte stores, for the atomic passes that follow (d % 8 == 0; the workspaces 16-byte
-/// aligned). Grid: ceil(rows G / 256) blocks of 256; Index: uint32_t where rows G fits, else int64_t.
+/// the same order. zero_dq / zero_dkv: the grid also zeroes dq_accum [B, H, T, d] (or, where p.dq_tile_state is
+/// given, those words instead, 4-byte stores) and dkv_accum's two [B, H, T, d] halves with coalesced 16-byte stores,
+/// for the atomic passes that follow (d % 8 == 0; the workspaces 16-byte aligned). Grid: ceil(rows G / 256) blocks of 256; Index:
+/// uint32_t where rows G fits, else int64_t.
 /// Measured (ncu, one H200; results/h200/2026-12-04/v24/call5, call6): before the twenty-fourth session one thread
 /// took a row, and a warp's 16-byte loads fell 32 rows apart, reading 216 MB for O and dO's 134 at 16 heads x d 128,
 /// T 16384: 122-124 us, now 65-68 (G 8: 69-70); xl's 4 x 32 x 80, T 512: 14.4-15.6 -> 13.4-13.7 us (d 80 is 10
@@ -64,7 +65,10 @@ __global__ void __launch_bounds__(256) flash_bwd_preprocess_kernel(const FlashBw
   }
   const int64_t threads = int64_t(gridDim.x) * blockDim.x, n4 = int64_t(rows) * d / 4;
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (zero_dq) {
+  if (zero_dq && p.dq_tile_state) {  // the Hopper backward's dQ tile words instead (it stores each tile's first)
+    const int64_t words = int64_t(p.batch) * p.num_heads * ((p.seq_len + 63) / 64);
+    for (int64_t i = int64_t(tid); i < words; i += threads) p.dq_tile_state[i] = 0u;
+  } else if (zero_dq) {
     float4* z = reinterpret_cast<float4*>(p.dq_accum);
     for (int64_t i = int64_t(tid); i < n4; i += threads) z[i] = zero;
   }

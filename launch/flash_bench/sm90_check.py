@@ -139,7 +139,8 @@ def check(d, causal, T, B, H):
     if prod is not None:  # the production backward (capi.cu fa_bwd 0: flash_api's workspace, passes and dispatch)
         o16, l32 = O.to(torch.bfloat16), L.float().contiguous()
         dqkv = torch.full((B * T, 3 * D), float("nan"), device=dev, dtype=torch.bfloat16)
-        ws = torch.empty(prod.fa_bwd_ws(B, T, H, d, 1, 0) // 4 + 64, device=dev, dtype=torch.float32)
+        # NaN-poisoned: the passes must write whatever they read (dq_accum's tiles are stored, not zeroed and added)
+        ws = torch.full((prod.fa_bwd_ws(B, T, H, d, 1, 0) // 4 + 64,), float("nan"), device=dev, dtype=torch.float32)
         rc = prod.fa_bwd(0, dqkv.data_ptr(), 0, dout.data_ptr(), qkv.data_ptr(), o16.data_ptr(), 0, l32.data_ptr(),
                          ws.data_ptr(), B, T, H, d, int(causal), 1, 1.0 / math.sqrt(d), stream())
         torch.cuda.synchronize()
