@@ -4,6 +4,7 @@
 // Built by launch/flash_bench/build.sh; needs no MPI, OpenBLAS or JSON library.
 #include "common.cuh"  // first (fmt set-up for nvcc)
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -155,9 +156,12 @@ int fa_fwd(int variant, const void* qkv, void* out, float* lse, int B, int T, in
   }
 }
 
-/// Workspace bytes of the backward.
+/// Workspace bytes of the backward, for either mask (fa_bwd binds the workspace with the call's mask, and whether
+/// the dK/dV pass splits can depend on it; until the twenty-fifth session this sized for causal only).
 size_t fa_bwd_ws(int B, int T, int H, int d, int bf16, int deterministic) {
-  return bwd_workspace_bytes(shape(B, T, H, d, 1), bf16 ? DType::bf16 : DType::f32, deterministic != 0);
+  const DType dt = bf16 ? DType::bf16 : DType::f32;
+  return std::max(bwd_workspace_bytes(shape(B, T, H, d, 0), dt, deterministic != 0),
+                  bwd_workspace_bytes(shape(B, T, H, d, 1), dt, deterministic != 0));
 }
 
 /// Backward. variant 0: production (atomic dQ), 1: production deterministic; others explicit configs; plus 100 G
