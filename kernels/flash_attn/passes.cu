@@ -24,8 +24,8 @@ namespace {
 /// tree: the same bits every run). vec: 16-byte loads (O and dO rows 16-byte aligned), else element by element in
 /// the same order. zero_dq / zero_dkv: the grid also zeroes dq_accum [B, H, T, d] (or, where p.dq_tile_state is
 /// given, those words instead, 4-byte stores) and dkv_accum's two [B, H, T, d] halves with coalesced 16-byte stores,
-/// for the atomic passes that follow (d % 8 == 0; the workspaces 16-byte aligned). Grid: ceil(rows G / 256) blocks of 256; Index:
-/// uint32_t where rows G fits, else int64_t.
+/// for the atomic passes that follow (d % 8 == 0; the workspaces 16-byte aligned). Grid: ceil(rows G / 256) blocks
+/// of 256; Index: uint32_t where rows G fits, else int64_t.
 /// Measured (ncu, one H200; results/h200/2026-12-04/v24/call5, call6): before the twenty-fourth session one thread
 /// took a row, and a warp's 16-byte loads fell 32 rows apart, reading 216 MB for O and dO's 134 at 16 heads x d 128,
 /// T 16384: 122-124 us, now 65-68 (G 8: 69-70); xl's 4 x 32 x 80, T 512: 14.4-15.6 -> 13.4-13.7 us (d 80 is 10

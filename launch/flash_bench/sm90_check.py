@@ -4,9 +4,9 @@
   python3 launch/flash_bench/sm90_check.py [--fwd 0,1,10] [--bwd ...] [--out DIR] [--no-check] [--no-time]
                                            [--rounds N] [--xl] [--profile [--profile-d D]]
 
-Checks each variant, and the production backward of --prod (flash_api's path: workspace, passes, the Hopper
-kernel's own dQ convert), against attention in float64 (PyTorch, same rounded inputs; fresh random inputs per case, outputs
-NaN-poisoned): O and L relative error < 1e-2 (bf16), dQ/dK/dV < 2e-2, at T 1, 17, 100, 128, 1000, 4097 (one
+Checks each variant, and the production backward of --prod (flash_api's path: its workspace, NaN-poisoned, its
+passes and dispatch), against attention in float64 (PyTorch, same rounded inputs; fresh random inputs per case,
+outputs NaN-poisoned): O and L relative error < 1e-2 (bf16), dQ/dK/dV < 2e-2, at T 1, 17, 100, 128, 1000, 4097 (one
 (batch, head) pair) and 2 x 20 heads up to T 1000, causal and not, d 64, 80, 96, 128. Then times them at 1 x 16
 heads, T 16384, causal (d 64, 80, 96 and 128; --xl: d 80 at 4 x 32 heads, T 512, 2048, 16384; --d96: d 96 at 4 x 32
 heads, T 512, 2048, 16384), beside the production kernels (libflashbench.so, when built; at d 80 also its mma.sync
