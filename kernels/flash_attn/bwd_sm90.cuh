@@ -44,6 +44,7 @@
 #pragma once
 #include <type_traits>
 
+#include "backend/cuda_sizes.h"
 #include "flash_attn/bwd_kernel.cuh"
 #include "flash_attn/fwd_sm90.cuh"
 #include "flash_attn/tma.cuh"
@@ -295,7 +296,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     } else if (warp == 1 && lane == 0) {  // dQ: each finished tile into dq_accum by one bulk store or reduction
       float* gdq = p.dq_accum + bh * T * kD;
       // with dq_tile_state: the first contribution to a tile stores it, the others add it once it is in (kDqReady)
-      unsigned* words = p.dq_tile_state ? p.dq_tile_state + bh * ((T + 63) / 64) : nullptr;
+      unsigned* words =
+          p.dq_tile_state ? p.dq_tile_state + bh * cuda_sizes::flash_dq_tile_words_per_head(T) : nullptr;
       for (int i = 0; i < n_tiles; ++i) {
         const int j = i % kDqStages, m = m_lo + i;
         float* dst = gdq + int64_t(m) * kBM * kD;

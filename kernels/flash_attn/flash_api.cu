@@ -142,18 +142,14 @@ size_t fwd_workspace_bytes(const AttnShape& s, DType dtype) {
   return align_up(size_t(S) * rows * size_t(s.d_head) * sizeof(float)) + align_up(size_t(S) * rows * sizeof(float));
 }
 
-/// Words of FlashBwdParams::dq_tile_state: one per 64 query rows of each (b, h).
-static size_t dq_tile_words(const AttnShape& s) {
-  return size_t(s.B) * size_t(s.H) * size_t(ceil_div<int64_t>(s.T, 64));
-}
-
 size_t bwd_workspace_bytes(const AttnShape& s, DType dtype, bool deterministic) {
   const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T);
   size_t bytes = align_up(rows * sizeof(float));
   if (!deterministic) {
     bytes += align_up(rows * size_t(s.d_head) * sizeof(float));
     if (bwd_dkdv_splits(s, dtype)) bytes += align_up(2 * rows * size_t(s.d_head) * sizeof(float));
-    bytes += align_up(dq_tile_words(s) * sizeof(unsigned));
+    bytes += align_up(size_t(s.B) * size_t(s.H) * size_t(cuda_sizes::flash_dq_tile_words_per_head(s.T)) *
+                      sizeof(unsigned));
   }
   return bytes;
 }

@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(256) flash_bwd_preprocess_kernel(const FlashBw
   const int64_t threads = int64_t(gridDim.x) * blockDim.x, n4 = int64_t(rows) * d / 4;
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
   if (zero_dq && p.dq_tile_state) {  // the Hopper backward's dQ tile words instead (it stores each tile's first)
-    const int64_t words = int64_t(p.batch) * p.num_heads * ((p.seq_len + 63) / 64);
+    const int64_t words = int64_t(p.batch) * p.num_heads * cuda_sizes::flash_dq_tile_words_per_head(p.seq_len);
     for (int64_t i = int64_t(tid); i < words; i += threads) p.dq_tile_state[i] = 0u;
   } else if (zero_dq) {
     float4* z = reinterpret_cast<float4*>(p.dq_accum);

@@ -123,34 +123,28 @@ def check(d, causal, T, B, H):
         res["checks"].append(e)
         if not ok:
             failures.append(e)
-    for v in BWD:
-        o64 = O.to(torch.bfloat16)
-        rc, dqkv = bwd(v, qkv, o64, L.float().contiguous(), dout, B, T, H, d, causal)
-        if rc == -2:
-            continue
+    def check_bwd(variant, rc, dqkv):
+        """One backward case: dQ, dK, dV against the float64 reference (< 2e-2)."""
         torch.cuda.synchronize()
-        e = {"pass": "bwd", "variant": v, "d": d, "causal": causal, "T": T, "BH": B * H, "rc": rc,
-             "dQ": rel(dqkv[:, :D], G[:, :D]), "dK": rel(dqkv[:, D:2 * D], G[:, D:2 * D]),
-             "dV": rel(dqkv[:, 2 * D:], G[:, 2 * D:])}
-        ok = rc == 0 and max(e["dQ"], e["dK"], e["dV"]) < 2e-2
-        res["checks"].append(e)
-        if not ok:
-            failures.append(e)
-    if prod is not None:  # the production backward (capi.cu fa_bwd 0: flash_api's workspace, passes and dispatch)
-        o16, l32 = O.to(torch.bfloat16), L.float().contiguous()
-        dqkv = torch.full((B * T, 3 * D), float("nan"), device=dev, dtype=torch.bfloat16)
-        # NaN-poisoned: the passes must write whatever they read (dq_accum's tiles are stored, not zeroed and added)
-        ws = torch.full((prod.fa_bwd_ws(B, T, H, d, 1, 0) // 4 + 64,), float("nan"), device=dev, dtype=torch.float32)
-        rc = prod.fa_bwd(0, dqkv.data_ptr(), 0, dout.data_ptr(), qkv.data_ptr(), o16.data_ptr(), 0, l32.data_ptr(),
-                         ws.data_ptr(), B, T, H, d, int(causal), 1, 1.0 / math.sqrt(d), stream())
-        torch.cuda.synchronize()
-        e = {"pass": "bwd", "variant": "prod", "d": d, "causal": causal, "T": T, "BH": B * H, "rc": rc,
+        e = {"pass": "bwd", "variant": variant, "d": d, "causal": causal, "T": T, "BH": B * H, "rc": rc,
              "dQ": rel(dqkv[:, :D], G[:, :D]), "dK": rel(dqkv[:, D:2 * D], G[:, D:2 * D]),
              "dV": rel(dqkv[:, 2 * D:], G[:, 2 * D:])}
         res["checks"].append(e)
         if not (rc == 0 and max(e["dQ"], e["dK"], e["dV"]) < 2e-2):
             failures.append(e)
 
+    o16, l32 = O.to(torch.bfloat16), L.float().contiguous()
+    for v in BWD:
+        rc, dqkv = bwd(v, qkv, o16, l32, dout, B, T, H, d, causal)
+        if rc != -2:
+            check_bwd(v, rc, dqkv)
+    if prod is not None:  # the production backward (capi.cu fa_bwd 0: flash_api's workspace, passes and dispatch)
+        dqkv = torch.full((B * T, 3 * D), float("nan"), device=dev, dtype=torch.bfloat16)
+        # NaN-poisoned: the passes must write whatever they read (dq_accum's tiles are stored, not zeroed and added)
+        ws = torch.full((prod.fa_bwd_ws(B, T, H, d, 1, 0) // 4 + 64,), float("nan"), device=dev, dtype=torch.float32)
+        rc = prod.fa_bwd(0, dqkv.data_ptr(), 0, dout.data_ptr(), qkv.data_ptr(), o16.data_ptr(), 0, l32.data_ptr(),
+                         ws.data_ptr(), B, T, H, d, int(causal), 1, 1.0 / math.sqrt(d), stream())
+        check_bwd("prod", rc, dqkv)
 
 def time_shape(B, T, H, d, causal):
     qkv = torch.randn(B * T, 3 * H * d, device=dev).to(torch.bfloat16)

@@ -34,6 +34,9 @@ inline constexpr int kFlashSm90BwdKeyTile = 128;
 constexpr int flash_sm90_bwd_query_rows(int d_head) { return d_head == 64 ? 128 : 64; }
 constexpr bool flash_sm90_head_dim(int d) { return d == 64 || d == 80 || d == 96 || d == 128; }
 constexpr int flash_sm90_fwd_rows(int d_head) { return d_head == 128 ? 128 : 192; }
+/// Words of the Hopper backward's dQ tile state (FlashBwdParams::dq_tile_state) per (batch, head): one per 64 query
+/// rows (its query tiles are 64 or 128 rows), u32 each.
+constexpr int64_t flash_dq_tile_words_per_head(int64_t T) { return (T + 63) / 64; }
 /// The Hopper forward runs one CTA per SM; it takes a problem from one query tile for every third of `sms` SMs
 /// (fewer go to the mma.sync kernel and its split keys: one H200, causal, d 128, one head: 128 tiles 0.239 ms on the
 /// Hopper kernel against 0.439 split, 64 tiles 0.119 against 0.140, 32 tiles 0.075 against 0.066;
@@ -160,7 +163,7 @@ inline size_t flash_fwd_workspace_bytes_h200(const AttnShape& s, DType dtype) {
 inline size_t flash_bwd_workspace_bytes_h200(const AttnShape& s, DType dtype) {
   const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T);
   size_t bytes = align256(rows * 4) + align256(rows * size_t(s.d_head) * 4) +
-                 align256(size_t(s.B) * size_t(s.H) * size_t((s.T + 63) / 64) * 4);
+                 align256(size_t(s.B) * size_t(s.H) * size_t(flash_dq_tile_words_per_head(s.T)) * 4);
   const bool hopper = flash_bwd_uses_hopper_h200(s, dtype);
   if (flash_dkdv_chunk(int(s.T), kFlashSm90BwdKeyTile, flash_sm90_bwd_query_rows(s.d_head), int64_t(s.B) * s.H,
                        s.causal, hopper, kH200SmCount) > 0)
