@@ -29,27 +29,6 @@ namespace {  // ---- kernels ---------------------------------------------------
 
 constexpr int kThreads = 256;
 
-// The per-step values from device memory when the launch has them (AdamWStep::per_step).
-__device__ __forceinline__ void load_per_step(AdamWStep& a) {
-  if (a.per_step) {
-    a.decay = a.per_step->decay;
-    a.step_size = a.per_step->step_size;
-  }
-  if (a.grad_scale_by) a.grad_scale *= *a.grad_scale_by;
-}
-
-__device__ __forceinline__ float adamw_one(float& p, float g, float& m, float& v, const AdamWStep& a) {
-  g *= a.grad_scale;
-  float pv = p - a.decay * p;
-  const float mv = a.beta1 * m + (1.f - a.beta1) * g;
-  const float vv = a.beta2 * v + (1.f - a.beta2) * g * g;
-  pv -= a.step_size * mv / (sqrtf(vv) + a.eps);
-  p = pv;
-  m = mv;
-  v = vv;
-  return pv;
-}
-
 // kSumsq: each block also sums g^2 (g as given) in fp64 and writes it to partials[blockIdx.x] (fixed-shape tree).
 template <class TW, bool kSumsq>
 __global__ __launch_bounds__(kThreads) void adamw_kernel(float* __restrict__ p, const float* __restrict__ g,

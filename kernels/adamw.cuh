@@ -43,4 +43,31 @@ void adamw(float* p, const float* g, float* m, float* v, void* p_work, DType t_w
 void adamw_bf16(bf16* p, const bf16* g, bf16* m, bf16* v, int64_t n, const AdamWStep& a, const StochasticRounding* sr,
                 double* partials, double* sumsq_out, cudaStream_t s);
 
+#ifdef __CUDACC__
+/// The per-step values from device memory when the launch has them (AdamWStep::per_step), and the device clip
+/// factor folded into grad_scale. Every AdamW kernel (adamw.cu, the dW GEMM's epilogue in dw_adamw/) starts so.
+__device__ __forceinline__ void load_per_step(AdamWStep& a) {
+  if (a.per_step) {
+    a.decay = a.per_step->decay;
+    a.step_size = a.per_step->step_size;
+  }
+  if (a.grad_scale_by) a.grad_scale *= *a.grad_scale_by;
+}
+
+/// The update of one element (the formula at the top of adamw.cu): p, m, v updated in place from g (fp32); returns
+/// the new p. One definition for every kernel that updates parameters, so that they agree on the formula (each
+/// compiles it into its own code, so FMA contraction may still differ between them in the last bit).
+__device__ __forceinline__ float adamw_one(float& p, float g, float& m, float& v, const AdamWStep& a) {
+  g *= a.grad_scale;
+  float pv = p - a.decay * p;
+  const float mv = a.beta1 * m + (1.f - a.beta1) * g;
+  const float vv = a.beta2 * v + (1.f - a.beta2) * g * g;
+  pv -= a.step_size * mv / (sqrtf(vv) + a.eps);
+  p = pv;
+  m = mv;
+  v = vv;
+  return pv;
+}
+#endif
+
 }  // namespace trainer::kernels
