@@ -1,0 +1,303 @@
+// dW = dYᵀ X with AdamW in the epilogue (dw_adamw.h), for Hopper (sm_90a): a persistent, warp-specialized wgmma
+// GEMM whose two consumer warpgroups take the CTA's tiles in turn, so that one warpgroup's epilogue (AdamW: memory
+// bound, 26 bytes a parameter) runs while the other's products (tensor cores) run. This is CUTLASS's "ping-pong"
+// schedule (KernelTmaWarpSpecializedPingpong; FlashAttention-3, arXiv:2407.08608, section 3.1, uses it for the
+// softmax); the building blocks (TMA loads, mbarriers, wgmma from 128B-swizzled shared memory) are the Hopper
+// attention kernels' (flash_attn/wgmma.cuh, tma.cuh). Counts and the plan: kernels/dw_adamw/NOTES.md.
+//
+// Tiles of 128 (M) x 128 (N), numbered n-fastest (tile L: rows 128 (L / TN), columns 128 (L % TN)); CTA c of G (one
+// per SM) takes tiles c, c + G, ..., its j-th by consumer warpgroup j % 2. K runs in blocks of 64 through kStages
+// shared stages: A = dY's [64 K rows x 128 M columns] and B = X's [64 x 128 N], each two 64-column sub-tiles, both
+// operands MN-major (dY and X are row-major [K, *]), as the attention backward's dQ = dS K reads dS and K.
+// - Producer (warpgroup 0, one thread): TMA boxes of 64 x 64 into the stage, full[s] by transaction bytes, waiting
+//   for empty[s] (every thread of the consumer that read the stage).
+// - Consumers (warpgroups 1, 2): per K block, 2 x 4 wgmma m64n128k16 (rows 0..63 and 64..127 of the tile; 128 fp32
+//   accumulators a thread), one commit group, the previous block's stage released after wait_group 1. A consumer
+//   starts its tile's products only when the other has waited for all of its own tile's stages (named barriers 1
+//   and 2): a stage's full barrier is then at most one phase ahead of any waiter (an mbarrier wait names a phase by
+//   its parity only), and the two consumers' products do not interleave, so the epilogue of one overlaps the
+//   products of the other.
+// - Epilogue: thread (warp w, lane g*4+t) holds rows 16w + g (+8) of each 64-row half and columns 8j + 2t, +1 (the
+//   wgmma accumulator layout, wgmma.cuh), so it updates column pairs: float2 loads of p, m, v (batches of 4 column
+//   blocks in flight), adamw_one per element, float2 stores and a bf16 pair of p_work. Halfway through the tile's
+//   products the consumer prefetches the tile's p, m, v rows into L2 (cp.async.bulk.prefetch.L2), so that the
+//   epilogue's loads wait for L2, not HBM. Each thread sums its g² over its tiles; the CTA's sum goes to
+//   partials[blockIdx.x] (fixed order), which reduce_partials sums.
+// Ragged edges: TMA zero-fills rows past K and columns past M or N (they add zeros); a 64-column box wholly past M or
+// N is not loaded; the epilogue skips elements past M or N.
+#include "common.cuh"  // first (fmt set-up for nvcc)
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "adamw.cuh"
+#include "dw_adamw/dw_adamw.h"
+#include "reductions.cuh"
+#include "flash_attn/launch.h"  // device_sm_count
+#include "flash_attn/tma.cuh"
+#include "flash_attn/wgmma.cuh"
+
+namespace trainer::kernels {
+namespace {
+
+using namespace trainer::flash;
+using namespace trainer::flash::sm90;
+
+constexpr int kBM = 128, kBN = 128, kBK = 64;
+constexpr int kStages = 4;
+constexpr int kSubBytes = kBK * 128;                          // one 64-row x 64-column bf16 sub-tile (128B rows)
+constexpr int kABytes = 2 * kSubBytes, kBBytes = 2 * kSubBytes;  // M (N) = 128: two sub-tiles
+constexpr int kStageBytes = kABytes + kBBytes;
+constexpr int kThreads = 384;  // producer warpgroup + two consumers
+constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 8 * 8 + 1024;  // + the 8 warps' sums of g²
+// setmaxnreg: the producer gives registers up, the consumers (128 accumulators a thread) take them
+constexpr int kRegsProducer = 24, kRegsConsumer = 240;
+static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm_90 CTA");
+static_assert(kRegsProducer + 2 * kRegsConsumer <= 3 * ((65536 / kThreads) & ~7), "setmaxnreg budget");
+
+struct Params {
+  int M, N, K;
+  float* p;
+  float* m;
+  float* v;
+  bf16* p_work;
+  float* grad;
+  double* partials;
+  int64_t ld;
+  AdamWStep a;
+};
+
+/// Prefetches `bytes` (a multiple of 16, 16-byte aligned) of global memory at `gmem` into L2 (PTX ISA 8.0,
+/// cp.async.bulk.prefetch.L2).
+__device__ __forceinline__ void prefetch_l2(const void* gmem, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gmem), "r"(bytes) : "memory");
+}
+
+/// One consumer thread's epilogue of a tile (rows m0.., columns n0..): AdamW of every element it holds, or (kUpdate
+/// false) only the gradient store. acc[h][4j + e]: row m0 + 64h + 16 warp + g + 8 (e / 2), column n0 + 8j + 2t + e % 2.
+template <bool kUpdate>
+__device__ __forceinline__ void epilogue(const Params& p, const AdamWStep& a, float (&acc)[2][64], int m0, int n0,
+                                         int warp, int g, int t, double& sumsq) {
+  constexpr int kBatch = 4;    // column blocks whose p, m, v are loaded before the first is used
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    int64_t base[2];  // element offset of (row r, column n0 + 2t)
+    bool row_ok[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = m0 + 64 * h + 16 * warp + g + 8 * r;
+      row_ok[r] = row < p.M;
+      base[r] = int64_t(row) * p.ld + n0 + 2 * t;
+    }
+#pragma unroll
+    for (int jb = 0; jb < 16; jb += kBatch) {
+      float2 pv[kBatch][2], mv[kBatch][2], vv[kBatch][2];
+      auto ok = [&](int jj, int r) { return row_ok[r] && n0 + 8 * (jb + jj) + 2 * t < p.N; };  // N even: col + 1 too
+      if constexpr (kUpdate) {
+#pragma unroll
+        for (int jj = 0; jj < kBatch; ++jj)
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+            if (jb + jj < 16 && ok(jj, r)) {
+              const int64_t o = base[r] + 8 * (jb + jj);
+              pv[jj][r] = *reinterpret_cast<const float2*>(p.p + o);
+              mv[jj][r] = *reinterpret_cast<const float2*>(p.m + o);
+              vv[jj][r] = *reinterpret_cast<const float2*>(p.v + o);
+            }
+      }
+#pragma unroll
+      for (int jj = 0; jj < kBatch; ++jj)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          if (jb + jj >= 16 || !ok(jj, r)) continue;
+          const float g0 = acc[h][4 * (jb + jj) + 2 * r], g1 = acc[h][4 * (jb + jj) + 2 * r + 1];
+          sumsq += double(g0) * double(g0) + double(g1) * double(g1);
+          const int64_t o = base[r] + 8 * (jb + jj);
+          if (p.grad) *reinterpret_cast<float2*>(p.grad + o) = make_float2(g0, g1);
+          if constexpr (kUpdate) {
+            float2 pn = pv[jj][r], mn = mv[jj][r], vn = vv[jj][r];
+            const float w0 = adamw_one(pn.x, g0, mn.x, vn.x, a);
+            const float w1 = adamw_one(pn.y, g1, mn.y, vn.y, a);
+            *reinterpret_cast<float2*>(p.p + o) = pn;
+            *reinterpret_cast<float2*>(p.m + o) = mn;
+            *reinterpret_cast<float2*>(p.v + o) = vn;
+            if (p.p_work) *reinterpret_cast<__nv_bfloat162*>(p.p_work + o) = __floats2bfloat162_rn(w0, w1);
+          }
+        }
+    }
+  }
+}
+
+template <bool kUpdate, bool kPrefetch>
+__global__ void __launch_bounds__(kThreads, 1)
+    dw_adamw_kernel(const Params p, const __grid_constant__ CUtensorMap tma_dy,
+                    const __grid_constant__ CUtensorMap tma_x) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* sbase = align_smem_1024(smem_raw);
+  uint64_t* full = reinterpret_cast<uint64_t*>(sbase + kStages * kStageBytes);
+  uint64_t* empty = full + kStages;
+  double* warp_sumsq = reinterpret_cast<double*>(empty + kStages);  // [8]: consumer warp 4 wc + w
+
+  const int tid = threadIdx.x, wg = tid / 128;
+  const int TN = (p.N + kBN - 1) / kBN, tiles = ((p.M + kBM - 1) / kBM) * TN, nk = (p.K + kBK - 1) / kBK;
+  const int G = int(gridDim.x), my_tiles = (tiles - int(blockIdx.x) + G - 1) / G;  // blockIdx.x < tiles (launcher)
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full + s, 1);
+      mbar_init(empty + s, 128);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // ---- producer ----
+    setmaxnreg_dec<kRegsProducer>();
+    if (tid == 0) {
+      for (int j = 0; j < my_tiles; ++j) {
+        const int L = int(blockIdx.x) + j * G, m0 = (L / TN) * kBM, n0 = (L % TN) * kBN;
+        for (int kb = 0; kb < nk; ++kb) {
+          const int it = j * nk + kb, s = it % kStages;
+          mbar_wait(empty + s, uint32_t(((it / kStages) & 1) ^ 1));
+          // A second sub-tile wholly past M (N) is not loaded: its stale rows reach only output rows (columns) past
+          // M (N), which the epilogue skips.
+          const bool a2 = m0 + 64 < p.M, b2 = n0 + 64 < p.N;
+          mbar_arrive_expect_tx(full + s, uint32_t(kSubBytes * (2 + a2 + b2)));
+          uint8_t* sa = sbase + s * kStageBytes;
+          uint8_t* sb = sa + kABytes;
+          tma_load_4d(sa, &tma_dy, m0, kb * kBK, 0, 0, full + s);
+          if (a2) tma_load_4d(sa + kSubBytes, &tma_dy, m0 + 64, kb * kBK, 0, 0, full + s);
+          tma_load_4d(sb, &tma_x, n0, kb * kBK, 0, 0, full + s);
+          if (b2) tma_load_4d(sb + kSubBytes, &tma_x, n0 + 64, kb * kBK, 0, 0, full + s);
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- consumers: warpgroup wc takes the CTA's tiles wc, wc + 2, ... ----
+  setmaxnreg_inc<kRegsConsumer>();
+  const int wc = wg - 1, ct = tid % 128, warp = ct / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  AdamWStep a = p.a;
+  if constexpr (kUpdate) load_per_step(a);
+  const uint32_t s0 = smem_addr(sbase);
+  double sumsq = 0.0;  // of this thread's gradient elements, over its tiles
+  for (int j = wc; j < my_tiles; j += 2) {
+    const int L = int(blockIdx.x) + j * G, m0 = (L / TN) * kBM, n0 = (L % TN) * kBN;
+    float acc[2][64];
+    if (j > 0) named_bar_sync(1 + wc, 256);  // the other consumer has waited for every stage of its tile
+    for (int kb = 0; kb < nk; ++kb) {
+      const int it = j * nk + kb, s = it % kStages;
+      mbar_wait(full + s, uint32_t((it / kStages) & 1));
+      if (kb == nk - 1 && j + 1 < my_tiles) named_bar_arrive(1 + (1 - wc), 256);  // the next tile may start
+      const uint32_t sa = s0 + uint32_t(s * kStageBytes), sb = sa + kABytes;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint64_t db = make_desc(sb + kk * 2048, kSubBytes, 1024);  // N-major B: sub-tiles kSubBytes apart
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          wgmma_ss_n128<1, 1>(acc[h], make_desc(sa + h * kSubBytes + kk * 2048, kSubBytes, 1024), db,
+                              kb > 0 || kk > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous block's products are done: its stage is free
+      if (kb > 0) mbar_arrive(empty + (it - 1) % kStages);
+      if (kPrefetch && kUpdate && kb == nk / 2) {  // this tile's p, m, v rows into L2 (thread ct: row ct)
+        const int row = m0 + ct;
+        if (row < p.M) {
+          const uint32_t bytes = uint32_t(min(kBN, p.N - n0)) * 4u;
+          const int64_t o = int64_t(row) * p.ld + n0;
+          prefetch_l2(p.p + o, bytes);
+          prefetch_l2(p.m + o, bytes);
+          prefetch_l2(p.v + o, bytes);
+        }
+      }
+    }
+    wgmma_wait<0>();
+    fence_regs(acc[0]);
+    fence_regs(acc[1]);
+    mbar_arrive(empty + (j * nk + nk - 1) % kStages);
+
+    epilogue<kUpdate>(p, a, acc, m0, n0, warp, g, t, sumsq);
+  }
+  if (p.partials) {  // the CTA's sum, in a fixed order: lanes (tree), then warps 0..7
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) sumsq += __shfl_xor_sync(0xffffffffu, sumsq, o);
+    if (lane == 0) warp_sumsq[4 * wc + warp] = sumsq;
+    named_bar_sync(3, 256);  // both consumers (one without tiles still arrives here)
+    if (ct == 0 && wc == 0) {
+      double s = 0.0;
+      for (int w = 0; w < 8; ++w) s += warp_sumsq[w];
+      p.partials[blockIdx.x] = s;
+    }
+  }
+}
+
+template <bool kUpdate, bool kPrefetch>
+void launch(unsigned grid, const Params& p, const CUtensorMap& tdy, const CUtensorMap& tx, cudaStream_t s) {
+  static bool smem_set = false;  // the attribute belongs to the function: once per instantiation
+  if (!smem_set) {
+    set_smem(dw_adamw_kernel<kUpdate, kPrefetch>, kSmemBytes);
+    smem_set = true;
+  }
+  dw_adamw_kernel<kUpdate, kPrefetch><<<grid, kThreads, kSmemBytes, s>>>(p, tdy, tx);
+}
+
+}  // namespace
+
+bool dw_adamw_supported(const DwAdamWArgs& a, const char** why) {
+  auto no = [&](const char* r) {
+    if (why) *why = r;
+    return false;
+  };
+  auto aligned = [](const void* q, uintptr_t n) { return reinterpret_cast<uintptr_t>(q) % n == 0; };
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return no("no CUDA device");
+  static int cached_dev = -1, cached_cc = 0;  // the compute capability of the last device asked about
+  if (dev != cached_dev) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev))
+      return no("no CUDA device");
+    cached_dev = dev, cached_cc = 10 * major + minor;
+  }
+  if (cached_cc != 90) return no("not an sm_90 GPU");
+  if (a.M < 1 || a.N < 1 || a.K < 1) return no("an empty product");
+  if (!a.dy || !a.x) return no("dy or x is null");
+  if (a.update && (!a.p || !a.m || !a.v)) return no("p, m or v is null");
+  if (!a.update && !a.grad) return no("neither an update nor a gradient output");
+  if (a.N % 4 || a.ld % 4 || a.ld < a.N) return no("N and ld must be multiples of 4, ld >= N");
+  if (a.ld_dy < a.M || a.ld_x < a.N || a.ld_dy % 8 || a.ld_x % 8) return no("ld_dy / ld_x: >= M / N, multiples of 8");
+  if (!aligned(a.dy, 16) || !aligned(a.x, 16)) return no("dy and x must be 16-byte aligned");
+  for (const void* q : {static_cast<const void*>(a.p), static_cast<const void*>(a.m), static_cast<const void*>(a.v),
+                        static_cast<const void*>(a.grad)})
+    if (!aligned(q, 16)) return no("p, m, v and grad must be 16-byte aligned");
+  if (!aligned(a.p_work, 8)) return no("p_work must be 8-byte aligned");
+  if (a.sumsq_out && !a.partials) return no("sumsq_out needs partials");
+  if (int64_t(a.K) * std::max(a.ld_dy, a.ld_x) * 2 >= (int64_t(1) << 40))
+    return no("K x ld beyond the TMA's 2^40 bytes");
+  return true;
+}
+
+void dw_adamw(const DwAdamWArgs& a, cudaStream_t s) {
+  const char* why = nullptr;
+  if (!dw_adamw_supported(a, &why)) throw std::invalid_argument(std::string("dw_adamw: ") + why);
+  Params p{a.M, a.N, a.K, a.p, a.m, a.v, a.p_work, a.grad, a.sumsq_out ? a.partials : nullptr, a.ld, a.a};
+  // dY and X as [K rows, M (N) columns] bf16 matrices: the 4-D [B, T, H, d] maps with B = H = 1, boxes of 64 rows.
+  const CUtensorMap tdy = encode_tma_bf16(a.dy, 1, a.K, 1, a.M, int64_t(a.K) * a.ld_dy, a.ld_dy,
+                                          int64_t(a.K) * a.ld_dy, kBK);
+  const CUtensorMap tx =
+      encode_tma_bf16(a.x, 1, a.K, 1, a.N, int64_t(a.K) * a.ld_x, a.ld_x, int64_t(a.K) * a.ld_x, kBK);
+  const int64_t tiles = int64_t(ceil_div(a.M, kBM)) * ceil_div(a.N, kBN);
+  if (tiles > int64_t(INT32_MAX) / 4) throw std::invalid_argument("dw_adamw: too many tiles");
+  const unsigned grid = unsigned(std::min<int64_t>(tiles, flash::device_sm_count()));
+  if (a.sumsq_out && grid > unsigned(kReduceMaxBlocks))
+    throw std::invalid_argument("dw_adamw: more CTAs than reduce_partials sums");
+  if (!a.update) launch<false, false>(grid, p, tdy, tx, s);
+  else if (a.prefetch) launch<true, true>(grid, p, tdy, tx, s);
+  else launch<true, false>(grid, p, tdy, tx, s);
+  CUDA_CHECK(cudaGetLastError());
+  if (a.sumsq_out) reduce_partials(a.sumsq_out, a.partials, int(grid), s);
+}
+
+}  // namespace trainer::kernels
