@@ -58,6 +58,17 @@ AdamWStepValues adamw_step_values(const AdamWArgs& a) {
   return v;
 }
 
+void Backend::matmul_dw_adamw(Tensor p, Tensor m, Tensor v, Tensor p_work, const Tensor& dY, const Tensor& X,
+                              const AdamWArgs& a) {
+  const int64_t M = dY.cols(), N = X.cols();
+  TRAINER_CHECK(dY.rows() == X.rows() && p.numel() == M * N, "matmul_dw_adamw: dY {} and X {} for a weight of {}",
+                dY.shape_str(), X.shape_str(), p.numel());
+  TRAINER_CHECK(!a.grad_sumsq || a.sumsq_to, "matmul_dw_adamw: the sum of g^2 needs a.sumsq_to (nothing returns it)");
+  Buffer g = alloc(size_t(M * N) * dtype_size(p.dtype), Category::gradients);
+  matmul(g.view(p.dtype, {M, N}), dY, true, X, false, 1.f, 0.f);
+  adamw(p, g.view(p.dtype, {M * N}), m, v, p_work, a);
+}
+
 std::unique_ptr<Graph> Backend::capture(const std::function<void()>&) {
   throw RuntimeError(fmt::format("{}: no graph capture (CUDA graphs need the cuda backend)", name()));
 }

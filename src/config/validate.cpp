@@ -210,6 +210,12 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
                "set optimizer.max_grad_norm null or in_backward false");
   CONFIG_CHECK(!o.in_backward.value_or(false) || c.parallel.strategy == "none",
                "optimizer: in_backward is implemented for parallel.strategy 'none', got '{}'", c.parallel.strategy);
+  CONFIG_CHECK(!o.in_gemm || o.in_backward.value_or(false),
+               "optimizer: in_gemm updates each weight inside its backward product, so it needs in_backward (strategy "
+               "none, no clipping)");
+  CONFIG_CHECK(!o.in_gemm || c.data.microbatch_size == 0 || c.data.microbatch_size == c.data.batch_size,
+               "optimizer: in_gemm needs one microbatch a step (data.microbatch_size {} of batch_size {}: the earlier "
+               "microbatches' gradients would have to be stored)", c.data.microbatch_size, c.data.batch_size);
   check_enum(o.schedule, kSchedules, "optimizer.schedule");
   check_non_negative(o.warmup_steps, "optimizer.warmup_steps");
   check_non_negative(o.cosine_steps, "optimizer.cosine_steps");

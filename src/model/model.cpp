@@ -137,7 +137,7 @@ struct Model::BlockActs {
 
 // The backward's running gradient and temporaries, shared by all blocks: dx [N, D], dh [N, D], dg [N, F],
 // dbig [N, max(3D, 2F)]. In the forward dh holds h1 / h2 and dg holds g when the store does not keep them; in the
-// backward they hold the recomputed h2, g, h1 until the gradients that overwrite them are computed.
+// backward dg holds the recomputed g, then h2 and h1 (dh receives dh2 and dh1 meanwhile).
 struct Model::Scratch {
   Tensor dx, dh, dg, dbig;
 };
@@ -229,6 +229,16 @@ Tensor Model::w(const ParamInfo& p, const UnitView& v, std::initializer_list<int
 }
 Tensor Model::g(const ParamInfo& p, const UnitView& v, std::initializer_list<int64_t> shape) const {
   return v.grads.slice(p.offset - layout_.unit_begin(p.unit), shape);
+}
+
+void Model::weight_grad(const UnitView& v, const ParamInfo& p, int64_t rows, int64_t cols, const Tensor& dY,
+                        const Tensor& X, float gb) {
+  if (v.weight_update && v.weight_update->takes(p)) {
+    TRAINER_CHECK(gb == 0.f, "Model: a fused weight update ({}) with an earlier microbatch's gradient", p.name);
+    v.weight_update->update(p, dY, X);
+  } else {
+    be_.matmul(g(p, v, {rows, cols}), dY, true, X, false, 1.f, gb);
+  }
 }
 
 std::vector<SavedTensorSpec> Model::table(int rows, int T) const {
@@ -486,26 +496,31 @@ void Model::layer_backward(const UnitView& v, int l, Tensor dx, BlockActs& a, co
   const Tensor dab = scratch_->dbig.slice(0, {N, 2 * F}), dqkv = scratch_->dbig.slice(0, {N, 3 * D});
   const bool acc = v.accumulate;  // gradients of an earlier microbatch are there: add (beta 1), else write (beta 0)
   const float gb = acc ? 1.f : 0.f;
-  const bool kept = a.elementwise_kept;  // h1, h2, g in the store; else recomputed into the dh / dg scratch
+  const bool kept = a.elementwise_kept;  // h1, h2, g in the store; else recomputed into the dg scratch
+  // Each weight's dX product runs before its dW product: a fused update (optimizer.in_gemm, weight_grad) rewrites
+  // the weight. Recomputed h2 / h1 go to the dg scratch (free once dW2 has read g), as dh then receives dh2 / dh1.
+  const Tensor h_again = dg.slice(0, {N, D});
   // FFN: x_out = x_mid + g W2ᵀ
   be_.matmul(dg, dx, false, w(w2, v, {D, F}), false, 1.f, 0.f);  // dg [N, F] = dx W2
   if (kept) be_.swiglu_bwd(dab, dg, a.ab);
   else be_.swiglu_bwd(dab, dg, a.ab, dg);                        // dab; dg := g = silu(a) * b
-  be_.matmul(g(w2, v, {D, F}), dx, true, kept ? a.g : dg, false, 1.f, gb);  // dW2 (+)= dxᵀ g
-  if (!kept) be_.rmsnorm_fwd(dh, a.rstd2, a.x_mid, w(ln2, v, {D}), kNormEps);  // h2 again (same rstd2 values)
-  be_.matmul(g(w13, v, {2 * F, D}), dab, true, kept ? a.h2 : dh, false, 1.f, gb);  // d[W1; W3] (+)= dabᵀ h2
+  weight_grad(v, w2, D, F, dx, kept ? a.g : dg, gb);             // dW2 (+)= dxᵀ g
+  const Tensor h2 = kept ? a.h2 : h_again;
+  if (!kept) be_.rmsnorm_fwd(h2, a.rstd2, a.x_mid, w(ln2, v, {D}), kNormEps);     // h2 again (same rstd2 values)
   be_.matmul(dh, dab, false, w(w13, v, {2 * F, D}), false, 1.f, 0.f);             // dh2 = dab [W1; W3]
+  weight_grad(v, w13, 2 * F, D, dab, h2, gb);                                      // d[W1; W3] (+)= dabᵀ h2
   be_.rmsnorm_bwd(dx, g(ln2, v, {D}), dh, a.x_mid, w(ln2, v, {D}), a.rstd2, acc);  // dx := d x_mid
   // Attention: x_mid = x_in + attn_out Woᵀ
   const Tensor d_attn = dh;  // reuse [N, D]
   be_.matmul(d_attn, dx, false, w(wo, v, {D, D}), false, 1.f, 0.f);
-  be_.matmul(g(wo, v, {D, D}), dx, true, a.attn_out, false, 1.f, gb);
+  weight_grad(v, wo, D, D, dx, a.attn_out, gb);  // dWo (+)= dxᵀ attn_out
   be_.attention_bwd(attn_, s, dqkv, d_attn, a.qkv, a.attn_out, a.lse, a.probs);
   be_.rope(dqkv, s, float(dims_.rope_theta), true);  // d(pre-RoPE) = Rᵀ d(post-RoPE)
-  if (!kept) be_.rmsnorm_fwd(dh, a.rstd1, a.x_in, w(ln1, v, {D}), kNormEps);       // h1 again
-  be_.matmul(g(wqkv, v, {3 * D, D}), dqkv, true, kept ? a.h1 : dh, false, 1.f, gb);  // dWqkv (+)= dqkvᵀ h1
-  be_.matmul(dh, dqkv, false, w(wqkv, v, {3 * D, D}), false, 1.f, 0.f);              // dh1 = dqkv Wqkv
-  be_.rmsnorm_bwd(dx, g(ln1, v, {D}), dh, a.x_in, w(ln1, v, {D}), a.rstd1, acc);     // dx := d x_in
+  const Tensor h1 = kept ? a.h1 : h_again;
+  if (!kept) be_.rmsnorm_fwd(h1, a.rstd1, a.x_in, w(ln1, v, {D}), kNormEps);     // h1 again
+  be_.matmul(dh, dqkv, false, w(wqkv, v, {3 * D, D}), false, 1.f, 0.f);          // dh1 = dqkv Wqkv
+  weight_grad(v, wqkv, 3 * D, D, dqkv, h1, gb);                                   // dWqkv (+)= dqkvᵀ h1
+  be_.rmsnorm_bwd(dx, g(ln1, v, {D}), dh, a.x_in, w(ln1, v, {D}), a.rstd1, acc);  // dx := d x_in
 }
 
 // ---- the step's control flow -------------------------------------------------------------------------------------

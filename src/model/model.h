@@ -180,6 +180,10 @@ class Model {
   BlockActs carve(char* store, const Tensor& x_in, int rows, int T, bool with_elementwise) const;
   Tensor w(const ParamInfo& p, const UnitView& v, std::initializer_list<int64_t> shape) const;
   Tensor g(const ParamInfo& p, const UnitView& v, std::initializer_list<int64_t> shape) const;
+  /// The gradient of weight p ([rows, cols]) from its backward product dW (+)= dYᵀ X: into p's slice of v.grads (beta
+  /// gb), or, when v.weight_update takes p, its fused update (optimizer.in_gemm).
+  void weight_grad(const UnitView& v, const ParamInfo& p, int64_t rows, int64_t cols, const Tensor& dY,
+                   const Tensor& X, float gb);
   UnitView acquire(int unit, UnitPass pass, bool weights = true);
   void release(int unit, UnitPass pass);
   // the step's control flow; with recording_ set, the block functions only append their unit use

@@ -16,6 +16,9 @@
 //   pipeline stage (next)  a strategy owning a range of units refuses acquire() outside it; the model's schedule
 //                          (unit_schedule) is cut at the stage boundary.
 //
+// In a backward use the view may also carry a WeightUpdate (optimizer.in_gemm, strategy none): the matrices it takes
+// are updated inside their weight-gradient products instead of having their gradient written to grads.
+//
 // A view's weights tensor covers the unit's whole flat range [layout.unit_begin(u), layout.unit_end(u)), so a
 // parameter p of that unit sits at element p.offset - unit_begin(u) of it; grads the same in f32.
 #pragma once
@@ -40,6 +43,21 @@ struct UnitUse {
   bool weights = true;  // false: the use reads no weights (the embedding's backward); fsdp skips the gather
 };
 
+struct ParamInfo;
+
+/// Where a unit's weight matrices go in its backward when the strategy fuses their optimizer step into the product
+/// that computes their gradient (optimizer.in_gemm): the Model asks takes(p) for each matrix and then calls
+/// update(p, dY, X) in place of writing p's slice of UnitView::grads with dW = dYᵀ X. The update rewrites the
+/// weight (and its working copy), so the Model runs every product that reads the weight before it.
+class WeightUpdate {
+ public:
+  virtual ~WeightUpdate() = default;
+  virtual bool takes(const ParamInfo& p) const = 0;
+  /// dY [K, M], X [K, N], both the compute dtype: the weight [M, N] starts at p and may span the parameters after it
+  /// (q, k, v as one [3D, D] product).
+  virtual void update(const ParamInfo& p, const Tensor& dY, const Tensor& X) = 0;
+};
+
 /// What the model reads and writes during one use of a unit.
 struct UnitView {
   Tensor weights;           // compute dtype [unit_end - unit_begin] (bf16 in mixed precision, else f32); may be empty
@@ -47,6 +65,7 @@ struct UnitView {
   Tensor grads;             // f32 [unit_end - unit_begin]; backward / forward_backward uses only
   bool accumulate = false;  // grads already hold an earlier microbatch's sum: the backward adds to them, else it
                             // overwrites them (and zeroes the embedding's rows first, which receive scattered adds)
+  WeightUpdate* weight_update = nullptr;  // backward uses: the matrices it takes skip grads (optimizer.in_gemm)
 };
 
 /// Implemented by every Strategy (parallel/strategy.h); the Model's own full buffers serve when none is attached.

@@ -63,6 +63,19 @@ void AdamW::step_range(int64_t offset, Tensor p, const Tensor& g, Tensor p_work,
             a);
 }
 
+void AdamW::step_matrix(int64_t offset, Tensor p, Tensor p_work, const Tensor& dY, const Tensor& X, double* sumsq_to) {
+  const int64_t n = p.numel();
+  TRAINER_CHECK(t_ >= 1, "AdamW::step_matrix before begin_step");
+  TRAINER_CHECK(offset >= 0 && offset + n <= numel_ && n == dY.cols() * X.cols(),
+                "AdamW: matrix {}+{} (dY {}, X {}) of {} parameters", offset, n, dY.shape_str(), X.shape_str(), numel_);
+  AdamWArgs a = args(1.0);
+  a.index_offset = offset;
+  a.grad_sumsq = sumsq_to != nullptr;
+  a.sumsq_to = sumsq_to;
+  be_.matmul_dw_adamw(p, m_.view(dtype_, {numel_}).slice(offset, {n}), v_.view(dtype_, {numel_}).slice(offset, {n}),
+                      p_work, dY, X, a);
+}
+
 std::vector<std::pair<std::string, Tensor>> AdamW::state_tensors() const {
   return {{"m", m_.view(dtype_, {numel_})}, {"v", v_.view(dtype_, {numel_})}};
 }

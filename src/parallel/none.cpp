@@ -5,6 +5,10 @@
 // step, freed after its update. The Model then keeps no flat gradient buffer (ParamStorage::full_grads false), so
 // at most the gradients of the units whose backward has run but whose update has not exist at once (with one
 // microbatch: one unit's). Without clipping only: the update cannot wait for the global norm.
+// With optimizer.in_gemm as well (one microbatch a step), the blocks' weight matrices are updated inside the products
+// that compute their gradients (WeightUpdate: the Model's weight_grad calls update(), AdamW::step_matrix,
+// Backend::matmul_dw_adamw), so their slices of the unit's gradient are never written; the release updates the rest
+// of the unit (the RMSNorm gains) by step_range, one call per run of parameters between the matrices.
 #include <cmath>
 
 #include "optim/adamw.h"
@@ -13,18 +17,23 @@
 namespace trainer {
 
 namespace {
-class NoneStrategy final : public Strategy {
+class NoneStrategy final : public Strategy, public WeightUpdate {
  public:
   NoneStrategy(const OptimizerCfg& optimizer, uint64_t seed, Backend& be)
-      : optimizer_(optimizer), seed_(seed), be_(be), in_backward_(optimizer.in_backward.value_or(false)) {}
+      : optimizer_(optimizer),
+        seed_(seed),
+        be_(be),
+        in_backward_(optimizer.in_backward.value_or(false)),
+        in_gemm_(in_backward_ && optimizer.in_gemm) {}
   std::string name() const override { return "none"; }
   bool full_grads() const override { return !in_backward_; }
   void setup(Model& model) override {
     model_ = &model;
     adamw_ = std::make_unique<AdamW>(be_, model.flat_size(), optimizer_, model.param_dtype(), seed_);
     const ParamLayout& lay = model.layout();
-    // The sums of g^2 of the step's updates (one per unit with in_backward, else one), read by step_grad_norm().
-    const int64_t slots = in_backward_ ? lay.num_units() : 2;  // without in_backward: the sum and the clip factor
+    // The sums of g^2 of the step's updates, read by step_grad_norm(): with in_backward one per unit, then (in_gemm)
+    // one per parameter (a matrix's update, or a run of others starting there); else the sum and the clip factor.
+    const int64_t slots = in_backward_ ? lay.num_units() + int64_t(lay.params().size()) : 2;
     sumsq_ = be_.alloc(size_t(slots) * 8, Category::optimizer);
     be_.fill(Tensor(sumsq_.data(), DType::f32, be_.device(), {slots * 2}), 0.f);
     if (!in_backward_) return;
@@ -42,6 +51,7 @@ class NoneStrategy final : public Strategy {
   }
   void begin_step(double lr, bool optimizer) override {
     update_in_backward_ = in_backward_ && optimizer;
+    gemm_updates_ = in_gemm_ && optimizer;
     if (optimizer) adamw_->begin_step(lr);  // uploads the step's lr and t (before any capture)
   }
   UnitView acquire(int unit, UnitPass pass) override {
@@ -51,6 +61,7 @@ class NoneStrategy final : public Strategy {
     const ParamLayout& lay = model_->layout();
     const int64_t n = lay.unit_end(unit) - lay.unit_begin(unit);
     const DType t = model_->param_dtype();
+    if (fused_now()) v.weight_update = this;
     Buffer& g = unit_grads_[size_t(unit)];
     if (!g) {
       g = be_.alloc(size_t(n) * dtype_size(t), Category::gradients);
@@ -68,12 +79,42 @@ class NoneStrategy final : public Strategy {
     const int64_t b = lay.unit_begin(unit), n = lay.unit_end(unit) - b;
     Buffer& g = unit_grads_[size_t(unit)];
     const Tensor all = work();
-    adamw_->step_range(b, model_->params().slice(b, {n}), g.view(model_->param_dtype(), {n}),
-                       all.data ? all.slice(b, {n}) : Tensor(),
-                       static_cast<double*>(sumsq_.data()) + unit);
+    double* slots = static_cast<double*>(sumsq_.data());
+    if (!fused_now()) {
+      adamw_->step_range(b, model_->params().slice(b, {n}), g.view(model_->param_dtype(), {n}),
+                         all.data ? all.slice(b, {n}) : Tensor(), slots + unit);
+    } else {  // the matrices were updated in their products: the runs of other parameters between them
+      const std::vector<ParamInfo>& ps = lay.params();
+      for (size_t i = 0; i < ps.size();) {
+        if (ps[i].unit != unit || fused(ps[i])) {
+          ++i;
+          continue;
+        }
+        size_t j = i;
+        while (j + 1 < ps.size() && ps[j + 1].unit == unit && !fused(ps[j + 1])) ++j;
+        const int64_t rb = ps[i].offset, rn = ps[j].offset + ps[j].numel - rb;
+        adamw_->step_range(rb, model_->params().slice(rb, {rn}), g.view(model_->param_dtype(), {n}).slice(rb - b, {rn}),
+                           all.data ? all.slice(rb, {rn}) : Tensor(), slots + lay.num_units() + int64_t(i));
+        i = j + 1;
+      }
+    }
     g.reset();  // stream-ordered: the caching allocator hands it out again only to later work on this stream
   }
   void finish_backward() override {}
+  // ---- WeightUpdate (optimizer.in_gemm) ----
+  bool takes(const ParamInfo& p) const override { return fused_now() && fused(p); }
+  void update(const ParamInfo& p, const Tensor& dY, const Tensor& X) override {
+    const ParamLayout& lay = model_->layout();
+    size_t i = 0;
+    while (i < lay.params().size() && lay.params()[i].offset != p.offset) ++i;
+    TRAINER_CHECK(i < lay.params().size(), "none: no parameter at offset {} ({})", p.offset, p.name);
+    // The product may span several contiguous parameters (q, k, v as one [3D, D] weight; w1, w3 as [2F, D]): the
+    // first one's slot holds their sum.
+    const int64_t n = dY.cols() * X.cols();
+    const Tensor all = work();
+    adamw_->step_matrix(p.offset, model_->params().slice(p.offset, {n}), all.data ? all.slice(p.offset, {n}) : Tensor(),
+                        dY, X, static_cast<double*>(sumsq_.data()) + lay.num_units() + int64_t(i));
+  }
   double grad_norm() override {
     if (in_backward_) return std::sqrt(slots_sum());
     return std::sqrt(be_.sum_squares(model_->grads()));
@@ -106,6 +147,12 @@ class NoneStrategy final : public Strategy {
   }
 
  private:
+  /// Whether this backward's matrices take the fused update: in_gemm, a step with an update, one microbatch.
+  bool fused_now() const { return gemm_updates_ && n_micro_ == 1; }
+  /// The parameters in_gemm updates inside their products: the blocks' weight matrices (Model::weight_grad).
+  bool fused(const ParamInfo& p) const {
+    return p.unit >= 1 && p.unit + 1 < model_->layout().num_units() && p.shape.size() == 2;
+  }
   /// The bf16 working copy AdamW refreshes, or none (fp32 and bf16_pure: the weights are the working copy).
   Tensor work() const {
     return model_->params_work().data == model_->params().data ? Tensor() : model_->params_work();
@@ -123,11 +170,13 @@ class NoneStrategy final : public Strategy {
   // norm_asked_: the optimizer step left a norm in sumsq_ (set by the host code of the step, so also by its capture,
   // which every replay repeats)
   bool in_backward_ = false, update_in_backward_ = false, norm_asked_ = false;
+  bool in_gemm_ = false, gemm_updates_ = false;  // optimizer.in_gemm; and this step has an update
   Model* model_ = nullptr;
   std::unique_ptr<AdamW> adamw_;
   std::vector<Buffer> unit_grads_;                              // in_backward: each unit's gradient, while it lives
   std::vector<std::vector<std::pair<int64_t, int64_t>>> gaps_;  // in_backward: padding (offset, length) per unit
-  Buffer sumsq_;  // f64 sum g^2 of each update: [units] with in_backward, else [2] (the sum, the f32 clip factor)
+  Buffer sumsq_;  // f64 sum g^2 of each update: [units + params] with in_backward, else [2] (the sum, the f32 clip
+                  // factor)
 };
 }  // namespace
 

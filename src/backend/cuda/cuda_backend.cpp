@@ -12,6 +12,7 @@
 #include "backend/bf16.h"
 #include "backend/cuda/cuda_backend_impl.h"
 #include "cross_entropy.cuh"
+#include "dw_adamw/dw_adamw.h"
 #include "elementwise.cuh"
 #include "backend/cuda_sizes.h"
 #include "embedding.cuh"
@@ -505,6 +506,22 @@ void CudaBackend::cast(Tensor dst, const Tensor& src) {
   kernels::cast(dst.data, dst.dtype, src.data, src.dtype, dst.numel(), stream_);
 }
 
+namespace {
+/// The kernels' form of a's constants (per_step = adamw_step_values(a)).
+kernels::AdamWStep kernel_step(const AdamWArgs& a, const AdamWStepValues& per_step) {
+  kernels::AdamWStep k;
+  k.beta1 = a.beta1;
+  k.beta2 = a.beta2;
+  k.eps = a.eps;
+  k.decay = per_step.decay;
+  k.step_size = per_step.step_size;
+  k.grad_scale = a.grad_scale;
+  k.per_step = a.step_values;  // device copy of the same values (AdamW::begin_step), or null
+  k.grad_scale_by = a.grad_scale_by;
+  return k;
+}
+}  // namespace
+
 double CudaBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) {
   ScopedRange r(*this, "adamw");
   const DType dt = p.dtype == DType::bf16 ? DType::bf16 : DType::f32;  // bf16 storage, or fp32
@@ -522,15 +539,7 @@ double CudaBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor 
   }
   TRAINER_CHECK(a.t >= 1, "adamw: step {} (t starts at 1)", a.t);
   const AdamWStepValues per_step = adamw_step_values(a);
-  kernels::AdamWStep k;
-  k.beta1 = a.beta1;
-  k.beta2 = a.beta2;
-  k.eps = a.eps;
-  k.decay = per_step.decay;
-  k.step_size = per_step.step_size;
-  k.grad_scale = a.grad_scale;
-  k.per_step = a.step_values;  // device copy of the same values (AdamW::begin_step), or null
-  k.grad_scale_by = a.grad_scale_by;
+  const kernels::AdamWStep k = kernel_step(a, per_step);
   double* partials = static_cast<double*>(reduce_partials_.data());
   double* out = nullptr;
   if (a.grad_sumsq) out = a.sumsq_to ? a.sumsq_to : partials + kernels::kReduceMaxBlocks;
@@ -547,6 +556,37 @@ double CudaBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor 
   CUDA_CHECK(cudaMemcpyAsync(host_result_, out, sizeof(double), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   return *host_result_;
+}
+
+void CudaBackend::matmul_dw_adamw(Tensor p, Tensor m, Tensor v, Tensor p_work, const Tensor& dY, const Tensor& X,
+                                  const AdamWArgs& a) {
+#ifdef TRAINER_FLASH_SM90
+  kernels::DwAdamWArgs d;
+  const bool f32_state = p.dtype == DType::f32 && m.dtype == DType::f32 && v.dtype == DType::f32 &&
+                         (!present(p_work) || p_work.dtype == DType::bf16);
+  const int64_t M = dY.cols(), N = X.cols(), K = dY.rows();
+  if (f32_state && dY.dtype == DType::bf16 && X.dtype == DType::bf16 && !a.stochastic_rounding && K == X.rows() &&
+      p.numel() == M * N && m.numel() == M * N && v.numel() == M * N && M <= INT32_MAX && N <= INT32_MAX &&
+      K <= INT32_MAX && (!a.grad_sumsq || a.sumsq_to)) {
+    d.dy = dY.ptr<bf16>(), d.ld_dy = M, d.x = X.ptr<bf16>(), d.ld_x = N;
+    d.M = int(M), d.N = int(N), d.K = int(K);
+    d.p = p.ptr<float>(), d.m = m.ptr<float>(), d.v = v.ptr<float>(), d.ld = N;
+    d.p_work = present(p_work) ? p_work.ptr<bf16>() : nullptr;
+    d.partials = static_cast<double*>(reduce_partials_.data());
+    d.sumsq_out = a.grad_sumsq ? a.sumsq_to : nullptr;
+    if (kernels::dw_adamw_supported(d)) {
+      ScopedRange r(*this, "matmul_dw_adamw");
+      for (const Tensor* t : {&p, &m, &v}) check_cuda(*t, "matmul_dw_adamw", "p, m, v");
+      check_cuda(dY, "matmul_dw_adamw", "dY");
+      check_cuda(X, "matmul_dw_adamw", "X");
+      TRAINER_CHECK(a.t >= 1, "matmul_dw_adamw: step {} (t starts at 1)", a.t);
+      d.a = kernel_step(a, adamw_step_values(a));
+      kernels::dw_adamw(d, stream_);
+      return;
+    }
+  }
+#endif
+  Backend::matmul_dw_adamw(p, m, v, p_work, dY, X, a);  // the product into a temporary, then adamw
 }
 
 }  // namespace trainer

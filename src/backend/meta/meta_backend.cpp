@@ -227,5 +227,14 @@ double MetaBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor 
   account(0, 0, 0, 2 * b(p) + b(g) + 2 * b(m) + 2 * b(v) + b(p_work));
   return 0;
 }
+void MetaBackend::matmul_dw_adamw(Tensor p, Tensor m, Tensor v, Tensor p_work, const Tensor& dY, const Tensor& X,
+                                  const AdamWArgs& a) {
+  if (!cuda() || dY.dtype != DType::bf16 || X.dtype != DType::bf16 || p.dtype != DType::f32) {
+    Backend::matmul_dw_adamw(p, m, v, p_work, dY, X, a);
+    return;
+  }
+  const double f = 2.0 * double(p.numel()) * double(dY.rows());
+  account(f, f, rates_.gemm_bf16, b(dY) + b(X) + 2 * b(p) + 2 * b(m) + 2 * b(v) + b(p_work));
+}
 
 }  // namespace trainer
