@@ -271,6 +271,17 @@ def case_in_backward_with_clipping(tmp):
     return [write_json(tmp / "c.json", cfg)], ["in_backward", "max_grad_norm"]
 
 
+def case_in_gemm_without_in_backward(tmp):
+    cfg = tiny_config(tmp, optimizer={"in_gemm": True, "max_grad_norm": 1.0})  # clipping: in_backward resolves off
+    return [write_json(tmp / "c.json", cfg)], ["in_gemm", "in_backward"]
+
+
+def case_in_gemm_with_microbatches(tmp):
+    cfg = tiny_config(tmp, optimizer={"in_gemm": True, "max_grad_norm": None})
+    cfg["data"]["microbatch_size"] = cfg["data"]["batch_size"] // 2
+    return [write_json(tmp / "c.json", cfg)], ["in_gemm", "one microbatch"]
+
+
 def case_stochastic_rounding_without_bf16_pure(tmp):
     cfg = tiny_config(tmp, device="cpu", optimizer={"stochastic_rounding": True})
     return [write_json(tmp / "c.json", cfg)], ["stochastic_rounding", "bf16_pure"]
