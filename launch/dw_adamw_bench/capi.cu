@@ -13,13 +13,7 @@
 #include "backend/cuda/matmul.h"
 #include "dw_adamw/dw_adamw.h"
 
-namespace trainer {
-// CUDA_CHECK's fatal path (src/core/errors.cpp needs MPI; this library does not).
-[[noreturn]] void fatal(const char* lib, const char* stmt, const char* file, int line, const std::string& msg) {
-  std::fprintf(stderr, "fatal: %s error in %s at %s:%d: %s\n", lib, stmt, file, line, msg.c_str());
-  std::abort();
-}
-}  // namespace trainer
+#include "../bench_fatal.h"  // CUDA_CHECK's fatal path
 
 using namespace trainer;
 

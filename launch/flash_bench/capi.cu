@@ -11,13 +11,7 @@
 #include "flash_attn/flash.h"
 #include "flash_attn/launch.cuh"
 
-namespace trainer {
-// CUDA_CHECK's fatal path (src/core/errors.cpp needs MPI; this library does not).
-[[noreturn]] void fatal(const char* lib, const char* stmt, const char* file, int line, const std::string& msg) {
-  std::fprintf(stderr, "fatal: %s error in %s at %s:%d: %s\n", lib, stmt, file, line, msg.c_str());
-  std::abort();
-}
-}  // namespace trainer
+#include "../bench_fatal.h"  // CUDA_CHECK's fatal path
 
 using namespace trainer;
 using namespace trainer::flash;
