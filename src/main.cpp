@@ -183,10 +183,13 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
   if (!assumed.empty()) std::cout << assumed << "\n";
   std::cout << "config: " << cfg.name << ", model " << (cfg.model.preset.empty() ? "custom" : cfg.model.preset)
             << fmt::format(" (d_model {}, {} layers, context {}), batch {}, microbatch {}, precision {}, attention {}, "
-                           "checkpointing {}, phase {}\n",
+                           "checkpointing {}, phase {}{}\n",
                            cfg.model.d_model, cfg.model.num_layers, cfg.model.context_length, cfg.data.batch_size,
                            cfg.data.microbatch_size, cfg.precision, cfg.attention, cfg.checkpointing.policy,
-                           cfg.bench.phase);
+                           cfg.bench.phase,
+                           !cfg.optimizer.in_backward.value_or(false) ? ""
+                           : cfg.optimizer.in_gemm                    ? ", optimizer in_backward + in_gemm"
+                                                                      : ", optimizer in_backward");
   if (!differ) {
     if (world > 1) std::cout << fmt::format("(ranks 0..{} have the same plan; rank 0 shown)\n", world - 1);
     std::cout << plans[0].table();

@@ -213,9 +213,6 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
   CONFIG_CHECK(!o.in_gemm || o.in_backward.value_or(false),
                "optimizer: in_gemm updates each weight inside its backward product, so it needs in_backward (strategy "
                "none, no clipping)");
-  CONFIG_CHECK(!o.in_gemm || c.data.microbatch_size == 0 || c.data.microbatch_size == c.data.batch_size,
-               "optimizer: in_gemm needs one microbatch a step (data.microbatch_size {} of batch_size {}: the earlier "
-               "microbatches' gradients would have to be stored)", c.data.microbatch_size, c.data.batch_size);
   check_enum(o.schedule, kSchedules, "optimizer.schedule");
   check_non_negative(o.warmup_steps, "optimizer.warmup_steps");
   check_non_negative(o.cosine_steps, "optimizer.cosine_steps");
@@ -237,6 +234,9 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
     CONFIG_CHECK(per_rank % d.microbatch_size == 0,
                  "data: per-rank batch {} (batch_size {} / world_size {}) is not divisible by microbatch_size {}",
                  per_rank, d.batch_size, world_size, d.microbatch_size);
+    CONFIG_CHECK(!c.optimizer.in_gemm || d.microbatch_size == per_rank,
+                 "optimizer: in_gemm needs one microbatch a step (data.microbatch_size {} of a per-rank batch of {}: "
+                 "the earlier microbatches' gradients would have to be stored)", d.microbatch_size, per_rank);
   }
 
   // sizes whose products the trainer counts: the parameters and one step's largest tensors on a rank (its share of

@@ -228,7 +228,12 @@ Tensor Model::w(const ParamInfo& p, const UnitView& v, std::initializer_list<int
   return v.weights.slice(p.offset - layout_.unit_begin(p.unit), shape);
 }
 Tensor Model::g(const ParamInfo& p, const UnitView& v, std::initializer_list<int64_t> shape) const {
-  return v.grads.slice(p.offset - layout_.unit_begin(p.unit), shape);
+  const int64_t off = p.offset - layout_.unit_begin(p.unit);
+  if (!v.grad_runs) return v.grads.slice(off, shape);
+  for (const GradRun& r : *v.grad_runs)
+    if (off >= r.begin && off + p.numel <= r.begin + r.length) return v.grads.slice(r.at + off - r.begin, shape);
+  TRAINER_CHECK(false, "Model: {} has no gradient slot in this unit's compact gradient", p.name);
+  return {};
 }
 
 void Model::weight_grad(const UnitView& v, const ParamInfo& p, int64_t rows, int64_t cols, const Tensor& dY,

@@ -58,6 +58,12 @@ class WeightUpdate {
   virtual void update(const ParamInfo& p, const Tensor& dY, const Tensor& X) = 0;
 };
 
+/// Part of a compact unit gradient (UnitView::grad_runs): unit elements [begin, begin + length) (relative to the
+/// unit's first element) are at element `at` of UnitView::grads.
+struct GradRun {
+  int64_t begin = 0, length = 0, at = 0;
+};
+
 /// What the model reads and writes during one use of a unit.
 struct UnitView {
   Tensor weights;           // compute dtype [unit_end - unit_begin] (bf16 in mixed precision, else f32); may be empty
@@ -66,6 +72,9 @@ struct UnitView {
   bool accumulate = false;  // grads already hold an earlier microbatch's sum: the backward adds to them, else it
                             // overwrites them (and zeroes the embedding's rows first, which receive scattered adds)
   WeightUpdate* weight_update = nullptr;  // backward uses: the matrices it takes skip grads (optimizer.in_gemm)
+  /// Null: grads covers the whole unit. Else grads holds only these runs (in_gemm: the parameters outside the fused
+  /// matrices), and a parameter outside them has no gradient slot.
+  const std::vector<GradRun>* grad_runs = nullptr;
 };
 
 /// Implemented by every Strategy (parallel/strategy.h); the Model's own full buffers serve when none is attached.

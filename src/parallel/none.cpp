@@ -7,8 +7,8 @@
 // microbatch: one unit's). Without clipping only: the update cannot wait for the global norm.
 // With optimizer.in_gemm as well (one microbatch a step), the blocks' weight matrices are updated inside the products
 // that compute their gradients (WeightUpdate: the Model's weight_grad calls update(), AdamW::step_matrix,
-// Backend::matmul_dw_adamw), so their slices of the unit's gradient are never written; the release updates the rest
-// of the unit (the RMSNorm gains) by step_range, one call per run of parameters between the matrices.
+// Backend::matmul_dw_adamw), so a block's gradient buffer holds only the runs of parameters between the matrices
+// (the RMSNorm gains; UnitView::grad_runs), which the release updates by step_range, one call per run.
 #include <cmath>
 
 #include "optim/adamw.h"
@@ -48,6 +48,28 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
       }
       if (lay.unit_end(u) > at) gaps_[size_t(u)].push_back({at - lay.unit_begin(u), lay.unit_end(u) - at});
     }
+    if (!in_gemm_) return;
+    // in_gemm: each block's gradient holds only the runs of parameters between the fused matrices (the gains), each
+    // run at a 64-element boundary (ParamLayout::kAlign) of a compact buffer; run_first_ keeps its first parameter's
+    // index (its sum-of-squares slot)
+    runs_.resize(size_t(lay.num_units()));
+    run_first_.resize(size_t(lay.num_units()));
+    compact_.assign(size_t(lay.num_units()), 0);
+    const std::vector<ParamInfo>& ps = lay.params();
+    for (size_t i = 0; i < ps.size();) {
+      const int u = ps[i].unit;
+      if (!fused_unit(u) || fused(ps[i])) {
+        ++i;
+        continue;
+      }
+      size_t j = i;
+      while (j + 1 < ps.size() && ps[j + 1].unit == u && !fused(ps[j + 1])) ++j;
+      const int64_t b = ps[i].offset - lay.unit_begin(u), len = ps[j].offset + ps[j].numel - ps[i].offset;
+      runs_[size_t(u)].push_back({b, len, compact_[size_t(u)]});
+      run_first_[size_t(u)].push_back(i);
+      compact_[size_t(u)] += (len + ParamLayout::kAlign - 1) / ParamLayout::kAlign * ParamLayout::kAlign;
+      i = j + 1;
+    }
   }
   void begin_step(double lr, bool optimizer) override {
     update_in_backward_ = in_backward_ && optimizer;
@@ -61,8 +83,19 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
     const ParamLayout& lay = model_->layout();
     const int64_t n = lay.unit_end(unit) - lay.unit_begin(unit);
     const DType t = model_->param_dtype();
-    if (fused_now()) v.weight_update = this;
     Buffer& g = unit_grads_[size_t(unit)];
+    if (fused_now() && fused_unit(unit)) {  // the matrices' gradients never exist: a compact buffer for the rest
+      v.weight_update = this;
+      v.grad_runs = &runs_[size_t(unit)];
+      const int64_t c = compact_[size_t(unit)];
+      if (!g) {
+        g = be_.alloc(size_t(c) * dtype_size(t), Category::gradients);
+        be_.fill(g.view(t, {c}), 0.f);  // (padding inside a run stays zero)
+        v.accumulate = false;
+      }
+      v.grads = g.view(t, {c});
+      return v;
+    }
     if (!g) {
       g = be_.alloc(size_t(n) * dtype_size(t), Category::gradients);
       for (const auto& [off, len] : gaps_[size_t(unit)]) be_.fill(g.view(t, {n}).slice(off, {len}), 0.f);
@@ -80,22 +113,17 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
     Buffer& g = unit_grads_[size_t(unit)];
     const Tensor all = work();
     double* slots = static_cast<double*>(sumsq_.data());
-    if (!fused_now()) {
+    if (!fused_now() || !fused_unit(unit)) {
       adamw_->step_range(b, model_->params().slice(b, {n}), g.view(model_->param_dtype(), {n}),
                          all.data ? all.slice(b, {n}) : Tensor(), slots + unit);
-    } else {  // the matrices were updated in their products: the runs of other parameters between them
-      const std::vector<ParamInfo>& ps = lay.params();
-      for (size_t i = 0; i < ps.size();) {
-        if (ps[i].unit != unit || fused(ps[i])) {
-          ++i;
-          continue;
-        }
-        size_t j = i;
-        while (j + 1 < ps.size() && ps[j + 1].unit == unit && !fused(ps[j + 1])) ++j;
-        const int64_t rb = ps[i].offset, rn = ps[j].offset + ps[j].numel - rb;
-        adamw_->step_range(rb, model_->params().slice(rb, {rn}), g.view(model_->param_dtype(), {n}).slice(rb - b, {rn}),
-                           all.data ? all.slice(rb, {rn}) : Tensor(), slots + lay.num_units() + int64_t(i));
-        i = j + 1;
+    } else {  // the matrices were updated in their products: the runs of other parameters, from the compact buffer
+      const DType t = model_->param_dtype();
+      const std::vector<GradRun>& runs = runs_[size_t(unit)];
+      for (size_t r = 0; r < runs.size(); ++r) {
+        const int64_t rb = b + runs[r].begin, rn = runs[r].length;
+        const Tensor gr = g.view(t, {compact_[size_t(unit)]}).slice(runs[r].at, {rn});
+        adamw_->step_range(rb, model_->params().slice(rb, {rn}), gr, all.data ? all.slice(rb, {rn}) : Tensor(),
+                           slots + lay.num_units() + int64_t(run_first_[size_t(unit)][r]));
       }
     }
     g.reset();  // stream-ordered: the caching allocator hands it out again only to later work on this stream
@@ -149,10 +177,10 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
  private:
   /// Whether this backward's matrices take the fused update: in_gemm, a step with an update, one microbatch.
   bool fused_now() const { return gemm_updates_ && n_micro_ == 1; }
-  /// The parameters in_gemm updates inside their products: the blocks' weight matrices (Model::weight_grad).
-  bool fused(const ParamInfo& p) const {
-    return p.unit >= 1 && p.unit + 1 < model_->layout().num_units() && p.shape.size() == 2;
-  }
+  /// The units whose matrices in_gemm updates inside their products: the blocks (Model::weight_grad).
+  bool fused_unit(int u) const { return u >= 1 && u + 1 < model_->layout().num_units(); }
+  /// The parameters it so updates: the blocks' weight matrices.
+  bool fused(const ParamInfo& p) const { return fused_unit(p.unit) && p.shape.size() == 2; }
   /// The bf16 working copy AdamW refreshes, or none (fp32 and bf16_pure: the weights are the working copy).
   Tensor work() const {
     return model_->params_work().data == model_->params().data ? Tensor() : model_->params_work();
@@ -175,6 +203,9 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
   std::unique_ptr<AdamW> adamw_;
   std::vector<Buffer> unit_grads_;                              // in_backward: each unit's gradient, while it lives
   std::vector<std::vector<std::pair<int64_t, int64_t>>> gaps_;  // in_backward: padding (offset, length) per unit
+  std::vector<std::vector<GradRun>> runs_;     // in_gemm: per unit, the compact gradient's runs (blocks only)
+  std::vector<std::vector<size_t>> run_first_;  // in_gemm: each run's first parameter (its sumsq slot)
+  std::vector<int64_t> compact_;                // in_gemm: per unit, the compact gradient's elements
   Buffer sumsq_;  // f64 sum g^2 of each update: [units + params] with in_backward, else [2] (the sum, the f32 clip
                   // factor)
 };
