@@ -35,7 +35,7 @@ struct PolicyCase {
 struct Run {
   std::vector<double> losses, grad_norms;
   std::vector<float> grads, params;
-  size_t peak_activations = 0, peak_total = 0;
+  size_t peak_activations = 0, peak_total = 0, peak_gradients = 0;
 };
 
 constexpr int kLayers = 6, kRows = 4, kT = 16, kVocab = 97;
@@ -83,6 +83,7 @@ Run run(const PolicyCase& pc, int micro, int steps = 3) {
   if (m.has_full_grads()) out.grads.assign(m.grads().ptr<float>(), m.grads().ptr<float>() + m.grads().numel());
   out.params.assign(p.ptr<float>(), p.ptr<float>() + p.numel());
   out.peak_activations = be->memory().peak[int(Category::activations)];
+  out.peak_gradients = be->memory().peak[int(Category::gradients)];
   out.peak_total = be->memory().peak_total;
   return out;
 }
@@ -137,6 +138,19 @@ TEST_CASE("checkpointing: every policy gives bitwise the losses, gradients and p
         CHECK(std::abs(r.grad_norms[i] - ref.grad_norms[i]) <= 1e-12 * ref.grad_norms[i]);
     }
   }
+}
+
+TEST_CASE("optimizer.in_gemm: the blocks' gradients hold only their gains, so the peak does not rise", "[checkpointing]") {
+  // The cpu runs each fused matrix's product into a one-matrix temporary (Backend::matmul_dw_adamw's default): that
+  // temporary replaces the block's whole gradient buffer, which now holds only the RMSNorm gains (UnitView::grad_runs).
+  const Run plain = run({"in_backward", "none", 2, std::nullopt, 0, false, true}, 4, 1);
+  const Run fused = run({"in_gemm", "none", 2, std::nullopt, 0, false, true, true}, 4, 1);
+  const int64_t D = tiny6().d_model, F = tiny6().d_ff;
+  const size_t block_grads = size_t(4 * D * D + 3 * D * F + 2 * D) * 4;  // f32 (plus alignment padding)
+  INFO("gradients peak: in_backward " << plain.peak_gradients << ", in_gemm " << fused.peak_gradients);
+  CHECK(fused.peak_gradients < plain.peak_gradients);
+  CHECK(plain.peak_gradients >= block_grads);
+  CHECK(fused.peak_total <= plain.peak_total);
 }
 
 TEST_CASE("checkpointing: recomputation lowers the activation peak in the expected order", "[checkpointing]") {
