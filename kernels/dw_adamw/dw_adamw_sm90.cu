@@ -19,9 +19,9 @@
 //   products of the other.
 // - Epilogue: thread (warp w, lane g*4+t) holds rows 16w + g (+8) of each 64-row half and columns 8j + 2t, +1 (the
 //   wgmma accumulator layout, wgmma.cuh), so it updates column pairs: float2 loads of p, m, v (batches of 4 column
-//   blocks in flight), adamw_one per element, float2 stores and a bf16 pair of p_work. Halfway through the tile's
-//   products the consumer prefetches the tile's p, m, v rows into L2 (cp.async.bulk.prefetch.L2), so that the
-//   epilogue's loads wait for L2, not HBM. Each thread sums its g² over its tiles; the CTA's sum goes to
+//   blocks in flight), adamw_one per element, float2 stores and a bf16 pair of p_work. Part way through the tile's
+//   products (DwAdamWArgs::prefetch_at, halfway by default) the consumer prefetches the tile's p, m, v rows into L2
+//   (cp.async.bulk.prefetch.L2), so that the epilogue's loads wait for L2, not HBM. Each thread sums its g² over its tiles; the CTA's sum goes to
 //   partials[blockIdx.x] (fixed order), which reduce_partials sums.
 // Ragged edges: TMA zero-fills rows past K and columns past M or N (they add zeros); a 64-column box wholly past M or
 // N is not loaded; the epilogue skips elements past M or N.
@@ -64,6 +64,7 @@ struct Params {
   float* grad;
   double* partials;
   int64_t ld;
+  int prefetch_kb;  // the K block after whose products the tile's p, m, v are prefetched into L2; -1: never
   AdamWStep a;
 };
 
@@ -128,7 +129,7 @@ __device__ __forceinline__ void epilogue(const Params& p, const AdamWStep& a, fl
   }
 }
 
-template <bool kUpdate, bool kPrefetch>
+template <bool kUpdate>
 __global__ void __launch_bounds__(kThreads, 1)
     dw_adamw_kernel(const Params p, const __grid_constant__ CUtensorMap tma_dy,
                     const __grid_constant__ CUtensorMap tma_x) {
@@ -202,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_commit();
       wgmma_wait<1>();  // the previous block's products are done: its stage is free
       if (kb > 0) mbar_arrive(empty + (it - 1) % kStages);
-      if (kPrefetch && kUpdate && kb == nk / 2) {  // this tile's p, m, v rows into L2 (thread ct: row ct)
+      if (kUpdate && kb == p.prefetch_kb) {  // this tile's p, m, v rows into L2 (thread ct: row ct)
         const int row = m0 + ct;
         if (row < p.M) {
           const uint32_t bytes = uint32_t(min(kBN, p.N - n0)) * 4u;
@@ -233,14 +234,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <bool kUpdate, bool kPrefetch>
+template <bool kUpdate>
 void launch(unsigned grid, const Params& p, const CUtensorMap& tdy, const CUtensorMap& tx, cudaStream_t s) {
   static bool smem_set = false;  // the attribute belongs to the function: once per instantiation
   if (!smem_set) {
-    set_smem(dw_adamw_kernel<kUpdate, kPrefetch>, kSmemBytes);
+    set_smem(dw_adamw_kernel<kUpdate>, kSmemBytes);
     smem_set = true;
   }
-  dw_adamw_kernel<kUpdate, kPrefetch><<<grid, kThreads, kSmemBytes, s>>>(p, tdy, tx);
+  dw_adamw_kernel<kUpdate><<<grid, kThreads, kSmemBytes, s>>>(p, tdy, tx);
 }
 
 }  // namespace
@@ -282,7 +283,9 @@ bool dw_adamw_supported(const DwAdamWArgs& a, const char** why) {
 void dw_adamw(const DwAdamWArgs& a, cudaStream_t s) {
   const char* why = nullptr;
   if (!dw_adamw_supported(a, &why)) throw std::invalid_argument(std::string("dw_adamw: ") + why);
-  Params p{a.M, a.N, a.K, a.p, a.m, a.v, a.p_work, a.grad, a.sumsq_out ? a.partials : nullptr, a.ld, a.a};
+  const int nk = ceil_div(a.K, kBK);
+  const int prefetch_kb = a.prefetch_at < 0.f ? -1 : std::min(nk - 1, int(a.prefetch_at * float(nk)));
+  Params p{a.M, a.N, a.K, a.p, a.m, a.v, a.p_work, a.grad, a.sumsq_out ? a.partials : nullptr, a.ld, prefetch_kb, a.a};
   // dY and X as [K rows, M (N) columns] bf16 matrices: the 4-D [B, T, H, d] maps with B = H = 1, boxes of 64 rows.
   const CUtensorMap tdy = encode_tma_bf16(a.dy, 1, a.K, 1, a.M, int64_t(a.K) * a.ld_dy, a.ld_dy,
                                           int64_t(a.K) * a.ld_dy, kBK);
@@ -293,9 +296,8 @@ void dw_adamw(const DwAdamWArgs& a, cudaStream_t s) {
   const unsigned grid = unsigned(std::min<int64_t>(tiles, flash::device_sm_count()));
   if (a.sumsq_out && grid > unsigned(kReduceMaxBlocks))
     throw std::invalid_argument("dw_adamw: more CTAs than reduce_partials sums");
-  if (!a.update) launch<false, false>(grid, p, tdy, tx, s);
-  else if (a.prefetch) launch<true, true>(grid, p, tdy, tx, s);
-  else launch<true, false>(grid, p, tdy, tx, s);
+  if (a.update) launch<true>(grid, p, tdy, tx, s);
+  else launch<false>(grid, p, tdy, tx, s);
   CUDA_CHECK(cudaGetLastError());
   if (a.sumsq_out) reduce_partials(a.sumsq_out, a.partials, int(grid), s);
 }

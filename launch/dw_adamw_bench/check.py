@@ -18,9 +18,9 @@ Checks, per shape (ragged, strided and the xl / small block's weights; fresh ran
   unfused   today's path on the same inputs: its gradient's normwise error (information) and the largest p difference
             from the fused kernel's, in units of the step size (information).
 Timing (--rounds N rounds of every variant in turn, after a warm-up, five calls each queued behind a sleep kernel so
-that host time is not counted; median per variant): the fused kernel (L2
-prefetch on and off), today's path (autotuned cuBLASLt + adamw), and each product alone (ours with its fp32 gradient
-written, cuBLASLt's); per shape and summed per block (xl: Wqkv, Wo, [W1; W3], W2 at 4 x 512 tokens; small alike), with
+that host time is not counted; median per variant): the fused kernel (the L2 prefetch halfway through a tile's
+products, at three quarters, or none), today's path (autotuned cuBLASLt + adamw), and each product alone (ours with
+its fp32 gradient written, cuBLASLt's); per shape and summed per block (xl: Wqkv, Wo, [W1; W3], W2 at 4 x 512 tokens; small alike), with
 the floor: max(FLOPs at 756 TFLOP/s, the 26 bytes a parameter at 3.85 TB/s). Writes dwa_check.json under --out and
 prints a table last.
 """
@@ -46,7 +46,7 @@ args = p.parse_args()
 
 ci, cf, vp = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
 lib = ctypes.CDLL(os.path.abspath(args.lib))
-lib.dwa_fused.argtypes = [vp, ci, vp, ci, ci, ci, ci, vp, vp, vp, vp, vp, ci, vp, vp, cf, cf, cf, cf, cf, cf, ci, vp]
+lib.dwa_fused.argtypes = [vp, ci, vp, ci, ci, ci, ci, vp, vp, vp, vp, vp, ci, vp, vp, cf, cf, cf, cf, cf, cf, cf, vp]
 lib.dwa_unfused.argtypes = [vp, ci, vp, ci, ci, ci, ci, vp, vp, vp, vp, vp, ci, vp, vp, cf, cf, cf, cf, cf, cf, ci,
                             vp]
 dev = torch.device("cuda")
@@ -84,11 +84,11 @@ class Problem:
         self.p, self.m, self.v = self.p0.clone(), self.m0.clone(), self.v0.clone()
         self.p_work = torch.full((self.M, self.N), float("nan"), device=dev, dtype=torch.bfloat16)
 
-    def fused(self, update=True, grad=None, sumsq=None, prefetch=True):
+    def fused(self, update=True, grad=None, sumsq=None, prefetch=0.5):
         r = lib.dwa_fused(ptr(self.dy), self.ld_dy, ptr(self.x), self.N, self.M, self.N, self.K, ptr(self.p),
                           ptr(self.m), ptr(self.v), ptr(self.p_work), ptr(grad), int(update),
                           ptr(PARTIALS if sumsq is not None else None), ptr(sumsq), B1, B2, EPS, DECAY, STEP, GSCALE,
-                          int(prefetch), None)
+                          prefetch, None)
         if r != 0:
             raise SystemExit(f"dwa_fused refused M {self.M} N {self.N} K {self.K}")
 
@@ -188,7 +188,8 @@ def time_block(name, weights, rounds):
         sumsq = torch.empty(1, device=dev, dtype=torch.float64)
         variants = {
             "fused": lambda: pr.fused(update=True, sumsq=sumsq),
-            "fused_no_prefetch": lambda: pr.fused(update=True, sumsq=sumsq, prefetch=False),
+            "fused_prefetch_3/4": lambda: pr.fused(update=True, sumsq=sumsq, prefetch=0.75),
+            "fused_no_prefetch": lambda: pr.fused(update=True, sumsq=sumsq, prefetch=-1.0),
             "today": lambda: pr.unfused(g, update=True, partials=partials, sumsq=sumsq),
             "gemm_ours": lambda: pr.fused(update=False, grad=g),
             "gemm_cublaslt": lambda: pr.unfused(g, update=False),
@@ -243,18 +244,18 @@ os.makedirs(args.out, exist_ok=True)
 with open(os.path.join(args.out, "dwa_check.json"), "w") as f:
     json.dump(out, f, indent=1)
 if out["timing"]:
-    keys = ["fused", "fused_no_prefetch", "today", "gemm_ours", "gemm_cublaslt"]
-    print(f"{'block':6} {'weight':5} {'M':>6} {'N':>6} " + " ".join(f"{k:>17}" for k in keys) + f" {'floor':>7}")
+    keys = ["fused", "fused_prefetch_3/4", "fused_no_prefetch", "today", "gemm_ours", "gemm_cublaslt"]
+    print(f"{'block':6} {'weight':5} {'M':>6} {'N':>6} " + " ".join(f"{k:>19}" for k in keys) + f" {'floor':>7}")
     sums = {}
     for r in out["timing"]:
         print(f"{r['block']:6} {r['weight']:5} {r['M']:6} {r['N']:6} " +
-              " ".join(f"{r['median_ms'][k]:17.4f}" for k in keys) + f" {r['floor_ms']:7.4f}")
+              " ".join(f"{r['median_ms'][k]:19.4f}" for k in keys) + f" {r['floor_ms']:7.4f}")
         s = sums.setdefault(r["block"], {k: 0.0 for k in keys + ["floor"]})
         for k in keys:
             s[k] += r["median_ms"][k]
         s["floor"] += r["floor_ms"]
     for b, s in sums.items():
-        print(f"{b:6} {'block':5} {'':6} {'':6} " + " ".join(f"{s[k]:17.4f}" for k in keys) +
+        print(f"{b:6} {'block':5} {'':6} {'':6} " + " ".join(f"{s[k]:19.4f}" for k in keys) +
               f" {s['floor']:7.4f}   fused / today {s['fused'] / s['today']:.3f}")
 print(f"dwa check: {failures} failures" if not args.no_check else "dwa: no checks run")
 sys.exit(1 if failures else 0)
