@@ -265,10 +265,9 @@ TEST_CASE("cuda model: optimizer.in_gemm trains as in_backward does", "[cuda][mo
       CHECK(std::fabs(a[i] - b[i]) <= 1e-3 * std::fabs(a[i]));
     }
   }
-  // the loss moves (the updates happened) and the two runs' peaks are within a few MiB (no gradient temporaries)
-  const auto loss = fused["loss"]["per_step"].get<std::vector<double>>();
-  CHECK(loss.back() < loss.front());
+  // the fused run's blocks keep only their gains' gradients, and the fused kernel needs no temporary: not above
+  CHECK(fused["config"]["optimizer"]["in_gemm"].get<bool>());
   const double peak_plain = plain["memory"]["peak_bytes"].get<double>(),
                peak_fused = fused["memory"]["peak_bytes"].get<double>();
-  CHECK(peak_fused <= peak_plain + 8.0 * (1 << 20));
+  CHECK(peak_fused <= peak_plain);
 }
