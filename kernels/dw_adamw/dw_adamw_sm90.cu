@@ -68,6 +68,30 @@ struct Params {
   AdamWStep a;
 };
 
+/// Waits for the phase of parity `parity` of the mbarrier `bar` (mbar_wait). Built with DWA_HANG_CHECK (the bench's
+/// debug library), a wait that polls 2^22 times (seconds) prints the block, thread, barrier and parity and traps, so
+/// that a protocol error ends in a message instead of a hang.
+__device__ __forceinline__ void wait_phase(uint64_t* bar, uint32_t parity, const char* what) {
+#ifdef DWA_HANG_CHECK
+  for (long long n = 0;; ++n) {
+    uint32_t done;
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+    if (done) return;
+    if (n == (1ll << 22)) {
+      printf("dw_adamw: block %d thread %d stuck on %s, parity %u\n", int(blockIdx.x), int(threadIdx.x), what, parity);
+      __trap();
+    }
+  }
+#else
+  (void)what;
+  mbar_wait(bar, parity);
+#endif
+}
+
 /// Prefetches `bytes` (a multiple of 16, 16-byte aligned) of global memory at `gmem` into L2 (PTX ISA 8.0,
 /// cp.async.bulk.prefetch.L2).
 __device__ __forceinline__ void prefetch_l2(const void* gmem, uint32_t bytes) {
@@ -158,7 +182,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int L = int(blockIdx.x) + j * G, m0 = (L / TN) * kBM, n0 = (L % TN) * kBN;
         for (int kb = 0; kb < nk; ++kb) {
           const int it = j * nk + kb, s = it % kStages;
-          mbar_wait(empty + s, uint32_t(((it / kStages) & 1) ^ 1));
+          wait_phase(empty + s, uint32_t(((it / kStages) & 1) ^ 1), "empty (producer)");
           // A second sub-tile wholly past M (N) is not loaded: its stale rows reach only output rows (columns) past
           // M (N), which the epilogue skips.
           const bool a2 = m0 + 64 < p.M, b2 = n0 + 64 < p.N;
@@ -188,7 +212,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (j > 0) named_bar_sync(1 + wc, 256);  // the other consumer has waited for every stage of its tile
     for (int kb = 0; kb < nk; ++kb) {
       const int it = j * nk + kb, s = it % kStages;
-      mbar_wait(full + s, uint32_t((it / kStages) & 1));
+      wait_phase(full + s, uint32_t((it / kStages) & 1), wc ? "full (consumer 1)" : "full (consumer 0)");
       if (kb == nk - 1 && j + 1 < my_tiles) named_bar_arrive(1 + (1 - wc), 256);  // the next tile may start
       const uint32_t sa = s0 + uint32_t(s * kStageBytes), sb = sa + kABytes;
       wgmma_fence();

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Builds the check/benchmark library of the fused weight gradient + AdamW kernel (ctypes; launch/dw_adamw_bench/
-# check.py) into .carry/dwa/ (ignored): kernels/dw_adamw/dw_adamw_sm90.cu for sm_90a, the trainer's AdamW, reductions,
-# cuBLASLt wrapper and device_sm_count (kernels/flash_attn/passes.cu) for sm_90, launch/dw_adamw_bench/capi.cu. Run
+# check.py) into .carry/dwa/ (ignored), and libdwa_debug.so with DWA_HANG_CHECK (bounded mbarrier waits that print and
+# trap): kernels/dw_adamw/dw_adamw_sm90.cu for sm_90a, the trainer's AdamW, reductions, cuBLASLt wrapper and
+# device_sm_count (kernels/flash_attn/passes.cu) for sm_90, launch/dw_adamw_bench/capi.cu. Run
 # from the repository root. Needs nvcc (13.0), cuBLASLt and the fmt headers (EXTRA_INC: an extra include folder); the
 # library links the CUDA runtime statically and cuBLASLt dynamically.
 set -euo pipefail
@@ -17,7 +18,9 @@ echo $srcs | tr ' ' '\n' | xargs -P ${JOBS:-2} -I{} sh -c \
 g++ -std=c++20 -O2 -fPIC -Ikernels -Isrc -I$(dirname $(which nvcc))/../include -DFMT_HEADER_ONLY ${EXTRA_INC:+-I$EXTRA_INC} \
   -c src/backend/cuda/matmul.cpp -o $obj/matmul.o
 nvcc $flags -gencode=arch=compute_90a,code=sm_90a -c kernels/dw_adamw/dw_adamw_sm90.cu -o $obj/dw_adamw_sm90.o
-objs=$(for f in $srcs src/backend/cuda/matmul.cpp kernels/dw_adamw/dw_adamw_sm90.cu; do
-  echo $obj/$(basename ${f%.*}).o; done)
-nvcc -shared -arch=sm_90 -o $out/libdwa.so $objs -lcublasLt
-echo "built $out/libdwa.so"
+nvcc $flags -DDWA_HANG_CHECK -gencode=arch=compute_90a,code=sm_90a -c kernels/dw_adamw/dw_adamw_sm90.cu \
+  -o $obj/dw_adamw_sm90_debug.o
+objs=$(for f in $srcs src/backend/cuda/matmul.cpp; do echo $obj/$(basename ${f%.*}).o; done)
+nvcc -shared -arch=sm_90 -o $out/libdwa.so $objs $obj/dw_adamw_sm90.o -lcublasLt
+nvcc -shared -arch=sm_90 -o $out/libdwa_debug.so $objs $obj/dw_adamw_sm90_debug.o -lcublasLt
+echo "built $out/libdwa.so, $out/libdwa_debug.so (DWA_HANG_CHECK: a stuck mbarrier wait prints and traps)"

@@ -12,7 +12,8 @@ unpack_tar .dev/dwa.tar.xz
 unpack_bins trainer unit_tests
 L=dwa/libdwa.so
 C=launch/dw_adamw_bench/check.py
-step quick 60 python3 $C --lib $L --quick --no-time --out $R/quick
+# the debug library first: a stuck mbarrier wait prints its block, thread, barrier and parity and traps
+step quick 60 python3 $C --lib dwa/libdwa_debug.so --quick --no-time --out $R/quick
 step check 150 python3 $C --lib $L --no-time --out $R/check
 step time 120 python3 $C --lib $L --no-check --rounds 11 --out $R/time
 step tests 120 .dev/bin/unit_tests "[dw_adamw],[checkpointing]"
