@@ -21,8 +21,8 @@
 //   wgmma accumulator layout, wgmma.cuh), so it updates column pairs: float2 loads of p, m, v (batches of 4 column
 //   blocks in flight), adamw_one per element, float2 stores and a bf16 pair of p_work. Part way through the tile's
 //   products (DwAdamWArgs::prefetch_at, halfway by default) the consumer prefetches the tile's p, m, v rows into L2
-//   (cp.async.bulk.prefetch.L2), so that the epilogue's loads wait for L2, not HBM. Each thread sums its g² over its tiles; the CTA's sum goes to
-//   partials[blockIdx.x] (fixed order), which reduce_partials sums.
+//   (cp.async.bulk.prefetch.L2), so that the epilogue's loads wait for L2, not HBM. Each thread sums its g² over its
+//   tiles; the CTA's sum goes to partials[blockIdx.x] (fixed order), which reduce_partials sums.
 // Ragged edges: TMA zero-fills rows past K and columns past M or N (they add zeros); a 64-column box wholly past M or
 // N is not loaded; the epilogue skips elements past M or N.
 #include "common.cuh"  // first (fmt set-up for nvcc)

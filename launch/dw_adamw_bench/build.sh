@@ -15,7 +15,8 @@ if [ -n "${EXTRA_INC:-}" ]; then flags="$flags -I$EXTRA_INC"; fi
 srcs="kernels/adamw.cu kernels/reductions.cu kernels/flash_attn/passes.cu launch/dw_adamw_bench/capi.cu"
 echo $srcs | tr ' ' '\n' | xargs -P ${JOBS:-2} -I{} sh -c \
   'nvcc '"$flags"' -arch=sm_90 -c {} -o '"$obj"'/$(basename {} .cu).o'
-g++ -std=c++20 -O2 -fPIC -Ikernels -Isrc -I$(dirname $(which nvcc))/../include -DFMT_HEADER_ONLY ${EXTRA_INC:+-I$EXTRA_INC} \
+g++ -std=c++20 -O2 -fPIC -Ikernels -Isrc -I$(dirname $(which nvcc))/../include -DFMT_HEADER_ONLY \
+  ${EXTRA_INC:+-I$EXTRA_INC} \
   -c src/backend/cuda/matmul.cpp -o $obj/matmul.o
 nvcc $flags -gencode=arch=compute_90a,code=sm_90a -c kernels/dw_adamw/dw_adamw_sm90.cu -o $obj/dw_adamw_sm90.o
 nvcc $flags -DDWA_HANG_CHECK -gencode=arch=compute_90a,code=sm_90a -c kernels/dw_adamw/dw_adamw_sm90.cu \

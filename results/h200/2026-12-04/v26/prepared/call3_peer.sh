@@ -5,7 +5,8 @@
 source launch/device_call.sh "$0"
 unpack_bins trainer
 run() { local n=$1 c=$2; shift 2
-  step $n 120 .dev/bin/trainer $c --set device=cuda --set precision=bf16 --set name=$n --set output.results=$R/$n.json "$@"; }
+  step $n 120 .dev/bin/trainer $c --set device=cuda --set precision=bf16 --set name=$n \
+    --set output.results=$R/$n.json "$@"; }
 peer() { local n=$1; shift
   step $n 240 python3 launch/torch_bench.py --mode compiled "$@" --compile-mode reduce-overhead --json $R/$n.json; }
 run xl_gemm configs/xl.json --set optimizer.in_gemm=true --set bench.warmup_steps=3 --set bench.measure_steps=10
