@@ -43,7 +43,7 @@ constexpr int kLayers = 6, kRows = 4, kT = 16, kVocab = 97;
 ModelDims tiny6() { return ModelDims{kVocab, kT, 64, 172, kLayers, 4, 10000.0}; }
 
 /// `steps` AdamW steps of the tiny 6-block model (fp32, naive attention) through the train job's own step function.
-Run run(const PolicyCase& pc, int micro, int steps = 3) {
+Run run(const PolicyCase& pc, int micro, int steps = 3, const ModelDims& dims = tiny6()) {
   auto be = make_backend(Device::cpu, 0);
   RunConfig cfg;
   cfg.device = "cpu";
@@ -56,7 +56,7 @@ Run run(const PolicyCase& pc, int micro, int steps = 3) {
   cfg.optimizer.in_backward = pc.in_backward;
   cfg.optimizer.in_gemm = pc.in_gemm;
   auto strategy = make_strategy(cfg, *be, nullptr);
-  Model m(*be, tiny6(), DType::f32, AttnImpl::naive, ParamLayout::kAlign,
+  Model m(*be, dims, DType::f32, AttnImpl::naive, ParamLayout::kAlign,
           ParamStorage(true, strategy->full_grads(), DType::f32), ActivationPolicy::from(cfg.checkpointing));
   m.init_random(3);
   strategy->attach(m);
@@ -137,6 +137,21 @@ TEST_CASE("checkpointing: every policy gives bitwise the losses, gradients and p
       for (size_t i = 0; i < r.grad_norms.size(); ++i)
         CHECK(std::abs(r.grad_norms[i] - ref.grad_norms[i]) <= 1e-12 * ref.grad_norms[i]);
     }
+  }
+}
+
+TEST_CASE("checkpointing: a model with d_ff < d_model (the recomputed h1 / h2 fill more than the g scratch)",
+          "[checkpointing]") {
+  // The backward recomputes h2 and h1 [N, D] into the dg scratch once g [N, F] is consumed (so that dh can receive dh2
+  // and dh1 before the fused weight updates): with F < D that scratch must hold N x D too.
+  const ModelDims narrow{kVocab, kT, 64, 24, kLayers, 4, 10000.0};
+  const Run ref = run({"none", "none"}, 4, 3, narrow);
+  for (const PolicyCase& pc : {PolicyCase{"selective", "selective"}, PolicyCase{"full", "full"},
+                               PolicyCase{"selective, in_gemm", "selective", 2, std::nullopt, 0, false, true, true}}) {
+    INFO("policy " << pc.name);
+    const Run r = run(pc, 4, 3, narrow);
+    CHECK(r.losses == ref.losses);
+    CHECK(bitwise_equal(r.params, ref.params));
   }
 }
 

@@ -211,8 +211,8 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
   CONFIG_CHECK(!o.in_backward.value_or(false) || c.parallel.strategy == "none",
                "optimizer: in_backward is implemented for parallel.strategy 'none', got '{}'", c.parallel.strategy);
   CONFIG_CHECK(!o.in_gemm || o.in_backward.value_or(false),
-               "optimizer: in_gemm updates each weight inside its backward product, so it needs in_backward (strategy "
-               "none, no clipping)");
+               "optimizer: in_gemm updates each weight inside its backward product, so it needs in_backward (a "
+               "train_step run of strategy none without clipping)");
   check_enum(o.schedule, kSchedules, "optimizer.schedule");
   check_non_negative(o.warmup_steps, "optimizer.warmup_steps");
   check_non_negative(o.cosine_steps, "optimizer.cosine_steps");

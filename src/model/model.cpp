@@ -135,7 +135,7 @@ struct Model::BlockActs {
   bool attention_done = false;  // attn_out and lse already hold this block's values (checkpointing.keep_attention)
 };
 
-// The backward's running gradient and temporaries, shared by all blocks: dx [N, D], dh [N, D], dg [N, F],
+// The backward's running gradient and temporaries, shared by all blocks: dx [N, D], dh [N, D], dg [N, max(D, F)],
 // dbig [N, max(3D, 2F)]. In the forward dh holds h1 / h2 and dg holds g when the store does not keep them; in the
 // backward dg holds the recomputed g, then h2 and h1 (dh receives dh2 and dh1 meanwhile).
 struct Model::Scratch {
@@ -286,7 +286,7 @@ void Model::reserve(int rows, int seq_len) {
   auto carve_scratch = [&](Carver& s, Scratch& h) {
     h.dx = s.take(a, {N, D});
     h.dh = s.take(a, {N, D});
-    h.dg = s.take(a, {N, F});
+    h.dg = s.take(a, {N, std::max(D, F)});  // [N, F]; the backward's recomputed h2 / h1 [N, D] too
     h.dbig = s.take(a, {N, std::max(3 * D, 2 * F)});
   };
   Carver measure{nullptr, be_.device()};
@@ -504,7 +504,9 @@ void Model::layer_backward(const UnitView& v, int l, Tensor dx, BlockActs& a, co
   const bool kept = a.elementwise_kept;  // h1, h2, g in the store; else recomputed into the dg scratch
   // Each weight's dX product runs before its dW product: a fused update (optimizer.in_gemm, weight_grad) rewrites
   // the weight. Recomputed h2 / h1 go to the dg scratch (free once dW2 has read g), as dh then receives dh2 / dh1.
-  const Tensor h_again = dg.slice(0, {N, D});
+  TRAINER_CHECK(scratch_->dg.numel() >= N * D, "Model: the dg scratch holds {} elements, h needs {}",
+                scratch_->dg.numel(), N * D);
+  const Tensor h_again = scratch_->dg.slice(0, {N, D});
   // FFN: x_out = x_mid + g W2ᵀ
   be_.matmul(dg, dx, false, w(w2, v, {D, F}), false, 1.f, 0.f);  // dg [N, F] = dx W2
   if (kept) be_.swiglu_bwd(dab, dg, a.ab);
