@@ -260,10 +260,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <bool kUpdate>
 void launch(unsigned grid, const Params& p, const CUtensorMap& tdy, const CUtensorMap& tx, cudaStream_t s) {
-  static bool smem_set = false;  // the attribute belongs to the function: once per instantiation
-  if (!smem_set) {
+  // the attribute belongs to the function on one device: once per instantiation and device
+  static bool smem_set[64] = {};
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev >= 64 || !smem_set[dev]) {
     set_smem(dw_adamw_kernel<kUpdate>, kSmemBytes);
-    smem_set = true;
+    if (dev < 64) smem_set[dev] = true;
   }
   dw_adamw_kernel<kUpdate><<<grid, kThreads, kSmemBytes, s>>>(p, tdy, tx);
 }
@@ -278,7 +281,8 @@ bool dw_adamw_supported(const DwAdamWArgs& a, const char** why) {
   auto aligned = [](const void* q, uintptr_t n) { return reinterpret_cast<uintptr_t>(q) % n == 0; };
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return no("no CUDA device");
-  static int cached_dev = -1, cached_cc = 0;  // the compute capability of the last device asked about
+  static int cached_dev = -1, cached_cc = 0;  // the compute capability of the last device asked about (re-read on
+                                              // a change of device)
   if (dev != cached_dev) {
     int major = 0, minor = 0;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ||
