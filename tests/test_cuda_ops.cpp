@@ -886,7 +886,8 @@ TEST_CASE("cuda matmul_dw_adamw (weight gradient + AdamW in one kernel) matches 
   REQUIRE_GPU();
   // optimizer.in_gemm: g = dYᵀ X never stored, AdamW from the product's accumulators (kernels/dw_adamw on sm_90;
   // elsewhere the default: the product into a temporary, then adamw). The cpu runs the default on the same bf16
-  // values in fp32. Shapes: one tile, ragged M / N / K (a second 64-column box wholly past M), several tiles per CTA.
+  // values in fp32. Shapes: one tile, ragged M / N / K (a second 64-column box wholly past M), both tile orders,
+  // several tiles per CTA.
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
   Rng rng(seed);
@@ -896,7 +897,7 @@ TEST_CASE("cuda matmul_dw_adamw (weight gradient + AdamW in one kernel) matches 
     int M, N, K;
   };
   for (const Shape& sh : {Shape{128, 128, 64}, Shape{200, 136, 100}, Shape{64, 8, 16}, Shape{384, 256, 512},
-                          Shape{2304, 768, 2048}}) {
+                          Shape{136, 520, 256}, Shape{2304, 768, 2048}}) {  // M < N: the tiles walk M first
     const int64_t M = sh.M, N = sh.N, K = sh.K;
     CAPTURE(M, N, K);
     const Vec dy = round_bf16(rng.uniform(K * M)), x = round_bf16(rng.uniform(K * N));

@@ -5,7 +5,8 @@
 // softmax); the building blocks (TMA loads, mbarriers, wgmma from 128B-swizzled shared memory) are the Hopper
 // attention kernels' (flash_attn/wgmma.cuh, tma.cuh). Counts and the plan: kernels/dw_adamw/NOTES.md.
 //
-// Tiles of 128 (M) x 128 (N), numbered n-fastest (tile L: rows 128 (L / TN), columns 128 (L % TN)); CTA c of G (one
+// Tiles of 128 (M) x 128 (N), numbered along the smaller of M and N first, so that the operand consecutive tiles walk
+// is the smaller one and stays in L2 (n-fastest: tile L has rows 128 (L / TN), columns 128 (L % TN)). CTA c of G (one
 // per SM) takes tiles c, c + G, ..., its j-th by consumer warpgroup j % 2. K runs in blocks of 64 through kStages
 // shared stages: A = dY's [64 K rows x 128 M columns] and B = X's [64 x 128 N], each two 64-column sub-tiles, both
 // operands MN-major (dY and X are row-major [K, *]), as the attention backward's dQ = dS K reads dS and K.
@@ -65,6 +66,7 @@ struct Params {
   double* partials;
   int64_t ld;
   int prefetch_kb;  // the K block after whose products the tile's p, m, v are prefetched into L2; -1: never
+  bool m_fastest;   // tile order: consecutive tiles share an N (X) panel and walk the M (dY) panels; else the reverse
   AdamWStep a;
 };
 
@@ -164,7 +166,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   double* warp_sumsq = reinterpret_cast<double*>(empty + kStages);  // [8]: consumer warp 4 wc + w
 
   const int tid = threadIdx.x, wg = tid / 128;
-  const int TN = (p.N + kBN - 1) / kBN, tiles = ((p.M + kBM - 1) / kBM) * TN, nk = (p.K + kBK - 1) / kBK;
+  const int TM = (p.M + kBM - 1) / kBM, TN = (p.N + kBN - 1) / kBN, tiles = TM * TN, nk = (p.K + kBK - 1) / kBK;
+  // tile L's first row and column
+  auto tile_origin = [&](int L, int& m0, int& n0) {
+    m0 = (p.m_fastest ? L % TM : L / TN) * kBM;
+    n0 = (p.m_fastest ? L / TM : L % TN) * kBN;
+  };
   const int G = int(gridDim.x), my_tiles = (tiles - int(blockIdx.x) + G - 1) / G;  // blockIdx.x < tiles (launcher)
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -179,7 +186,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     setmaxnreg_dec<kRegsProducer>();
     if (tid == 0) {
       for (int j = 0; j < my_tiles; ++j) {
-        const int L = int(blockIdx.x) + j * G, m0 = (L / TN) * kBM, n0 = (L % TN) * kBN;
+        int m0, n0;
+        tile_origin(int(blockIdx.x) + j * G, m0, n0);
         for (int kb = 0; kb < nk; ++kb) {
           const int it = j * nk + kb, s = it % kStages;
           wait_phase(empty + s, uint32_t(((it / kStages) & 1) ^ 1), "empty (producer)");
@@ -207,7 +215,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t s0 = smem_addr(sbase);
   double sumsq = 0.0;  // of this thread's gradient elements, over its tiles
   for (int j = wc; j < my_tiles; j += 2) {
-    const int L = int(blockIdx.x) + j * G, m0 = (L / TN) * kBM, n0 = (L % TN) * kBN;
+    int m0, n0;
+    tile_origin(int(blockIdx.x) + j * G, m0, n0);
     float acc[2][64];
     if (j > 0) named_bar_sync(1 + wc, 256);  // the other consumer has waited for every stage of its tile
     for (int kb = 0; kb < nk; ++kb) {
@@ -313,7 +322,12 @@ void dw_adamw(const DwAdamWArgs& a, cudaStream_t s) {
   if (!dw_adamw_supported(a, &why)) throw std::invalid_argument(std::string("dw_adamw: ") + why);
   const int nk = ceil_div(a.K, kBK);
   const int prefetch_kb = a.prefetch_at < 0.f ? -1 : std::min(nk - 1, int(a.prefetch_at * float(nk)));
-  Params p{a.M, a.N, a.K, a.p, a.m, a.v, a.p_work, a.grad, a.sumsq_out ? a.partials : nullptr, a.ld, prefetch_kb, a.a};
+  // The tiles in flight (about two per SM, consecutive) share panels of one operand and walk the other's: the walked
+  // operand is read whole again for each panel of the shared one unless it stays in L2, so walk the smaller one (W2's
+  // X = g is 4 x its dY at xl: 42 MB against 10.5).
+  const bool m_fastest = int64_t(a.M) < int64_t(a.N);
+  Params p{a.M, a.N, a.K, a.p, a.m, a.v, a.p_work, a.grad, a.sumsq_out ? a.partials : nullptr, a.ld, prefetch_kb,
+           m_fastest, a.a};
   // dY and X as [K rows, M (N) columns] bf16 matrices: the 4-D [B, T, H, d] maps with B = H = 1, boxes of 64 rows.
   const CUtensorMap tdy = encode_tma_bf16(a.dy, 1, a.K, 1, a.M, int64_t(a.K) * a.ld_dy, a.ld_dy,
                                           int64_t(a.K) * a.ld_dy, kBK);
