@@ -10,6 +10,7 @@
 // Backend::matmul_dw_adamw), so a block's gradient buffer holds only the runs of parameters between the matrices
 // (the RMSNorm gains; UnitView::grad_runs), which the release updates by step_range, one call per run.
 #include <cmath>
+#include <unordered_map>
 
 #include "optim/adamw.h"
 #include "parallel/strategy.h"
@@ -56,6 +57,7 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
     run_first_.resize(size_t(lay.num_units()));
     compact_.assign(size_t(lay.num_units()), 0);
     const std::vector<ParamInfo>& ps = lay.params();
+    for (size_t i = 0; i < ps.size(); ++i) param_index_[ps[i].offset] = int64_t(i);
     for (size_t i = 0; i < ps.size();) {
       const int u = ps[i].unit;
       if (!fused_unit(u) || fused(ps[i])) {
@@ -132,16 +134,14 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
   // ---- WeightUpdate (optimizer.in_gemm) ----
   bool takes(const ParamInfo& p) const override { return fused_now() && fused(p); }
   void update(const ParamInfo& p, const Tensor& dY, const Tensor& X) override {
-    const ParamLayout& lay = model_->layout();
-    size_t i = 0;
-    while (i < lay.params().size() && lay.params()[i].offset != p.offset) ++i;
-    TRAINER_CHECK(i < lay.params().size(), "none: no parameter at offset {} ({})", p.offset, p.name);
+    const auto slot = param_index_.find(p.offset);
+    TRAINER_CHECK(slot != param_index_.end(), "none: no parameter at offset {} ({})", p.offset, p.name);
     // The product may span several contiguous parameters (q, k, v as one [3D, D] weight; w1, w3 as [2F, D]): the
     // first one's slot holds their sum.
     const int64_t n = dY.cols() * X.cols();
     const Tensor all = work();
     adamw_->step_matrix(p.offset, model_->params().slice(p.offset, {n}), all.data ? all.slice(p.offset, {n}) : Tensor(),
-                        dY, X, static_cast<double*>(sumsq_.data()) + lay.num_units() + int64_t(i));
+                        dY, X, static_cast<double*>(sumsq_.data()) + model_->layout().num_units() + slot->second);
   }
   double grad_norm() override {
     if (in_backward_) return std::sqrt(slots_sum());
@@ -206,6 +206,7 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
   std::vector<std::vector<GradRun>> runs_;     // in_gemm: per unit, the compact gradient's runs (blocks only)
   std::vector<std::vector<size_t>> run_first_;  // in_gemm: each run's first parameter (its sumsq slot)
   std::vector<int64_t> compact_;                // in_gemm: per unit, the compact gradient's elements
+  std::unordered_map<int64_t, int64_t> param_index_;  // in_gemm: a parameter's index (its slot) by its offset
   Buffer sumsq_;  // f64 sum g^2 of each update: [units + params] with in_backward, else [2] (the sum, the f32 clip
                   // factor)
 };

@@ -560,6 +560,7 @@ double CudaBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor 
 
 void CudaBackend::matmul_dw_adamw(Tensor p, Tensor m, Tensor v, Tensor p_work, const Tensor& dY, const Tensor& X,
                                   const AdamWArgs& a) {
+  TRAINER_CHECK(!a.grad_sumsq || a.sumsq_to, "matmul_dw_adamw: the sum of g^2 needs a.sumsq_to (nothing returns it)");
 #ifdef TRAINER_FLASH_SM90
   kernels::DwAdamWArgs d;
   const bool f32_state = p.dtype == DType::f32 && m.dtype == DType::f32 && v.dtype == DType::f32 &&
@@ -567,7 +568,7 @@ void CudaBackend::matmul_dw_adamw(Tensor p, Tensor m, Tensor v, Tensor p_work, c
   const int64_t M = dY.cols(), N = X.cols(), K = dY.rows();
   if (f32_state && dY.dtype == DType::bf16 && X.dtype == DType::bf16 && !a.stochastic_rounding && K == X.rows() &&
       p.numel() == M * N && m.numel() == M * N && v.numel() == M * N && M <= INT32_MAX && N <= INT32_MAX &&
-      K <= INT32_MAX && (!a.grad_sumsq || a.sumsq_to)) {
+      K <= INT32_MAX) {
     d.dy = dY.ptr<bf16>(), d.ld_dy = M, d.x = X.ptr<bf16>(), d.ld_x = N;
     d.M = int(M), d.N = int(N), d.K = int(K);
     d.p = p.ptr<float>(), d.m = m.ptr<float>(), d.v = v.ptr<float>(), d.ld = N;
