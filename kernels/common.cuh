@@ -32,6 +32,13 @@ namespace trainer {
 
 using bf16 = __nv_bfloat16;
 
+#ifdef __CUDACC__
+/// The shared-state-space address of a shared-memory pointer (the 32-bit operand of PTX's shared-memory instructions).
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+#endif
+
 template <class A, class B>
 __host__ __device__ constexpr A ceil_div(A a, B b) {
   return (a + A(b) - 1) / A(b);

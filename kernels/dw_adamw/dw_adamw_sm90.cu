@@ -2,8 +2,8 @@
 // GEMM whose two consumer warpgroups take the CTA's tiles in turn, so that one warpgroup's epilogue (AdamW: memory
 // bound, 26 bytes a parameter) runs while the other's products (tensor cores) run. This is CUTLASS's "ping-pong"
 // schedule (KernelTmaWarpSpecializedPingpong; FlashAttention-3, arXiv:2407.08608, section 3.1, uses it for the
-// softmax); the building blocks (TMA loads, mbarriers, wgmma from 128B-swizzled shared memory) are the Hopper
-// attention kernels' (flash_attn/wgmma.cuh, tma.cuh). Counts and the plan: kernels/dw_adamw/NOTES.md.
+// softmax); the building blocks (TMA loads, mbarriers, wgmma from 128B-swizzled shared memory) are kernels/sm90/'s,
+// which the Hopper attention kernels share. Counts and the plan: kernels/dw_adamw/NOTES.md.
 //
 // Tiles of 128 (M) x 128 (N), numbered along the smaller of M and N first, so that the operand consecutive tiles walk
 // is the smaller one and stays in L2 (n-fastest: tile L has rows 128 (L / TN), columns 128 (L % TN)). CTA c of G (one
@@ -19,7 +19,7 @@
 //   its parity only), and the two consumers' products do not interleave, so the epilogue of one overlaps the
 //   products of the other.
 // - Epilogue: thread (warp w, lane g*4+t) holds rows 16w + g (+8) of each 64-row half and columns 8j + 2t, +1 (the
-//   wgmma accumulator layout, wgmma.cuh), so it updates column pairs: float2 loads of p, m, v (batches of 4 column
+//   wgmma accumulator layout, sm90/wgmma.cuh), so it updates column pairs: float2 loads of p, m, v (batches of 4 column
 //   blocks in flight), adamw_one per element, float2 stores and a bf16 pair of p_work. Part way through the tile's
 //   products (DwAdamWArgs::prefetch_at, halfway by default) the consumer prefetches the tile's p, m, v rows into L2
 //   (cp.async.bulk.prefetch.L2), so that the epilogue's loads wait for L2, not HBM. Each thread sums its g² over its
@@ -34,15 +34,15 @@
 #include "adamw.cuh"
 #include "dw_adamw/dw_adamw.h"
 #include "reductions.cuh"
-#include "flash_attn/launch.h"  // device_sm_count
-#include "flash_attn/tma.cuh"
-#include "flash_attn/wgmma.cuh"
+#include "device.h"
+#include "sm90/barriers.cuh"
+#include "sm90/tma.cuh"
+#include "sm90/wgmma.cuh"
 
 namespace trainer::kernels {
 namespace {
 
-using namespace trainer::flash;
-using namespace trainer::flash::sm90;
+using namespace trainer::sm90;
 
 constexpr int kBM = 128, kBN = 128, kBK = 64;
 constexpr int kStages = 4;
@@ -92,12 +92,6 @@ __device__ __forceinline__ void wait_phase(uint64_t* bar, uint32_t parity, const
   (void)what;
   mbar_wait(bar, parity);
 #endif
-}
-
-/// Prefetches `bytes` (a multiple of 16, 16-byte aligned) of global memory at `gmem` into L2 (PTX ISA 8.0,
-/// cp.async.bulk.prefetch.L2).
-__device__ __forceinline__ void prefetch_l2(const void* gmem, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gmem), "r"(bytes) : "memory");
 }
 
 /// One consumer thread's epilogue of a tile (rows m0.., columns n0..): AdamW of every element it holds, or (kUpdate
@@ -335,7 +329,7 @@ void dw_adamw(const DwAdamWArgs& a, cudaStream_t s) {
       encode_tma_bf16(a.x, 1, a.K, 1, a.N, int64_t(a.K) * a.ld_x, a.ld_x, int64_t(a.K) * a.ld_x, kBK);
   const int64_t tiles = int64_t(ceil_div(a.M, kBM)) * ceil_div(a.N, kBN);
   if (tiles > int64_t(INT32_MAX) / 4) throw std::invalid_argument("dw_adamw: too many tiles");
-  const unsigned grid = unsigned(std::min<int64_t>(tiles, flash::device_sm_count()));
+  const unsigned grid = unsigned(std::min<int64_t>(tiles, device_sm_count()));
   if (a.sumsq_out && grid > unsigned(kReduceMaxBlocks))
     throw std::invalid_argument("dw_adamw: more CTAs than reduce_partials sums");
   if (a.update) launch<true>(grid, p, tdy, tx, s);

@@ -47,7 +47,9 @@
 #include "backend/cuda_sizes.h"
 #include "flash_attn/bwd_kernel.cuh"
 #include "flash_attn/fwd_sm90.cuh"
-#include "flash_attn/tma.cuh"
+#include "sm90/barriers.cuh"
+#include "sm90/tma.cuh"
+#include "sm90/wgmma.cuh"
 
 namespace trainer::flash::sm90 {
 

@@ -119,7 +119,7 @@ bool uses_sm90_fwd(int d_head, int64_t seq_len, int64_t heads, int64_t batch) {
 }
 
 bool uses_sm90_bwd(int d_head) {
-#ifdef TRAINER_FLASH_SM90
+#ifdef TRAINER_SM90
   return cuda_sizes::flash_sm90_head_dim(d_head) && sm90_flash_available();
 #else
   return false;

@@ -33,10 +33,19 @@
 #pragma once
 #include "flash_attn/mma.cuh"
 #include "flash_attn/params.h"
-#include "flash_attn/tma.cuh"
-#include "flash_attn/wgmma.cuh"
+#include "sm90/barriers.cuh"
+#include "sm90/tma.cuh"
+#include "sm90/wgmma.cuh"
 
 namespace trainer::flash::sm90 {
+
+using namespace trainer::sm90;  // the Hopper building blocks (kernels/sm90/)
+
+/// The tensor maps of the attention inputs (q, k, v with the qkv strides; dout with the o strides, backward only): a
+/// kernel parameter (__grid_constant__), so that the TMA unit reads them from the parameter space.
+struct TmaMaps {
+  CUtensorMap q, k, v, dout;
+};
 
 /// d (+)= A B for a 64 x N accumulator, both operands from shared memory (N = 16, 24, 32, 40, 48, 64 or 128).
 template <int kTA, int kTB, int kN>

@@ -116,7 +116,7 @@ void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
 // problems with few tiles.
 template <int kD, bool kCausal, bool kF32>
 void fwd_launch(const FlashParams& p, cudaStream_t s) {
-#ifdef TRAINER_FLASH_SM90
+#ifdef TRAINER_SM90
   if constexpr (!kF32 && cuda_sizes::flash_sm90_head_dim(kD))
     if (uses_sm90_fwd(kD, p.seq_len, p.num_heads, p.batch)) return fwd_sm90_launch<kD, kCausal>(p, s);
 #endif
@@ -142,7 +142,7 @@ int bwd_dkdv_chunk(int seq_len, int64_t bh, bool causal) {
 }
 template <int kD, bool kCausal, bool kF32>
 void bwd_launch(const FlashBwdParams& p, cudaStream_t s) {
-#ifdef TRAINER_FLASH_SM90
+#ifdef TRAINER_SM90
   if constexpr (!kF32 && cuda_sizes::flash_sm90_head_dim(kD))
     if (!p.deterministic && uses_sm90_bwd(kD)) return bwd_sm90_launch<kD, kCausal>(p, s);
 #endif

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backend/cuda_sizes.h"
+#include "device.h"  // device_sm_count
 #include "flash_attn/params.h"
 
 namespace trainer::flash {
@@ -37,8 +38,6 @@ void launch_bwd_preprocess(const FlashBwdParams& p, bool zero_accum, cudaStream_
 /// dQ = scale * dq_accum into the dq view (bf16 atomic mode) and, with_dkv (split dK/dV pass), dK, dV from
 /// dkv_accum into theirs.
 void launch_bwd_convert(const FlashBwdParams& p, bool with_dkv, cudaStream_t s);
-/// Streaming multiprocessors of the current device (cached per device).
-int device_sm_count();
 /// dkdv_chunk for the dK/dV configuration bwd_launch<kD, *, kF32> picks in atomic mode (instantiated per kD and
 /// dtype): > 0 when that pass splits its query loop and needs p.dkv_accum.
 template <int kD, bool kF32>
@@ -59,7 +58,7 @@ void launch_fwd_combine(const FlashParams& p, cudaStream_t s);
 /// cuda_sizes::flash_dkdv_chunk (backend/cuda_sizes.h).
 int dkdv_chunk(int seq_len, int kbn, int kbm, int64_t bh, bool causal, bool hopper);
 
-/// Hopper kernels (sm90.cu, built only for sm_90a: TRAINER_FLASH_SM90): bf16, d_head 64, 80, 96 and 128, tiles of
+/// Hopper kernels (sm90.cu, built only for sm_90a: TRAINER_SM90): bf16, d_head 64, 80, 96 and 128, tiles of
 /// sm90_fwd_rows(d_head) query rows (forward) and kSm90BwdKeyTile keys x sm90_bwd_query_rows(d_head) queries (backward).
 /// sm90_flash_available(): this device runs them (compute capability 9.0). The backward includes its preprocess and
 /// convert passes (atomic-mode workspace: dsum, dq_accum, dq_tile_state, and dkv_accum when it splits its query

@@ -17,11 +17,9 @@
 #include <cstdint>
 #include <type_traits>
 
-namespace trainer::flash {
+#include "common.cuh"  // smem_addr
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+namespace trainer::flash {
 
 /// 16 bytes global -> shared, asynchronously; src_bytes = 0 fills the 16 bytes with zeros (nothing is read).
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {

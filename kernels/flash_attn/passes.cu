@@ -1,5 +1,5 @@
 // The passes around the FlashAttention-2 kernels, for every dtype: the backward's preprocess (D = rowsum(dO o O)) and
-// dQ / dK / dV conversion, and the host side of the split paths: the device's SM count, the split rules
+// dQ / dK / dV conversion, and the host side of the split paths: the split rules
 // (fwd_split_count, dkdv_chunk) and the forward's combine.
 #include "common.cuh"  // first (fmt set-up for nvcc)
 
@@ -131,19 +131,6 @@ void launch_bwd_convert(const FlashBwdParams& p, bool with_dkv, cudaStream_t s) 
   else
     flash_bwd_convert_kernel<__nv_bfloat16><<<blocks, 256, 0, s>>>(p, with_dkv, vec);
   CUDA_CHECK(cudaGetLastError());
-}
-
-int device_sm_count() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> sms[kMaxDevices] = {};
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  int n = dev < kMaxDevices ? sms[dev].load(std::memory_order_relaxed) : 0;
-  if (n == 0) {
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    if (dev < kMaxDevices) sms[dev].store(n, std::memory_order_relaxed);
-  }
-  return n;
 }
 
 int dkdv_chunk(int seq_len, int kbn, int kbm, int64_t bh, bool causal, bool hopper) {

@@ -1,7 +1,7 @@
 // The Hopper (sm_90a, wgmma) FlashAttention kernels in production (fwd_sm90.cuh, bwd_sm90.cuh, launch_sm90.cuh): bf16,
 // d_head 64, 80, 96 and 128, the tile configuration per head dimension chosen by measurement on an H200 (NOTES.md,
 // 2026-12-01 evening), and whether the device runs them.
-// Compiled for sm_90a only (CMake object library trainer_flash_sm90; trainer_lib then defines TRAINER_FLASH_SM90,
+// Compiled for sm_90a only (CMake object library trainer_sm90; trainer_lib then defines TRAINER_SM90,
 // which turns on the dispatch in launch.cuh): fwd_launch / bwd_launch call these when uses_sm90_fwd / uses_sm90_bwd.
 #include "common.cuh"  // first (fmt set-up for nvcc)
 

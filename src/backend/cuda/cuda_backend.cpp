@@ -561,7 +561,7 @@ double CudaBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor 
 void CudaBackend::matmul_dw_adamw(Tensor p, Tensor m, Tensor v, Tensor p_work, const Tensor& dY, const Tensor& X,
                                   const AdamWArgs& a) {
   TRAINER_CHECK(!a.grad_sumsq || a.sumsq_to, "matmul_dw_adamw: the sum of g^2 needs a.sumsq_to (nothing returns it)");
-#ifdef TRAINER_FLASH_SM90
+#ifdef TRAINER_SM90
   kernels::DwAdamWArgs d;
   const bool f32_state = p.dtype == DType::f32 && m.dtype == DType::f32 && v.dtype == DType::f32 &&
                          (!present(p_work) || p_work.dtype == DType::bf16);

@@ -1,17 +1,18 @@
-// Tensor memory accelerator (TMA, sm_90) loads of the Hopper FlashAttention kernels: the host encodes a tensor map of
-// a strided [B, T, H, d] bf16 view (cuTensorMapEncodeTiled, reached through the runtime's driver entry point, so no
-// libcuda link), and one thread copies a box of rows x 64 columns into a 128B-swizzled shared sub-tile (the layout of
-// wgmma.cuh), completing on an mbarrier by transaction bytes. Rows past T are zero-filled by the hardware.
-// PTX ISA 8.x: "cp.async.bulk.tensor", "mbarrier.expect_tx"; CUDA driver API: cuTensorMapEncodeTiled.
+// Tensor memory accelerator (TMA, sm_90) loads of the Hopper kernels (FlashAttention, dw_adamw): the host encodes a
+// tensor map of a strided [B, T, H, d] bf16 view (a [rows, columns] matrix: B = H = 1) with cuTensorMapEncodeTiled,
+// reached through the runtime's driver entry point, so no libcuda link; one thread copies a box of rows x 64 columns
+// into a 128B-swizzled shared sub-tile (the layout of wgmma.cuh), completing on an mbarrier (barriers.cuh) by
+// transaction bytes. Rows past T are zero-filled by the hardware. Also the bulk L2 prefetch.
+// PTX ISA 8.x: "cp.async.bulk.tensor", "cp.async.bulk.prefetch"; CUDA driver API: cuTensorMapEncodeTiled.
 #pragma once
 #include "common.cuh"
 
 #include <cuda.h>  // CUtensorMap (types only)
 #include <cudaTypedefs.h>
 
-#include "flash_attn/mma.cuh"
+#include "sm90/barriers.cuh"
 
-namespace trainer::flash::sm90 {
+namespace trainer::sm90 {
 
 /// Tensor map of a [B, T, H, d] bf16 view (strides in elements, d contiguous): dims (d, T, H, B), box (64, box_rows,
 /// 1, 1), 128-byte swizzle. Aborts (trainer::fatal) when the driver refuses it (base not 16-byte aligned, strides
@@ -41,12 +42,6 @@ inline CUtensorMap encode_tma_bf16(const void* base, int B, int T, int H, int d,
   return map;
 }
 
-/// The tensor maps of the attention inputs (q, k, v with the qkv strides; dout with the o strides, backward only): a
-/// kernel parameter (__grid_constant__), so that the TMA unit reads them from the parameter space.
-struct TmaMaps {
-  CUtensorMap q, k, v, dout;
-};
-
 #ifdef __CUDACC__
 /// The box at (column c0, row c1, head c2, batch c3) of `map` into the 1024-byte aligned shared sub-tile `smem`;
 /// completes `bytes` (the box size) on the mbarrier `bar`. One thread.
@@ -58,10 +53,11 @@ __device__ __forceinline__ void tma_load_4d(void* smem, const CUtensorMap* map, 
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar))
       : "memory");
 }
-/// One arrival on `bar` that also expects `bytes` more transaction bytes in the current phase.
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+/// Prefetches `bytes` (a multiple of 16) of global memory at `gmem` (16-byte aligned) into L2; one thread, nothing
+/// to wait for (cp.async.bulk.prefetch.L2).
+__device__ __forceinline__ void prefetch_l2(const void* gmem, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gmem), "r"(bytes) : "memory");
 }
 #endif
 
-}  // namespace trainer::flash::sm90
+}  // namespace trainer::sm90

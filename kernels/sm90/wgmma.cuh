@@ -1,4 +1,4 @@
-// Warpgroup-level building blocks of the Hopper (sm_90a) FlashAttention kernels, as inline PTX (PTX ISA 8.x,
+// Warpgroup-level building blocks of the Hopper (sm_90a) kernels (FlashAttention, dw_adamw), as inline PTX (PTX ISA 8.x,
 // "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"): shared-memory matrix descriptors for the 128-byte
 // swizzled layout, wgmma.mma_async m64nNk16 bf16 x bf16 -> f32 with A from shared memory or registers, and the
 // fence / commit / wait that order them.
@@ -16,15 +16,15 @@
 // Accumulators of m64nN (f32): warp w of the warpgroup holds rows 16w..16w+15 with the mma.m16n8k16 C layout per n8
 // block j: d[4j + e] = (row 16w + g + 8 (e / 2), col 8j + 2t + e % 2), g = lane / 4, t = lane % 4. A from registers
 // uses the mma.m16n8k16 A layout per warp, so the accumulators of two adjacent n8 blocks, packed to bf16 pairs, are
-// the A fragment of one k16 step (c_to_a in mma.cuh; FlashAttention-3 keeps P in registers this way).
+// the A fragment of one k16 step (c_to_a in flash_attn/mma.cuh; FlashAttention-3 keeps P in registers this way).
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "flash_attn/mma.cuh"  // smem_addr
+#include "common.cuh"  // smem_addr
 
-namespace trainer::flash::sm90 {
+namespace trainer::sm90 {
 
 /// The first 1024-byte aligned byte at or after p (a shared-memory pointer). Pointer arithmetic on p itself, so that
 /// the compiler still knows the result is shared memory (a round trip through an integer would make every access a
@@ -67,59 +67,6 @@ __device__ __forceinline__ void fence_regs(float (&d)[N]) {
 /// Makes this thread's ordinary shared-memory writes (st.shared, cp.async) visible to the async proxy (wgmma
 /// operand reads); each writing thread, before the barrier that publishes them.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-// ---- mbarriers and register reallocation (warp-specialized kernels) ----
-// PTX ISA 8.x, "mbarrier", "setmaxnreg". An mbarrier completes a phase when its expected number of
-// arrivals has arrived; waiting names the phase by its parity (the first phase is 0; waiting on parity 1 of a fresh
-// barrier returns at once, which lets a producer treat every stage as free before its first use).
-
-/// Initializes the mbarrier at `bar` (shared, 8-byte aligned) to expect `count` arrivals per phase. One thread, then
-/// a CTA barrier before any use.
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-/// After a thread's mbar_init calls (before the CTA barrier that publishes them): makes the initialised barriers
-/// visible to the async proxy (TMA transaction bytes, cp.async arrivals), as CUTLASS's fence_barrier_init does.
-__device__ __forceinline__ void mbar_init_fence() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-/// One arrival of this thread (release semantics: its earlier memory accesses happen before the phase completes).
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
-/// One arrival of this thread when all of its earlier cp.async copies have landed (cp.async.mbarrier.arrive.noinc:
-/// the barrier's expected count must include this arrival).
-__device__ __forceinline__ void mbar_arrive_cp_async(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
-/// Waits until the phase of parity `parity` of the mbarrier at `bar` has completed (acquire semantics).
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n}\n" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-/// Named barrier `id` (1..15; 0 is __syncthreads) of `count` threads (a multiple of 32): sync waits until count
-/// threads have arrived or synced on it; arrive counts this thread in and goes on (PTX "bar.sync / bar.arrive"). Every
-/// warp of a participating warpgroup executes it.
-__device__ __forceinline__ void named_bar_sync(uint32_t id, uint32_t count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-__device__ __forceinline__ void named_bar_arrive(uint32_t id, uint32_t count) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-/// Register reallocation between warpgroups (every warp of the warpgroup executes it): this warpgroup's threads
-/// give up registers down to / take registers up to kRegs (a multiple of 8, 24..256).
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
 
 // ---- generated by gen_wgmma.py (begin) ----
 /// d[8] (+)= A B, m64n16k16: A and B from shared memory (descriptors); tA / tB: 1 = M- / N-major.
@@ -238,4 +185,4 @@ __device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const uint32_t (&a
 
 // ---- generated by gen_wgmma.py (end) ----
 
-}  // namespace trainer::flash::sm90
+}  // namespace trainer::sm90

@@ -1,5 +1,5 @@
-# Emits the fixed-operand-list wgmma wrappers of kernels/flash_attn/wgmma.cuh (between its "generated" markers):
-#   python3 kernels/flash_attn/gen_wgmma.py > /tmp/w.inc  (then paste). PTX ISA 8.x, "wgmma.mma_async".
+# Emits the fixed-operand-list wgmma wrappers of kernels/sm90/wgmma.cuh (between its "generated" markers):
+#   python3 kernels/sm90/gen_wgmma.py > /tmp/w.inc  (then paste). PTX ISA 8.x, "wgmma.mma_async".
 def ss(n):
     nacc = n // 2
     regs = ", ".join(f"%{i}" for i in range(nacc))
