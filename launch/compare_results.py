@@ -105,6 +105,15 @@ def ratio(x, base, spec="{:.2f}x"):
     return "-" if x is None or not base else spec.format(x / base)
 
 
+def optimizer_summary(r):
+    """When AdamW runs: after the backward, inside it per unit (optimizer.in_backward), or in the weight-gradient
+    products (in_gemm); peer records: after the backward."""
+    o = get(r, "config", "optimizer") or {}
+    if o.get("in_gemm"):
+        return "in backward + in gemm"
+    return "in backward" if o.get("in_backward") else "after backward"
+
+
 def graph_summary(r):
     """Whether the steps replayed a CUDA graph (then timing has no forward / backward / optimizer split)."""
     g = r.get("cuda_graph")
@@ -137,6 +146,7 @@ def build_rows(records):
     row("gemm autotune", gemm_summary)
     row("cuda graph", graph_summary, train_only=True)
     row("checkpointing", lambda r: get(r, "config", "checkpointing", "policy", default="-"), train_only=True)
+    row("optimizer update", optimizer_summary, train_only=True)
     row("strategy / comm", lambda r: f"{get(r, 'config', 'parallel', 'strategy', default='-')} / "
         f"{get(r, 'config', 'parallel', 'comm', default='-')}")
     row("world size", lambda r: str(r.get("world_size", "-")))

@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -95,7 +96,7 @@ Args parse_args(int argc, char** argv) {
       } catch (const std::exception&) {
         used = 0;
       }
-      CONFIG_CHECK(used == v.size() && n >= 1, "--world-size '{}': expected a positive integer", v);
+      CONFIG_CHECK(used == v.size() && n >= 1, "--world-size '{}': expected an integer from 1 to {}", v, INT_MAX);
       a.world_size = n;
     } else if (is_option(s, "--device")) {
       a.device = option_value(argc, argv, i, "--device");

@@ -32,9 +32,13 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
   resolve(c, path, world_size, cuda_available, host, warnings);
   validate_config(c, world_size, path);
   if (warnings) check_resume(c, warnings);  // what the resume changes (validate_config checked the rest)
-  if (warnings && c.output.checkpoint && std::filesystem::exists(std::filesystem::path(*c.output.checkpoint) / "latest") &&
-      !(c.init.resume && std::filesystem::weakly_canonical(*c.init.resume) ==
-                             std::filesystem::weakly_canonical(*c.output.checkpoint)))
+  // A resume from the directory itself or from one of its step directories continues its run (check_resume warns
+  // when that step is not the directory's latest)
+  namespace fs = std::filesystem;
+  if (warnings && c.output.checkpoint && fs::exists(fs::path(*c.output.checkpoint) / "latest") &&
+      !(c.init.resume && (fs::weakly_canonical(*c.init.resume) == fs::weakly_canonical(*c.output.checkpoint) ||
+                          fs::weakly_canonical(*c.init.resume).parent_path() ==
+                              fs::weakly_canonical(*c.output.checkpoint))))
     warnings->push_back(fmt::format(
         "output.checkpoint: '{}' already holds a checkpoint of another run; this run's checkpoints replace it (older "
         "step directories are pruned). To continue that run instead, set init.resume to it",

@@ -205,14 +205,23 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
   check_positive(o.eps, "optimizer.eps");
   check_non_negative(o.weight_decay, "optimizer.weight_decay");
   if (o.max_grad_norm) check_positive(*o.max_grad_norm, "optimizer.max_grad_norm");
-  CONFIG_CHECK(!o.in_backward.value_or(false) || !o.max_grad_norm,
-               "optimizer: in_backward updates each unit before the global gradient norm is known, so it cannot clip; "
-               "set optimizer.max_grad_norm null or in_backward false");
-  CONFIG_CHECK(!o.in_backward.value_or(false) || c.parallel.strategy == "none",
-               "optimizer: in_backward is implemented for parallel.strategy 'none', got '{}'", c.parallel.strategy);
+  // in_backward (and in_gemm, which needs it) each name the setting that rules them out: an explicit true, or
+  // in_gemm with in_backward left null (auto: off wherever one of these holds)
+  const bool wants_in_backward = o.in_backward.value_or(false) || o.in_gemm;
+  const char* what = o.in_backward.value_or(false) ? "in_backward" : "in_gemm (which needs in_backward)";
+  CONFIG_CHECK(!wants_in_backward || !o.max_grad_norm,
+               "optimizer: {} updates each unit before the global gradient norm is known, so it cannot clip "
+               "(optimizer.max_grad_norm {}); set max_grad_norm null or {} false",
+               what, o.max_grad_norm.value_or(0.0), o.in_backward.value_or(false) ? "in_backward" : "in_gemm");
+  CONFIG_CHECK(!wants_in_backward || c.parallel.strategy == "none",
+               "optimizer: {} is implemented for parallel.strategy 'none', got '{}'", what, c.parallel.strategy);
+  CONFIG_CHECK(!wants_in_backward || c.job != "train" || c.bench.phase == "train_step",
+               "optimizer: {} updates weights inside the backward, but bench.phase '{}' runs no update (use phase "
+               "'train_step', or leave optimizer.in_backward null and in_gemm false)",
+               what, c.bench.phase);
   CONFIG_CHECK(!o.in_gemm || o.in_backward.value_or(false),
-               "optimizer: in_gemm updates each weight inside its backward product, so it needs in_backward (a "
-               "train_step run of strategy none without clipping)");
+               "optimizer: in_gemm updates each weight inside its backward product, so it needs in_backward; set "
+               "optimizer.in_backward true or null (auto)");
   check_enum(o.schedule, kSchedules, "optimizer.schedule");
   check_non_negative(o.warmup_steps, "optimizer.warmup_steps");
   check_non_negative(o.cosine_steps, "optimizer.cosine_steps");
@@ -403,6 +412,13 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
   }
   for (const auto& [key, value] : outputs)
     if (*value && value != &c.output.checkpoint) check_output_path(**value, key);
+  if (c.profile.memory_timeline)  // ranks r > 0 write beside rank 0 (the same directory): what is at their names
+    for (int r = 1; r < std::min(world_size, 4096); ++r) {
+      const std::string path = memory_timeline_path(*c.profile.memory_timeline, r);
+      std::error_code ec;
+      if (fs::exists(fs::symlink_status(path, ec)))
+        check_output_path(path, fmt::format("profile.memory_timeline (rank {}'s file)", r));
+    }
   if (!c.output.results) check_output_path(default_results_path(c.name), "output.results");
 }
 

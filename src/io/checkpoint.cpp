@@ -128,9 +128,31 @@ void check_resume(const RunConfig& c, std::vector<std::string>* warnings) {
                "init.resume: the checkpoint '{}' is at step {}, but the run has {} steps in all (bench.warmup_steps "
                "+ measure_steps count from step 0): nothing is left to run", step_dir, step, total);
   if (!warnings) return;
+  // Resuming an older step of the directory the run writes to: its later steps are another branch of the run
+  std::error_code ec;
+  if (c.output.checkpoint && fs::exists(fs::path(*c.output.checkpoint) / kLatest, ec) &&
+      fs::weakly_canonical(step_dir, ec).parent_path() == fs::weakly_canonical(*c.output.checkpoint, ec)) {
+    const std::string latest_dir = resolve_checkpoint(*c.output.checkpoint);
+    const int64_t latest_step = read_checkpoint_manifest(latest_dir)["step"].get<int64_t>();
+    if (latest_step > step)
+      warnings->push_back(fmt::format(
+          "init.resume: '{}' is step {}, but '{}' has a later one (step {}): this run continues from step {} and its "
+          "checkpoints become the directory's latest (the later steps are pruned as it writes)",
+          step_dir, step, *c.output.checkpoint, latest_step, step));
+  }
+  // Keys that change no weight: in_backward (the same update, sooner) and, on the CPU, in_gemm (its product into a
+  // temporary, then the same update); on a GPU in_gemm's fused product sums in another order
+  auto weight_neutral = [&](json o) {
+    if (!o.is_object()) return o;
+    o.erase("in_backward");
+    if (c.device == "cpu") o.erase("in_gemm");
+    return o;
+  };
   std::vector<std::string> changed;
   for (const char* sec : {"optimizer", "data", "parallel", "checkpointing"})
-    if (old.value(sec, json()) != now[sec]) changed.push_back(sec);
+    if (std::string(sec) == "optimizer" ? weight_neutral(old.value(sec, json())) != weight_neutral(now[sec])
+                                        : old.value(sec, json()) != now[sec])
+      changed.push_back(sec);
   if (old["model"].value("context_length", json()) != now["model"]["context_length"])
     changed.push_back("model.context_length");
   if (m.contains("schedule") && m["schedule"].value("total_steps", int64_t(0)) != total &&

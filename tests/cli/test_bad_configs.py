@@ -271,9 +271,25 @@ def case_in_backward_with_clipping(tmp):
     return [write_json(tmp / "c.json", cfg)], ["in_backward", "max_grad_norm"]
 
 
+def case_in_gemm_with_clipping(tmp):  # in_backward null resolves off here: the line names clipping, the cause
+    cfg = tiny_config(tmp, optimizer={"in_gemm": True, "max_grad_norm": 1.0})
+    return [write_json(tmp / "c.json", cfg)], ["in_gemm", "cannot clip", "max_grad_norm 1"]
+
+
 def case_in_gemm_without_in_backward(tmp):
-    cfg = tiny_config(tmp, optimizer={"in_gemm": True, "max_grad_norm": 1.0})  # clipping: in_backward resolves off
-    return [write_json(tmp / "c.json", cfg)], ["in_gemm", "in_backward"]
+    cfg = tiny_config(tmp, optimizer={"in_gemm": True, "in_backward": False, "max_grad_norm": None})
+    return [write_json(tmp / "c.json", cfg)], ["in_gemm", "needs in_backward"]
+
+
+def case_in_backward_without_an_update(tmp):  # bench.phase forward_backward: no optimizer step to move
+    cfg = tiny_config(tmp, optimizer={"in_backward": True, "max_grad_norm": None})
+    cfg.setdefault("bench", {})["phase"] = "forward_backward"
+    return [write_json(tmp / "c.json", cfg)], ["in_backward", "bench.phase 'forward_backward'", "no update"]
+
+
+def case_in_gemm_with_fsdp(tmp):
+    cfg = tiny_config(tmp, optimizer={"in_gemm": True, "max_grad_norm": None}, parallel={"strategy": "fsdp"})
+    return [write_json(tmp / "c.json", cfg)], ["in_gemm", "strategy 'none'", "fsdp"]
 
 
 def case_in_gemm_with_microbatches(tmp):

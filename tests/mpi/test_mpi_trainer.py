@@ -224,20 +224,49 @@ def test_a_run_error_of_rank_1_alone_is_recorded_by_rank_0(tmp_path):
     assert wall < 30, f"took {wall:.1f} s"
 
 
+RANK1_TIMELINE_FAILED = "[r1] [error] the memory timeline could not be written"
+
+
+def break_rank1_timeline(tmp_path):
+    """Makes rank 1's memory timeline (mem.rank1.json beside mem.json) fail only when it is written, at the end of
+    its job: a link to a file under a regular file, so that creating the target's directory fails. (A directory of
+    that name is refused before the run, as every output that cannot be written.)"""
+    (tmp_path / "blocker").write_text("")
+    (tmp_path / "mem.rank1.json").symlink_to(tmp_path / "blocker" / "mem.json")
+
+
+def rank1_timeline_error(tmp_path):
+    return (f"rank 1: the memory timeline could not be written: cannot write '{tmp_path / 'blocker' / 'mem.json'}': "
+            f"creating its directory failed: Not a directory")
+
+
+def test_a_directory_at_rank_1s_memory_timeline_is_refused_before_the_run(tmp_path):
+    """2 ranks: mem.rank1.json (rank 1's memory timeline beside mem.json) is a directory: one line, exit 2, and no
+    output written (it had run the whole job and failed at its end)."""
+    (tmp_path / "mem.rank1.json").mkdir()
+    args = train_args(tmp_path, "dir", "parallel.strategy=ddp_flat", "bench.measure_steps=2",
+                      f"profile.memory_timeline={tmp_path / 'mem.json'}")
+    p, _ = run(MPIRUN + ["-np", "2"] + args, timeout=60)
+    assert p.returncode == 2, p.stderr[-3000:]
+    errors = [line for line in p.stderr.splitlines() if "trainer: error:" in line]
+    assert errors and all(e == errors[0] for e in errors), p.stderr[-3000:]  # the same line (once a rank at most)
+    assert "rank 1's file" in errors[0] and "mem.rank1.json" in errors[0] and "directory" in errors[0], errors[0]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["mem.rank1.json"]  # no record, timeline or checkpoint
+
+
 def test_a_failure_of_rank_1_after_its_job_is_in_rank_0s_record(tmp_path):
-    """Rank 1 fails after its job, once rank 0 has ended its own: its memory timeline file cannot be written (a
-    directory has its name, mem.rank1.json; rank 0's mem.json is written). The end-of-run agreement makes rank 0
+    """Rank 1 fails after its job, once rank 0 has ended its own: its memory timeline file cannot be written
+    (break_rank1_timeline; rank 0's mem.json is written). The end-of-run agreement makes rank 0
     wait for every rank's end before it writes the record: status error with rank 1's message, exit code 1 (the
     record had said ok while the job exited with 1)."""
-    (tmp_path / "mem.rank1.json").mkdir()
+    break_rank1_timeline(tmp_path)
     args = train_args(tmp_path, "late", "parallel.strategy=ddp_flat", "bench.measure_steps=2",
                       f"profile.memory_timeline={tmp_path / 'mem.json'}")
     p, wall = run(MPIRUN + ["-np", "2"] + args, timeout=60)
     assert p.returncode == 1, p.stderr[-3000:]
     r = json.loads((tmp_path / "late.json").read_text())
     assert r["status"] == "error", (r["status"], p.stderr[-3000:])
-    assert r["error"] == (f"rank 1: the memory timeline could not be written: cannot write "
-                          f"'{tmp_path / 'mem.rank1.json'}': rename failed: Is a directory"), r["error"]
+    assert r["error"] == rank1_timeline_error(tmp_path), r["error"]
     assert len(r["loss"]["per_step"]) == 2  # rank 0's measurements are kept
     assert json.loads((tmp_path / "mem.json").read_text())["rank"] == 0
     assert wall < 30, f"took {wall:.1f} s"
@@ -336,20 +365,12 @@ def run_until(cmd, marker, then, timeout=90):
     return p.returncode, "".join(lines), time.time() - t0
 
 
-RANK1_TIMELINE_FAILED = "[r1] [error] the memory timeline could not be written"
-
-
-def rank1_timeline_error(tmp_path):
-    return (f"rank 1: the memory timeline could not be written: cannot write '{tmp_path / 'mem.rank1.json'}': "
-            f"rename failed: Is a directory")
-
-
 def test_a_failure_after_the_job_is_recorded_while_another_rank_is_still_busy(tmp_path):
-    """3 ranks: rank 1 fails after its job (mem.rank1.json is a directory) while rank 2 never ends its own: its
+    """3 ranks: rank 1 fails after its job (break_rank1_timeline) while rank 2 never ends its own: its
     timeline file, mem.rank2.json, is a link to a terminal nobody reads, so its write blocks. Rank 0 records rank 1's
     failure at once, keeping its measurements, and aborts the job (which ends rank 2). Before, rank 0 waited for
     every rank's end and rank 1 aborted the job after 3 s: the record stayed 'running'."""
-    (tmp_path / "mem.rank1.json").mkdir()
+    break_rank1_timeline(tmp_path)
     term = SlowTerminal()
     (tmp_path / "mem.rank2.json").symlink_to(term.path)
     args = train_args(tmp_path, "three", "parallel.strategy=ddp_flat", "data.batch_size=6",
@@ -375,10 +396,10 @@ def test_a_failure_after_the_job_is_recorded_while_another_rank_is_still_busy(tm
 
 
 def run_rank1_failing_after_its_job(tmp_path, name, slow_file, delay_s, extra=()):
-    """2 ranks of tiny (ddp_flat, 100 steps): rank 1's memory timeline cannot be written (mem.rank1.json is a
-    directory), and rank 0's output `slow_file` (under tmp_path) is a link to a SlowTerminal read only `delay_s`
+    """2 ranks of tiny (ddp_flat, 100 steps): rank 1's memory timeline cannot be written (break_rank1_timeline),
+    and rank 0's output `slow_file` (under tmp_path) is a link to a SlowTerminal read only `delay_s`
     after rank 1 logged that failure. Returns (exit code, stderr, wall seconds, the terminal, closed)."""
-    (tmp_path / "mem.rank1.json").mkdir()
+    break_rank1_timeline(tmp_path)
     term = SlowTerminal()
     (tmp_path / slow_file).symlink_to(term.path)
     args = train_args(tmp_path, name, "parallel.strategy=ddp_flat", "bench.measure_steps=100",
@@ -393,7 +414,7 @@ def run_rank1_failing_after_its_job(tmp_path, name, slow_file, delay_s, extra=()
 
 
 def test_a_failure_after_the_job_waits_for_a_slow_rank_0(tmp_path):
-    """2 ranks: rank 1 fails after its job (mem.rank1.json is a directory) while rank 0's own end is slow: its memory
+    """2 ranks: rank 1 fails after its job (break_rank1_timeline) while rank 0's own end is slow: its memory
     timeline, mem.json, is a link to a terminal that is read only 6 s after rank 1 logged its failure. Rank 1 waits
     for rank 0 (up to parallel.comm_timeout_s and a margin), so rank 0 writes its timeline, then the record with its
     measurements, status error and rank 1's message, and aborts the job. Before, rank 1 aborted the job 3 s after
@@ -409,7 +430,7 @@ def test_a_failure_after_the_job_waits_for_a_slow_rank_0(tmp_path):
 
 
 def test_a_failure_after_the_job_while_rank_0_is_still_in_its_job_keeps_its_measurements(tmp_path):
-    """2 ranks: rank 1 fails after its job (mem.rank1.json is a directory) while rank 0 is still in its own: it
+    """2 ranks: rank 1 fails after its job (break_rank1_timeline) while rank 0 is still in its own: it
     writes the trace of both ranks (profile.trace, after the job's last collective) to a link to a terminal that is
     read only 3 s after rank 1 logged its failure. Rank 1's failure is its end report, which rank 0 reads once its
     job has ended: the record has rank 0's measurements, status error and rank 1's message. Before, rank 0's
