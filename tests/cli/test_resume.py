@@ -8,6 +8,7 @@
   checkpoint_every writes every N steps and keeps two; the record has the write and read times.
 - A checkpoint killed (SIGKILL) while it is being written leaves the previous one loadable, and resuming from it
   still gives the uninterrupted run's values bitwise.
+- Resuming an older step of the output directory warns once (the later step named), and continues bitwise.
 - One clear error line (exit 2, nothing written) for: a missing or half-written checkpoint, another model shape,
   init.weights with init.resume, a checkpoint already at the run's last step, checkpoint_every without a checkpoint,
   a checkpoint path that names a .safetensors file.
@@ -148,6 +149,28 @@ def test_checkpoint_every_keeps_the_last_two(tmp_path):
     assert [x["step"] for x in r["checkpoint"]["writes"]] == [1, 2, 3, 4]  # the end's write is step 4's
     assert sorted(x.name for x in ck.iterdir()) == [".lock", "latest", "model.safetensors", "step-00000003",
                                                     "step-00000004"]  # .lock: rank 0's flock while a run writes
+
+
+def test_resume_from_an_older_step_of_the_same_directory(tmp_path):
+    """Resuming step 3 of a directory whose latest is step 4, with optimizer.in_gemm switched on (on the cpu the
+    same update: its product into a temporary, then AdamW): one warning naming the later step, none saying the
+    directory holds another run or that the config differs, and step 4 again bitwise (written beside the first
+    as step-00000004.1, now the latest)."""
+    ck = tmp_path / "ck"
+    no_clip = "optimizer.max_grad_norm=null"  # in_backward (auto) on: in_gemm may run
+    p = run(args(tmp_path, "a", 4, f"output.checkpoint={ck}", "output.checkpoint_every=1", no_clip))
+    assert p.returncode == 0, p.stderr[-3000:]
+    first = state(ck)
+    p = run(args(tmp_path, "b", 4, f"output.checkpoint={ck}", f"init.resume={ck / 'step-00000003'}", no_clip,
+                 "optimizer.in_gemm=true"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    warnings = [line for line in p.stderr.splitlines() if "[warning]" in line]
+    assert len(warnings) == 1, warnings
+    assert "is step 3" in warnings[0] and "later one (step 4)" in warnings[0], warnings[0]
+    assert latest(ck).name == "step-00000004.1"
+    again = state(ck)
+    assert_same(first[0], again[0])
+    assert_same(first[1], again[1])
 
 
 def test_killed_mid_write_leaves_the_previous_checkpoint(tmp_path, straight):
