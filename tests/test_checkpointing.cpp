@@ -29,13 +29,23 @@ struct PolicyCase {
   int head_chunk = 0;
   bool keep_attention = false;  // checkpointing.keep_attention
   bool in_backward = false;     // optimizer.in_backward (then no flat gradients to compare)
-  bool in_gemm = false;         // optimizer.in_gemm (with in_backward; fused only with one microbatch)
+  bool in_gemm = false;         // optimizer.in_gemm (with in_backward)
 };
 
 struct Run {
   std::vector<double> losses, grad_norms;
   std::vector<float> grads, params;
   size_t peak_activations = 0, peak_total = 0, peak_gradients = 0;
+  int fused_updates = 0;  // Backend::matmul_dw_adamw calls (the cpu's default opens its range)
+};
+
+/// Counts the ranges of one name.
+struct RangeCounter : RangeSink {
+  std::string name;
+  int count = 0;
+  explicit RangeCounter(std::string n) : name(std::move(n)) {}
+  void push(const char* n, const char*, int) override { count += name == n; }
+  void pop() override {}
 };
 
 constexpr int kLayers = 6, kRows = 4, kT = 16, kVocab = 97;
@@ -68,6 +78,8 @@ Run run(const PolicyCase& pc, int micro, int steps = 3, const ModelDims& dims = 
   s.global_tokens = int64_t(kRows) * kT;
   std::vector<int32_t> in(size_t(kRows) * kT), tg(in.size());
   Run out;
+  RangeCounter fused("matmul_dw_adamw (product, adamw)");
+  be->set_range_sink(&fused);
   be->memory().reset_peak();
   for (int step = 0; step < steps; ++step) {
     for (size_t i = 0; i < in.size(); ++i) {
@@ -85,6 +97,8 @@ Run run(const PolicyCase& pc, int micro, int steps = 3, const ModelDims& dims = 
   out.peak_activations = be->memory().peak[int(Category::activations)];
   out.peak_gradients = be->memory().peak[int(Category::gradients)];
   out.peak_total = be->memory().peak_total;
+  out.fused_updates = fused.count;
+  be->set_range_sink(nullptr);
   return out;
 }
 
@@ -152,6 +166,17 @@ TEST_CASE("checkpointing: a model with d_ff < d_model (the recomputed h1 / h2 fi
     const Run r = run(pc, 4, 3, narrow);
     CHECK(r.losses == ref.losses);
     CHECK(bitwise_equal(r.params, ref.params));
+  }
+}
+
+TEST_CASE("optimizer.in_gemm: each block matrix is updated in its product once a step, on the last microbatch",
+          "[checkpointing]") {
+  // 4 products a block (Wqkv, Wo, [W1; W3], W2), 6 blocks, 3 steps, whatever the number of microbatches; the values
+  // equal in_backward's (the first test case), with one microbatch and with 2 (the earlier one's sum in g_acc)
+  for (int micro : {4, 2, 1}) {
+    INFO("microbatch " << micro);
+    CHECK(run({"in_gemm", "selective", 2, std::nullopt, 0, false, true, true}, micro).fused_updates == 4 * kLayers * 3);
+    CHECK(run({"in_backward", "selective", 2, std::nullopt, 0, false, true}, micro).fused_updates == 0);
   }
 }
 

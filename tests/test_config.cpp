@@ -236,7 +236,9 @@ TEST_CASE("config: resolution of auto values, name and microbatch", "[config]") 
     CHECK(load_doc(dir, doc, {"parallel.strategy=ddp_flat"}, 2).optimizer.in_backward == false);
     CHECK(load_doc(dir, doc, {"bench.phase=forward_backward"}).optimizer.in_backward == false);
     CHECK(load_doc(dir, doc, {"optimizer.in_backward=false"}).optimizer.in_backward == false);  // explicit: kept
-    CHECK(load_doc(dir, doc, {"optimizer.in_backward=true", "bench.phase=forward"}).optimizer.in_backward == true);
+    // explicit true where no update runs: refused (it had been kept and the record said true while nothing moved)
+    CHECK_THROWS_WITH(load_doc(dir, doc, {"optimizer.in_backward=true", "bench.phase=forward"}),
+                      Catch::Contains("bench.phase 'forward' runs no update"));
   }
   SECTION("microbatch defaults to the per-rank batch") {
     const std::string ddp = "parallel.strategy=ddp_flat";

@@ -243,31 +243,35 @@ TEST_CASE("cuda model: optimizer.in_gemm trains as in_backward does", "[cuda][mo
   }
   // The same run with the blocks' weight matrices updated inside their products (in_gemm: on sm_90 one kernel per
   // matrix, kernels/dw_adamw) and after the unit's backward (in_backward alone). The products sum in another order
-  // (our wgmma tiles against cuBLASLt's), so losses and norms agree to rounding, not bitwise.
-  const std::vector<std::string> base = {
-      "model.preset=small",  "model.num_layers=2",   "model.context_length=256", "device=cuda",
-      "precision=bf16",      "attention=flash2",     "data.source=random",       "data.batch_size=4",
-      "bench.warmup_steps=1", "bench.measure_steps=6", "bench.log_every=0",       "optimizer.in_backward=true",
-      "optimizer.lr=1e-3",   "cuda_graph=false",     "output.results=/tmp/trainer_test_in_gemm.json"};
-  auto run = [&](bool in_gemm) {
-    std::vector<std::string> set = base;
-    set.push_back(in_gemm ? "optimizer.in_gemm=true" : "optimizer.in_gemm=false");
-    return run_train(load_config("", set, 1, true), RunContext{});
-  };
-  const auto plain = run(false), fused = run(true);
-  for (const char* key : {"loss", "grad_norm"}) {
-    const auto a = plain[key]["per_step"].get<std::vector<double>>();
-    const auto b = fused[key]["per_step"].get<std::vector<double>>();
-    REQUIRE(a.size() == 7);
-    REQUIRE(b.size() == 7);
-    for (size_t i = 0; i < a.size(); ++i) {
-      INFO(key << " step " << i + 1 << ": in_backward " << a[i] << ", in_gemm " << b[i]);
-      CHECK(std::fabs(a[i] - b[i]) <= 1e-3 * std::fabs(a[i]));
+  // (our wgmma tiles against cuBLASLt's), so losses and norms agree to rounding, not bitwise. Microbatches of 4 (one
+  // a step) and 2 (the first one's gradient added in the second's fused product, g_acc).
+  for (const char* micro : {"data.microbatch_size=4", "data.microbatch_size=2"}) {
+    CAPTURE(micro);
+    const std::vector<std::string> base = {
+        "model.preset=small",  "model.num_layers=2",   "model.context_length=256", "device=cuda",
+        "precision=bf16",      "attention=flash2",     "data.source=random",       "data.batch_size=4",
+        "bench.warmup_steps=1", "bench.measure_steps=6", "bench.log_every=0",       "optimizer.in_backward=true",
+        "optimizer.lr=1e-3",   "cuda_graph=false",     "output.results=/tmp/trainer_test_in_gemm.json", micro};
+    auto run = [&](bool in_gemm) {
+      std::vector<std::string> set = base;
+      set.push_back(in_gemm ? "optimizer.in_gemm=true" : "optimizer.in_gemm=false");
+      return run_train(load_config("", set, 1, true), RunContext{});
+    };
+    const auto plain = run(false), fused = run(true);
+    for (const char* key : {"loss", "grad_norm"}) {
+      const auto a = plain[key]["per_step"].get<std::vector<double>>();
+      const auto b = fused[key]["per_step"].get<std::vector<double>>();
+      REQUIRE(a.size() == 7);
+      REQUIRE(b.size() == 7);
+      for (size_t i = 0; i < a.size(); ++i) {
+        INFO(key << " step " << i + 1 << ": in_backward " << a[i] << ", in_gemm " << b[i]);
+        CHECK(std::fabs(a[i] - b[i]) <= 1e-3 * std::fabs(a[i]));
+      }
     }
+    // the fused run's blocks keep only their gains' gradients, and the fused kernel needs no temporary: not above
+    CHECK(fused["config"]["optimizer"]["in_gemm"].get<bool>());
+    const double peak_plain = plain["memory"]["peak_bytes"].get<double>(),
+                 peak_fused = fused["memory"]["peak_bytes"].get<double>();
+    CHECK(peak_fused <= peak_plain);
   }
-  // the fused run's blocks keep only their gains' gradients, and the fused kernel needs no temporary: not above
-  CHECK(fused["config"]["optimizer"]["in_gemm"].get<bool>());
-  const double peak_plain = plain["memory"]["peak_bytes"].get<double>(),
-               peak_fused = fused["memory"]["peak_bytes"].get<double>();
-  CHECK(peak_fused <= peak_plain);
 }

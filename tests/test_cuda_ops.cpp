@@ -885,9 +885,9 @@ TEST_CASE("cuda matmul_dw_adamw (weight gradient + AdamW in one kernel) matches 
           "[cuda][adamw][dw_adamw]") {
   REQUIRE_GPU();
   // optimizer.in_gemm: g = dYᵀ X never stored, AdamW from the product's accumulators (kernels/dw_adamw on sm_90;
-  // elsewhere the default: the product into a temporary, then adamw). The cpu runs the default on the same bf16
-  // values in fp32. Shapes: one tile, ragged M / N / K (a second 64-column box wholly past M), both tile orders,
-  // several tiles per CTA.
+  // elsewhere the default: the product into a temporary, then adamw); with g_acc (the earlier microbatches' sum)
+  // g = g_acc + dYᵀ X. The cpu runs the default on the same bf16 values in fp32. Shapes: one tile, ragged M / N / K
+  // (a second 64-column box wholly past M), both tile orders, several tiles per CTA.
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
   Rng rng(seed);
@@ -898,40 +898,44 @@ TEST_CASE("cuda matmul_dw_adamw (weight gradient + AdamW in one kernel) matches 
   };
   for (const Shape& sh : {Shape{128, 128, 64}, Shape{200, 136, 100}, Shape{64, 8, 16}, Shape{384, 256, 512},
                           Shape{136, 520, 256}, Shape{2304, 768, 2048}}) {  // M < N: the tiles walk M first
-    const int64_t M = sh.M, N = sh.N, K = sh.K;
-    CAPTURE(M, N, K);
-    const Vec dy = round_bf16(rng.uniform(K * M)), x = round_bf16(rng.uniform(K * N));
-    const Vec p = rng.uniform(M * N, -0.05f, 0.05f), m = rng.uniform(M * N, -1.f, 1.f),
-              v = rng.uniform(M * N, 1.f, 4.f);  // a mid-training state: the update is smooth in g
-    Dev gdy = make_from(gpu(), DType::bf16, {K, M}, dy), gx = make_from(gpu(), DType::bf16, {K, N}, x);
-    Dev gp = make_from(gpu(), DType::f32, {M * N}, p), gm = make_from(gpu(), DType::f32, {M * N}, m),
-        gv = make_from(gpu(), DType::f32, {M * N}, v), gw = make(gpu(), DType::bf16, {M * N}),
-        gsum = make(gpu(), DType::f32, {2});
-    Dev cdy = make_from(cpu(), DType::f32, {K, M}, dy), cx = make_from(cpu(), DType::f32, {K, N}, x);
-    Dev cp = make_from(cpu(), DType::f32, {M * N}, p), cm = make_from(cpu(), DType::f32, {M * N}, m),
-        cv = make_from(cpu(), DType::f32, {M * N}, v);
-    poison(gw.t);
-    AdamWArgs a;
-    a.lr = 1e-3f, a.beta2 = 0.95f, a.weight_decay = 0.1f, a.t = 3, a.grad_sumsq = true;
-    a.sumsq_to = static_cast<double*>(gsum.t.data);
-    NameSink names;
-    gpu().set_range_sink(&names);
-    gpu().matmul_dw_adamw(gp.t, gm.t, gv.t, gw.t, gdy.t, gx.t, a);
-    gpu().set_range_sink(nullptr);
-    double cpu_sumsq = 0;
-    AdamWArgs ac = a;
-    ac.sumsq_to = &cpu_sumsq;
-    cpu().matmul_dw_adamw(cp.t, cm.t, cv.t, Tensor{}, cdy.t, cx.t, ac);
-    INFO(dev << ": " << (names.saw("matmul_dw_adamw") ? "the fused kernel" : "the default (product, adamw)"));
-    if (hopper) CHECK(names.saw("matmul_dw_adamw"));
-    double gpu_sumsq = 0;
-    gpu().copy_to_host(&gpu_sumsq, gsum.t.data, 8);
-    CHECK(std::fabs(gpu_sumsq - cpu_sumsq) <= 1e-5 * cpu_sumsq);
-    const Vec gpv = download(gpu(), gp.t);
-    check_close("matmul_dw_adamw p", gpv, download(cpu(), cp.t), 1e-5);
-    check_close("matmul_dw_adamw m", download(gpu(), gm.t), download(cpu(), cm.t), 1e-5);
-    check_close("matmul_dw_adamw v", download(gpu(), gv.t), download(cpu(), cv.t), 1e-5);
-    check_equal("matmul_dw_adamw p_work", download(gpu(), gw.t), round_bf16(gpv));
+    for (bool with_acc : {false, true}) {
+      const int64_t M = sh.M, N = sh.N, K = sh.K;
+      CAPTURE(M, N, K, with_acc);
+      const Vec dy = round_bf16(rng.uniform(K * M)), x = round_bf16(rng.uniform(K * N));
+      const Vec p = rng.uniform(M * N, -0.05f, 0.05f), m = rng.uniform(M * N, -1.f, 1.f),
+                v = rng.uniform(M * N, 1.f, 4.f);  // a mid-training state: the update is smooth in g
+      Dev gdy = make_from(gpu(), DType::bf16, {K, M}, dy), gx = make_from(gpu(), DType::bf16, {K, N}, x);
+      Dev gp = make_from(gpu(), DType::f32, {M * N}, p), gm = make_from(gpu(), DType::f32, {M * N}, m),
+          gv = make_from(gpu(), DType::f32, {M * N}, v), gw = make(gpu(), DType::bf16, {M * N}),
+          gsum = make(gpu(), DType::f32, {2});
+      Dev cdy = make_from(cpu(), DType::f32, {K, M}, dy), cx = make_from(cpu(), DType::f32, {K, N}, x);
+      Dev cp = make_from(cpu(), DType::f32, {M * N}, p), cm = make_from(cpu(), DType::f32, {M * N}, m),
+          cv = make_from(cpu(), DType::f32, {M * N}, v);
+      const Vec acc = rng.uniform(M * N, -2.f, 2.f);  // the earlier microbatches' sum, about one product's size
+      Dev gacc = make_from(gpu(), DType::f32, {M * N}, acc), cacc = make_from(cpu(), DType::f32, {M * N}, acc);
+      poison(gw.t);
+      AdamWArgs a;
+      a.lr = 1e-3f, a.beta2 = 0.95f, a.weight_decay = 0.1f, a.t = 3, a.grad_sumsq = true;
+      a.sumsq_to = static_cast<double*>(gsum.t.data);
+      NameSink names;
+      gpu().set_range_sink(&names);
+      gpu().matmul_dw_adamw(gp.t, gm.t, gv.t, gw.t, gdy.t, gx.t, a, with_acc ? gacc.t : Tensor{});
+      gpu().set_range_sink(nullptr);
+      double cpu_sumsq = 0;
+      AdamWArgs ac = a;
+      ac.sumsq_to = &cpu_sumsq;
+      cpu().matmul_dw_adamw(cp.t, cm.t, cv.t, Tensor{}, cdy.t, cx.t, ac, with_acc ? cacc.t : Tensor{});
+      INFO(dev << ": " << (names.saw("matmul_dw_adamw") ? "the fused kernel" : "the default (product, adamw)"));
+      if (hopper) CHECK(names.saw("matmul_dw_adamw"));
+      double gpu_sumsq = 0;
+      gpu().copy_to_host(&gpu_sumsq, gsum.t.data, 8);
+      CHECK(std::fabs(gpu_sumsq - cpu_sumsq) <= 1e-5 * cpu_sumsq);
+      const Vec gpv = download(gpu(), gp.t);
+      check_close("matmul_dw_adamw p", gpv, download(cpu(), cp.t), 1e-5);
+      check_close("matmul_dw_adamw m", download(gpu(), gm.t), download(cpu(), cm.t), 1e-5);
+      check_close("matmul_dw_adamw v", download(gpu(), gv.t), download(cpu(), cv.t), 1e-5);
+      check_equal("matmul_dw_adamw p_work", download(gpu(), gw.t), round_bf16(gpv));
+    }
   }
 }
 

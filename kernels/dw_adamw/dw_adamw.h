@@ -14,8 +14,8 @@ namespace trainer::kernels {
 /// One weight's dW = dYᵀ X and update. dY [K, M] and X [K, N] bf16 row-major (row strides ld_dy, ld_x elements; K is
 /// the tokens, M = d_out, N = d_in), so dW is [M, N] like the weight. p, m, v fp32 [M, N] with row stride ld (the
 /// optimizer's flat arrays: ld = N). Each element: g = dW (fp32 accumulation of the bf16 products over K, in tile
-/// order), then kernels::adamw's update (adamw_one, the same per-step values) and p_work = bf16(p) when p_work is
-/// given.
+/// order; plus grad_in when given), then kernels::adamw's update (adamw_one, the same per-step values) and p_work =
+/// bf16(p) when p_work is given.
 struct DwAdamWArgs {
   const bf16* dy = nullptr;
   int64_t ld_dy = 0;
@@ -29,6 +29,9 @@ struct DwAdamWArgs {
   int64_t ld = 0;
   /// Optional: g itself, fp32 [M, N] row stride ld (checks, and a plain fp32-output dW product when update is false).
   float* grad = nullptr;
+  /// Optional: a gradient the product adds to, fp32 [M, N] row stride ld (the step's earlier microbatches): then
+  /// g = grad_in + dYᵀ X. May be `grad` itself (each element is read before it is written).
+  const float* grad_in = nullptr;
   bool update = true;  // false: no AdamW (p, m, v, p_work untouched; grad must be given)
   /// Optional: where the sum of g² (g as given, before grad_scale; fp64, device) is written, as kernels::adamw's
   /// sumsq_out: per-CTA sums into `partials` (kReduceMaxBlocks doubles of scratch), then reduce_partials. The same
@@ -43,7 +46,7 @@ struct DwAdamWArgs {
 
 /// Whether dw_adamw can run this problem on this device: an sm_90 GPU and a build with the Hopper kernels; M, N >= 1,
 /// K >= 1; N, ld multiples of 4, ld >= N; ld_dy >= M, ld_x >= N, both multiples of 8 (16-byte TMA rows); dy, x
-/// 16-byte aligned, p, m, v, grad 16-byte aligned, p_work 8-byte aligned; partials with sumsq_out. Fills `why`
+/// 16-byte aligned, p, m, v, grad, grad_in 16-byte aligned, p_work 8-byte aligned; partials with sumsq_out. Fills `why`
 /// (when given) with the first reason it cannot.
 bool dw_adamw_supported(const DwAdamWArgs& a, const char** why = nullptr);
 

@@ -22,8 +22,9 @@
 //   wgmma accumulator layout, sm90/wgmma.cuh), so it updates column pairs: float2 loads of p, m, v (batches of 4 column
 //   blocks in flight), adamw_one per element, float2 stores and a bf16 pair of p_work. Part way through the tile's
 //   products (DwAdamWArgs::prefetch_at, halfway by default) the consumer prefetches the tile's p, m, v rows into L2
-//   (cp.async.bulk.prefetch.L2), so that the epilogue's loads wait for L2, not HBM. Each thread sums its g² over its
-//   tiles; the CTA's sum goes to partials[blockIdx.x] (fixed order), which reduce_partials sums.
+//   (cp.async.bulk.prefetch.L2), so that the epilogue's loads wait for L2, not HBM. With grad_in (the step's earlier
+//   microbatches' gradient) g is that element plus the accumulator (kGradIn; prefetched with p, m, v). Each thread
+//   sums its g² over its tiles; the CTA's sum goes to partials[blockIdx.x] (fixed order), which reduce_partials sums.
 // Ragged edges: TMA zero-fills rows past K and columns past M or N (they add zeros); a 64-column box wholly past M or
 // N is not loaded; the epilogue skips elements past M or N.
 #include "common.cuh"  // first (fmt set-up for nvcc)
@@ -63,6 +64,7 @@ struct Params {
   float* v;
   bf16* p_work;
   float* grad;
+  const float* grad_in;  // with kGradIn: added to the product
   double* partials;
   int64_t ld;
   int prefetch_kb;  // the K block after whose products the tile's p, m, v are prefetched into L2; -1: never
@@ -95,11 +97,14 @@ __device__ __forceinline__ void wait_phase(uint64_t* bar, uint32_t parity, const
 }
 
 /// One consumer thread's epilogue of a tile (rows m0.., columns n0..): AdamW of every element it holds, or (kUpdate
-/// false) only the gradient store. acc[h][4j + e]: row m0 + 64h + 16 warp + g + 8 (e / 2), column n0 + 8j + 2t + e % 2.
-template <bool kUpdate>
+/// false) only the gradient store; kGradIn: the gradient is p.grad_in's element plus the accumulator. acc[h][4j + e]:
+/// row m0 + 64h + 16 warp + g + 8 (e / 2), column n0 + 8j + 2t + e % 2.
+template <bool kUpdate, bool kGradIn>
 __device__ __forceinline__ void epilogue(const Params& p, const AdamWStep& a, float (&acc)[2][64], int m0, int n0,
                                          int warp, int g, int t, double& sumsq) {
-  constexpr int kBatch = 4;    // column blocks whose p, m, v are loaded before the first is used
+  // column blocks whose p, m, v (and grad_in) are loaded before the first is used (not yet tuned on a GPU): 4, or 2
+  // with grad_in, whose extra loads spilled 92 bytes at 4 (ptxas; none at 2)
+  constexpr int kBatch = kGradIn ? 2 : 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     int64_t base[2];  // element offset of (row r, column n0 + 2t)
@@ -112,26 +117,28 @@ __device__ __forceinline__ void epilogue(const Params& p, const AdamWStep& a, fl
     }
 #pragma unroll
     for (int jb = 0; jb < 16; jb += kBatch) {
-      float2 pv[kBatch][2], mv[kBatch][2], vv[kBatch][2];
+      float2 pv[kBatch][2], mv[kBatch][2], vv[kBatch][2], gv[kBatch][2];
       auto ok = [&](int jj, int r) { return row_ok[r] && n0 + 8 * (jb + jj) + 2 * t < p.N; };  // N even: col + 1 too
-      if constexpr (kUpdate) {
 #pragma unroll
-        for (int jj = 0; jj < kBatch; ++jj)
+      for (int jj = 0; jj < kBatch; ++jj)
 #pragma unroll
-          for (int r = 0; r < 2; ++r)
-            if (jb + jj < 16 && ok(jj, r)) {
-              const int64_t o = base[r] + 8 * (jb + jj);
+        for (int r = 0; r < 2; ++r)
+          if (jb + jj < 16 && ok(jj, r)) {
+            const int64_t o = base[r] + 8 * (jb + jj);
+            if constexpr (kUpdate) {
               pv[jj][r] = *reinterpret_cast<const float2*>(p.p + o);
               mv[jj][r] = *reinterpret_cast<const float2*>(p.m + o);
               vv[jj][r] = *reinterpret_cast<const float2*>(p.v + o);
             }
-      }
+            if constexpr (kGradIn) gv[jj][r] = *reinterpret_cast<const float2*>(p.grad_in + o);
+          }
 #pragma unroll
       for (int jj = 0; jj < kBatch; ++jj)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           if (jb + jj >= 16 || !ok(jj, r)) continue;
-          const float g0 = acc[h][4 * (jb + jj) + 2 * r], g1 = acc[h][4 * (jb + jj) + 2 * r + 1];
+          float g0 = acc[h][4 * (jb + jj) + 2 * r], g1 = acc[h][4 * (jb + jj) + 2 * r + 1];
+          if constexpr (kGradIn) g0 += gv[jj][r].x, g1 += gv[jj][r].y;  // the earlier microbatches' sum, then this
           sumsq += double(g0) * double(g0) + double(g1) * double(g1);
           const int64_t o = base[r] + 8 * (jb + jj);
           if (p.grad) *reinterpret_cast<float2*>(p.grad + o) = make_float2(g0, g1);
@@ -149,7 +156,7 @@ __device__ __forceinline__ void epilogue(const Params& p, const AdamWStep& a, fl
   }
 }
 
-template <bool kUpdate>
+template <bool kUpdate, bool kGradIn>
 __global__ void __launch_bounds__(kThreads, 1)
     dw_adamw_kernel(const Params p, const __grid_constant__ CUtensorMap tma_dy,
                     const __grid_constant__ CUtensorMap tma_x) {
@@ -238,6 +245,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           prefetch_l2(p.p + o, bytes);
           prefetch_l2(p.m + o, bytes);
           prefetch_l2(p.v + o, bytes);
+          if (kGradIn) prefetch_l2(p.grad_in + o, bytes);
         }
       }
     }
@@ -246,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_regs(acc[1]);
     mbar_arrive(empty + (j * nk + nk - 1) % kStages);
 
-    epilogue<kUpdate>(p, a, acc, m0, n0, warp, g, t, sumsq);
+    epilogue<kUpdate, kGradIn>(p, a, acc, m0, n0, warp, g, t, sumsq);
   }
   if (p.partials) {  // the CTA's sum, in a fixed order: lanes (tree), then warps 0..7
 #pragma unroll
@@ -261,17 +269,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <bool kUpdate>
+template <bool kUpdate, bool kGradIn>
 void launch(unsigned grid, const Params& p, const CUtensorMap& tdy, const CUtensorMap& tx, cudaStream_t s) {
   // the attribute belongs to the function on one device: once per instantiation and device
   static bool smem_set[64] = {};
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   if (dev >= 64 || !smem_set[dev]) {
-    set_smem(dw_adamw_kernel<kUpdate>, kSmemBytes);
+    set_smem(dw_adamw_kernel<kUpdate, kGradIn>, kSmemBytes);
     if (dev < 64) smem_set[dev] = true;
   }
-  dw_adamw_kernel<kUpdate><<<grid, kThreads, kSmemBytes, s>>>(p, tdy, tx);
+  dw_adamw_kernel<kUpdate, kGradIn><<<grid, kThreads, kSmemBytes, s>>>(p, tdy, tx);
 }
 
 }  // namespace
@@ -302,8 +310,8 @@ bool dw_adamw_supported(const DwAdamWArgs& a, const char** why) {
   if (a.ld_dy < a.M || a.ld_x < a.N || a.ld_dy % 8 || a.ld_x % 8) return no("ld_dy / ld_x: >= M / N, multiples of 8");
   if (!aligned(a.dy, 16) || !aligned(a.x, 16)) return no("dy and x must be 16-byte aligned");
   for (const void* q : {static_cast<const void*>(a.p), static_cast<const void*>(a.m), static_cast<const void*>(a.v),
-                        static_cast<const void*>(a.grad)})
-    if (!aligned(q, 16)) return no("p, m, v and grad must be 16-byte aligned");
+                        static_cast<const void*>(a.grad), static_cast<const void*>(a.grad_in)})
+    if (!aligned(q, 16)) return no("p, m, v, grad and grad_in must be 16-byte aligned");
   if (!aligned(a.p_work, 8)) return no("p_work must be 8-byte aligned");
   if (a.sumsq_out && !a.partials) return no("sumsq_out needs partials");
   if (int64_t(a.K) * std::max(a.ld_dy, a.ld_x) * 2 >= (int64_t(1) << 40))
@@ -320,8 +328,8 @@ void dw_adamw(const DwAdamWArgs& a, cudaStream_t s) {
   // operand is read whole again for each panel of the shared one unless it stays in L2, so walk the smaller one (W2's
   // X = g is 4 x its dY at xl: 42 MB against 10.5).
   const bool m_fastest = int64_t(a.M) < int64_t(a.N);
-  Params p{a.M, a.N, a.K, a.p, a.m, a.v, a.p_work, a.grad, a.sumsq_out ? a.partials : nullptr, a.ld, prefetch_kb,
-           m_fastest, a.a};
+  Params p{a.M, a.N, a.K, a.p, a.m, a.v, a.p_work, a.grad, a.grad_in, a.sumsq_out ? a.partials : nullptr, a.ld,
+           prefetch_kb, m_fastest, a.a};
   // dY and X as [K rows, M (N) columns] bf16 matrices: the 4-D [B, T, H, d] maps with B = H = 1, boxes of 64 rows.
   const CUtensorMap tdy = encode_tma_bf16(a.dy, 1, a.K, 1, a.M, int64_t(a.K) * a.ld_dy, a.ld_dy,
                                           int64_t(a.K) * a.ld_dy, kBK);
@@ -332,8 +340,10 @@ void dw_adamw(const DwAdamWArgs& a, cudaStream_t s) {
   const unsigned grid = unsigned(std::min<int64_t>(tiles, device_sm_count()));
   if (a.sumsq_out && grid > unsigned(kReduceMaxBlocks))
     throw std::invalid_argument("dw_adamw: more CTAs than reduce_partials sums");
-  if (a.update) launch<true>(grid, p, tdy, tx, s);
-  else launch<false>(grid, p, tdy, tx, s);
+  if (a.update && a.grad_in) launch<true, true>(grid, p, tdy, tx, s);
+  else if (a.update) launch<true, false>(grid, p, tdy, tx, s);
+  else if (a.grad_in) launch<false, true>(grid, p, tdy, tx, s);
+  else launch<false, false>(grid, p, tdy, tx, s);
   CUDA_CHECK(cudaGetLastError());
   if (a.sumsq_out) reduce_partials(a.sumsq_out, a.partials, int(grid), s);
 }

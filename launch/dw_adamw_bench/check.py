@@ -15,12 +15,15 @@ Checks, per shape (ragged, strided and the xl / small block's weights; fresh ran
   same      the update without the gradient output gives the same bits; a second run from the same state gives the
             same bits (deterministic).
   sumsq     the kernel's sum of g² against the float64 sum of the gradient's squares: relative < 1e-6.
+  grad_in   with an fp32 gradient to add to (the earlier microbatches' sum): g = fl(grad_in + the product) bit for
+            bit, the update from that g as above, and the same bits in place (grad_in the gradient output).
   unfused   today's path on the same inputs: its gradient's normwise error (information) and the largest p difference
             from the fused kernel's, in units of the step size (information).
 Timing (--rounds N rounds of every variant in turn, after a warm-up, five calls each queued behind a sleep kernel so
 that host time is not counted; median per variant): the fused kernel (the L2 prefetch halfway through a tile's
-products, at three quarters, or none), today's path (autotuned cuBLASLt + adamw), and each product alone (ours with
-its fp32 gradient written, cuBLASLt's); per shape and summed per block (xl: Wqkv, Wo, [W1; W3], W2 at 4 x 512 tokens; small alike), with
+products, at three quarters, or none; and with grad_in, a last microbatch's), today's path (autotuned cuBLASLt +
+adamw), and each product alone (ours with its fp32 gradient written, cuBLASLt's); per shape and summed per block (xl:
+Wqkv, Wo, [W1; W3], W2 at 4 x 512 tokens; small alike), with
 the floor: max(FLOPs at 756 TFLOP/s, the 26 bytes a parameter at 3.85 TB/s). Writes dwa_check.json under --out and
 prints a table last.
 """
@@ -46,7 +49,8 @@ args = p.parse_args()
 
 ci, cf, vp = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
 lib = ctypes.CDLL(os.path.abspath(args.lib))
-lib.dwa_fused.argtypes = [vp, ci, vp, ci, ci, ci, ci, vp, vp, vp, vp, vp, ci, vp, vp, cf, cf, cf, cf, cf, cf, cf, vp]
+lib.dwa_fused.argtypes = [vp, ci, vp, ci, ci, ci, ci, vp, vp, vp, vp, vp, vp, ci, vp, vp, cf, cf, cf, cf, cf, cf, cf,
+                          vp]
 lib.dwa_unfused.argtypes = [vp, ci, vp, ci, ci, ci, ci, vp, vp, vp, vp, vp, ci, vp, vp, cf, cf, cf, cf, cf, cf, ci,
                             vp]
 dev = torch.device("cuda")
@@ -84,9 +88,9 @@ class Problem:
         self.p, self.m, self.v = self.p0.clone(), self.m0.clone(), self.v0.clone()
         self.p_work = torch.full((self.M, self.N), float("nan"), device=dev, dtype=torch.bfloat16)
 
-    def fused(self, update=True, grad=None, sumsq=None, prefetch=0.5):
+    def fused(self, update=True, grad=None, sumsq=None, prefetch=0.5, grad_in=None):
         r = lib.dwa_fused(ptr(self.dy), self.ld_dy, ptr(self.x), self.N, self.M, self.N, self.K, ptr(self.p),
-                          ptr(self.m), ptr(self.v), ptr(self.p_work), ptr(grad), int(update),
+                          ptr(self.m), ptr(self.v), ptr(self.p_work), ptr(grad), ptr(grad_in), int(update),
                           ptr(PARTIALS if sumsq is not None else None), ptr(sumsq), B1, B2, EPS, DECAY, STEP, GSCALE,
                           prefetch, None)
         if r != 0:
@@ -165,6 +169,29 @@ def check_shape(M, N, K, ld_dy=None):
         torch.cuda.synchronize()
         if not all(torch.equal(a, b) for a, b in zip(first, (pr.p, pr.m, pr.v, pr.p_work))):
             res["fail"].append(f"bits differ: {run}")
+    # with grad_in (the earlier microbatches' sum): g = grad_in + the same accumulator, one fp32 add, so exactly
+    # fl(grad_in + grad); the update as above from that g; grad_in may be the gradient output itself
+    g_in = torch.randn(M, N, device=dev, generator=torch.Generator(device=dev).manual_seed(M + N)) * float(
+        g2.abs().mean())
+    g3 = torch.full((M, N), float("nan"), device=dev)
+    pr.reset()
+    pr.fused(update=True, grad=g3, grad_in=g_in)
+    torch.cuda.synchronize()
+    if not torch.equal(g3, g_in + g2):
+        res["fail"].append(f"grad_in: g != grad_in + product ({int((g3 != g_in + g2).sum())} elements)")
+    p64, m64, v64, _ = adamw64(pr.p0, g3, pr.m0, pr.v0)
+    m_terms = B1 * pr.m0.double().abs() + (1 - B1) * g3.double().abs() * GSCALE
+    p_terms = pr.p0.double().abs() + STEP * m_terms / (v64.sqrt() + EPS)
+    res["grad_in_err"] = max(float(((got.double() - want).abs() / scale.clamp_min(1e-30)).max()) for got, want, scale in
+                             ((pr.p, p64, p_terms), (pr.m, m64, m_terms), (pr.v, v64, v64.abs())))
+    if not res["grad_in_err"] < 1e-6:
+        res["fail"].append(f"grad_in: update {res['grad_in_err']:.2e} of its scale")
+    aliased = g_in.clone()
+    pr.reset()
+    pr.fused(update=False, grad=aliased, grad_in=aliased)
+    torch.cuda.synchronize()
+    if not torch.equal(aliased, g3):
+        res["fail"].append("grad_in: in place (grad_in = grad) differs")
     # today's update, for information
     pr.reset()
     pr.unfused(g_u)
@@ -190,6 +217,7 @@ def time_block(name, weights, rounds):
             "fused": lambda: pr.fused(update=True, sumsq=sumsq),
             "fused_prefetch_3/4": lambda: pr.fused(update=True, sumsq=sumsq, prefetch=0.75),
             "fused_no_prefetch": lambda: pr.fused(update=True, sumsq=sumsq, prefetch=-1.0),
+            "fused_grad_in": lambda: pr.fused(update=True, sumsq=sumsq, grad_in=g),  # the last microbatch
             "today": lambda: pr.unfused(g, update=True, partials=partials, sumsq=sumsq),
             "gemm_ours": lambda: pr.fused(update=False, grad=g),
             "gemm_cublaslt": lambda: pr.unfused(g, update=False),
@@ -235,7 +263,8 @@ if not args.no_check:
         failures += len(r["fail"])
         print(f"check M {r['M']} N {r['N']} K {r['K']} ld_dy {r['ld_dy']}: grad {r['grad_rel']:.1e} "
               f"(elem {r['grad_elem']:.1e}; cuBLASLt {r['unfused_grad_rel']:.1e}), p {r['p_err']:.1e} "
-              f"m {r['m_err']:.1e} v {r['v_err']:.1e}, sumsq {r['sumsq_rel']:.1e}, p vs today "
+              f"m {r['m_err']:.1e} v {r['v_err']:.1e}, sumsq {r['sumsq_rel']:.1e}, grad_in {r['grad_in_err']:.1e}, "
+              f"p vs today "
               f"{r['p_diff_steps']:.1e} steps: {'FAIL ' + '; '.join(r['fail']) if r['fail'] else 'ok'}", flush=True)
 if not args.no_time:
     for b in args.shapes.split(","):
@@ -244,7 +273,8 @@ os.makedirs(args.out, exist_ok=True)
 with open(os.path.join(args.out, "dwa_check.json"), "w") as f:
     json.dump(out, f, indent=1)
 if out["timing"]:
-    keys = ["fused", "fused_prefetch_3/4", "fused_no_prefetch", "today", "gemm_ours", "gemm_cublaslt"]
+    keys = ["fused", "fused_prefetch_3/4", "fused_no_prefetch", "fused_grad_in", "today", "gemm_ours",
+            "gemm_cublaslt"]
     print(f"{'block':6} {'weight':5} {'M':>6} {'N':>6} " + " ".join(f"{k:>19}" for k in keys) + f" {'floor':>7}")
     sums = {}
     for r in out["timing"]:

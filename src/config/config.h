@@ -52,7 +52,7 @@ struct OptimizerCfg {
                                         //   no clipping); gradients then live per unit, never all at once;
                                         //   null (auto): resolve.cpp turns it on wherever it can run
   bool in_gemm = false;                 // with in_backward: each weight matrix's AdamW in the epilogue of its weight-
-                                        //   gradient product (Backend::matmul_dw_adamw; one microbatch a step)
+                                        //   gradient product on the step's last microbatch (Backend::matmul_dw_adamw)
   bool stochastic_rounding = false;     // bf16_pure: round the updated weights stochastically (else to nearest)
   std::string schedule = "constant";    // constant | cosine (linear warm-up, cosine decay to min_lr)
   int warmup_steps = 0;                 // schedule warm-up iterations

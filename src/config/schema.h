@@ -132,11 +132,12 @@ void fields(S& o, F&& f) {
     "no clipping; changes no weight). null (auto): true for a train_step run of strategy none without clipping, "
     "else false"});
   f("in_gemm", o.in_gemm, {{"true | false"},
-    "with in_backward (a train_step run) and one microbatch a step: each block's weight matrices are updated inside "
-    "the product that computes their gradient, so the blocks' gradient buffers hold only the RMSNorm gains. On an "
-    "sm_90 GPU with precision bf16 (no stochastic rounding) one fused kernel (kernels/dw_adamw) takes dW = dYᵀX from "
-    "the GEMM's accumulators straight into AdamW; elsewhere the product goes to a one-matrix temporary, then AdamW. "
-    "The same update up to the product's summation order. Not yet measured on a GPU: off by default"});
+    "with in_backward (a train_step run): each block's weight matrices are updated inside the product that computes "
+    "their gradient on the step's last microbatch (adding the earlier microbatches' sum); with one microbatch the "
+    "blocks' gradient buffers hold only the RMSNorm gains. On an sm_90 GPU with precision bf16 (no stochastic "
+    "rounding) one fused kernel (kernels/dw_adamw) takes dW = dYᵀX from the GEMM's accumulators straight into AdamW; "
+    "elsewhere the product goes to a one-matrix temporary (or the earlier sum), then AdamW. The same update up to "
+    "the product's summation order. Not yet measured on a GPU: off by default"});
   f("stochastic_rounding", o.stochastic_rounding, {{"true | false"},
     "bf16_pure: round each updated weight up or down at random in proportion (unbiased; deterministic in "
     "init.seed, the step and the element) instead of to nearest; m and v are rounded to nearest"});

@@ -243,9 +243,6 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
     CONFIG_CHECK(per_rank % d.microbatch_size == 0,
                  "data: per-rank batch {} (batch_size {} / world_size {}) is not divisible by microbatch_size {}",
                  per_rank, d.batch_size, world_size, d.microbatch_size);
-    CONFIG_CHECK(!c.optimizer.in_gemm || d.microbatch_size == per_rank,
-                 "optimizer: in_gemm needs one microbatch a step (data.microbatch_size {} of a per-rank batch of {}: "
-                 "the earlier microbatches' gradients would have to be stored)", d.microbatch_size, per_rank);
   }
 
   // sizes whose products the trainer counts: the parameters and one step's largest tensors on a rank (its share of

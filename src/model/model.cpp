@@ -238,9 +238,8 @@ Tensor Model::g(const ParamInfo& p, const UnitView& v, std::initializer_list<int
 
 void Model::weight_grad(const UnitView& v, const ParamInfo& p, int64_t rows, int64_t cols, const Tensor& dY,
                         const Tensor& X, float gb) {
-  if (v.weight_update && v.weight_update->takes(p)) {
-    TRAINER_CHECK(gb == 0.f, "Model: a fused weight update ({}) with an earlier microbatch's gradient", p.name);
-    v.weight_update->update(p, dY, X);
+  if (v.weight_update && v.weight_update->takes(p)) {  // gb 1: the earlier microbatches' sum is in the view's grads
+    v.weight_update->update(p, dY, X, gb != 0.f ? g(p, v, {rows * cols}) : Tensor());
   } else {
     be_.matmul(g(p, v, {rows, cols}), dY, true, X, false, 1.f, gb);
   }

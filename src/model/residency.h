@@ -17,7 +17,8 @@
 //                          (unit_schedule) is cut at the stage boundary.
 //
 // In a backward use the view may also carry a WeightUpdate (optimizer.in_gemm, strategy none): the matrices it takes
-// are updated inside their weight-gradient products instead of having their gradient written to grads.
+// are updated inside their weight-gradient products instead of having their gradient written to grads (on a step's
+// last microbatch; the earlier ones' sum, in grads, is added in the same product).
 //
 // A view's weights tensor covers the unit's whole flat range [layout.unit_begin(u), layout.unit_end(u)), so a
 // parameter p of that unit sits at element p.offset - unit_begin(u) of it; grads the same in f32.
@@ -47,15 +48,16 @@ struct ParamInfo;
 
 /// Where a unit's weight matrices go in its backward when the strategy fuses their optimizer step into the product
 /// that computes their gradient (optimizer.in_gemm): the Model asks takes(p) for each matrix and then calls
-/// update(p, dY, X) in place of writing p's slice of UnitView::grads with dW = dYᵀ X. The update rewrites the
-/// weight (and its working copy), so the Model runs every product that reads the weight before it.
+/// update(p, dY, X, g_acc) in place of writing p's slice of UnitView::grads with dW = dYᵀ X (+ g_acc). The update
+/// rewrites the weight (and its working copy), so the Model runs every product that reads the weight before it.
 class WeightUpdate {
  public:
   virtual ~WeightUpdate() = default;
   virtual bool takes(const ParamInfo& p) const = 0;
   /// dY [K, M], X [K, N], both the compute dtype: the weight [M, N] starts at p and may span the parameters after it
-  /// (q, k, v as one [3D, D] product).
-  virtual void update(const ParamInfo& p, const Tensor& dY, const Tensor& X) = 0;
+  /// (q, k, v as one [3D, D] product). g_acc: the gradient the step's earlier microbatches left in the view's grads
+  /// (M N elements), which this product adds to; empty on a step's only microbatch. It may be overwritten.
+  virtual void update(const ParamInfo& p, const Tensor& dY, const Tensor& X, Tensor g_acc) = 0;
 };
 
 /// Part of a compact unit gradient (UnitView::grad_runs): unit elements [begin, begin + length) (relative to the

@@ -5,10 +5,11 @@
 // step, freed after its update. The Model then keeps no flat gradient buffer (ParamStorage::full_grads false), so
 // at most the gradients of the units whose backward has run but whose update has not exist at once (with one
 // microbatch: one unit's). Without clipping only: the update cannot wait for the global norm.
-// With optimizer.in_gemm as well (one microbatch a step), the blocks' weight matrices are updated inside the products
-// that compute their gradients (WeightUpdate: the Model's weight_grad calls update(), AdamW::step_matrix,
-// Backend::matmul_dw_adamw), so a block's gradient buffer holds only the runs of parameters between the matrices
-// (the RMSNorm gains; UnitView::grad_runs), which the release updates by step_range, one call per run.
+// With optimizer.in_gemm as well, the blocks' weight matrices are updated inside the products that compute their
+// gradients on the step's last microbatch (WeightUpdate: the Model's weight_grad calls update(), AdamW::step_matrix,
+// Backend::matmul_dw_adamw), adding the earlier microbatches' sum where there are several; the release updates the
+// runs of parameters between the matrices (the RMSNorm gains) by step_range, one call per run. With one microbatch
+// a matrix's gradient never exists: a block's gradient buffer holds only those runs (UnitView::grad_runs).
 #include <cmath>
 #include <unordered_map>
 
@@ -86,8 +87,9 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
     const int64_t n = lay.unit_end(unit) - lay.unit_begin(unit);
     const DType t = model_->param_dtype();
     Buffer& g = unit_grads_[size_t(unit)];
-    if (fused_now() && fused_unit(unit)) {  // the matrices' gradients never exist: a compact buffer for the rest
-      v.weight_update = this;
+    const bool fuse = gemm_updates_ && fused_unit(unit);  // its matrices are updated in their last products
+    if (fuse && micro_ + 1 == n_micro_) v.weight_update = this;
+    if (fuse && n_micro_ == 1) {  // the matrices' gradients never exist: a compact buffer for the rest
       v.grad_runs = &runs_[size_t(unit)];
       const int64_t c = compact_[size_t(unit)];
       if (!g) {
@@ -115,15 +117,17 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
     Buffer& g = unit_grads_[size_t(unit)];
     const Tensor all = work();
     double* slots = static_cast<double*>(sumsq_.data());
-    if (!fused_now() || !fused_unit(unit)) {
+    if (!gemm_updates_ || !fused_unit(unit)) {
       adamw_->step_range(b, model_->params().slice(b, {n}), g.view(model_->param_dtype(), {n}),
                          all.data ? all.slice(b, {n}) : Tensor(), slots + unit);
     } else {  // the matrices were updated in their products: the runs of other parameters, from the compact buffer
+              // (one microbatch) or the whole unit's
       const DType t = model_->param_dtype();
       const std::vector<GradRun>& runs = runs_[size_t(unit)];
       for (size_t r = 0; r < runs.size(); ++r) {
         const int64_t rb = b + runs[r].begin, rn = runs[r].length;
-        const Tensor gr = g.view(t, {compact_[size_t(unit)]}).slice(runs[r].at, {rn});
+        const Tensor gr = n_micro_ == 1 ? g.view(t, {compact_[size_t(unit)]}).slice(runs[r].at, {rn})
+                                        : g.view(t, {n}).slice(runs[r].begin, {rn});
         adamw_->step_range(rb, model_->params().slice(rb, {rn}), gr, all.data ? all.slice(rb, {rn}) : Tensor(),
                            slots + lay.num_units() + int64_t(run_first_[size_t(unit)][r]));
       }
@@ -132,8 +136,8 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
   }
   void finish_backward() override {}
   // ---- WeightUpdate (optimizer.in_gemm) ----
-  bool takes(const ParamInfo& p) const override { return fused_now() && fused(p); }
-  void update(const ParamInfo& p, const Tensor& dY, const Tensor& X) override {
+  bool takes(const ParamInfo& p) const override { return gemm_updates_ && micro_ + 1 == n_micro_ && fused(p); }
+  void update(const ParamInfo& p, const Tensor& dY, const Tensor& X, Tensor g_acc) override {
     const auto slot = param_index_.find(p.offset);
     TRAINER_CHECK(slot != param_index_.end(), "none: no parameter at offset {} ({})", p.offset, p.name);
     // The product may span several contiguous parameters (q, k, v as one [3D, D] weight; w1, w3 as [2F, D]): the
@@ -141,7 +145,8 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
     const int64_t n = dY.cols() * X.cols();
     const Tensor all = work();
     adamw_->step_matrix(p.offset, model_->params().slice(p.offset, {n}), all.data ? all.slice(p.offset, {n}) : Tensor(),
-                        dY, X, static_cast<double*>(sumsq_.data()) + model_->layout().num_units() + slot->second);
+                        dY, X, static_cast<double*>(sumsq_.data()) + model_->layout().num_units() + slot->second,
+                        g_acc);
   }
   double grad_norm() override {
     if (in_backward_) return std::sqrt(slots_sum());
@@ -175,8 +180,6 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
   }
 
  private:
-  /// Whether this backward's matrices take the fused update: in_gemm, a step with an update, one microbatch.
-  bool fused_now() const { return gemm_updates_ && n_micro_ == 1; }
   /// The units whose matrices in_gemm updates inside their products: the blocks (Model::weight_grad).
   bool fused_unit(int u) const { return u >= 1 && u + 1 < model_->layout().num_units(); }
   /// The parameters it so updates: the blocks' weight matrices.

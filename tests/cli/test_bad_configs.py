@@ -292,12 +292,6 @@ def case_in_gemm_with_fsdp(tmp):
     return [write_json(tmp / "c.json", cfg)], ["in_gemm", "strategy 'none'", "fsdp"]
 
 
-def case_in_gemm_with_microbatches(tmp):
-    cfg = tiny_config(tmp, optimizer={"in_gemm": True, "max_grad_norm": None})
-    cfg["data"]["microbatch_size"] = cfg["data"]["batch_size"] // 2
-    return [write_json(tmp / "c.json", cfg)], ["in_gemm", "one microbatch"]
-
-
 def case_stochastic_rounding_without_bf16_pure(tmp):
     cfg = tiny_config(tmp, device="cpu", optimizer={"stochastic_rounding": True})
     return [write_json(tmp / "c.json", cfg)], ["stochastic_rounding", "bf16_pure"]

@@ -106,7 +106,7 @@ class MetaBackend final : public Backend {
   /// run that falls back (not an sm_90 GPU, a shape dw_adamw_supported refuses) has one matrix's temporary more and
   /// the unfused time: the plan assumes the Hopper target.
   void matmul_dw_adamw(Tensor p, Tensor m, Tensor v, Tensor p_work, const Tensor& dY, const Tensor& X,
-                       const AdamWArgs& a) override;
+                       const AdamWArgs& a, Tensor g_acc) override;
 
  private:
   /// One op: model FLOPs, executed FLOPs at `rate` FLOP/s, bytes moved.
