@@ -174,11 +174,17 @@ def check_shape(M, N, K, ld_dy=None):
     g_in = torch.randn(M, N, device=dev, generator=torch.Generator(device=dev).manual_seed(M + N)) * float(
         g2.abs().mean())
     g3 = torch.full((M, N), float("nan"), device=dev)
+    sumsq3 = torch.full((1,), float("nan"), device=dev, dtype=torch.float64)
     pr.reset()
-    pr.fused(update=True, grad=g3, grad_in=g_in)
+    pr.fused(update=True, grad=g3, grad_in=g_in, sumsq=sumsq3)
     torch.cuda.synchronize()
     if not torch.equal(g3, g_in + g2):
         res["fail"].append(f"grad_in: g != grad_in + product ({int((g3 != g_in + g2).sum())} elements)")
+    s64 = float((g3.double() ** 2).sum())
+    if not abs(float(sumsq3[0]) - s64) / s64 < 1e-6:
+        res["fail"].append(f"grad_in: sumsq {abs(float(sumsq3[0]) - s64) / s64:.2e}")
+    if not torch.equal(pr.p_work, pr.p.to(torch.bfloat16)):
+        res["fail"].append("grad_in: p_work != bf16(p)")
     p64, m64, v64, _ = adamw64(pr.p0, g3, pr.m0, pr.v0)
     m_terms = B1 * pr.m0.double().abs() + (1 - B1) * g3.double().abs() * GSCALE
     p_terms = pr.p0.double().abs() + STEP * m_terms / (v64.sqrt() + EPS)
@@ -210,7 +216,7 @@ def time_block(name, weights, rounds):
     for wname, (M, N) in weights.items():
         K = TOKENS
         pr = Problem(M, N, K, seed=1)
-        g = torch.empty(M, N, device=dev)
+        g = torch.zeros(M, N, device=dev)  # also fused_grad_in's grad_in
         partials = torch.empty(1024, device=dev, dtype=torch.float64)
         sumsq = torch.empty(1, device=dev, dtype=torch.float64)
         variants = {
