@@ -5,19 +5,33 @@
     launch/bench_sweep.py --sizes small xl --precisions bf16 --phases train_step
     launch/bench_sweep.py --warmups 0 1 2 5 --sizes small                             # the warm-up study
 
-Each configuration runs in its own process (an OOM or a crash does not stop the sweep) and writes its result record
-under --out; a size that does not fit is an OOM row. Prints one table: mean ± std ms, tokens/s, TFLOP/s, peak GiB.
-Standard library only.
+Each configuration runs in its own process (an OOM, a crash, a refused config or a run past --timeout does not stop
+the sweep: it is a row saying so) and writes its result record under --out; only a record this run wrote counts (a
+record left there by an earlier sweep is never reported as this one's). Prints one table: mean ± std ms, tokens/s,
+TFLOP/s, peak memory; writes OUT/sweep.json (atomically). Exit status 1 when a run failed (an error or timeout row;
+an OOM row is a finding, not a failure), 2 for bad arguments. Standard library only.
 """
 import argparse
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
+import time
 
 SIZES = ["small", "medium", "large", "xl", "10B"]
 PHASES = ["forward", "forward_backward", "train_step"]
+
+
+def fail(msg):
+    print(f"bench_sweep: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def last_line(text, default):
+    lines = [s for s in (text or "").strip().splitlines() if s.strip()]
+    return lines[-1] if lines else default
 
 
 def run_one(args, size, precision, phase, warmup):
@@ -28,26 +42,62 @@ def run_one(args, size, precision, phase, warmup):
            "--set", f"output.results={out}", "--set", f"name={name}", "--set", "bench.log_every=0"]
     for kv in args.set or []:
         cmd += ["--set", kv]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    if out.exists():
-        r = json.loads(out.read_text())
-    else:
-        r = {"status": "error", "error": (p.stderr.strip().splitlines() or ["no record"])[-1]}
-    r["_row"] = (size, precision, phase, warmup)
+    before = out.stat().st_mtime_ns if out.exists() else None
+    row = (size, precision, phase, warmup)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, stderr = p.communicate(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        p.terminate()  # SIGTERM: the trainer stops at a step boundary and finishes its record
+        try:
+            _, stderr = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, stderr = p.communicate()
+        return {"status": "timeout", "error": f"stopped after --timeout {args.timeout} s; last line: "
+                f"{last_line(stderr, '-')}", "_row": row}
+    fresh = out.exists() and out.stat().st_mtime_ns != before  # written (atomically) by this run
+    r = None
+    if fresh:
+        try:
+            r = json.loads(out.read_text())
+        except (OSError, ValueError) as e:
+            r = {"status": "error", "error": f"unreadable record {out}: {e}"}
+    if r is None:  # refused before any output (exit 2), or died without a record
+        r = {"status": "error", "error": f"exit {p.returncode}: {last_line(stderr, 'no record, no message')}"}
+    elif r.get("status") == "ok" and p.returncode != 0:
+        r["status"] = "error"
+        r["error"] = f"exit {p.returncode} after an ok record: {last_line(stderr, '-')}"
+    r["_row"] = row
     return r
+
+
+def fmt_bytes(n):
+    """Bytes in the largest binary unit that keeps the number >= 1."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:7.2f} {unit}"
+    return f"{n:7d} B  "
+
+
+def num(x, spec, missing="-"):
+    return format(x, spec) if isinstance(x, (int, float)) else format(missing, ">" + spec.split(".")[0].lstrip(">"))
 
 
 def cell(r):
     size, precision, phase, warmup = r["_row"]
     head = f"{size:7s} {precision:5s} {phase:17s} {warmup:3d}"
     if r.get("status") != "ok":
-        what = "OOM" if r.get("status") == "oom" else "ERROR"
-        return f"{head} | {what}: {str(r.get('error'))[:90]}"
-    t = r["timing"]["step"]
-    tp = r["throughput"]
-    return (f"{head} | {t['mean_ms']:9.2f} ± {t['std_ms']:7.2f} ms | {tp['tokens_per_s']:10.0f} tok/s | "
-            f"{tp['model_tflops_per_gpu']:7.1f} TFLOP/s | {r['memory']['peak_bytes'] / 2**30:7.2f} GiB | "
-            f"first step {t['samples'][0]:.2f} ms")
+        what = {"oom": "OOM", "timeout": "TIMEOUT"}.get(r.get("status"), "ERROR")
+        return f"{head} | {what}: {str(r.get('error'))[:110]}"
+    t = (r.get("timing") or {}).get("step") or {}
+    tp = r.get("throughput") or {}
+    peak = (r.get("memory") or {}).get("peak_bytes")
+    samples = t.get("samples") or []
+    return (f"{head} | {num(t.get('mean_ms'), '9.2f')} ± {num(t.get('std_ms'), '7.2f')} ms | "
+            f"{num(tp.get('tokens_per_s'), '10.0f')} tok/s | {num(tp.get('model_tflops_per_gpu'), '7.1f')} TFLOP/s | "
+            f"{fmt_bytes(peak) if isinstance(peak, int) else '      -    '} | "
+            f"first step {num(samples[0] if samples else None, '.2f')} ms")
 
 
 def main():
@@ -59,12 +109,31 @@ def main():
     ap.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
     ap.add_argument("--phases", nargs="+", default=PHASES)
     ap.add_argument("--warmups", nargs="+", type=int, default=[5])
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--timeout", type=int, default=1200)
+    ap.add_argument("--steps", type=int, default=10, help="measured steps a run (>= 1)")
+    ap.add_argument("--timeout", type=int, default=1200, help="seconds a run may take (>= 1)")
     ap.add_argument("--set", action="append", help="extra key=value passed to every run")
     args = ap.parse_args()
+    # bad arguments: one line, before anything runs or is written
+    trainer = shutil.which(args.trainer) or (args.trainer if os.access(args.trainer, os.X_OK) else None)
+    if not trainer or os.path.isdir(trainer):
+        fail(f"--trainer '{args.trainer}' is not an executable (build it first: README.md)")
+    if args.steps < 1:
+        fail(f"--steps {args.steps}: at least 1 measured step")
+    if args.timeout < 1:
+        fail(f"--timeout {args.timeout}: at least 1 second")
+    if any(w < 0 for w in args.warmups):
+        fail(f"--warmups {args.warmups}: warm-up steps are >= 0")
+    for p in args.phases:
+        if p not in PHASES:
+            fail(f"--phases: '{p}' is not one of {', '.join(PHASES)}")
+    for s in args.sizes:
+        if not os.path.isfile(f"{args.configs}/{s}.json"):
+            fail(f"--sizes: no config '{args.configs}/{s}.json'")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        fail(f"--out '{args.out}' exists and is not a directory")
     os.makedirs(args.out, exist_ok=True)
     rows = []
+    t0 = time.time()
     for size in args.sizes:
         for precision in args.precisions:
             for phase in args.phases:
@@ -73,11 +142,15 @@ def main():
                     rows.append(r)
                     print(cell(r), flush=True)
     summary = [{k: r.get(k) for k in ("_row", "status", "error", "timing", "throughput", "memory")} for r in rows]
-    (pathlib.Path(args.out) / "sweep.json").write_text(json.dumps(summary, indent=1))
-    print("\n# size    prec  phase             warm |   step mean ± std     |  tokens/s   |  TFLOP/s  |  peak  |")
+    path = pathlib.Path(args.out) / "sweep.json"
+    tmp = path.with_name(f".sweep.json.tmp.{os.getpid()}")
+    tmp.write_text(json.dumps(summary, indent=1))
+    os.replace(tmp, path)
+    print(f"\n# {len(rows)} runs in {time.time() - t0:.0f} s; records and sweep.json under {args.out}")
+    print("# size    prec  phase             warm |   step mean ± std     |  tokens/s   |  TFLOP/s  |  peak   |")
     for r in rows:
         print(cell(r))
-    return 0
+    return 0 if all(r.get("status") in ("ok", "oom") for r in rows) else 1
 
 
 if __name__ == "__main__":

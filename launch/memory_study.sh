@@ -18,10 +18,17 @@
 #           b8_head   the 8B 4-block proxy: the head chunked (auto) and whole (as v7), and optimizer.in_backward
 # Environment: PY (python with torch for the peer; default python3), STEPS (measured steps, default per stage).
 set -uo pipefail
-trainer=${1:?usage: memory_study.sh TRAINER OUT STAGE...}
-out=${2:?usage: memory_study.sh TRAINER OUT STAGE...}
+usage="usage: memory_study.sh TRAINER OUT STAGE... (stages: see the top of launch/memory_study.sh)"
+stages="regress policies everyk long long_full b8 timeline peer small planner planner_long b8_head"
+[[ $# -ge 3 ]] || { echo "memory_study.sh: $usage" >&2; exit 2; }
+trainer=$1 out=$2
 shift 2
+for stage in "$@"; do  # every stage known before anything runs
+  [[ " $stages " == *" $stage "* ]] || { echo "memory_study.sh: unknown stage '$stage' (one of: $stages)" >&2; exit 2; }
+done
+[[ -x "$trainer" && ! -d "$trainer" ]] || { echo "memory_study.sh: TRAINER '$trainer' is not an executable" >&2; exit 2; }
 mkdir -p "$out"
+records=()  # the records this invocation writes (OUT may hold older ones: they are not tabulated)
 py=${PY:-python3}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -36,7 +43,13 @@ run() {
   "$trainer" "$root/configs/$config" --set device=cuda --set precision=bf16 --set bench.warmup_steps="$warm" \
     --set bench.measure_steps="$steps" --set bench.log_every=1 --set output.results="$out/$name.json" \
     --set name="$name" "${sets[@]}" > "$out/$name.log" 2>&1
-  echo "   exit $? $(grep -o 'done: .*' "$out/$name.log" | head -1)" >&2
+  local rc=$?
+  if [[ $rc -eq 0 ]]; then
+    echo "   exit 0 $(grep -o 'done: .*' "$out/$name.log" | head -1)" >&2
+  else  # the trainer's own error line (a refused config writes no record)
+    echo "   exit $rc: $(grep -E 'error|critical' "$out/$name.log" | tail -1)" >&2
+  fi
+  [[ -f "$out/$name.json" ]] && records+=("$out/$name.json")
 }
 
 for stage in "$@"; do
@@ -81,6 +94,7 @@ for stage in "$@"; do
         PYTHONUNBUFFERED=1 $py "$here/torch_bench.py" --preset xl --mode compiled --batch 4 --ctx $c --checkpoint block \
           --warmup 1 --steps 2 --json "$out/torch_xl_c${c}_compiled_ckpt.json" > "$out/torch_xl_c${c}.log" 2>&1
         echo "   exit $?" >&2
+        [[ -f "$out/torch_xl_c${c}_compiled_ckpt.json" ]] && records+=("$out/torch_xl_c${c}_compiled_ckpt.json")
       done ;;
     small)
       for p in none selective full every_k sqrt nested; do
@@ -99,7 +113,10 @@ for stage in "$@"; do
       run b8_4blocks_sel_whole leaderboard_8b.json 2 5 model.num_layers=4 data.batch_size=1 \
         checkpointing.lm_head_chunk_tokens=32768
       run b8_4blocks_sel_inbwd leaderboard_8b.json 2 5 model.num_layers=4 data.batch_size=1 optimizer.in_backward=true ;;
-    *) echo "memory_study.sh: unknown stage '$stage'" >&2; exit 2 ;;
   esac
 done
-/usr/bin/env python3 "$here/memory_table.py" "$out"/*.json 2>/dev/null | tee "$out/table.txt"
+if [[ ${#records[@]} -eq 0 ]]; then
+  echo "memory_study.sh: no run wrote a record (the errors are above and in $out/*.log)" >&2
+  exit 1
+fi
+/usr/bin/env python3 "$here/memory_table.py" "${records[@]}" | tee "$out/table.txt"

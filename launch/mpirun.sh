@@ -26,7 +26,7 @@
 #                             ranks' code 4) or export a larger OMPI_MCA_odls_base_sigkill_timeout
 set -euo pipefail
 
-if [[ $# -lt 2 || ! "$1" =~ ^[0-9]+$ ]]; then
+if [[ $# -lt 2 || ! "$1" =~ ^[0-9]+$ || "$1" -lt 1 ]]; then
   echo "usage: $0 N PROGRAM [ARGS...]   (N ranks of PROGRAM on this host)" >&2
   exit 2
 fi

@@ -283,6 +283,20 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
     CONFIG_CHECK(bytes <= kMaxBytes, "collective.sizes_mb[{}] = {}: {:.3g} bytes, beyond the 2^56 (7.2e16) that the "
                  "trainer's 64-bit sizes and sums hold (at most 2^36 = {:.0f} MiB)", i, cc.sizes_mb[i], bytes,
                  kMaxBytes / kMiB);
+    // at least one fp32 element (one per rank for reduce_scatter / all_gather: collective_elements rounds the count
+    // down to a multiple of the ranks), else the bench would time an empty collective
+    if (c.job == "collective_bench") {
+      const int64_t elements = int64_t(bytes) / 4;
+      const bool per_rank = std::any_of(cc.ops.begin(), cc.ops.end(), [](const std::string& op) {
+        return op != "all_reduce";
+      });
+      const int64_t need = per_rank ? world_size : 1;
+      CONFIG_CHECK(elements >= need,
+                   "collective.sizes_mb[{}] = {}: {} fp32 element(s), fewer than {} ({}); give at least {:.3g} MiB",
+                   i, cc.sizes_mb[i], elements, need,
+                   per_rank ? fmt::format("one per rank for {}", fmt::join(cc.ops, ", ")) : std::string("one"),
+                   double(need) * 4 / kMiB);
+    }
   }
   check_non_negative(cc.warmup, "collective.warmup");
   CONFIG_CHECK(cc.iters >= 1, "config: 'collective.iters' must be >= 1, got {}", cc.iters);

@@ -346,6 +346,11 @@ def case_huge_batch_in_a_run(tmp):  # had been an out-of-memory record (exit 3) 
     return huge_batch(tmp)
 
 
+def case_collective_size_below_one_element(tmp):  # had timed an empty all_reduce
+    cfg = tiny_config(tmp, job="collective_bench", device="cpu", collective={"sizes_mb": [1e-9]})
+    return [write_json(tmp / "c.json", cfg)], ["collective.sizes_mb[0] = 1e-09", "0 fp32 element(s)"]
+
+
 def case_collective_size_beyond_host_memory(tmp):  # 1e9 MiB: within 2^56 bytes, but an oom record (exit 3) had said so
     if mem_available() > 1e9 * 2 ** 20:
         return None
