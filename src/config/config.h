@@ -104,8 +104,14 @@ struct CollectiveCfg {              // job collective_bench (src/jobs/collective
   std::string dtype = "f32";       // f32 (the communicators move f32)
 };
 
+struct AttentionBenchCfg {        // job attention_bench (src/jobs/attention_bench.cpp)
+  std::vector<std::string> grids{"a", "b"};         // a: batch 8, no mask; b: batch 1, causal
+  std::vector<std::string> impls{"naive", "flash2"};  // the attention implementations compared
+  int max_seq = 65536;             // the longest sequence of either grid
+};
+
 struct RunConfig {
-  std::string job = "train";       // train | collective_bench
+  std::string job = "train";       // train | attention_bench | collective_bench
   std::string name = "";           // used in default output names; "": the config file's stem
   ModelCfg model;
   std::string device = "auto";     // auto (cuda when available) | cpu | cuda
@@ -124,6 +130,7 @@ struct RunConfig {
   OutputCfg output;
   ProfileCfg profile;
   CollectiveCfg collective;
+  AttentionBenchCfg attention_bench;
 };
 
 /// JSON (de)serialisation. to_json writes every key (std::optional fields as null). from_json overlays the keys
@@ -152,6 +159,8 @@ void to_json(json& j, const ProfileCfg& c);
 void from_json(const json& j, ProfileCfg& c);
 void to_json(json& j, const CollectiveCfg& c);
 void from_json(const json& j, CollectiveCfg& c);
+void to_json(json& j, const AttentionBenchCfg& c);
+void from_json(const json& j, AttentionBenchCfg& c);
 
 /// Where this rank runs, as far as resolving parallel.comm cares (main fills it from MpiSession and the CUDA runtime).
 struct HostInfo {

@@ -401,5 +401,7 @@ void to_json(json& j, const ProfileCfg& c) { j = to_value(c); }
 void from_json(const json& j, ProfileCfg& c) { read_root(j, c, "profile"); }
 void to_json(json& j, const CollectiveCfg& c) { j = to_value(c); }
 void from_json(const json& j, CollectiveCfg& c) { read_root(j, c, "collective"); }
+void to_json(json& j, const AttentionBenchCfg& c) { j = to_value(c); }
+void from_json(const json& j, AttentionBenchCfg& c) { read_root(j, c, "attention_bench"); }
 
 }  // namespace trainer

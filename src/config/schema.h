@@ -40,6 +40,8 @@ inline const Names kSamplings{"random", "sequential"};
 inline const Names kPhases{"forward", "forward_backward", "train_step"};
 inline const Names kCollectiveOps{"all_reduce", "reduce_scatter", "all_gather"};
 inline const Names kCollectiveDtypes{"f32"};
+inline const Names kAttnBenchGrids{"a", "b"};
+inline const Names kAttnBenchImpls{"naive", "flash2"};
 
 /// The names of the model presets (presets.cpp), as a list like the ones above.
 const Names& preset_name_list();
@@ -164,8 +166,10 @@ void fields(S& d, F&& f) {
 template <Is<BenchCfg> S, class F>
 void fields(S& b, F&& f) {
   f("phase", b.phase, {{"{}", &kPhases}, "what each timed step runs"});
-  f("warmup_steps", b.warmup_steps, {{"integer >= 0"}, "steps before timing starts (they train too)"});
-  f("measure_steps", b.measure_steps, {{"integer >= 0 (warmup + measure >= 1)"}, "timed steps"});
+  f("warmup_steps", b.warmup_steps, {{"integer >= 0"},
+    "steps before timing starts (they train too); attention_bench: untimed calls a point"});
+  f("measure_steps", b.measure_steps, {{"integer >= 0 (warmup + measure >= 1)"},
+    "timed steps; attention_bench: timed calls a point (>= 1)"});
   f("log_every", b.log_every, {{"integer >= 0"}, "progress line every N steps; 0: none"});
 }
 template <Is<InitCfg> S, class F>
@@ -210,6 +214,19 @@ void fields(S& c, F&& f) {
   f("iters", c.iters, {{"integer >= 1"}, "collective_bench: timed operations per size (time = their mean)"});
   f("dtype", c.dtype, {{"{}", &kCollectiveDtypes}, "collective_bench: element type"});
 }
+template <Is<AttentionBenchCfg> S, class F>
+void fields(S& c, F&& f) {
+  f("grids", c.grids, {{"non-empty array of {}", &kAttnBenchGrids},
+    "attention_bench: CS336 a2's grids: a = batch 8, 1 head, no mask, d_head 16-128, seq 256-16384, in the run's "
+    "precision; b = batch 1, 1 head, causal, d_head 16-128, seq 128 to max_seq by doubling, bf16 (cuda) and fp32. "
+    "Each point runs bench.warmup_steps untimed and bench.measure_steps (>= 1) timed forward, backward and "
+    "forward + backward calls (their median)"});
+  f("impls", c.impls, {{"non-empty array of {}", &kAttnBenchImpls},
+    "attention_bench: the implementations compared (naive materialises the [seq, seq] scores)"});
+  f("max_seq", c.max_seq, {{"integer, 128 .. 1048576"},
+    "attention_bench: the longest sequence of either grid (points above it are not run); on the cpu a point that "
+    "needs more than the host's available memory is an oom row without running"});
+}
 template <Is<RunConfig> S, class F>
 void fields(S& c, F&& f) {
   f("job", c.job, {{"{}", &kJobs},
@@ -249,6 +266,7 @@ void fields(S& c, F&& f) {
   f("output", c.output, KeyDoc{});
   f("profile", c.profile, KeyDoc{});
   f("collective", c.collective, KeyDoc{});
+  f("attention_bench", c.attention_bench, KeyDoc{});
 }
 
 /// A section is a struct with a key list (it serialises as a JSON object).

@@ -299,6 +299,21 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
     }
   }
   check_non_negative(cc.warmup, "collective.warmup");
+  // attention_bench
+  const AttentionBenchCfg& ab = c.attention_bench;
+  CONFIG_CHECK(!ab.grids.empty(), "config: 'attention_bench.grids' must name at least one of {}",
+               one_of(kAttnBenchGrids));
+  for (size_t i = 0; i < ab.grids.size(); ++i)
+    check_enum(ab.grids[i], kAttnBenchGrids, fmt::format("attention_bench.grids[{}]", i).c_str());
+  CONFIG_CHECK(!ab.impls.empty(), "config: 'attention_bench.impls' must name at least one of {}",
+               one_of(kAttnBenchImpls));
+  for (size_t i = 0; i < ab.impls.size(); ++i)
+    check_enum(ab.impls[i], kAttnBenchImpls, fmt::format("attention_bench.impls[{}]", i).c_str());
+  CONFIG_CHECK(ab.max_seq >= 128 && ab.max_seq <= (1 << 20),
+               "config: 'attention_bench.max_seq' must be in [128, 1048576], got {}", ab.max_seq);
+  CONFIG_CHECK(c.job != "attention_bench" || c.bench.measure_steps >= 1,
+               "attention_bench: bench.measure_steps is its timed calls a point and must be >= 1, got {}",
+               c.bench.measure_steps);
   CONFIG_CHECK(cc.iters >= 1, "config: 'collective.iters' must be >= 1, got {}", cc.iters);
   check_enum(cc.dtype, kCollectiveDtypes, "collective.dtype");
 

@@ -24,14 +24,20 @@
 #include "backend/backend.h"
 #include "jobs/attention_bench.h"
 #include "jobs/job.h"
+#include "plan/host_memory.h"
 
 namespace trainer {
 
 AttentionBenchOptions attention_bench_options(const RunConfig& cfg) {
   AttentionBenchOptions o;
   o.warmup = std::max(0, cfg.bench.warmup_steps);
-  o.iters = std::max(1, cfg.bench.measure_steps);
+  o.iters = std::max(1, cfg.bench.measure_steps);  // (validate_config: >= 1)
   o.dtype_a = bf16_precision(cfg.precision) ? DType::bf16 : DType::f32;
+  o.grids = cfg.attention_bench.grids;
+  o.impls.clear();
+  for (const std::string& i : cfg.attention_bench.impls)
+    o.impls.push_back(i == "naive" ? AttnImpl::naive : AttnImpl::flash2);
+  o.max_seq = cfg.attention_bench.max_seq;
   return o;
 }
 
@@ -115,6 +121,19 @@ Result run_point(Device dev, const RunContext& ctx, const BackendOptions& bopts,
   AttnShape s;
   s.B = p.B, s.T = p.T, s.H = p.H, s.d_head = p.d, s.causal = p.causal, s.scale = 1.f / std::sqrt(float(p.d));
   const int64_t N = int64_t(p.B) * p.T, D = int64_t(p.H) * p.d;
+  if (be.device() == Device::cpu) {  // host memory: a point past what is available is an oom row, not a killed job
+    const double e = double(dtype_size(p.dtype));
+    // qkv, out, dout, dqkv (8 N D), lse; naive: the probabilities and its backward's dS scratch of one (b, h)
+    const double need = e * double(N) * double(D) * 8 + 4.0 * p.B * p.H * p.T +
+                        (p.impl == AttnImpl::naive ? e * double(p.T) * p.T * (double(p.B) * p.H + 1) : 0.0);
+    const size_t avail = host_memory_available();
+    if (avail > 0 && need > 0.9 * double(avail)) {
+      r.status = "oom";
+      r.error = fmt::format("not run: it needs {:.2f} GiB of host memory, {:.2f} GiB is available (MemAvailable)",
+                            need / double(1 << 30), double(avail) / double(1 << 30));
+      return r;
+    }
+  }
   be.synchronize();
   be.memory().reset_peak();
   try {

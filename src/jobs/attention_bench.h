@@ -22,7 +22,7 @@ struct AttentionBenchOptions {
   DType dtype_a = DType::f32;   // grid (a) precision (grid b runs bf16 and f32)
 };
 
-/// Options from the run config: bench.warmup_steps, bench.measure_steps, precision (grid a); the rest default.
+/// Options from the run config: bench.warmup_steps, bench.measure_steps, precision (grid a), attention_bench.*.
 AttentionBenchOptions attention_bench_options(const RunConfig& cfg);
 
 nlohmann::json run_attention_bench(const RunConfig& cfg, const RunContext& ctx);

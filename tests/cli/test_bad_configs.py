@@ -22,6 +22,7 @@ CONFIGS = SOURCE_DIR / "configs"
 TOP_LEVEL_KEYS = {
     "job", "name", "model", "device", "precision", "fp32_matmul", "gemm_autotune", "attention", "cuda_graph",
     "checkpointing", "parallel", "optimizer", "data", "bench", "init", "output", "profile", "collective",
+    "attention_bench",
 }
 
 # Handout Table 1 (vocab 10000, context 512), tiny and leaderboard_8b (DESIGN.md):
