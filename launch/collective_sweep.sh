@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Collective bandwidth sweep (issue 4): configs/collective_bench.json on 2, 4 and 6 ranks (where available) with one
-# communicator, then one combined table (size, time, algbw, busbw per nccl-tests, #wrong) from the result records.
+# communicator, then one combined table (size, time, algbw, busbw per nccl-tests, #wrong) from the result records
+# and a plot of bus bandwidth against size (OUT/busbw.png; launch/plot.py collective).
 #
 #   launch/collective_sweep.sh                          comm auto (nccl on a GPU machine, else mpi), ranks 2 4 6
 #   COMM=mpi NPS="2 4" launch/collective_sweep.sh --set collective.sizes_mb=[1,10]
@@ -47,4 +48,10 @@ for op, n, comm, x in sorted(rows, key=lambda t: (t[0], t[1], t[3]["size_bytes"]
     print(f"  {op:>14} {n:>5} {comm:>4} {x['size_bytes']:>12} {x['time_us']:>10.1f} {x['time_us_max']:>10.1f} "
           f"{x['algbw_gbs']:>8.2f} {x['busbw_gbs']:>8.2f} {x['wrong']:>6}")
 PY
+# the same as a plot (bus bandwidth against size, a line per op and rank count), where matplotlib is there
+if /usr/bin/env python3 "$here/plot.py" collective "${records[@]}" -o "$out/busbw.png" 2>"$out/plot.log"; then
+  echo "# plot: $out/busbw.png"
+else
+  echo "# no plot ($(tail -1 "$out/plot.log"))"
+fi
 echo "# records and logs: $out"

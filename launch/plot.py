@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Draws trainer result records (the JSON of output.results, job train) as PNG.
+"""Draws trainer result records (the JSON of output.results, job train; collective: job collective_bench) as PNG.
 
     launch/plot.py loss    results/runs/a.json results/runs/b.json -o loss.png
     launch/plot.py sweep   'results/h200/2026-11-30/sweep/*_w5.json' -o sweep.png [--mfu]
@@ -7,6 +7,7 @@
     launch/plot.py phases  results/h200/2026-12-02/v8_memory/xl_c2048_*.json -o phases.png
     launch/plot.py memory  results/h200/2026-12-02/v8_memory/*.json -o memory.png
     launch/plot.py ratio   results/plots/peer_ratio.json -o results/plots/peer_ratio_h200.png
+    launch/plot.py collective 'results/h200x2/collectives/*.json' -o busbw.png
 
 Kinds (the first argument; `--kind KIND` also works):
   loss    the loss of every step (loss.per_step, warm-up steps included) of several runs on one axes; a resumed
@@ -26,6 +27,9 @@ Kinds (the first argument; `--kind KIND` also works):
           line of its colour, 1.0 (as fast as the peer) dotted grey; a second panel (when the manifest names a
           memory_workload) draws that workload's peak memory, trainer against peer, GiB. Its one input is a manifest
           (below), not records.
+  collective  records of job collective_bench: bus bandwidth (nccl-tests busbw, GB/s) against the message size
+          (log-log), one line per record and collective (labelled with its ranks and communicator); a record that
+          failed is listed in a note
 
 The ratio manifest (JSON, schema "plot.peer_ratio/1"; results/plots/peer_ratio.json is the kept one):
   root              where the paths below start, relative to the manifest's folder (default: that folder)
@@ -72,7 +76,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plot_common import COLORS, DPI, BadInput, check_output, pyplot, save_figure  # noqa: E402
 
 PROG = "plot.py"
-KINDS = ("loss", "sweep", "comm", "phases", "memory", "ratio")
+KINDS = ("loss", "sweep", "comm", "phases", "memory", "ratio", "collective")
 GIB = 2 ** 30
 WIDTH_IN = 10.0   # every figure is 10 inches (1100 px) wide; loss 5.5 in high, sweep 5, the bar kinds by bar count
 PHASE_COLORS = {"forward": "#4c72b0", "backward": "#dd8452", "optimizer": "#55a868", "other": "#b0b0b0"}
@@ -110,16 +114,18 @@ def read_json(path: str):
         raise BadInput(f"'{path}' is not JSON ({e})") from None
 
 
-def load(path: str) -> dict:
-    """The record at `path`, checked to be a trainer result record of job train."""
+def load(path: str, job: str = "train") -> dict:
+    """The record at `path`, checked to be a trainer result record of `job`."""
     r = read_json(path)
     schema = r.get("schema") if isinstance(r, dict) else None
     if not str(schema).startswith("trainer.result/"):
         got = repr(schema) if isinstance(r, dict) else f"a JSON {type(r).__name__}"
         raise BadInput(f"'{path}' is not a trainer result record (schema {got}, expected 'trainer.result/1'; "
                        f"written by trainer's output.results)")
-    if r.get("job") != "train":
-        raise BadInput(f"'{path}' is a record of job {r.get('job')!r}; plot.py draws records of job train")
+    if r.get("job") != job:
+        raise BadInput(f"'{path}' is a record of job {r.get('job')!r}; plot.py draws records of job train (kind "
+                       f"collective: job collective_bench)" if job == "train" else
+                       f"'{path}' is a record of job {r.get('job')!r}; the collective kind draws job collective_bench")
     return r
 
 
@@ -689,7 +695,67 @@ def draw_ratio(man: dict, args):
     return fig, notes, rows
 
 
-DRAW = {"loss": draw_loss, "sweep": draw_sweep, "comm": draw_comm, "phases": draw_phases, "memory": draw_memory}
+def fmt_size(b: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if b >= scale:
+            return f"{b / scale:.4g} {unit}"
+    return f"{b:.4g} B"
+
+
+def draw_collective(recs, args):
+    notes = []
+    recs = ok_records(recs, notes, "bandwidths")
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 5.5), dpi=DPI)
+    sizes = set()
+    n = 0
+    for label, path, r in recs:
+        cb = field(r, "collective_bench", path)
+        rows = field(r, "collective_bench.results", path)
+        if not isinstance(rows, list) or not rows:
+            raise BadInput(f"'{path}': collective_bench.results holds no rows")
+        by_op = {}
+        for row in rows:
+            try:
+                by_op.setdefault(str(row["op"]), []).append((float(row["size_bytes"]), float(row["busbw_gbs"])))
+            except (KeyError, TypeError, ValueError):
+                raise BadInput(f"'{path}': a collective_bench row without op, size_bytes or busbw_gbs: {row}")                     from None
+        for op, pts in sorted(by_op.items()):
+            pts.sort()
+            sizes.update(p[0] for p in pts)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=4,
+                    color=RATIO_COLORS[n % len(RATIO_COLORS)],
+                    label=f"{label}: {op} ({cb.get('nranks')} ranks, {cb.get('comm')})")
+            n += 1
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ticks = []  # one tick per size asked for (reduce_scatter / all_gather round it down to a multiple of the ranks)
+    for s in sorted(sizes):
+        if ticks and s <= ticks[-1] * 1.02:
+            ticks[-1] = s  # the cluster's largest: the size asked for
+        else:
+            ticks.append(s)
+    if len(ticks) <= 12:
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([fmt_size(t) for t in ticks], fontsize=8)
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    ax.yaxis.set_minor_locator(NullLocator())
+    if len(ticks) <= 12:
+        ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("message size (the whole array, nccl-tests)")
+    ax.set_ylabel("bus bandwidth, GB/s (log)")
+    ax.grid(color="#dddddd", linewidth=0.6, which="both")
+    ax.legend(fontsize=8, loc="best")
+    ax.set_title(args.title or "collective bus bandwidth by message size")
+    if notes:
+        fig.text(0.01, 0.01, "not drawn: " + "; ".join(notes), fontsize=7, color="#aa0000", va="bottom")
+    return fig, notes
+
+
+DRAW = {"loss": draw_loss, "sweep": draw_sweep, "comm": draw_comm, "phases": draw_phases, "memory": draw_memory,
+        "collective": draw_collective}
 
 
 # ---- what was drawn, read back from the figure ---------------------------------------------------------------------
@@ -764,7 +830,8 @@ def main(argv=None) -> int:
                     raise BadInput(f"--labels gives {len(labels)} labels for {len(paths)} records")
             else:
                 labels = default_labels(paths)
-            recs = [(lab, p, load(p)) for lab, p in zip(labels, paths)]
+            recs = [(lab, p, load(p, "collective_bench" if kind == "collective" else "train"))
+                    for lab, p in zip(labels, paths)]
             fig, notes = DRAW[kind](recs, args)
         fig.tight_layout()
         if args.dump_json:

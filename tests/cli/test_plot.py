@@ -1,4 +1,4 @@
-"""launch/plot.py: every kind drawn from small synthetic result records.
+"""launch/plot.py: every kind drawn from small synthetic result records (collective: records of job collective_bench).
 
 Each drawing must give a valid PNG 1100 px wide, and what the figure holds (read back from its artists with
 --dump-json) must equal the records' values, recomputed here from the records (losses per step, step ms and TFLOP/s
@@ -77,7 +77,7 @@ def check_png(path, kind, n_records):
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     assert data[12:16] == b"IHDR"
     w, h = struct.unpack(">II", data[16:24])
-    inches = {"loss": 5.5, "sweep": 5.0}.get(kind, max(3.0, 1.6 + 0.34 * n_records))
+    inches = {"loss": 5.5, "sweep": 5.0, "collective": 5.5}.get(kind, max(3.0, 1.6 + 0.34 * n_records))
     assert (w, h) == (1100, round(110 * inches))
     assert 5_000 < len(data) < 300_000
 
@@ -208,6 +208,49 @@ def test_memory_by_category_and_planned(tmp_path):
         [(y_of[k], recs[k]["memory"]["predicted"]["peak_bytes"] / GIB) for k in ("p", "q")])
 
 
+def collective_record(rng, nranks, status="ok"):
+    """A trainer.result/1 record of job collective_bench: three ops at four sizes (reduce_scatter / all_gather's
+    sizes rounded down to a multiple of the ranks' elements, as the bench does)."""
+    rows = []
+    for op in ("all_reduce", "reduce_scatter", "all_gather"):
+        for mb in (0.01, 0.1, 1, 10):
+            count = int(mb * 2**20) // 4
+            if op != "all_reduce":
+                count = count // nranks * nranks
+            rows.append({"op": op, "size_bytes": count * 4, "count": count, "time_us": rng.uniform(5, 500),
+                         "time_us_max": rng.uniform(5, 500), "algbw_gbs": rng.uniform(0.1, 50),
+                         "busbw_gbs": rng.uniform(0.1, 50), "wrong": 0})
+    r = {"schema": "trainer.result/1", "job": "collective_bench", "status": status, "world_size": nranks,
+         "collective_bench": {"comm": "mpi", "nranks": nranks, "dtype": "f32", "results": rows}}
+    if status != "ok":
+        r["error"] = "rank 1 did not answer"
+    return r
+
+
+def test_collective_bus_bandwidth_by_size(tmp_path):
+    rng = random.Random(8)
+    recs = {"two": collective_record(rng, 2), "three": collective_record(rng, 3),
+            "failed": collective_record(rng, 2, status="error")}
+    d, p = draw(tmp_path, "collective", [write(tmp_path, k, r) for k, r in recs.items()])
+    ax = d["axes"][0]
+    got = {ln["label"]: list(zip(ln["x"], ln["y"])) for ln in ax["lines"]}
+    want = {}
+    for k in ("two", "three"):
+        cb = recs[k]["collective_bench"]
+        for op in ("all_gather", "all_reduce", "reduce_scatter"):
+            want[f"{k}: {op} ({cb['nranks']} ranks, mpi)"] = sorted(
+                (row["size_bytes"], row["busbw_gbs"]) for row in cb["results"] if row["op"] == op)
+    assert got.keys() == want.keys()
+    for label, pts in want.items():
+        assert got[label] == pytest.approx(pts)
+    assert d["notes"] and "failed: status error" in d["notes"][0]
+    assert "not drawn: failed" in p.stderr
+    # a record of another job is refused (one line, exit 2, no PNG)
+    out = tmp_path / "x.png"
+    q = run_plot("collective", write(tmp_path, "train", record(rng)), "-o", out)
+    assert q.returncode == 2 and q.stderr.count("\n") == 1 and "collective_bench" in q.stderr and not out.exists()
+
+
 def test_kind_option_glob_and_labels(tmp_path):
     rng = random.Random(6)
     for k in ("x1", "x2"):
@@ -229,7 +272,7 @@ def test_kind_option_glob_and_labels(tmp_path):
 def test_help():
     p = run_plot("--help")
     assert p.returncode == 0 and all(k in p.stdout for k in ("loss", "sweep", "comm", "phases", "memory", "ratio",
-                                                             "-o"))
+                                                             "collective", "-o"))
 
 
 def test_bad_input(tmp_path):
