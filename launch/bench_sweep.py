@@ -37,9 +37,10 @@ def last_line(text, default):
 def run_one(args, size, precision, phase, warmup):
     name = f"{size}_{precision}_{phase}_w{warmup}"
     out = pathlib.Path(args.out) / f"{name}.json"
-    cmd = [args.trainer, f"{args.configs}/{size}.json", "--set", f"precision={precision}", "--set", f"bench.phase={phase}",
-           "--set", f"bench.warmup_steps={warmup}", "--set", f"bench.measure_steps={args.steps}",
-           "--set", f"output.results={out}", "--set", f"name={name}", "--set", "bench.log_every=0"]
+    cmd = [args.trainer, f"{args.configs}/{size}.json", "--set", f"precision={precision}",
+           "--set", f"bench.phase={phase}", "--set", f"bench.warmup_steps={warmup}",
+           "--set", f"bench.measure_steps={args.steps}", "--set", f"output.results={out}", "--set", f"name={name}",
+           "--set", "bench.log_every=0"]
     for kv in args.set or []:
         cmd += ["--set", kv]
     before = out.stat().st_mtime_ns if out.exists() else None

@@ -5,7 +5,10 @@ their ratio, the head and activation categories, and the checkpointing policy (C
     launch/memory_table.py results/h200/2026-12-01/v8_memory/*.json
     launch/memory_table.py --markdown RECORDS...          # a Markdown table for results/README.md
 
-Records of PyTorch's peer (launch/torch_bench.py --json) are accepted too (no prediction). Standard library only.
+Records of PyTorch's peer (launch/torch_bench.py --json) are accepted too (no prediction); memory timelines and
+records of the benchmark jobs (attention_bench, collective_bench) are skipped with a note. An out-of-memory record's
+planned peak comes from the plan it carries. Sizes are GiB, or MiB when every one is below 1 GiB. Standard library
+only.
 """
 import argparse
 import json
@@ -31,22 +34,27 @@ def row(path):
         die(f"{path}: not a trainer or torch_bench result record")
     if str(r.get("schema", "")).startswith("trainer.memory_timeline"):
         return None  # a timeline, not a record
-    out = {"name": pathlib.Path(path).stem, "status": r.get("status", "?")}
+    if str(r.get("schema", "")).startswith("trainer.result") and r.get("job", "train") != "train":
+        print(f"memory_table.py: {path}: a record of job {r.get('job')!r}, skipped", file=sys.stderr)
+        return None
+    out = {"name": pathlib.Path(path).stem, "status": r.get("status") or "?"}
     if not str(r.get("schema", "")).startswith("trainer.result"):  # torch_bench record
-        c = r.get("config", {})
+        c = r.get("config") or {}
         out.update(kind="torch", ctx=c.get("ctx"), policy=f"torch {c.get('mode')} ckpt={c.get('checkpoint', 'none')}",
-                   step=(r.get("timing", {}).get("step") or {}).get("mean_ms"),
-                   peak=(r.get("memory", {}) or {}).get("peak_bytes") or r.get("peak_bytes"))
+                   step=((r.get("timing") or {}).get("step") or {}).get("mean_ms"),
+                   peak=(r.get("memory") or {}).get("peak_bytes") or r.get("peak_bytes"))
         return out
-    cfg = r.get("config", {})
-    ck = cfg.get("checkpointing", {})
+    cfg = r.get("config") or {}
+    ck = cfg.get("checkpointing") or {}
     pol = ck.get("policy", "?")
     if pol == "every_k":
         pol += f" k={ck.get('k')}"
     if ck.get("blocks") is not None:
         pol += f" blocks={len(ck['blocks'])}"
-    mem = r.get("memory", {})
-    pred = mem.get("predicted") or {}
+    mem = r.get("memory") or {}
+    pred = dict(mem.get("predicted") or {})
+    if not pred.get("peak_bytes"):  # an out-of-memory record carries its whole plan instead
+        pred["peak_bytes"] = ((r.get("plan") or {}).get("memory") or {}).get("peak_bytes")
     step = ((r.get("timing") or {}).get("step") or {}).get("mean_ms")
     out.update(kind="trainer", ctx=(cfg.get("model") or {}).get("context_length"), policy=pol, step=step,
                peak=mem.get("peak_bytes"), pred=pred.get("peak_bytes"),
@@ -71,14 +79,16 @@ def main():
         print("memory_table.py: error: no result records among the files (memory timelines are skipped)",
               file=sys.stderr)
         return 2
-    head = ["record", "status", "ctx", "policy", "step ms", "peak GiB", "planned GiB", "planned/measured",
-            "activations GiB", "head GiB"]
+    sizes = [r.get(k) for r in rows for k in ("peak", "pred") if isinstance(r.get(k), (int, float))]
+    unit, scale = ("GiB", GIB) if not sizes or max(sizes) >= GIB else ("MiB", float(1 << 20))
+    head = ["record", "status", "ctx", "policy", "step ms", f"peak {unit}", f"planned {unit}", "planned/measured",
+            f"activations {unit}", f"head {unit}"]
     lines = []
     for r in rows:
         ratio = (r["pred"] / r["peak"]) if r.get("pred") and r.get("peak") else None
         lines.append([r["name"], r["status"], str(r.get("ctx") or "-"), r.get("policy", "-"), fmt(r.get("step"), 1, 1),
-                      fmt(r.get("peak"), GIB), fmt(r.get("pred"), GIB), fmt(ratio, 1, 3), fmt(r.get("acts"), GIB),
-                      fmt(r.get("head"), GIB, 3)])
+                      fmt(r.get("peak"), scale), fmt(r.get("pred"), scale), fmt(ratio, 1, 3), fmt(r.get("acts"), scale),
+                      fmt(r.get("head"), scale, 3)])
     if a.markdown:
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))

@@ -719,7 +719,8 @@ def draw_collective(recs, args):
             try:
                 by_op.setdefault(str(row["op"]), []).append((float(row["size_bytes"]), float(row["busbw_gbs"])))
             except (KeyError, TypeError, ValueError):
-                raise BadInput(f"'{path}': a collective_bench row without op, size_bytes or busbw_gbs: {row}")                     from None
+                raise BadInput(f"'{path}': a collective_bench row without op, size_bytes or busbw_gbs: {row}") \
+                    from None
         for op, pts in sorted(by_op.items()):
             pts.sort()
             sizes.update(p[0] for p in pts)

@@ -1,0 +1,57 @@
+"""launch/memory_table.py on synthetic records: measured and planned peaks in GiB (MiB when every size is below
+1 GiB), an out-of-memory record's planned peak from the plan it carries, records of the benchmark jobs skipped with a
+note, bad input one line and exit 2.
+"""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+SRC = pathlib.Path(os.environ.get("TRAINER_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
+SCRIPT = SRC / "launch" / "memory_table.py"
+GIB, MIB = 2 ** 30, 2 ** 20
+
+
+def record(tmp, name, peak, pred, status="ok", job="train", plan=None):
+    r = {"schema": "trainer.result/1", "job": job, "status": status,
+         "config": {"model": {"context_length": 512}, "checkpointing": {"policy": "selective"}},
+         "timing": {"step": {"mean_ms": 12.5}} if status == "ok" else {},
+         "memory": {"peak_bytes": peak, "predicted": {"peak_bytes": pred} if pred else None,
+                    "by_category": {"activations": peak // 2, "head": peak // 8} if peak else None}}
+    if plan:
+        r["plan"] = plan
+    p = tmp / f"{name}.json"
+    p.write_text(json.dumps(r))
+    return p
+
+
+def table(*paths):
+    p = subprocess.run([sys.executable, str(SCRIPT), *map(str, paths)], capture_output=True, text=True, timeout=60)
+    return p, [line.split() for line in p.stdout.splitlines()]
+
+
+def test_units_oom_plan_and_skipped_jobs(tmp_path):
+    small = record(tmp_path, "small", 3 * MIB + MIB // 2, 3 * MIB + MIB // 2)
+    p, rows = table(small)
+    assert p.returncode == 0, p.stderr
+    assert "peak MiB" in p.stdout and rows[1][:2] == ["small", "ok"]
+    assert rows[1][5] == "3.50" and rows[1][6] == "3.50" and rows[1][7] == "1.000"
+    big = record(tmp_path, "big", 50 * GIB, 49 * GIB)
+    oom = record(tmp_path, "oom", None, None, status="oom", plan={"memory": {"peak_bytes": 150 * GIB}})
+    bench = record(tmp_path, "bench", 1, 1, job="collective_bench")
+    p, rows = table(small, big, oom, bench)
+    assert p.returncode == 0, p.stderr
+    assert "peak GiB" in p.stdout
+    by_name = {r[0]: r for r in rows[1:]}
+    assert set(by_name) == {"small", "big", "oom"}
+    assert by_name["big"][5:8] == ["50.00", "49.00", "0.980"]
+    assert by_name["oom"][1] == "oom" and by_name["oom"][6] == "150.00"  # planned, from the plan it carries
+    assert "bench.json: a record of job 'collective_bench', skipped" in p.stderr
+
+
+def test_bad_input(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text("{")
+    p, _ = table(bad)
+    assert p.returncode == 2 and p.stderr.startswith("memory_table.py: error:") and len(p.stderr.splitlines()) == 1
