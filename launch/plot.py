@@ -13,7 +13,8 @@ Kinds (the first argument; `--kind KIND` also works):
   loss    the loss of every step (loss.per_step, warm-up steps included) of several runs on one axes; a resumed
           run's steps at their numbers (from steps.first + 1)
   sweep   step time (log scale) and model TFLOP/s per GPU (--mfu: MFU) against the parameter count (log scale),
-          one line per precision (and bench.phase where the records differ in it); out-of-memory runs are listed
+          one line per precision (and bench.phase, and ranks and strategy, where the records differ in them);
+          out-of-memory runs are listed
   comm    one horizontal bar per record, the step split into compute with no collective in flight, compute
           overlapped with communication (timing.comm - comm_exposed) and exposed communication (the compute stream
           stalled, timing.comm_exposed); a 1-rank record is all compute
@@ -50,7 +51,8 @@ record from before torch_bench.py had --compile-mode) torch.compile's default. r
 record of another status (oom, timeout) is passed over with a note; one that does not match the workload, a trainer
 record that does not, or a missing file or key is an error. Every point is printed on stderr with its numbers.
 
-Inputs are files or quoted globs (expanded here, sorted). Labels are the file names without .json (with as many parent
+Inputs are files or quoted globs (expanded here, sorted); a file a glob matches that is not a record of the kind's job
+(a memory timeline, a trace, another job's record) is passed over with a note. Labels are the file names without .json (with as many parent
 folders as make them unique) unless --labels gives them. A run that failed (status oom / error) has no timings: the bar
 kinds and sweep list it in a note; loss draws the steps it has. --dump-json PATH writes what was drawn, read back
 from the figure's artists (lines: x, y; bars: one value per record and segment) for tests and scripts.
@@ -73,7 +75,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plot_common import COLORS, DPI, BadInput, check_output, pyplot, save_figure  # noqa: E402
+from plot_common import COLORS, DPI, BadInput, check_output, pyplot, same_file, save_figure  # noqa: E402
 
 PROG = "plot.py"
 KINDS = ("loss", "sweep", "comm", "phases", "memory", "ratio", "collective")
@@ -85,8 +87,9 @@ COMM_COLORS = {"compute": "#4c72b0", "overlapped": "#8fb0d9", "exposed": "#c44e5
 
 # ---- records --------------------------------------------------------------------------------------------------------
 
-def expand(inputs: list[str]) -> list[str]:
-    """Files in the order given; an argument with *?[ that is not a file is a glob, expanded and sorted."""
+def expand(inputs: list[str], globbed: set | None = None) -> list[str]:
+    """Files in the order given; an argument with *?[ that is not a file is a glob, expanded and sorted (its files
+    are added to `globbed` when given)."""
     paths = []
     for a in inputs:
         if any(c in a for c in "*?[") and not Path(a).exists():
@@ -94,9 +97,27 @@ def expand(inputs: list[str]) -> list[str]:
             if not hits:
                 raise BadInput(f"no file matches '{a}'")
             paths += hits
+            if globbed is not None:
+                globbed.update(hits)
         else:
             paths.append(a)
     return paths
+
+
+def other_kind(path: str, job: str) -> str | None:
+    """Why a file a glob matched is not a record of `job` (a memory timeline, a trace, another job's record), or
+    None when it is one (or is not JSON at all: load() says so)."""
+    try:
+        r = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if isinstance(r, dict) and str(r.get("schema", "")).startswith("trainer.result/"):
+        return None if r.get("job") == job else f"a record of job {r.get('job')!r}"
+    if isinstance(r, dict) and str(r.get("schema", "")).startswith("trainer.memory_timeline"):
+        return "a memory timeline"
+    if isinstance(r, dict) and "traceEvents" in r or isinstance(r, list):
+        return "a trace or another JSON document"
+    return None
 
 
 def read_json(path: str):
@@ -245,6 +266,14 @@ def draw_loss(recs, args):
     return fig, notes
 
 
+def fmt_params(n: float) -> str:
+    """A parameter count as 1.56B, 124M or 57.8k."""
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.3g}"
+
+
 def size_name(r):
     return (r.get("model") or {}).get("preset") or r["config"]["model"].get("preset") or r.get("name") or "?"
 
@@ -252,10 +281,15 @@ def size_name(r):
 def draw_sweep(recs, args):
     notes = []
     phases = {field(r, "config.bench.phase", p) for _, p, r in recs}
-    series = {}   # (precision, phase) -> [(params, name, step ms, rate)]
+    # the ranks and the strategy split the series too where the records differ in them (a line joins one setting)
+    setups = {(r.get("world_size") or 1, (r["config"].get("parallel") or {}).get("strategy")) for _, _, r in recs}
+    series = {}   # name -> [(params, name, step ms, rate)]
     for label, path, r in recs:
         key = (field(r, "config.precision", path), field(r, "config.bench.phase", path))
         name = " ".join(key) if len(phases) > 1 else key[0]
+        if len(setups) > 1:
+            n = r.get("world_size") or 1
+            name += f", {n} rank{'s' if n != 1 else ''} {(r['config'].get('parallel') or {}).get('strategy')}"
         if r.get("status") != "ok":
             notes.append(f"{size_name(r)} {name}: {r.get('status')}")
             continue
@@ -278,7 +312,7 @@ def draw_sweep(recs, args):
     for ax in (a1, a2):
         ax.set_xscale("log")
         ax.set_xticks(sorted(ticks))
-        ax.set_xticklabels([f"{ticks[t]}\n{t:.3g}B" for t in sorted(ticks)], fontsize=8)
+        ax.set_xticklabels([f"{ticks[t]}\n{fmt_params(t * 1e9)}" for t in sorted(ticks)], fontsize=8)
         ax.minorticks_off()
         ax.set_xlabel("model (parameters)")
         ax.grid(color="#dddddd", linewidth=0.6)
@@ -816,10 +850,21 @@ def main(argv=None) -> int:
             man = load_manifest(rest[0])
             paths = [rest[0]] + [f for pt in man["points"] for f in pt["trainer"] + pt["peer"]]
         else:
-            paths = expand(rest)
+            globbed = set()
+            paths = expand(rest, globbed)
+            # a glob may match files that are not records of this kind (a memory timeline or a trace beside the
+            # records, another job's record): passed over with a note; a file named outright must be one
+            job = "collective_bench" if kind == "collective" else "train"
+            skipped = [(p, why) for p in paths if p in globbed for why in [other_kind(p, job)] if why]
+            paths = [p for p in paths if p not in {s for s, _ in skipped}]
+            if not paths:
+                raise BadInput(f"no record of job {job} among the files the globs matched ("
+                               + "; ".join(f"{p}: {why}" for p, why in skipped) + ")")
         check_output(args.output, paths, "-o")
         if args.dump_json and args.dump_json != "-":
-            check_output(args.dump_json, paths + [args.output], "--dump-json")
+            if same_file(args.dump_json, args.output):
+                raise BadInput(f"--dump-json '{args.dump_json}' is also the -o output: give another name")
+            check_output(args.dump_json, paths, "--dump-json")
         if kind == "ratio":
             fig, notes, rows = draw_ratio(man, args)
             recs = rows
@@ -834,16 +879,23 @@ def main(argv=None) -> int:
             recs = [(lab, p, load(p, "collective_bench" if kind == "collective" else "train"))
                     for lab, p in zip(labels, paths)]
             fig, notes = DRAW[kind](recs, args)
+            notes = [f"{p}: {why}, skipped" for p, why in skipped] + notes
+            drawn = len(recs) - sum(1 for n in notes if not n.endswith(", skipped"))
         fig.tight_layout()
         if args.dump_json:
             text = json.dumps(dump(fig, kind, notes, extra), indent=1)
             if args.dump_json == "-":
                 print(text)
-            else:
+            else:  # whole, then renamed (as the PNG)
+                tmp = f"{args.dump_json}.tmp.{os.getpid()}"
                 try:
-                    Path(args.dump_json).write_text(text + "\n")
+                    Path(tmp).write_text(text + "\n")
+                    os.replace(tmp, args.dump_json)
                 except OSError as e:
                     raise BadInput(f"cannot write '{args.dump_json}': {e.strerror or e}") from None
+                finally:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
         save_figure(fig, args.output)
     except BadInput as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
@@ -855,8 +907,10 @@ def main(argv=None) -> int:
                   f"(compile {r['peer_compile_mode']}: {r['peer_file']}) = {r['ratio']:.3f}", file=sys.stderr)
     for n in notes:
         print(f"# not drawn: {n}", file=sys.stderr)
-    print(f"# wrote {args.output} ({kind}, {len(recs)} {'points' if kind == 'ratio' else 'records'})",
-          file=sys.stderr)
+    if kind == "ratio":
+        print(f"# wrote {args.output} (ratio, {len(recs)} points)", file=sys.stderr)
+    else:
+        print(f"# wrote {args.output} ({kind}, {drawn} of {len(recs)} records drawn)", file=sys.stderr)
     return 0
 
 

@@ -130,9 +130,11 @@ def plot(doc, rows, peak, peak_at, out: str, title: str, x_mode: str) -> None:
         span = x_end - xs[0]
         for n, (ph, x0, x1) in enumerate(phase_runs(events, xs, x_end)):
             ax.axvspan(x0, x1, color=PHASE_SHADES[n % 2], zorder=-2, linewidth=0)
-            if (x1 - x0) / span > 0.03:   # name the runs wide enough to carry a label
-                ax.text((x0 + x1) / 2, 0.99, ph, transform=ax.get_xaxis_transform(), ha="center", va="top",
-                        fontsize=8, color="#444444")
+            # name the runs wide enough to carry their label (8 pt: ~0.065 in a character on the ~11 in wide
+            # axes), alternate runs a line lower, so that neighbours' names do not run together
+            if (x1 - x0) / span * 11.0 > 0.065 * len(ph) + 0.1:
+                ax.text((x0 + x1) / 2, 0.99 - 0.04 * (n % 2), ph, transform=ax.get_xaxis_transform(), ha="center",
+                        va="top", fontsize=8, color="#444444")
         if peak_at is not None:
             e = events[peak_at]
             ax.axhline(top, color="black", linestyle="--", linewidth=1)

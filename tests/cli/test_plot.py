@@ -153,6 +153,12 @@ def test_sweep_by_size_and_precision(tmp_path):
             rate = [r["throughput"]["mfu"] * 100 if mfu else r["throughput"]["model_tflops_per_gpu"] for r in rs]
             assert t["y"] == pytest.approx(rate)
         assert d["notes"] == ["10B bf16: oom"]
+    # records of one precision on 1 and 2 ranks: a line each (they had been joined into one)
+    two = [write(tmp_path, f"{p}_2r", record(rng, preset=p, precision="bf16", world_size=2)) for p in ("small", "xl")]
+    d, _ = draw(tmp_path, "sweep", [tmp_path / "small_bf16.json", tmp_path / "xl_bf16.json"] + two)
+    labels = sorted(ln["label"] for ln in d["axes"][0]["lines"])
+    assert labels == ["bf16, 1 rank none", "bf16, 2 ranks ddp_bucketed"]
+    assert all(len(ln["x"]) == 2 for ln in d["axes"][0]["lines"])
 
 
 def test_comm_vs_compute(tmp_path):
@@ -256,10 +262,22 @@ def test_kind_option_glob_and_labels(tmp_path):
     for k in ("x1", "x2"):
         write(tmp_path, k, record(rng))
     out = tmp_path / "o.png"
+    # a glob's other files (a memory timeline, another job's record) are passed over with a note
+    write(tmp_path, "x3_memory", {"schema": "trainer.memory_timeline/1", "events": []})
+    write(tmp_path, "x4_collective", collective_record(rng, 2))
     p = run_plot("--kind", "phases", str(tmp_path / "x*.json"), "-o", out, "--dump-json", "-")
     assert p.returncode == 0, p.stderr
     check_png(out, "phases", 2)
     assert json.loads(p.stdout)["axes"][0]["yticklabels"] == ["x1", "x2"]
+    assert "x3_memory.json: a memory timeline, skipped" in p.stderr
+    assert "x4_collective.json: a record of job 'collective_bench', skipped" in p.stderr
+    assert "(phases, 2 of 2 records drawn)" in p.stderr
+    # named outright, the same file is an error
+    p = run_plot("phases", tmp_path / "x4_collective.json", "-o", out)
+    assert p.returncode == 2 and "job 'collective_bench'" in p.stderr
+    # --dump-json onto the -o output
+    p = run_plot("phases", tmp_path / "x1.json", "-o", out, "--dump-json", out)
+    assert p.returncode == 2 and "is also the -o output" in p.stderr
     # Equal file names in different folders get their folder in the label.
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
