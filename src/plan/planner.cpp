@@ -191,6 +191,13 @@ std::string Plan::table() const {
                    flops / 1e12, executed_flops / 1e12, bytes_moved / 1e9, comm_bytes / 1e9);
   t += fmt::format("predicted step: {} = {} compute + {} memory-bound + {} communication (no overlap assumed)\n",
                    fmt_time(time_s), fmt_time(compute_s), fmt_time(memory_s), fmt_time(comm_s));
+  if (device == "cpu") {  // the cpu's nominal rates: no bf16, no Hopper kernels
+    t += fmt::format("assumed rates ({}): GEMM fp32 {:.4g} TFLOP/s, attention {:.4g} TFLOP/s, memory {:.4g} TB/s, "
+                     "collectives {:.4g} GB/s bus bandwidth\n",
+                     rates.device, rates.gemm_f32 / 1e12, rates.attention_f32 / 1e12, rates.memory_bandwidth / 1e12,
+                     bus_bandwidth / 1e9);
+    return t;
+  }
   t += fmt::format("assumed rates ({}): GEMM bf16 {:.4g} TFLOP/s, fp32{} {:.4g} (efficiency {:.2f} of peak), attention "
                    "bf16 {:.4g} TFLOP/s (Hopper kernels at T {:.0f}: forward {:.4g}, backward {:.4g}, at d 128 "
                    "{:.4g}; at T keys x T ({:.0f} + t0) / ({:.0f} (T + t0)), t0 {:.0f} / {:.0f}), fp32 {:.4g}, "
