@@ -171,11 +171,13 @@ TEST_CASE("checkpointing: a model with d_ff < d_model (the recomputed h1 / h2 fi
 
 TEST_CASE("optimizer.in_gemm: each block matrix is updated in its product once a step, on the last microbatch",
           "[checkpointing]") {
-  // 4 products a block (Wqkv, Wo, [W1; W3], W2), 6 blocks, 3 steps, whatever the number of microbatches; the values
-  // equal in_backward's (the first test case), with one microbatch and with 2 (the earlier one's sum in g_acc)
+  // 4 products a block (Wqkv, Wo, [W1; W3], W2), 6 blocks, and the LM head's: 3 steps, whatever the number of
+  // microbatches; the values equal in_backward's (the first test case), with one microbatch and with 2 (the earlier
+  // one's sum in g_acc)
   for (int micro : {4, 2, 1}) {
     INFO("microbatch " << micro);
-    CHECK(run({"in_gemm", "selective", 2, std::nullopt, 0, false, true, true}, micro).fused_updates == 4 * kLayers * 3);
+    CHECK(run({"in_gemm", "selective", 2, std::nullopt, 0, false, true, true}, micro).fused_updates ==
+          (4 * kLayers + 1) * 3);
     CHECK(run({"in_backward", "selective", 2, std::nullopt, 0, false, true}, micro).fused_updates == 0);
   }
 }
@@ -321,6 +323,21 @@ TEST_CASE("lm head: chunked logits + loss match the unchunked head", "[checkpoin
     }
     CHECK(std::sqrt(diff2 / ref2) < 1e-5);
   }
+}
+
+TEST_CASE("optimizer.in_gemm: the chunked head's matrix is updated in its last chunk's product", "[checkpointing][head]") {
+  // chunks of 16 and 10 (ragged) tokens: the earlier chunks sum the head's dW into its gradient, the last chunk's
+  // product adds to that (g_acc) and updates; bitwise in_backward's with the same chunks (the same products, summed
+  // in the same order), at one and two microbatches, and the head's update counted once a step
+  for (int micro : {4, 2})
+    for (int chunk : {16, 10}) {
+      INFO("microbatch " << micro << ", chunk " << chunk);
+      const Run plain = run({"in_backward", "selective", 2, {}, chunk, false, true}, micro);
+      const Run fused = run({"in_gemm", "selective", 2, {}, chunk, false, true, true}, micro);
+      CHECK(fused.losses == plain.losses);
+      CHECK(bitwise_equal(fused.params, plain.params));
+      CHECK(fused.fused_updates == (4 * kLayers + 1) * 3);
+    }
 }
 
 TEST_CASE("lm head: the auto chunk keeps the head's buffers within 1 GiB", "[checkpointing][head]") {

@@ -134,8 +134,9 @@ void fields(S& o, F&& f) {
     "no clipping; changes no weight). null (auto): true for a train_step run of strategy none without clipping, "
     "else false"});
   f("in_gemm", o.in_gemm, {{"true | false"},
-    "with in_backward (a train_step run): each block's weight matrices are updated inside the product that computes "
-    "their gradient on the step's last microbatch (adding the earlier microbatches' sum); with one microbatch the "
+    "with in_backward (a train_step run): the weight matrices of the blocks and the LM head are updated inside the "
+    "product that computes their gradient on the step's last microbatch (adding the earlier microbatches' sum; the "
+    "head's in its last chunk); with one microbatch the "
     "blocks' gradient buffers hold only the RMSNorm gains. On an sm_90 GPU with precision bf16 (no stochastic "
     "rounding) one fused kernel (kernels/dw_adamw) takes dW = dYᵀX from the GEMM's accumulators straight into AdamW; "
     "elsewhere the product goes to a one-matrix temporary (or the earlier sum), then AdamW. The same update up to "

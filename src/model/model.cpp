@@ -660,8 +660,11 @@ void Model::head(bool backward_next) {
                       cur_targets_.slice(i0, {n}), dscale_);
     if (!backward_next) continue;
     const Tensor dhf = dhf_all.slice(0, {n, D});
-    be_.matmul(dhf, logits, false, wlm, false, 1.f, 0.f);                                  // dhf = dlogits Wlm
-    be_.matmul(g(*lm_head_, gv, {V, D}), logits, true, hf, false, 1.f, first ? 0.f : 1.f);  // dWlm (+)= dlogitsᵀ hf
+    be_.matmul(dhf, logits, false, wlm, false, 1.f, 0.f);  // dhf = dlogits Wlm (before a fused update rewrites Wlm)
+    if (i0 + n == N && !f32_acc)  // the last chunk: the head's matrix may be updated in this product (in_gemm)
+      weight_grad(gv, *lm_head_, V, D, logits, hf, first ? 0.f : 1.f);
+    else
+      be_.matmul(g(*lm_head_, gv, {V, D}), logits, true, hf, false, 1.f, first ? 0.f : 1.f);  // dWlm (+)= dlogitsᵀ hf
     be_.rmsnorm_bwd(dx.slice(i0 * D, {n, D}), g(*ln_final_, gv, {D}), dhf, xs, lnf, rstd, /*accumulate_dw=*/!first);
   }
   if (f32_acc) {  // the padding between the unit's parameters stays as it was (written by no one)

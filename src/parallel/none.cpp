@@ -5,13 +5,15 @@
 // step, freed after its update. The Model then keeps no flat gradient buffer (ParamStorage::full_grads false), so
 // at most the gradients of the units whose backward has run but whose update has not exist at once (with one
 // microbatch: one unit's). Without clipping only: the update cannot wait for the global norm.
-// With optimizer.in_gemm as well, the blocks' weight matrices are updated inside the products that compute their
-// gradients on the step's last microbatch (WeightUpdate: the Model's weight_grad calls update(), AdamW::step_matrix,
-// Backend::matmul_dw_adamw), adding the earlier microbatches' sum where there are several; the release updates the
-// runs of parameters between the matrices (the RMSNorm gains) by step_range, one call per run. With one microbatch
-// a matrix's gradient never exists: a block's gradient buffer holds only those runs (UnitView::grad_runs).
+// With optimizer.in_gemm as well, the weight matrices of the blocks and the LM head are updated inside the products
+// that compute their gradients on the step's last microbatch (WeightUpdate: the Model's weight_grad calls update(),
+// AdamW::step_matrix, Backend::matmul_dw_adamw), adding the earlier microbatches' (and head chunks') sum where there
+// are several; the release updates the runs of other parameters (the RMSNorm gains) by step_range, one call per run,
+// and any matrix the Model left to it (the head's bf16 gradient summed over chunks in fp32). With one microbatch a
+// block matrix's gradient never exists: a block's gradient buffer holds only those runs (UnitView::grad_runs).
 #include <cmath>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "optim/adamw.h"
 #include "parallel/strategy.h"
@@ -77,6 +79,7 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
   void begin_step(double lr, bool optimizer) override {
     update_in_backward_ = in_backward_ && optimizer;
     gemm_updates_ = in_gemm_ && optimizer;
+    updated_.clear();
     if (optimizer) adamw_->begin_step(lr);  // uploads the step's lr and t (before any capture)
   }
   UnitView acquire(int unit, UnitPass pass) override {
@@ -89,7 +92,7 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
     Buffer& g = unit_grads_[size_t(unit)];
     const bool fuse = gemm_updates_ && fused_unit(unit);  // its matrices are updated in their last products
     if (fuse && micro_ + 1 == n_micro_) v.weight_update = this;
-    if (fuse && n_micro_ == 1) {  // the matrices' gradients never exist: a compact buffer for the rest
+    if (fuse && compact_now(unit)) {  // the matrices' gradients never exist: a compact buffer for the rest
       v.grad_runs = &runs_[size_t(unit)];
       const int64_t c = compact_[size_t(unit)];
       if (!g) {
@@ -121,13 +124,23 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
       adamw_->step_range(b, model_->params().slice(b, {n}), g.view(model_->param_dtype(), {n}),
                          all.data ? all.slice(b, {n}) : Tensor(), slots + unit);
     } else {  // the matrices were updated in their products: the runs of other parameters, from the compact buffer
-              // (one microbatch) or the whole unit's
+              // (a block, one microbatch) or the whole unit's
       const DType t = model_->param_dtype();
+      const bool compact = compact_now(unit);
+      const ParamLayout& l = model_->layout();
+      for (const ParamInfo& p : l.params()) {  // a matrix the Model did not hand to update(): from the buffer
+        if (p.unit != unit || !fused(p) || updated_.count(p.offset)) continue;
+        TRAINER_CHECK(!compact, "none: {} was not updated in its product, and its gradient has no slot", p.name);
+        adamw_->step_range(p.offset, model_->params().slice(p.offset, {p.numel}),
+                           g.view(t, {n}).slice(p.offset - b, {p.numel}),
+                           all.data ? all.slice(p.offset, {p.numel}) : Tensor(),
+                           slots + l.num_units() + param_index_.at(p.offset));
+      }
       const std::vector<GradRun>& runs = runs_[size_t(unit)];
       for (size_t r = 0; r < runs.size(); ++r) {
         const int64_t rb = b + runs[r].begin, rn = runs[r].length;
-        const Tensor gr = n_micro_ == 1 ? g.view(t, {compact_[size_t(unit)]}).slice(runs[r].at, {rn})
-                                        : g.view(t, {n}).slice(runs[r].begin, {rn});
+        const Tensor gr = compact ? g.view(t, {compact_[size_t(unit)]}).slice(runs[r].at, {rn})
+                                  : g.view(t, {n}).slice(runs[r].begin, {rn});
         adamw_->step_range(rb, model_->params().slice(rb, {rn}), gr, all.data ? all.slice(rb, {rn}) : Tensor(),
                            slots + lay.num_units() + int64_t(run_first_[size_t(unit)][r]));
       }
@@ -140,6 +153,10 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
   void update(const ParamInfo& p, const Tensor& dY, const Tensor& X, Tensor g_acc) override {
     const auto slot = param_index_.find(p.offset);
     TRAINER_CHECK(slot != param_index_.end(), "none: no parameter at offset {} ({})", p.offset, p.name);
+    // The product may span the parameters after p (q, k, v): each of them counts as updated
+    const int64_t n_all = dY.cols() * X.cols();
+    for (const ParamInfo& q : model_->layout().params())
+      if (q.unit == p.unit && q.offset >= p.offset && q.offset < p.offset + n_all) updated_.insert(q.offset);
     // The product may span several contiguous parameters (q, k, v as one [3D, D] weight; w1, w3 as [2F, D]): the
     // first one's slot holds their sum.
     const int64_t n = dY.cols() * X.cols();
@@ -180,10 +197,14 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
   }
 
  private:
-  /// The units whose matrices in_gemm updates inside their products: the blocks (Model::weight_grad).
-  bool fused_unit(int u) const { return u >= 1 && u + 1 < model_->layout().num_units(); }
-  /// The parameters it so updates: the blocks' weight matrices.
+  /// The units whose matrices in_gemm updates inside their products: the blocks and the head (Model::weight_grad;
+  /// not the embedding, whose gradient is a scatter).
+  bool fused_unit(int u) const { return u >= 1; }
+  /// The parameters it so updates: their weight matrices.
   bool fused(const ParamInfo& p) const { return fused_unit(p.unit) && p.shape.size() == 2; }
+  /// Whether the unit's gradient buffer is compact (the runs only) in this step: a block (whose matrices the Model
+  /// always hands to update(), one product each) on a step of one microbatch. The head's product comes in chunks.
+  bool compact_now(int u) const { return n_micro_ == 1 && u + 1 < model_->layout().num_units(); }
   /// The bf16 working copy AdamW refreshes, or none (fp32 and bf16_pure: the weights are the working copy).
   Tensor work() const {
     return model_->params_work().data == model_->params().data ? Tensor() : model_->params_work();
@@ -210,6 +231,7 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
   std::vector<std::vector<size_t>> run_first_;  // in_gemm: each run's first parameter (its sumsq slot)
   std::vector<int64_t> compact_;                // in_gemm: per unit, the compact gradient's elements
   std::unordered_map<int64_t, int64_t> param_index_;  // in_gemm: a parameter's index (its slot) by its offset
+  std::unordered_set<int64_t> updated_;  // in_gemm: the offsets of the parameters update() took this step
   Buffer sumsq_;  // f64 sum g^2 of each update: [units + params] with in_backward, else [2] (the sum, the f32 clip
                   // factor)
 };
