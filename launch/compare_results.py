@@ -9,7 +9,9 @@ strategy and comm, world size, batch), the machine, timing mean ± std per phase
 MFU, peak memory and its split by category at the peak, saved activations per block, and the final loss; for
 collective_bench records, the bus bandwidth and time of every (op, size).
 When there are several records, "vs first" rows give the step time and tokens/s relative to the first column.
-A field a record lacks shows as "-". Standard library only.
+A field a record lacks (or has null) shows as "-"; a long error message is cut at a word boundary with "…".
+Bad input (a file that cannot be read, or is not a trainer or peer result record) is one line
+"compare_results: error: ..." on stderr and exit code 2, before anything is printed. Standard library only.
 Records of the PyTorch peer (launch/torch_bench.py, torch_bench.result/1) can stand beside the trainer's: their
 config, machine, timing, tokens/s and peak memory map onto the same rows (job "peer", the name says the torch_bench
 mode, phase and torch.compile mode; a forward or forward_backward record's time is its own row, not "step"; the
@@ -33,6 +35,22 @@ def get(d, *keys, default=None):
             return default
         d = d[k]
     return d
+
+
+def die(msg):
+    print(f"compare_results: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def clip(s, n):
+    """s cut to at most n characters at a word boundary, with "…" when cut."""
+    s = " ".join(str(s).split())
+    if len(s) <= n:
+        return s
+    cut = s[:n]
+    if s[n] != " " and " " in cut:  # mid-word: back to the last space
+        cut = cut[:cut.rindex(" ")]
+    return cut.rstrip(" ,;:.-") + "…"
 
 
 def fmt_bytes(n):
@@ -65,11 +83,11 @@ def model_summary(r):
     changed = get(r, "model", "changed_from_preset", default={})
     if changed:  # a preset run with other dims: name them, so the label never claims the preset's shape
         preset += " (" + ", ".join(f"{k} {v.get('used')} not {v.get('preset')}" for k, v in changed.items()) + ")"
-    if not dims or "d_model" not in dims:  # (the peer's placeholder records have no dims)
+    if not isinstance(dims, dict) or dims.get("d_model") is None:  # (the peer's placeholder records have no dims)
         return preset
-    return (f"{preset}: d_model {dims.get('d_model', '?')} d_ff {dims.get('d_ff', '?')} "
-            f"L {dims.get('num_layers', '?')} H {dims.get('num_heads', '?')} "
-            f"V {dims.get('vocab_size', '?')} T {dims.get('context_length', '?')}")
+    d = lambda k: "?" if dims.get(k) is None else dims[k]
+    return (f"{preset}: d_model {d('d_model')} d_ff {d('d_ff')} L {d('num_layers')} H {d('num_heads')} "
+            f"V {d('vocab_size')} T {d('context_length')}")
 
 
 def gemm_summary(r):
@@ -79,9 +97,11 @@ def gemm_summary(r):
         return "-"
     if not g.get("enabled"):
         return "off" if get(r, "config", "gemm_autotune") is False else "- (cpu)"
-    if "shapes" not in g:
+    if g.get("shapes") is None:
         return "on"
-    return f"on: {g['shapes']} shapes, {g['changed']} changed, {g['heuristic_ms']:.2f} -> {g['tuned_ms']:.2f} ms"
+    ms = lambda k: "?" if g.get(k) is None else f"{g[k]:.2f}"
+    changed = "?" if g.get("changed") is None else g["changed"]
+    return f"on: {g['shapes']} shapes, {changed} changed, {ms('heuristic_ms')} -> {ms('tuned_ms')} ms"
 
 
 def device_summary(r):
@@ -117,13 +137,13 @@ def optimizer_summary(r):
 def graph_summary(r):
     """Whether the steps replayed a CUDA graph (then timing has no forward / backward / optimizer split)."""
     g = r.get("cuda_graph")
-    if not g:
+    if not isinstance(g, dict) or not g:
         return "-"
     if "peer" in g:  # the PyTorch peer's: whether its torch.compile mode captures CUDA graphs
         return g["peer"]
     if g.get("used"):
-        return f"from step {g.get('captured_step', '?')} ({g.get('nodes', '?')} nodes)"
-    return "no: " + str(g.get("why_not", "?"))[:50]
+        return f"from step {g.get('captured_step') or '?'} ({g.get('nodes') or '?'} nodes)"
+    return "no: " + clip(g.get("why_not") or "?", 50)
 
 
 def build_rows(records):
@@ -134,8 +154,8 @@ def build_rows(records):
         rows.append((label, [fn(r) if not train_only or r.get("job", "train") in ("train", "peer") else "-"
                              for r in records]))
 
-    row("status", lambda r: r.get("status", "-") + (f" ({r['error'][:60]})" if r.get("error") else ""))
-    row("job / name", lambda r: f"{r.get('job', '-')} / {r.get('name') or '-'}")
+    row("status", lambda r: str(r.get("status") or "-") + (f" ({clip(r['error'], 60)})" if r.get("error") else ""))
+    row("job / name", lambda r: f"{r.get('job') or '-'} / {r.get('name') or '-'}")
     row("model", model_summary, train_only=True)
     row("parameters", lambda r: fmt_rate(get(r, "model", "parameters")))
     row("device", device_summary)
@@ -149,7 +169,7 @@ def build_rows(records):
     row("optimizer update", optimizer_summary, train_only=True)
     row("strategy / comm", lambda r: f"{get(r, 'config', 'parallel', 'strategy', default='-')} / "
         f"{get(r, 'config', 'parallel', 'comm', default='-')}")
-    row("world size", lambda r: str(r.get("world_size", "-")))
+    row("world size", lambda r: str(get(r, "world_size", default="-")))
     row("batch (global / micro)", lambda r: f"{get(r, 'config', 'data', 'batch_size', default='-')} / "
         f"{get(r, 'steps', 'microbatch_size', default=get(r, 'config', 'data', 'microbatch_size', default='-'))}",
         train_only=True)
@@ -247,7 +267,7 @@ def peer_as_record(r):
     graph = (f"yes (torch.compile {compile_mode})" if compile_mode in PEER_GRAPH_MODES
              else "no" if compile_mode or mode in PEER_PRECISION else None)
     return {
-        "status": r.get("status", "-"), "error": r.get("error"), "job": "peer", "name": name,
+        "status": r.get("status"), "error": r.get("error"), "job": "peer", "name": name,
         "config": {"model": {"preset": c.get("preset")}, "precision": PEER_PRECISION.get(mode, mode),
                    "attention": c.get("attention"),
                    "checkpointing": {"policy": {"block": "block (every block: the trainer's full)"}.get(
@@ -268,20 +288,22 @@ def load(path):
     try:
         with open(path) as f:
             r = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        sys.exit(f"compare_results: error: cannot read '{path}': {e}")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        die(f"cannot read '{path}': {e}")
     schema = str(r.get("schema", "")) if isinstance(r, dict) else ""
     if schema.startswith("torch_bench.result/"):
         return peer_as_record(r)
     if not schema.startswith("trainer.result/"):
-        sys.exit(f"compare_results: error: '{path}' is not a trainer result record (schema trainer.result/1) "
-                 f"nor a PyTorch peer's (torch_bench.result/1)")
+        die(f"'{path}' is not a trainer result record (schema trainer.result/1) nor a PyTorch peer's "
+            "(torch_bench.result/1)")
     return r
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Side-by-side table of trainer result records (and the PyTorch "
-                                 "peer's, launch/torch_bench.py).")
+                                 "peer's, launch/torch_bench.py).",
+                                 epilog="Bad input (a file that cannot be read, or is not a trainer or peer result "
+                                 "record) is one line on stderr and exit code 2.")
     ap.add_argument("records", nargs="+", help="result record JSON files")
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
     args = ap.parse_args(argv)

@@ -5,8 +5,14 @@
 
 For each record: strategy (bucket size), ranks, step mean ± std, forward/backward/optimizer, communication time and
 the part of it exposed (the compute stream waiting), scaling efficiency = (1-GPU step) / (N-GPU step) at equal
-per-GPU batch (--one gives the 1-GPU record), peak memory of the largest rank and optimizer state per rank.
-torch_bench.py records (--torch) are listed with their step and peak. Standard library only.
+per-GPU batch (--one gives the 1-GPU record), peak memory of the largest rank and optimizer state per rank (GiB, or
+MiB when every size in the table is below 1 GiB; the header says which). torch_bench.py records (--torch) are listed
+with their step and peak. A failed run (status running, oom, error, ...) is a row with its status and error; a value
+or section a record lacks (hand-edited or partial records) shows as "-". Inputs that are not trainer result records
+of job train are skipped with a note on stderr.
+Bad input (an unreadable file, a --torch file that is not a torch_bench.py record, a record without its status or
+job, a --one record that is not a finished 1-rank train run, no train record at all) is one line
+"ddp_table: error: ..." on stderr and exit code 2, before anything is printed. Standard library only.
 """
 import argparse
 import json
@@ -14,105 +20,211 @@ import pathlib
 import sys
 
 GIB = 2 ** 30
+MIB = 2 ** 20
+
+
+def die(msg):
+    print(f"ddp_table: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def get(d, *keys):
+    """d[k0][k1]... or None when any level is missing, null or not an object."""
+    for k in keys:
+        if not isinstance(d, dict) or d.get(k) is None:
+            return None
+        d = d[k]
+    return d
+
+
+def num(x):
+    """x when it is a number (not a bool), else None."""
+    return x if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
 def ms(r, key):
-    t = r.get("timing", {}).get(key)
-    return t["mean_ms"] if t and t.get("mean_ms") is not None else None
+    return num(get(r, "timing", key, "mean_ms"))
 
 
 def fmt(x, spec=".1f"):
     return "-" if x is None else format(x, spec)
 
 
-def is_train_record(r):
-    return str(r.get("schema", "")).startswith("trainer.result/") and r.get("job") == "train" and \
-        "parallel" in r.get("config", {})
+def need(path, r, key, what):
+    """Dies naming the file and `key` when the record has it missing or null."""
+    if r.get(key) is None:
+        die(f"{what} '{path}': '{key}' is {'null' if key in r else 'missing'} (a hand-edited or partial record?)")
+
+
+def status_text(r):
+    """'ok', 'running', 'oom (out of memory ...)': the status and, when the record has one, its error."""
+    err = r.get("error")
+    return f"{r['status']}" + (f" ({err})" if err else "")
+
+
+def is_trainer_record(r):
+    return str(r.get("schema", "")).startswith("trainer.result/")
 
 
 def load(path, what):
     try:
         r = json.loads(pathlib.Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        sys.exit(f"ddp_table: error: cannot read {what} '{path}': {e}")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        die(f"cannot read {what} '{path}': {e}")
     if not isinstance(r, dict):
-        sys.exit(f"ddp_table: error: {what} '{path}' is not a JSON object (a trainer result record is)")
+        die(f"{what} '{path}' is not a JSON object (a result record is)")
     return r
 
 
 def per_gpu_rows(r):
-    """Rows of the batch each rank processes per step (the global batch over the ranks)."""
-    return r["config"]["data"]["batch_size"] // (r.get("world_size") or 1)
+    """Rows of the batch each rank processes per step (the global batch over the ranks); None when unknown."""
+    b = num(get(r, "config", "data", "batch_size"))
+    return None if b is None else b // (num(r.get("world_size")) or 1)
+
+
+def strategy_name(r):
+    p = get(r, "config", "parallel") or {}
+    name = str(p.get("strategy") or "-")
+    if name == "ddp_bucketed" and num(p.get("bucket_mb")) is not None:
+        name += f" {p['bucket_mb']:g} MiB"
+    if p.get("reduce_dtype") not in (None, "fp32", "f32"):
+        name += f" ({p['reduce_dtype']})"
+    return name
+
+
+def peak_bytes(r):
+    """The largest rank's peak (memory.per_rank), else memory.peak_bytes; None when the record has neither."""
+    ranks = get(r, "memory", "per_rank")
+    peaks = [num(p.get("peak_bytes")) for p in ranks if isinstance(p, dict)] if isinstance(ranks, list) else []
+    peaks = [p for p in peaks if p is not None]
+    return max(peaks) if peaks else num(get(r, "memory", "peak_bytes"))
+
+
+def trainer_row(label, path, r, one, base, notes):
+    """("row", label, strategy, ranks, step cell, [fwd, bwd, opt, comm, exposed ms], efficiency, peak bytes,
+    optimizer state bytes) for a finished run, or ("text", label, strategy, ranks, text): its status and error, or
+    "(no measured steps)"."""
+    name, n = strategy_name(r), num(r.get("world_size")) or 1
+    if r["status"] != "ok":
+        return ("text", label, name, n, status_text(r))
+    step = get(r, "timing", "step")
+    mean = num(get(step, "mean_ms"))
+    if isinstance(step, dict) and mean is None:
+        return ("text", label, name, n, "(no measured steps)")
+    eff = base / mean if base and mean and n > 1 else None
+    if eff is not None and per_gpu_rows(r) != per_gpu_rows(one):
+        if per_gpu_rows(r) is None or per_gpu_rows(one) is None:
+            which = path if per_gpu_rows(r) is None else "the --one record"
+            notes.append(f"# {label}: config.data.batch_size missing in {which}: per-GPU batch unknown, "
+                         "no efficiency")
+        else:
+            notes.append(f"# {label}: {per_gpu_rows(r)} rows per GPU, the --one record {per_gpu_rows(one)}: "
+                         "no efficiency")
+        eff = None
+    std = num(get(step, "std_ms")) or 0
+    step_cell = "-" if mean is None else f"{mean:8.1f} ± {std:5.1f}"
+    return ("row", label, name, n, step_cell, [ms(r, k) for k in ("forward", "backward", "optimizer", "comm",
+                                                                   "comm_exposed")],
+            eff, peak_bytes(r), num(get(r, "memory", "optimizer_state_bytes")))
+
+
+def torch_row(path, t):
+    """As trainer_row for a torch_bench.py record: its step and peak only (None for the phases)."""
+    c = t.get("config") if isinstance(t.get("config"), dict) else {}
+    n = num(c.get("world_size")) or 1
+    label = f"torch {c.get('mode') or '-'}" + (f" DDP {c.get('bucket_cap_mb') or '-'} MB" if n > 1 else "")
+    stem = pathlib.Path(path).stem
+    if t["status"] != "ok":
+        return ("text", stem, label, n, status_text(t))
+    mean = num(get(t, "timing", "step", "mean_ms"))
+    std = num(get(t, "timing", "step", "std_ms")) or 0
+    return ("row", stem, label, n, "-" if mean is None else f"{mean:8.1f} ± {std:5.1f}", None, None,
+            num(get(t, "memory", "peak_bytes")), None)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("records", nargs="+", help="trainer result records of job train")
     ap.add_argument("--one", help="the 1-GPU record at the same per-GPU batch (for scaling efficiency)")
     ap.add_argument("--torch", nargs="*", default=[], help="torch_bench.py records to list alongside")
     args = ap.parse_args()
-    one = load(args.one, "--one record") if args.one else None
-    if one is not None and (not is_train_record(one) or one.get("world_size", 1) != 1):
-        sys.exit(f"ddp_table: error: --one '{args.one}' must be a 1-rank trainer train record")
-    if one is not None and one.get("status") != "ok":
-        sys.exit(f"ddp_table: error: --one '{args.one}' is a failed run (status {one.get('status')!r}: "
-                 f"{one.get('error')})")
-    base = ms(one, "step") if one else None
-    rows = ([(pathlib.Path(args.one).stem, one)] if one else [])
+    # Everything is read and checked before anything is printed: bad input is one line on stderr and exit 2.
+    notes, rows = [], []
+    one = base = None
+    if args.one:
+        one = load(args.one, "--one record")
+        if not is_trainer_record(one) or one.get("job") != "train" or (num(one.get("world_size")) or 1) != 1:
+            die(f"--one '{args.one}' must be a 1-rank trainer train record")
+        need(args.one, one, "status", "--one record")
+        if one["status"] != "ok":
+            die(f"--one '{args.one}' is not a finished run (status {one['status']}"
+                + (f": {one['error']})" if one.get("error") else ")"))
+        base = ms(one, "step")
+        if base is None:
+            notes.append(f"# --one record '{args.one}' has no step time (timing.step.mean_ms): no efficiency")
+    trainer = ([(args.one, one)] if one else [])
     for p in args.records:
         r = load(p, "record")
-        if not is_train_record(r):
-            if str(r.get("schema", "")).startswith("torch_bench"):
-                kind = "a torch_bench record (pass it with --torch)"
-            elif not str(r.get("schema", "")).startswith("trainer.result/"):
-                kind = "not a trainer result record (no trainer.result schema; a config file?)"
-            else:
-                kind = f"a record of job {r.get('job')!r}, not train"
-            print(f"# skipped {p}: {kind}", file=sys.stderr)
+        if not is_trainer_record(r):
+            kind = ("a torch_bench record (pass it with --torch)" if str(r.get("schema", "")).startswith("torch_bench")
+                    else "not a trainer result record (no trainer.result schema; a config file?)")
+            notes.append(f"# skipped {p}: {kind}")
             continue
-        rows.append((pathlib.Path(p).stem, r))
-    if not rows and not args.torch:
-        sys.exit("ddp_table: error: no trainer train record among the inputs")
-    w = max([len(n) for n, _ in rows] + [len("record")])
-    print(f"{'record':{w}s} {'strategy':27s} {'ranks':>5s} {'step ms':>16s} {'fwd':>6s} {'bwd':>6s} {'opt':>6s} "
-          f"{'comm':>6s} {'exposed':>7s} {'eff':>5s} {'peak GiB':>8s} {'opt GiB':>7s}")
-    for label, r in rows:
-        c = r["config"]
-        name = c["parallel"]["strategy"]
-        if name == "ddp_bucketed":
-            name += f" {c['parallel']['bucket_mb']:g} MiB"
-        if c["parallel"].get("reduce_dtype", "fp32") not in ("fp32", "f32"):
-            name += f" ({c['parallel']['reduce_dtype']})"
-        n = r.get("world_size") or 1
-        if r.get("status") != "ok":
-            print(f"{label:{w}s} {name:27s} {n:5d} {r.get('status')} ({r.get('error')})")
+        need(p, r, "job", "record")
+        if r["job"] != "train":
+            notes.append(f"# skipped {p}: a record of job {r['job']!r}, not train")
             continue
-        step = r["timing"]["step"]
-        if step.get("mean_ms") is None:
-            print(f"{label:{w}s} {name:27s} {n:5d} (no measured steps)")
-            continue
-        peak = max([p["peak_bytes"] for p in r["memory"].get("per_rank", [])] or [r["memory"]["peak_bytes"]])
-        eff = base / step["mean_ms"] if base and n > 1 else None
-        if eff is not None and per_gpu_rows(r) != per_gpu_rows(one):
-            print(f"# {label}: {per_gpu_rows(r)} rows per GPU, the --one record {per_gpu_rows(one)}: no efficiency",
-                  file=sys.stderr)
-            eff = None
-        print(f"{label:{w}s} {name:27s} {n:5d} {step['mean_ms']:8.1f} ± {step['std_ms'] or 0:5.1f} "
-              f"{fmt(ms(r, 'forward')):>6s} {fmt(ms(r, 'backward')):>6s} {fmt(ms(r, 'optimizer')):>6s} "
-              f"{fmt(ms(r, 'comm')):>6s} {fmt(ms(r, 'comm_exposed')):>7s} {fmt(eff, '.3f'):>5s} {peak / GIB:8.2f} "
-              f"{r['memory']['optimizer_state_bytes'] / GIB:7.2f}")
+        need(p, r, "status", "record")
+        trainer.append((p, r))
+    torch = []
     for p in args.torch:
-        t = load(p, "torch record")
-        c = t.get("config", {})
-        label = f"torch {c.get('mode')}" + (f" DDP {c.get('bucket_cap_mb')} MB" if c.get("world_size", 1) > 1 else "")
-        if t.get("status") != "ok":
-            print(f"{pathlib.Path(p).stem:{w}s} {label:20s} {c.get('world_size', 1):5d} {t.get('status')}")
+        t = load(p, "--torch record")
+        if not str(t.get("schema", "")).startswith("torch_bench.result/"):
+            die(f"--torch '{p}' is not a torch_bench.py record (schema torch_bench.result/1)"
+                + (": pass a trainer record without --torch" if is_trainer_record(t) else ""))
+        need(p, t, "status", "--torch record")
+        torch.append((p, t))
+    if not trainer and not torch:
+        skipped = [n.removeprefix("# skipped ") for n in notes if n.startswith("# skipped ")]
+        die("no trainer train record among the inputs" + (f" (skipped {skipped[0]})" if len(skipped) == 1 else
+                                                          f" ({len(skipped)} skipped, e.g. {skipped[0]})" if skipped
+                                                          else ""))
+    for p, r in trainer:
+        try:
+            rows.append(trainer_row(pathlib.Path(p).stem, p, r, one, base, notes))
+        except (TypeError, ValueError, AttributeError, KeyError) as e:  # a value of an unexpected type
+            die(f"record '{p}': unexpected content ({type(e).__name__}: {e})")
+    for p, t in torch:
+        try:
+            rows.append(torch_row(p, t))
+        except (TypeError, ValueError, AttributeError, KeyError) as e:
+            die(f"--torch record '{p}': unexpected content ({type(e).__name__}: {e})")
+
+    sizes = [x for row in rows if row[0] == "row" for x in row[7:9] if x is not None]
+    unit, scale = ("GiB", GIB) if not sizes or max(sizes) >= GIB else ("MiB", MIB)
+    size = lambda x, width: f"{fmt(None if x is None else x / scale, '.2f'):>{width}s}"
+    w = max([len(row[1]) for row in rows] + [len("record")])
+    for line in notes:
+        print(line, file=sys.stderr)
+    print(f"{'record':{w}s} {'strategy':27s} {'ranks':>5s} {'step ms':>16s} {'fwd':>6s} {'bwd':>6s} {'opt':>6s} "
+          f"{'comm':>6s} {'exposed':>7s} {'eff':>5s} {'peak ' + unit:>8s} {'opt ' + unit:>7s}")
+    for row in rows:
+        kind, label, name, n = row[:4]
+        if kind == "text":
+            print(f"{label:{w}s} {name:27s} {n:5} {row[4]}")
             continue
-        s = t["timing"]["step"]
-        print(f"{pathlib.Path(p).stem:{w}s} {label:20s} {c.get('world_size', 1):5d} {s['mean_ms']:8.1f} ± "
-              f"{s['std_ms']:5.1f} {'':>6s} {'':>6s} {'':>6s} {'':>6s} {'':>7s} {'':>5s} "
-              f"{t['memory']['peak_bytes'] / GIB:8.2f}")
+        step, phases, eff, peak, opt = row[4:]
+        if phases is None:  # a torch_bench record: its step and peak only
+            print(f"{label:{w}s} {name:27s} {n:5} {step:>16s} {'':>6s} {'':>6s} {'':>6s} {'':>6s} {'':>7s} "
+                  f"{'':>5s} {size(peak, 8)}")
+            continue
+        cells = " ".join(f"{fmt(x):>{width}s}" for x, width in zip(phases, (6, 6, 6, 6, 7)))
+        print(f"{label:{w}s} {name:27s} {n:5} {step:>16s} {cells} {fmt(eff, '.3f'):>5s} {size(peak, 8)} "
+              f"{size(opt, 7)}")
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BrokenPipeError:  # piped into head
+        sys.stderr.close()

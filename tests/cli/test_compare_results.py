@@ -49,13 +49,47 @@ def test_peer_beside_trainer():
 
 
 def test_bad_input(tmp_path):
+    """One line on stderr, exit 2 (as memory_table.py and plot.py), nothing on stdout."""
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"schema": "something/1"}))
     out = run(V24 / "xl1.json", other)
-    assert out.returncode != 0 and out.stdout == ""
-    assert "is not a trainer result record" in out.stderr and "torch_bench.result/1" in out.stderr
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr.splitlines() == [f"compare_results: error: '{other}' is not a trainer result record (schema "
+                                       "trainer.result/1) nor a PyTorch peer's (torch_bench.result/1)"]
     missing = run(tmp_path / "missing.json")
-    assert missing.returncode != 0 and "cannot read" in missing.stderr
+    assert (missing.returncode, missing.stdout) == (2, "") and len(missing.stderr.splitlines()) == 1
+    assert missing.stderr.startswith(f"compare_results: error: cannot read '{tmp_path / 'missing.json'}': ")
+    listed = tmp_path / "list.json"
+    listed.write_text("[]")
+    out = run(listed)
+    assert (out.returncode, out.stdout) == (2, "") and len(out.stderr.splitlines()) == 1
+
+
+def test_null_sections_running_records_and_long_errors(tmp_path):
+    """A record with status null (hand-edited) shows "-" there; a running record (error null) just "running"; a long
+    error is cut at a word boundary with "…"; null world_size / job show "-"."""
+    base = {"schema": "trainer.result/1", "job": "train", "name": "r", "world_size": 1,
+            "config": {"precision": "fp32", "parallel": {"strategy": "none", "comm": "none"}}}
+    recs = {"nostatus": {**base, "status": None, "world_size": None, "job": None},
+            "running": {**base, "status": "running", "error": None, "pid": 12},
+            "oom": {**base, "status": "oom", "error": "out of memory on cuda:0: asked for 47.81 GiB (optimizer) "
+                                                      "with 12.50 GiB free of 139.80 GiB"},
+            "word": {**base, "status": "error", "error": "x" * 80}}
+    files = []
+    for name, rec in recs.items():
+        files.append(tmp_path / f"{name}.json")
+        files[-1].write_text(json.dumps(rec))
+    out = run(*files)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert "None" not in out.stdout, out.stdout
+    assert row(out.stdout, "status") == ["-", "running", "oom (out of memory on cuda:0: asked for 47.81 GiB "
+                                         "(optimizer)…)", "error (" + "x" * 60 + "…)"]
+    assert row(out.stdout, "world size") == ["-", "1", "1", "1"]
+    assert row(out.stdout, "job / name")[0] == "- / r"
+    peer = tmp_path / "peer.json"
+    peer.write_text(json.dumps({**peer_record(), "status": None}))
+    out = run(peer)
+    assert out.returncode == 0 and row(out.stdout, "status") == ["-"], (out.stdout, out.stderr)
 
 
 def peer_record(phase="train_step", status="ok", times=(10.0, 12.0, 14.0), **config):

@@ -1,12 +1,17 @@
 """launch/loss_match.py on small synthetic result records: the table of per-step loss differences, and a failed
 record (the reference or another) named by its path with its status and why, never "None" (a record of a run that
-is still running, or was killed, has status "running" and error null). Exit code 1 when a record failed.
+is still running, or was killed, has status "running" and error null). Exit code 1 when a record failed; bad input
+(unreadable, not a JSON object, a reference without per-step losses, a record without its config section, losses
+that are not numbers) one line "loss_match: error: ..." on stderr, exit 2, nothing on stdout; a strategy a record
+lacks (config.parallel missing or null) shows as "-".
 """
 import json
 import os
 import pathlib
 import subprocess
 import sys
+
+import pytest
 
 SRC = pathlib.Path(os.environ.get("TRAINER_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 LOSS_MATCH = SRC / "launch" / "loss_match.py"
@@ -49,3 +54,70 @@ def test_a_failed_reference_is_one_line_naming_it(tmp_path):
     assert r.returncode == 1 and r.stdout == "", (r.stdout, r.stderr)
     assert r.stderr.strip() == (f"loss_match: error: the reference '{ref}' is not a finished run (status running: "
                                 "the run has not ended, or was killed before it wrote its record; pid 7, started ?)")
+
+
+def drop(path, dotted, null):
+    """Rewrites the record at `path` with the key `dotted` (a.b.c) null or deleted."""
+    r = json.loads(path.read_text())
+    *keys, last = dotted.split(".")
+    d = r
+    for k in keys:
+        d = d[k]
+    if null:
+        d[last] = None
+    else:
+        del d[last]
+    path.write_text(json.dumps(r))
+    return path
+
+
+@pytest.mark.parametrize("null", [True, False], ids=["null", "missing"])
+@pytest.mark.parametrize("key", ["config.parallel", "config.parallel.strategy"])
+def test_a_record_without_its_strategy_shows_a_dash(tmp_path, key, null):
+    ref = record(tmp_path / "ref.json", "none", [5.0, 4.0])
+    a = drop(record(tmp_path / "a.json", "ddp_flat", [5.0, 4.4]), key, null)
+    r = run(ref, a)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert r.stdout.splitlines()[2].split() == ["a.json", "-", "4.40000", "1.00e-01", "2"]
+    r = run(drop(record(tmp_path / "ref2.json", "none", [5.0, 4.0]), key, null), a)  # the reference's too
+    assert r.returncode == 0 and r.stdout.splitlines()[0].endswith("warm-up 0, strategy -)"), (r.stdout, r.stderr)
+
+
+BAD = [
+    ("config_missing", lambda p: drop(p, "config", False),
+     "'{bad}': 'config' is missing (a hand-edited or partial record?): cannot tell whether its run is comparable"),
+    ("config_null", lambda p: drop(p, "config", True),
+     "'{bad}': 'config' is null (a hand-edited or partial record?): cannot tell whether its run is comparable"),
+    ("a_null_loss", lambda p: p.write_text(p.read_text().replace("4.4]", "null]")),
+     "'{bad}': loss.per_step is not a list of numbers"),
+    ("not_json", lambda p: p.write_text("{"), None),
+    ("a_list", lambda p: p.write_text("[1, 2]"), "'{bad}' is not a JSON object (a trainer result record is)"),
+]
+
+
+@pytest.mark.parametrize("as_reference", [False, True], ids=["record", "reference"])
+@pytest.mark.parametrize("case, spoil, message", BAD, ids=[c for c, _, _ in BAD])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, case, spoil, message, as_reference):
+    """Found before anything is printed, also when the bad file comes after good ones."""
+    ref = record(tmp_path / "ref.json", "none", [5.0, 4.0])
+    ok = record(tmp_path / "ok.json", "ddp_flat", [5.0, 4.2])
+    bad = record(tmp_path / "bad.json", "zero1", [5.0, 4.4])
+    spoil(bad)
+    r = run(bad, ok) if as_reference else run(ref, ok, bad)
+    assert (r.returncode, r.stdout) == (2, ""), (r.stdout, r.stderr)
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("loss_match: error: "), r.stderr
+    if message:
+        assert lines[0] == "loss_match: error: " + message.format(bad=bad)
+    else:
+        assert lines[0].startswith(f"loss_match: error: cannot read '{bad}': ")
+
+
+def test_a_reference_without_losses_is_bad_input(tmp_path):
+    ref = record(tmp_path / "ref.json", "none", None)
+    r = run(ref, record(tmp_path / "a.json", "ddp_flat", [5.0]))
+    assert (r.returncode, r.stdout) == (2, ""), (r.stdout, r.stderr)
+    assert r.stderr.splitlines() == [f"loss_match: error: '{ref}' has no per-step losses (not a trainer train record?)"]
+    missing = run(tmp_path / "missing.json", ref)
+    assert missing.returncode == 2 and missing.stdout == "" and len(missing.stderr.splitlines()) == 1
+    assert missing.stderr.startswith(f"loss_match: error: cannot read '{tmp_path / 'missing.json'}': ")
