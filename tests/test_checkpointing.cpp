@@ -173,7 +173,7 @@ TEST_CASE("optimizer.in_gemm: each block matrix is updated in its product once a
           "[checkpointing]") {
   // 4 products a block (Wqkv, Wo, [W1; W3], W2), 6 blocks, and the LM head's: 3 steps, whatever the number of
   // microbatches; the values equal in_backward's (the first test case), with one microbatch and with 2 (the earlier
-  // one's sum in g_acc)
+  // one's sum in g_buf)
   for (int micro : {4, 2, 1}) {
     INFO("microbatch " << micro);
     CHECK(run({"in_gemm", "selective", 2, std::nullopt, 0, false, true, true}, micro).fused_updates ==
@@ -327,7 +327,7 @@ TEST_CASE("lm head: chunked logits + loss match the unchunked head", "[checkpoin
 
 TEST_CASE("optimizer.in_gemm: the chunked head's matrix is updated in its last chunk's product", "[checkpointing][head]") {
   // chunks of 16 and 10 (ragged) tokens: the earlier chunks sum the head's dW into its gradient, the last chunk's
-  // product adds to that (g_acc) and updates; bitwise in_backward's with the same chunks (the same products, summed
+  // product adds to that (g_buf) and updates; bitwise in_backward's with the same chunks (the same products, summed
   // in the same order), at one and two microbatches, and the head's update counted once a step
   for (int micro : {4, 2})
     for (int chunk : {16, 10}) {
@@ -337,6 +337,10 @@ TEST_CASE("optimizer.in_gemm: the chunked head's matrix is updated in its last c
       CHECK(fused.losses == plain.losses);
       CHECK(bitwise_equal(fused.params, plain.params));
       CHECK(fused.fused_updates == (4 * kLayers + 1) * 3);
+      // the norm: the same squares, summed per update in another order
+      REQUIRE(fused.grad_norms.size() == plain.grad_norms.size());
+      for (size_t i = 0; i < plain.grad_norms.size(); ++i)
+        CHECK(std::abs(fused.grad_norms[i] - plain.grad_norms[i]) <= 1e-12 * plain.grad_norms[i]);
     }
 }
 

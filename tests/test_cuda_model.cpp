@@ -196,7 +196,7 @@ TEST_CASE("cuda model: steps replayed from a CUDA graph equal uncaptured steps",
        1e-4},  // the blocks' matrices updated inside their weight-gradient products (kernels/dw_adamw on sm_90)
       {{"model.preset=small", "model.num_layers=2", "model.context_length=256", "precision=bf16", "attention=flash2",
         "optimizer.in_backward=true", "optimizer.in_gemm=true", "data.microbatch_size=2"},
-       1e-4},  // ... on the second microbatch, adding the first one's gradient (g_acc: a pointer the capture keeps)
+       1e-4},  // ... on the second microbatch, adding the first one's gradient (g_buf: a pointer the capture keeps)
   };
   for (const Case& k : cases) {
     auto run = [&](bool graph) {
@@ -249,7 +249,7 @@ TEST_CASE("cuda model: optimizer.in_gemm trains as in_backward does", "[cuda][mo
   // The same run with the blocks' weight matrices updated inside their products (in_gemm: on sm_90 one kernel per
   // matrix, kernels/dw_adamw) and after the unit's backward (in_backward alone). The products sum in another order
   // (our wgmma tiles against cuBLASLt's), so losses and norms agree to rounding, not bitwise. Microbatches of 4 (one
-  // a step) and 2 (the first one's gradient added in the second's fused product, g_acc).
+  // a step) and 2 (the first one's gradient added in the second's fused product, g_buf).
   for (const char* micro : {"data.microbatch_size=4", "data.microbatch_size=2"}) {
     CAPTURE(micro);
     const std::vector<std::string> base = {

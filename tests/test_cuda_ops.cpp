@@ -885,8 +885,8 @@ TEST_CASE("cuda matmul_dw_adamw (weight gradient + AdamW in one kernel) matches 
           "[cuda][adamw][dw_adamw]") {
   REQUIRE_GPU();
   // optimizer.in_gemm: g = dYᵀ X never stored, AdamW from the product's accumulators (kernels/dw_adamw on sm_90;
-  // elsewhere the default: the product into a temporary, then adamw); with g_acc (the earlier microbatches' sum)
-  // g = g_acc + dYᵀ X. The cpu runs the default on the same bf16 values in fp32. Shapes: one tile, ragged M / N / K
+  // elsewhere the default: the product into a temporary, then adamw); with g_buf and accumulate (the earlier microbatches' sum)
+  // g = g_buf + dYᵀ X. The cpu runs the default on the same bf16 values in fp32. Shapes: one tile, ragged M / N / K
   // (a second 64-column box wholly past M), both tile orders, several tiles per CTA.
   const uint64_t seed = fresh_seed();
   CAPTURE(seed);
@@ -919,12 +919,12 @@ TEST_CASE("cuda matmul_dw_adamw (weight gradient + AdamW in one kernel) matches 
       a.sumsq_to = static_cast<double*>(gsum.t.data);
       NameSink names;
       gpu().set_range_sink(&names);
-      gpu().matmul_dw_adamw(gp.t, gm.t, gv.t, gw.t, gdy.t, gx.t, a, with_acc ? gacc.t : Tensor{});
+      gpu().matmul_dw_adamw(gp.t, gm.t, gv.t, gw.t, gdy.t, gx.t, a, with_acc ? gacc.t : Tensor{}, with_acc);
       gpu().set_range_sink(nullptr);
       double cpu_sumsq = 0;
       AdamWArgs ac = a;
       ac.sumsq_to = &cpu_sumsq;
-      cpu().matmul_dw_adamw(cp.t, cm.t, cv.t, Tensor{}, cdy.t, cx.t, ac, with_acc ? cacc.t : Tensor{});
+      cpu().matmul_dw_adamw(cp.t, cm.t, cv.t, Tensor{}, cdy.t, cx.t, ac, with_acc ? cacc.t : Tensor{}, with_acc);
       INFO(dev << ": " << (names.saw("matmul_dw_adamw") ? "the fused kernel" : "the default (product, adamw)"));
       if (hopper) CHECK(names.saw("matmul_dw_adamw"));
       double gpu_sumsq = 0;

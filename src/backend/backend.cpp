@@ -59,18 +59,19 @@ AdamWStepValues adamw_step_values(const AdamWArgs& a) {
 }
 
 void Backend::matmul_dw_adamw(Tensor p, Tensor m, Tensor v, Tensor p_work, const Tensor& dY, const Tensor& X,
-                              const AdamWArgs& a, Tensor g_acc) {
+                              const AdamWArgs& a, Tensor g_buf, bool accumulate) {
   const int64_t M = dY.cols(), N = X.cols();
   TRAINER_CHECK(dY.rows() == X.rows() && p.numel() == M * N, "matmul_dw_adamw: dY {} and X {} for a weight of {}",
                 dY.shape_str(), X.shape_str(), p.numel());
   TRAINER_CHECK(!a.grad_sumsq || a.sumsq_to, "matmul_dw_adamw: the sum of g^2 needs a.sumsq_to (nothing returns it)");
-  TRAINER_CHECK(!g_acc.data || (g_acc.numel() == M * N && g_acc.dtype == p.dtype),
-                "matmul_dw_adamw: g_acc {} {} for a {} weight of {} elements", dtype_name(g_acc.dtype),
-                g_acc.shape_str(), dtype_name(p.dtype), M * N);
+  TRAINER_CHECK(!g_buf.data || (g_buf.numel() == M * N && g_buf.dtype == p.dtype),
+                "matmul_dw_adamw: g_buf {} {} for a {} weight of {} elements", dtype_name(g_buf.dtype),
+                g_buf.shape_str(), dtype_name(p.dtype), M * N);
+  TRAINER_CHECK(g_buf.data || !accumulate, "matmul_dw_adamw: accumulate without the sum (g_buf)");
   ScopedRange r(*this, "matmul_dw_adamw (product, adamw)");
-  if (g_acc.data) {  // the earlier microbatches' sum: this product adds to it, as the unfused backward's does
-    matmul(g_acc.reshape({M, N}), dY, true, X, false, 1.f, 1.f);
-    adamw(p, g_acc.reshape({M * N}), m, v, p_work, a);
+  if (g_buf.data) {  // the gradient's slot: this product writes it, or adds to the earlier sum there
+    matmul(g_buf.reshape({M, N}), dY, true, X, false, 1.f, accumulate ? 1.f : 0.f);
+    adamw(p, g_buf.reshape({M * N}), m, v, p_work, a);
     return;
   }
   Buffer g = alloc(size_t(M * N) * dtype_size(p.dtype), Category::gradients);

@@ -246,15 +246,16 @@ class Backend {
   /// returned (syncs), or written to *a.sumsq_to without a sync (returns 0). Otherwise returns 0.
   virtual double adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) = 0;
   /// A weight's gradient and its AdamW step in one call (optimizer.in_gemm): g = dYᵀ X (dY [K, M], X [K, N], the
-  /// same dtype: the backward's matmul(g, dY, true, X, false, 1, 0)), or g = g_acc + dYᵀ X when g_acc (p's dtype,
-  /// M N elements: the step's earlier microbatches' sum) is given, then adamw(p, g, m, v, p_work, a) with p, m, v
-  /// [M, N] (any shape of M N elements) and a as there (a.grad_sumsq needs a.sumsq_to: the sum of g^2 goes there).
-  /// g is the product's fp32 accumulation; it need not exist in memory, and g_acc may be overwritten with it. This
-  /// default computes it into a temporary (p's dtype, Category::gradients), or into g_acc (matmul with beta 1: the
-  /// numbers of the unfused backward), and calls matmul and adamw; cuda runs one fused kernel where it can
-  /// (kernels/dw_adamw: sm_90, bf16 dY and X, f32 p, m, v, g_acc).
+  /// same dtype: the backward's matmul(g, dY, true, X, false, 1, 0)), or g = g_buf + dYᵀ X when `accumulate` (g_buf:
+  /// p's dtype, M N elements, the step's earlier microbatches' or chunks' sum), then adamw(p, g, m, v, p_work, a)
+  /// with p, m, v [M, N] (any shape of M N elements) and a as there (a.grad_sumsq needs a.sumsq_to: the sum of g^2
+  /// goes there). g is the product's fp32 accumulation; it need not exist in memory. g_buf (optional without
+  /// accumulate) is the gradient's slot, which may be overwritten with g. This default computes g into g_buf (matmul
+  /// with beta 1 when accumulating: the numbers of the unfused backward), or a temporary (p's dtype,
+  /// Category::gradients) when there is none, and calls matmul and adamw; cuda runs one fused kernel where it can
+  /// (kernels/dw_adamw: sm_90, bf16 dY and X, f32 p, m, v and g_buf).
   virtual void matmul_dw_adamw(Tensor p, Tensor m, Tensor v, Tensor p_work, const Tensor& dY, const Tensor& X,
-                               const AdamWArgs& a, Tensor g_acc);
+                               const AdamWArgs& a, Tensor g_buf, bool accumulate);
 
  protected:
   /// matmul_add after its checks.

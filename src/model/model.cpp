@@ -239,7 +239,8 @@ Tensor Model::g(const ParamInfo& p, const UnitView& v, std::initializer_list<int
 void Model::weight_grad(const UnitView& v, const ParamInfo& p, int64_t rows, int64_t cols, const Tensor& dY,
                         const Tensor& X, float gb) {
   if (v.weight_update && v.weight_update->takes(p)) {  // gb 1: the earlier microbatches' sum is in the view's grads
-    v.weight_update->update(p, dY, X, gb != 0.f ? g(p, v, {rows * cols}) : Tensor());
+    // its slot, where the view has one (a compact gradient has none): the product's scratch, or the sum it adds to
+    v.weight_update->update(p, dY, X, v.grad_runs ? Tensor() : g(p, v, {rows * cols}), gb != 0.f);
   } else {
     be_.matmul(g(p, v, {rows, cols}), dY, true, X, false, 1.f, gb);
   }

@@ -48,16 +48,17 @@ struct ParamInfo;
 
 /// Where a unit's weight matrices go in its backward when the strategy fuses their optimizer step into the product
 /// that computes their gradient (optimizer.in_gemm): the Model asks takes(p) for each matrix and then calls
-/// update(p, dY, X, g_acc) in place of writing p's slice of UnitView::grads with dW = dYᵀ X (+ g_acc). The update
+/// update(p, dY, X, g_buf, accumulate) in place of writing p's slice of UnitView::grads with dW = dYᵀ X. The update
 /// rewrites the weight (and its working copy), so the Model runs every product that reads the weight before it.
 class WeightUpdate {
  public:
   virtual ~WeightUpdate() = default;
   virtual bool takes(const ParamInfo& p) const = 0;
   /// dY [K, M], X [K, N], both the compute dtype: the weight [M, N] starts at p and may span the parameters after it
-  /// (q, k, v as one [3D, D] product). g_acc: the gradient the step's earlier microbatches left in the view's grads
-  /// (M N elements), which this product adds to; empty on a step's only microbatch. It may be overwritten.
-  virtual void update(const ParamInfo& p, const Tensor& dY, const Tensor& X, Tensor g_acc) = 0;
+  /// (q, k, v as one [3D, D] product). g_buf: the matrix's slot in the view's grads (M N elements), or empty where
+  /// the view has none (a compact gradient); with `accumulate` it holds the step's earlier microbatches' (or the
+  /// head's earlier chunks') sum, which this product adds to. It may be overwritten.
+  virtual void update(const ParamInfo& p, const Tensor& dY, const Tensor& X, Tensor g_buf, bool accumulate) = 0;
 };
 
 /// Part of a compact unit gradient (UnitView::grad_runs): unit elements [begin, begin + length) (relative to the

@@ -64,7 +64,7 @@ void AdamW::step_range(int64_t offset, Tensor p, const Tensor& g, Tensor p_work,
 }
 
 void AdamW::step_matrix(int64_t offset, Tensor p, Tensor p_work, const Tensor& dY, const Tensor& X, double* sumsq_to,
-                        Tensor g_acc) {
+                        Tensor g_buf, bool accumulate) {
   const int64_t n = p.numel();
   TRAINER_CHECK(t_ >= 1, "AdamW::step_matrix before begin_step");
   TRAINER_CHECK(offset >= 0 && offset + n <= numel_ && n == dY.cols() * X.cols(),
@@ -74,7 +74,7 @@ void AdamW::step_matrix(int64_t offset, Tensor p, Tensor p_work, const Tensor& d
   a.grad_sumsq = sumsq_to != nullptr;
   a.sumsq_to = sumsq_to;
   be_.matmul_dw_adamw(p, m_.view(dtype_, {numel_}).slice(offset, {n}), v_.view(dtype_, {numel_}).slice(offset, {n}),
-                      p_work, dY, X, a, g_acc);
+                      p_work, dY, X, a, g_buf, accumulate);
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::state_tensors() const {

@@ -32,11 +32,11 @@ class AdamW {
   /// unit at a time; no clipping). When sumsq_to is non-null the sum of g^2 is written there without a sync.
   void step_range(int64_t offset, Tensor p, const Tensor& g, Tensor p_work, double* sumsq_to);
   /// The open step's update of one weight matrix at elements [offset, offset + M N) with its gradient computed in the
-  /// same call, g = dYᵀ X (dY [K, M], X [K, N]; Backend::matmul_dw_adamw, optimizer.in_gemm), plus g_acc when given
-  /// (the step's earlier microbatches' sum, M N elements of p's dtype; it may be overwritten): p (and p_work) the
-  /// weight's [M N] slices. sumsq_to as in step_range.
+  /// same call, g = dYᵀ X (dY [K, M], X [K, N]; Backend::matmul_dw_adamw, optimizer.in_gemm), plus g_buf when
+  /// `accumulate` (the step's earlier microbatches' or chunks' sum, M N elements of p's dtype); g_buf, when given, is
+  /// the gradient's slot and may be overwritten: p (and p_work) the weight's [M N] slices. sumsq_to as in step_range.
   void step_matrix(int64_t offset, Tensor p, Tensor p_work, const Tensor& dY, const Tensor& X, double* sumsq_to,
-                   Tensor g_acc = {});
+                   Tensor g_buf = {}, bool accumulate = false);
 
   int64_t steps_taken() const { return t_; }
   size_t state_bytes() const { return m_.bytes() + v_.bytes(); }

@@ -150,20 +150,18 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
   void finish_backward() override {}
   // ---- WeightUpdate (optimizer.in_gemm) ----
   bool takes(const ParamInfo& p) const override { return gemm_updates_ && micro_ + 1 == n_micro_ && fused(p); }
-  void update(const ParamInfo& p, const Tensor& dY, const Tensor& X, Tensor g_acc) override {
+  void update(const ParamInfo& p, const Tensor& dY, const Tensor& X, Tensor g_buf, bool accumulate) override {
     const auto slot = param_index_.find(p.offset);
     TRAINER_CHECK(slot != param_index_.end(), "none: no parameter at offset {} ({})", p.offset, p.name);
-    // The product may span the parameters after p (q, k, v): each of them counts as updated
-    const int64_t n_all = dY.cols() * X.cols();
-    for (const ParamInfo& q : model_->layout().params())
-      if (q.unit == p.unit && q.offset >= p.offset && q.offset < p.offset + n_all) updated_.insert(q.offset);
-    // The product may span several contiguous parameters (q, k, v as one [3D, D] weight; w1, w3 as [2F, D]): the
-    // first one's slot holds their sum.
+    // The product may span the parameters after p (q, k, v): each of them counts as updated, and the first one's
+    // slot holds their sum of squares
     const int64_t n = dY.cols() * X.cols();
+    for (const ParamInfo& q : model_->layout().params())
+      if (q.unit == p.unit && q.offset >= p.offset && q.offset < p.offset + n) updated_.insert(q.offset);
     const Tensor all = work();
     adamw_->step_matrix(p.offset, model_->params().slice(p.offset, {n}), all.data ? all.slice(p.offset, {n}) : Tensor(),
                         dY, X, static_cast<double*>(sumsq_.data()) + model_->layout().num_units() + slot->second,
-                        g_acc);
+                        g_buf, accumulate);
   }
   double grad_norm() override {
     if (in_backward_) return std::sqrt(slots_sum());
@@ -227,7 +225,7 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
   std::unique_ptr<AdamW> adamw_;
   std::vector<Buffer> unit_grads_;                              // in_backward: each unit's gradient, while it lives
   std::vector<std::vector<std::pair<int64_t, int64_t>>> gaps_;  // in_backward: padding (offset, length) per unit
-  std::vector<std::vector<GradRun>> runs_;     // in_gemm: per unit, the compact gradient's runs (blocks only)
+  std::vector<std::vector<GradRun>> runs_;     // in_gemm: per fused unit, the runs of its other parameters
   std::vector<std::vector<size_t>> run_first_;  // in_gemm: each run's first parameter (its sumsq slot)
   std::vector<int64_t> compact_;                // in_gemm: per unit, the compact gradient's elements
   std::unordered_map<int64_t, int64_t> param_index_;  // in_gemm: a parameter's index (its slot) by its offset

@@ -559,7 +559,7 @@ double CudaBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor 
 }
 
 void CudaBackend::matmul_dw_adamw(Tensor p, Tensor m, Tensor v, Tensor p_work, const Tensor& dY, const Tensor& X,
-                                  const AdamWArgs& a, Tensor g_acc) {
+                                  const AdamWArgs& a, Tensor g_buf, bool accumulate) {
   TRAINER_CHECK(!a.grad_sumsq || a.sumsq_to, "matmul_dw_adamw: the sum of g^2 needs a.sumsq_to (nothing returns it)");
 #ifdef TRAINER_SM90
   kernels::DwAdamWArgs d;
@@ -568,12 +568,12 @@ void CudaBackend::matmul_dw_adamw(Tensor p, Tensor m, Tensor v, Tensor p_work, c
   const int64_t M = dY.cols(), N = X.cols(), K = dY.rows();
   if (f32_state && dY.dtype == DType::bf16 && X.dtype == DType::bf16 && !a.stochastic_rounding && K == X.rows() &&
       p.numel() == M * N && m.numel() == M * N && v.numel() == M * N && M <= INT32_MAX && N <= INT32_MAX &&
-      K <= INT32_MAX && (!present(g_acc) || (g_acc.dtype == DType::f32 && g_acc.numel() == M * N))) {
+      K <= INT32_MAX && (!accumulate || (g_buf.dtype == DType::f32 && g_buf.numel() == M * N))) {
     d.dy = dY.ptr<bf16>(), d.ld_dy = M, d.x = X.ptr<bf16>(), d.ld_x = N;
     d.M = int(M), d.N = int(N), d.K = int(K);
     d.p = p.ptr<float>(), d.m = m.ptr<float>(), d.v = v.ptr<float>(), d.ld = N;
     d.p_work = present(p_work) ? p_work.ptr<bf16>() : nullptr;
-    d.grad_in = present(g_acc) ? g_acc.ptr<float>() : nullptr;
+    d.grad_in = accumulate ? g_buf.ptr<float>() : nullptr;  // (a slot without a sum: not needed)
     d.partials = static_cast<double*>(reduce_partials_.data());
     d.sumsq_out = a.grad_sumsq ? a.sumsq_to : nullptr;
     if (kernels::dw_adamw_supported(d)) {
@@ -581,7 +581,7 @@ void CudaBackend::matmul_dw_adamw(Tensor p, Tensor m, Tensor v, Tensor p_work, c
       for (const Tensor* t : {&p, &m, &v}) check_cuda(*t, "matmul_dw_adamw", "p, m, v");
       check_cuda(dY, "matmul_dw_adamw", "dY");
       check_cuda(X, "matmul_dw_adamw", "X");
-      if (present(g_acc)) check_cuda(g_acc, "matmul_dw_adamw", "g_acc");
+      if (accumulate) check_cuda(g_buf, "matmul_dw_adamw", "g_buf");
       TRAINER_CHECK(a.t >= 1, "matmul_dw_adamw: step {} (t starts at 1)", a.t);
       d.a = kernel_step(a, adamw_step_values(a));
       kernels::dw_adamw(d, stream_);
@@ -589,7 +589,7 @@ void CudaBackend::matmul_dw_adamw(Tensor p, Tensor m, Tensor v, Tensor p_work, c
     }
   }
 #endif
-  Backend::matmul_dw_adamw(p, m, v, p_work, dY, X, a, g_acc);  // the product into a temporary (or g_acc), then adamw
+  Backend::matmul_dw_adamw(p, m, v, p_work, dY, X, a, g_buf, accumulate);  // the product into g_buf (or a temporary)
 }
 
 }  // namespace trainer

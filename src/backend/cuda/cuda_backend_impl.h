@@ -72,7 +72,7 @@ class CudaBackend final : public Backend {
   void cast(Tensor dst, const Tensor& src) override;
   double adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& a) override;
   void matmul_dw_adamw(Tensor p, Tensor m, Tensor v, Tensor p_work, const Tensor& dY, const Tensor& X,
-                       const AdamWArgs& a, Tensor g_acc) override;
+                       const AdamWArgs& a, Tensor g_buf, bool accumulate) override;
 
   /// The caching allocator behind raw_alloc (for tests and logs).
   const CachingAllocator& allocator() const { return *pool_; }

@@ -228,15 +228,16 @@ double MetaBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor 
   return 0;
 }
 void MetaBackend::matmul_dw_adamw(Tensor p, Tensor m, Tensor v, Tensor p_work, const Tensor& dY, const Tensor& X,
-                                  const AdamWArgs& a, Tensor g_acc) {
+                                  const AdamWArgs& a, Tensor g_buf, bool accumulate) {
   if (!cuda() || dY.dtype != DType::bf16 || X.dtype != DType::bf16 || p.dtype != DType::f32) {
-    Backend::matmul_dw_adamw(p, m, v, p_work, dY, X, a, g_acc);
+    Backend::matmul_dw_adamw(p, m, v, p_work, dY, X, a, g_buf, accumulate);
     return;
   }
   // the fused kernel: the product's FLOPs beside its epilogue's bytes (p, m, v read and written, p_work written,
-  // g_acc read), no temporary
+  // the earlier sum read when accumulating), no temporary
   const double f = 2.0 * double(p.numel()) * double(dY.rows());
-  account(f, f, rates_.gemm_bf16, b(dY) + b(X) + 2 * b(p) + 2 * b(m) + 2 * b(v) + b(p_work) + b(g_acc));
+  account(f, f, rates_.gemm_bf16,
+          b(dY) + b(X) + 2 * b(p) + 2 * b(m) + 2 * b(v) + b(p_work) + (accumulate ? b(g_buf) : 0.0));
 }
 
 }  // namespace trainer

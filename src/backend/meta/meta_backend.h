@@ -104,9 +104,9 @@ class MetaBackend final : public Backend {
   /// cuda with bf16 dY, X and f32 state: as the fused kernel (no temporary gradient; its FLOPs and its 26 bytes a
   /// parameter in one op, which then takes the longer of the two); otherwise the default (product, then adamw). A
   /// run that falls back (not an sm_90 GPU, a shape dw_adamw_supported refuses) has one matrix's temporary more (none
-  /// with g_acc: the product goes into it) and the unfused time: the plan assumes the Hopper target.
+  /// with g_buf: the product goes into it) and the unfused time: the plan assumes the Hopper target.
   void matmul_dw_adamw(Tensor p, Tensor m, Tensor v, Tensor p_work, const Tensor& dY, const Tensor& X,
-                       const AdamWArgs& a, Tensor g_acc) override;
+                       const AdamWArgs& a, Tensor g_buf, bool accumulate) override;
 
  private:
   /// One op: model FLOPs, executed FLOPs at `rate` FLOP/s, bytes moved.
