@@ -53,14 +53,18 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
       if (lay.unit_end(u) > at) gaps_[size_t(u)].push_back({at - lay.unit_begin(u), lay.unit_end(u) - at});
     }
     if (!in_gemm_) return;
-    // in_gemm: each block's gradient holds only the runs of parameters between the fused matrices (the gains), each
-    // run at a 64-element boundary (ParamLayout::kAlign) of a compact buffer; run_first_ keeps its first parameter's
-    // index (its sum-of-squares slot)
+    // in_gemm: a fused unit's runs of parameters between its matrices (the gains), each run at a 64-element boundary
+    // (ParamLayout::kAlign) of the compact buffer a block uses at one microbatch; run_first_ keeps its first
+    // parameter's index (its sum-of-squares slot); matrices_ each unit's fused matrices (their indices)
     runs_.resize(size_t(lay.num_units()));
     run_first_.resize(size_t(lay.num_units()));
+    matrices_.resize(size_t(lay.num_units()));
     compact_.assign(size_t(lay.num_units()), 0);
     const std::vector<ParamInfo>& ps = lay.params();
-    for (size_t i = 0; i < ps.size(); ++i) param_index_[ps[i].offset] = int64_t(i);
+    for (size_t i = 0; i < ps.size(); ++i) {
+      param_index_[ps[i].offset] = int64_t(i);
+      if (fused(ps[i])) matrices_[size_t(ps[i].unit)].push_back(i);
+    }
     for (size_t i = 0; i < ps.size();) {
       const int u = ps[i].unit;
       if (!fused_unit(u) || fused(ps[i])) {
@@ -127,14 +131,13 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
               // (a block, one microbatch) or the whole unit's
       const DType t = model_->param_dtype();
       const bool compact = compact_now(unit);
-      const ParamLayout& l = model_->layout();
-      for (const ParamInfo& p : l.params()) {  // a matrix the Model did not hand to update(): from the buffer
-        if (p.unit != unit || !fused(p) || updated_.count(p.offset)) continue;
+      for (size_t i : matrices_[size_t(unit)]) {  // a matrix the Model did not hand to update(): from the buffer
+        const ParamInfo& p = lay.params()[i];
+        if (updated_.count(p.offset)) continue;
         TRAINER_CHECK(!compact, "none: {} was not updated in its product, and its gradient has no slot", p.name);
         adamw_->step_range(p.offset, model_->params().slice(p.offset, {p.numel}),
                            g.view(t, {n}).slice(p.offset - b, {p.numel}),
-                           all.data ? all.slice(p.offset, {p.numel}) : Tensor(),
-                           slots + l.num_units() + param_index_.at(p.offset));
+                           all.data ? all.slice(p.offset, {p.numel}) : Tensor(), slots + lay.num_units() + int64_t(i));
       }
       const std::vector<GradRun>& runs = runs_[size_t(unit)];
       for (size_t r = 0; r < runs.size(); ++r) {
@@ -156,8 +159,9 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
     // The product may span the parameters after p (q, k, v): each of them counts as updated, and the first one's
     // slot holds their sum of squares
     const int64_t n = dY.cols() * X.cols();
-    for (const ParamInfo& q : model_->layout().params())
-      if (q.unit == p.unit && q.offset >= p.offset && q.offset < p.offset + n) updated_.insert(q.offset);
+    const std::vector<ParamInfo>& ps = model_->layout().params();
+    for (size_t i = size_t(slot->second); i < ps.size() && ps[i].offset < p.offset + n; ++i)
+      updated_.insert(ps[i].offset);  // (the layout lists parameters by offset)
     const Tensor all = work();
     adamw_->step_matrix(p.offset, model_->params().slice(p.offset, {n}), all.data ? all.slice(p.offset, {n}) : Tensor(),
                         dY, X, static_cast<double*>(sumsq_.data()) + model_->layout().num_units() + slot->second,
@@ -227,6 +231,7 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
   std::vector<std::vector<std::pair<int64_t, int64_t>>> gaps_;  // in_backward: padding (offset, length) per unit
   std::vector<std::vector<GradRun>> runs_;     // in_gemm: per fused unit, the runs of its other parameters
   std::vector<std::vector<size_t>> run_first_;  // in_gemm: each run's first parameter (its sumsq slot)
+  std::vector<std::vector<size_t>> matrices_;   // in_gemm: per unit, its fused matrices (parameter indices)
   std::vector<int64_t> compact_;                // in_gemm: per unit, the compact gradient's elements
   std::unordered_map<int64_t, int64_t> param_index_;  // in_gemm: a parameter's index (its slot) by its offset
   std::unordered_set<int64_t> updated_;  // in_gemm: the offsets of the parameters update() took this step
