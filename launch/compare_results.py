@@ -25,16 +25,9 @@ import os
 import statistics
 import sys
 
+from records import get  # this folder: the records helpers
+
 PHASES = ["forward", "backward", "optimizer", "step", "comm", "comm_exposed"]
-
-
-def get(d, *keys, default=None):
-    """d[k0][k1]... or default when any level is missing or null."""
-    for k in keys:
-        if not isinstance(d, dict) or d.get(k) is None:
-            return default
-        d = d[k]
-    return d
 
 
 def die(msg):

@@ -19,6 +19,8 @@ import json
 import pathlib
 import sys
 
+from records import get  # this folder: the records helpers
+
 GIB = 2 ** 30
 MIB = 2 ** 20
 
@@ -26,15 +28,6 @@ MIB = 2 ** 20
 def die(msg):
     print(f"ddp_table: error: {msg}", file=sys.stderr)
     sys.exit(2)
-
-
-def get(d, *keys):
-    """d[k0][k1]... or None when any level is missing, null or not an object."""
-    for k in keys:
-        if not isinstance(d, dict) or d.get(k) is None:
-            return None
-        d = d[k]
-    return d
 
 
 def num(x):
