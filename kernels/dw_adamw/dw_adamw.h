@@ -39,9 +39,6 @@ struct DwAdamWArgs {
   double* sumsq_out = nullptr;
   double* partials = nullptr;
   AdamWStep a{};
-  /// When the tile's p, m, v rows are prefetched into L2: after this fraction of its K blocks (0: at the first, 0.5:
-  /// halfway); negative: not at all. Later means less of L2 held (132 SMs x 2 tiles x 192 KB would fill it).
-  float prefetch_at = 0.5f;
 };
 
 /// Whether dw_adamw can run this problem on this device: an sm_90 GPU and a build with the Hopper kernels; M, N >= 1,

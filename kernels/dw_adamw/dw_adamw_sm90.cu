@@ -18,15 +18,20 @@
 //   and 2): a stage's full barrier is then at most one phase ahead of any waiter (an mbarrier wait names a phase by
 //   its parity only), and the two consumers' products do not interleave, so the epilogue of one overlaps the
 //   products of the other.
+// - Epilogue operands (p, m, v, and grad_in when given): a second producer thread (warp 1 of warpgroup 0) copies them
+//   by TMA, in chunks of 64 rows x 32 columns (one 8 KB fp32 box per array, 128B-swizzled), into a ring of kEpiSlots
+//   shared slots, in the CTA's tile order; it runs ahead of the epilogues by the ring's size, so a tile's first chunks
+//   arrive during its products and the rest stream under the epilogue. Today's register loads (a thread's few float2 in
+//   flight) reached 1.3 TB/s (v28: ncu, 68% L2 hits); the ring holds 96 KB in flight per SM.
 // - Epilogue: thread (warp w, lane g*4+t) holds rows 16w + g (+8) of each 64-row half and columns 8j + 2t, +1 (the
-//   wgmma accumulator layout, sm90/wgmma.cuh), so it updates column pairs: float2 loads of p, m, v (batches of 4 column
-//   blocks in flight), adamw_one per element, float2 stores and a bf16 pair of p_work. Part way through the tile's
-//   products (DwAdamWArgs::prefetch_at, halfway by default) the consumer prefetches the tile's p, m, v rows into L2
-//   (cp.async.bulk.prefetch.L2), so that the epilogue's loads wait for L2, not HBM. With grad_in (the step's earlier
-//   microbatches' gradient) g is that element plus the accumulator (kGradIn; prefetched with p, m, v). Each thread
-//   sums its g² over its tiles; the CTA's sum goes to partials[blockIdx.x] (fixed order), which reduce_partials sums.
-// Ragged edges: TMA zero-fills rows past K and columns past M or N (they add zeros); a 64-column box wholly past M or
-// N is not loaded; the epilogue skips elements past M or N.
+//   wgmma accumulator layout, sm90/wgmma.cuh), so per chunk it reads its column pairs of p, m, v from the slot, runs
+//   adamw_one per element and stores p, m, v (float2) and a bf16 pair of p_work straight to global memory. The two
+//   consumers' epilogues run one after the other (named barriers 4 and 5), so each chunk's slot and phase is waited
+//   for by one warpgroup at a time, at most one phase ahead. With grad_in (the step's earlier microbatches' gradient)
+//   g is that element plus the accumulator (kGradIn). Each thread sums its g² over its tiles; the CTA's sum goes to
+//   partials[blockIdx.x] (fixed order), which reduce_partials sums.
+// Ragged edges: TMA zero-fills rows past K and columns past M or N (they add zeros); a 64-column operand box or an
+// epilogue chunk wholly past M or N is not loaded; the epilogue skips elements past M or N.
 #include "common.cuh"  // first (fmt set-up for nvcc)
 
 #include <algorithm>
@@ -51,10 +56,23 @@ constexpr int kSubBytes = kBK * 128;                          // one 64-row x 64
 constexpr int kABytes = 2 * kSubBytes, kBBytes = 2 * kSubBytes;  // M (N) = 128: two sub-tiles
 constexpr int kStageBytes = kABytes + kBBytes;
 constexpr int kThreads = 384;  // producer warpgroup + two consumers
-constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 8 * 8 + 1024;  // + the 8 warps' sums of g²
-// setmaxnreg: the producer gives registers up, the consumers (128 accumulators a thread) take them
-constexpr int kRegsProducer = 24, kRegsConsumer = 240;
-static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm_90 CTA");
+// The epilogue's chunks: 64 rows x 32 columns, an 8 KB fp32 box per array; 8 a tile (2 row halves x 4)
+constexpr int kEpiRows = 64, kEpiCols = 32, kEpiBox = kEpiRows * kEpiCols * 4, kEpiChunks = 8;
+/// Arrays the epilogue reads (p, m, v with the update; grad_in), and the ring's slots (96 KB with the update; 32 KB
+/// for grad_in alone, the plain product's accumulate).
+template <bool kUpdate, bool kGradIn>
+constexpr int kEpiArrays = (kUpdate ? 3 : 0) + (kGradIn ? 1 : 0);
+template <bool kUpdate, bool kGradIn>
+constexpr int kEpiSlots = kEpiArrays<kUpdate, kGradIn> == 0 ? 0 : kEpiArrays<kUpdate, kGradIn> <= 3 ? 4 : 3;
+template <bool kUpdate, bool kGradIn>
+constexpr int kEpiRingBytes = kEpiSlots<kUpdate, kGradIn> * kEpiArrays<kUpdate, kGradIn> * kEpiBox;
+// operand stages, the ring, 8 + 8 mbarriers, the 8 consumer warps' sums of g², the 1024-byte alignment
+template <bool kUpdate, bool kGradIn>
+constexpr int kSmemBytes = kStages * kStageBytes + kEpiRingBytes<kUpdate, kGradIn> + 16 * 8 + 8 * 8 + 1024;
+// setmaxnreg: the producers give registers up, the consumers (128 accumulators a thread) take them
+constexpr int kRegsProducer = 40, kRegsConsumer = 232;
+static_assert(kSmemBytes<true, true> <= 227 * 1024 && kSmemBytes<true, false> <= 227 * 1024, "shared memory of one "
+              "sm_90 CTA");
 static_assert(kRegsProducer + 2 * kRegsConsumer <= 3 * ((65536 / kThreads) & ~7), "setmaxnreg budget");
 
 struct Params {
@@ -67,7 +85,6 @@ struct Params {
   const float* grad_in;  // with kGradIn: added to the product
   double* partials;
   int64_t ld;
-  int prefetch_kb;  // the K block after whose products the tile's p, m, v are prefetched into L2; -1: never
   bool m_fastest;   // tile order: consecutive tiles share an N (X) panel and walk the M (dY) panels; else the reverse
   AdamWStep a;
 };
@@ -96,75 +113,83 @@ __device__ __forceinline__ void wait_phase(uint64_t* bar, uint32_t parity, const
 #endif
 }
 
-/// One consumer thread's epilogue of a tile (rows m0.., columns n0..): AdamW of every element it holds, or (kUpdate
-/// false) only the gradient store; kGradIn: the gradient is p.grad_in's element plus the accumulator. acc[h][4j + e]:
-/// row m0 + 64h + 16 warp + g + 8 (e / 2), column n0 + 8j + 2t + e % 2.
+/// The epilogue operands' tensor maps (p, m, v, grad_in: fp32 [M, N], row stride ld; boxes of 64 x 32).
+struct EpiMaps {
+  CUtensorMap p, m, v, grad_in;
+};
+
+/// One consumer thread's epilogue of its tile (rows m0.., columns n0..; the CTA's j-th tile): AdamW of every element
+/// it holds, or (kUpdate false) only the gradient store; kGradIn: the gradient is grad_in's element plus the
+/// accumulator. acc[h][4j + e]: row m0 + 64h + 16 warp + g + 8 (e / 2), column n0 + 8j + 2t + e % 2. The operands come
+/// from the ring (chunk j * 8 + k, k = 4h + q: rows m0 + 64h.., columns n0 + 32q..; its slot's arrays p, m, v,
+/// grad_in). The chunks are a loop, not unrolled: unrolled, the 8 copies of the AdamW body (with the IEEE division's
+/// and square root's branches) missed the instruction cache (v28, ncu: 45% of the consumers' stalls "no
+/// instruction"). A chunk's 16 accumulators are always acc[0][0..15]: after each chunk the rest move down by 16
+/// (static register indices; 112 moves a chunk).
 template <bool kUpdate, bool kGradIn>
 __device__ __forceinline__ void epilogue(const Params& p, const AdamWStep& a, float (&acc)[2][64], int m0, int n0,
+                                         int j, const uint8_t* ring, uint64_t* epi_full, uint64_t* epi_empty,
                                          int warp, int g, int t, double& sumsq) {
-  // column blocks whose p, m, v (and grad_in) are loaded before the first is used (not yet tuned on a GPU): 4, or 2
-  // with grad_in, whose extra loads spilled 92 bytes at 4 (ptxas; none at 2)
-  constexpr int kBatch = kGradIn ? 2 : 4;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    int64_t base[2];  // element offset of (row r, column n0 + 2t)
-    bool row_ok[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = m0 + 64 * h + 16 * warp + g + 8 * r;
-      row_ok[r] = row < p.M;
-      base[r] = int64_t(row) * p.ld + n0 + 2 * t;
+  constexpr int kArrays = kEpiArrays<kUpdate, kGradIn>, kSlots = kEpiSlots<kUpdate, kGradIn>;
+  constexpr int kGradInBox = kUpdate ? 3 : 0;  // grad_in's box in a slot
+#pragma unroll 1
+  for (int k = 0; k < kEpiChunks; ++k) {
+    const int h = k / 4, q = k % 4;
+    const int c = j * kEpiChunks + k;
+    const uint8_t* slot = ring;
+    if constexpr (kArrays > 0) {
+      slot = ring + (c % kSlots) * (kArrays * kEpiBox);
+      wait_phase(epi_full + c % kSlots, uint32_t((c / kSlots) & 1), "epilogue full");
     }
 #pragma unroll
-    for (int jb = 0; jb < 16; jb += kBatch) {
-      float2 pv[kBatch][2], mv[kBatch][2], vv[kBatch][2], gv[kBatch][2];
-      auto ok = [&](int jj, int r) { return row_ok[r] && n0 + 8 * (jb + jj) + 2 * t < p.N; };  // N even: col + 1 too
+    for (int jj = 0; jj < 4; ++jj)
 #pragma unroll
-      for (int jj = 0; jj < kBatch; ++jj)
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-          if (jb + jj < 16 && ok(jj, r)) {
-            const int64_t o = base[r] + 8 * (jb + jj);
-            if constexpr (kUpdate) {
-              pv[jj][r] = *reinterpret_cast<const float2*>(p.p + o);
-              mv[jj][r] = *reinterpret_cast<const float2*>(p.m + o);
-              vv[jj][r] = *reinterpret_cast<const float2*>(p.v + o);
-            }
-            if constexpr (kGradIn) gv[jj][r] = *reinterpret_cast<const float2*>(p.grad_in + o);
-          }
-#pragma unroll
-      for (int jj = 0; jj < kBatch; ++jj)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          if (jb + jj >= 16 || !ok(jj, r)) continue;
-          float g0 = acc[h][4 * (jb + jj) + 2 * r], g1 = acc[h][4 * (jb + jj) + 2 * r + 1];
-          if constexpr (kGradIn) g0 += gv[jj][r].x, g1 += gv[jj][r].y;  // the earlier microbatches' sum, then this
-          sumsq += double(g0) * double(g0) + double(g1) * double(g1);
-          const int64_t o = base[r] + 8 * (jb + jj);
-          if (p.grad) *reinterpret_cast<float2*>(p.grad + o) = make_float2(g0, g1);
-          if constexpr (kUpdate) {
-            float2 pn = pv[jj][r], mn = mv[jj][r], vn = vv[jj][r];
-            const float w0 = adamw_one(pn.x, g0, mn.x, vn.x, a);
-            const float w1 = adamw_one(pn.y, g1, mn.y, vn.y, a);
-            *reinterpret_cast<float2*>(p.p + o) = pn;
-            *reinterpret_cast<float2*>(p.m + o) = mn;
-            *reinterpret_cast<float2*>(p.v + o) = vn;
-            if (p.p_work) *reinterpret_cast<__nv_bfloat162*>(p.p_work + o) = __floats2bfloat162_rn(w0, w1);
-          }
+      for (int r = 0; r < 2; ++r) {
+        const int rl = 16 * warp + g + 8 * r, cl = 8 * jj + 2 * t;  // in the chunk
+        const int row = m0 + 64 * h + rl, col = n0 + 32 * q + cl;
+        if (row >= p.M || col >= p.N) continue;  // N even: col + 1 < N too
+        float g0 = acc[0][4 * jj + 2 * r], g1 = acc[0][4 * jj + 2 * r + 1];
+        const uint32_t so = swizzle128_f32(rl, cl);
+        if constexpr (kGradIn) {  // the earlier microbatches' sum, then this product
+          const float2 gi = *reinterpret_cast<const float2*>(slot + kGradInBox * kEpiBox + so);
+          g0 += gi.x, g1 += gi.y;
         }
-    }
+        sumsq += double(g0) * double(g0) + double(g1) * double(g1);
+        const int64_t o = int64_t(row) * p.ld + col;
+        if (p.grad) *reinterpret_cast<float2*>(p.grad + o) = make_float2(g0, g1);
+        if constexpr (kUpdate) {
+          float2 pn = *reinterpret_cast<const float2*>(slot + so);
+          float2 mn = *reinterpret_cast<const float2*>(slot + kEpiBox + so);
+          float2 vn = *reinterpret_cast<const float2*>(slot + 2 * kEpiBox + so);
+          const float w0 = adamw_one(pn.x, g0, mn.x, vn.x, a);
+          const float w1 = adamw_one(pn.y, g1, mn.y, vn.y, a);
+          *reinterpret_cast<float2*>(p.p + o) = pn;
+          *reinterpret_cast<float2*>(p.m + o) = mn;
+          *reinterpret_cast<float2*>(p.v + o) = vn;
+          if (p.p_work) *reinterpret_cast<__nv_bfloat162*>(p.p_work + o) = __floats2bfloat162_rn(w0, w1);
+        }
+      }
+    if constexpr (kArrays > 0) mbar_arrive(epi_empty + c % kSlots);  // this thread has read its part of the slot
+    // the next chunk's accumulators to the front
+#pragma unroll
+    for (int i = 0; i < 128 - 16; ++i) acc[i / 64][i % 64] = acc[(i + 16) / 64][(i + 16) % 64];
   }
 }
 
 template <bool kUpdate, bool kGradIn>
 __global__ void __launch_bounds__(kThreads, 1)
     dw_adamw_kernel(const Params p, const __grid_constant__ CUtensorMap tma_dy,
-                    const __grid_constant__ CUtensorMap tma_x) {
+                    const __grid_constant__ CUtensorMap tma_x, const __grid_constant__ EpiMaps epi) {
+  constexpr int kArrays = kEpiArrays<kUpdate, kGradIn>, kSlots = kEpiSlots<kUpdate, kGradIn>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* sbase = align_smem_1024(smem_raw);
-  uint64_t* full = reinterpret_cast<uint64_t*>(sbase + kStages * kStageBytes);
+  uint8_t* ring = sbase + kStages * kStageBytes;  // 1024-byte aligned: slots of 8 KB boxes
+  uint64_t* full = reinterpret_cast<uint64_t*>(ring + kEpiRingBytes<kUpdate, kGradIn>);
   uint64_t* empty = full + kStages;
-  double* warp_sumsq = reinterpret_cast<double*>(empty + kStages);  // [8]: consumer warp 4 wc + w
+  uint64_t* epi_full = empty + kStages;  // [4]: kSlots used
+  uint64_t* epi_empty = epi_full + 4;    // [4]
+  static_assert(kSlots <= 4, "the ring's mbarriers: 4 of each");
+  double* warp_sumsq = reinterpret_cast<double*>(epi_empty + 4);  // [8]: consumer warp 4 wc + w
 
   const int tid = threadIdx.x, wg = tid / 128;
   const int TM = (p.M + kBM - 1) / kBM, TN = (p.N + kBN - 1) / kBN, tiles = TM * TN, nk = (p.K + kBK - 1) / kBK;
@@ -179,11 +204,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(full + s, 1);
       mbar_init(empty + s, 128);
     }
+    for (int s = 0; s < kSlots; ++s) {
+      mbar_init(epi_full + s, 1);
+      mbar_init(epi_empty + s, 128);
+    }
     mbar_init_fence();
   }
   __syncthreads();
 
-  if (wg == 0) {  // ---- producer ----
+  if (wg == 0) {  // ---- producers: operands (thread 0), epilogue operands (thread 32) ----
     setmaxnreg_dec<kRegsProducer>();
     if (tid == 0) {
       for (int j = 0; j < my_tiles; ++j) {
@@ -202,6 +231,28 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (a2) tma_load_4d(sa + kSubBytes, &tma_dy, m0 + 64, kb * kBK, 0, 0, full + s);
           tma_load_4d(sb, &tma_x, n0, kb * kBK, 0, 0, full + s);
           if (b2) tma_load_4d(sb + kSubBytes, &tma_x, n0 + 64, kb * kBK, 0, 0, full + s);
+        }
+      }
+    } else if (tid == 32) {
+      if constexpr (kArrays > 0) for (int j = 0; j < my_tiles; ++j) {
+        int m0, n0;
+        tile_origin(int(blockIdx.x) + j * G, m0, n0);
+        for (int hq = 0; hq < kEpiChunks; ++hq) {
+          const int c = j * kEpiChunks + hq, s = c % kSlots;
+          const int row0 = m0 + kEpiRows * (hq / 4), col0 = n0 + kEpiCols * (hq % 4);
+          wait_phase(epi_empty + s, uint32_t(((c / kSlots) & 1) ^ 1), "epilogue empty (producer)");
+          // a chunk wholly past M or N is not loaded (its phase completes on the arrival alone): the epilogue skips
+          // its elements
+          const bool in = row0 < p.M && col0 < p.N;
+          mbar_arrive_expect_tx(epi_full + s, in ? uint32_t(kArrays * kEpiBox) : 0u);
+          if (!in) continue;
+          uint8_t* slot = ring + s * (kArrays * kEpiBox);
+          if constexpr (kUpdate) {
+            tma_load_2d(slot, &epi.p, col0, row0, epi_full + s);
+            tma_load_2d(slot + kEpiBox, &epi.m, col0, row0, epi_full + s);
+            tma_load_2d(slot + 2 * kEpiBox, &epi.v, col0, row0, epi_full + s);
+          }
+          if constexpr (kGradIn) tma_load_2d(slot + (kUpdate ? 3 : 0) * kEpiBox, &epi.grad_in, col0, row0, epi_full + s);
         }
       }
     }
@@ -237,24 +288,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_commit();
       wgmma_wait<1>();  // the previous block's products are done: its stage is free
       if (kb > 0) mbar_arrive(empty + (it - 1) % kStages);
-      if (kUpdate && kb == p.prefetch_kb) {  // this tile's p, m, v rows into L2 (thread ct: row ct)
-        const int row = m0 + ct;
-        if (row < p.M) {
-          const uint32_t bytes = uint32_t(min(kBN, p.N - n0)) * 4u;
-          const int64_t o = int64_t(row) * p.ld + n0;
-          prefetch_l2(p.p + o, bytes);
-          prefetch_l2(p.m + o, bytes);
-          prefetch_l2(p.v + o, bytes);
-          if (kGradIn) prefetch_l2(p.grad_in + o, bytes);
-        }
-      }
     }
     wgmma_wait<0>();
     fence_regs(acc[0]);
     fence_regs(acc[1]);
     mbar_arrive(empty + (j * nk + nk - 1) % kStages);
 
-    epilogue<kUpdate, kGradIn>(p, a, acc, m0, n0, warp, g, t, sumsq);
+    if (kArrays > 0 && j > 0) named_bar_sync(4 + wc, 256);  // the other consumer's epilogue (tile j - 1) is done
+    epilogue<kUpdate, kGradIn>(p, a, acc, m0, n0, j, ring, epi_full, epi_empty, warp, g, t, sumsq);
+    if (kArrays > 0 && j + 1 < my_tiles) named_bar_arrive(4 + (1 - wc), 256);  // tile j + 1's epilogue may start
   }
   if (p.partials) {  // the CTA's sum, in a fixed order: lanes (tree), then warps 0..7
 #pragma unroll
@@ -270,16 +312,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <bool kUpdate, bool kGradIn>
-void launch(unsigned grid, const Params& p, const CUtensorMap& tdy, const CUtensorMap& tx, cudaStream_t s) {
+void launch(unsigned grid, const Params& p, const CUtensorMap& tdy, const CUtensorMap& tx, const EpiMaps& epi,
+            cudaStream_t s) {
   // the attribute belongs to the function on one device: once per instantiation and device
   static bool smem_set[64] = {};
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   if (dev >= 64 || !smem_set[dev]) {
-    set_smem(dw_adamw_kernel<kUpdate, kGradIn>, kSmemBytes);
+    set_smem(dw_adamw_kernel<kUpdate, kGradIn>, kSmemBytes<kUpdate, kGradIn>);
     if (dev < 64) smem_set[dev] = true;
   }
-  dw_adamw_kernel<kUpdate, kGradIn><<<grid, kThreads, kSmemBytes, s>>>(p, tdy, tx);
+  dw_adamw_kernel<kUpdate, kGradIn><<<grid, kThreads, kSmemBytes<kUpdate, kGradIn>, s>>>(p, tdy, tx, epi);
 }
 
 }  // namespace
@@ -314,36 +357,43 @@ bool dw_adamw_supported(const DwAdamWArgs& a, const char** why) {
     if (!aligned(q, 16)) return no("p, m, v, grad and grad_in must be 16-byte aligned");
   if (!aligned(a.p_work, 8)) return no("p_work must be 8-byte aligned");
   if (a.sumsq_out && !a.partials) return no("sumsq_out needs partials");
-  if (int64_t(a.K) * std::max(a.ld_dy, a.ld_x) * 2 >= (int64_t(1) << 40))
-    return no("K x ld beyond the TMA's 2^40 bytes");
+  if (int64_t(a.K) * std::max(a.ld_dy, a.ld_x) * 2 >= (int64_t(1) << 40) ||
+      int64_t(a.M) * a.ld * 4 >= (int64_t(1) << 40))
+    return no("K x ld_dy / ld_x or M x ld beyond the TMA's 2^40 bytes");
   return true;
 }
 
 void dw_adamw(const DwAdamWArgs& a, cudaStream_t s) {
   const char* why = nullptr;
   if (!dw_adamw_supported(a, &why)) throw std::invalid_argument(std::string("dw_adamw: ") + why);
-  const int nk = ceil_div(a.K, kBK);
-  const int prefetch_kb = a.prefetch_at < 0.f ? -1 : std::min(nk - 1, int(a.prefetch_at * float(nk)));
   // The tiles in flight (about two per SM, consecutive) share panels of one operand and walk the other's: the walked
   // operand is read whole again for each panel of the shared one unless it stays in L2, so walk the smaller one (W2's
   // X = g is 4 x its dY at xl: 42 MB against 10.5).
   const bool m_fastest = int64_t(a.M) < int64_t(a.N);
   Params p{a.M, a.N, a.K, a.p, a.m, a.v, a.p_work, a.grad, a.grad_in, a.sumsq_out ? a.partials : nullptr, a.ld,
-           prefetch_kb, m_fastest, a.a};
+           m_fastest, a.a};
   // dY and X as [K rows, M (N) columns] bf16 matrices: the 4-D [B, T, H, d] maps with B = H = 1, boxes of 64 rows.
   const CUtensorMap tdy = encode_tma_bf16(a.dy, 1, a.K, 1, a.M, int64_t(a.K) * a.ld_dy, a.ld_dy,
                                           int64_t(a.K) * a.ld_dy, kBK);
   const CUtensorMap tx =
       encode_tma_bf16(a.x, 1, a.K, 1, a.N, int64_t(a.K) * a.ld_x, a.ld_x, int64_t(a.K) * a.ld_x, kBK);
+  // the epilogue's operands (maps of the arrays it reads; the others stay zero)
+  EpiMaps epi{};
+  if (a.update) {
+    epi.p = encode_tma_f32_2d(a.p, a.M, a.N, a.ld, kEpiRows);
+    epi.m = encode_tma_f32_2d(a.m, a.M, a.N, a.ld, kEpiRows);
+    epi.v = encode_tma_f32_2d(a.v, a.M, a.N, a.ld, kEpiRows);
+  }
+  if (a.grad_in) epi.grad_in = encode_tma_f32_2d(a.grad_in, a.M, a.N, a.ld, kEpiRows);
   const int64_t tiles = int64_t(ceil_div(a.M, kBM)) * ceil_div(a.N, kBN);
   if (tiles > int64_t(INT32_MAX) / 4) throw std::invalid_argument("dw_adamw: too many tiles");
   const unsigned grid = unsigned(std::min<int64_t>(tiles, device_sm_count()));
   if (a.sumsq_out && grid > unsigned(kReduceMaxBlocks))
     throw std::invalid_argument("dw_adamw: more CTAs than reduce_partials sums");
-  if (a.update && a.grad_in) launch<true, true>(grid, p, tdy, tx, s);
-  else if (a.update) launch<true, false>(grid, p, tdy, tx, s);
-  else if (a.grad_in) launch<false, true>(grid, p, tdy, tx, s);
-  else launch<false, false>(grid, p, tdy, tx, s);
+  if (a.update && a.grad_in) launch<true, true>(grid, p, tdy, tx, epi, s);
+  else if (a.update) launch<true, false>(grid, p, tdy, tx, epi, s);
+  else if (a.grad_in) launch<false, true>(grid, p, tdy, tx, epi, s);
+  else launch<false, false>(grid, p, tdy, tx, epi, s);
   CUDA_CHECK(cudaGetLastError());
   if (a.sumsq_out) reduce_partials(a.sumsq_out, a.partials, int(grid), s);
 }

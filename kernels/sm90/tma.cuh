@@ -2,8 +2,9 @@
 // tensor map of a strided [B, T, H, d] bf16 view (a [rows, columns] matrix: B = H = 1) with cuTensorMapEncodeTiled,
 // reached through the runtime's driver entry point, so no libcuda link; one thread copies a box of rows x 64 columns
 // into a 128B-swizzled shared sub-tile (the layout of wgmma.cuh), completing on an mbarrier (barriers.cuh) by
-// transaction bytes. Rows past T are zero-filled by the hardware. Also the bulk L2 prefetch.
-// PTX ISA 8.x: "cp.async.bulk.tensor", "cp.async.bulk.prefetch"; CUDA driver API: cuTensorMapEncodeTiled.
+// transaction bytes. Rows past T are zero-filled by the hardware. Also fp32 [rows, 32-column] boxes of a matrix
+// (dw_adamw's epilogue operands).
+// PTX ISA 8.x: "cp.async.bulk.tensor"; CUDA driver API: cuTensorMapEncodeTiled.
 #pragma once
 #include "common.cuh"
 
@@ -14,11 +15,8 @@
 
 namespace trainer::sm90 {
 
-/// Tensor map of a [B, T, H, d] bf16 view (strides in elements, d contiguous): dims (d, T, H, B), box (64, box_rows,
-/// 1, 1), 128-byte swizzle. Aborts (trainer::fatal) when the driver refuses it (base not 16-byte aligned, strides
-/// not multiples of 8 elements, T or B beyond 2^32).
-inline CUtensorMap encode_tma_bf16(const void* base, int B, int T, int H, int d, int64_t batch_stride,
-                                   int64_t row_stride, int64_t head_stride, int box_rows) {
+/// The driver's cuTensorMapEncodeTiled, reached once through the runtime (no libcuda link).
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static const auto encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q{};
@@ -27,18 +25,46 @@ inline CUtensorMap encode_tma_bf16(const void* base, int B, int T, int H, int d,
       fatal("CUDA", "cudaGetDriverEntryPointByVersion", __FILE__, __LINE__, "the driver has no cuTensorMapEncodeTiled");
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
+  return encode;
+}
+
+/// Tensor map of a [B, T, H, d] bf16 view (strides in elements, d contiguous): dims (d, T, H, B), box (64, box_rows,
+/// 1, 1), 128-byte swizzle. Aborts (trainer::fatal) when the driver refuses it (base not 16-byte aligned, strides
+/// not multiples of 8 elements, T or B beyond 2^32).
+inline CUtensorMap encode_tma_bf16(const void* base, int B, int T, int H, int d, int64_t batch_stride,
+                                   int64_t row_stride, int64_t head_stride, int box_rows) {
   CUtensorMap map{};
   const cuuint64_t dims[4] = {cuuint64_t(d), cuuint64_t(T), cuuint64_t(H), cuuint64_t(B)};
   const cuuint64_t strides[3] = {cuuint64_t(row_stride) * 2, cuuint64_t(head_stride) * 2, cuuint64_t(batch_stride) * 2};
   const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, strides, box,
-                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims,
+                                          strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     fatal("CUDA", "cuTensorMapEncodeTiled", __FILE__, __LINE__,
           fmt::format("error {} for the [B {}, T {}, H {}, d {}] view with strides {} / {} / {}", int(r), B, T, H, d,
                       batch_stride, row_stride, head_stride));
+  return map;
+}
+
+/// Tensor map of an fp32 [rows, cols] matrix (row stride in elements, a multiple of 4; base 16-byte aligned): box of
+/// box_rows x 32 columns (128 bytes a row), 128-byte swizzle: element (r, c) of a box lands at byte
+/// r * 128 + ((c / 4) ^ (r % 8)) * 16 + (c % 4) * 4 (swizzle128_f32). Aborts (trainer::fatal) when refused.
+inline CUtensorMap encode_tma_f32_2d(const void* base, int64_t rows, int64_t cols, int64_t row_stride, int box_rows) {
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(row_stride) * 4};
+  const cuuint32_t box[2] = {32, cuuint32_t(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<void*>(base), dims,
+                                          strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    fatal("CUDA", "cuTensorMapEncodeTiled", __FILE__, __LINE__,
+          fmt::format("error {} for the fp32 [{}, {}] matrix with row stride {}", int(r), rows, cols, row_stride));
   return map;
 }
 
@@ -53,10 +79,17 @@ __device__ __forceinline__ void tma_load_4d(void* smem, const CUtensorMap* map, 
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar))
       : "memory");
 }
-/// Prefetches `bytes` (a multiple of 16) of global memory at `gmem` (16-byte aligned) into L2; one thread, nothing
-/// to wait for (cp.async.bulk.prefetch.L2).
-__device__ __forceinline__ void prefetch_l2(const void* gmem, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gmem), "r"(bytes) : "memory");
+/// The box at (column c0, row c1) of a 2-D `map` into the 1024-byte aligned shared `smem`; completes the box's bytes
+/// on the mbarrier `bar` (rows and columns past the matrix are zero-filled and counted). One thread.
+__device__ __forceinline__ void tma_load_2d(void* smem, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+      ::"r"(smem_addr(smem)), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar))
+      : "memory");
+}
+/// Byte offset of element (r, c) (c < 32) in a box of encode_tma_f32_2d's layout.
+__device__ __forceinline__ uint32_t swizzle128_f32(int r, int c) {
+  return uint32_t(r) * 128u + ((uint32_t(c >> 2) ^ uint32_t(r & 7)) << 4) + uint32_t(c & 3) * 4u;
 }
 #endif
 

@@ -30,17 +30,15 @@ extern "C" {
 /// The fused kernel (kernels::dw_adamw) on `stream` (null: the default stream): dY [K, M] (row stride ld_dy) and
 /// X [K, N] (ld_x) bf16; p, m, v fp32 [M, N] (row stride N), p_work bf16 [M, N] or null, grad fp32 [M, N] or null,
 /// grad_in fp32 [M, N] or null (added to the product; may be grad); sumsq (fp64 device scalar) receives the sum of g²
-/// when given, partials: 1024 doubles of scratch. update 0: grad only. prefetch_at: DwAdamWArgs::prefetch_at
-/// (negative: no L2 prefetch). Returns 0, or 1 when the problem is not supported (the reason on stderr).
+/// when given, partials: 1024 doubles of scratch. update 0: grad only. Returns 0, or 1 when the problem is not
+/// supported (the reason on stderr).
 int dwa_fused(const void* dy, int ld_dy, const void* x, int ld_x, int M, int N, int K, float* p, float* m, float* v,
               void* p_work, float* grad, const float* grad_in, int update, double* partials, double* sumsq,
-              float beta1, float beta2, float eps, float decay, float step_size, float grad_scale, float prefetch_at,
-              void* stream) {
+              float beta1, float beta2, float eps, float decay, float step_size, float grad_scale, void* stream) {
   kernels::DwAdamWArgs a;
   a.dy = static_cast<const bf16*>(dy), a.ld_dy = ld_dy, a.x = static_cast<const bf16*>(x), a.ld_x = ld_x;
   a.M = M, a.N = N, a.K = K, a.p = p, a.m = m, a.v = v, a.p_work = static_cast<bf16*>(p_work), a.ld = N;
   a.grad = grad, a.grad_in = grad_in, a.update = update != 0, a.partials = partials, a.sumsq_out = sumsq;
-  a.prefetch_at = prefetch_at;
   a.a = step(beta1, beta2, eps, decay, step_size, grad_scale);
   const char* why = nullptr;
   if (!kernels::dw_adamw_supported(a, &why)) {

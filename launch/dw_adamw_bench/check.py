@@ -4,7 +4,8 @@ launch/dw_adamw_bench/build.sh) against float64 and against the path it would re
 gradient, then kernels::adamw).
 
   python3 launch/dw_adamw_bench/check.py [--lib .carry/dwa/libdwa.so] [--out DIR] [--no-check] [--no-time]
-                                         [--rounds N] [--shapes xl,small] [--quick]
+                                         [--rounds N] [--shapes xl,small] [--quick] [--weights W,..]
+                                         [--variants V,..]
 
 Checks, per shape (ragged, strided and the xl / small block's weights; fresh random inputs, outputs NaN-poisoned):
   grad      the kernel's dW (update off, gradient written) against dYᵀX in float64: normwise relative error below
@@ -20,11 +21,10 @@ Checks, per shape (ragged, strided and the xl / small block's weights; fresh ran
   unfused   today's path on the same inputs: its gradient's normwise error (information) and the largest p difference
             from the fused kernel's, in units of the step size (information).
 Timing (--rounds N rounds of every variant in turn, after a warm-up, five calls each queued behind a sleep kernel so
-that host time is not counted; median per variant): the fused kernel (the L2 prefetch halfway through a tile's
-products, at three quarters, or none; and with grad_in, a last microbatch's), today's path (autotuned cuBLASLt +
-adamw), and each product alone (ours with its fp32 gradient written, cuBLASLt's); per shape and summed per block (xl:
-Wqkv, Wo, [W1; W3], W2 at 4 x 512 tokens; small alike), with
-the floor: max(FLOPs at 756 TFLOP/s, the 26 bytes a parameter at 3.85 TB/s). Writes dwa_check.json under --out and
+that host time is not counted; median per variant): the fused kernel (alone, and with grad_in: a last
+microbatch's), today's path (autotuned cuBLASLt + adamw), and each product alone (ours with its fp32 gradient
+written, cuBLASLt's); per shape and summed per block (xl: Wqkv, Wo, [W1; W3], W2 at 4 x 512 tokens; small alike;
+--weights and --variants pick a subset, e.g. under ncu), with the floor: max(FLOPs at 756 TFLOP/s, the 26 bytes a parameter at 3.85 TB/s). Writes dwa_check.json under --out and
 prints a table last.
 """
 import argparse
@@ -43,14 +43,15 @@ p.add_argument("--out", default=".")
 p.add_argument("--no-check", action="store_true")
 p.add_argument("--no-time", action="store_true")
 p.add_argument("--rounds", type=int, default=11)
-p.add_argument("--quick", action="store_true", help="only the shapes up to 1000 x 1000 (for compute-sanitizer)")
+p.add_argument("--quick", action="store_true", help="only the shapes up to 2000 x 2056 (for compute-sanitizer)")
 p.add_argument("--shapes", default="xl,small", help="blocks to time: xl, small (comma-separated)")
+p.add_argument("--weights", default="", help="only these weights (Wqkv,Wo,W13,W2; e.g. for ncu)")
+p.add_argument("--variants", default="", help="only these timing variants (names as in the table; e.g. for ncu)")
 args = p.parse_args()
 
 ci, cf, vp = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
 lib = ctypes.CDLL(os.path.abspath(args.lib))
-lib.dwa_fused.argtypes = [vp, ci, vp, ci, ci, ci, ci, vp, vp, vp, vp, vp, vp, ci, vp, vp, cf, cf, cf, cf, cf, cf, cf,
-                          vp]
+lib.dwa_fused.argtypes = [vp, ci, vp, ci, ci, ci, ci, vp, vp, vp, vp, vp, vp, ci, vp, vp, cf, cf, cf, cf, cf, cf, vp]
 lib.dwa_unfused.argtypes = [vp, ci, vp, ci, ci, ci, ci, vp, vp, vp, vp, vp, ci, vp, vp, cf, cf, cf, cf, cf, cf, ci,
                             vp]
 dev = torch.device("cuda")
@@ -88,11 +89,11 @@ class Problem:
         self.p, self.m, self.v = self.p0.clone(), self.m0.clone(), self.v0.clone()
         self.p_work = torch.full((self.M, self.N), float("nan"), device=dev, dtype=torch.bfloat16)
 
-    def fused(self, update=True, grad=None, sumsq=None, prefetch=0.5, grad_in=None):
+    def fused(self, update=True, grad=None, sumsq=None, grad_in=None):
         r = lib.dwa_fused(ptr(self.dy), self.ld_dy, ptr(self.x), self.N, self.M, self.N, self.K, ptr(self.p),
                           ptr(self.m), ptr(self.v), ptr(self.p_work), ptr(grad), ptr(grad_in), int(update),
                           ptr(PARTIALS if sumsq is not None else None), ptr(sumsq), B1, B2, EPS, DECAY, STEP, GSCALE,
-                          prefetch, None)
+                          None)
         if r != 0:
             raise SystemExit(f"dwa_fused refused M {self.M} N {self.N} K {self.K}")
 
@@ -178,6 +179,7 @@ def check_shape(M, N, K, ld_dy=None):
     pr.reset()
     pr.fused(update=True, grad=g3, grad_in=g_in, sumsq=sumsq3)
     torch.cuda.synchronize()
+    got3 = (pr.p.clone(), pr.m.clone(), pr.v.clone())  # the update from g3, for the in-place case below
     if not torch.equal(g3, g_in + g2):
         res["fail"].append(f"grad_in: g != grad_in + product ({int((g3 != g_in + g2).sum())} elements)")
     s64 = float((g3.double() ** 2).sum())
@@ -198,6 +200,13 @@ def check_shape(M, N, K, ld_dy=None):
     torch.cuda.synchronize()
     if not torch.equal(aliased, g3):
         res["fail"].append("grad_in: in place (grad_in = grad) differs")
+    # in place with the update too (p, m, v and grad_in staged together): the same gradient and the same update
+    aliased = g_in.clone()
+    pr.reset()
+    pr.fused(update=True, grad=aliased, grad_in=aliased)
+    torch.cuda.synchronize()
+    if not torch.equal(aliased, g3) or not all(torch.equal(a, b) for a, b in zip(got3, (pr.p, pr.m, pr.v))):
+        res["fail"].append("grad_in: in place with the update differs")
     # today's update, for information
     pr.reset()
     pr.unfused(g_u)
@@ -214,6 +223,10 @@ TOKENS = 4 * 512
 def time_block(name, weights, rounds):
     rows = []
     for wname, (M, N) in weights.items():
+        if args.weights and set(args.weights.split(",")) - set(weights):
+            raise SystemExit(f"check.py: unknown --weights {args.weights}; known: {list(weights)}")
+        if args.weights and wname not in args.weights.split(","):
+            continue
         K = TOKENS
         pr = Problem(M, N, K, seed=1)
         g = torch.zeros(M, N, device=dev)  # also fused_grad_in's grad_in
@@ -221,13 +234,16 @@ def time_block(name, weights, rounds):
         sumsq = torch.empty(1, device=dev, dtype=torch.float64)
         variants = {
             "fused": lambda: pr.fused(update=True, sumsq=sumsq),
-            "fused_prefetch_3/4": lambda: pr.fused(update=True, sumsq=sumsq, prefetch=0.75),
-            "fused_no_prefetch": lambda: pr.fused(update=True, sumsq=sumsq, prefetch=-1.0),
             "fused_grad_in": lambda: pr.fused(update=True, sumsq=sumsq, grad_in=g),  # the last microbatch
             "today": lambda: pr.unfused(g, update=True, partials=partials, sumsq=sumsq),
             "gemm_ours": lambda: pr.fused(update=False, grad=g),
             "gemm_cublaslt": lambda: pr.unfused(g, update=False),
         }
+        if args.variants:
+            unknown = set(args.variants.split(",")) - set(variants)
+            if unknown:
+                raise SystemExit(f"check.py: unknown --variants {sorted(unknown)}; known: {list(variants)}")
+            variants = {k: f for k, f in variants.items() if k in args.variants.split(",")}
         for f in variants.values():  # warm-up (autotuning on the first cuBLASLt call)
             f()
             f()
@@ -246,10 +262,12 @@ def time_block(name, weights, rounds):
         med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
         flops = 2.0 * M * N * K
         floor = max(flops / 756e12, 26.0 * M * N / 3.85e12) * 1e3
-        rows.append({"block": name, "weight": wname, "M": M, "N": N, "K": K, "median_ms": med,
-                     "spread_ms": {k: [min(v), max(v)] for k, v in times.items()}, "floor_ms": floor,
-                     "tflops_gemm_ours": flops / med["gemm_ours"] / 1e9,
-                     "tflops_gemm_cublaslt": flops / med["gemm_cublaslt"] / 1e9})
+        row = {"block": name, "weight": wname, "M": M, "N": N, "K": K, "median_ms": med,
+               "spread_ms": {k: [min(v), max(v)] for k, v in times.items()}, "floor_ms": floor}
+        for k in ("gemm_ours", "gemm_cublaslt"):  # absent from a --variants subset
+            if k in med:
+                row[f"tflops_{k}"] = flops / med[k] / 1e9
+        rows.append(row)
         del pr, g
         torch.cuda.empty_cache()
     return rows
@@ -260,9 +278,10 @@ out = {"device": torch.cuda.get_device_name(), "time": time.strftime("%Y-%m-%d %
 failures = 0
 if not args.no_check:
     shapes = [(128, 128, 64), (64, 8, 16), (200, 136, 100), (256, 384, 4096), (384, 256, 512, 448),
-              (1000, 1000, 333), (2304, 768, 2048), (768, 3072, 2048), (7680, 2560, 2048), (2560, 10240, 2048)]
+              (1000, 1000, 333), (2000, 2056, 200), (2304, 768, 2048), (768, 3072, 2048), (7680, 2560, 2048),
+              (2560, 10240, 2048)]
     if args.quick:
-        shapes = shapes[:6]
+        shapes = shapes[:7]
     for s in shapes:
         r = check_shape(*s)
         out["checks"].append(r)
@@ -279,8 +298,7 @@ os.makedirs(args.out, exist_ok=True)
 with open(os.path.join(args.out, "dwa_check.json"), "w") as f:
     json.dump(out, f, indent=1)
 if out["timing"]:
-    keys = ["fused", "fused_prefetch_3/4", "fused_no_prefetch", "fused_grad_in", "today", "gemm_ours",
-            "gemm_cublaslt"]
+    keys = [k for k in out["timing"][0]["median_ms"]]
     print(f"{'block':6} {'weight':5} {'M':>6} {'N':>6} " + " ".join(f"{k:>19}" for k in keys) + f" {'floor':>7}")
     sums = {}
     for r in out["timing"]:
@@ -292,6 +310,7 @@ if out["timing"]:
         s["floor"] += r["floor_ms"]
     for b, s in sums.items():
         print(f"{b:6} {'block':5} {'':6} {'':6} " + " ".join(f"{s[k]:19.4f}" for k in keys) +
-              f" {s['floor']:7.4f}   fused / today {s['fused'] / s['today']:.3f}")
+              f" {s['floor']:7.4f}" + (f"   fused / today {s['fused'] / s['today']:.3f}" if "fused" in s and "today" in s
+                                       else ""))
 print(f"dwa check: {failures} failures" if not args.no_check else "dwa: no checks run")
 sys.exit(1 if failures else 0)
