@@ -21,15 +21,17 @@
 // - Epilogue operands (p, m, v, and grad_in when given): a second producer thread (warp 1 of warpgroup 0) copies them
 //   by TMA, in chunks of 64 rows x 32 columns (one 8 KB fp32 box per array, 128B-swizzled), into a ring of kEpiSlots
 //   shared slots, in the CTA's tile order; it runs ahead of the epilogues by the ring's size, so a tile's first chunks
-//   arrive during its products and the rest stream under the epilogue. Today's register loads (a thread's few float2 in
-//   flight) reached 1.3 TB/s (v28: ncu, 68% L2 hits); the ring holds 96 KB in flight per SM.
+//   arrive during its products and the rest stream under the epilogue. v27's register loads (a thread's few float2 in
+//   flight) reached 1.3 TB/s (v28: ncu, 68% L2 hits); the ring holds 64-96 KB of boxes per SM (kEpiSlots).
 // - Epilogue: thread (warp w, lane g*4+t) holds rows 16w + g (+8) of each 64-row half and columns 8j + 2t, +1 (the
-//   wgmma accumulator layout, sm90/wgmma.cuh), so per chunk it reads its column pairs of p, m, v from the slot, runs
-//   adamw_one per element and stores p, m, v (float2) and a bf16 pair of p_work straight to global memory. The two
-//   consumers' epilogues run one after the other (named barriers 4 and 5), so each chunk's slot and phase is waited
-//   for by one warpgroup at a time, at most one phase ahead. With grad_in (the step's earlier microbatches' gradient)
-//   g is that element plus the accumulator (kGradIn). Each thread sums its g² over its tiles; the CTA's sum goes to
-//   partials[blockIdx.x] (fixed order), which reduce_partials sums.
+//   wgmma accumulator layout, sm90/wgmma.cuh). The chunks are a loop (the chunk's 16 accumulators moved to the front
+//   after each). Default (epilogue_staged): each thread writes its accumulators into the slot's g box, then the
+//   warpgroup takes the chunk as float4s in a runtime loop (adamw_one per element, whole 128-byte row stores of p, m,
+//   v and p_work). With DWA_EPI_REGS (epilogue, v28b; kept until the two are measured): each thread updates its own
+//   column pairs, reading p, m, v from the slot. The two consumers' epilogues run one after the other (named barriers
+//   4 and 5), so each chunk's slot and phase is waited for by one warpgroup at a time, at most one phase ahead. With
+//   grad_in (the step's earlier microbatches' gradient) g is that element plus the accumulator (kGradIn). Each thread
+//   sums its g² over its tiles; the CTA's sum goes to partials[blockIdx.x] (fixed order), which reduce_partials sums.
 // Ragged edges: TMA zero-fills rows past K and columns past M or N (they add zeros); a 64-column operand box or an
 // epilogue chunk wholly past M or N is not loaded; the epilogue skips elements past M or N.
 #include "common.cuh"  // first (fmt set-up for nvcc)
@@ -58,21 +60,32 @@ constexpr int kStageBytes = kABytes + kBBytes;
 constexpr int kThreads = 384;  // producer warpgroup + two consumers
 // The epilogue's chunks: 64 rows x 32 columns, an 8 KB fp32 box per array; 8 a tile (2 row halves x 4)
 constexpr int kEpiRows = 64, kEpiCols = 32, kEpiBox = kEpiRows * kEpiCols * 4, kEpiChunks = 8;
-/// Arrays the epilogue reads (p, m, v with the update; grad_in), and the ring's slots (96 KB with the update; 32 KB
-/// for grad_in alone, the plain product's accumulate).
+/// Arrays the epilogue reads (p, m, v with the update; grad_in).
 template <bool kUpdate, bool kGradIn>
 constexpr int kEpiArrays = (kUpdate ? 3 : 0) + (kGradIn ? 1 : 0);
+#ifdef DWA_EPI_REGS
+constexpr bool kEpiStaged = false;  // the v28b epilogue: each thread's accumulators straight from registers
+#else
+constexpr bool kEpiStaged = true;  // the accumulators through the slot's g box, a runtime loop over float4s
+#endif
+/// Boxes a slot holds: the loaded arrays, and (staged) the chunk's gradient written by the consumer.
 template <bool kUpdate, bool kGradIn>
-constexpr int kEpiSlots = kEpiArrays<kUpdate, kGradIn> == 0 ? 0 : kEpiArrays<kUpdate, kGradIn> <= 3 ? 4 : 3;
+constexpr int kEpiSlotBoxes = kEpiArrays<kUpdate, kGradIn> + (kEpiStaged && kEpiArrays<kUpdate, kGradIn> > 0);
+/// The ring's slots: 96 KB of boxes at most, 4 slots at most.
 template <bool kUpdate, bool kGradIn>
-constexpr int kEpiRingBytes = kEpiSlots<kUpdate, kGradIn> * kEpiArrays<kUpdate, kGradIn> * kEpiBox;
+constexpr int kEpiSlots = kEpiArrays<kUpdate, kGradIn> == 0 ? 0 : std::min(4, 12 / kEpiSlotBoxes<kUpdate, kGradIn>);
+template <bool kUpdate, bool kGradIn>
+constexpr int kEpiSlotBytes = kEpiSlotBoxes<kUpdate, kGradIn> * kEpiBox;
+template <bool kUpdate, bool kGradIn>
+constexpr int kEpiRingBytes = kEpiSlots<kUpdate, kGradIn> * kEpiSlotBytes<kUpdate, kGradIn>;
 // operand stages, the ring, 8 + 8 mbarriers, the 8 consumer warps' sums of g², the 1024-byte alignment
 template <bool kUpdate, bool kGradIn>
 constexpr int kSmemBytes = kStages * kStageBytes + kEpiRingBytes<kUpdate, kGradIn> + 16 * 8 + 8 * 8 + 1024;
 // setmaxnreg: the producers give registers up, the consumers (128 accumulators a thread) take them
 constexpr int kRegsProducer = 40, kRegsConsumer = 232;
-static_assert(kSmemBytes<true, true> <= 227 * 1024 && kSmemBytes<true, false> <= 227 * 1024, "shared memory of one "
-              "sm_90 CTA");
+static_assert(kSmemBytes<true, true> <= 227 * 1024 && kSmemBytes<true, false> <= 227 * 1024 &&
+                  kSmemBytes<false, true> <= 227 * 1024 && kSmemBytes<false, false> <= 227 * 1024,
+              "shared memory of one sm_90 CTA");
 static_assert(kRegsProducer + 2 * kRegsConsumer <= 3 * ((65536 / kThreads) & ~7), "setmaxnreg budget");
 
 struct Params {
@@ -138,7 +151,7 @@ __device__ __forceinline__ void epilogue(const Params& p, const AdamWStep& a, fl
     const int c = j * kEpiChunks + k;
     const uint8_t* slot = ring;
     if constexpr (kArrays > 0) {
-      slot = ring + (c % kSlots) * (kArrays * kEpiBox);
+      slot = ring + (c % kSlots) * kEpiSlotBytes<kUpdate, kGradIn>;
       wait_phase(epi_full + c % kSlots, uint32_t((c / kSlots) & 1), "epilogue full");
     }
 #pragma unroll
@@ -170,6 +183,80 @@ __device__ __forceinline__ void epilogue(const Params& p, const AdamWStep& a, fl
         }
       }
     if constexpr (kArrays > 0) mbar_arrive(epi_empty + c % kSlots);  // this thread has read its part of the slot
+    // the next chunk's accumulators to the front
+#pragma unroll
+    for (int i = 0; i < 128 - 16; ++i) acc[i / 64][i % 64] = acc[(i + 16) / 64][(i + 16) % 64];
+  }
+}
+
+/// Byte offset of element (r, c) of a chunk in the slot's g box (consumers only, so its own layout): the 16-byte
+/// groups of row r permuted by (r % 4) * 2 ^ (r / 4) % 2, so that the accumulator layout's float2 writes (rows g, g + 8
+/// of a half-warp: 4 rows x 4 column pairs) and the float4 reads (a quarter-warp: one row) are free of bank conflicts
+/// (the boxes' swizzle128_f32 would give the writes two ways).
+__device__ __forceinline__ uint32_t gbox_offset(int r, int c) {
+  return uint32_t(r) * 128u + ((uint32_t(c >> 2) ^ (uint32_t(r & 3) << 1) ^ uint32_t((r >> 2) & 1)) << 4) +
+         uint32_t(c & 3) * 4u;
+}
+
+/// The staged epilogue (kEpiStaged, with a ring): per chunk, each consumer thread writes its 16 accumulators into
+/// the slot's g box (the boxes' swizzled layout), the warpgroup syncs (named barrier 6 + wc), and then each thread
+/// takes 4 of the chunk's 512 float4s in a runtime loop: a row's 8 float4s are 8 consecutive threads, so the global
+/// stores are whole 128-byte rows and the shared reads are free of bank conflicts, and the loop body holds one
+/// float4's AdamW (v28b's unrolled 16-element body was ~40 KB of SASS). Same elements, same adamw_one: the same bits
+/// as the register epilogue; the sum of g² in another (fixed) order.
+template <bool kUpdate, bool kGradIn>
+__device__ __forceinline__ void epilogue_staged(const Params& p, const AdamWStep& a, float (&acc)[2][64], int m0,
+                                                int n0, int j, uint8_t* ring, uint64_t* epi_full,
+                                                uint64_t* epi_empty, int wc, int ct, int warp, int g, int t,
+                                                double& sumsq) {
+  constexpr int kArrays = kEpiArrays<kUpdate, kGradIn>, kSlots = kEpiSlots<kUpdate, kGradIn>;
+  constexpr int kGradInBox = kUpdate ? 3 : 0, kGBox = kArrays;  // boxes in a slot
+#pragma unroll 1
+  for (int k = 0; k < kEpiChunks; ++k) {
+    const int h = k / 4, q = k % 4;
+    const int c = j * kEpiChunks + k;
+    uint8_t* slot = ring + (c % kSlots) * kEpiSlotBytes<kUpdate, kGradIn>;
+    wait_phase(epi_full + c % kSlots, uint32_t((c / kSlots) & 1), "epilogue full");
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        *reinterpret_cast<float2*>(slot + kGBox * kEpiBox + gbox_offset(16 * warp + g + 8 * r, 8 * jj + 2 * t)) =
+            make_float2(acc[0][4 * jj + 2 * r], acc[0][4 * jj + 2 * r + 1]);
+    named_bar_sync(6 + wc, 128);  // the chunk's g box is whole
+#pragma unroll 1
+    for (int i = 0; i < kEpiRows * kEpiCols / 4 / 128; ++i) {
+      const int e4 = ct + 128 * i, rl = e4 / 8, cl = (e4 % 8) * 4;  // in the chunk
+      const int row = m0 + 64 * h + rl, col = n0 + 32 * q + cl;
+      if (row >= p.M || col >= p.N) continue;  // N a multiple of 4: col + 3 < N too
+      const uint32_t so = swizzle128_f32(rl, cl);
+      float4 gv = *reinterpret_cast<const float4*>(slot + kGBox * kEpiBox + gbox_offset(rl, cl));
+      if constexpr (kGradIn) {  // the earlier microbatches' sum, then this product
+        const float4 gi = *reinterpret_cast<const float4*>(slot + kGradInBox * kEpiBox + so);
+        gv.x = gi.x + gv.x, gv.y = gi.y + gv.y, gv.z = gi.z + gv.z, gv.w = gi.w + gv.w;
+      }
+      sumsq += double(gv.x) * double(gv.x) + double(gv.y) * double(gv.y) + double(gv.z) * double(gv.z) +
+               double(gv.w) * double(gv.w);
+      const int64_t o = int64_t(row) * p.ld + col;
+      if (p.grad) *reinterpret_cast<float4*>(p.grad + o) = gv;
+      if constexpr (kUpdate) {
+        float4 pv = *reinterpret_cast<const float4*>(slot + so);
+        float4 mv = *reinterpret_cast<const float4*>(slot + kEpiBox + so);
+        float4 vv = *reinterpret_cast<const float4*>(slot + 2 * kEpiBox + so);
+        const float w0 = adamw_one(pv.x, gv.x, mv.x, vv.x, a), w1 = adamw_one(pv.y, gv.y, mv.y, vv.y, a);
+        const float w2 = adamw_one(pv.z, gv.z, mv.z, vv.z, a), w3 = adamw_one(pv.w, gv.w, mv.w, vv.w, a);
+        *reinterpret_cast<float4*>(p.p + o) = pv;
+        *reinterpret_cast<float4*>(p.m + o) = mv;
+        *reinterpret_cast<float4*>(p.v + o) = vv;
+        if (p.p_work) {
+          const __nv_bfloat162 lo = __floats2bfloat162_rn(w0, w1), hi = __floats2bfloat162_rn(w2, w3);
+          uint2 u;
+          u.x = *reinterpret_cast<const uint32_t*>(&lo), u.y = *reinterpret_cast<const uint32_t*>(&hi);
+          *reinterpret_cast<uint2*>(p.p_work + o) = u;
+        }
+      }
+    }
+    mbar_arrive(epi_empty + c % kSlots);  // this thread has read the slot (the TMA never writes the g box)
     // the next chunk's accumulators to the front
 #pragma unroll
     for (int i = 0; i < 128 - 16; ++i) acc[i / 64][i % 64] = acc[(i + 16) / 64][(i + 16) % 64];
@@ -246,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           const bool in = row0 < p.M && col0 < p.N;
           mbar_arrive_expect_tx(epi_full + s, in ? uint32_t(kArrays * kEpiBox) : 0u);
           if (!in) continue;
-          uint8_t* slot = ring + s * (kArrays * kEpiBox);
+          uint8_t* slot = ring + s * kEpiSlotBytes<kUpdate, kGradIn>;
           if constexpr (kUpdate) {
             tma_load_2d(slot, &epi.p, col0, row0, epi_full + s);
             tma_load_2d(slot + kEpiBox, &epi.m, col0, row0, epi_full + s);
@@ -295,7 +382,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_arrive(empty + (j * nk + nk - 1) % kStages);
 
     if (kArrays > 0 && j > 0) named_bar_sync(4 + wc, 256);  // the other consumer's epilogue (tile j - 1) is done
-    epilogue<kUpdate, kGradIn>(p, a, acc, m0, n0, j, ring, epi_full, epi_empty, warp, g, t, sumsq);
+    if constexpr (kEpiStaged && kArrays > 0)
+      epilogue_staged<kUpdate, kGradIn>(p, a, acc, m0, n0, j, ring, epi_full, epi_empty, wc, ct, warp, g, t, sumsq);
+    else
+      epilogue<kUpdate, kGradIn>(p, a, acc, m0, n0, j, ring, epi_full, epi_empty, warp, g, t, sumsq);
     if (kArrays > 0 && j + 1 < my_tiles) named_bar_arrive(4 + (1 - wc), 256);  // tile j + 1's epilogue may start
   }
   if (p.partials) {  // the CTA's sum, in a fixed order: lanes (tree), then warps 0..7

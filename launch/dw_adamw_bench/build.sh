@@ -3,8 +3,10 @@
 # check.py) into .carry/dwa/ (ignored): kernels/dw_adamw/dw_adamw_sm90.cu for sm_90a, the trainer's AdamW, reductions,
 # cuBLASLt wrapper and device_sm_count (kernels/device.cu) for sm_90, launch/dw_adamw_bench/capi.cu; and
 # libdwa_debug.so with DWA_HANG_CHECK (bounded mbarrier waits that print and trap; ptxas then serializes its wgmma,
-# C7510: for checks, not timing). Run from the repository root. Needs nvcc (13.0), cuBLASLt and the fmt headers
-# (EXTRA_INC: an extra include folder); the library links the CUDA runtime statically and cuBLASLt dynamically.
+# C7510: for checks, not timing) and libdwa_regs.so with DWA_EPI_REGS (the epilogue from the accumulator registers,
+# v28b, beside the default staged one until measured). Run from the repository root. Needs nvcc (13.0), cuBLASLt and
+# the fmt headers (EXTRA_INC: an extra include folder); the library links the CUDA runtime statically and cuBLASLt
+# dynamically.
 set -euo pipefail
 out=.carry/dwa
 obj=${OBJ:-/tmp/dwa-obj}
@@ -21,7 +23,11 @@ g++ -std=c++20 -O2 -fPIC -Ikernels -Isrc -I$(dirname $(which nvcc))/../include -
 nvcc $flags -gencode=arch=compute_90a,code=sm_90a -c kernels/dw_adamw/dw_adamw_sm90.cu -o $obj/dw_adamw_sm90.o
 nvcc $flags -DDWA_HANG_CHECK -gencode=arch=compute_90a,code=sm_90a -c kernels/dw_adamw/dw_adamw_sm90.cu \
   -o $obj/dw_adamw_sm90_debug.o
+nvcc $flags -DDWA_EPI_REGS -gencode=arch=compute_90a,code=sm_90a -c kernels/dw_adamw/dw_adamw_sm90.cu \
+  -o $obj/dw_adamw_sm90_regs.o
 objs=$(for f in $srcs src/backend/cuda/matmul.cpp; do echo $obj/$(basename ${f%.*}).o; done)
 nvcc -shared -arch=sm_90 -o $out/libdwa.so $objs $obj/dw_adamw_sm90.o -lcublasLt
 nvcc -shared -arch=sm_90 -o $out/libdwa_debug.so $objs $obj/dw_adamw_sm90_debug.o -lcublasLt
-echo "built $out/libdwa.so, $out/libdwa_debug.so (DWA_HANG_CHECK: a stuck mbarrier wait prints and traps)"
+nvcc -shared -arch=sm_90 -o $out/libdwa_regs.so $objs $obj/dw_adamw_sm90_regs.o -lcublasLt
+echo "built $out/libdwa.so, $out/libdwa_debug.so (DWA_HANG_CHECK: a stuck mbarrier wait prints and traps)," \
+  "$out/libdwa_regs.so (DWA_EPI_REGS: v28b's register epilogue, to compare)"
