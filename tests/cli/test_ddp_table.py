@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from record_edit import drop  # this folder
 
 SRC = pathlib.Path(os.environ.get("TRAINER_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 SCRIPT = SRC / "launch" / "ddp_table.py"
@@ -125,18 +126,6 @@ def test_failed_runs_are_rows(tmp_path):
     assert table["running"] == ["ddp_flat", "2", "running"]
     assert table["oom"] == ["ddp_flat", "2", "oom (out of memory on cuda:0: asked for 2 GiB)"]
     assert table["peer_oom"] == ["torch compiled DDP 25.0 MB", "2", "oom (out of memory)"]
-
-
-def drop(rec, dotted, null):
-    *path, key = dotted.split(".")
-    d = rec
-    for k in path:
-        d = d[k]
-    if null:
-        d[key] = None
-    else:
-        del d[key]
-    return rec
 
 
 ALL = ["10.0", "20.0", "5.0", "8.0", "2.0"]

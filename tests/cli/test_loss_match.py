@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+import record_edit  # this folder
 
 SRC = pathlib.Path(os.environ.get("TRAINER_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 LOSS_MATCH = SRC / "launch" / "loss_match.py"
@@ -58,16 +59,7 @@ def test_a_failed_reference_is_one_line_naming_it(tmp_path):
 
 def drop(path, dotted, null):
     """Rewrites the record at `path` with the key `dotted` (a.b.c) null or deleted."""
-    r = json.loads(path.read_text())
-    *keys, last = dotted.split(".")
-    d = r
-    for k in keys:
-        d = d[k]
-    if null:
-        d[last] = None
-    else:
-        del d[last]
-    path.write_text(json.dumps(r))
+    path.write_text(json.dumps(record_edit.drop(json.loads(path.read_text()), dotted, null)))
     return path
 
 
