@@ -68,6 +68,23 @@ void compare(const ModelDims& d, int rows, int T, AttnImpl attn) {
   CHECK(std::fabs(bf.loss - ref.loss) / ref.loss < 1e-2);
 }
 
+/// Each step's `key` (loss, grad_norm) of two result records: `steps` values each, equal (rel_tol 0) or within rel_tol
+/// of ref's; names label the two runs in the failure message.
+void check_per_step(const nlohmann::json& ref, const nlohmann::json& got, const char* key, size_t steps,
+                    double rel_tol, const char* ref_name, const char* got_name) {
+  const auto a = ref[key]["per_step"].get<std::vector<double>>();
+  const auto b = got[key]["per_step"].get<std::vector<double>>();
+  REQUIRE(a.size() == steps);
+  REQUIRE(b.size() == steps);
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(key << " step " << i + 1 << ": " << ref_name << " " << a[i] << ", " << got_name << " " << b[i]);
+    if (rel_tol == 0)
+      CHECK(a[i] == b[i]);
+    else
+      CHECK(std::fabs(a[i] - b[i]) <= rel_tol * std::fabs(a[i]));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("cuda model: tiny loss and every gradient match the CPU reference", "[cuda][model]") {
@@ -217,17 +234,7 @@ TEST_CASE("cuda model: steps replayed from a CUDA graph equal uncaptured steps",
     CHECK_FALSE(eager["timing"]["forward"]["mean_ms"].is_null());
     for (const char* key : {"loss", "grad_norm"}) {
       if (eager[key]["per_step"][0].is_null()) continue;  // no optimizer step (phase forward_backward): no norm
-      const auto a = eager[key]["per_step"].get<std::vector<double>>();
-      const auto b = graph[key]["per_step"].get<std::vector<double>>();
-      REQUIRE(a.size() == 7);
-      REQUIRE(b.size() == 7);
-      for (size_t i = 0; i < a.size(); ++i) {
-        INFO(key << " step " << i + 1 << ": uncaptured " << a[i] << " graph " << b[i]);
-        if (k.tol == 0)
-          CHECK(a[i] == b[i]);
-        else
-          CHECK(std::fabs(a[i] - b[i]) <= k.tol * std::fabs(a[i]));
-      }
+      check_per_step(eager, graph, key, 7, k.tol, "uncaptured", "graph");
     }
     // The lr moved every step (the warm-up), so the replays did not run on the captured step's values.
     if (!graph["lr"]["per_step"][1].is_null()) {
@@ -277,16 +284,7 @@ TEST_CASE("cuda model: optimizer.in_gemm trains as in_backward does", "[cuda][mo
     } else {
       CHECK(calls["matmul_dw_adamw (product, adamw)"] == 4 * 2 + 1);
     }
-    for (const char* key : {"loss", "grad_norm"}) {
-      const auto a = plain[key]["per_step"].get<std::vector<double>>();
-      const auto b = fused[key]["per_step"].get<std::vector<double>>();
-      REQUIRE(a.size() == 7);
-      REQUIRE(b.size() == 7);
-      for (size_t i = 0; i < a.size(); ++i) {
-        INFO(key << " step " << i + 1 << ": in_backward " << a[i] << ", in_gemm " << b[i]);
-        CHECK(std::fabs(a[i] - b[i]) <= 1e-3 * std::fabs(a[i]));
-      }
-    }
+    for (const char* key : {"loss", "grad_norm"}) check_per_step(plain, fused, key, 7, 1e-3, "in_backward", "in_gemm");
     // the fused kernel needs no temporary, and with one microbatch the blocks keep only their gains' gradients: the
     // peak is not above in_backward's
     const double peak_plain = plain["memory"]["peak_bytes"].get<double>(),
