@@ -13,7 +13,6 @@
 // block matrix's gradient never exists: a block's gradient buffer holds only those runs (UnitView::grad_runs).
 #include <cmath>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "optim/adamw.h"
 #include "parallel/strategy.h"
@@ -83,7 +82,7 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
   void begin_step(double lr, bool optimizer) override {
     update_in_backward_ = in_backward_ && optimizer;
     gemm_updates_ = in_gemm_ && optimizer;
-    updated_.clear();
+    if (in_gemm_) updated_.assign(model_->layout().params().size(), 0);
     if (optimizer) adamw_->begin_step(lr);  // uploads the step's lr and t (before any capture)
   }
   UnitView acquire(int unit, UnitPass pass) override {
@@ -133,7 +132,7 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
       const bool compact = compact_now(unit);
       for (size_t i : matrices_[size_t(unit)]) {  // a matrix the Model did not hand to update(): from the buffer
         const ParamInfo& p = lay.params()[i];
-        if (updated_.count(p.offset)) continue;
+        if (updated_[i]) continue;
         TRAINER_CHECK(!compact, "none: {} was not updated in its product, and its gradient has no slot", p.name);
         adamw_->step_range(p.offset, model_->params().slice(p.offset, {p.numel}),
                            g.view(t, {n}).slice(p.offset - b, {p.numel}),
@@ -161,7 +160,7 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
     const int64_t n = dY.cols() * X.cols();
     const std::vector<ParamInfo>& ps = model_->layout().params();
     for (size_t i = size_t(slot->second); i < ps.size() && ps[i].offset < p.offset + n; ++i)
-      updated_.insert(ps[i].offset);  // (the layout lists parameters by offset)
+      updated_[i] = 1;  // (the layout lists parameters by offset)
     const Tensor all = work();
     adamw_->step_matrix(p.offset, model_->params().slice(p.offset, {n}), all.data ? all.slice(p.offset, {n}) : Tensor(),
                         dY, X, static_cast<double*>(sumsq_.data()) + model_->layout().num_units() + slot->second,
@@ -234,7 +233,7 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
   std::vector<std::vector<size_t>> matrices_;   // in_gemm: per unit, its fused matrices (parameter indices)
   std::vector<int64_t> compact_;                // in_gemm: per unit, the compact gradient's elements
   std::unordered_map<int64_t, int64_t> param_index_;  // in_gemm: a parameter's index (its slot) by its offset
-  std::unordered_set<int64_t> updated_;  // in_gemm: the offsets of the parameters update() took this step
+  std::vector<char> updated_;  // in_gemm: per parameter (index), whether update() took it this step
   Buffer sumsq_;  // f64 sum g^2 of each update: [units + params] with in_backward, else [2] (the sum, the f32 clip
                   // factor)
 };
