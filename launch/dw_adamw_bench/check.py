@@ -222,9 +222,9 @@ TOKENS = 4 * 512
 
 def time_block(name, weights, rounds):
     rows = []
+    if args.weights and set(args.weights.split(",")) - set(weights):
+        raise SystemExit(f"check.py: unknown --weights {args.weights}; known: {list(weights)}")
     for wname, (M, N) in weights.items():
-        if args.weights and set(args.weights.split(",")) - set(weights):
-            raise SystemExit(f"check.py: unknown --weights {args.weights}; known: {list(weights)}")
         if args.weights and wname not in args.weights.split(","):
             continue
         K = TOKENS
