@@ -22,7 +22,7 @@
 //   by TMA, in chunks of 64 rows x 32 columns (one 8 KB fp32 box per array, 128B-swizzled), into a ring of kEpiSlots
 //   shared slots, in the CTA's tile order; it runs ahead of the epilogues by the ring's size, so a tile's first chunks
 //   arrive during its products and the rest stream under the epilogue. v27's register loads (a thread's few float2 in
-//   flight) reached 1.3 TB/s (v28: ncu, 68% L2 hits); the ring holds 64-96 KB of boxes per SM (kEpiSlots).
+//   flight) reached 1.3 TB/s (v28: ncu, 68% L2 hits); the ring holds 72-96 KB of boxes per SM (kEpiSlots).
 // - Epilogue: thread (warp w, lane g*4+t) holds rows 16w + g (+8) of each 64-row half and columns 8j + 2t, +1 (the
 //   wgmma accumulator layout, sm90/wgmma.cuh). The chunks are a loop (the chunk's 16 accumulators moved to the front
 //   after each). Default (epilogue_staged): each thread writes its accumulators into the slot's g box, then the
@@ -68,10 +68,12 @@ constexpr bool kEpiStaged = false;  // the v28b epilogue: each thread's accumula
 #else
 constexpr bool kEpiStaged = true;  // the accumulators through the slot's g box, a runtime loop over float4s
 #endif
-/// Boxes a slot holds: the loaded arrays, and (staged) the chunk's gradient written by the consumer.
+/// Boxes a slot holds: the loaded arrays, and (staged, without grad_in) the chunk's gradient written by the consumer;
+/// with grad_in the staged epilogue writes the sum into grad_in's box in place.
 template <bool kUpdate, bool kGradIn>
-constexpr int kEpiSlotBoxes = kEpiArrays<kUpdate, kGradIn> + (kEpiStaged && kEpiArrays<kUpdate, kGradIn> > 0);
-/// The ring's slots: 96 KB of boxes at most, 4 slots at most.
+constexpr int kEpiSlotBoxes =
+    kEpiArrays<kUpdate, kGradIn> + (kEpiStaged && !kGradIn && kEpiArrays<kUpdate, kGradIn> > 0);
+/// The ring's slots: 96 KB of boxes at most, 4 slots at most (staged: 3 with the update, with or without grad_in).
 template <bool kUpdate, bool kGradIn>
 constexpr int kEpiSlots = kEpiArrays<kUpdate, kGradIn> == 0 ? 0 : std::min(4, 12 / kEpiSlotBoxes<kUpdate, kGradIn>);
 template <bool kUpdate, bool kGradIn>
@@ -199,7 +201,8 @@ __device__ __forceinline__ uint32_t gbox_offset(int r, int c) {
 }
 
 /// The staged epilogue (kEpiStaged, with a ring): per chunk, each consumer thread writes its 16 accumulators into
-/// the slot's g box (the boxes' swizzled layout), the warpgroup syncs (named barrier 6 + wc), and then each thread
+/// the slot's g box (gbox_offset's layout; with grad_in, their sums with grad_in's elements into grad_in's box in
+/// place, in the TMA's swizzled layout), the warpgroup syncs (named barrier 6 + wc), and then each thread
 /// takes 4 of the chunk's 512 float4s in a runtime loop: a row's 8 float4s are 8 consecutive threads, so the global
 /// stores are whole 128-byte rows and the shared reads are free of bank conflicts, and the loop body holds one
 /// float4's AdamW (v28b's unrolled 16-element body was ~40 KB of SASS). Same elements, same adamw_one: the same bits
@@ -210,7 +213,9 @@ __device__ __forceinline__ void epilogue_staged(const Params& p, const AdamWStep
                                                 uint64_t* epi_empty, int wc, int ct, int warp, int g, int t,
                                                 double& sumsq) {
   constexpr int kArrays = kEpiArrays<kUpdate, kGradIn>, kSlots = kEpiSlots<kUpdate, kGradIn>;
-  constexpr int kGradInBox = kUpdate ? 3 : 0, kGBox = kArrays;  // boxes in a slot
+  // the g box: its own (gbox_offset's layout), or with grad_in, grad_in's box (the TMA's layout), summed in place
+  constexpr int kGBox = kGradIn ? (kUpdate ? 3 : 0) : kArrays;
+  auto goff = [](int r, int c) { return kGradIn ? swizzle128_f32(r, c) : gbox_offset(r, c); };
 #pragma unroll 1
   for (int k = 0; k < kEpiChunks; ++k) {
     const int h = k / 4, q = k % 4;
@@ -220,9 +225,15 @@ __device__ __forceinline__ void epilogue_staged(const Params& p, const AdamWStep
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj)
 #pragma unroll
-      for (int r = 0; r < 2; ++r)
-        *reinterpret_cast<float2*>(slot + kGBox * kEpiBox + gbox_offset(16 * warp + g + 8 * r, 8 * jj + 2 * t)) =
-            make_float2(acc[0][4 * jj + 2 * r], acc[0][4 * jj + 2 * r + 1]);
+      for (int r = 0; r < 2; ++r) {
+        float2* gp = reinterpret_cast<float2*>(slot + kGBox * kEpiBox + goff(16 * warp + g + 8 * r, 8 * jj + 2 * t));
+        float2 gv = make_float2(acc[0][4 * jj + 2 * r], acc[0][4 * jj + 2 * r + 1]);
+        if constexpr (kGradIn) {  // the earlier microbatches' sum, then this product (this thread's own elements)
+          const float2 gi = *gp;
+          gv.x = gi.x + gv.x, gv.y = gi.y + gv.y;
+        }
+        *gp = gv;
+      }
     named_bar_sync(6 + wc, 128);  // the chunk's g box is whole
 #pragma unroll 1
     for (int i = 0; i < kEpiRows * kEpiCols / 4 / 128; ++i) {
@@ -230,11 +241,7 @@ __device__ __forceinline__ void epilogue_staged(const Params& p, const AdamWStep
       const int row = m0 + 64 * h + rl, col = n0 + 32 * q + cl;
       if (row >= p.M || col >= p.N) continue;  // N a multiple of 4: col + 3 < N too
       const uint32_t so = swizzle128_f32(rl, cl);
-      float4 gv = *reinterpret_cast<const float4*>(slot + kGBox * kEpiBox + gbox_offset(rl, cl));
-      if constexpr (kGradIn) {  // the earlier microbatches' sum, then this product
-        const float4 gi = *reinterpret_cast<const float4*>(slot + kGradInBox * kEpiBox + so);
-        gv.x = gi.x + gv.x, gv.y = gi.y + gv.y, gv.z = gi.z + gv.z, gv.w = gi.w + gv.w;
-      }
+      const float4 gv = *reinterpret_cast<const float4*>(slot + kGBox * kEpiBox + goff(rl, cl));
       sumsq += double(gv.x) * double(gv.x) + double(gv.y) * double(gv.y) + double(gv.z) * double(gv.z) +
                double(gv.w) * double(gv.w);
       const int64_t o = int64_t(row) * p.ld + col;
@@ -256,7 +263,10 @@ __device__ __forceinline__ void epilogue_staged(const Params& p, const AdamWStep
         }
       }
     }
-    mbar_arrive(epi_empty + c % kSlots);  // this thread has read the slot (the TMA never writes the g box)
+    // With grad_in this thread wrote into a box the TMA writes next: its shared stores ordered before that write
+    // (generic proxy, then async proxy). Then: this thread has read the slot.
+    if constexpr (kGradIn) fence_proxy_async();
+    mbar_arrive(epi_empty + c % kSlots);
     // the next chunk's accumulators to the front
 #pragma unroll
     for (int i = 0; i < 128 - 16; ++i) acc[i / 64][i % 64] = acc[(i + 16) / 64][(i + 16) % 64];
