@@ -7,7 +7,7 @@
 //
 // Tiles of 128 (M) x 128 (N), numbered along the smaller of M and N first, so that the operand consecutive tiles walk
 // is the smaller one and stays in L2 (n-fastest: tile L has rows 128 (L / TN), columns 128 (L % TN)). CTA c of G (one
-// per SM) takes tiles c, c + G, ..., its j-th by consumer warpgroup j % 2. K runs in blocks of 64 through kStages
+// per SM) takes tiles c, c + G, ..., its j-th by consumer warpgroup j % 2. K runs in blocks of 64 through kStagesOf
 // shared stages: A = dY's [64 K rows x 128 M columns] and B = X's [64 x 128 N], each two 64-column sub-tiles, both
 // operands MN-major (dY and X are row-major [K, *]), as the attention backward's dQ = dS K reads dS and K.
 // - Producer (warpgroup 0, one thread): TMA boxes of 64 x 64 into the stage, full[s] by transaction bytes, waiting
@@ -53,7 +53,6 @@ namespace {
 using namespace trainer::sm90;
 
 constexpr int kBM = 128, kBN = 128, kBK = 64;
-constexpr int kStages = 4;
 constexpr int kSubBytes = kBK * 128;                          // one 64-row x 64-column bf16 sub-tile (128B rows)
 constexpr int kABytes = 2 * kSubBytes, kBBytes = 2 * kSubBytes;  // M (N) = 128: two sub-tiles
 constexpr int kStageBytes = kABytes + kBBytes;
@@ -73,21 +72,40 @@ constexpr bool kEpiStaged = true;  // the accumulators through the slot's g box,
 template <bool kUpdate, bool kGradIn>
 constexpr int kEpiSlotBoxes =
     kEpiArrays<kUpdate, kGradIn> + (kEpiStaged && !kGradIn && kEpiArrays<kUpdate, kGradIn> > 0);
-/// The ring's slots: 96 KB of boxes at most, 4 slots at most (staged: 3 with the update, with or without grad_in).
+// Build knobs (the bench builds variants with them; the trainer uses the defaults): the most operand stages and
+// epilogue slots. The ring takes its slots first, the operand stages what shared memory is left.
+#ifndef DWA_MAX_STAGES
+#define DWA_MAX_STAGES 4
+#endif
+#ifndef DWA_MAX_EPI_SLOTS
+#define DWA_MAX_EPI_SLOTS 4
+#endif
+/// The ring's slots: 96 KB of boxes at most, DWA_MAX_EPI_SLOTS (at most 4) slots at most (staged: 3 with the update,
+/// with or without grad_in).
 template <bool kUpdate, bool kGradIn>
-constexpr int kEpiSlots = kEpiArrays<kUpdate, kGradIn> == 0 ? 0 : std::min(4, 12 / kEpiSlotBoxes<kUpdate, kGradIn>);
+constexpr int kEpiSlots =
+    kEpiArrays<kUpdate, kGradIn> == 0 ? 0 : std::min(DWA_MAX_EPI_SLOTS, 12 / kEpiSlotBoxes<kUpdate, kGradIn>);
 template <bool kUpdate, bool kGradIn>
 constexpr int kEpiSlotBytes = kEpiSlotBoxes<kUpdate, kGradIn> * kEpiBox;
 template <bool kUpdate, bool kGradIn>
 constexpr int kEpiRingBytes = kEpiSlots<kUpdate, kGradIn> * kEpiSlotBytes<kUpdate, kGradIn>;
-// operand stages, the ring, 8 + 8 mbarriers, the 8 consumer warps' sums of g², the 1024-byte alignment
+// Shared memory besides stages and ring: the 1024-byte alignment, the 8 consumer warps' sums of g², 8 + 8 operand
+// mbarriers at most, 4 + 4 of the ring
+constexpr int kSmemLimit = 227 * 1024, kSmemFixed = 1024 + 8 * 8 + (2 * 8 + 8) * 8;
+/// Operand stages: DWA_MAX_STAGES, or fewer where the ring leaves less room (with the update's 96 KB ring: 4).
 template <bool kUpdate, bool kGradIn>
-constexpr int kSmemBytes = kStages * kStageBytes + kEpiRingBytes<kUpdate, kGradIn> + 16 * 8 + 8 * 8 + 1024;
+constexpr int kStagesOf =
+    std::min(DWA_MAX_STAGES, (kSmemLimit - kSmemFixed - kEpiRingBytes<kUpdate, kGradIn>) / kStageBytes);
+template <bool kUpdate, bool kGradIn>
+constexpr int kSmemBytes = kStagesOf<kUpdate, kGradIn> * kStageBytes + kEpiRingBytes<kUpdate, kGradIn> + kSmemFixed;
 // setmaxnreg: the producers give registers up, the consumers (128 accumulators a thread) take them
 constexpr int kRegsProducer = 40, kRegsConsumer = 232;
-static_assert(kSmemBytes<true, true> <= 227 * 1024 && kSmemBytes<true, false> <= 227 * 1024 &&
-                  kSmemBytes<false, true> <= 227 * 1024 && kSmemBytes<false, false> <= 227 * 1024,
+static_assert(kSmemBytes<true, true> <= kSmemLimit && kSmemBytes<true, false> <= kSmemLimit &&
+                  kSmemBytes<false, true> <= kSmemLimit && kSmemBytes<false, false> <= kSmemLimit,
               "shared memory of one sm_90 CTA");
+static_assert(kStagesOf<true, true> >= 2 && kStagesOf<false, false> <= 8 && DWA_MAX_EPI_SLOTS >= 1 &&
+                  DWA_MAX_EPI_SLOTS <= 4,
+              "2..8 operand stages (their mbarriers), 1..4 epilogue slots");
 static_assert(kRegsProducer + 2 * kRegsConsumer <= 3 * ((65536 / kThreads) & ~7), "setmaxnreg budget");
 
 struct Params {
@@ -278,6 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     dw_adamw_kernel(const Params p, const __grid_constant__ CUtensorMap tma_dy,
                     const __grid_constant__ CUtensorMap tma_x, const __grid_constant__ EpiMaps epi) {
   constexpr int kArrays = kEpiArrays<kUpdate, kGradIn>, kSlots = kEpiSlots<kUpdate, kGradIn>;
+  constexpr int kStages = kStagesOf<kUpdate, kGradIn>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* sbase = align_smem_1024(smem_raw);
   uint8_t* ring = sbase + kStages * kStageBytes;  // 1024-byte aligned: slots of 8 KB boxes
@@ -349,7 +368,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             tma_load_2d(slot + kEpiBox, &epi.m, col0, row0, epi_full + s);
             tma_load_2d(slot + 2 * kEpiBox, &epi.v, col0, row0, epi_full + s);
           }
-          if constexpr (kGradIn) tma_load_2d(slot + (kUpdate ? 3 : 0) * kEpiBox, &epi.grad_in, col0, row0, epi_full + s);
+          if constexpr (kGradIn)
+            tma_load_2d(slot + (kUpdate ? 3 : 0) * kEpiBox, &epi.grad_in, col0, row0, epi_full + s);
         }
       }
     }
