@@ -189,7 +189,8 @@ std::string Plan::table() const {
   t += fmt::format("work per step: {:.4g} TFLOP (model, incl. recompute; {:.4g} executed), {:.4g} GB moved, {:.4g} GB "
                    "sent in collectives\n",
                    flops / 1e12, executed_flops / 1e12, bytes_moved / 1e9, comm_bytes / 1e9);
-  t += fmt::format("predicted step: {} = {} compute + {} memory-bound + {} communication (no overlap assumed)\n",
+  t += fmt::format("predicted step: {} = {} compute + {} memory-bound + {} communication (ops in sequence, each at "
+                   "the slower of its FLOPs and bytes)\n",
                    fmt_time(time_s), fmt_time(compute_s), fmt_time(memory_s), fmt_time(comm_s));
   if (device == "cpu") {  // the cpu's nominal rates: no bf16, no Hopper kernels
     t += fmt::format("assumed rates ({}): GEMM fp32 {:.4g} TFLOP/s, attention {:.4g} TFLOP/s, memory {:.4g} TB/s, "

@@ -39,7 +39,8 @@ struct Plan {
   double executed_flops = 0;  // what the kernels execute (causal flash attention halves)
   double bytes_moved = 0;     // bytes read + written by the ops
   double compute_s = 0, memory_s = 0, comm_s = 0;  // predicted time of FLOP-bound ops, byte-bound ops, collectives
-  double time_s = 0;          // compute_s + memory_s + comm_s (no overlap assumed)
+  double time_s = 0;          // compute_s + memory_s + comm_s (ops and collectives in sequence; an op, fused or
+                              // not, costs the slower of its FLOPs and its bytes)
   double comm_bytes = 0;      // bytes this rank sends in collectives (busbw convention)
   MetaRates rates;
   double bus_bandwidth = 0;   // bytes/s assumed for collectives
