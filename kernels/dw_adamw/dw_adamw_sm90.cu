@@ -80,6 +80,11 @@ constexpr int kEpiSlotBoxes =
 #ifndef DWA_MAX_EPI_SLOTS
 #define DWA_MAX_EPI_SLOTS 4
 #endif
+// ... and how many of a thread's 4 float4s a chunk the staged epilogue's loop holds in one pass (1: v28c)
+#ifndef DWA_EPI_UNROLL
+#define DWA_EPI_UNROLL 1
+#endif
+constexpr int kEpiUnroll = DWA_EPI_UNROLL;
 /// The ring's slots: 96 KB of boxes at most, DWA_MAX_EPI_SLOTS (at most 4) slots at most (staged: 3 with the update,
 /// with or without grad_in).
 template <bool kUpdate, bool kGradIn>
@@ -253,7 +258,7 @@ __device__ __forceinline__ void epilogue_staged(const Params& p, const AdamWStep
         *gp = gv;
       }
     named_bar_sync(6 + wc, 128);  // the chunk's g box is whole
-#pragma unroll 1
+#pragma unroll(kEpiUnroll)
     for (int i = 0; i < kEpiRows * kEpiCols / 4 / 128; ++i) {
       const int e4 = ct + 128 * i, rl = e4 / 8, cl = (e4 % 8) * 4;  // in the chunk
       const int row = m0 + 64 * h + rl, col = n0 + 32 * q + cl;

@@ -6,9 +6,10 @@
 # C7510: for checks, not timing), libdwa_regs.so with DWA_EPI_REGS (the epilogue from the accumulator registers, v28b,
 # beside the default staged one until measured), and two other shared-memory splits (libdwa_s7.so: up to 7 operand
 # stages, which only the product without the update's ring gets; libdwa_s5r2.so: 2 epilogue slots and 5 stages), to
-# find what the product alone lacks against cuBLASLt (v28: 0.70 against 0.58 ms an xl block). Run from the repository
-# root. Needs nvcc (13.0), cuBLASLt and the fmt headers (EXTRA_INC: an extra include folder); the library links the
-# CUDA runtime statically and cuBLASLt dynamically.
+# find what the product alone lacks against cuBLASLt (v28: 0.70 against 0.58 ms an xl block), and libdwa_u2.so /
+# libdwa_u4.so (the staged epilogue's float4 loop unrolled 2 / 4 times: more loads in flight a warp). Run from the
+# repository root. Needs nvcc (13.0), cuBLASLt and the fmt headers (EXTRA_INC: an extra include folder); the library
+# links the CUDA runtime statically and cuBLASLt dynamically.
 set -euo pipefail
 out=.carry/dwa
 obj=${OBJ:-/tmp/dwa-obj}
@@ -24,7 +25,7 @@ g++ -std=c++20 -O2 -fPIC -Ikernels -Isrc -I$(dirname $(which nvcc))/../include -
   -c src/backend/cuda/matmul.cpp -o $obj/matmul.o
 # The kernel's libraries: name and defines (kernels/dw_adamw/dw_adamw_sm90.cu's build knobs)
 variants="dwa: dwa_debug:-DDWA_HANG_CHECK dwa_regs:-DDWA_EPI_REGS dwa_s7:-DDWA_MAX_STAGES=7 \
-  dwa_s5r2:-DDWA_MAX_STAGES=5,-DDWA_MAX_EPI_SLOTS=2"
+  dwa_s5r2:-DDWA_MAX_STAGES=5,-DDWA_MAX_EPI_SLOTS=2 dwa_u2:-DDWA_EPI_UNROLL=2 dwa_u4:-DDWA_EPI_UNROLL=4"
 echo $variants | tr ' ' '\n' | xargs -P ${JOBS:-2} -I{} sh -c 'v={}; n=${v%%:*}; d=$(echo ${v#*:} | tr , " "); \
   nvcc '"$flags"' $d -gencode=arch=compute_90a,code=sm_90a -c kernels/dw_adamw/dw_adamw_sm90.cu \
   -o '"$obj"'/k_$n.o'
@@ -35,4 +36,5 @@ for v in $variants; do
 done
 echo "built in $out: libdwa.so (production), libdwa_debug.so (DWA_HANG_CHECK: a stuck mbarrier wait prints and" \
   "traps), libdwa_regs.so (DWA_EPI_REGS: v28b's register epilogue), libdwa_s7.so (up to 7 operand stages: the" \
-  "product alone gets 7), libdwa_s5r2.so (2 epilogue slots, 5 stages)"
+  "product alone gets 7), libdwa_s5r2.so (2 epilogue slots, 5 stages), libdwa_u2.so / libdwa_u4.so (the staged" \
+  "epilogue's loop unrolled 2 / 4 times)"

@@ -1,11 +1,11 @@
 #!/bin/bash
 # v29 call1 (prepared in the 29th session, which had no device; v28's call6 with the [dw_adamw] tests, steps with
-# microbatch 2, two other shared-memory splits and a memcheck added): the two epilogues side by side, v28b
-# (libdwa_regs.so: the chunks a loop, each thread's accumulators straight from registers) and v28c (libdwa.so: the
-# accumulators through the slot's g box, a float4 runtime loop; with grad_in, summed into grad_in's box in place).
-# Checks (the hang-checked library first), xl and small timing, the [dw_adamw] tests, xl / small steps in_gemm off /
-# on (v28c), then while time is left xl at microbatch 2, memcheck at the small shapes and an ncu stall summary of one
-# W13 call. Carry .dev:
+# microbatch 2, two other shared-memory splits, the epilogue's loop unrolled and a memcheck added): the two epilogues
+# side by side, v28b (libdwa_regs.so: the chunks a loop, each thread's accumulators straight from registers) and v28c
+# (libdwa.so: the accumulators through the slot's g box, a float4 runtime loop; with grad_in, summed into grad_in's
+# box in place). Checks (the hang-checked library first), xl and small timing, the [dw_adamw] tests, xl / small steps
+# in_gemm off / on (v28c), then while time is left xl at microbatch 2, memcheck at the small shapes and an ncu stall
+# summary of one W13 call. Carry .dev:
 #   OBJ=/tmp/dwa-obj bash launch/dw_adamw_bench/build.sh && tar cJf .dev/dwa.tar.xz -C .carry dwa
 #   xz -T4 -c build-cuda/trainer > .dev/trainer.xz; xz -T4 -c build-cuda/tests/unit_tests > .dev/unit_tests.xz
 #   cp this file .dev/call1.sh; run: bash .dev/call1.sh
@@ -27,6 +27,12 @@ step time_s7 100 python3 $C --lib dwa/libdwa_s7.so --no-check --rounds 7 --varia
   --out $R/time_s7
 step time_s5r2 100 python3 $C --lib dwa/libdwa_s5r2.so --no-check --rounds 7 --variants fused,fused_grad_in,today \
   --out $R/time_s5r2
+# the staged epilogue's float4 loop unrolled 2 and 4 times (one epilogue warp a scheduler: latency-bound?)
+for u in u2 u4; do
+  step check_$u 60 python3 $C --lib dwa/libdwa_$u.so --quick --no-time --out $R/check_$u
+  step time_$u 100 python3 $C --lib dwa/libdwa_$u.so --no-check --rounds 7 --variants fused,fused_grad_in,today \
+    --out $R/time_$u
+done
 step tests 120 .dev/bin/unit_tests "[dw_adamw],[checkpointing]"
 xl() { local n=$1; shift
   step $n 90 .dev/bin/trainer configs/xl.json --set device=cuda --set precision=bf16 --set name=$n \
@@ -50,8 +56,9 @@ if [ $(left 590) -gt 100 ]; then
   ncu -i $R/fused.ncu-rep --page source --csv --print-source sass 2>/dev/null | gzip > $R/source.csv.gz
   rm -f $R/fused.ncu-rep; save
 fi
-grep -E "failures" $R/quick.log $R/check.log $R/check_regs.log $R/check_s7.log $R/check_s5r2.log
-for t in time time_regs time_s7 time_s5r2; do echo "== $t"; tail -13 $R/$t.log; done; tail -3 $R/tests.log
+grep -E "failures" $R/quick.log $R/check*.log
+for t in time time_regs time_s7 time_s5r2 time_u2 time_u4; do echo "== $t"; tail -13 $R/$t.log; done
+tail -3 $R/tests.log
 grep -E "ERROR SUMMARY" $R/memcheck.log 2>/dev/null
 grep -E "Duration|DRAM Throughput|No Eligible|Warp Cycles Per Issued" $R/details.log 2>/dev/null
 for f in $R/xl_g*.json $R/small_g*.json $R/xl_mb2_g*.json; do
