@@ -22,16 +22,18 @@
 //   by TMA, in chunks of 64 rows x 32 columns (one 8 KB fp32 box per array, 128B-swizzled), into a ring of kEpiSlots
 //   shared slots, in the CTA's tile order; it runs ahead of the epilogues by the ring's size, so a tile's first chunks
 //   arrive during its products and the rest stream under the epilogue. v27's register loads (a thread's few float2 in
-//   flight) reached 1.3 TB/s (v28: ncu, 68% L2 hits); the ring holds 72-96 KB of boxes per SM (kEpiSlots).
+//   flight) reached 1.3 TB/s (v28: ncu, 68% L2 hits); the ring holds 96 KB of boxes per SM with the update, 32
+//   without (kEpiSlots; the build knobs below change it).
 // - Epilogue: thread (warp w, lane g*4+t) holds rows 16w + g (+8) of each 64-row half and columns 8j + 2t, +1 (the
 //   wgmma accumulator layout, sm90/wgmma.cuh). The chunks are a loop (the chunk's 16 accumulators moved to the front
-//   after each). Default (epilogue_staged): each thread writes its accumulators into the slot's g box, then the
-//   warpgroup takes the chunk as float4s in a runtime loop (adamw_one per element, whole 128-byte row stores of p, m,
-//   v and p_work). With DWA_EPI_REGS (epilogue, v28b; kept until the two are measured): each thread updates its own
-//   column pairs, reading p, m, v from the slot. The two consumers' epilogues run one after the other (named barriers
-//   4 and 5), so each chunk's slot and phase is waited for by one warpgroup at a time, at most one phase ahead. With
-//   grad_in (the step's earlier microbatches' gradient) g is that element plus the accumulator (kGradIn). Each thread
-//   sums its g² over its tiles; the CTA's sum goes to partials[blockIdx.x] (fixed order), which reduce_partials sums.
+//   after each). Default (epilogue_staged): each thread writes its accumulators into the slot's g box (with grad_in:
+//   their sums with grad_in's elements, into grad_in's box in place), then the warpgroup takes the chunk as float4s in
+//   a runtime loop (adamw_one per element, whole 128-byte row stores of p, m, v and p_work). With DWA_EPI_REGS
+//   (epilogue, v28b; kept until the two are measured): each thread updates its own column pairs, reading p, m, v from
+//   the slot. The two consumers' epilogues run one after the other (named barriers 4 and 5), so each chunk's slot and
+//   phase is waited for by one warpgroup at a time, at most one phase ahead. With grad_in (the step's earlier
+//   microbatches' gradient) g is that element plus the accumulator (kGradIn). Each thread sums its g² over its tiles;
+//   the CTA's sum goes to partials[blockIdx.x] (fixed order), which reduce_partials sums.
 // Ragged edges: TMA zero-fills rows past K and columns past M or N (they add zeros); a 64-column operand box or an
 // epilogue chunk wholly past M or N is not loaded; the epilogue skips elements past M or N.
 #include "common.cuh"  // first (fmt set-up for nvcc)
@@ -108,7 +110,8 @@ constexpr int kRegsProducer = 40, kRegsConsumer = 232;
 static_assert(kSmemBytes<true, true> <= kSmemLimit && kSmemBytes<true, false> <= kSmemLimit &&
                   kSmemBytes<false, true> <= kSmemLimit && kSmemBytes<false, false> <= kSmemLimit,
               "shared memory of one sm_90 CTA");
-static_assert(kStagesOf<true, true> >= 2 && kStagesOf<false, false> <= 8 && DWA_MAX_EPI_SLOTS >= 1 &&
+static_assert(DWA_MAX_STAGES >= 2 && kStagesOf<true, true> >= 2 && kStagesOf<true, false> >= 2 &&
+                  kStagesOf<false, true> >= 2 && kStagesOf<false, false> <= 8 && DWA_MAX_EPI_SLOTS >= 1 &&
                   DWA_MAX_EPI_SLOTS <= 4,
               "2..8 operand stages (their mbarriers), 1..4 epilogue slots");
 static_assert(kRegsProducer + 2 * kRegsConsumer <= 3 * ((65536 / kThreads) & ~7), "setmaxnreg budget");

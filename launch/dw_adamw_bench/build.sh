@@ -1,15 +1,15 @@
 #!/bin/bash
 # Builds the check/benchmark library of the fused weight gradient + AdamW kernel (ctypes; launch/dw_adamw_bench/
 # check.py) into .carry/dwa/ (ignored): kernels/dw_adamw/dw_adamw_sm90.cu for sm_90a, the trainer's AdamW, reductions,
-# cuBLASLt wrapper and device_sm_count (kernels/device.cu) for sm_90, launch/dw_adamw_bench/capi.cu; and
-# libdwa_debug.so with DWA_HANG_CHECK (bounded mbarrier waits that print and trap; ptxas then serializes its wgmma,
-# C7510: for checks, not timing), libdwa_regs.so with DWA_EPI_REGS (the epilogue from the accumulator registers, v28b,
-# beside the default staged one until measured), and two other shared-memory splits (libdwa_s7.so: up to 7 operand
-# stages, which only the product without the update's ring gets; libdwa_s5r2.so: 2 epilogue slots and 5 stages), to
-# find what the product alone lacks against cuBLASLt (v28: 0.70 against 0.58 ms an xl block), and libdwa_u2.so /
-# libdwa_u4.so (the staged epilogue's float4 loop unrolled 2 / 4 times: more loads in flight a warp). Run from the
-# repository root. Needs nvcc (13.0), cuBLASLt and the fmt headers (EXTRA_INC: an extra include folder); the library
-# links the CUDA runtime statically and cuBLASLt dynamically.
+# cuBLASLt wrapper and device_sm_count (kernels/device.cu) for sm_90, launch/dw_adamw_bench/capi.cu; and libdwa_debug.so
+# with DWA_HANG_CHECK (bounded mbarrier waits that print and trap; ptxas then serializes its wgmma, C7510: for checks,
+# not timing), libdwa_regs.so with DWA_EPI_REGS (the epilogue from the accumulator registers, v28b, beside the default
+# staged one until measured), and two other shared-memory splits (libdwa_s7.so: up to 7 operand stages, which the
+# product alone gets (6 with grad_in; the update's ring leaves room for 4); libdwa_s5r2.so: 2 epilogue slots and 5
+# stages), to find what the product alone lacks against cuBLASLt (v28: 0.70 against 0.58 ms an xl block), and
+# libdwa_u2.so / libdwa_u4.so (the staged epilogue's float4 loop unrolled 2 / 4 times: more loads in flight a warp). Run
+# from the repository root. Needs nvcc (13.0), cuBLASLt and the fmt headers (EXTRA_INC: an extra include folder); the
+# library links the CUDA runtime statically and cuBLASLt dynamically.
 set -euo pipefail
 out=.carry/dwa
 obj=${OBJ:-/tmp/dwa-obj}
