@@ -3,7 +3,14 @@
 // records, one-line errors) is tested in tests/cli/test_robustness.py.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <thread>
 
 #include "config/config.h"
@@ -30,6 +37,77 @@ TEST_CASE("interrupt: the first signal is recorded, a duplicate within 250 ms is
   CHECK(trainer::interrupt_signal() == 0);
   std::signal(SIGUSR1, SIG_DFL);  // leave the process as it was (a second signal would now terminate it)
   for (int s : {SIGINT, SIGTERM, SIGUSR2}) std::signal(s, SIG_DFL);
+}
+
+namespace {
+/// Runs `body` in a forked child (the signal dispositions it sets stay there), which starts from the default actions
+/// as a fresh process would (Catch2 has its own handlers); returns the child's wait status.
+int in_child(const std::function<void()>& body) {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) std::signal(s, SIG_DFL);
+    body();
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  return status;
+}
+}  // namespace
+
+TEST_CASE("interrupt: a signal that ends the process removes the pending file; one the train job handles does not",
+          "[interrupt]") {
+  namespace fs = std::filesystem;
+  const fs::path file = fs::temp_directory_path() / ("trainer-pending-" + std::to_string(::getpid()));
+  auto make = [&] { std::ofstream(file) << "half"; };
+  const std::string path = file.string();
+
+  // No handlers (another job; before the train job installs its own): SIGTERM removes the file, then ends the process.
+  make();
+  int st = in_child([&] {
+    trainer::set_pending_file(path.c_str());
+    std::raise(SIGTERM);
+  });
+  CHECK((WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM));
+  CHECK_FALSE(fs::exists(file));
+
+  // The train job's handlers installed first, the file named after (a rank's first write at a periodic checkpoint):
+  // the first SIGTERM only asks for a stop after the step; a second signal ends the process and removes the file.
+  make();
+  st = in_child([&] {
+    trainer::install_interrupt_handlers();
+    trainer::set_pending_file(path.c_str());
+    std::raise(SIGTERM);
+    if (trainer::interrupt_signal() != SIGTERM || !fs::exists(file)) ::_exit(10);
+    std::raise(SIGINT);
+    ::_exit(11);  // not reached
+  });
+  CHECK((WIFSIGNALED(st) && WTERMSIG(st) == SIGINT));
+  CHECK_FALSE(fs::exists(file));
+
+  // The file named first, the handlers after: they take over (the first signal does not end the process).
+  make();
+  st = in_child([&] {
+    trainer::set_pending_file(path.c_str());
+    trainer::install_interrupt_handlers();
+    std::raise(SIGINT);
+    ::_exit(trainer::interrupt_signal() == SIGINT ? 0 : 12);
+  });
+  CHECK((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+  CHECK(fs::exists(file));
+
+  // An ignored SIGHUP (nohup) stays ignored; a cleared pending file is not removed.
+  st = in_child([&] {
+    std::signal(SIGHUP, SIG_IGN);
+    trainer::set_pending_file(path.c_str());
+    std::raise(SIGHUP);
+    trainer::clear_pending_file(path.c_str());
+    std::raise(SIGTERM);
+  });
+  CHECK((WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM));
+  CHECK(fs::exists(file));
+  fs::remove(file);
 }
 
 namespace {

@@ -1,5 +1,5 @@
-// Interrupt handlers (see interrupt.h). The handler does only async-signal-safe things: one atomic store, and on the
-// second signal write(2), sigaction and raise.
+// Interrupt handlers and the pending file's removal (see interrupt.h). The handlers do only async-signal-safe things:
+// atomic loads and stores, and on a signal that ends the process write(2), unlink(2), sigaction and raise.
 #include "core/interrupt.h"
 
 #include <unistd.h>
@@ -22,12 +22,29 @@ constexpr int kSignals[] = {SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 // The same signal again within this window is one delivery seen twice, not a second request: Slurm signals every task
 // of a step and srun forwards what it receives to the same tasks; a shell's Ctrl-C can reach mpirun and a rank.
 constexpr int64_t kDuplicateWindowNs = 250'000'000;
+// The temporary file being written (set_pending_file), removed before a signal ends the process.
+std::atomic<const char*> g_pending_file{nullptr};
+static_assert(std::atomic<const char*>::is_always_lock_free, "the handlers load it");
 
 int64_t monotonic_ns() {  // clock_gettime is async-signal-safe
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
   return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
+
+/// Removes the pending file, restores the default action of `sig` and raises it again (the process ends as the
+/// signal's default action says).
+void end_with(int sig) {
+  if (const char* p = g_pending_file.load()) ::unlink(p);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ::sigaction(sig, &dfl, nullptr);
+  ::raise(sig);  // SIGUSR1/2's default action also terminates
+}
+
+/// Where no interrupt handler is installed: the pending file goes, then the signal does what it would have done.
+void on_cleanup_signal(int sig) { end_with(sig); }
 
 void on_signal(int sig) {
   int expected = 0;
@@ -39,11 +56,7 @@ void on_signal(int sig) {
   if (expected == sig && now - g_first_ns.load() < kDuplicateWindowNs) return;
   static const char msg[] = "\ntrainer: second interrupt: stopping now (the record keeps status \"running\")\n";
   [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  ::sigaction(sig, &dfl, nullptr);
-  ::raise(sig);  // SIGUSR1/2's default action also terminates
+  end_with(sig);
 }
 
 }  // namespace
@@ -54,6 +67,27 @@ void install_interrupt_handlers() {
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;  // a blocking read or MPI call resumes; the step loop polls the flag
   for (int s : kSignals) ::sigaction(s, &sa, nullptr);
+}
+
+void set_pending_file(const char* path) {
+  // SIGINT, SIGTERM and SIGHUP remove it where they would end the process (their action is the default one; checked
+  // on every call, a few system calls beside a file's write). A handler already there (install_interrupt_handlers',
+  // or the caller's) and an ignored signal (nohup's SIGHUP) are left as they are.
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction old {};
+    if (::sigaction(s, nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) continue;
+    struct sigaction sa {};
+    sa.sa_handler = on_cleanup_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    ::sigaction(s, &sa, nullptr);
+  }
+  g_pending_file.store(path);
+}
+
+void clear_pending_file(const char* path) {
+  const char* mine = path;  // unless another thread's write has taken the slot since
+  g_pending_file.compare_exchange_strong(mine, nullptr);
 }
 
 int interrupt_signal() { return g_signal.load(); }

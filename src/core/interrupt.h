@@ -6,6 +6,8 @@
 // A second signal of any of these kinds stops the process at once with the signal's default action (the shell sees
 // 128 + signal number; the record keeps status "running"). The same signal again within 250 ms counts as the first
 // (Slurm signals every task and srun forwards the same signal to them: one request, delivered twice).
+// Whatever ends the process on a signal (the second interrupt; SIGINT, SIGTERM, SIGHUP where no interrupt handler is
+// installed) first removes the temporary file being written (set_pending_file), so no half-written file is left.
 #pragma once
 
 namespace trainer {
@@ -20,6 +22,15 @@ int interrupt_signal();
 
 /// "SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2", or "signal" for another number.
 const char* interrupt_signal_name(int sig);
+
+/// Names the temporary file being written (write_file_atomic: the path stays valid until clear_pending_file): a signal
+/// that ends the process removes it first. Each call installs that removal for SIGINT, SIGTERM and SIGHUP where their
+/// action is the default (an interrupt handler installed before or after stays in charge, and removes it on the
+/// second signal; an ignored signal stays ignored). One file at a time: a later call replaces the earlier.
+void set_pending_file(const char* path);
+
+/// Forgets `path` as the pending file, unless another call has named another file since.
+void clear_pending_file(const char* path);
 
 /// For tests: forget a received signal (the handlers stay installed).
 void reset_interrupt();

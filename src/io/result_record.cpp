@@ -2,7 +2,6 @@
 #include "io/result_record.h"
 
 #include <atomic>
-#include <csignal>
 
 #include <fcntl.h>
 #include <mpi.h>
@@ -22,6 +21,7 @@
 #include <iterator>
 
 #include "core/errors.h"
+#include "core/interrupt.h"
 
 namespace trainer {
 namespace fs = std::filesystem;
@@ -105,30 +105,13 @@ void check_output_path(const std::string& path, const std::string& key) {
 }
 
 namespace {
-// The temp file being written, removed by a signal handler if the run is interrupted (Ctrl-C, SIGTERM from a
-// scheduler) so that no half-written file is left behind; then the signal's default action proceeds.
-std::atomic<const char*> g_pending_tmp{nullptr};
-
-extern "C" void remove_pending_tmp(int sig) {
-  if (const char* p = g_pending_tmp.load()) ::unlink(p);
-  std::signal(sig, SIG_DFL);
-  std::raise(sig);
-}
-
+// The temp file being written, removed if a signal ends the run meanwhile (Ctrl-C, SIGTERM from a scheduler; the
+// train job's first interrupt only stops it after the step, so the write completes): core/interrupt.h.
 struct PendingTmp {
-  explicit PendingTmp(const std::string& tmp) {
-    static const bool installed = [] {
-      for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, remove_pending_tmp);
-      return true;
-    }();
-    (void)installed;
-    tmp_ = tmp.c_str();
-    g_pending_tmp.store(tmp_);
-  }
-  ~PendingTmp() {  // unless another thread's write has taken the slot since
-    const char* mine = tmp_;
-    g_pending_tmp.compare_exchange_strong(mine, nullptr);
-  }
+  explicit PendingTmp(const std::string& tmp) : tmp_(tmp.c_str()) { set_pending_file(tmp_); }
+  ~PendingTmp() { clear_pending_file(tmp_); }
+  PendingTmp(const PendingTmp&) = delete;
+  PendingTmp& operator=(const PendingTmp&) = delete;
   const char* tmp_ = nullptr;
 };
 }  // namespace

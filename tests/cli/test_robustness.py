@@ -118,6 +118,25 @@ def test_sigterm_and_sigusr1_also_interrupt(trainer_bin, tmp_path):
         assert r["status"] == "interrupted" and r["interrupted"]["signal"] == sig.name
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_after_the_first_file_written_late_still_stops_after_the_step(trainer_bin, tmp_path, sig):
+    """With output.results /dev/null (written through, no temporary file) the run's first atomic write is its first
+    periodic checkpoint, after the interrupt handlers are in place: that write once put its own handler (remove the
+    temporary file, then die) in their place, so the interrupt killed the run. It must stop after the step, exit 4."""
+    ckpt = tmp_path / "ck"
+    cfg = write_json(tmp_path / "c.json", long_run(tmp_path, output={"results": "/dev/null", "checkpoint": str(ckpt),
+                                                                     "checkpoint_every": 2}))
+    proc = start(trainer_bin, [cfg], tmp_path)
+    wait_for_line(proc, "checkpoint after step 2 written")
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_INTERRUPTED, (proc.returncode, err[-3000:])
+    assert f"interrupted ({sig.name}): stopping after step" in err
+    latest = (ckpt / "latest").read_text().strip()
+    assert json.loads((ckpt / latest / "manifest.json").read_text())["step"] >= 2
+    assert not [p for p in snapshot(tmp_path) if ".tmp" in p]
+
+
 def test_a_second_signal_stops_at_once(trainer_bin, tmp_path):
     cfg = write_json(tmp_path / "c.json", long_run(tmp_path))
     proc = start(trainer_bin, [cfg], tmp_path)

@@ -298,6 +298,30 @@ def test_a_rank_that_never_reports_its_end_is_waited_for_at_most_comm_timeout_s(
     assert 3 <= wall < 30, f"took {wall:.1f} s"
 
 
+def test_sigterm_to_every_rank_after_a_periodic_checkpoint_still_stops_after_the_step(tmp_path):
+    """Slurm's pre-emption (SIGTERM to every task) of zero1 with output.checkpoint_every: each rank > 0 writes its
+    first file (its optimizer shard) only at the first periodic checkpoint, after the interrupt handlers are in place.
+    That first write must not take the signals over (it once did: rank 1 then died of the SIGTERM, mpirun exited 143
+    and the record stayed running); every rank stops after the same step and mpirun exits with code 4."""
+    import signal
+    p, record, rank1 = start_two_ranks(tmp_path, "pre", "parallel.strategy=zero1", "bench.measure_steps=100000",
+                                       "bench.log_every=1", "output.checkpoint_every=2")
+    rank0 = running_rank(p, record, rank=0)
+    t0 = time.time()
+    while not (tmp_path / "pre.ck" / "latest").exists() and time.time() - t0 < 60:  # the first periodic checkpoint
+        time.sleep(0.1)
+    assert (tmp_path / "pre.ck" / "latest").exists(), "no periodic checkpoint in 60 s"
+    for pid in (rank0, rank1):
+        os.kill(pid, signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 4, err[-3000:]
+    r = json.loads(record.read_text())
+    assert r["status"] == "interrupted" and r["interrupted"]["signal"] == "SIGTERM"
+    latest = (tmp_path / "pre.ck" / "latest").read_text().strip()
+    assert json.loads((tmp_path / "pre.ck" / latest / "manifest.json").read_text())["step"] == \
+        r["interrupted"]["steps_done"]
+
+
 class SlowTerminal:
     """A pseudo-terminal whose slave side (a character device, which write_file_atomic writes directly: no temporary
     file, no fsync) stands in for an output file: a write larger than what the terminal buffers (some 10s of KiB; the
