@@ -181,7 +181,7 @@ CheckpointWrite::CheckpointWrite(std::string dir, int64_t step, bool is_root)
 
 std::string CheckpointWrite::file(const std::string& name) const { return (fs::path(tmp_) / name).string(); }
 
-std::string CheckpointWrite::commit(const json& manifest) {
+std::string CheckpointWrite::commit(const json& manifest, const std::string& parent) {
   write_json_atomic(file(kManifest), manifest);
   fsync_dir(tmp_);
   std::error_code ec;
@@ -209,11 +209,13 @@ std::string CheckpointWrite::commit(const json& manifest) {
       throw RuntimeError(fmt::format("checkpoint: cannot place '{}': {}", link, ec ? ec.message() : std::strerror(errno)));
   }
   fsync_dir(dir_);
-  // Keep the new checkpoint and the previous one; remove older step directories and stale temporaries.
+  // Keep the new checkpoint and the one before it on this run's line (a resume of an older step leaves the later
+  // steps of the abandoned line behind: those go); remove older step directories and stale temporaries.
+  const std::string keep = !parent.empty() && fs::exists(fs::path(dir_) / parent / kManifest, ec) ? parent : previous;
   for (const auto& e : fs::directory_iterator(dir_, ec)) {
     const std::string n = e.path().filename().string();
     // (a step-*/ without a manifest is not one of ours: left alone)
-    const bool old_step = is_step_name(n) && n != name && n != previous && fs::exists(e.path() / kManifest, ec);
+    const bool old_step = is_step_name(n) && n != name && n != keep && fs::exists(e.path() / kManifest, ec);
     const bool stale_tmp = n.rfind(".tmp-step-", 0) == 0;
     if ((old_step || stale_tmp) && e.is_directory()) fs::remove_all(e.path(), ec);
   }

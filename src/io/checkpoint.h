@@ -61,8 +61,10 @@ class CheckpointWrite {
   /// Path of a file inside the temporary directory.
   std::string file(const std::string& name) const;
   /// Rank 0 only: writes manifest.json, fsyncs the directory, renames it to its step name, points `latest` at it,
-  /// re-links DIR/model.safetensors and prunes older checkpoints. Returns the step directory's path.
-  std::string commit(const nlohmann::json& manifest);
+  /// re-links DIR/model.safetensors and prunes older checkpoints: it keeps the new one and `parent` (the step
+  /// directory in DIR this run continued from: the one it resumed from or its previous write), or where `parent` is
+  /// empty or gone, the one `latest` named before. Returns the step directory's path.
+  std::string commit(const nlohmann::json& manifest, const std::string& parent = "");
   const std::string& tmp_dir() const { return tmp_; }
 
  private:

@@ -303,7 +303,8 @@ void TrainCheckpointer::write(int64_t steps_done) {
                      w->tmp_dir());
         std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(pause)));
       }
-      final_dir = w->commit(manifest);
+      final_dir = w->commit(manifest, parent_);
+      parent_ = fs::path(final_dir).filename().string();
     } catch (const std::exception& e) {
       err = e.what();
     }
@@ -363,6 +364,10 @@ int64_t TrainCheckpointer::resume(double weights_read_s) {
                "checkpoint of another model, or corrupt)", step_dir, covered, want, comm_.rank());
   if (st.adamw) st.adamw->set_steps_taken(opt.value("steps_taken", int64_t(0)));
   const int64_t step = m.at("step").get<int64_t>();
+  std::error_code ec;  // resumed from a step of the directory it writes to: its writes continue that line
+  const fs::path resumed_dir = fs::weakly_canonical(step_dir, ec);
+  if (cfg_.output.checkpoint && resumed_dir.parent_path() == fs::weakly_canonical(*cfg_.output.checkpoint, ec))
+    parent_ = resumed_dir.filename().string();
   double secs = seconds_since(t0) + weights_read_s;
   comm_.all_reduce_host(&secs, 1, HostOp::max);  // the slowest rank's
   resumed_ = {{"path", step_dir},

@@ -77,6 +77,8 @@ class TrainCheckpointer {
   int64_t total_steps_;
   int exceptions_at_start_;  // std::uncaught_exceptions() at construction: the destructor tells an exception's end
   int64_t last_written_ = -1;
+  std::string parent_;  // the step directory in output.checkpoint this run continues from (resumed from, or its last
+                        // write)
   nlohmann::json writes_ = nlohmann::json::array();
   nlohmann::json resumed_ = nullptr;
 };

@@ -155,7 +155,7 @@ def test_resume_from_an_older_step_of_the_same_directory(tmp_path):
     """Resuming step 3 of a directory whose latest is step 4, with optimizer.in_gemm switched on (on the cpu the
     same update: its product into a temporary, then AdamW): one warning naming the later step, none saying the
     directory holds another run or that the config differs, and step 4 again bitwise (written beside the first
-    as step-00000004.1, now the latest)."""
+    as step-00000004.1, now the latest; the first step 4 pruned)."""
     ck = tmp_path / "ck"
     no_clip = "optimizer.max_grad_norm=null"  # in_backward (auto) on: in_gemm may run
     p = run(args(tmp_path, "a", 4, f"output.checkpoint={ck}", "output.checkpoint_every=1", no_clip))
@@ -168,6 +168,10 @@ def test_resume_from_an_older_step_of_the_same_directory(tmp_path):
     assert len(warnings) == 1, warnings
     assert "is step 3" in warnings[0] and "later one (step 4)" in warnings[0], warnings[0]
     assert latest(ck).name == "step-00000004.1"
+    # kept: the new step and the one it continued from; the abandoned line's step 4 is pruned (it once stayed, and
+    # the step resumed from went)
+    assert sorted(x.name for x in ck.iterdir() if x.name.startswith("step-")) == ["step-00000003",
+                                                                                  "step-00000004.1"]
     again = state(ck)
     assert_same(first[0], again[0])
     assert_same(first[1], again[1])
