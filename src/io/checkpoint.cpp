@@ -140,28 +140,60 @@ void check_resume(const RunConfig& c, std::vector<std::string>* warnings) {
           "checkpoints become the directory's latest (the later steps are pruned as it writes)",
           step_dir, step, *c.output.checkpoint, latest_step, step));
   }
-  // Keys that change no weight: in_backward (the same update, sooner) and, on the CPU, in_gemm (its product into a
-  // temporary, then the same update); on a GPU in_gemm's fused product sums in another order
-  auto weight_neutral = [&](json o) {
-    if (!o.is_object()) return o;
-    o.erase("in_backward");
-    if (c.device == "cpu") o.erase("in_gemm");
-    return o;
+  // What changed, key by key, without the keys that change no number: in_backward (the same update, sooner), on
+  // the cpu in_gemm (its product into a temporary, then the same update; on a GPU the fused product sums in another
+  // order), what recomputation keeps (checkpointing.policy, k, blocks, keep_attention: recomputed activations are
+  // bitwise the kept ones), fsdp's prefetch depth and the collective timeout. data.path compares as a path (the same
+  // file given relative or absolute). init.seed counts only where it seeds the run: bf16_pure's stochastic rounding.
+  json was = json::object(), is = json::object();
+  for (const char* sec : {"optimizer", "data", "parallel", "checkpointing"}) {
+    was[sec] = old.value(sec, json::object());
+    is[sec] = now[sec];
+  }
+  was["model"]["context_length"] = old["model"].value("context_length", json());
+  is["model"]["context_length"] = now["model"]["context_length"];
+  if (c.precision == "bf16_pure" && c.optimizer.stochastic_rounding) {
+    was["init"]["seed"] = old.value("init", json::object()).value("seed", json());
+    is["init"]["seed"] = now["init"]["seed"];
+  }
+  for (json* j : {&was, &is}) {
+    (*j)["optimizer"].erase("in_backward");
+    if (c.device == "cpu") (*j)["optimizer"].erase("in_gemm");
+    for (const char* k : {"policy", "k", "blocks", "keep_attention"}) (*j)["checkpointing"].erase(k);
+    for (const char* k : {"prefetch_layers", "comm_timeout_s"}) (*j)["parallel"].erase(k);
+  }
+  auto same_path = [](const json& a, const json& b) {
+    if (!a.is_string() || !b.is_string()) return a == b;
+    std::error_code e1, e2;
+    const fs::path pa = fs::weakly_canonical(a.get<std::string>(), e1);
+    const fs::path pb = fs::weakly_canonical(b.get<std::string>(), e2);
+    return (!e1 && !e2 && pa == pb) || a == b;
   };
+  if (same_path(was["data"].value("path", json()), is["data"].value("path", json()))) {
+    was["data"].erase("path");
+    is["data"].erase("path");
+  }
   std::vector<std::string> changed;
-  for (const char* sec : {"optimizer", "data", "parallel", "checkpointing"})
-    if (std::string(sec) == "optimizer" ? weight_neutral(old.value(sec, json())) != weight_neutral(now[sec])
-                                        : old.value(sec, json()) != now[sec])
-      changed.push_back(sec);
-  if (old["model"].value("context_length", json()) != now["model"]["context_length"])
-    changed.push_back("model.context_length");
+  auto shown = [](const json& v) {
+    std::string t = v.is_null() ? "unset" : v.dump();
+    return t.size() > 40 ? t.substr(0, 37) + "..." : t;
+  };
+  for (const auto& op : json::diff(was, is)) {  // RFC 6902 paths: /section/key[/index]
+    std::string key = op.value("path", "");
+    std::replace(key.begin() + (key.empty() ? 0 : 1), key.end(), '/', '.');
+    if (!key.empty()) key.erase(0, 1);
+    const json::json_pointer ptr(op.value("path", ""));
+    const json before = was.contains(ptr) ? was[ptr] : json(), after = is.contains(ptr) ? is[ptr] : json();
+    const std::string item = fmt::format("{} ({} -> {})", key, shown(before), shown(after));
+    if (std::find(changed.begin(), changed.end(), item) == changed.end()) changed.push_back(item);
+  }
   if (m.contains("schedule") && m["schedule"].value("total_steps", int64_t(0)) != total &&
       c.optimizer.schedule == "cosine" && c.optimizer.cosine_steps == 0)
     changed.push_back(fmt::format("the cosine schedule's length (optimizer.cosine_steps 0 = the run's {} steps; the "
                                   "checkpoint's run had {})", total, m["schedule"].value("total_steps", int64_t(0))));
   if (!changed.empty())
     warnings->push_back(fmt::format("init.resume: the config differs from the checkpoint's in {}: the run continues "
-                                    "with the new values, so it will not match an uninterrupted run",
+                                    "with the new values, so it may not match an uninterrupted run",
                                     fmt::join(changed, ", ")));
 }
 

@@ -177,6 +177,32 @@ def test_resume_from_an_older_step_of_the_same_directory(tmp_path):
     assert_same(first[1], again[1])
 
 
+def test_the_config_differs_warning_names_the_keys_that_change_numbers_only(tmp_path):
+    """The warning that a resumed run may not match an uninterrupted one: silent for what changes no number (the
+    checkpointing policy, the token file given by another path), naming each changed key with its values otherwise,
+    and init.seed where it seeds the run (bf16_pure's stochastic rounding)."""
+    ck = tmp_path / "ck"
+    p = run(args(tmp_path, "a", 2, f"output.checkpoint={ck}"))
+    assert p.returncode == 0, p.stderr[-3000:]
+
+    def warnings(tag, *sets, steps=3, ckpt=ck):
+        p = run(args(tmp_path, tag, steps, f"init.resume={ckpt}", *sets))
+        assert p.returncode == 0, p.stderr[-3000:]
+        return [line for line in p.stderr.splitlines() if "differs from the checkpoint" in line]
+
+    relative = os.path.relpath(token_file(tmp_path), SRC)  # run() runs in SRC
+    assert warnings("b", "checkpointing.policy=full", f"data.path={relative}") == []
+    (w,) = warnings("c", "optimizer.lr=0.002", "optimizer.betas.1=0.99", "checkpointing.policy=none")
+    assert "optimizer.lr (0.001 -> 0.002)" in w and "optimizer.betas.1 (0.999 -> 0.99)" in w, w
+    assert "checkpointing" not in w and "may not match" in w, w
+    assert warnings("d", "init.seed=5") == []  # the weights come from the checkpoint: the seed seeds nothing
+    sr = ["precision=bf16_pure", "optimizer.stochastic_rounding=true"]
+    p = run(args(tmp_path, "e", 2, f"output.checkpoint={tmp_path / 'sr'}", *sr))
+    assert p.returncode == 0, p.stderr[-3000:]
+    (w,) = warnings("f", "init.seed=5", *sr, ckpt=tmp_path / "sr")
+    assert "init.seed (0 -> 5)" in w, w
+
+
 def test_killed_mid_write_leaves_the_previous_checkpoint(tmp_path, straight):
     _, ref, (ref_w, ref_o, _) = straight
     ck = tmp_path / "ck"
