@@ -200,7 +200,7 @@ void check_resume(const RunConfig& c, std::vector<std::string>* warnings) {
 // ---- writing ---------------------------------------------------------------------------------------------------
 
 CheckpointWrite::CheckpointWrite(std::string dir, int64_t step, bool is_root)
-    : dir_(std::move(dir)), name_(checkpoint_step_name(step)) {
+    : dir_(std::move(dir)), name_(checkpoint_step_name(step)), root_(is_root) {
   tmp_ = (fs::path(dir_) / (".tmp-" + name_)).string();
   if (!is_root) return;
   std::error_code ec;
@@ -209,6 +209,12 @@ CheckpointWrite::CheckpointWrite(std::string dir, int64_t step, bool is_root)
   fs::remove_all(tmp_, ec);  // a crashed write of the same step
   if (!fs::create_directory(tmp_, ec) || ec)
     throw RuntimeError(fmt::format("checkpoint: cannot create '{}': {}", tmp_, ec ? ec.message() : "exists"));
+}
+
+CheckpointWrite::~CheckpointWrite() {
+  if (!root_ || committed_) return;
+  std::error_code ec;  // best effort (the failure that got here is what the run reports)
+  fs::remove_all(tmp_, ec);
 }
 
 std::string CheckpointWrite::file(const std::string& name) const { return (fs::path(tmp_) / name).string(); }
@@ -225,6 +231,7 @@ std::string CheckpointWrite::commit(const json& manifest, const std::string& par
   if (::rename(tmp_.c_str(), final_dir.c_str()) != 0)
     throw RuntimeError(fmt::format("checkpoint: cannot rename '{}' to '{}': {}", tmp_, final_dir,
                                    std::strerror(errno)));
+  committed_ = true;  // the step directory is complete; what follows points `latest` at it
   fsync_dir(dir_);
   const std::string latest = (fs::path(dir_) / kLatest).string();
   const std::string previous = trim(read_text(latest));
@@ -250,6 +257,8 @@ std::string CheckpointWrite::commit(const json& manifest, const std::string& par
     const bool old_step = is_step_name(n) && n != name && n != keep && fs::exists(e.path() / kManifest, ec);
     const bool stale_tmp = n.rfind(".tmp-step-", 0) == 0;
     if ((old_step || stale_tmp) && e.is_directory()) fs::remove_all(e.path(), ec);
+    // `latest`'s temporary files of a run killed while it replaced `latest` (this directory is locked by this run)
+    if (n.rfind(std::string(kLatest) + ".tmp.", 0) == 0 && e.is_regular_file()) fs::remove(e.path(), ec);
   }
   return final_dir;
 }

@@ -58,6 +58,10 @@ class CheckpointWrite {
  public:
   /// Rank 0 (is_root): removes a stale DIR/.tmp-<name> and creates it (and DIR). RuntimeError on failure.
   CheckpointWrite(std::string dir, int64_t step, bool is_root);
+  /// Rank 0: a write that was not committed (it failed: a full disk, say) removes its temporary directory.
+  ~CheckpointWrite();
+  CheckpointWrite(const CheckpointWrite&) = delete;
+  CheckpointWrite& operator=(const CheckpointWrite&) = delete;
   /// Path of a file inside the temporary directory.
   std::string file(const std::string& name) const;
   /// Rank 0 only: writes manifest.json, fsyncs the directory, renames it to its step name, points `latest` at it,
@@ -69,6 +73,7 @@ class CheckpointWrite {
 
  private:
   std::string dir_, name_, tmp_;
+  bool root_ = false, committed_ = false;
 };
 
 /// Reads byte ranges of tensors of a safetensors file without reading the whole file (pread): the optimizer shards

@@ -201,6 +201,24 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   TrainCheckpointer ckpt(cfg, *be, model, *strategy, *comm, total_steps);
   const int first_step = int(ckpt.resume(setup.weights_read_s));
   int steps_done = first_step;
+  // A checkpoint that cannot be written (a full disk) fails the run; its record keeps the loss curve so far and
+  // the checkpoints written before it (the last good one), as a diverged run keeps its losses.
+  auto write_checkpoint = [&](int64_t at) {
+    try {
+      ckpt.write(at);
+    } catch (const OutOfMemory&) {
+      throw;
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw PartialRunError(e.what(), {{"loss", {{"per_step", losses}, {"final", nullptr}}},
+                                       {"grad_norm", {{"per_step", gnorms}}},
+                                       {"lr", {{"per_step", lrs}}},
+                                       {"steps", {{"total", total_steps}, {"first", first_step},
+                                                  {"done", steps_done}}},
+                                       {"checkpoint", ckpt.record()}});
+    }
+  };
 
   // cuda_graph: the run's first step runs uncaptured (it tunes the GEMMs and sizes the workspaces); the second is
   // captured once into a CUDA graph and launched, and every later step launches the graph again. The step's inputs
@@ -287,7 +305,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
       spdlog::info("{}", line);
     }
     steps_done = step + 1;
-    if (ckpt.due(step + 1)) ckpt.write(step + 1);  // collective: every rank
+    if (ckpt.due(step + 1)) write_checkpoint(step + 1);  // collective: every rank
     if (loss_and_stop[1] > 0 && step + 1 < total_steps) {  // leave the loop; the end-of-run code below still runs
       int64_t sig = interrupt_signal();  // the rank(s) that received one: every rank names the same signal
       comm->all_reduce_host(&sig, 1, HostOp::max);  // every rank is here, after the same step
@@ -296,11 +314,14 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                      {"steps_planned", total_steps}};
       spdlog::warn("interrupted ({}): stopping after step {} of {}{}; a second interrupt stops at once",
                    interrupted["signal"].get<std::string>(), step + 1, total_steps,
-                   cfg.output.checkpoint ? ", writing the checkpoint" : "");
+                   !cfg.output.checkpoint ? ""
+                   : cfg.output.checkpoint_every > 0 && (step + 1) % cfg.output.checkpoint_every == 0
+                       ? ", its checkpoint written"
+                       : ", writing the checkpoint");
       break;
     }
   }
-  ckpt.write(steps_done);  // at the end or the interrupt (no-op without output.checkpoint or when just written)
+  write_checkpoint(steps_done);  // at the end or the interrupt (no-op without output.checkpoint or when just written)
 
   // ---- the job's part of the result record -----------------------------------------------------------------------
   // A step is done when its slowest rank is: the step statistics (and the throughput) use, per step, the maximum over

@@ -8,7 +8,10 @@
   checkpoint_every writes every N steps and keeps two; the record has the write and read times.
 - A checkpoint killed (SIGKILL) while it is being written leaves the previous one loadable, and resuming from it
   still gives the uninterrupted run's values bitwise.
-- Resuming an older step of the output directory warns once (the later step named), and continues bitwise.
+- Resuming an older step of the output directory warns once (the later step named), continues bitwise, and prunes
+  the abandoned line. A changed config warns naming the keys that can change numbers, with their values.
+- A checkpoint that cannot be written (a full disk) fails the run with its loss curve in the record and no temporary
+  directory left.
 - One clear error line (exit 2, nothing written) for: a missing or half-written checkpoint, another model shape,
   init.weights with init.resume, a checkpoint already at the run's last step, checkpoint_every without a checkpoint,
   a checkpoint path that names a .safetensors file.
@@ -201,6 +204,29 @@ def test_the_config_differs_warning_names_the_keys_that_change_numbers_only(tmp_
     assert p.returncode == 0, p.stderr[-3000:]
     (w,) = warnings("f", "init.seed=5", *sr, ckpt=tmp_path / "sr")
     assert "init.seed (0 -> 5)" in w, w
+
+
+def test_a_checkpoint_that_cannot_be_written_fails_the_run_with_its_losses_and_no_temporary(tmp_path):
+    """A full disk, as a file-size limit (RLIMIT_FSIZE; SIGXFSZ ignored, so the write fails with EFBIG): 32 MiB is
+    enough for MPI's start (a few MiB of shared-memory files) and the record, not for the weights of tiny at d_model
+    768 (58 MB). The run fails (exit 1) at its first periodic checkpoint; the record keeps the
+    loss curve, the steps done and the checkpoints written (none), and the temporary step directory is gone."""
+    import resource
+
+    def limited():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # ignored stays ignored across exec
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 25, 1 << 25))
+
+    ck = tmp_path / "ck"
+    cmd = args(tmp_path, "full", 4, f"output.checkpoint={ck}", "output.checkpoint_every=2", "model.d_model=768",
+               "model.d_ff=2048")
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=ENV, cwd=SRC, preexec_fn=limited)
+    assert p.returncode == 1, p.stderr[-3000:]
+    r = record(tmp_path, "full")
+    assert r["status"] == "error" and "File too large" in r["error"], r.get("error")
+    assert len(r["loss"]["per_step"]) == 2 and r["steps"]["done"] == 2
+    assert r["checkpoint"]["writes"] == []
+    assert [x.name for x in ck.iterdir()] == [".lock"]  # rank 0's flock file; no .tmp-step-00000002
 
 
 def test_killed_mid_write_leaves_the_previous_checkpoint(tmp_path, straight):
