@@ -77,6 +77,8 @@ std::string resolve_checkpoint(const std::string& dir) {
   CONFIG_CHECK(name.find('/') == std::string::npos && name != "." && name != "..",
                "init.resume: '{}' names '{}', not a checkpoint directory inside '{}'", latest, name, dir);
   const std::string step_dir = (fs::path(dir) / name).string();
+  CONFIG_CHECK(fs::is_directory(step_dir, ec), "init.resume: '{}' names '{}', which does not exist in '{}'", latest,
+               name, dir);
   CONFIG_CHECK(fs::is_regular_file(fs::path(step_dir) / kManifest, ec),
                "init.resume: checkpoint '{}' is incomplete (no {}; a write that did not finish?)", step_dir,
                kManifest);

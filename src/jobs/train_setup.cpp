@@ -35,7 +35,13 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
     if (cfg.init.weights || cfg.init.resume) {
       const std::string path =
           cfg.init.weights ? *cfg.init.weights : checkpoint_weights_path(resolve_checkpoint(*cfg.init.resume));
-      s.model->load(read_safetensors(path), path);
+      std::map<std::string, HostTensor> file;
+      try {
+        file = read_safetensors(path);
+      } catch (const ConfigError& e) {  // name the key, as the loader's and the resume's other errors do
+        throw ConfigError(fmt::format("{}: {}", cfg.init.weights ? "init.weights" : "init.resume", e.what()));
+      }
+      s.model->load(std::move(file), path);
       s.weights_read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     } else {
       s.model->init_random(cfg.init.seed);
