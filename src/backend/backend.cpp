@@ -90,6 +90,20 @@ Fp32Matmul parse_fp32_matmul(const std::string& name) {
   return Fp32Matmul::split3;
 }
 
+std::vector<float> download_f32(Backend& be, const Tensor& t) {
+  TRAINER_CHECK(t.dtype == DType::f32 || t.dtype == DType::bf16, "download_f32: a {} tensor (fp32 or bf16 expected)",
+                dtype_name(t.dtype));
+  std::vector<float> host(size_t(t.numel()));
+  if (t.dtype == DType::f32) {
+    be.copy_to_host(host.data(), t.data, host.size() * 4);
+    return host;
+  }
+  std::vector<uint16_t> h(host.size());
+  be.copy_to_host(h.data(), t.data, h.size() * 2);
+  for (size_t i = 0; i < h.size(); ++i) host[i] = bf16_bits::to_f32(h[i]);
+  return host;
+}
+
 std::unique_ptr<Backend> make_backend(Device device, int device_index, const BackendOptions& opts) {
   if (device == Device::cpu) {
     auto be = std::make_unique<CpuBackend>();  // allocates nothing before this

@@ -328,6 +328,10 @@ struct BackendOptions {
 /// The backend for `device` ("cpu" or "cuda"); device_index picks the GPU. Throws ConfigError when CUDA was asked
 /// for and is not available.
 std::unique_ptr<Backend> make_backend(Device device, int device_index, const BackendOptions& opts = {});
+
+/// The elements of `t` (contiguous, fp32 or bf16) copied to the host as fp32 (syncs; bf16 widened exactly).
+/// TRAINER_CHECK on another dtype.
+std::vector<float> download_f32(Backend& be, const Tensor& t);
 /// True when this build has the CUDA backend and a GPU is visible.
 bool cuda_available();
 /// GPUs visible to this process (0 without the CUDA backend or a driver).

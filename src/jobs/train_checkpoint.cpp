@@ -181,6 +181,7 @@ void TrainCheckpointer::agree(const std::string& err, const char* what) {
 void TrainCheckpointer::write(int64_t steps_done) {
   if (!cfg_.output.checkpoint || steps_done == last_written_) return;
   const auto t0 = std::chrono::steady_clock::now();
+  const ScopedRange phase(be_, "checkpoint", "phase");  // the memory timeline's phase (and an NVTX range)
   const int rank = comm_.rank();
   const bool root = rank == 0;
   std::string err;
@@ -203,7 +204,7 @@ void TrainCheckpointer::write(int64_t steps_done) {
     std::vector<NamedTensor> named;
     host.reserve(model_.layout().params().size());
     host16.reserve(model_.layout().params().size());
-    for (const ParamInfo& p : model_.layout().params()) {
+    for (const ParamInfo& p : model_.layout().params()) {  // make_plan reads them so too (its checkpoint phase)
       std::vector<float> v = strategy_.download_param(p);
       if (!root) continue;
       if (bf16) {

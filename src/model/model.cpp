@@ -404,19 +404,6 @@ void Model::upload(const ParamInfo& p, const std::vector<float>& host) {
   be_.copy_from_host(static_cast<uint16_t*>(params_.data()) + p.offset, h.data(), h.size() * 2);
 }
 
-std::vector<float> Model::download(const ParamInfo& p, bool grad) const {
-  std::vector<float> host(size_t(p.numel));
-  const Tensor b = grad ? grads() : params();
-  if (param_dtype_ == DType::f32) {
-    be_.copy_to_host(host.data(), static_cast<const float*>(b.data) + p.offset, host.size() * 4);
-    return host;
-  }
-  std::vector<uint16_t> h(host.size());
-  be_.copy_to_host(h.data(), static_cast<const uint16_t*>(b.data) + p.offset, h.size() * 2);
-  for (size_t i = 0; i < h.size(); ++i) host[i] = bf16_bits::to_f32(h[i]);
-  return host;
-}
-
 void Model::sync_work_copy() {
   if (work_) be_.cast(params_work(), params());
 }

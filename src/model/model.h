@@ -123,7 +123,9 @@ class Model {
   void release_weight_source();
   /// One parameter (or its gradient) copied to the host as fp32 (full_params only; Strategy::download_param
   /// works for every strategy).
-  std::vector<float> download(const ParamInfo& p, bool grad = false) const;
+  std::vector<float> download(const ParamInfo& p, bool grad = false) const {
+    return download_f32(be_, (grad ? grads() : params()).slice(p.offset, {p.numel}));
+  }
   /// Refreshes the bf16 working copy from the master weights (no-op in fp32).
   void sync_work_copy();
   /// Starts a step's gradients: the next backward of each unit writes its gradient (later microbatches accumulate).

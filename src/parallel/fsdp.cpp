@@ -36,7 +36,7 @@
 //
 // Norm and step: grad_norm() is sqrt(sum over ranks of the shard's sum of squares) (the global norm over all shards,
 // equal to one process's); optimizer_step() runs AdamW on the shards only: there is no gather after it, the next
-// forward's gathers read the updated shards. The full parameters exist only gathered: download_param() all-gathers a
+// forward's gathers read the updated shards. The full parameters exist only gathered: gathered_param() all-gathers a
 // unit's master (or gradient) shards (collective), gather_params() has nothing to do.
 //
 // Not done (issue 16): reduce_dtype bf16 (the communicators have no bf16 reduce-scatter yet; config refuses it);
@@ -141,7 +141,7 @@ class Fsdp final : public Strategy {
   void begin_microbatch(int m, int n_micro) override {
     Strategy::begin_microbatch(m, n_micro);
     if (m == 0) timer_.begin_step();
-    full_.reset();  // download_param's buffer lives only between steps
+    full_.reset();  // gathered_param's buffer lives only between steps
     full_unit_ = -1;
   }
 
@@ -244,7 +244,7 @@ class Fsdp final : public Strategy {
     step_norm_ = norm;
   }
 
-  std::vector<float> download_param(const ParamInfo& p, bool grad) override {
+  Tensor gathered_param(const ParamInfo& p, bool grad) override {
     const Unit& x = units_[size_t(p.unit)];
     if (!full_) full_ = be_.alloc(size_t(largest_) * 4, Category::communication);
     const Tensor full = full_.view(DType::f32, {largest_}).slice(0, {x.padded});
@@ -253,9 +253,7 @@ class Fsdp final : public Strategy {
       full_unit_ = p.unit;
       full_grad_ = grad;
     }
-    std::vector<float> host(size_t(p.numel));
-    be_.copy_to_host(host.data(), static_cast<const float*>(full.data) + (p.offset - x.begin), host.size() * 4);
-    return host;
+    return full.slice(p.offset - x.begin, {p.numel});
   }
 
   size_t optimizer_state_bytes() const override { return adamw_ ? adamw_->state_bytes() : 0; }
@@ -361,7 +359,7 @@ class Fsdp final : public Strategy {
   std::vector<Buffer> gather_bufs_;        // prefetch_layers + 1 x compute dtype [largest]
   std::array<Slot, 2> slots_;
   size_t next_slot_ = 0;
-  Buffer full_;          // f32 [largest]: download_param's gathered unit (freed when the next step starts)
+  Buffer full_;          // f32 [largest]: gathered_param's unit (freed when the next step starts)
   int full_unit_ = -1;    // the unit full_ holds, -1 none
   bool full_grad_ = false;  // ... its gradient rather than its weights
   // the current microbatch's schedule

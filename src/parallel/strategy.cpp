@@ -15,6 +15,14 @@ void Strategy::attach(Model& model) {
 
 UnitView Strategy::acquire(int unit, UnitPass pass) { return attached_->full_view(unit, pass); }
 
+Tensor Strategy::gathered_param(const ParamInfo& p, bool grad) {
+  return (grad ? attached_->grads() : attached_->params()).slice(p.offset, {p.numel});
+}
+
+std::vector<float> Strategy::download_param(const ParamInfo& p, bool grad) {
+  return download_f32(attached_->backend(), gathered_param(p, grad));
+}
+
 void Strategy::release(int unit, UnitPass pass) {
   attached_->full_release(unit, pass);
   if ((pass == UnitPass::backward || pass == UnitPass::forward_backward) && micro_ == n_micro_ - 1)

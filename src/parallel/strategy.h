@@ -95,12 +95,15 @@ class Strategy : public ParamResidency {
   /// just its shard of the master weights current and gathers the bf16 working copy. Call before reading the
   /// weights on the host (checkpoints).
   virtual void gather_params() {}
-  /// One parameter (or its gradient) as fp32 on the host, complete (after gather_params()). Collective where the
-  /// strategy shards the weights (fsdp all-gathers the parameter's unit): every rank calls it for the same parameters
-  /// in the same order (exactly when full_params() is false). Default: Model::download.
-  virtual std::vector<float> download_param(const ParamInfo& p, bool grad = false) {
-    return attached_->download(p, grad);
-  }
+  /// One parameter (or its gradient), complete, on the device in its stored dtype (fp32, or bf16 where the model
+  /// keeps bf16 weights), valid until the next call or the next step; after gather_params(). Collective where the
+  /// strategy shards the weights (fsdp all-gathers the parameter's unit into a buffer the size of its largest unit):
+  /// every rank calls it for the same parameters in the same order (exactly when full_params() is false). A
+  /// checkpoint reads every parameter through it, and so does the planner's dry run of a run that writes one, so
+  /// what it allocates is in the plan. Default: a view of the model's storage.
+  virtual Tensor gathered_param(const ParamInfo& p, bool grad = false);
+  /// gathered_param copied to the host as fp32 (checkpoints).
+  std::vector<float> download_param(const ParamInfo& p, bool grad = false);
   /// This rank's optimizer state (OptimizerState), read and written in place by checkpoints; valid after setup().
   virtual OptimizerState optimizer_state() = 0;
   /// Bytes of optimizer state this rank holds.

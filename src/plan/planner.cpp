@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dist/meta_communicator.h"
+#include "io/checkpoint.h"
 #include "jobs/train_setup.h"
 #include "jobs/train_step.h"
 #include "optim/schedule.h"
@@ -76,12 +77,24 @@ Plan make_plan(const RunConfig& cfg, int world_size, int rank) {
   s.model->step_loss_sum();
   const MetaCost c = be.cost();  // the work of one step
   const double comm_s = comm.seconds(), comm_bytes = comm.bytes();
-  // A second step for the memory: buffers a strategy makes lazily during the first step after its peak (fsdp's
-  // shard temporaries for later microbatches) stay for the run and count in every later step's peak.
-  s.model->begin_step_losses(s.rank_tokens);
-  s.model->set_step_tokens(tokens.data(), tokens.data());
-  train_step(be, *s.model, *s.strategy, s.shape, learning_rate(cfg.optimizer, 1, 2), cfg.optimizer.max_grad_norm);
-  s.model->step_loss_sum();
+  // A second step for the memory where the run has one: buffers a strategy makes lazily during the first step after
+  // its peak (fsdp's shard temporaries for later microbatches) stay for the run and count in every later step's peak.
+  int64_t steps = int64_t(cfg.bench.warmup_steps) + cfg.bench.measure_steps;
+  if (cfg.init.resume) try {  // the steps left after the checkpoint's (check_resume has vetted it)
+      steps -= read_checkpoint_manifest(resolve_checkpoint(*cfg.init.resume)).value("step", int64_t(0));
+    } catch (const std::exception&) {  // unreadable here: plan the longer run
+    }
+  if (steps >= 2) {
+    s.model->begin_step_losses(s.rank_tokens);
+    s.model->set_step_tokens(tokens.data(), tokens.data());
+    train_step(be, *s.model, *s.strategy, s.shape, learning_rate(cfg.optimizer, 1, 2), cfg.optimizer.max_grad_norm);
+    s.model->step_loss_sum();
+  }
+  if (cfg.output.checkpoint) {  // a checkpoint's reads of the weights (TrainCheckpointer::write): fsdp's gather buffer
+    const ScopedRange phase(be, "checkpoint", "phase");
+    s.strategy->gather_params();
+    for (const ParamInfo& q : s.model->layout().params()) (void)s.strategy->gathered_param(q);
+  }
 
   const MemoryStats& ms = be.memory();
   p.peak_bytes = ms.peak_total;
@@ -152,9 +165,11 @@ nlohmann::json Plan::to_json() const {
             {"comm_bus_bandwidth_bytes_per_s", bus_bandwidth},
             {"source", rates.source},
             {"method",
-             "a dry run of the train job's set-up and one train_step on the meta backend: memory is what it "
-             "allocated (cuda: with the CUDA backend's workspace); each op takes max(FLOPs / rate, bytes / "
-             "bandwidth); collectives bytes / bus bandwidth; no overlap of compute and communication assumed"}}}};
+             "a dry run of the train job's set-up, its first two train_steps (one where the run has one) and, "
+             "with output.checkpoint, a checkpoint's reads of the weights, on the meta backend: memory is what it "
+             "allocated (cuda: with the CUDA backend's workspace); time is the first step's: each op takes "
+             "max(FLOPs / rate, bytes / bandwidth); collectives bytes / bus bandwidth; no overlap of compute and "
+             "communication assumed"}}}};
 }
 
 std::string Plan::summary_line() const {
