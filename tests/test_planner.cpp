@@ -15,6 +15,7 @@
 #include "jobs/train_setup.h"
 #include "jobs/train_step.h"
 #include "model/model.h"
+#include "plan/host_memory.h"
 #include "plan/planner.h"
 
 using namespace trainer;
@@ -213,4 +214,27 @@ TEST_CASE("flash backward split rule: chunks worked out by hand on 132 SMs", "[p
   // One query tile: a chunk of 2 would cover it.
   CHECK(flash_dkdv_chunk(1, 128, 64, 1, true, true, sms) == 0);
   CHECK(flash_dkdv_chunk(1, 128, 64, 1, true, false, sms) == 0);
+}
+
+TEST_CASE("host memory: the cpu lower bound of the tensors stays below what the plan holds of them", "[planner]") {
+  // Found by a fresh user: the bound counted 16 bytes a parameter whatever the storage, so bf16_pure and
+  // optimizer.in_backward runs the plan said fit were refused. The plan's weights, gradients and optimizer state at
+  // its peak (the dry run of the real code) must be at least the bound, for every storage the cpu runs.
+  for (const std::vector<std::string>& extra :
+       std::vector<std::vector<std::string>>{{},  // in_backward on (auto)
+                                             {"optimizer.max_grad_norm=1.0"},  // off: flat gradients
+                                             {"precision=bf16_pure"},
+                                             {"precision=bf16_pure", "optimizer.in_backward=false"}}) {
+    std::vector<std::string> o{"model.preset=tiny", "device=cpu", "data.source=random", "data.batch_size=1",
+                               "model.context_length=8"};
+    o.insert(o.end(), extra.begin(), extra.end());
+    const RunConfig cfg = load_config("", o, 1, false);
+    const Plan plan = make_plan(cfg, 1);
+    const size_t held = plan.by_category[size_t(Category::parameters)] +
+                        plan.by_category[size_t(Category::gradients)] + plan.by_category[size_t(Category::optimizer)];
+    const size_t bound = host_memory_needed(cfg, 1, 1, false).tensors;
+    INFO((extra.empty() ? std::string("default") : extra[0]) << ": bound " << bound << ", plan " << held);
+    CHECK(bound <= held);
+    CHECK(bound >= held * 9 / 10);  // and close: it is the same tensors
+  }
 }

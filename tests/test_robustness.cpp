@@ -136,6 +136,14 @@ TEST_CASE("host memory: the lower bound counts bookkeeping per block and the cpu
   CHECK(z1.tensors == size_t(2 * (8 * params(2) + 8 * params(2) / 2)));
   const auto fsdp = host_memory_needed(model(2, "cpu", "fsdp"), 4, 1, false);
   CHECK(fsdp.tensors == size_t(16 * params(2) / 4));
+  // bf16_pure: 2 bytes an element; in_backward: no flat gradients.
+  RunConfig pure = model(2, "cpu"), inb = model(2, "cpu");
+  pure.precision = "bf16_pure";
+  inb.optimizer.in_backward = true;
+  CHECK(host_memory_needed(pure, 1, 1, false).tensors == size_t(8 * params(2)));
+  CHECK(host_memory_needed(inb, 1, 1, false).tensors == size_t(12 * params(2)));
+  pure.optimizer.in_backward = true;
+  CHECK(host_memory_needed(pure, 1, 1, false).tensors == size_t(6 * params(2)));
   // On cuda the tensors live on the device; a --plan dry run holds none.
   CHECK(host_memory_needed(model(2, "cuda"), 1, 1, false).tensors == 0);
   CHECK(host_memory_needed(model(2, "cpu"), 1, 1, true).tensors == 0);
@@ -152,7 +160,7 @@ TEST_CASE("host memory: the check names the key, the bytes needed and the bytes 
   RunConfig wide = model(2, "cpu");
   wide.model.d_model = 1 << 20;  // 4 d^2 per block: terabytes of fp32 weights
   CHECK_THROWS_WITH(check_host_memory(wide, 1, 1, false, gib),
-                    Contains("model.d_model = 1048576") && Contains("weights, gradients and AdamW state on the cpu"));
+                    Contains("model.d_model = 1048576") && Contains("weights, gradients and AdamW state (fp32) on the cpu"));
   CHECK_NOTHROW(check_host_memory(wide, 1, 1, /*dry_run=*/true, gib));
   CHECK(trainer::host_memory_available() > 0);  // Linux: /proc/meminfo
 }

@@ -48,8 +48,11 @@ HostNeed host_memory_needed(const RunConfig& cfg, int world_size, int local_rank
   if (cfg.device != "cpu") return n;
   const double p = model_param_count(cfg.model), w = world_size;
   const std::string& s = cfg.parallel.strategy;
-  const double weights = 4 * p / (s == "fsdp" ? w : 1), grads = 4 * p / (s == "fsdp" ? w : 1);
-  const double adam = 8 * p / (s == "zero1" || s == "fsdp" ? w : 1);
+  // bytes of an element: bf16_pure keeps weights, gradients and m, v in bf16; in_backward has no flat gradients
+  const double e = cfg.precision == "bf16_pure" ? 2 : 4;
+  const double weights = e * p / (s == "fsdp" ? w : 1);
+  const double grads = cfg.optimizer.in_backward.value_or(false) ? 0 : e * p / (s == "fsdp" ? w : 1);
+  const double adam = 2 * e * p / (s == "zero1" || s == "fsdp" ? w : 1);
   n.tensors = clamp_bytes((weights + grads + adam) * std::max(1, local_ranks));
   return n;
 }
@@ -85,8 +88,9 @@ void check_host_memory(const RunConfig& cfg, int world_size, int local_ranks, bo
               : std::pair("model.context_length", m.context_length);
   } else {
     what = n.tensors > n.bookkeeping
-               ? fmt::format("{} for the fp32 weights, gradients and AdamW state on the cpu{}",
-                             format_bytes(n.tensors), on_host)
+               ? fmt::format("{} for the weights{} and AdamW state ({}) on the cpu{}", format_bytes(n.tensors),
+                             cfg.optimizer.in_backward.value_or(false) ? "" : ", gradients",
+                             cfg.precision == "bf16_pure" ? "bf16" : "fp32", on_host)
                : fmt::format("{} for the bookkeeping of {} blocks", format_bytes(n.bookkeeping), m.num_layers);
     sizes = fmt::format("model: vocab_size {}, d_model {}, d_ff {}, num_layers {}", m.vocab_size, m.d_model, m.d_ff,
                         m.num_layers);

@@ -7,8 +7,9 @@
 //   - bookkeeping per block: the parameter layout (9 named tensors with their shapes), the unit schedule and the
 //     activation store's and the strategy's per-unit entries; counted here as kBookkeepingBytesPerBlock = 1 KiB, below
 //     what was measured, so the bound stays a lower bound;
-//   - on the cpu backend the tensors themselves: fp32 weights, gradients and AdamW m and v, 16 bytes per parameter
-//     (gradients and weights divided by the world size under fsdp, the optimizer state under zero1 and fsdp), times
+//   - on the cpu backend the tensors themselves: weights, gradients and AdamW m and v, 16 bytes per parameter in
+//     fp32, 8 in bf16_pure, less the gradients (a quarter) with optimizer.in_backward (no flat gradient buffer);
+//     gradients and weights divided by the world size under fsdp, the optimizer state under zero1 and fsdp; times
 //     the ranks that share this host;
 //   - one step's token ids per rank (batch_size / world_size x context_length tokens): the train job's inputs and
 //     targets (int32 each, 8 bytes a token), on the cpu also the model's copy of them and its per-token losses (12
