@@ -170,9 +170,19 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
     differ = differ || js.back() != js.front();
     if (r >= 1 && !differ && cfg.parallel.strategy != "zero1") break;  // replicated strategies: ranks alike
   }
+  // On the cpu the host is the device: the largest rank's peak times the ranks, were they all on this host (a
+  // bare mpirun), against MemAvailable (the run refuses what does not fit: check_plan_fits_host).
+  size_t host_peak = 0;
+  for (const Plan& p : plans) host_peak = std::max(host_peak, p.peak_bytes);
+  const size_t available = cfg.device == "cpu" ? host_memory_available() : 0;
+  const bool host_fits = host_peak * size_t(world) <= available;
   if (as_json) {
     nlohmann::json out = plans[0].to_json();
     out["ranks_identical"] = !differ;
+    if (available) {
+      out["host_memory_available_bytes"] = available;
+      out["fits_host"] = host_fits;
+    }
     if (!assumed.empty()) out["device_note"] = assumed;
     if (differ) {
       out["per_rank"] = nlohmann::json::array();
@@ -197,6 +207,9 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
   } else {
     for (const Plan& p : plans) std::cout << p.table() << "\n";
   }
+  if (available)
+    std::cout << fmt::format("host memory available {}: {} x {} rank(s) on this host {}\n", format_bytes(available),
+                             format_bytes(host_peak), world, host_fits ? "fits" : "DOES NOT FIT");
   return 0;
 }
 

@@ -71,6 +71,18 @@ def test_plan_table_and_cuda_without_gpu(trainer_bin, tmp_path):
     assert big["memory"]["by_category"]["activations"] > p["memory"]["by_category"]["activations"] * 16
 
 
+def test_cpu_plan_says_whether_it_fits_the_host(trainer_bin, tmp_path):
+    """On the cpu the host is the device: the plan compares its peak times the ranks with MemAvailable (a fresh user
+    saw a 171 GiB plan on a 24 GB host shown with no warning)."""
+    p = plan_json(trainer_bin, tmp_path, TINY, "--set", "device=cpu")
+    assert p["fits_host"] is True and p["host_memory_available_bytes"] > 0 and p["memory"]["fits"] is None
+    r = run(trainer_bin, ["--plan", TINY, "--set", "device=cpu", "--set", "model.num_layers=4000",
+                          "--set", "model.d_model=4096", "--set", "model.d_ff=11008"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith("host memory available ") and last.endswith("x 1 rank(s) on this host DOES NOT FIT"), last
+
+
 def test_plan_world_size_zero1(trainer_bin, tmp_path):
     base = [TINY, "--set", "device=cuda", "--set", "precision=bf16",
             "--set", "parallel.strategy=zero1", "--world-size", "4"]
