@@ -430,6 +430,9 @@ int main(int argc, char** argv) {
   } else if (world > 1 && mpi.thread_level() == MPI_THREAD_MULTIPLE) {  // (else rank 0 has no listener)
     set_fatal_hook([](const std::string& msg) { hand_failure_to_rank_0(*session, 1, msg); });
   }
+  // The train job stops after a step on an interrupt (exit code 4). Installed before the failure listener starts: a
+  // file it writes would otherwise install the pending file's handlers at the same moment (core/interrupt.h).
+  if (cfg.job == "train") install_interrupt_handlers();
   // A rank > 0 that stops the job on its own (bad input only it found, a run error of its own) tells rank 0, which
   // may be blocked in a collective that rank will never join: rank 0 then ends its outputs as for its own failure
   // (bad input: the earlier record put back, exit code 2; else the record with status error or oom), and aborts.
@@ -463,7 +466,6 @@ int main(int argc, char** argv) {
           }
           MPI_Abort(MPI_COMM_WORLD, code);
         });
-  if (cfg.job == "train") install_interrupt_handlers();  // the train job stops after a step (exit code 4)
   int code = 0;
   std::optional<Plan> plan;
   const auto t0 = std::chrono::steady_clock::now();

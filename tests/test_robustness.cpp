@@ -102,7 +102,7 @@ TEST_CASE("interrupt: a signal that ends the process removes the pending file; o
     std::signal(SIGHUP, SIG_IGN);
     trainer::set_pending_file(path.c_str());
     std::raise(SIGHUP);
-    trainer::clear_pending_file(path.c_str());
+    trainer::clear_pending_file();
     std::raise(SIGTERM);
   });
   CHECK((WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM));

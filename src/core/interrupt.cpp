@@ -22,8 +22,14 @@ constexpr int kSignals[] = {SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 // The same signal again within this window is one delivery seen twice, not a second request: Slurm signals every task
 // of a step and srun forwards what it receives to the same tasks; a shell's Ctrl-C can reach mpirun and a rank.
 constexpr int64_t kDuplicateWindowNs = 250'000'000;
-// The temporary file being written (set_pending_file), removed before a signal ends the process.
+// The temporary file being written (set_pending_file): a pointer to the writing thread's copy of its path,
+// removed before a signal ends the process.
 std::atomic<const char*> g_pending_file{nullptr};
+constexpr size_t kPendingPathMax = 4096;
+char* pending_buffer() {
+  thread_local char buf[kPendingPathMax];
+  return buf;
+}
 static_assert(std::atomic<const char*>::is_always_lock_free, "the handlers load it");
 
 int64_t monotonic_ns() {  // clock_gettime is async-signal-safe
@@ -82,11 +88,17 @@ void set_pending_file(const char* path) {
     sa.sa_flags = SA_RESTART;
     ::sigaction(s, &sa, nullptr);
   }
-  g_pending_file.store(path);
+  // A copy the handler may read at any time: this thread's buffer lives as long as the thread, so a handler that
+  // loaded the pointer just before clear_pending_file never reads freed memory.
+  char* buf = pending_buffer();
+  const size_t n = std::strlen(path);
+  if (n >= kPendingPathMax) return;  // too long to keep: not removed on a signal
+  std::memcpy(buf, path, n + 1);
+  g_pending_file.store(buf);
 }
 
-void clear_pending_file(const char* path) {
-  const char* mine = path;  // unless another thread's write has taken the slot since
+void clear_pending_file() {
+  const char* mine = pending_buffer();  // unless another thread's write has taken the slot since
   g_pending_file.compare_exchange_strong(mine, nullptr);
 }
 

@@ -23,14 +23,15 @@ int interrupt_signal();
 /// "SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2", or "signal" for another number.
 const char* interrupt_signal_name(int sig);
 
-/// Names the temporary file being written (write_file_atomic: the path stays valid until clear_pending_file): a signal
-/// that ends the process removes it first. Each call installs that removal for SIGINT, SIGTERM and SIGHUP where their
+/// Names the temporary file being written (write_file_atomic; the path is copied, up to 4095 bytes): a signal that
+/// ends the process removes it first. Each call installs that removal for SIGINT, SIGTERM and SIGHUP where their
 /// action is the default (an interrupt handler installed before or after stays in charge, and removes it on the
 /// second signal; an ignored signal stays ignored). One file at a time: a later call replaces the earlier.
 void set_pending_file(const char* path);
 
-/// Forgets `path` as the pending file, unless another call has named another file since.
-void clear_pending_file(const char* path);
+/// Forgets this thread's pending file, unless another thread has named its own since (one slot: a write that starts
+/// and ends inside another thread's leaves the other's file uncovered until its next write).
+void clear_pending_file();
 
 /// For tests: forget a received signal (the handlers stay installed).
 void reset_interrupt();

@@ -108,11 +108,10 @@ namespace {
 // The temp file being written, removed if a signal ends the run meanwhile (Ctrl-C, SIGTERM from a scheduler; the
 // train job's first interrupt only stops it after the step, so the write completes): core/interrupt.h.
 struct PendingTmp {
-  explicit PendingTmp(const std::string& tmp) : tmp_(tmp.c_str()) { set_pending_file(tmp_); }
-  ~PendingTmp() { clear_pending_file(tmp_); }
+  explicit PendingTmp(const std::string& tmp) { set_pending_file(tmp.c_str()); }
+  ~PendingTmp() { clear_pending_file(); }
   PendingTmp(const PendingTmp&) = delete;
   PendingTmp& operator=(const PendingTmp&) = delete;
-  const char* tmp_ = nullptr;
 };
 }  // namespace
 
