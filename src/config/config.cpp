@@ -31,7 +31,7 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
   }
   resolve(c, path, world_size, cuda_available, host, warnings);
   validate_config(c, world_size, path);
-  if (warnings) check_resume(c, warnings);  // what the resume changes (validate_config checked the rest)
+  if (warnings) check_resume(c, warnings, world_size);  // what the resume changes (validate_config checked the rest)
   // A resume from the directory itself or from one of its step directories continues its run (check_resume warns
   // when that step is not the directory's latest)
   namespace fs = std::filesystem;

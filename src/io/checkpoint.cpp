@@ -104,7 +104,7 @@ json read_checkpoint_manifest(const std::string& step_dir) {
   return m;
 }
 
-void check_resume(const RunConfig& c, std::vector<std::string>* warnings) {
+void check_resume(const RunConfig& c, std::vector<std::string>* warnings, int world_size) {
   if (!c.init.resume) return;
   const std::string& dir = *c.init.resume;
   CONFIG_CHECK(!c.init.weights, "init: set init.weights or init.resume, not both (a resume loads the checkpoint's "
@@ -145,15 +145,26 @@ void check_resume(const RunConfig& c, std::vector<std::string>* warnings) {
   // What changed, key by key, without the keys that change no number: in_backward (the same update, sooner), on
   // the cpu in_gemm (its product into a temporary, then the same update; on a GPU the fused product sums in another
   // order), what recomputation keeps (checkpointing.policy, k, blocks, keep_attention: recomputed activations are
-  // bitwise the kept ones), fsdp's prefetch depth and the collective timeout. data.path compares as a path (the same
-  // file given relative or absolute). init.seed counts only where it seeds the run: bf16_pure's stochastic rounding.
+  // bitwise the kept ones), fsdp's prefetch depth and the collective timeout. data.path compares as the file it named
+  // when the checkpoint was written (the manifest's path_canonical; a relative path meant the old working directory).
+  // init.seed counts only where it seeds the run: bf16_pure's stochastic rounding. The world size counts (another
+  // sums the gradients in another order).
   json was = json::object(), is = json::object();
   for (const char* sec : {"optimizer", "data", "parallel", "checkpointing"}) {
     was[sec] = old.value(sec, json::object());
     is[sec] = now[sec];
+    if (!was[sec].is_object()) was[sec] = json::object();  // a hand-edited manifest
+  }
+  for (const char* k : {"device", "attention", "fp32_matmul"}) {
+    was[k] = old.value(k, json());
+    is[k] = now[k];
   }
   was["model"]["context_length"] = old["model"].value("context_length", json());
   is["model"]["context_length"] = now["model"]["context_length"];
+  if (world_size > 0) {
+    was["world_size"] = m.value("world_size", json());
+    is["world_size"] = world_size;
+  }
   if (c.precision == "bf16_pure" && c.optimizer.stochastic_rounding) {
     was["init"]["seed"] = old.value("init", json::object()).value("seed", json());
     is["init"]["seed"] = now["init"]["seed"];
@@ -164,16 +175,14 @@ void check_resume(const RunConfig& c, std::vector<std::string>* warnings) {
     for (const char* k : {"policy", "k", "blocks", "keep_attention"}) (*j)["checkpointing"].erase(k);
     for (const char* k : {"prefetch_layers", "comm_timeout_s"}) (*j)["parallel"].erase(k);
   }
-  auto same_path = [](const json& a, const json& b) {
-    if (!a.is_string() || !b.is_string()) return a == b;
-    std::error_code e1, e2;
-    const fs::path pa = fs::weakly_canonical(a.get<std::string>(), e1);
-    const fs::path pb = fs::weakly_canonical(b.get<std::string>(), e2);
-    return (!e1 && !e2 && pa == pb) || a == b;
-  };
-  if (same_path(was["data"].value("path", json()), is["data"].value("path", json()))) {
-    was["data"].erase("path");
-    is["data"].erase("path");
+  const json written = m.value("data", json::object()).value("path_canonical", json());
+  if (written.is_string() && is["data"].value("path", json()).is_string()) {  // else: the paths as given
+    std::error_code ec;
+    const std::string now_path = fs::weakly_canonical(is["data"]["path"].get<std::string>(), ec).string();
+    if (!ec) {
+      was["data"]["path"] = written;
+      is["data"]["path"] = now_path;
+    }
   }
   std::vector<std::string> changed;
   auto shown = [](const json& v) {
@@ -214,7 +223,7 @@ CheckpointWrite::CheckpointWrite(std::string dir, int64_t step, bool is_root)
 }
 
 CheckpointWrite::~CheckpointWrite() {
-  if (!root_ || committed_) return;
+  if (!root_ || committed_ || !files_done_) return;
   std::error_code ec;  // best effort (the failure that got here is what the run reports)
   fs::remove_all(tmp_, ec);
 }

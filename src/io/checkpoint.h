@@ -47,7 +47,7 @@ nlohmann::json read_checkpoint_manifest(const std::string& step_dir);
 /// (bench.warmup_steps + measure_steps counts from step 0, the steps before the resume included), job train,
 /// phase train_step. Raises ConfigError starting with "init.resume:". Differences that a resume can carry
 /// (optimizer, data, strategy, world size) are allowed; they are appended to `warnings` when given.
-void check_resume(const RunConfig& c, std::vector<std::string>* warnings = nullptr);
+void check_resume(const RunConfig& c, std::vector<std::string>* warnings = nullptr, int world_size = 0);
 
 /// 64-bit FNV-1a of `text`, as "fnv1a64:<16 hex digits>" (the manifest's config_hash).
 std::string fnv1a64_hex(const std::string& text);
@@ -58,8 +58,11 @@ class CheckpointWrite {
  public:
   /// Rank 0 (is_root): removes a stale DIR/.tmp-<name> and creates it (and DIR). RuntimeError on failure.
   CheckpointWrite(std::string dir, int64_t step, bool is_root);
-  /// Rank 0: a write that was not committed (it failed: a full disk, say) removes its temporary directory.
+  /// Rank 0: a write that was not committed (it failed: a full disk, say) removes its temporary directory, once
+  /// files_done() said no rank writes into it any more (else the next commit prunes it as stale).
   ~CheckpointWrite();
+  /// Every rank has written its files (or failed and agreed so): see the destructor.
+  void files_done() { files_done_ = true; }
   CheckpointWrite(const CheckpointWrite&) = delete;
   CheckpointWrite& operator=(const CheckpointWrite&) = delete;
   /// Path of a file inside the temporary directory.
@@ -73,7 +76,7 @@ class CheckpointWrite {
 
  private:
   std::string dir_, name_, tmp_;
-  bool root_ = false, committed_ = false;
+  bool root_ = false, committed_ = false, files_done_ = false;
 };
 
 /// Reads byte ranges of tensors of a safetensors file without reading the whole file (pread): the optimizer shards

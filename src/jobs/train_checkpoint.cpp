@@ -222,7 +222,7 @@ void TrainCheckpointer::write(int64_t steps_done) {
         write_safetensors(w->file("model.safetensors"), named,
                           {{"format", "pt"}, {"producer", "trainer"}, {"step", std::to_string(steps_done)}});
       } catch (const std::exception& e) {
-        err = e.what();
+        if (err.empty()) err = e.what();  // the first failure is the cause
       }
   }
 
@@ -247,12 +247,15 @@ void TrainCheckpointer::write(int64_t steps_done) {
     try {
       write_safetensors(w->file(shard_file(rank)), named, {{"producer", "trainer"}, {"rank", std::to_string(rank)}});
     } catch (const std::exception& e) {
-      err = e.what();
+      if (err.empty()) err = e.what();
     }
   }
   const std::vector<std::string> shards = comm_.gather_host(shard.dump(), /*root=*/0);
   uint64_t all_bytes = bytes;
   comm_.all_reduce_host(&all_bytes, 1, HostOp::sum);
+  // This rank is past its writes, and agree() returns or throws only once every rank is: a failure from here on
+  // may remove the temporary directory (an exception that skips this leaves it for the next commit's pruning)
+  if (w) w->files_done();
   agree(err, "writing the files");
 
   // Rank 0 completes it: manifest, rename, `latest`; the others wait, so nobody runs on before it exists.
@@ -265,6 +268,10 @@ void TrainCheckpointer::write(int64_t steps_done) {
         if (json j = json::parse(s); !j.is_null()) shard_list.push_back(j);
       const json config = cfg_;
       const OptimizerCfg& o = cfg_.optimizer;
+      std::error_code ec;
+      json canonical_data_path = nullptr;
+      if (cfg_.data.path)
+        if (const fs::path cp = fs::weakly_canonical(*cfg_.data.path, ec); !ec) canonical_data_path = cp.string();
       json manifest = {
           {"format", kCheckpointFormat},
           {"step", steps_done},
@@ -289,6 +296,7 @@ void TrainCheckpointer::write(int64_t steps_done) {
           {"data",
            {{"next_step", steps_done},
             {"source", cfg_.data.source},
+            {"path_canonical", canonical_data_path},  // what a resume's data.path is compared with (check_resume)
             {"sampling", cfg_.data.sampling},
             {"seed", cfg_.data.seed},
             {"batch_size", cfg_.data.batch_size},
@@ -307,7 +315,7 @@ void TrainCheckpointer::write(int64_t steps_done) {
       final_dir = w->commit(manifest, parent_);
       parent_ = fs::path(final_dir).filename().string();
     } catch (const std::exception& e) {
-      err = e.what();
+      if (err.empty()) err = e.what();
     }
   agree(err, "completing it");
   last_written_ = steps_done;

@@ -199,6 +199,11 @@ def test_the_config_differs_warning_names_the_keys_that_change_numbers_only(tmp_
     assert "optimizer.lr (0.001 -> 0.002)" in w and "optimizer.betas.1 (0.999 -> 0.99)" in w, w
     assert "checkpointing" not in w and "may not match" in w, w
     assert warnings("d", "init.seed=5") == []  # the weights come from the checkpoint: the seed seeds nothing
+    other = tmp_path / "other"
+    other.mkdir()
+    np.random.default_rng(8).integers(0, 256, size=20000, dtype=np.uint16).tofile(other / "tokens.bin")
+    (w,) = warnings("g", f"data.path={other / 'tokens.bin'}", "attention=flash2")
+    assert "data.path (" in w and "attention (" in w, w
     sr = ["precision=bf16_pure", "optimizer.stochastic_rounding=true"]
     p = run(args(tmp_path, "e", 2, f"output.checkpoint={tmp_path / 'sr'}", *sr))
     assert p.returncode == 0, p.stderr[-3000:]
