@@ -2,7 +2,7 @@
 // DESIGN.md), one fused pass over flat arrays. For each element, in this order:
 //   g  = grad_scale * g
 //   p  = p - decay * p,  decay = lr * weight_decay        (decoupled weight decay, with the old p)
-//   m  = beta1 m + (1 - beta1) g
+//   m  = beta1 m + (1 - beta1) g                          (1 - beta: fp64, then rounded; AdamWStep)
 //   v  = beta2 v + (1 - beta2) g^2
 //   p  = p - step_size * m / (sqrt(v) + eps),             step_size = lr sqrt(1 - beta2^t) / (1 - beta1^t)
 //   p_work = T(p)                                         (optional bf16/f32 working copy, round to nearest even)

@@ -12,6 +12,7 @@ namespace trainer::kernels {
 /// Per-step constants of the update, computed on the host in fp64 (see adamw.cu).
 struct AdamWStep {
   float beta1, beta2, eps;
+  float one_minus_beta1, one_minus_beta2;  // 1 - beta in fp64, then rounded (not 1 - the rounded beta)
   float decay;       // lr * weight_decay
   float step_size;   // lr * sqrt(1 - beta2^t) / (1 - beta1^t)
   float grad_scale;  // g is multiplied by this first
@@ -60,8 +61,8 @@ __device__ __forceinline__ void load_per_step(AdamWStep& a) {
 __device__ __forceinline__ float adamw_one(float& p, float g, float& m, float& v, const AdamWStep& a) {
   g *= a.grad_scale;
   float pv = p - a.decay * p;
-  const float mv = a.beta1 * m + (1.f - a.beta1) * g;
-  const float vv = a.beta2 * v + (1.f - a.beta2) * g * g;
+  const float mv = a.beta1 * m + a.one_minus_beta1 * g;
+  const float vv = a.beta2 * v + a.one_minus_beta2 * g * g;
   pv -= a.step_size * mv / (sqrtf(vv) + a.eps);
   p = pv;
   m = mv;

@@ -21,6 +21,7 @@ namespace {
 kernels::AdamWStep step(float beta1, float beta2, float eps, float decay, float step_size, float grad_scale) {
   kernels::AdamWStep a{};
   a.beta1 = beta1, a.beta2 = beta2, a.eps = eps, a.decay = decay, a.step_size = step_size, a.grad_scale = grad_scale;
+  a.one_minus_beta1 = float(1.0 - double(beta1)), a.one_minus_beta2 = float(1.0 - double(beta2));  // (the floats given)
   return a;
 }
 }  // namespace

@@ -51,9 +51,8 @@ Tensor Buffer::view(DType t, std::initializer_list<int64_t> shape) const {
 AdamWStepValues adamw_step_values(const AdamWArgs& a) {
   const double t = double(a.t);
   AdamWStepValues v;
-  v.decay = float(double(a.lr) * double(a.weight_decay));
-  v.step_size =
-      float(double(a.lr) * std::sqrt(1.0 - std::pow(double(a.beta2), t)) / (1.0 - std::pow(double(a.beta1), t)));
+  v.decay = float(a.lr * a.weight_decay);
+  v.step_size = float(a.lr * std::sqrt(1.0 - std::pow(a.beta2, t)) / (1.0 - std::pow(a.beta1, t)));
   v.rounding_key = bf16_bits::rounding_key(a.seed, a.t);
   return v;
 }

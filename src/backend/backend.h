@@ -86,7 +86,10 @@ enum class AttnImpl { naive, flash2 };
 
 /// Hyper-parameters of one AdamW step (DESIGN.md: the course's AdamW; t starts at 1).
 struct AdamWArgs {
-  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.01f;
+  /// The hyperparameters as configured (double): the backends derive their fp32 constants from them, 1 - beta in
+  /// double before the rounding (as PyTorch's fp32 AdamW takes 1 - beta from a Python float), so a beta close to 1
+  /// keeps its (1 - beta) and the bias corrections their exact beta.
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   int64_t t = 1;            // step number, 1-based, for the bias corrections
   float grad_scale = 1.f;   // g is multiplied by this first (gradient clipping folded in)
   bool grad_sumsq = false;  // also sum_i g[i]^2 (of g as given, before grad_scale), fused into the same pass

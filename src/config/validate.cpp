@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <initializer_list>
+#include <limits>
 #include <string_view>
 
 #include "config/schema.h"
@@ -147,6 +149,11 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
   CONFIG_CHECK(m.d_model % m.num_heads == 0, "model: d_model {} is not divisible by num_heads {}", m.d_model,
                m.num_heads);
   const int d_head = m.d_model / m.num_heads;
+  // RoPE's largest angle, position x theta^(-(d_head - 2) / d_head), must be an fp32 number (theta far below 1)
+  CONFIG_CHECK(double(m.context_length) * std::pow(m.rope_theta, -double(d_head - 2) / d_head) <=
+                   std::numeric_limits<float>::max(),
+               "model: rope_theta {} makes RoPE's angles beyond fp32's range at context_length {}", m.rope_theta,
+               m.context_length);
   CONFIG_CHECK(d_head % 2 == 0, "model: d_head {} (d_model {} / num_heads {}) must be even: RoPE rotates pairs",
                d_head, m.d_model, m.num_heads);
 
@@ -204,6 +211,12 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
                  o.betas[i]);
   check_positive(o.eps, "optimizer.eps");
   check_non_negative(o.weight_decay, "optimizer.weight_decay");
+  // The kernels take these as fp32: a value that rounds to 0 or beyond fp32's range breaks the update (NaN, inf)
+  CONFIG_CHECK(float(o.eps) > 0, "config: 'optimizer.eps' {} is 0 in fp32 (the smallest is about 1.4e-45)", o.eps);
+  for (const auto& [v, key] : {std::pair(o.lr, "optimizer.lr"), std::pair(o.weight_decay, "optimizer.weight_decay"),
+                               std::pair(o.lr * o.weight_decay, "optimizer.lr x weight_decay"),
+                               std::pair(o.min_lr, "optimizer.min_lr")})
+    CONFIG_CHECK(v <= std::numeric_limits<float>::max(), "config: '{}' {} is beyond fp32's range (3.4e38)", key, v);
   if (o.max_grad_norm) check_positive(*o.max_grad_norm, "optimizer.max_grad_norm");
   // in_backward (and in_gemm, which needs it) each name the setting that rules them out: an explicit true, or
   // in_gemm with in_backward left null (auto: off wherever one of these holds)

@@ -17,11 +17,11 @@ AdamW::AdamW(Backend& be, int64_t numel, const OptimizerCfg& cfg, DType state_dt
 
 AdamWArgs AdamW::args(double grad_scale) const {
   AdamWArgs a;
-  a.lr = float(lr_);
-  a.beta1 = float(cfg_.betas.at(0));
-  a.beta2 = float(cfg_.betas.at(1));
-  a.eps = float(cfg_.eps);
-  a.weight_decay = float(cfg_.weight_decay);
+  a.lr = lr_;
+  a.beta1 = cfg_.betas.at(0);
+  a.beta2 = cfg_.betas.at(1);
+  a.eps = cfg_.eps;
+  a.weight_decay = cfg_.weight_decay;
   a.t = t_;
   a.grad_scale = float(grad_scale);
   a.stochastic_rounding = cfg_.stochastic_rounding && dtype_ == DType::bf16;

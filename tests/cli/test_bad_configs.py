@@ -237,6 +237,21 @@ def case_beta_out_of_range(tmp):
     return [write_json(tmp / "c.json", cfg)], ["optimizer.betas[1]"]
 
 
+def case_eps_zero_in_fp32(tmp):  # > 0, but 0 as the kernels' fp32: 0/0 where a gradient is 0 (a fresh user)
+    cfg = tiny_config(tmp, optimizer={"eps": 1e-46})
+    return [write_json(tmp / "c.json", cfg)], ["optimizer.eps", "fp32"]
+
+
+def case_lr_beyond_fp32(tmp):
+    cfg = tiny_config(tmp, optimizer={"lr": 1e39})
+    return [write_json(tmp / "c.json", cfg)], ["optimizer.lr", "fp32"]
+
+
+def case_rope_theta_overflowing_fp32(tmp):
+    cfg = tiny_config(tmp, model={"rope_theta": 1e-300})
+    return [write_json(tmp / "c.json", cfg)], ["rope_theta", "fp32"]
+
+
 def case_no_steps(tmp):
     cfg = tiny_config(tmp, bench={"warmup_steps": 0, "measure_steps": 0})
     return [write_json(tmp / "c.json", cfg)], ["warmup_steps", "measure_steps"]

@@ -79,10 +79,14 @@ def test_cpu_bf16_pure_matches_reference(trainer_bin, tmp_path, cpu_reference, i
 
 
 def test_in_backward_changes_no_number(trainer_bin, tmp_path):
-    """AdamW per unit during the backward (gradients per unit) == one AdamW pass after it: bitwise."""
+    """AdamW per unit during the backward (gradients per unit) == one AdamW pass after it: losses and weights bitwise.
+    The gradient norm is a reduction in another order (one fp64 sum per unit, the units' sums added; against one sum
+    over the flat gradient), so its last bit may differ: within 1e-15 (it once matched bitwise by chance, until a
+    change of AdamW's constants moved the trajectory)."""
     a = trainer_bf16_pure(trainer_bin, CPU_CASE, tmp_path / "a", "cpu", False)
     b = trainer_bf16_pure(trainer_bin, CPU_CASE, tmp_path / "b", "cpu", True)
-    assert a.losses == b.losses and a.grad_norms == b.grad_norms
+    assert a.losses == b.losses
+    assert all(abs(x - y) <= 1e-15 * abs(x) for x, y in zip(a.grad_norms, b.grad_norms)), (a.grad_norms, b.grad_norms)
     for name in a.params:
         assert torch.equal(a.params[name], b.params[name]), name
 

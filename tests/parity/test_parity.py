@@ -73,6 +73,9 @@ CASES = [
     Case("grad_accum_mb1", CFG_DHEAD8, steps=3, microbatch_size=1),
     # embeddings of rms ~3e-3: mean(x^2) ~ 1e-5 at the first ln1, as large as RMSNorm's eps
     Case("small_embeddings", CFG_DHEAD8, steps=3, seed=3, embedding_scale=3e-3),
+    # beta2 within 1e-8 of 1: fp32(beta2) is 1.0, so 1 - beta2 and the bias corrections must come from the configured
+    # value (1 - fp32(beta2) = 0 once left v at 0 and the step size at 0: only the decay moved the weights)
+    Case("beta2_near_one", CFG_DHEAD8, steps=4, seed=4, opt=ref.OptimConfig(betas=(0.9, 0.99999999))),
 ]
 CASE_BY_NAME = {c.name: c for c in CASES}
 

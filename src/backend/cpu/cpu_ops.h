@@ -487,17 +487,19 @@ void scale(T* x, int64_t n, T a) {
 // AdamW (Loshchilov & Hutter 2019, arXiv:1711.05101, Alg. 2, in the course's form; DESIGN.md)
 // =====================================================================================================================
 
-/// The per-step constants of adamw in T: alpha_t = lr * sqrt(1 - b2^t) / (1 - b1^t) (computed in double), decay =
-/// lr * wd, b1, b2, eps, grad_scale.
+/// The per-step constants of adamw in T, each computed in double and rounded once: alpha_t = lr * sqrt(1 - b2^t) /
+/// (1 - b1^t), decay = lr * wd, b1, b2, 1 - b1, 1 - b2, eps, grad_scale.
 template <class T>
 struct AdamWConsts {
-  T alpha_t, decay, b1, b2, eps, gs;
+  T alpha_t, decay, b1, b2, omb1, omb2, eps, gs;
   explicit AdamWConsts(const AdamWArgs& a) {
     const double t = double(a.t);
-    alpha_t = T(double(a.lr) * std::sqrt(1.0 - std::pow(double(a.beta2), t)) / (1.0 - std::pow(double(a.beta1), t)));
-    decay = T(double(a.lr) * double(a.weight_decay));
+    alpha_t = T(a.lr * std::sqrt(1.0 - std::pow(a.beta2, t)) / (1.0 - std::pow(a.beta1, t)));
+    decay = T(a.lr * a.weight_decay);
     b1 = T(a.beta1);
     b2 = T(a.beta2);
+    omb1 = T(1.0 - a.beta1);
+    omb2 = T(1.0 - a.beta2);
     eps = T(a.eps);
     gs = T(a.grad_scale);
   }
@@ -508,8 +510,8 @@ template <class T>
 inline void adamw_element(T& p, T g, T& m, T& v, const AdamWConsts<T>& c) {
   const T gi = g * c.gs;
   p -= c.decay * p;
-  m = c.b1 * m + (T(1) - c.b1) * gi;
-  v = c.b2 * v + (T(1) - c.b2) * gi * gi;
+  m = c.b1 * m + c.omb1 * gi;
+  v = c.b2 * v + c.omb2 * gi * gi;
   p -= c.alpha_t * m / (std::sqrt(v) + c.eps);
 }
 

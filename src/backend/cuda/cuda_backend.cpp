@@ -510,9 +510,11 @@ namespace {
 /// The kernels' form of a's constants (per_step = adamw_step_values(a)).
 kernels::AdamWStep kernel_step(const AdamWArgs& a, const AdamWStepValues& per_step) {
   kernels::AdamWStep k;
-  k.beta1 = a.beta1;
-  k.beta2 = a.beta2;
-  k.eps = a.eps;
+  k.beta1 = float(a.beta1);
+  k.beta2 = float(a.beta2);
+  k.one_minus_beta1 = float(1.0 - a.beta1);
+  k.one_minus_beta2 = float(1.0 - a.beta2);
+  k.eps = float(a.eps);
   k.decay = per_step.decay;
   k.step_size = per_step.step_size;
   k.grad_scale = a.grad_scale;
