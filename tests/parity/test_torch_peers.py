@@ -186,7 +186,11 @@ def test_allreduce_bench_counts_wrong_elements_and_parses_sizes(monkeypatch):
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")   # the import forces both; monkeypatch undoes it afterwards
     monkeypatch.setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "0")
     monkeypatch.syspath_prepend(str(REPO / "launch"))
+    import importlib
+
     import torch_allreduce_bench as ar
+    import torch_bench  # (the forcing runs on its import, which another test file may have done first: again)
+    importlib.reload(torch_bench)
     assert {k: os.environ[k] for k in FORCED_ENV} == FORCED_ENV
     assert ar.count_wrong(torch.tensor([3.0, 3.0, 2.0, 3.5]), 2) == 2
     assert ar.count_wrong(torch.full((8,), 10.0), 4) == 0
