@@ -53,7 +53,7 @@ std::string help_text() {
       "                        from a dry run of the real code on a meta backend (no GPU needed)\n"
       "  --world-size N        (--plan) plan for N ranks (default 1, or the mpirun world size)\n"
       "  --device cpu|cuda     (--plan) the device to plan for; default: the config's device, and for device\n"
-      "                        auto cuda when the config asks for bf16 or flash2, else cpu\n"
+      "                        auto cuda when the config asks for bf16, flash2 or nccl, else cpu\n"
       "  --json                (--plan) print the plan as one JSON object\n"
       "  --help                print this text and exit\n"
       "  --version             print the version and git commit and exit\n"
