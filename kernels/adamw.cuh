@@ -9,7 +9,8 @@
 
 namespace trainer::kernels {
 
-/// Per-step constants of the update, computed on the host in fp64 (see adamw.cu).
+/// Per-step constants of the update, computed on the host in fp64 (see adamw.cu). Set the fields by name
+/// (CudaBackend's kernel_step): a positional initializer would shift with a new field.
 struct AdamWStep {
   float beta1, beta2, eps;
   float one_minus_beta1, one_minus_beta2;  // 1 - beta in fp64, then rounded (not 1 - the rounded beta)

@@ -462,7 +462,7 @@ TEST_CASE("config: validation rules", "[config]") {
       {{"model.preset=", "model.d_ff=0"}, 1,
        "'model.vocab_size' must be > 0, got 0 (set it, or choose a model.preset)"},
       {{"model.rope_theta=0"}, 1, "config: 'model.rope_theta' must be > 0, got 0"},
-      {{"model.rope_theta=1e-300"}, 1, "model: rope_theta 1e-300 makes RoPE's angles beyond fp32's range"},
+      {{"model.rope_theta=1e-300"}, 1, "model: rope_theta 1e-300 is 0 in fp32"},
       {{"optimizer.eps=1e-46"}, 1, "config: 'optimizer.eps' 1e-46 is 0 in fp32"},
       {{"optimizer.weight_decay=1e39"}, 1, "config: 'optimizer.weight_decay' 1e+39 is beyond fp32's range"},
       {{"device=gpu"}, 1, "config: 'device' must be one of auto, cpu, cuda; got 'gpu'"},

@@ -340,7 +340,7 @@ TEST_CASE("sum, sum_squares, scale, add_inplace", "[cpu][elementwise]") {
 }
 
 TEST_CASE("adamw: two steps equal a hand-computed reference (numpy, float64)", "[cpu][adamw]") {
-  // Hyper-parameters exact in binary, so float AdamWArgs carry them to double unchanged.
+  // Hyper-parameters exact in binary, so their fp32 constants equal the double values the reference uses.
   AdamWArgs a;
   a.lr = 0.0625f;
   a.weight_decay = 0.125f;

@@ -149,11 +149,9 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
   CONFIG_CHECK(m.d_model % m.num_heads == 0, "model: d_model {} is not divisible by num_heads {}", m.d_model,
                m.num_heads);
   const int d_head = m.d_model / m.num_heads;
-  // RoPE's largest angle, position x theta^(-(d_head - 2) / d_head), must be an fp32 number (theta far below 1)
-  CONFIG_CHECK(double(m.context_length) * std::pow(m.rope_theta, -double(d_head - 2) / d_head) <=
-                   std::numeric_limits<float>::max(),
-               "model: rope_theta {} makes RoPE's angles beyond fp32's range at context_length {}", m.rope_theta,
-               m.context_length);
+  // The model keeps theta as fp32 (its RoPE tables are computed in double from it): 0 there makes them inf / NaN
+  CONFIG_CHECK(float(m.rope_theta) > 0, "model: rope_theta {} is 0 in fp32 (the smallest is about 1.4e-45)",
+               m.rope_theta);
   CONFIG_CHECK(d_head % 2 == 0, "model: d_head {} (d_model {} / num_heads {}) must be even: RoPE rotates pairs",
                d_head, m.d_model, m.num_heads);
 

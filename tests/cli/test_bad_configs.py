@@ -247,7 +247,7 @@ def case_lr_beyond_fp32(tmp):
     return [write_json(tmp / "c.json", cfg)], ["optimizer.lr", "fp32"]
 
 
-def case_rope_theta_overflowing_fp32(tmp):
+def case_rope_theta_zero_in_fp32(tmp):
     cfg = tiny_config(tmp, model={"rope_theta": 1e-300})
     return [write_json(tmp / "c.json", cfg)], ["rope_theta", "fp32"]
 
