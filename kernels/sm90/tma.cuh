@@ -28,44 +28,47 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
+/// cuTensorMapEncodeTiled with the options every map here uses (no interleave, 128-byte swizzle, L2 promotion 256 B,
+/// out-of-bounds elements read as zero; element strides 1). Aborts (trainer::fatal) naming the view (`what()`) when
+/// the driver refuses it.
+template <class What>
+inline CUtensorMap encode_tiled_swizzle128(CUtensorMapDataType dtype, cuuint32_t rank, const void* base,
+                                           const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
+                                           What what) {
+  CUtensorMap map{};
+  const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
+  const CUresult r = tensor_map_encoder()(&map, dtype, rank, const_cast<void*>(base), dims, strides, box,
+                                          elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    fatal("CUDA", "cuTensorMapEncodeTiled", __FILE__, __LINE__, fmt::format("error {} for {}", int(r), what()));
+  return map;
+}
+
 /// Tensor map of a [B, T, H, d] bf16 view (strides in elements, d contiguous): dims (d, T, H, B), box (64, box_rows,
 /// 1, 1), 128-byte swizzle. Aborts (trainer::fatal) when the driver refuses it (base not 16-byte aligned, strides
 /// not multiples of 8 elements, T or B beyond 2^32).
 inline CUtensorMap encode_tma_bf16(const void* base, int B, int T, int H, int d, int64_t batch_stride,
                                    int64_t row_stride, int64_t head_stride, int box_rows) {
-  CUtensorMap map{};
   const cuuint64_t dims[4] = {cuuint64_t(d), cuuint64_t(T), cuuint64_t(H), cuuint64_t(B)};
   const cuuint64_t strides[3] = {cuuint64_t(row_stride) * 2, cuuint64_t(head_stride) * 2, cuuint64_t(batch_stride) * 2};
   const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
-  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims,
-                                          strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    fatal("CUDA", "cuTensorMapEncodeTiled", __FILE__, __LINE__,
-          fmt::format("error {} for the [B {}, T {}, H {}, d {}] view with strides {} / {} / {}", int(r), B, T, H, d,
-                      batch_stride, row_stride, head_stride));
-  return map;
+  return encode_tiled_swizzle128(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, base, dims, strides, box, [&] {
+    return fmt::format("the [B {}, T {}, H {}, d {}] view with strides {} / {} / {}", B, T, H, d, batch_stride,
+                       row_stride, head_stride);
+  });
 }
 
 /// Tensor map of an fp32 [rows, cols] matrix (row stride in elements, a multiple of 4; base 16-byte aligned): box of
 /// box_rows x 32 columns (128 bytes a row), 128-byte swizzle: element (r, c) of a box lands at byte
 /// r * 128 + ((c / 4) ^ (r % 8)) * 16 + (c % 4) * 4 (swizzle128_f32). Aborts (trainer::fatal) when refused.
 inline CUtensorMap encode_tma_f32_2d(const void* base, int64_t rows, int64_t cols, int64_t row_stride, int box_rows) {
-  CUtensorMap map{};
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(row_stride) * 4};
   const cuuint32_t box[2] = {32, cuuint32_t(box_rows)};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<void*>(base), dims,
-                                          strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    fatal("CUDA", "cuTensorMapEncodeTiled", __FILE__, __LINE__,
-          fmt::format("error {} for the fp32 [{}, {}] matrix with row stride {}", int(r), rows, cols, row_stride));
-  return map;
+  return encode_tiled_swizzle128(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, base, dims, strides, box, [&] {
+    return fmt::format("the fp32 [{}, {}] matrix with row stride {}", rows, cols, row_stride);
+  });
 }
 
 #ifdef __CUDACC__
