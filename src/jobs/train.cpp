@@ -314,10 +314,9 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                      {"steps_planned", total_steps}};
       spdlog::warn("interrupted ({}): stopping after step {} of {}{}; a second interrupt stops at once",
                    interrupted["signal"].get<std::string>(), step + 1, total_steps,
-                   !cfg.output.checkpoint ? ""
-                   : cfg.output.checkpoint_every > 0 && (step + 1) % cfg.output.checkpoint_every == 0
-                       ? ", its checkpoint written"
-                       : ", writing the checkpoint");
+                   !cfg.output.checkpoint       ? ""
+                   : ckpt.written(step + 1) ? ", its checkpoint written"
+                                            : ", writing the checkpoint");
       break;
     }
   }

@@ -167,7 +167,7 @@ TrainCheckpointer::~TrainCheckpointer() {
 
 bool TrainCheckpointer::due(int64_t steps_done) const {
   const int every = cfg_.output.checkpoint_every;
-  return cfg_.output.checkpoint && every > 0 && steps_done % every == 0 && steps_done != last_written_;
+  return cfg_.output.checkpoint && every > 0 && steps_done % every == 0 && !written(steps_done);
 }
 
 void TrainCheckpointer::agree(const std::string& err, const char* what) {
@@ -179,7 +179,7 @@ void TrainCheckpointer::agree(const std::string& err, const char* what) {
 }
 
 void TrainCheckpointer::write(int64_t steps_done) {
-  if (!cfg_.output.checkpoint || steps_done == last_written_) return;
+  if (!cfg_.output.checkpoint || written(steps_done)) return;
   const auto t0 = std::chrono::steady_clock::now();
   const ScopedRange phase(be_, "checkpoint", "phase");  // the memory timeline's phase (and an NVTX range)
   const int rank = comm_.rank();

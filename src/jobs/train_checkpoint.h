@@ -46,6 +46,8 @@ class TrainCheckpointer {
 
   /// Whether output.checkpoint_every asks for a checkpoint after `steps_done` steps (never twice for one step).
   bool due(int64_t steps_done) const;
+  /// Whether the checkpoint of `steps_done` steps has been written (write() is then a no-op).
+  bool written(int64_t steps_done) const { return last_written_ == steps_done; }
   /// Collective (every rank, same order): writes the training state after `steps_done` steps to output.checkpoint
   /// (no-op without one, or when that step is already written). The train job calls it every checkpoint_every steps
   /// and once after its last step; a run that leaves its step loop early (an interrupt) calls it the same way with
