@@ -175,7 +175,7 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
   size_t host_peak = 0;
   for (const Plan& p : plans) host_peak = std::max(host_peak, p.peak_bytes);
   const size_t available = cfg.device == "cpu" ? host_memory_available() : 0;
-  const bool host_fits = host_peak * size_t(world) <= available;
+  const bool host_fits = plan_fits_host(host_peak, world, available);
   if (as_json) {
     nlohmann::json out = plans[0].to_json();
     out["ranks_identical"] = !differ;

@@ -105,11 +105,15 @@ void check_host_memory(const RunConfig& cfg, int world_size, int local_ranks, bo
 void check_plan_fits_host(size_t peak_bytes, const std::string& peak_phase, int local_ranks, size_t available) {
   if (available == 0) available = host_memory_available();
   const size_t ranks = size_t(std::max(1, local_ranks)), need = peak_bytes * ranks;
-  CONFIG_CHECK(available == 0 || need <= available,
+  CONFIG_CHECK(plan_fits_host(peak_bytes, local_ranks, available),
                "the run needs {} of host memory at its peak ({} a rank x {} on this host, in its {} phase as planned), "
                "but {} is available (MemAvailable in /proc/meminfo); lower data.batch_size or data.microbatch_size, "
                "set checkpointing.policy, or use a smaller model",
                format_bytes(need), format_bytes(peak_bytes), ranks, peak_phase, format_bytes(available));
+}
+
+bool plan_fits_host(size_t peak_bytes, int local_ranks, size_t available) {
+  return available == 0 || peak_bytes * size_t(std::max(1, local_ranks)) <= available;
 }
 
 size_t collective_host_bytes(const RunConfig& cfg, int world_size, std::string* op, size_t* size_index) {

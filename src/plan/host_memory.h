@@ -53,6 +53,8 @@ void check_host_memory(const RunConfig& cfg, int world_size, int local_ranks, bo
 /// cannot fit is bad input and not a process for the kernel's OOM killer. peak_phase names where the peak is.
 /// `available` 0: read /proc/meminfo (nothing is checked when it cannot be read).
 void check_plan_fits_host(size_t peak_bytes, const std::string& peak_phase, int local_ranks, size_t available = 0);
+/// The rule check_plan_fits_host applies: peak_bytes x local_ranks (at least 1) <= available (0: unknown, fits).
+bool plan_fits_host(size_t peak_bytes, int local_ranks, size_t available);
 
 /// job collective_bench: the most host bytes a rank holds at once, a lower bound. On the cpu the bench's own buffers
 /// of its largest (op, size) point (the whole array; and a rank's chunk for reduce_scatter and all_gather; each point's
