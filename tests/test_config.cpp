@@ -246,6 +246,9 @@ TEST_CASE("config: resolution of auto values, name and microbatch", "[config]") 
     CHECK(load_doc(dir, doc, {"data.batch_size=8", ddp}, 4).data.microbatch_size == 2);
     CHECK(load_doc(dir, doc, {"data.batch_size=8", "data.microbatch_size=2", ddp}, 2).data.microbatch_size == 2);
   }
+  SECTION("a checkpoint directory loses its trailing slashes (log lines and the record name ck/step-N)") {
+    CHECK(load_doc(dir, doc, {"output.checkpoint=" + dir.path("ck") + "//"}).output.checkpoint == dir.path("ck"));
+  }
   SECTION("a preset fills only the dims left at 0") {
     const RunConfig c = load_doc(dir, doc, {"model.preset=small", "model.context_length=1024", "model.num_layers=2"});
     CHECK(c.model.context_length == 1024);

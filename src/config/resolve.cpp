@@ -34,6 +34,10 @@ void resolve(RunConfig& c, const std::string& path, int world_size, bool cuda_av
   if (warnings && c.checkpointing.k != CheckpointingCfg{}.k && c.checkpointing.policy != "every_k")
     warnings->push_back(fmt::format("checkpointing.k = {} has no effect: only policy every_k reads it (policy is '{}')",
                                     c.checkpointing.k, c.checkpointing.policy));
+  // a directory given as "ck/" or "ck//" is "ck" (the log lines and the record then name "ck/step-N", not "ck//step-N")
+  for (std::optional<std::string>* dir : {&c.output.checkpoint, &c.init.resume})
+    if (*dir)
+      while ((*dir)->size() > 1 && (*dir)->back() == '/') (*dir)->pop_back();
   if (c.name.empty()) c.name = path.empty() ? "default" : fs::path(path).stem().string();
   // optimizer.in_backward null (auto): on wherever it can run (the update needs no global norm, one process owns
   // every unit) and a step has an update; it changes no weight and drops the flat gradient buffer (xl bf16: 12.4
