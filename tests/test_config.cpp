@@ -468,6 +468,8 @@ TEST_CASE("config: validation rules", "[config]") {
       {{"model.rope_theta=1e-300"}, 1, "model: rope_theta 1e-300 is 0 in fp32"},
       {{"optimizer.eps=1e-46"}, 1, "config: 'optimizer.eps' 1e-46 is 0 in fp32"},
       {{"optimizer.weight_decay=1e39"}, 1, "config: 'optimizer.weight_decay' 1e+39 is beyond fp32's range"},
+      {{"optimizer.lr=1e32", "optimizer.betas=[0.9999999, 0.999]"}, 1,
+       "config: AdamW's step size lr / (1 - beta1) = 1e+32 / 1e-07 can exceed fp32's range"},
       {{"device=gpu"}, 1, "config: 'device' must be one of auto, cpu, cuda; got 'gpu'"},
       {{"precision=fp16"}, 1, "config: 'precision' must be one of fp32, bf16, bf16_pure; got 'fp16'"},
       {{"attention=xformers"}, 1, "config: 'attention' must be one of auto, naive, flash2; got 'xformers'"},

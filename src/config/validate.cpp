@@ -215,6 +215,12 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
                                std::pair(o.lr * o.weight_decay, "optimizer.lr x weight_decay"),
                                std::pair(o.min_lr, "optimizer.min_lr")})
     CONFIG_CHECK(v <= std::numeric_limits<float>::max(), "config: '{}' {} is beyond fp32's range (3.4e38)", key, v);
+  // The kernels' step size lr * sqrt(1 - beta2^t) / (1 - beta1^t) (fp32) is at most lr / (1 - beta1), for every t
+  const double peak_lr = std::max(o.lr, o.min_lr);
+  CONFIG_CHECK(peak_lr / (1 - o.betas[0]) <= std::numeric_limits<float>::max(),
+               "config: AdamW's step size lr / (1 - beta1) = {:.3g} / {:.3g} can exceed fp32's range (3.4e38); lower "
+               "optimizer.lr or optimizer.betas[0]",
+               peak_lr, 1 - o.betas[0]);
   if (o.max_grad_norm) check_positive(*o.max_grad_norm, "optimizer.max_grad_norm");
   // in_backward (and in_gemm, which needs it) each name the setting that rules them out: an explicit true, or
   // in_gemm with in_backward left null (auto: off wherever one of these holds)
