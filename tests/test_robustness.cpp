@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -107,7 +108,36 @@ TEST_CASE("interrupt: a signal that ends the process removes the pending file; o
   });
   CHECK((WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM));
   CHECK(fs::exists(file));
-  fs::remove(file);
+
+  // Two threads write at once (the main thread's checkpoint, the failure listener's record): each file is covered,
+  // one thread's clear_pending_file leaves the other's covered, and a thread that exits gives its slot back.
+  const fs::path second = file.string() + "-listener", third = file.string() + "-done";
+  make();
+  std::ofstream(second) << "half";
+  std::ofstream(third) << "half";
+  st = in_child([&] {
+    trainer::set_pending_file(path.c_str());
+    for (int i = 0; i < 20; ++i)  // more threads than slots, one after another: each gives its slot back
+      std::thread([&] {
+        trainer::set_pending_file(third.c_str());
+        trainer::clear_pending_file();  // its write ended
+      }).join();
+    std::atomic<bool> named{false};
+    std::thread listener([&] {
+      trainer::set_pending_file(second.c_str());
+      named = true;
+      while (true) ::pause();  // still writing when the signal comes
+    });
+    while (!named) std::this_thread::yield();
+    std::thread([] { trainer::clear_pending_file(); }).join();  // a thread with nothing pending clears nothing
+    std::raise(SIGTERM);
+    listener.join();  // not reached
+  });
+  CHECK((WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM));
+  CHECK_FALSE(fs::exists(file));
+  CHECK_FALSE(fs::exists(second));
+  CHECK(fs::exists(third));
+  fs::remove(third);
 }
 
 namespace {

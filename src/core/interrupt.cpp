@@ -22,13 +22,25 @@ constexpr int kSignals[] = {SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 // The same signal again within this window is one delivery seen twice, not a second request: Slurm signals every task
 // of a step and srun forwards what it receives to the same tasks; a shell's Ctrl-C can reach mpirun and a rank.
 constexpr int64_t kDuplicateWindowNs = 250'000'000;
-// The temporary file being written (set_pending_file): a pointer to the writing thread's copy of its path,
-// removed before a signal ends the process.
-std::atomic<const char*> g_pending_file{nullptr};
+// The temporary files being written (set_pending_file), one slot per writing thread: a pointer to that thread's copy
+// of its path, removed before a signal ends the process. A thread takes a free slot on its first write and gives it
+// back when it exits.
+constexpr int kPendingSlots = 8;  // the main thread, the failure listener, and room to spare
+std::atomic<const char*> g_pending_files[kPendingSlots];
+std::atomic<bool> g_slot_taken[kPendingSlots];
 constexpr size_t kPendingPathMax = 4096;
-char* pending_buffer() {
-  thread_local char buf[kPendingPathMax];
-  return buf;
+struct PendingSlot {
+  char path[kPendingPathMax];
+  int slot = -1;  // index in g_pending_files, -1 before the thread's first write (or when every slot was taken)
+  ~PendingSlot() {  // the thread exits: its path's storage goes, so the handler must no longer see it
+    if (slot < 0) return;
+    g_pending_files[slot].store(nullptr);
+    g_slot_taken[slot].store(false);
+  }
+};
+PendingSlot& pending_slot() {
+  thread_local PendingSlot p;
+  return p;
 }
 static_assert(std::atomic<const char*>::is_always_lock_free, "the handlers load it");
 
@@ -41,7 +53,8 @@ int64_t monotonic_ns() {  // clock_gettime is async-signal-safe
 /// Removes the pending file, restores the default action of `sig` and raises it again (the process ends as the
 /// signal's default action says).
 void end_with(int sig) {
-  if (const char* p = g_pending_file.load()) ::unlink(p);
+  for (const std::atomic<const char*>& f : g_pending_files)
+    if (const char* p = f.load()) ::unlink(p);
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
@@ -89,17 +102,24 @@ void set_pending_file(const char* path) {
     ::sigaction(s, &sa, nullptr);
   }
   // A copy the handler may read at any time: this thread's buffer lives as long as the thread, so a handler that
-  // loaded the pointer just before clear_pending_file never reads freed memory.
-  char* buf = pending_buffer();
+  // loaded the pointer just before clear_pending_file never reads freed memory. The slot is emptied while the copy
+  // is made, so a handler never reads a half-copied path.
+  PendingSlot& mine = pending_slot();
+  if (mine.slot >= 0) g_pending_files[mine.slot].store(nullptr);
+  for (int i = 0; i < kPendingSlots && mine.slot < 0; ++i) {
+    bool expected = false;
+    if (g_slot_taken[i].compare_exchange_strong(expected, true)) mine.slot = i;
+  }
   const size_t n = std::strlen(path);
-  if (n >= kPendingPathMax) return;  // too long to keep: not removed on a signal
-  std::memcpy(buf, path, n + 1);
-  g_pending_file.store(buf);
+  // too long to keep, or more than kPendingSlots threads writing: this file is not removed on a signal
+  if (n >= kPendingPathMax || mine.slot < 0) return;
+  std::memcpy(mine.path, path, n + 1);
+  g_pending_files[mine.slot].store(mine.path);
 }
 
 void clear_pending_file() {
-  const char* mine = pending_buffer();  // unless another thread's write has taken the slot since
-  g_pending_file.compare_exchange_strong(mine, nullptr);
+  const PendingSlot& mine = pending_slot();
+  if (mine.slot >= 0) g_pending_files[mine.slot].store(nullptr);
 }
 
 int interrupt_signal() { return g_signal.load(); }

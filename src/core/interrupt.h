@@ -23,14 +23,15 @@ int interrupt_signal();
 /// "SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2", or "signal" for another number.
 const char* interrupt_signal_name(int sig);
 
-/// Names the temporary file being written (write_file_atomic; the path is copied, up to 4095 bytes): a signal that
-/// ends the process removes it first. Each call installs that removal for SIGINT, SIGTERM and SIGHUP where their
+/// Names the temporary file this thread is writing (write_file_atomic; the path is copied, up to 4095 bytes): a signal
+/// that ends the process removes it first. Each call installs that removal for SIGINT, SIGTERM and SIGHUP where their
 /// action is the default (an interrupt handler installed before or after stays in charge, and removes it on the
-/// second signal; an ignored signal stays ignored). One file at a time: a later call replaces the earlier.
+/// second signal; an ignored signal stays ignored). Each thread has its own slot (8 threads writing at once at most:
+/// a ninth's file is not covered; a thread's slot is free again when it exits), so a write on the failure listener's thread leaves the main thread's file covered; a later call
+/// on the same thread replaces that thread's file.
 void set_pending_file(const char* path);
 
-/// Forgets this thread's pending file, unless another thread has named its own since (one slot: a write that starts
-/// and ends inside another thread's leaves the other's file uncovered until its next write).
+/// Forgets this thread's pending file.
 void clear_pending_file();
 
 /// For tests: forget a received signal (the handlers stay installed).
