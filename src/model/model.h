@@ -1,8 +1,8 @@
 // BasicsTransformerLM (CS336 basics; DESIGN.md "model contract") with hand-written forward and backward.
 //
-// Parameters live in one flat fp32 buffer (the master copy) with the layout below; gradients (fp32) and AdamW state
-// share that layout, so data-parallel strategies and the fused AdamW work on flat ranges. In bf16 mixed precision a
-// bf16 working copy of the same layout feeds the matmuls.
+// Parameters live in one flat buffer of the storage dtype (fp32, the master copy; bf16 for bf16_pure) with the layout
+// below; gradients and AdamW state (same dtype) share that layout, so data-parallel strategies and the fused AdamW
+// work on flat ranges. In bf16 mixed precision a bf16 working copy of the same layout feeds the matmuls.
 //
 // Flat layout, in order (each group starts at a multiple of kAlign elements):
 //   unit 0:        token_embeddings.weight [V, D]

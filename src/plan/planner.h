@@ -1,11 +1,13 @@
 // The planner: memory, FLOPs and a predicted step time of a train run, per rank, without running it.
 //
 // It is a dry run of the real code on the meta backend (backend/meta): the same set-up as the train job
-// (jobs/train_setup.h: Model, Strategy, activation store) and exactly one step through train_step()
-// (jobs/train_step.h), on a backend that allocates nothing and runs no op, with a MetaCommunicator as rank `rank` of `world_size`. What
-// its MemoryStats saw is the prediction (peak, split by category at the peak, the phase and block of the peak), so
-// the plan follows whatever the model, the checkpointing policy or the strategy allocates. A pure function of the
-// resolved config and the world size: no GPU, no MPI traffic, nothing written.
+// (jobs/train_setup.h: Model, Strategy, activation store), the first two steps through train_step() (one for a
+// run of one step; a strategy's lazily made buffers count from the second) (jobs/train_step.h) and, where the run
+// writes a checkpoint, its reads of the weights (Strategy::gathered_param), on a backend that allocates nothing and
+// runs no op, with a MetaCommunicator as rank `rank` of `world_size`. What its MemoryStats saw is the prediction
+// (peak, split by category at the peak, the phase and block of the peak), so the plan follows whatever the model,
+// the checkpointing policy or the strategy allocates. A function of the resolved config, the world size and, with
+// init.resume, the resumed checkpoint's manifest (its step and shapes): no GPU, no MPI traffic, nothing written.
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -29,7 +31,7 @@ struct Plan {
   size_t peak_bytes = 0;
   std::array<size_t, kNumCategories> by_category{};     // split at the peak
   std::array<size_t, kNumCategories> category_peaks{};  // each category's own peak
-  std::string peak_phase;   // setup | forward | backward | finish_backward | optimizer
+  std::string peak_phase;   // setup | forward | backward | finish_backward | optimizer | checkpoint
   std::string peak_block;   // "block 3", "lm_head", or "" (outside any block)
   size_t setup_bytes = 0;   // in use after set-up, before the first step
   std::map<std::string, size_t> phase_high_water;  // highest total seen in each phase
