@@ -249,6 +249,23 @@ TEST_CASE("config: resolution of auto values, name and microbatch", "[config]") 
   SECTION("a checkpoint directory loses its trailing slashes (log lines and the record name ck/step-N)") {
     CHECK(load_doc(dir, doc, {"output.checkpoint=" + dir.path("ck") + "//"}).output.checkpoint == dir.path("ck"));
   }
+  SECTION("the schedule's keys under schedule constant, and cosine's implied cycle") {
+    auto warnings_of = [&](const std::vector<std::string>& sets) {
+      std::vector<std::string> w;
+      load_config(dir.write("run.json", doc.dump()), sets, 1, false, trainer::HostInfo{}, &w);
+      return w;
+    };
+    CHECK(warnings_of({}).empty());
+    const auto w = warnings_of({"optimizer.warmup_steps=20", "optimizer.min_lr=1e-5"});
+    REQUIRE(w.size() == 2);
+    CHECK_THAT(w[0], Contains("optimizer.warmup_steps has no effect: schedule 'constant' keeps lr"));
+    CHECK_THAT(w[1], Contains("optimizer.min_lr has no effect"));
+    CHECK(warnings_of({"optimizer.schedule=cosine", "optimizer.warmup_steps=20", "optimizer.cosine_steps=100"})
+              .empty());
+    // a warm-up as long as the run is allowed (the explicit rule allows warmup_steps == cosine_steps too)
+    CHECK(load_doc(dir, doc, {"optimizer.schedule=cosine", "optimizer.warmup_steps=15"}).optimizer.warmup_steps ==
+          15);
+  }
   SECTION("a preset fills only the dims left at 0") {
     const RunConfig c = load_doc(dir, doc, {"model.preset=small", "model.context_length=1024", "model.num_layers=2"});
     CHECK(c.model.context_length == 1024);
@@ -468,6 +485,9 @@ TEST_CASE("config: validation rules", "[config]") {
       {{"model.rope_theta=1e-300"}, 1, "model: rope_theta 1e-300 is 0 in fp32"},
       {{"optimizer.eps=1e-46"}, 1, "config: 'optimizer.eps' 1e-46 is 0 in fp32"},
       {{"optimizer.weight_decay=1e39"}, 1, "config: 'optimizer.weight_decay' 1e+39 is beyond fp32's range"},
+      {{"optimizer.schedule=cosine", "optimizer.warmup_steps=20", "bench.warmup_steps=2", "bench.measure_steps=6"}, 1,
+       "optimizer: warmup_steps 20 exceeds the run's 8 steps (bench.warmup_steps + measure_steps), where the cosine "
+       "cycle ends with cosine_steps 0; set optimizer.cosine_steps"},
       {{"optimizer.lr=1e32", "optimizer.betas=[0.9999999, 0.999]"}, 1,
        "config: AdamW's step size lr / (1 - beta1) = 1e+32 / 1e-07 can exceed fp32's range"},
       {{"device=gpu"}, 1, "config: 'device' must be one of auto, cpu, cuda; got 'gpu'"},

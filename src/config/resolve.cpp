@@ -38,6 +38,14 @@ void resolve(RunConfig& c, const std::string& path, int world_size, bool cuda_av
   for (std::optional<std::string>* dir : {&c.output.checkpoint, &c.init.resume})
     if (*dir)
       while ((*dir)->size() > 1 && (*dir)->back() == '/') (*dir)->pop_back();
+  const OptimizerCfg o0;
+  if (warnings && c.optimizer.schedule == "constant")
+    for (const auto& [set, key] : {std::pair(c.optimizer.warmup_steps != o0.warmup_steps, "warmup_steps"),
+                                   std::pair(c.optimizer.cosine_steps != o0.cosine_steps, "cosine_steps"),
+                                   std::pair(c.optimizer.min_lr != o0.min_lr, "min_lr")})
+      if (set)
+        warnings->push_back(fmt::format("optimizer.{} has no effect: schedule 'constant' keeps lr (set "
+                                        "optimizer.schedule=cosine for a warm-up and decay)", key));
   if (c.name.empty()) c.name = path.empty() ? "default" : fs::path(path).stem().string();
   // optimizer.in_backward null (auto): on wherever it can run (the update needs no global norm, one process owns
   // every unit) and a step has an update; it changes no weight and drops the flat gradient buffer (xl bf16: 12.4

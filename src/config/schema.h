@@ -121,13 +121,18 @@ void fields(S& p, F&& f) {
 }
 template <Is<OptimizerCfg> S, class F>
 void fields(S& o, F&& f) {
-  f("lr", o.lr, {{"number >= 0"}, "peak learning rate of AdamW"});
+  f("lr", o.lr, {{"number >= 0"},
+    "peak learning rate of AdamW. The update (DESIGN.md), t = 1, 2, ...: p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v "
+    "+ (1-b2) g^2; p -= lr sqrt(1-b2^t) / (1-b1^t) * m / (sqrt(v) + eps). eps is added as in the handout's Algorithm "
+    "1 (torch.optim.AdamW adds it to sqrt(v / (1-b2^t)): the same update up to eps's size); the decay comes first, "
+    "as in torch (the handout decays after the step)"});
   f("betas", o.betas, {{"[beta1, beta2], each in [0, 1)"}, "AdamW moment decay rates"});
-  f("eps", o.eps, {{"number > 0"}, "AdamW denominator epsilon"});
+  f("eps", o.eps, {{"number > 0"}, "AdamW denominator epsilon, added to sqrt(v) (see lr)"});
   f("weight_decay", o.weight_decay, {{"number >= 0"},
     "decoupled weight decay (p -= lr*wd*p), applied to every parameter"});
   f("max_grad_norm", o.max_grad_norm, {{"null | number > 0"},
-    "clip the global gradient L2 norm to this; null: no clipping"});
+    "clip the global gradient L2 norm n to this: every gradient times min(1, max_grad_norm / (n + 1e-6)), as "
+    "torch.nn.utils.clip_grad_norm_; the record's grad_norm is n, before clipping; null: no clipping"});
   f("in_backward", o.in_backward, {{"null | true | false"},
     "AdamW updates each unit (embedding, block, head) as soon as its gradient is final, during the backward; each "
     "unit's gradient then exists only from its backward to its update, so no flat gradient buffer (strategy none, "
@@ -145,10 +150,16 @@ void fields(S& o, F&& f) {
   f("stochastic_rounding", o.stochastic_rounding, {{"true | false"},
     "bf16_pure: round each updated weight up or down at random in proportion (unbiased; deterministic in "
     "init.seed, the step and the element) instead of to nearest; m and v are rounded to nearest"});
-  f("schedule", o.schedule, {{"{}", &kSchedules}, "cosine: linear warm-up to lr, cosine decay to min_lr"});
-  f("warmup_steps", o.warmup_steps, {{"integer >= 0"}, "warm-up iterations of the schedule"});
+  f("schedule", o.schedule, {{"{}", &kSchedules},
+    "constant: lr at every step (warmup_steps, cosine_steps and min_lr unused); cosine: the handout's "
+    "get_lr_cosine_schedule at step index t = 0, 1, ...: lr t / warmup_steps while t < warmup_steps (the first step's "
+    "lr is 0 with a warm-up), min_lr + (lr - min_lr)(1 + cos(pi (t - warmup_steps) / (cosine_steps - "
+    "warmup_steps))) / 2 up to t = cosine_steps, min_lr after"});
+  f("warmup_steps", o.warmup_steps, {{"integer >= 0"},
+    "warm-up iterations of the schedule (cosine; at most the run's steps when cosine_steps is 0)"});
   f("cosine_steps", o.cosine_steps, {{"integer >= 0 (>= warmup_steps)"},
-    "end of the cosine cycle; 0: the run's total steps"});
+    "end of the cosine cycle; 0: the run's total steps (bench.warmup_steps + measure_steps; the last step's index is "
+    "one less, so min_lr is not reached)"});
   f("min_lr", o.min_lr, {{"number >= 0"}, "learning rate after the cosine cycle"});
 }
 template <Is<DataCfg> S, class F>
@@ -158,7 +169,10 @@ void fields(S& d, F&& f) {
     "token file (needed for source tokens): ids < vocab_size, >= context_length+1 tokens"});
   f("dtype", d.dtype, {{"{}", &kDtypes}, "element type of the token file (little-endian)"});
   f("sampling", d.sampling, {{"{}", &kSamplings},
-    "random windows; sequential: row i of step s starts at ((s*rows + i) * T) mod (n - T)"});
+    "random: row i of step s starts at a uniform offset in [0, n - T - 1] of the file's n tokens (T = "
+    "context_length; drawn from data.seed, s and i: rows independent, with replacement, the same whatever the number "
+    "of ranks; targets are the inputs shifted by one, as the handout's get_batch); sequential: row i of step s starts "
+    "at ((s*rows + i) * T) mod (n - T)"});
   f("batch_size", d.batch_size, {{"integer > 0, divisible by the world size"},
     "global batch in rows of context_length tokens"});
   f("microbatch_size", d.microbatch_size, {{"integer >= 0, divides the per-rank batch"},
@@ -242,7 +256,8 @@ void fields(S& c, F&& f) {
   f("precision", c.precision, {{"{}", &kPrecisions},
     "bf16: fp32 master weights, grads and optimizer state, bf16 matmuls and activations (cuda only); bf16_pure: "
     "weights, grads and AdamW m, v stored in bf16 as the leaderboard's reference model has them (AdamW computed in "
-    "fp32, rounded once; activations bf16 on cuda, fp32 on the cpu backend, which emulates the bf16 storage)"});
+    "fp32, rounded once; activations bf16 on cuda, fp32 on the cpu backend, which emulates the bf16 storage; "
+    "parallel.strategy none only)"});
   f("fp32_matmul", c.fp32_matmul, {{"{}", &kFp32Matmul},
     "fp32 matrix products on cuda (ignored on cpu; replaces allow_tf32): ieee: CUDA cores, IEEE fp32; tf32: one TF32 "
     "tensor-core product (10-bit mantissas, ~1e-3 relative error; naive attention's products too); 3xtf32: the "
