@@ -46,6 +46,16 @@ void resolve(RunConfig& c, const std::string& path, int world_size, bool cuda_av
       if (set)
         warnings->push_back(fmt::format("optimizer.{} has no effect: schedule 'constant' keeps lr (set "
                                         "optimizer.schedule=cosine for a warm-up and decay)", key));
+  // cosine_steps 0 ends the cycle at the run's last step: a warm-up longer than the run never reaches lr (a short
+  // trial of a long schedule, which a warning serves better than a refusal)
+  const int64_t run_steps = int64_t(c.bench.warmup_steps) + c.bench.measure_steps;
+  if (warnings && c.job == "train" && c.optimizer.schedule == "cosine" && c.optimizer.cosine_steps == 0 &&
+      c.optimizer.warmup_steps > run_steps)
+    warnings->push_back(fmt::format(
+        "optimizer.warmup_steps {} exceeds the run's {} steps (bench.warmup_steps + measure_steps), where the cosine "
+        "cycle ends with cosine_steps 0: lr stays below optimizer.lr; set optimizer.cosine_steps to the schedule's "
+        "full length",
+        c.optimizer.warmup_steps, run_steps));
   if (c.name.empty()) c.name = path.empty() ? "default" : fs::path(path).stem().string();
   // optimizer.in_backward null (auto): on wherever it can run (the update needs no global norm, one process owns
   // every unit) and a step has an update; it changes no weight and drops the flat gradient buffer (xl bf16: 12.4

@@ -156,7 +156,7 @@ void fields(S& o, F&& f) {
     "lr is 0 with a warm-up), min_lr + (lr - min_lr)(1 + cos(pi (t - warmup_steps) / (cosine_steps - "
     "warmup_steps))) / 2 up to t = cosine_steps, min_lr after"});
   f("warmup_steps", o.warmup_steps, {{"integer >= 0"},
-    "warm-up iterations of the schedule (cosine; at most the run's steps when cosine_steps is 0)"});
+    "warm-up iterations of the schedule (cosine; with cosine_steps 0, a warm-up longer than the run never reaches lr: a warning says so)"});
   f("cosine_steps", o.cosine_steps, {{"integer >= 0 (>= warmup_steps)"},
     "end of the cosine cycle; 0: the run's total steps (bench.warmup_steps + measure_steps; the last step's index is "
     "one less, so min_lr is not reached)"});

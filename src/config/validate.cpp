@@ -245,12 +245,6 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
   check_non_negative(o.min_lr, "optimizer.min_lr");
   CONFIG_CHECK(o.schedule != "cosine" || o.cosine_steps == 0 || o.warmup_steps <= o.cosine_steps,
                "optimizer: warmup_steps {} exceeds cosine_steps {}", o.warmup_steps, o.cosine_steps);
-  // cosine_steps 0 ends the cycle at the run's last step: a warm-up longer than the run never reaches lr
-  const int64_t run_steps = int64_t(c.bench.warmup_steps) + c.bench.measure_steps;
-  CONFIG_CHECK(o.schedule != "cosine" || o.cosine_steps != 0 || c.job != "train" || o.warmup_steps <= run_steps,
-               "optimizer: warmup_steps {} exceeds the run's {} steps (bench.warmup_steps + measure_steps), where "
-               "the cosine cycle ends with cosine_steps 0; set optimizer.cosine_steps to the schedule's full length",
-               o.warmup_steps, run_steps);
 
   // data
   const DataCfg& d = c.data;
