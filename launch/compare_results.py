@@ -190,7 +190,7 @@ def build_rows(records):
     for c in cats:
         row(f"  {c} (at peak)", lambda r, c=c: fmt_bytes(get(r, "memory", "by_category", c)))
     row("optimizer state", lambda r: fmt_bytes(get(r, "memory", "optimizer_state_bytes")))
-    row("saved act. per block", lambda r: fmt_bytes(get(r, "memory", "saved_activation_bytes_per_block")))
+    row("saved act. per stored block", lambda r: fmt_bytes(get(r, "memory", "saved_activation_bytes_per_block")))
     row("final loss", lambda r: fmt_num(get(r, "loss", "final"), "{:.4f}"))
     # collective_bench records: bus bandwidth (nccl-tests definition) per op and size, and any wrong elements.
     keys = []

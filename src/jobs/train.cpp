@@ -388,6 +388,8 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                  {"saved_activation_bytes_per_block", model.saved_bytes_per_block(micro, T)},
                  {"checkpointing", checkpointing_record(model, micro, T)},
                  {"note", "bytes allocated through the trainer's pool; by_category is the split at the peak; "
+                          "saved_activation_bytes_per_block: what one stored (not recomputed) block keeps for its "
+                          "backward, whatever the policy (checkpointing says which blocks are recomputed); "
                           "reserved_peak_bytes: the most the caching allocator held from the device (live blocks "
                           "rounded up plus cached free ones; null on the cpu, which has no cache)"}};
   if (ctx.world_size > 1) {  // every rank's peak and optimizer state (zero1 shards differ between ranks)

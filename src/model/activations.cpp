@@ -5,15 +5,6 @@
 
 namespace trainer {
 
-const char* saved_kind_name(SavedKind k) {
-  switch (k) {
-    case SavedKind::input: return "input";
-    case SavedKind::kept: return "kept";
-    case SavedKind::elementwise: return "elementwise";
-  }
-  return "?";
-}
-
 size_t SavedTensorSpec::bytes() const {
   size_t n = dtype_size(dtype);
   for (int i = 0; i < ndim; ++i) n *= size_t(shape[size_t(i)]);
@@ -29,10 +20,10 @@ std::vector<SavedTensorSpec> block_saved_tensors(int64_t D, int64_t F, int H, DT
       {"h1", K::elementwise, act, 2, {N, D, 1, 1}},
       {"rstd1", K::kept, DType::f32, 1, {N, 1, 1, 1}},
       {"qkv", K::kept, act, 2, {N, 3 * D, 1, 1}},
-      {"attn_out", K::kept, act, 2, {N, D, 1, 1}},
-      {"lse", K::kept, DType::f32, 3, {rows, H, T, 1}},
+      {"attn_out", K::kept, act, 2, {N, D, 1, 1}, true},
+      {"lse", K::kept, DType::f32, 3, {rows, H, T, 1}, true},
   };
-  if (naive_attention) t.push_back({"probs", K::kept, act, 4, {rows, H, T, T}});
+  if (naive_attention) t.push_back({"probs", K::kept, act, 4, {rows, H, T, T}, true});
   const std::vector<SavedTensorSpec> rest = {
       {"x_mid", K::kept, act, 2, {N, D, 1, 1}},
       {"h2", K::elementwise, act, 2, {N, D, 1, 1}},

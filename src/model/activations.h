@@ -25,7 +25,6 @@ namespace trainer {
 ///   elementwise: a cheap elementwise result (RMSNorm outputs h1, h2; the SwiGLU product g); kept only by `none`,
 ///                otherwise recomputed in the backward from the kept tensors (one RMSNorm / SwiGLU pass each)
 enum class SavedKind : uint8_t { input, kept, elementwise };
-const char* saved_kind_name(SavedKind k);
 
 /// One tensor of a block's activation store. N = rows * T tokens, D = d_model, F = d_ff, H = num_heads.
 struct SavedTensorSpec {
@@ -34,6 +33,8 @@ struct SavedTensorSpec {
   DType dtype;
   int ndim;
   std::array<int64_t, 4> shape;
+  bool attention_output = false;  // attention's result (O, logsumexp, naive's probabilities): what a checkpointed
+                                  // block keeps aside with checkpointing.keep_attention
   size_t bytes() const;
 };
 

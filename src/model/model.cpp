@@ -133,6 +133,14 @@ struct Model::BlockActs {
   Tensor x_in, h1, rstd1, qkv, attn_out, lse, probs, x_mid, h2, rstd2, ab, g;
   bool elementwise_kept = false;
   bool attention_done = false;  // attn_out and lse already hold this block's values (checkpointing.keep_attention)
+  /// The field of saved tensor `name` of the table (activations.h); raises for a name without one.
+  Tensor& field(std::string_view n) {
+    Tensor* f = n == "x_in" ? &x_in : n == "h1" ? &h1 : n == "rstd1" ? &rstd1 : n == "qkv" ? &qkv
+              : n == "attn_out" ? &attn_out : n == "lse" ? &lse : n == "probs" ? &probs : n == "x_mid" ? &x_mid
+              : n == "h2" ? &h2 : n == "rstd2" ? &rstd2 : n == "ab" ? &ab : n == "g" ? &g : nullptr;
+    TRAINER_CHECK(f != nullptr, "Model: saved tensor '{}' has no field", n);
+    return *f;
+  }
 };
 
 // The backward's running gradient and temporaries, shared by all blocks: dx [N, D], dh [N, D], dg [N, max(D, F)],
@@ -264,14 +272,11 @@ Model::BlockActs Model::carve(char* store, const Tensor& x_in, int rows, int T, 
   for (const SavedTensorSpec& s : table(rows, T)) {
     if (s.kind == SavedKind::input) continue;
     const std::string_view n = s.name;
-    Tensor* f = n == "h1" ? &a.h1 : n == "rstd1" ? &a.rstd1 : n == "qkv" ? &a.qkv : n == "attn_out" ? &a.attn_out
-              : n == "lse" ? &a.lse : n == "probs" ? &a.probs : n == "x_mid" ? &a.x_mid : n == "h2" ? &a.h2
-              : n == "rstd2" ? &a.rstd2 : n == "ab" ? &a.ab : n == "g" ? &a.g : nullptr;
-    TRAINER_CHECK(f != nullptr, "Model::carve: saved tensor '{}' has no field", s.name);
+    Tensor& f = a.field(n);
     if (s.kind == SavedKind::elementwise && !with_elementwise) {  // recomputed: a scratch view
-      *f = n == "g" ? scratch_->dg.slice(0, {N, F}) : scratch_->dh.slice(0, {N, D});
+      f = n == "g" ? scratch_->dg.slice(0, {N, F}) : scratch_->dh.slice(0, {N, D});
     } else {
-      *f = c.take(s);
+      f = c.take(s);
     }
   }
   return a;
@@ -532,16 +537,17 @@ void Model::block_forward(int l, UnitPass pass, Store store, bool need_output) {
   ScopedRange range(be_, pass == UnitPass::recompute ? "recompute" : "block", "block", l);
   const AttnShape s{rows_, T_, dims_.num_heads, dims_.d_head(), true, float(1.0 / std::sqrt(dims_.d_head()))};
   const bool elementwise = policy_.keep_elementwise();
-  Buffer st = be_.alloc(store_bytes(table(rows_, T_), false, elementwise), Category::activations);
+  const std::vector<SavedTensorSpec> tab = table(rows_, T_);
+  Buffer st = be_.alloc(store_bytes(tab, false, elementwise), Category::activations);
   BlockActs a = carve(static_cast<char*>(st.data()), x(l), rows_, T_, elementwise);
-  // checkpointing.keep_attention: a checkpointed block's forward keeps attention's outputs (O, logsumexp; naive:
-  // the probabilities too) aside; its recompute copies them back into the store instead of running the attention
-  // forward again.
-  const Tensor attn_parts[] = {a.attn_out, a.lse, a.probs};
+  // checkpointing.keep_attention: a checkpointed block's forward keeps attention's outputs (the table's
+  // attention_output tensors: O, logsumexp; naive: the probabilities too) aside; its recompute copies them back into
+  // the store instead of running the attention forward again.
   auto each_part = [&](auto&& f) {
     size_t off = 0;
-    for (const Tensor& t : attn_parts) {
-      if (!t.data) continue;
+    for (const SavedTensorSpec& spec : tab) {
+      if (!spec.attention_output) continue;
+      const Tensor& t = a.field(spec.name);
       f(t, off);
       off += size_t(align_up(int64_t(t.bytes()), 256));
     }
