@@ -110,7 +110,7 @@ void fields(S& p, F&& f) {
     "1/N of every unit, all-gathered before use)"});
   f("comm", p.comm, {{"{}", &kComms},
     "communicator; auto: nccl on cuda with a GPU per rank (in a build with NCCL), else mpi"});
-  f("bucket_mb", p.bucket_mb, {{"number > 0"}, "ddp_bucketed bucket size, MiB of fp32 gradients"});
+  f("bucket_mb", p.bucket_mb, {{"number > 0, <= 2^36"}, "ddp_bucketed bucket size, MiB of fp32 gradients"});
   f("reduce_dtype", p.reduce_dtype, {{"{}", &kReduceDtypes},
     "ddp_*: dtype of the gradients summed over ranks; bf16 halves the bytes (needs comm nccl)"});
   f("prefetch_layers", p.prefetch_layers, {{"integer >= 0"},

@@ -190,6 +190,9 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
   check_enum(p.comm, kComms, "parallel.comm");
   CONFIG_CHECK(p.comm != "nccl" || c.device == "cuda", "parallel: comm 'nccl' needs device 'cuda' (use comm 'mpi')");
   check_positive(p.bucket_mb, "parallel.bucket_mb");
+  // the bucket cap counts fp32 elements in 64 bits, as collective.sizes_mb's 2^36 MiB (2^56 bytes) bound
+  CONFIG_CHECK(p.bucket_mb <= 68719476736.0, "config: 'parallel.bucket_mb' {:g} is above 2^36 MiB (2^56 bytes); any "
+               "value above the model's gradient bytes already makes one bucket", p.bucket_mb);
   check_enum(p.reduce_dtype, kReduceDtypes, "parallel.reduce_dtype");
   CONFIG_CHECK(p.reduce_dtype == "fp32" || p.strategy.rfind("ddp_", 0) == 0,
                "parallel: reduce_dtype 'bf16' applies to the ddp_* strategies, got strategy '{}'", p.strategy);

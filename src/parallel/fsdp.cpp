@@ -126,7 +126,7 @@ class Fsdp final : public Strategy {
     adamw_ = std::make_unique<AdamW>(be_, shard_total_, optimizer_);
 
     // A microbatch has at most two gathers per unit (forward; recompute + backward): more buffers would stay unused.
-    const int nbuf = std::min(parallel_.prefetch_layers + 1, 2 * lay.num_units());
+    const int nbuf = int(std::min<int64_t>(int64_t(parallel_.prefetch_layers) + 1, 2 * lay.num_units()));
     gather_bufs_.clear();
     for (int i = 0; i < nbuf; ++i)
       gather_bufs_.push_back(be_.alloc(size_t(largest_) * dtype_size(cdtype_), Category::communication));

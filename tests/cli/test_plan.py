@@ -83,6 +83,15 @@ def test_cpu_plan_says_whether_it_fits_the_host(trainer_bin, tmp_path):
     assert last.startswith("host memory available ") and last.endswith("x 1 rank(s) on this host DOES NOT FIT"), last
 
 
+def test_plan_fsdp_prefetch_beyond_the_units(trainer_bin, tmp_path):
+    # prefetch_layers at the int32 maximum: one gather buffer per use at most, as any value past the schedule's length
+    # (prefetch_layers + 1 had overflowed: a divide-by-zero crash)
+    base = [TINY, "--set", "device=cpu", "--set", "parallel.strategy=fsdp", "--world-size", "2"]
+    most = plan_json(trainer_bin, tmp_path, *base, "--set", "parallel.prefetch_layers=2147483647")
+    some = plan_json(trainer_bin, tmp_path, *base, "--set", "parallel.prefetch_layers=100")
+    assert most["memory"]["peak_bytes"] == some["memory"]["peak_bytes"] > 0
+
+
 def test_plan_world_size_zero1(trainer_bin, tmp_path):
     base = [TINY, "--set", "device=cuda", "--set", "precision=bf16",
             "--set", "parallel.strategy=zero1", "--world-size", "4"]
