@@ -184,7 +184,24 @@ void check_resume(const RunConfig& c, std::vector<std::string>* warnings, int wo
       is["data"]["path"] = now_path;
     }
   }
-  std::vector<std::string> changed;
+  // A per-rank batch that is each run's default (data.batch_size / world size) only follows the world size
+  if (world_size > 0 && m.value("world_size", json()).is_number_integer()) {
+    const json old_batch = was["data"].value("batch_size", json()), old_micro = was["data"].value("microbatch_size", json());
+    const int64_t old_world = m["world_size"].get<int64_t>();
+    if (old_batch.is_number_integer() && old_micro.is_number_integer() && old_world > 0 &&
+        old_micro.get<int64_t>() == old_batch.get<int64_t>() / old_world &&
+        c.data.microbatch_size == c.data.batch_size / world_size) {
+      was["data"].erase("microbatch_size");
+      is["data"].erase("microbatch_size");
+    }
+  }
+  // Keys that lay the same computation out differently (the checkpoint is resharded; only the summation order
+  // changes, so the numbers match an uninterrupted run up to the last bits), and the rest
+  auto layout_key = [](const std::string& key) {
+    return key == "world_size" || key == "parallel.strategy" || key == "parallel.comm" || key == "parallel.bucket_mb" ||
+           key == "data.microbatch_size";
+  };
+  std::vector<std::string> changed, relaid;
   auto shown = [](const json& v) {
     std::string t = v.is_null() ? "unset" : v.dump();
     return t.size() > 40 ? t.substr(0, 37) + "..." : t;
@@ -196,8 +213,14 @@ void check_resume(const RunConfig& c, std::vector<std::string>* warnings, int wo
     const json::json_pointer ptr(op.value("path", ""));
     const json before = was.contains(ptr) ? was[ptr] : json(), after = is.contains(ptr) ? is[ptr] : json();
     const std::string item = fmt::format("{} ({} -> {})", key, shown(before), shown(after));
-    if (std::find(changed.begin(), changed.end(), item) == changed.end()) changed.push_back(item);
+    std::vector<std::string>& list = layout_key(key) ? relaid : changed;
+    if (std::find(list.begin(), list.end(), item) == list.end()) list.push_back(item);
   }
+  if (!relaid.empty())
+    warnings->push_back(fmt::format("init.resume: the run is laid out differently from the checkpoint's ({}): the "
+                                    "checkpoint is resharded, and only the order of the sums changes (the numbers "
+                                    "match an uninterrupted run up to the last bits)",
+                                    fmt::join(relaid, ", ")));
   if (m.contains("schedule") && m["schedule"].value("total_steps", int64_t(0)) != total &&
       c.optimizer.schedule == "cosine" && c.optimizer.cosine_steps == 0)
     changed.push_back(fmt::format("the cosine schedule's length (optimizer.cosine_steps 0 = the run's {} steps; the "

@@ -42,7 +42,9 @@ def trainer(tmp, tag, steps, np_, *sets):
     cmd = (MPIRUN + ["-np", str(np_)] + a) if np_ > 1 else a
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=ENV, cwd=SRC)
     assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads((tmp / (tag + ".json")).read_text())
+    r = json.loads((tmp / (tag + ".json")).read_text())
+    r["_stderr"] = p.stderr
+    return r
 
 
 def newest(ck):
@@ -107,6 +109,13 @@ def test_world_one_checkpoint_resumes_on_two_ranks(one_process, tmp_path, strate
     assert wrel(w, rw) < 1e-5
     assert m["world_size"] == 2 and set(shards) == {0, 1}
     assert b["checkpoint"]["resumed_from"]["world_size"] == 1
+    # the warning calls the new world size and strategy a re-layout, not a change of numbers; the per-rank batch
+    # (each run's default, batch / world size) is not named
+    (w,) = [line for line in b["_stderr"].splitlines() if "laid out differently" in line]
+    assert "world_size (1 -> 2)" in w and f'parallel.strategy ("none" -> "{strategy}")' in w, w
+    assert "data.microbatch_size" not in b["_stderr"], b["_stderr"][-3000:]
+    for line in b["_stderr"].splitlines():  # (data.path differs here: another test directory's copy of the tokens)
+        assert "may not match" not in line or ("world_size" not in line and "strategy" not in line), line
 
 
 def test_two_rank_checkpoint_resumes_on_one_process(one_process, tmp_path):
