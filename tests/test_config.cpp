@@ -270,6 +270,19 @@ TEST_CASE("config: resolution of auto values, name and microbatch", "[config]") 
     REQUIRE(longer.size() == 1);
     CHECK_THAT(longer[0], Contains("optimizer.warmup_steps 20 exceeds the run's 8 steps"));
   }
+  SECTION("the benchmark jobs need no model (they build none); an unknown preset is still refused") {
+    const json bench = {{"output", {{"results", dir.path("result.json")}}}, {"model", {{"preset", ""}}}};
+    for (const char* job : {"collective_bench", "attention_bench"}) {
+      INFO(job);
+      json d = bench;
+      d["job"] = job;
+      CHECK(load_doc(dir, d).model.vocab_size == 0);
+      CHECK_THROWS_WITH(load_doc(dir, d, {"model.preset=huge"}), Contains("'model.preset' must be one of"));
+    }
+    json d = bench;
+    d["job"] = "train";
+    CHECK_THROWS_WITH(load_doc(dir, d), Contains("'model.vocab_size' must be > 0, got 0 (set it, or choose a"));
+  }
   SECTION("a preset fills only the dims left at 0") {
     const RunConfig c = load_doc(dir, doc, {"model.preset=small", "model.context_length=1024", "model.num_layers=2"});
     CHECK(c.model.context_length == 1024);

@@ -131,13 +131,8 @@ double model_param_count(const ModelCfg& m) {
   return 2 * V * d + L * (4 * d * d + 3 * d * f + 2 * d) + d;
 }
 
-void validate_config(const RunConfig& c, int world_size, const std::string& config_path) {
-  TRAINER_CHECK(world_size >= 1, "validate_config: world_size {} < 1", world_size);
-  check_enum(c.job, kJobs, "job");
-
-  // model
-  const ModelCfg& m = c.model;
-  if (!m.preset.empty()) preset_model(m.preset);  // raises for an unknown name
+/// The model's dims and RoPE base (job train).
+static void validate_model(const ModelCfg& m) {
   const std::string_view hint = m.preset.empty() ? " (set it, or choose a model.preset)" : "";
   check_positive(m.vocab_size, "model.vocab_size", hint);
   check_positive(m.context_length, "model.context_length", hint);
@@ -154,6 +149,18 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
                m.rope_theta);
   CONFIG_CHECK(d_head % 2 == 0, "model: d_head {} (d_model {} / num_heads {}) must be even: RoPE rotates pairs",
                d_head, m.d_model, m.num_heads);
+}
+
+void validate_config(const RunConfig& c, int world_size, const std::string& config_path) {
+  TRAINER_CHECK(world_size >= 1, "validate_config: world_size {} < 1", world_size);
+  check_enum(c.job, kJobs, "job");
+
+  // model: only job train builds one (attention_bench and collective_bench read their own sections); an unknown
+  // preset is refused for every job
+  const ModelCfg& m = c.model;
+  const bool has_model = c.job == "train";
+  if (!m.preset.empty()) preset_model(m.preset);  // raises for an unknown name
+  if (has_model) validate_model(m);
 
   // device and numerics
   check_enum(c.device, kDevices, "device");
@@ -174,7 +181,7 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
   check_enum(c.checkpointing.policy, kCheckpointPolicies, "checkpointing.policy");
   CONFIG_CHECK(c.checkpointing.k >= 1, "config: 'checkpointing.k' must be >= 1, got {}", c.checkpointing.k);
   check_non_negative(c.checkpointing.lm_head_chunk_tokens, "checkpointing.lm_head_chunk_tokens");
-  if (c.checkpointing.blocks) {
+  if (c.checkpointing.blocks && has_model) {
     std::vector<int> seen;
     for (int b : *c.checkpointing.blocks) {
       CONFIG_CHECK(b >= 0 && b < c.model.num_layers,
@@ -267,7 +274,7 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
 
   // sizes whose products the trainer counts: the parameters and one step's largest tensors on a rank (its share of
   // the batch; attention scores only where they are materialized, naive attention)
-  {
+  if (has_model) {
     const int64_t rank_batch =
         c.job == "train" && d.batch_size % world_size == 0 ? d.batch_size / world_size : d.batch_size;
     const ModelCfg big = preset_model("10B");
@@ -362,7 +369,7 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
                "null", c.job);
 
   // files: inputs first, then outputs (check_output_path creates directories, so it runs only for a valid config)
-  if (d.source == "tokens") {
+  if (d.source == "tokens" && has_model) {  // (the benchmark jobs read no data)
     CONFIG_CHECK(d.path && !d.path->empty(), "data: source 'tokens' needs data.path (a flat binary token file)");
     check_token_file(*d.path, d.dtype, m.vocab_size, m.context_length);
   }
