@@ -95,11 +95,6 @@ __device__ __forceinline__ T warp_sum(T v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 /// Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
 /// `shared` needs 32 elements. Contains __syncthreads: every thread of the block must call it.

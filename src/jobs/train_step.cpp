@@ -2,8 +2,6 @@
 
 #include <cmath>
 
-#include "optim/schedule.h"
-
 namespace trainer {
 
 void begin_train_step(Strategy& strategy, const StepShape& s, double lr) { strategy.begin_step(lr, s.optimizer); }

@@ -430,8 +430,7 @@ void Model::full_release(int unit, UnitPass pass) {
 
 void Model::zero_grads() { unit_written_.assign(size_t(layout_.num_units()), false); }
 
-UnitView Model::acquire(int unit, UnitPass pass, bool weights) {
-  (void)weights;  // the schedule (unit_schedule) tells the residency which uses read no weights
+UnitView Model::acquire(int unit, UnitPass pass) {  // (unit_schedule tells the residency which uses read no weights)
   return residency_ ? residency_->acquire(unit, pass) : full_view(unit, pass);
 }
 
@@ -719,7 +718,7 @@ void Model::run_backward() {
     return;
   }
   const int64_t V = dims_.vocab_size, D = dims_.d_model, N = int64_t(rows_) * T_;
-  const UnitView v = acquire(0, UnitPass::backward, /*weights=*/false);
+  const UnitView v = acquire(0, UnitPass::backward);
   const Tensor gemb = g(*emb_, v, {V, D});
   if (!v.accumulate) be_.fill(gemb, 0.f);  // its rows receive scattered adds
   be_.embedding_bwd(gemb, cur_inputs_, scratch_->dx.slice(0, {N, D}));

@@ -100,7 +100,6 @@ class Model {
   AttnImpl attention() const { return attn_; }
   const ActivationPolicy& policy() const { return policy_; }
   DType param_dtype() const { return param_dtype_; }  // storage dtype of weights and gradients (ParamStorage)
-  bool has_full_params() const { return bool(params_); }
   bool has_full_grads() const { return bool(grads_); }
   Tensor params() const;       // param_dtype [flat_size] master weights (full_params only)
   Tensor grads() const;        // param_dtype [flat_size] (full_grads only)
@@ -186,7 +185,7 @@ class Model {
   /// gb), or, when v.weight_update takes p, its fused update (optimizer.in_gemm).
   void weight_grad(const UnitView& v, const ParamInfo& p, int64_t rows, int64_t cols, const Tensor& dY,
                    const Tensor& X, float gb);
-  UnitView acquire(int unit, UnitPass pass, bool weights = true);
+  UnitView acquire(int unit, UnitPass pass);
   void release(int unit, UnitPass pass);
   // the step's control flow; with recording_ set, the block functions only append their unit use
   void run_forward(bool backward_next);

@@ -98,6 +98,9 @@ class DdpStrategy : public Strategy {
   Buffer wire_;  // bf16 [flat_size] with reduce_dtype bf16, else empty
 };
 
+/// The data-parallel strategies and fsdp (one file each; make_strategy picks one): `comm` is the run's Communicator
+/// over every rank (not null; owned by the caller, alive as long as the strategy); `be` runs the model and the
+/// optimizer. They raise ConfigError for a parallel section they cannot serve (fsdp: reduce_dtype bf16).
 std::unique_ptr<Strategy> make_ddp_naive_strategy(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be,
                                                   Communicator* comm);
 std::unique_ptr<Strategy> make_ddp_flat_strategy(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be,

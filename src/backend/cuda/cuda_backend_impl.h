@@ -76,8 +76,6 @@ class CudaBackend final : public Backend {
 
   /// The caching allocator behind raw_alloc (for tests and logs).
   const CachingAllocator& allocator() const { return *pool_; }
-  /// Products cached by the cuBLASLt wrapper so far (for tests and logs).
-  size_t cached_matmul_plans() const { return blas_->cached_plans(); }
 
  private:
   /// At least `bytes` of device memory (256-byte aligned) for the op being enqueued; valid until the next call.

@@ -54,7 +54,6 @@ class CublasLtMatmul {
   void gemm(const GemmShape& g, void* C, const void* A, const void* B, float alpha, float beta, cudaStream_t stream,
             const void* C_in = nullptr);
 
-  size_t cached_plans() const { return cache_.size(); }
   const GemmTuning& tuning() const { return tuning_; }
 
   static constexpr int kCandidates = 8;  // heuristic algorithms timed per shape when autotuning
