@@ -2,7 +2,7 @@
 //
 //   trainer [CONFIG.json] [--set key.path=value ...] [--log-all-ranks]
 //   trainer --print-config [CONFIG.json] [--set ...]  |  trainer --help  |  trainer --version
-//   trainer --plan [CONFIG.json] [--set ...] [--world-size N] [--device cpu|cuda] [--json]   (runs nothing)
+//   trainer --plan [CONFIG.json] [--set ...] [--world-size N] [--device cpu|cuda] [--fit] [--json]   (runs nothing)
 //   mpirun -np 2 trainer configs/small.json --set parallel.strategy=ddp_bucketed
 //
 // Exit codes: 0 ok; 2 bad input (one line on stderr, nothing written); 1 the run failed (record with status
@@ -37,6 +37,7 @@
 #include "git_info.h"
 #include "io/result_record.h"
 #include "jobs/job.h"
+#include "plan/fit.h"
 #include "plan/host_memory.h"
 #include "plan/planner.h"
 
@@ -54,7 +55,7 @@ struct Args {
   std::string config;
   std::vector<std::string> overrides;
   bool help = false, version = false, print_config = false, log_all_ranks = false;
-  bool plan = false, json = false;  // --plan, --json
+  bool plan = false, json = false, fit = false;  // --plan, --json, --fit
   int world_size = 0;               // --world-size (0: not given)
   std::string device;               // --device (plan only; "": the config's)
 };
@@ -87,6 +88,8 @@ Args parse_args(int argc, char** argv) {
       a.plan = true;
     } else if (s == "--json") {
       a.json = true;
+    } else if (s == "--fit") {
+      a.fit = true;
     } else if (is_option(s, "--world-size")) {
       const std::string v = option_value(argc, argv, i, "--world-size");
       size_t used = 0;
@@ -119,8 +122,8 @@ Args parse_args(int argc, char** argv) {
       a.config = s;
     }
   }
-  CONFIG_CHECK(a.plan || (!a.json && a.world_size == 0 && a.device.empty()),
-               "--json, --world-size and --device apply to --plan only");
+  CONFIG_CHECK(a.plan || (!a.json && !a.fit && a.world_size == 0 && a.device.empty()),
+               "--json, --world-size, --device and --fit apply to --plan only");
   CONFIG_CHECK(!(a.plan && a.print_config), "--plan and --print-config: choose one");
   return a;
 }
@@ -159,7 +162,7 @@ RunConfig load_plan_config(const Args& a, int world, std::string* assumed) {
 }
 
 /// trainer --plan: prints rank 0's plan (and every rank's where they differ). Returns the exit code.
-int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool as_json) {
+int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool as_json, bool fit) {
   std::vector<Plan> plans;
   std::vector<nlohmann::json> js;
   bool differ = false;
@@ -176,6 +179,12 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
   for (const Plan& p : plans) host_peak = std::max(host_peak, p.peak_bytes);
   const size_t available = cfg.device == "cpu" ? host_memory_available() : 0;
   const bool host_fits = plan_fits_host(host_peak, world, available);
+  // What fits (plan/fit.h): searched where the plan does not fit its memory with the headroom, or with --fit
+  const size_t budget = plans[0].device_memory_bytes
+                            ? size_t(kFitFraction * double(plans[0].device_memory_bytes))
+                            : size_t(kFitFraction * double(available) / std::max(1, world));
+  std::optional<FitSearch> search;
+  if (budget > 0 && (fit || host_peak > budget)) search = search_fit(cfg, world, budget);
   if (as_json) {
     nlohmann::json out = plans[0].to_json();
     out["ranks_identical"] = !differ;
@@ -188,6 +197,7 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
       out["per_rank"] = nlohmann::json::array();
       for (const Plan& p : plans) out["per_rank"].push_back(p.to_json());
     }
+    if (search) out["fit"] = search->to_json();
     std::cout << out.dump(2) << "\n";
     return 0;
   }
@@ -210,6 +220,27 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
   if (available)
     std::cout << fmt::format("host memory available {}: {} x {} rank(s) on this host {}\n", format_bytes(available),
                              format_bytes(host_peak), world, host_fits ? "fits" : "DOES NOT FIT");
+  if (search) {
+    std::cout << fmt::format(
+        "\nwhat fits in {} a rank ({:.0f}% of {}{}; the rest for the CUDA context, cuBLAS, NCCL and the allocator's "
+        "rounding), {} dry runs, fastest first:\n",
+        format_bytes(budget), 100 * kFitFraction,
+        plans[0].device_memory_bytes ? format_bytes(plans[0].device_memory_bytes) : format_bytes(available),
+        plans[0].device_memory_bytes ? " of device memory" : fmt::format(" available on this host / {} rank(s)", world),
+        search->plans);
+    if (search->setup_bytes > budget)
+      std::cout << fmt::format("  nothing: the weights, gradients and optimizer state alone take {} after set-up, "
+                               "which no activation policy lowers (more ranks with fsdp or zero1, precision "
+                               "bf16_pure, or a smaller model)\n", format_bytes(search->setup_bytes));
+    else if (search->options.empty())
+      std::cout << "  nothing: no checkpointing policy fits, even at a microbatch of one row (more ranks with fsdp, "
+                   "a shorter context or a smaller model)\n";
+    for (const FitOption& o : search->options) {
+      std::string sets;
+      for (const std::string& kv : o.sets) sets += fmt::format(" --set '{}'", kv);
+      std::cout << fmt::format("  {:>8.3f} s  {:>10}  {}:{}\n", o.time_s, format_bytes(o.peak_bytes), o.what, sets);
+    }
+  }
   return 0;
 }
 
@@ -355,7 +386,7 @@ int main(int argc, char** argv) {
   if (args.plan) {
     if (rank != 0) return 0;
     try {
-      return run_plan(cfg, plan_world, plan_assumed, args.json);
+      return run_plan(cfg, plan_world, plan_assumed, args.json, args.fit);
     } catch (const ConfigError& e) {
       std::fprintf(stderr, "trainer: error: %s\n", e.what());
       return 2;

@@ -15,6 +15,7 @@
 #include "jobs/train_setup.h"
 #include "jobs/train_step.h"
 #include "model/model.h"
+#include "plan/fit.h"
 #include "plan/host_memory.h"
 #include "plan/planner.h"
 
@@ -237,4 +238,61 @@ TEST_CASE("host memory: the cpu lower bound of the tensors stays below what the 
     CHECK(bound <= held);
     CHECK(bound >= held * 9 / 10);  // and close: it is the same tensors
   }
+}
+
+TEST_CASE("planner: --fit finds the fewest recomputed blocks that fit, and the sets reproduce the plan", "[planner]") {
+  // tiny with 6 layers at context 256 on the cpu: activations dominate, so each recomputed block lowers the peak
+  const std::vector<std::string> model = {"model.preset=tiny", "model.num_layers=6", "model.context_length=256"};
+  const RunConfig cfg = run_config(model, {"checkpointing.policy=none"}, 8, 8);
+  const size_t none_peak = make_plan(cfg, 1).peak_bytes;
+  RunConfig all = cfg;
+  all.checkpointing.policy = "full";
+  const size_t full_peak = make_plan(all, 1).peak_bytes;
+  REQUIRE(full_peak < none_peak);
+  const size_t budget = full_peak + (none_peak - full_peak) / 3;  // between: some blocks must be recomputed
+
+  const FitSearch s = search_fit(cfg, 1, budget);
+  REQUIRE(!s.options.empty());
+  for (size_t i = 1; i < s.options.size(); ++i) CHECK(s.options[i - 1].time_s <= s.options[i].time_s);
+  bool found_blocks = false;
+  for (const FitOption& o : s.options) {
+    INFO(o.what);
+    // the option's --set arguments, applied to the run's config, give the plan the search reported, within budget
+    std::vector<std::string> sets = model;
+    for (const std::string& kv : {"checkpointing.policy=none", "device=cpu", "data.source=random",
+                                  "data.batch_size=8", "data.microbatch_size=8", "bench.warmup_steps=0",
+                                  "bench.measure_steps=2", "bench.log_every=0"})
+      sets.push_back(kv);
+    sets.insert(sets.end(), o.sets.begin(), o.sets.end());
+    const RunConfig c = load_config("", sets, 1, false);
+    const Plan p = make_plan(c, 1);
+    CHECK(p.peak_bytes == o.peak_bytes);
+    CHECK(p.time_s == Approx(o.time_s));
+    CHECK(p.peak_bytes <= budget);
+    if (c.checkpointing.policy == "full" && !c.checkpointing.keep_attention) {
+      // the fewest: one block fewer does not fit
+      found_blocks = true;
+      const size_t k = c.checkpointing.blocks->size();
+      REQUIRE(k >= 1);
+      RunConfig fewer = c;
+      fewer.checkpointing.blocks->pop_back();
+      CHECK(make_plan(fewer, 1).peak_bytes > budget);
+    }
+  }
+  CHECK(found_blocks);
+
+  // below what any policy reaches at this microbatch: a smaller microbatch, named in the sets
+  RunConfig nested = cfg;
+  nested.checkpointing.policy = "nested";
+  const FitSearch small = search_fit(cfg, 1, make_plan(nested, 1).peak_bytes - 1);
+  REQUIRE(!small.options.empty());
+  for (const FitOption& o : small.options) {
+    INFO(o.what);
+    CHECK(o.peak_bytes < make_plan(nested, 1).peak_bytes);
+    CHECK(std::find_if(o.sets.begin(), o.sets.end(), [](const std::string& kv) {
+            return kv.rfind("data.microbatch_size=", 0) == 0;
+          }) != o.sets.end());
+  }
+  // and nothing at all under a budget of one byte
+  CHECK(search_fit(cfg, 1, 1).options.empty());
 }

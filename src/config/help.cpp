@@ -35,7 +35,7 @@ void key_rows(const S& s, const std::string& prefix, std::vector<KeyRow>& out) {
 std::string help_text() {
   std::string s =
       "usage: trainer [CONFIG.json] [--set key.path=value ...] [--print-config] [--log-all-ranks]\n"
-      "       trainer --plan [CONFIG.json] [--set ...] [--world-size N] [--device cpu|cuda] [--json]\n"
+      "       trainer --plan [CONFIG.json] [--set ...] [--world-size N] [--device cpu|cuda] [--fit] [--json]\n"
       "       trainer --help | --version\n"
       "       mpirun -np N trainer CONFIG.json ...     (one process per GPU; batch_size is split over the N ranks)\n"
       "\n"
@@ -54,7 +54,10 @@ std::string help_text() {
       "  --world-size N        (--plan) plan for N ranks (default 1, or the mpirun world size)\n"
       "  --device cpu|cuda     (--plan) the device to plan for; default: the config's device, and for device\n"
       "                        auto cuda when the config asks for bf16, flash2 or nccl, else cpu\n"
-      "  --json                (--plan) print the plan as one JSON object\n"
+      "  --fit                 (--plan) search the checkpointing settings (and, failing them, smaller\n"
+      "                        microbatches) that fit 93% of the memory, fastest first, each as --set\n"
+      "                        arguments; done anyway when the plan does not fit\n"
+      "  --json                (--plan) print the plan as one JSON object (with --fit or no fit: \"fit\")\n"
       "  --help                print this text and exit\n"
       "  --version             print the version and git commit and exit\n"
       "\n"

@@ -79,8 +79,10 @@ def test_cpu_plan_says_whether_it_fits_the_host(trainer_bin, tmp_path):
     r = run(trainer_bin, ["--plan", TINY, "--set", "device=cpu", "--set", "model.num_layers=4000",
                           "--set", "model.d_model=4096", "--set", "model.d_ff=11008"], tmp_path)
     assert r.returncode == 0, r.stderr
-    last = r.stdout.strip().splitlines()[-1]
-    assert last.startswith("host memory available ") and last.endswith("x 1 rank(s) on this host DOES NOT FIT"), last
+    (host,) = [line for line in r.stdout.splitlines() if line.startswith("host memory available ")]
+    assert host.endswith("x 1 rank(s) on this host DOES NOT FIT"), host
+    # the state alone exceeds the host: no checkpointing search, and the line says why
+    assert "the weights, gradients and optimizer state alone take" in r.stdout, r.stdout
 
 
 def test_plan_fsdp_prefetch_beyond_the_units(trainer_bin, tmp_path):
@@ -108,10 +110,32 @@ def test_plan_world_size_zero1(trainer_bin, tmp_path):
     assert extra == nccl["memory"]["category_peaks"]["gradients"] // 4
 
 
+def test_plan_fit_search(trainer_bin, tmp_path):
+    """xl at context 32768 without checkpointing does not fit an H200: the plan carries what fits (fastest first),
+    and each option's --set arguments, planned again, give its peak within the budget."""
+    base = [XL, "--set", "device=cuda", "--set", "precision=bf16", "--set", "model.context_length=32768",
+            "--set", "checkpointing.policy=none"]
+    p = plan_json(trainer_bin, tmp_path, *base)
+    assert p["memory"]["fits"] is False
+    fit = p["fit"]
+    assert fit["budget_bytes"] == int(0.93 * p["memory"]["device_memory_bytes"])
+    times = [o["time_s"] for o in fit["options"]]
+    assert times and times == sorted(times)
+    assert any("blocks recomputed" in o["what"] for o in fit["options"])
+    for o in fit["options"]:
+        again = plan_json(trainer_bin, tmp_path, *base, *[a for kv in o["sets"] for a in ("--set", kv)])
+        assert again["memory"]["peak_bytes"] == o["peak_bytes"] <= fit["budget_bytes"], o
+    # a plan that fits has no search unless --fit asks; the text form lists the options as --set arguments
+    assert "fit" not in plan_json(trainer_bin, tmp_path, TINY)
+    assert "fit" in plan_json(trainer_bin, tmp_path, TINY, "--set", "device=cuda", "--fit")
+    r = run(trainer_bin, ["--plan", *base], tmp_path)
+    assert r.returncode == 0 and "what fits in" in r.stdout and "--set 'checkpointing.policy=full'" in r.stdout
+
+
 def test_help_names_plan(trainer_bin, tmp_path):
     r = run(trainer_bin, ["--help"], tmp_path)
     assert r.returncode == 0
-    for opt in ("--plan", "--world-size N", "--device cpu|cuda", "--json"):
+    for opt in ("--plan", "--world-size N", "--device cpu|cuda", "--json", "--fit"):
         assert opt in r.stdout
 
 
@@ -120,6 +144,7 @@ def test_help_names_plan(trainer_bin, tmp_path):
     (["--plan", "--world-size", "two"], "--world-size"),
     (["--plan", "--device", "tpu"], "--device"),
     (["--json"], "--plan only"),
+    (["--fit"], "--plan only"),
     (["--plan", TINY, "--world-size", "3"], "world_size"),  # batch 4 does not split over 3 ranks
     (["--plan", TINY, "--world-size", "2"], "'none' runs one process, but the world size is 2 (use ddp_naive"),
     (["--plan", TINY, "--world-size", "2", "--set", "precision=bf16_pure"],

@@ -1,0 +1,157 @@
+#include "plan/fit.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <functional>
+#include <optional>
+
+#include "core/errors.h"
+#include "plan/planner.h"
+
+namespace trainer {
+
+namespace {
+
+struct Planned {
+  size_t peak = 0;
+  double time_s = 0;
+};
+
+class Searcher {
+ public:
+  Searcher(const RunConfig& cfg, int world, size_t budget) : cfg_(cfg), world_(world), budget_(budget) {}
+
+  /// The plan of `c` (the largest peak of rank 0 and the last rank: zero1 and fsdp pad the last shard), or nothing
+  /// when the train job would refuse it.
+  std::optional<Planned> plan(const RunConfig& c) {
+    try {
+      Planned p;
+      for (int r : {0, world_ - 1}) {
+        const Plan q = make_plan(c, world_, r);
+        ++plans_;
+        p.peak = std::max(p.peak, q.peak_bytes);
+        p.time_s = std::max(p.time_s, q.time_s);
+        if (world_ == 1) break;
+      }
+      return p;
+    } catch (const ConfigError&) {
+      return std::nullopt;
+    }
+  }
+  bool fits(const std::optional<Planned>& p) const { return p && p->peak <= budget_; }
+
+  /// The fewest k in [0, L] for which make(k) fits (bisection; the peak does not grow with k), with its plan.
+  std::optional<std::pair<int, Planned>> fewest(int L, const std::function<RunConfig(int)>& make) {
+    const std::optional<Planned> at_0 = plan(make(0));
+    if (fits(at_0)) return std::pair(0, *at_0);
+    std::optional<Planned> at_l = plan(make(L));
+    if (!fits(at_l)) return std::nullopt;
+    int lo = 0, hi = L;  // make(lo) does not fit, make(hi) fits
+    Planned best = *at_l;
+    while (hi - lo > 1) {
+      const int mid = lo + (hi - lo) / 2;
+      const std::optional<Planned> p = plan(make(mid));
+      if (fits(p)) {
+        hi = mid;
+        best = *p;
+      } else {
+        lo = mid;
+      }
+    }
+    return std::pair(hi, best);
+  }
+
+  int plans() const { return plans_; }
+  const RunConfig& cfg() const { return cfg_; }
+
+ private:
+  const RunConfig& cfg_;
+  int world_;
+  size_t budget_;
+  int plans_ = 0;
+};
+
+std::string blocks_list(int k) {
+  std::vector<int> b(static_cast<size_t>(k));
+  for (int i = 0; i < k; ++i) b[size_t(i)] = i;
+  return fmt::format("[{}]", fmt::join(b, ","));
+}
+
+}  // namespace
+
+FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes) {
+  TRAINER_CHECK(cfg.job == "train" && world_size >= 1, "search_fit: a train config on >= 1 rank");
+  FitSearch out;
+  out.budget_bytes = budget_bytes;
+  Searcher s(cfg, world_size, budget_bytes);
+  const int L = cfg.model.num_layers;
+  const int per_rank = cfg.data.batch_size / world_size;
+  for (int r : {0, world_size - 1}) out.setup_bytes = std::max(out.setup_bytes, make_plan(cfg, world_size, r).setup_bytes);
+  out.plans = world_size == 1 ? 1 : 2;
+  if (out.setup_bytes > budget_bytes) return out;  // the state alone: no activation policy helps
+
+  // At each microbatch from the run's down to one row (halving), the candidate families; stop at the first
+  // microbatch where any fits (a smaller one only adds accumulation steps).
+  for (int micro = cfg.data.microbatch_size; micro >= 1 && out.options.empty();
+       micro = micro > 1 ? std::max(1, micro / 2) : 0) {
+    if (per_rank % micro != 0) continue;  // the train job needs the per-rank batch divisible
+    RunConfig base = cfg;
+    base.data.microbatch_size = micro;
+    std::vector<std::string> micro_set;
+    std::string micro_what;
+    if (micro != cfg.data.microbatch_size) {
+      micro_set.push_back(fmt::format("data.microbatch_size={}", micro));
+      micro_what = fmt::format(", microbatch {} ({} per step)", micro, per_rank / micro);
+    }
+    auto add = [&](std::vector<std::string> sets, std::string what, const Planned& p) {
+      sets.insert(sets.end(), micro_set.begin(), micro_set.end());
+      out.options.push_back({std::move(sets), what + micro_what, p.peak, p.time_s});
+    };
+    for (const bool keep_attention : {false, true}) {
+      const auto found = s.fewest(L, [&](int k) {
+        RunConfig c = base;
+        c.checkpointing.policy = "full";
+        c.checkpointing.blocks = std::vector<int>(size_t(k));
+        for (int i = 0; i < k; ++i) (*c.checkpointing.blocks)[size_t(i)] = i;
+        c.checkpointing.keep_attention = keep_attention;
+        return c;
+      });
+      if (!found) continue;
+      const auto [k, p] = *found;
+      if (k == 0) {  // nothing recomputed (selective's store on every block): keep_attention changes nothing
+        if (!keep_attention)
+          add({"checkpointing.policy=selective", "checkpointing.blocks=null"}, "no block recomputed", p);
+        continue;
+      }
+      std::vector<std::string> sets = {"checkpointing.policy=full", "checkpointing.blocks=" + blocks_list(k)};
+      sets.push_back(fmt::format("checkpointing.keep_attention={}", keep_attention));
+      add(sets, fmt::format("{} of {} blocks recomputed{}", k, L, keep_attention ? ", attention kept" : ""), p);
+    }
+    for (const char* policy : {"sqrt", "nested"}) {
+      RunConfig c = base;
+      c.checkpointing.policy = policy;
+      c.checkpointing.blocks.reset();
+      c.checkpointing.keep_attention = false;
+      const std::optional<Planned> p = s.plan(c);
+      if (!s.fits(p)) continue;
+      add({fmt::format("checkpointing.policy={}", policy), "checkpointing.blocks=null",
+           "checkpointing.keep_attention=false"},
+          fmt::format("policy {}", policy), *p);
+    }
+  }
+  std::stable_sort(out.options.begin(), out.options.end(),
+                   [](const FitOption& a, const FitOption& b) { return a.time_s < b.time_s; });
+  out.plans += s.plans();
+  return out;
+}
+
+nlohmann::json FitSearch::to_json() const {
+  nlohmann::json opts = nlohmann::json::array();
+  for (const FitOption& o : options)
+    opts.push_back({{"sets", o.sets}, {"what", o.what}, {"peak_bytes", o.peak_bytes}, {"time_s", o.time_s}});
+  return {{"budget_bytes", budget_bytes}, {"options", opts}, {"plans", plans}, {"setup_bytes", setup_bytes}};
+}
+
+}  // namespace trainer

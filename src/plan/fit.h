@@ -1,0 +1,53 @@
+// What makes a train run fit its memory: a search over activation checkpointing (and, failing that, the microbatch)
+// with the planner (plan/planner.h), for `trainer --plan` when the plan does not fit or with `--fit`.
+//
+// Every candidate is the run's own config with a few checkpointing / data keys changed, planned by the dry run, so
+// a candidate's peak and step time are exactly what --plan would print for it. The candidates, for L blocks:
+//   - policy full on the first k blocks (the others keep what selective keeps), the fewest k that fits: each
+//     recomputed block trades its stored activations for one more block forward (Korthikanti et al. 2022 recompute
+//     whole blocks selectively; the 8B configs were found this way by hand);
+//   - the same with checkpointing.keep_attention (a recompute skips the attention forward; more memory);
+//   - policy nested and sqrt (Chen et al. 2016: O(log L) and O(sqrt L) inputs alive);
+//   - where none of these fits at the run's microbatch: the same at half the microbatch, then a quarter, ... down to
+//     one row (gradient accumulation: the same update up to summation order).
+// The peak over blocks is monotone in k (each more recomputed block only drops activations), so k is found by
+// bisection: about log2(L) plans per candidate family.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+
+namespace trainer {
+
+/// One way to make the run fit.
+struct FitOption {
+  std::vector<std::string> sets;  // --set arguments (key=value) to add to the run's command line
+  std::string what;               // "9 of 34 blocks recomputed, attention kept", ...
+  size_t peak_bytes = 0;          // the plan's peak of the largest rank planned (rank 0 and the last rank)
+  double time_s = 0;              // the plan's predicted step time
+};
+
+struct FitSearch {
+  size_t budget_bytes = 0;         // what a rank's planned peak may be
+  std::vector<FitOption> options;  // those that fit, fastest first (at most one per candidate family)
+  int plans = 0;                   // dry runs made
+  size_t setup_bytes = 0;          // the run's memory after set-up (weights, gradients, optimizer state); when it
+                                   // exceeds the budget no candidate is tried (recompute cannot help)
+  /// {"budget_bytes", "options": [{"sets", "what", "peak_bytes", "time_s"}], "plans", "setup_bytes"}
+  nlohmann::json to_json() const;
+};
+
+/// The fraction of the device's memory a rank's planned peak may use (the rest: the CUDA context, cuBLAS and NCCL
+/// buffers outside the trainer's pool, the caching allocator's rounding). The 8B step ran at 128.7 GiB planned and
+/// measured on a 139.8 GiB H200; 0.93 of it is 130 GiB.
+constexpr double kFitFraction = 0.93;
+
+/// Searches the candidates above for `cfg` (resolved; job train) on `world_size` ranks against `budget_bytes` per
+/// rank. Candidates the train job would refuse are skipped. Returns the fitting ones, fastest first.
+FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes);
+
+}  // namespace trainer
