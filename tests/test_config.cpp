@@ -525,6 +525,8 @@ TEST_CASE("config: validation rules", "[config]") {
       {{"device=cpu", "parallel.strategy=ddp_flat", "parallel.reduce_dtype=bf16"}, 2,
        "parallel: reduce_dtype 'bf16' needs comm 'nccl' (MPI has no bf16 sum)"},
       {{"parallel.prefetch_layers=-1"}, 1, "config: 'parallel.prefetch_layers' must be >= 0, got -1"},
+      {{"bench.phase=forward", "output.checkpoint=/tmp/trainer-test-unused-ck"}, 1,
+       "output.checkpoint: a checkpoint is a training run's state, but bench.phase 'forward' makes no update"},
       {{"parallel.bucket_mb=1e14"}, 1, "config: 'parallel.bucket_mb' 1e+14 is above 2^36 MiB (2^56 bytes)"},
       {{"parallel.comm_timeout_s=-5"}, 1, "config: 'parallel.comm_timeout_s' must be > 0, got -5"},
       {{"optimizer.lr=-0.1"}, 1, "config: 'optimizer.lr' must be >= 0, got -0.1"},

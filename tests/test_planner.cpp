@@ -296,3 +296,37 @@ TEST_CASE("planner: --fit finds the fewest recomputed blocks that fit, and the s
   // and nothing at all under a budget of one byte
   CHECK(search_fit(cfg, 1, 1).options.empty());
 }
+
+TEST_CASE("planner: a forward-only run keeps no gradients, AdamW state or stores; forward + backward no AdamW state",
+          "[planner]") {
+  // As PyTorch's inference vs training-step memory (CS336 a2 memory profiling): measured on the CPU backend and
+  // planned, by category. The forward keeps one block's activations at a time, not every block's store.
+  const std::vector<std::string> model = {"model.preset=tiny", "model.num_layers=4"};
+  size_t peaks[3] = {};
+  const char* phases[3] = {"forward", "forward_backward", "train_step"};
+  for (int i = 0; i < 3; ++i) {
+    RunConfig cfg = run_config(model, {"checkpointing.policy=selective"}, 4, 4);
+    cfg.bench.phase = phases[i];
+    cfg.optimizer.in_backward = false;
+    INFO("phase " << phases[i]);
+    const MemoryStats real = measure(cfg, 2);
+    const Plan plan = make_plan(cfg, 1);
+    CHECK(plan.peak_bytes == real.peak_total);
+    peaks[i] = real.peak_total;
+    const size_t grads = real.peak[size_t(Category::gradients)], adam = real.peak[size_t(Category::optimizer)];
+    const size_t params = real.peak[size_t(Category::parameters)];
+    if (i == 0) CHECK(grads == 0);
+    else CHECK(grads == params);  // fp32: the flat gradient buffer
+    if (i < 2) CHECK(adam < 1024);  // only AdamW's per-step constants
+    else CHECK(adam >= 2 * params);
+  }
+  CHECK(peaks[0] < peaks[1]);
+  CHECK(peaks[1] < peaks[2]);
+  // the forward's activations: one block's store at most (the stored blocks' stores of the others are gone)
+  RunConfig fwd = run_config(model, {"checkpointing.policy=selective"}, 4, 4);
+  fwd.bench.phase = "forward";
+  RunConfig two = fwd;
+  two.model.num_layers = 8;
+  CHECK(make_plan(two, 1).category_peaks[size_t(Category::activations)] ==
+        make_plan(fwd, 1).category_peaks[size_t(Category::activations)]);
+}

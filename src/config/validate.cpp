@@ -380,6 +380,9 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
                c.output.checkpoint_every);
   CONFIG_CHECK(!c.output.checkpoint || c.job == "train", "output.checkpoint: only job 'train' writes checkpoints "
                "(job is '{}'); remove the key or set null", c.job);
+  CONFIG_CHECK(!c.output.checkpoint || c.job != "train" || c.bench.phase == "train_step",
+               "output.checkpoint: a checkpoint is a training run's state, but bench.phase '{}' makes no update (and "
+               "holds no AdamW state); remove the key or set bench.phase train_step", c.bench.phase);
   if (c.init.resume) {
     CONFIG_CHECK(!c.init.resume->empty(), "init.resume: the path is empty (remove the key or set null)");
     check_resume(c);  // a complete checkpoint of this model and precision, with steps left to run

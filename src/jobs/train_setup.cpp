@@ -4,6 +4,7 @@
 
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
+#include "optim/adamw.h"
 
 namespace trainer {
 
@@ -27,8 +28,11 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
   s.shape.optimizer = cfg.bench.phase == "train_step";
 
   s.strategy = make_strategy(cfg, be, comm);
+  // A forward-only run holds no gradient buffer, and a run without updates no AdamW state (below): what a forward
+  // or a forward + backward needs, as in PyTorch, where .grad and the optimizer's state appear at their first use
   s.model = std::make_unique<Model>(be, s.dims, act, attn, ParamLayout::kAlign * world_size,
-                                    ParamStorage(s.strategy->full_params(), s.strategy->full_grads(), param),
+                                    ParamStorage(s.strategy->full_params(), s.strategy->full_grads() && s.shape.backward,
+                                                 param),
                                     ActivationPolicy::from(cfg.checkpointing));
   if (init_weights) {  // the weight source; a sharded strategy copies its shards from it in attach()
     const auto t0 = std::chrono::steady_clock::now();
@@ -48,6 +52,7 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
     }
   }
   s.strategy->attach(*s.model);
+  if (s.shape.optimizer) s.strategy->optimizer_state().adamw->allocate_state();  // at set-up, as the weights
   s.model->release_weight_source();
   s.model->reserve(micro, T);
   return s;

@@ -682,6 +682,14 @@ void Model::run_forward(bool backward_next) {
     be_.embedding_fwd(x(0), cur_inputs_, w(*emb_, v, {V, D}));
     release(0, UnitPass::forward);
   }
+  if (!backward_next) {  // no backward follows: a block's store and its input go as soon as its output exists
+    for (int l = 0; l < dims_.num_layers; ++l) {
+      block_forward(l, UnitPass::forward, Store::inference, true);
+      free_x(l);
+    }
+    head(false);
+    return;
+  }
   for (const Segment& seg : segments_) {
     if (seg.kind == Segment::Kind::stored) {
       block_forward(seg.begin, UnitPass::forward, Store::keep, true);

@@ -73,7 +73,8 @@ struct ParamStorage {
   bool full_params = true;   // the full flat weights (and, in mixed precision, the bf16 working copy); false: the
                              //   strategy keeps shards (fsdp)
   bool full_grads = true;    // the full flat gradients; false: the strategy hands each unit's gradient out in
-                             //   UnitView::grads (optimizer.in_backward keeps them per unit)
+                             //   UnitView::grads (optimizer.in_backward keeps them per unit), or the run has no
+                             //   backward (bench.phase forward)
   DType dtype = DType::f32;  // storage dtype of weights and gradients: f32 (fp32 and mixed precision) or bf16
                              //   (bf16_pure: no working copy; the AdamW state follows)
   ParamStorage(bool full = true) : full_params(full), full_grads(full) {}  // NOLINT: bool = full buffers or none
@@ -176,7 +177,9 @@ class Model {
   struct LayerRefs {  // a block's parameters in the flat layout
     const ParamInfo *ln1, *wqkv, *wo, *ln2, *w13, *w2;
   };
-  enum class Store : uint8_t { keep, discard };  // a block forward's activations: kept for its backward, or not
+  // a block forward's activations: kept for its backward; discarded (recomputed later; keep_attention stashes
+  // attention's outputs); or a forward with no backward after it (bench.phase forward: nothing is kept)
+  enum class Store : uint8_t { keep, discard, inference };
   std::vector<SavedTensorSpec> table(int rows, int T) const;
   BlockActs carve(char* store, const Tensor& x_in, int rows, int T, bool with_elementwise) const;
   Tensor w(const ParamInfo& p, const UnitView& v, std::initializer_list<int64_t> shape) const;

@@ -6,12 +6,17 @@ AdamW::AdamW(Backend& be, int64_t numel, const OptimizerCfg& cfg, DType state_dt
     : be_(be), numel_(numel), cfg_(cfg), dtype_(state_dtype), seed_(seed) {
   TRAINER_CHECK(dtype_ == DType::f32 || dtype_ == DType::bf16, "AdamW: state dtype {} (f32 or bf16)",
                 dtype_name(dtype_));
-  m_ = be_.alloc(size_t(numel) * dtype_size(dtype_), Category::optimizer);
-  v_ = be_.alloc(size_t(numel) * dtype_size(dtype_), Category::optimizer);
   step_values_ = be_.alloc(sizeof(AdamWStepValues), Category::optimizer);
-  if (numel > 0) {
-    be_.fill(m_.view(dtype_, {numel}), 0.f);
-    be_.fill(v_.view(dtype_, {numel}), 0.f);
+}
+
+void AdamW::allocate_state() {
+  if (state_allocated_) return;
+  state_allocated_ = true;
+  m_ = be_.alloc(size_t(numel_) * dtype_size(dtype_), Category::optimizer);
+  v_ = be_.alloc(size_t(numel_) * dtype_size(dtype_), Category::optimizer);
+  if (numel_ > 0) {
+    be_.fill(m_.view(dtype_, {numel_}), 0.f);
+    be_.fill(v_.view(dtype_, {numel_}), 0.f);
   }
 }
 
@@ -31,6 +36,7 @@ AdamWArgs AdamW::args(double grad_scale) const {
 }
 
 void AdamW::begin_step(double lr) {
+  allocate_state();
   ++t_;
   lr_ = lr;
   const AdamWStepValues v = adamw_step_values(args(1.0));
@@ -77,7 +83,8 @@ void AdamW::step_matrix(int64_t offset, Tensor p, Tensor p_work, const Tensor& d
                       p_work, dY, X, a, g_buf, accumulate);
 }
 
-std::vector<std::pair<std::string, Tensor>> AdamW::state_tensors() const {
+std::vector<std::pair<std::string, Tensor>> AdamW::state_tensors() {
+  allocate_state();
   return {{"m", m_.view(dtype_, {numel_})}, {"v", v_.view(dtype_, {numel_})}};
 }
 

@@ -12,11 +12,15 @@ namespace trainer {
 
 class AdamW {
  public:
-  /// Allocates m and v (zeroed, Category::optimizer) for `numel` parameters in `state_dtype`: f32, or bf16 for
-  /// bf16_pure (then p and g are bf16 too and the update is computed in fp32 and rounded once). `seed` feeds
-  /// stochastic rounding (cfg.stochastic_rounding, bf16 only).
+  /// AdamW for `numel` parameters whose m and v are `state_dtype`: f32, or bf16 for bf16_pure (then p and g are bf16
+  /// too and the update is computed in fp32 and rounded once). `seed` feeds stochastic rounding
+  /// (cfg.stochastic_rounding, bf16 only). m and v exist from allocate_state() on: a run without updates (bench.phase
+  /// forward / forward_backward) never holds them, as PyTorch's optimizer makes its state at the first step.
   AdamW(Backend& be, int64_t numel, const OptimizerCfg& cfg, DType state_dtype = DType::f32, uint64_t seed = 0);
-  /// Opens step t + 1 at learning rate lr: increments the step count t (from 1) and uploads the step's values
+  /// Allocates m and v (zeroed, Category::optimizer) unless they exist. The train job calls it at set-up for a run
+  /// with updates (jobs/train_setup.cpp); begin_step and state_tensors call it too.
+  void allocate_state();
+  /// Opens step t + 1 at learning rate lr (allocate_state first): increments the step count t (from 1) and uploads the step's values
   /// (decay, step_size, rounding key: backend/adamw_step.h) to the device copy the kernels read (a copy from the host:
   /// syncs; call it before a graph capture or replay, never inside one).
   void begin_step(double lr);
@@ -41,9 +45,9 @@ class AdamW {
   int64_t steps_taken() const { return t_; }
   size_t state_bytes() const { return m_.bytes() + v_.bytes(); }
   DType state_dtype() const { return dtype_; }
-  /// The state as named device tensors [numel] in their stored dtype ("m", "v"): checkpoints copy them out and back
-  /// in place (jobs/train_checkpoint.cpp).
-  std::vector<std::pair<std::string, Tensor>> state_tensors() const;
+  /// The state as named device tensors [numel] in their stored dtype ("m", "v"; allocate_state first): checkpoints
+  /// copy them out and back in place (jobs/train_checkpoint.cpp).
+  std::vector<std::pair<std::string, Tensor>> state_tensors();
   /// Sets the step count t (a resume: the next step() uses t + 1).
   void set_steps_taken(int64_t t) { t_ = t; }
 
@@ -55,6 +59,7 @@ class AdamW {
   DType dtype_;
   uint64_t seed_;
   Buffer m_, v_;
+  bool state_allocated_ = false;
   Buffer step_values_;  // AdamWStepValues of the open step, on the device (Category::optimizer)
   int64_t t_ = 0;
   double lr_ = 0;
