@@ -103,6 +103,15 @@ TEST_CASE("memory timeline: every allocation and free with its phase and block; 
   CHECK(ev[9]["failed"] == true);
   CHECK(ev[9]["category"] == "optimizer");
   CHECK(ev[9]["bytes"] == int64_t(1) << 62);
+  // After the failure the job unwinds: a free inside a still-open range is the run's teardown, not that range
+  {
+    ScopedRange fwd(*be, "forward", "phase");
+    params.reset();
+  }
+  const json after = json::parse(log.to_json(0, 1, "cpu"))["events"];
+  REQUIRE(after.size() == 11);
+  CHECK(after[10]["phase"] == "teardown");
+  CHECK(after[10]["bytes"] == -1000);
 
   // Without a log nothing is recorded and the ids still count.
   auto quiet = make_backend(Device::cpu, 0);

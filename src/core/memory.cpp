@@ -81,6 +81,12 @@ std::string format_bytes(size_t b) {
 // ScopedRange's are).
 void MemoryTimeline::log(const MemoryStats& where, Category c, int64_t bytes, uint64_t id, bool failed) {
   const double t_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+  if (failed) failed_ = true;
+  // After a failed allocation the job ends: what is freed is its unwinding and teardown, whichever range was open
+  if (failed_ && !failed) {
+    events_.push_back({t_ms, bytes, id, c, false, "teardown", nullptr, -1});
+    return;
+  }
   events_.push_back({t_ms, bytes, id, c, failed, where.phase, where.block_name, where.block});
 }
 
