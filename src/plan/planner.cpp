@@ -201,7 +201,8 @@ std::string Plan::table() const {
   t += fmt::format("  {:<20} {:>16}\n", "after set-up", format_bytes(setup_bytes));
   t += "high-water mark by phase\n";
   for (const auto& [k, v] : phase_high_water) t += fmt::format("  {:<20} {:>16}\n", k, format_bytes(v));
-  t += fmt::format("work per step: {:.4g} TFLOP (model, incl. recompute; {:.4g} executed), {:.4g} GB moved, {:.4g} GB "
+  t += fmt::format("work per step: {:.4g} TFLOP (the ops' dense count, recompute included; the record's "
+                   "flops_per_token counts none; {:.4g} executed, causal attention halved), {:.4g} GB moved, {:.4g} GB "
                    "sent in collectives\n",
                    flops / 1e12, executed_flops / 1e12, bytes_moved / 1e9, comm_bytes / 1e9);
   t += fmt::format("predicted step: {} = {} compute + {} memory-bound + {} communication (ops in sequence, each at "

@@ -191,8 +191,11 @@ nlohmann::json Profiler::summary() const {
                    "which has no op ranges) from events around each range (ranges nest: phase > block > op); "
                    "phase 'backward' is the model's backward only, 'finish_backward' the strategy's wait for its "
                    "gradients; comm: the union of the collectives' intervals (communicator's own events: NCCL "
-                   "stream events, MPI host clock), per collective in ranges; comm_during_backward: the part of "
-                   "that union inside the backward phase"},
+                   "stream events, MPI host clock), per collective in ranges (summed over collectives, so "
+                   "overlapping ones count twice); comm_during_backward: the part of that union inside the backward "
+                   "phase. With comm mpi a collective's interval ends when its completion is observed (the next "
+                   "issue or wait on the communicator, at the latest finish_backward), so these overstate how long "
+                   "it was in flight and how much of it overlapped the backward; NCCL's stream events do not"},
           {"ranges", ranges}};
 }
 
