@@ -226,7 +226,7 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
                                std::pair(o.min_lr, "optimizer.min_lr")})
     CONFIG_CHECK(v <= std::numeric_limits<float>::max(), "config: '{}' {} is beyond fp32's range (3.4e38)", key, v);
   // The kernels' step size lr * sqrt(1 - beta2^t) / (1 - beta1^t) (fp32) is at most lr / (1 - beta1), for every t
-  const double peak_lr = std::max(o.lr, o.min_lr);
+  const double peak_lr = o.schedule == "cosine" ? std::max(o.lr, o.min_lr) : o.lr;
   CONFIG_CHECK(peak_lr / (1 - o.betas[0]) <= std::numeric_limits<float>::max(),
                "config: AdamW's step size lr / (1 - beta1) = {:.3g} / {:.3g} can exceed fp32's range (3.4e38); lower "
                "optimizer.lr or optimizer.betas[0]",

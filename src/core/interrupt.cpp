@@ -36,6 +36,7 @@ struct PendingSlot {
     if (slot < 0) return;
     g_pending_files[slot].store(nullptr);
     g_slot_taken[slot].store(false);
+    slot = -1;
   }
 };
 PendingSlot& pending_slot() {
@@ -101,9 +102,10 @@ void set_pending_file(const char* path) {
     sa.sa_flags = SA_RESTART;
     ::sigaction(s, &sa, nullptr);
   }
-  // A copy the handler may read at any time: this thread's buffer lives as long as the thread, so a handler that
-  // loaded the pointer just before clear_pending_file never reads freed memory. The slot is emptied while the copy
-  // is made, so a handler never reads a half-copied path.
+  // A copy the handler may read at any time: this thread's buffer lives as long as the thread. The slot is emptied
+  // while the copy is made, so a handler that loads it then sees no file. (A handler on another thread that loaded
+  // the pointer before an earlier clear_pending_file and is still inside unlink while this copy runs could read a
+  // mixed path: it would have to be interrupted for exactly that long; accepted.)
   PendingSlot& mine = pending_slot();
   if (mine.slot >= 0) g_pending_files[mine.slot].store(nullptr);
   for (int i = 0; i < kPendingSlots && mine.slot < 0; ++i) {

@@ -197,6 +197,16 @@ void check_resume(const RunConfig& c, std::vector<std::string>* warnings, int wo
   }
   // Keys that lay the same computation out differently (the checkpoint is resharded; only the summation order
   // changes, so the numbers match an uninterrupted run up to the last bits), and the rest
+  // bucket_mb counts only where ddp_bucketed runs, comm only where ranks talk
+  const std::string old_strategy = m.value("strategy", "");
+  if (old_strategy != "ddp_bucketed" && c.parallel.strategy != "ddp_bucketed") {
+    was["parallel"].erase("bucket_mb");
+    is["parallel"].erase("bucket_mb");
+  }
+  if (m.value("world_size", 1) <= 1 && world_size <= 1) {
+    was["parallel"].erase("comm");
+    is["parallel"].erase("comm");
+  }
   auto layout_key = [](const std::string& key) {
     return key == "world_size" || key == "parallel.strategy" || key == "parallel.comm" || key == "parallel.bucket_mb" ||
            key == "data.microbatch_size";
@@ -218,8 +228,8 @@ void check_resume(const RunConfig& c, std::vector<std::string>* warnings, int wo
   }
   if (!relaid.empty())
     warnings->push_back(fmt::format("init.resume: the run is laid out differently from the checkpoint's ({}): the "
-                                    "checkpoint is resharded, and only the order of the sums changes (the numbers "
-                                    "match an uninterrupted run up to the last bits)",
+                                    "state is resharded where needed, and only the order of the sums changes (the "
+                                    "numbers match an uninterrupted run up to rounding in the storage precision)",
                                     fmt::join(relaid, ", ")));
   if (m.contains("schedule") && m["schedule"].value("total_steps", int64_t(0)) != total &&
       c.optimizer.schedule == "cosine" && c.optimizer.cosine_steps == 0)

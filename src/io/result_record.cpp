@@ -251,6 +251,32 @@ nlohmann::json timing_stats(const std::vector<double>& samples_ms) {
   return j;
 }
 
+void check_record_not_in_use(const std::string& path, const std::string& key) {
+  std::ifstream f(path);
+  if (!f) return;
+  nlohmann::json r;
+  try {
+    r = nlohmann::json::parse(f);
+  } catch (const std::exception&) {
+    return;  // not a record (a file of the user's: check_output_path and the input checks rule on it)
+  }
+  if (!r.is_object() || r.value("status", "") != "running" || !r.contains("pid") || !r["pid"].is_number_integer())
+    return;
+  const int64_t pid = r["pid"].get<int64_t>();
+  char host[256] = {};
+  const std::string here = ::gethostname(host, sizeof(host) - 1) == 0 ? std::string(host) : std::string();
+  const nlohmann::json machine = r.value("machine", nlohmann::json::object());
+  if (pid <= 0 || pid == ::getpid() || here.empty() || !machine.is_object() || machine.value("host", "") != here)
+    return;
+  std::error_code ec;  // the same program: /proc/<pid>/exe and /proc/self/exe name one file (a reused pid does not)
+  const fs::path theirs = fs::read_symlink(fmt::format("/proc/{}/exe", pid), ec);
+  if (ec) return;
+  const fs::path mine = fs::read_symlink("/proc/self/exe", ec);
+  if (ec || theirs != mine) return;
+  throw ConfigError(fmt::format("{}: '{}' is the record of a run still going (pid {} on this host, started {}); "
+                                "choose another path, or wait for it", key, path, pid, r.value("started", "?")));
+}
+
 nlohmann::json machine_info(const std::string& backend_description) {
   nlohmann::json m;
   char host[256] = {};

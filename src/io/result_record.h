@@ -15,6 +15,12 @@ namespace trainer {
 /// `path` is an existing directory. An empty path is an error too.
 void check_output_path(const std::string& path, const std::string& key);
 
+/// Refuses a result record that a live run is writing: `path` holds a record with status "running" whose pid is a
+/// process of this host running this same program (not this process). Raises ConfigError naming `key`, the pid and
+/// when that run started. Anything else (no file, another status, another host, a dead or reused pid) passes: a
+/// record left "running" by a killed run is replaced as before.
+void check_record_not_in_use(const std::string& path, const std::string& key);
+
 /// One contiguous piece of a file written by write_file_atomic.
 struct FilePart {
   const void* data;

@@ -157,6 +157,27 @@ def test_a_finished_run_replaces_the_running_marker(trainer_bin, tmp_path):
     assert rec["status"] == "ok" and rec["interrupted"] is None and "pid" not in rec
 
 
+def test_a_live_runs_record_is_not_taken_over(trainer_bin, tmp_path):
+    """A second run naming the record a live run is writing (status running, its pid alive, this program) is refused
+    before it writes anything; once the first has ended, the path is free."""
+    cfg = write_json(tmp_path / "c.json", long_run(tmp_path))
+    first = start(trainer_bin, [cfg], tmp_path)
+    try:
+        wait_for_line(first, "step    2/")
+        second = tmp_path / "second.json"
+        write_json(second, tiny_config(tmp_path))
+        r = run(trainer_bin, [second], tmp_path)
+        assert r.returncode == 2, r.stderr
+        assert f"is the record of a run still going (pid {first.pid} on this host" in r.stderr, r.stderr
+        assert json.loads((tmp_path / "out" / "result.json").read_text())["pid"] == first.pid  # untouched
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=120)
+    assert first.returncode == 4
+    r = run(trainer_bin, [second], tmp_path)
+    assert r.returncode == 0, r.stderr
+
+
 # ---- outputs naming an input -------------------------------------------------------------------------------------
 def expect_refused(trainer_bin, tmp_path, args, *needles):
     before = snapshot(tmp_path)
