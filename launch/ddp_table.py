@@ -6,8 +6,9 @@
 For each record: strategy (bucket size), ranks, step mean ± std, forward/backward/optimizer, communication time and
 the part of it exposed (the compute stream waiting), scaling efficiency = (1-GPU step) / (N-GPU step) at equal
 per-GPU batch (--one gives the 1-GPU record), peak memory of the largest rank and optimizer state per rank (GiB, or
-MiB when every size in the table is below 1 GiB; the header says which). torch_bench.py records (--torch) are listed
-with their step and peak. A failed run (status running, oom, error, ...) is a row with its status and error; a value
+MiB when every size in the table is below 1 GiB, as memory_table.py; the header says which). torch_bench.py records
+(--torch) are listed with their step and peak. A failed run (status running, oom, error, ...) is a row with its
+status and error; an interrupted run that measured steps shows its numbers, the row ending with its status. A value
 or section a record lacks (hand-edited or partial records) shows as "-". Inputs that are not trainer result records
 of job train are skipped with a note on stderr.
 Bad input (an unreadable file, a --torch file that is not a torch_bench.py record, a record without its status or
@@ -19,10 +20,7 @@ import json
 import pathlib
 import sys
 
-from records import get  # this folder: the records helpers
-
-GIB = 2 ** 30
-MIB = 2 ** 20
+from records import get, size_unit  # this folder: the records helpers
 
 
 def die(msg):
@@ -95,13 +93,13 @@ def peak_bytes(r):
 
 def trainer_row(label, path, r, one, base, notes):
     """("row", label, strategy, ranks, step cell, [fwd, bwd, opt, comm, exposed ms], efficiency, peak bytes,
-    optimizer state bytes) for a finished run, or ("text", label, strategy, ranks, text): its status and error, or
-    "(no measured steps)"."""
+    optimizer state bytes, mark) for a finished run or an interrupted one that measured steps (mark: its status, else
+    ""), or ("text", label, strategy, ranks, text): its status and error, or "(no measured steps)"."""
     name, n = strategy_name(r), num(r.get("world_size")) or 1
-    if r["status"] != "ok":
-        return ("text", label, name, n, status_text(r))
     step = get(r, "timing", "step")
     mean = num(get(step, "mean_ms"))
+    if r["status"] != "ok" and (r["status"] != "interrupted" or mean is None):
+        return ("text", label, name, n, status_text(r))
     if isinstance(step, dict) and mean is None:
         return ("text", label, name, n, "(no measured steps)")
     eff = base / mean if base and mean and n > 1 else None
@@ -118,7 +116,8 @@ def trainer_row(label, path, r, one, base, notes):
     step_cell = "-" if mean is None else f"{mean:8.1f} ± {std:5.1f}"
     return ("row", label, name, n, step_cell, [ms(r, k) for k in ("forward", "backward", "optimizer", "comm",
                                                                    "comm_exposed")],
-            eff, peak_bytes(r), num(get(r, "memory", "optimizer_state_bytes")))
+            eff, peak_bytes(r), num(get(r, "memory", "optimizer_state_bytes")),
+            "" if r["status"] == "ok" else status_text(r))
 
 
 def torch_row(path, t):
@@ -132,7 +131,7 @@ def torch_row(path, t):
     mean = num(get(t, "timing", "step", "mean_ms"))
     std = num(get(t, "timing", "step", "std_ms")) or 0
     return ("row", stem, label, n, "-" if mean is None else f"{mean:8.1f} ± {std:5.1f}", None, None,
-            num(get(t, "memory", "peak_bytes")), None)
+            num(get(t, "memory", "peak_bytes")), None, "")
 
 
 def main():
@@ -194,7 +193,7 @@ def main():
             die(f"--torch record '{p}': unexpected content ({type(e).__name__}: {e})")
 
     sizes = [x for row in rows if row[0] == "row" for x in row[7:9] if x is not None]
-    unit, scale = ("GiB", GIB) if not sizes or max(sizes) >= GIB else ("MiB", MIB)
+    unit, scale = size_unit(sizes)
     size = lambda x, width: f"{fmt(None if x is None else x / scale, '.2f'):>{width}s}"
     w = max([len(row[1]) for row in rows] + [len("record")])
     for line in notes:
@@ -206,14 +205,14 @@ def main():
         if kind == "text":
             print(f"{label:{w}s} {name:27s} {n:5} {row[4]}")
             continue
-        step, phases, eff, peak, opt = row[4:]
+        step, phases, eff, peak, opt, mark = row[4:]
         if phases is None:  # a torch_bench record: its step and peak only
             print(f"{label:{w}s} {name:27s} {n:5} {step:>16s} {'':>6s} {'':>6s} {'':>6s} {'':>6s} {'':>7s} "
                   f"{'':>5s} {size(peak, 8)}")
             continue
         cells = " ".join(f"{fmt(x):>{width}s}" for x, width in zip(phases, (6, 6, 6, 6, 7)))
         print(f"{label:{w}s} {name:27s} {n:5} {step:>16s} {cells} {fmt(eff, '.3f'):>5s} {size(peak, 8)} "
-              f"{size(opt, 7)}")
+              f"{size(opt, 7)}" + (f"  {mark}" if mark else ""))
 
 
 if __name__ == "__main__":

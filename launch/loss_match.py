@@ -5,11 +5,14 @@ same global batch).
     launch/loss_match.py REF.json A.json B.json ...
 
 Prints, for each record, its strategy, the final loss, and the largest relative difference |a - ref| / |ref| over
-all steps (and the step where it occurs, numbered from 1 as in the trainer's log). Exit codes: 0 when every record
-compared; 1 if a record (the reference included) failed, or a record other than the reference has no per-step
-losses or a different number of steps (a row says which); 2 on bad input, one line "loss_match: error: ..." on
-stderr before anything is printed: a file that cannot be read or is not a JSON object, a reference without per-step
-losses, a record to compare without its config section, or per-step losses that are not numbers. A strategy a
+all steps (and the step where it occurs, numbered from 1 as in the trainer's log). An interrupted run's losses are
+valid: a record or reference with status interrupted is compared on the steps both have, its row saying how many
+when the two differ in length. Exit codes: 0 when every record compared; 1 if a record (the reference included)
+failed (status error, oom, running, ...), or a record other than the reference has no per-step losses or, neither
+of the two interrupted, a different number of steps (a row says which); 2 on bad input, one line
+"loss_match: error: ..." on stderr before anything is printed: a file that cannot be read or is not a JSON object, a
+reference without per-step losses, a record to compare without its config section, or per-step losses that are not
+numbers. A strategy a
 record lacks shows as "-". Standard library only.
 """
 import json
@@ -34,10 +37,11 @@ def load(path):
 
 
 def failure(path, r):
-    """Why record `r` (read from `path`) is not a finished run, naming the file, or None when it is one. A record
-    whose status is "running" carries no error: its run has not ended, or was killed before it wrote its end."""
+    """Why record `r` (read from `path`) is not a finished run, naming the file, or None when it is one (or an
+    interrupted one: its losses are valid). A record whose status is "running" carries no error: its run has not
+    ended, or was killed before it wrote its end."""
     status = r.get("status")
-    if status in (None, "ok"):
+    if status in (None, "ok", "interrupted"):
         return None
     if status == "running":
         return (f"'{path}' is not a finished run (status running: the run has not ended, or was killed before it "
@@ -97,7 +101,9 @@ def main(argv):
         print(f"loss_match: error: the reference {why}", file=sys.stderr)
         return 1
     if not ref:
-        die(f"'{argv[0]}' has no per-step losses (not a trainer train record?)")
+        die(f"'{argv[0]}' has no per-step losses ("
+            + ("interrupted before its first step)" if ref_rec.get("status") == "interrupted" else
+               "not a trainer train record?)"))
     check(argv[0], ref_rec, ref)
     records = []
     for path in argv[1:]:
@@ -106,7 +112,8 @@ def main(argv):
             check(path, rec, l)
         records.append((path, rec, l))
     p, sch, lr, wu = ("-" if x is None else x for x in setup(ref_rec)[:4])
-    print(f"reference {argv[0]}: {len(ref)} steps, final loss {ref[-1]:.5f} ({p}, schedule {sch}, lr {lr}, "
+    cut = " (interrupted)" if ref_rec.get("status") == "interrupted" else ""
+    print(f"reference {argv[0]}: {len(ref)} steps{cut}, final loss {ref[-1]:.5f} ({p}, schedule {sch}, lr {lr}, "
           f"warm-up {wu}, strategy {strategy(ref_rec)})")
     print(f"{'record':44s} {'strategy':14s} {'final':>9s} {'max rel diff':>13s} {'at step':>7s}")
     status = 0
@@ -116,18 +123,24 @@ def main(argv):
             status = 1
             continue
         if not l:
-            print(f"{pathlib.Path(path).name:44s} no per-step losses (not a trainer train record?)")
+            print(f"{pathlib.Path(path).name:44s} no per-step losses ("
+                  + ("interrupted before its first step)" if rec.get("status") == "interrupted" else
+                     "not a trainer train record?)"))
             status = 1
             continue
-        if len(l) != len(ref):
+        interrupted = "interrupted" in (rec.get("status"), ref_rec.get("status"))
+        if len(l) != len(ref) and not interrupted:
             print(f"{pathlib.Path(path).name:44s} {len(l)} steps, the reference has {len(ref)}")
             status = 1
             continue
-        rel = [rel_diff(a, b) for a, b in zip(l, ref)]
+        rel = [rel_diff(a, b) for a, b in zip(l, ref)]  # an interrupted run's: the steps both have
         k = max(range(len(rel)), key=rel.__getitem__)
         names = ("precision", "schedule", "lr", "warm-up", "model", "global batch", "data", "init seed")
         differ = [n for n, a, b in zip(names, setup(rec), setup(ref_rec)) if a != b]
         note = f"  (not comparable: different {', '.join(differ)})" if differ else ""
+        if len(l) != len(ref):
+            note += (f"  ({'interrupted: ' if rec.get('status') == 'interrupted' else ''}compared the first "
+                     f"{len(rel)} steps; it has {len(l)}, the reference {len(ref)})")
         print(f"{pathlib.Path(path).name:44s} {strategy(rec):14s} {l[-1]:9.5f} {rel[k]:13.2e} {k + 1:7d}{note}")
     return status
 

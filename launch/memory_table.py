@@ -15,7 +15,7 @@ import json
 import pathlib
 import sys
 
-GIB = float(1 << 30)
+from records import size_unit  # this folder: the records helpers
 
 
 def die(msg):
@@ -33,7 +33,8 @@ def row(path):
     if not isinstance(r, dict) or not str(r.get("schema", "")).startswith(("trainer.", "torch_bench.")):
         die(f"{path}: not a trainer or torch_bench result record")
     if str(r.get("schema", "")).startswith("trainer.memory_timeline"):
-        return None  # a timeline, not a record
+        print(f"memory_table.py: {path}: a memory timeline, skipped", file=sys.stderr)
+        return None
     if str(r.get("schema", "")).startswith("trainer.result") and r.get("job", "train") != "train":
         print(f"memory_table.py: {path}: a record of job {r.get('job')!r}, skipped", file=sys.stderr)
         return None
@@ -80,7 +81,7 @@ def main():
               file=sys.stderr)
         return 2
     sizes = [r.get(k) for r in rows for k in ("peak", "pred") if isinstance(r.get(k), (int, float))]
-    unit, scale = ("GiB", GIB) if not sizes or max(sizes) >= GIB else ("MiB", float(1 << 20))
+    unit, scale = size_unit(sizes)
     head = ["record", "status", "ctx", "policy", "step ms", f"peak {unit}", f"planned {unit}", "planned/measured",
             f"activations {unit}", f"head {unit}"]
     lines = []

@@ -21,7 +21,8 @@ Kinds (the first argument; `--kind KIND` also works):
   phases  one horizontal bar per record: forward, backward (incl. the gradient communication of finish_backward),
           optimizer and the rest of the step (timing.step - their sum), mean ms
   memory  one horizontal bar per record: the peak (memory.peak_bytes) split by category at the peak
-          (memory.by_category), GiB, with the planner's prediction (memory.predicted.peak_bytes) as a black tick
+          (memory.by_category), GiB (MiB when every peak and prediction is below 1 GiB), with the planner's
+          prediction (memory.predicted.peak_bytes) as a black tick
   ratio   the trainer's step time over the PyTorch peer's (launch/torch_bench.py, torch.compile) measured in the
           same call, one line per workload against the version (x, in the manifest's order; solid between adjacent
           versions, dotted across versions without a point), each workload's bar (the ratio to reach) as a dashed
@@ -54,8 +55,10 @@ record that does not, or a missing file or key is an error. Every point is print
 Inputs are files or quoted globs (expanded here, sorted); a file a glob matches that is not a record of the kind's job
 (a memory timeline, a trace, another job's record) is passed over with a note. Labels are the file names without .json (with as many parent
 folders as make them unique) unless --labels gives them. A run that failed (status oom / error) has no timings: the bar
-kinds and sweep list it in a note; loss draws the steps it has. --dump-json PATH writes what was drawn, read back
-from the figure's artists (lines: x, y; bars: one value per record and segment) for tests and scripts.
+kinds and sweep list it in a note (with its error, where it has one); loss draws the steps it has. A finished run
+without measured steps (bench.measure_steps 0) has no timings either: sweep, comm and phases list it in a note.
+--dump-json PATH writes what was drawn, read back from the figure's artists (lines: x, y; bars: one value per record
+and segment) for tests and scripts.
 
 Figures are 1100 px wide (10 in at 110 dpi): loss 605 px high, sweep 550, the bar kinds 110 x max(3, 1.6 + 0.34 x
 records) px, ratio 880 (with its memory panel) or 550.
@@ -76,6 +79,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plot_common import COLORS, DPI, BadInput, check_output, pyplot, same_file, save_figure  # noqa: E402
+from records import size_unit  # noqa: E402
 
 PROG = "plot.py"
 KINDS = ("loss", "sweep", "comm", "phases", "memory", "ratio", "collective")
@@ -151,16 +155,39 @@ def load(path: str, job: str = "train") -> dict:
 
 
 def field(r: dict, dotted: str, path: str, allow_null=False):
-    """r's value at a dotted key; BadInput naming the file and the key when it is missing (or null)."""
-    v = r
+    """r's value at a dotted key; BadInput naming the file and the key when it is missing (or null). Only a key that
+    is absent suggests a record of an older trainer; a null one is said to be null."""
+    v, absent = r, False
     for k in dotted.split("."):
+        absent = not isinstance(v, dict) or k not in v
         v = v.get(k) if isinstance(v, dict) else None
         if v is None:
             break
     if v is None and not allow_null:
-        raise BadInput(f"'{path}' has no {dotted} (status {r.get('status')!r}; a record of an older trainer?); "
-                       f"the kind drawn needs it")
+        why = "a record of an older trainer?" if absent else f"{k} is null"
+        raise BadInput(f"'{path}' has no {dotted} (status {r.get('status')!r}; {why}); the kind drawn needs it")
     return v
+
+
+def unmeasured(r) -> str | None:
+    """'no measured steps (bench.measure_steps 0)' for a record whose timing.step is there with a null mean (a
+    finished run of bench.measure_steps 0), else None."""
+    step = r.get("timing").get("step") if isinstance(r.get("timing"), dict) else None
+    if not isinstance(step, dict) or step.get("mean_ms") is not None:
+        return None
+    n = ((r.get("config") or {}).get("bench") or {}).get("measure_steps")
+    return "no measured steps" + (f" (bench.measure_steps {n})" if n is not None else "")
+
+
+def status_note(r) -> str:
+    """'status oom (out of memory ...)': the status and, when the record has one, its error (cut at 80)."""
+    return f"status {r.get('status')}" + (f" ({str(r['error'])[:80]})" if r.get("error") else "")
+
+
+def nothing_to_draw(recs, notes) -> BadInput:
+    """The error for inputs of which none can be drawn: none has status ok, or none of those measured steps."""
+    which = "measured steps" if any(r.get("status") == "ok" for _, _, r in recs) else "status ok"
+    return BadInput(f"no record with {which} among the inputs: nothing to draw ({'; '.join(notes)})")
 
 
 def mean_ms(r, phase, path):
@@ -216,16 +243,18 @@ def legend_right(ax, *handles_labels):
     ax.legend(*handles_labels, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
 
 
-def ok_records(recs, notes, what):
-    """The records with status ok; the others go to the notes."""
+def ok_records(recs, notes, what, timed=False):
+    """The records with status ok (timed: that measured steps); the others go to the notes."""
     keep = []
     for label, path, r in recs:
-        if r.get("status") == "ok":
-            keep.append((label, path, r))
+        if r.get("status") != "ok":
+            notes.append(f"{label}: {status_note(r)}: no {what}")
+        elif timed and unmeasured(r):
+            notes.append(f"{label}: {unmeasured(r)}: no {what}")
         else:
-            notes.append(f"{label}: status {r.get('status')} ({str(r.get('error'))[:80]}): no {what}")
+            keep.append((label, path, r))
     if not keep:
-        raise BadInput(f"no record with status ok among the inputs: nothing to draw ({'; '.join(notes)})")
+        raise nothing_to_draw(recs, notes)
     return keep
 
 
@@ -290,15 +319,15 @@ def draw_sweep(recs, args):
         if len(setups) > 1:
             n = r.get("world_size") or 1
             name += f", {n} rank{'s' if n != 1 else ''} {(r['config'].get('parallel') or {}).get('strategy')}"
-        if r.get("status") != "ok":
-            notes.append(f"{size_name(r)} {name}: {r.get('status')}")
+        if r.get("status") != "ok" or unmeasured(r):
+            notes.append(f"{size_name(r)} {name}: {r.get('status') if r.get('status') != 'ok' else unmeasured(r)}")
             continue
         params = float(field(r, "model.parameters", path))
         step = float(field(r, "timing.step.mean_ms", path))
         rate = float(field(r, "throughput.mfu" if args.mfu else "throughput.model_tflops_per_gpu", path))
         series.setdefault(name, []).append((params, size_name(r), step, rate * (100 if args.mfu else 1)))
     if not series:
-        raise BadInput(f"no record with status ok among the inputs: nothing to draw ({'; '.join(notes)})")
+        raise nothing_to_draw(recs, notes)
     plt = pyplot()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(WIDTH_IN, 5.0), dpi=DPI)
     ticks = {}
@@ -329,7 +358,7 @@ def draw_sweep(recs, args):
 
 def draw_comm(recs, args):
     notes = []
-    recs = ok_records(recs, notes, "timings")
+    recs = ok_records(recs, notes, "timings", timed=True)
     compute, overlapped, exposed = [], [], []
     for label, path, r in recs:
         step = float(field(r, "timing.step.mean_ms", path))
@@ -357,7 +386,7 @@ def draw_comm(recs, args):
 
 def draw_phases(recs, args):
     notes = []
-    recs = ok_records(recs, notes, "timings")
+    recs = ok_records(recs, notes, "timings", timed=True)
     segs = {k: [] for k in ("forward", "backward", "optimizer", "other")}
     for label, path, r in recs:
         step = float(field(r, "timing.step.mean_ms", path))
@@ -381,12 +410,15 @@ def draw_memory(recs, args):
         for c in field(r, "memory.by_category", path):
             if c not in cats:
                 cats.append(c)
-    segs = [(c, [float((r["memory"]["by_category"] or {}).get(c, 0)) / GIB for _, _, r in recs]) for c in cats]
-    fig, (ax,) = barh_figure(len(recs))
-    stacked_barh(ax, [lab for lab, _, _ in recs], segs, COLORS, "GiB at the peak (the trainer's pool)")
     ys = list(range(len(recs)))[::-1]
     planned = [(y, field(r, "memory.predicted.peak_bytes", p, allow_null=True)) for y, (_, p, r) in zip(ys, recs)]
-    planned = [(y, b / GIB) for y, b in planned if b is not None]
+    # GiB, or MiB when every bar and prediction is below 1 GiB (as memory_table.py): no bar reads 0.0
+    unit, scale = size_unit([sum(float(v) for v in r["memory"]["by_category"].values()) for _, _, r in recs]
+                            + [b for _, b in planned])
+    segs = [(c, [float((r["memory"]["by_category"] or {}).get(c, 0)) / scale for _, _, r in recs]) for c in cats]
+    fig, (ax,) = barh_figure(len(recs))
+    stacked_barh(ax, [lab for lab, _, _ in recs], segs, COLORS, f"{unit} at the peak (the trainer's pool)")
+    planned = [(y, b / scale) for y, b in planned if b is not None]
     if planned:
         ax.plot([b for _, b in planned], [y for y, _ in planned], linestyle="none", marker="|", markersize=14,
                 markeredgewidth=2, color="black", label="planned peak (trainer --plan)")

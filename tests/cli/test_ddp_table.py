@@ -1,8 +1,9 @@
 """launch/ddp_table.py on synthetic trainer result records (and the kept H200 records of v1): the table's values,
 sizes in GiB or MiB when every size is below 1 GiB, failed runs as a row with their status (and error only when there
-is one), a section a hand-edited or partial record lacks (missing or null) shown as "-", and bad input (an unreadable
-file, a --torch file that is not a torch_bench record, a record without its status or job, a failed --one record)
-one line "ddp_table: error: ..." on stderr, exit 2, nothing on stdout.
+is one), an interrupted run that measured steps with its numbers (marked interrupted), a section a hand-edited or
+partial record lacks (missing or null) shown as "-", and bad input (an unreadable file, a --torch file that is not a
+torch_bench record, a record without its status or job, a failed --one record) one line "ddp_table: error: ..." on
+stderr, exit 2, nothing on stdout.
 """
 import json
 import os
@@ -129,6 +130,25 @@ def test_failed_runs_are_rows(tmp_path):
 
 
 ALL = ["10.0", "20.0", "5.0", "8.0", "2.0"]
+
+def test_an_interrupted_run_shows_its_numbers(tmp_path):
+    """An interrupted run that measured steps is a full row (its numbers), marked with its status at the end; one
+    interrupted before its first measured step is a row with its status. Sizes in MiB: its own are small (the header
+    had said GiB, with no number below it)."""
+    rec = trainer_record(step=50.0)
+    rec.update(status="interrupted", error="interrupted by SIGINT after step 7 of 100",
+               interrupted={"signal": "SIGINT", "steps_done": 7, "steps_planned": 100})
+    early = trainer_record()
+    early.update(status="interrupted", error="interrupted by SIGINT after step 2 of 100")
+    early["timing"]["step"] = {"mean_ms": None, "std_ms": None, "samples": []}
+    out = run(write(tmp_path, "rec", rec), write(tmp_path, "early", early))
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    header, table = rows(out.stdout)
+    assert header.split()[-4:] == ["peak", "MiB", "opt", "MiB"]
+    assert table["rec"][:11] == ["ddp_flat", "2", "50.0 ± 0.5", *ALL, "-", "6.00", "1.00"]
+    assert " ".join(table["rec"][11:]) == "interrupted (interrupted by SIGINT after step 7 of 100)"
+    assert table["early"] == ["ddp_flat", "2", "interrupted (interrupted by SIGINT after step 2 of 100)"]
+
 
 
 @pytest.mark.parametrize("null", [True, False], ids=["null", "missing"])

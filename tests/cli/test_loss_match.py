@@ -1,6 +1,7 @@
 """launch/loss_match.py on small synthetic result records: the table of per-step loss differences, and a failed
 record (the reference or another) named by its path with its status and why, never "None" (a record of a run that
-is still running, or was killed, has status "running" and error null). Exit code 1 when a record failed; bad input
+is still running, or was killed, has status "running" and error null); an interrupted record (or reference) compared
+on the steps both have. Exit code 1 when a record failed; bad input
 (unreadable, not a JSON object, a reference without per-step losses, a record without its config section, losses
 that are not numbers) one line "loss_match: error: ..." on stderr, exit 2, nothing on stdout; a strategy a record
 lacks (config.parallel missing or null) shows as "-".
@@ -55,6 +56,33 @@ def test_a_failed_reference_is_one_line_naming_it(tmp_path):
     assert r.returncode == 1 and r.stdout == "", (r.stdout, r.stderr)
     assert r.stderr.strip() == (f"loss_match: error: the reference '{ref}' is not a finished run (status running: "
                                 "the run has not ended, or was killed before it wrote its record; pid 7, started ?)")
+
+
+def test_an_interrupted_record_is_compared_on_the_steps_both_have(tmp_path):
+    """An interrupted run's losses are valid: compared on the steps both records have, the row saying how many;
+    as the reference too. Two finished runs of different lengths are still a row that says so, exit 1."""
+    ref = record(tmp_path / "ref.json", "none", [5.0, 4.0, 3.0, 2.0])
+    intr = record(tmp_path / "intr.json", "ddp_flat", [5.0, 4.4], status="interrupted",
+                  error="interrupted by SIGINT after step 2 of 4")
+    r = run(ref, intr)
+    assert r.returncode == 0 and r.stderr == "", (r.stdout, r.stderr)
+    row = r.stdout.splitlines()[2]
+    assert row.split()[:5] == ["intr.json", "ddp_flat", "4.40000", "1.00e-01", "2"], row
+    assert row.endswith("(interrupted: compared the first 2 steps; it has 2, the reference 4)"), row
+    r = run(intr, ref)  # the interrupted record as the reference
+    assert r.returncode == 0 and r.stderr == "", (r.stdout, r.stderr)
+    assert r.stdout.startswith(f"reference {intr}: 2 steps (interrupted), final loss 4.40000"), r.stdout
+    row = r.stdout.splitlines()[2]
+    assert row.split()[:5] == ["ref.json", "none", "2.00000", "9.09e-02", "2"], row
+    assert row.endswith("(compared the first 2 steps; it has 4, the reference 2)"), row
+    same = record(tmp_path / "same.json", "ddp_flat", [5.0, 4.2, 3.0, 2.0], status="interrupted",
+                  error="interrupted by SIGINT after step 4 of 9")
+    r = run(ref, same)  # as many steps as the reference: no note
+    assert r.returncode == 0 and r.stdout.splitlines()[2].split() == ["same.json", "ddp_flat", "2.00000",
+                                                                      "5.00e-02", "2"], r.stdout
+    short = record(tmp_path / "short.json", "ddp_flat", [5.0, 4.4])
+    r = run(ref, short)
+    assert r.returncode == 1 and r.stdout.splitlines()[2].split()[1:] == "2 steps, the reference has 4".split()
 
 
 def drop(path, dotted, null):

@@ -1,6 +1,6 @@
 """launch/memory_table.py on synthetic records: measured and planned peaks in GiB (MiB when every size is below
-1 GiB), an out-of-memory record's planned peak from the plan it carries, records of the benchmark jobs skipped with a
-note, bad input one line and exit 2.
+1 GiB), an out-of-memory record's planned peak from the plan it carries, records of the benchmark jobs and memory
+timelines skipped with a note, bad input one line and exit 2.
 """
 import json
 import os
@@ -48,6 +48,21 @@ def test_units_oom_plan_and_skipped_jobs(tmp_path):
     assert by_name["big"][5:8] == ["50.00", "49.00", "0.980"]
     assert by_name["oom"][1] == "oom" and by_name["oom"][6] == "150.00"  # planned, from the plan it carries
     assert "bench.json: a record of job 'collective_bench', skipped" in p.stderr
+
+
+def test_a_memory_timeline_is_skipped_with_a_note(tmp_path):
+    small = record(tmp_path, "small", 3 * MIB, 3 * MIB)
+    timeline = tmp_path / "m1.json"
+    timeline.write_text(json.dumps({"schema": "trainer.memory_timeline/1", "rank": 0, "events": []}))
+    p, rows = table(small, timeline)
+    assert p.returncode == 0, p.stderr
+    assert [r[0] for r in rows[1:]] == ["small"]
+    assert p.stderr == f"memory_table.py: {timeline}: a memory timeline, skipped\n"
+    p, _ = table(timeline)  # only a timeline: the note, then the error
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.splitlines() == [f"memory_table.py: {timeline}: a memory timeline, skipped",
+                                     "memory_table.py: error: no result records among the files (memory timelines "
+                                     "are skipped)"]
 
 
 def test_bad_input(tmp_path):

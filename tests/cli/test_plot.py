@@ -2,9 +2,10 @@
 
 Each drawing must give a valid PNG 1100 px wide, and what the figure holds (read back from its artists with
 --dump-json) must equal the records' values, recomputed here from the records (losses per step, step ms and TFLOP/s
-by parameter count, the comm split, the phase split, memory by category in GiB and the planned peak; for ratio, from
-a manifest of synthetic trainer and peer records, the trainer / peer step ratios by version and the two peaks). Bad
-input gives one `plot.py: error:` line, exit 2 and no PNG.
+by parameter count, the comm split, the phase split, memory by category in GiB (MiB when every size is below 1 GiB)
+and the planned peak; for ratio, from a manifest of synthetic trainer and peer records, the trainer / peer step
+ratios by version and the two peaks). A failed run, and for the timing kinds a finished one without measured steps,
+is a note (its error only when it has one). Bad input gives one `plot.py: error:` line, exit 2 and no PNG.
 """
 import json
 import os
@@ -18,7 +19,7 @@ import pytest
 
 SRC = pathlib.Path(os.environ.get("TRAINER_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 PLOT = SRC / "launch" / "plot.py"
-GIB = 2 ** 30
+GIB, MIB = 2 ** 30, 2 ** 20
 
 pytest.importorskip("matplotlib", reason="plot.py needs matplotlib (Debian: python3-matplotlib)")
 
@@ -212,6 +213,74 @@ def test_memory_by_category_and_planned(tmp_path):
     y_of = dict(zip(ax["yticklabels"], ax["yticks"]))
     assert list(zip(planned["y"], planned["x"])) == pytest.approx(
         [(y_of[k], recs[k]["memory"]["predicted"]["peak_bytes"] / GIB) for k in ("p", "q")])
+
+
+def test_memory_in_mib_for_small_runs(tmp_path):
+    # every peak and planned peak below 1 GiB: MiB (the bars had read 0.0 GiB), as memory_table.py and plot_memory.py
+    rng = random.Random(10)
+    recs = {"s": record(rng), "t": record(rng)}
+    for r in recs.values():
+        cats = {c: rng.randrange(0, 200 * MIB) for c in r["memory"]["by_category"]}
+        r["memory"] = {"peak_bytes": sum(cats.values()), "by_category": cats,
+                       "predicted": {"peak_bytes": sum(cats.values()) + MIB}}
+    d, _ = draw(tmp_path, "memory", [write(tmp_path, k, r) for k, r in recs.items()])
+    ax = d["axes"][0]
+    assert ax["xlabel"].startswith("MiB")
+    got = bars_by_label(ax)
+    for k, r in recs.items():
+        assert got[k] == pytest.approx({c: b / MIB for c, b in r["memory"]["by_category"].items() if b > 0})
+    (planned,) = ax["lines"]
+    assert sorted(planned["x"]) == pytest.approx(sorted(r["memory"]["predicted"]["peak_bytes"] / MIB
+                                                        for r in recs.values()))
+    # one planned peak of 1 GiB or more: GiB for the whole figure
+    recs["t"]["memory"]["predicted"]["peak_bytes"] = GIB
+    d, _ = draw(tmp_path, "memory", [write(tmp_path, k, r) for k, r in recs.items()])
+    assert d["axes"][0]["xlabel"].startswith("GiB")
+
+
+def no_measured_steps(r):
+    """r as the trainer writes it for bench.measure_steps=0: status ok, every timing's mean and samples empty."""
+    r["config"]["bench"]["measure_steps"] = 0
+    for k in ("forward", "backward", "optimizer", "step"):
+        r["timing"][k] = {"mean_ms": None, "std_ms": None, "min_ms": None, "median_ms": None, "max_ms": None,
+                          "samples": []}
+    r["throughput"] = {"model_tflops_per_gpu": None, "mfu": None, "tokens_per_s": None, "peak_tflops": 756.0}
+    return r
+
+
+@pytest.mark.parametrize("kind", ["phases", "comm", "sweep"])
+def test_a_record_without_measured_steps_is_skipped_with_a_note(tmp_path, kind):
+    # A finished record of bench.measure_steps=0 has no timings: a note, as a failed run (it had been exit 2 with
+    # "a record of an older trainer?").
+    rng = random.Random(11)
+    paths = [write(tmp_path, "good", record(rng)), write(tmp_path, "m0", no_measured_steps(record(rng)))]
+    d, p = draw(tmp_path, kind, paths)
+    assert len(d["notes"]) == 1 and "no measured steps (bench.measure_steps 0)" in d["notes"][0], d["notes"]
+    assert f"({kind}, 1 of 2 records drawn)" in p.stderr and "older trainer" not in p.stderr
+    # only such records: nothing to draw, said as such
+    q = run_plot(kind, paths[1], "-o", tmp_path / "bad.png")
+    assert q.returncode == 2 and len(q.stderr.splitlines()) == 1, q.stderr
+    assert "no measured steps" in q.stderr and "older trainer" not in q.stderr, q.stderr
+    # a record without the timing section at all may be an older trainer's: the hint stays
+    old = record(rng)
+    del old["timing"]
+    q = run_plot(kind, write(tmp_path, "old", old), "-o", tmp_path / "bad.png")
+    assert q.returncode == 2 and "has no timing" in q.stderr and "older trainer" in q.stderr, q.stderr
+    # the memory kind draws it: its memory was measured
+    d, _ = draw(tmp_path, "memory", paths)
+    assert d["notes"] == []
+
+
+def test_a_note_shows_the_error_only_when_there_is_one(tmp_path):
+    # a running record (error null): "status running", never "(None)"
+    rng = random.Random(12)
+    running = record(rng, status="running")
+    running["error"] = None
+    d, p = draw(tmp_path, "phases", [write(tmp_path, "ok", record(rng)), write(tmp_path, "running", running),
+                                     write(tmp_path, "oom", record(rng, status="oom"))])
+    assert d["notes"][0] == "running: status running: no timings"
+    assert d["notes"][1].startswith("oom: status oom (out of memory on cuda:0")
+    assert "None" not in p.stderr, p.stderr
 
 
 def collective_record(rng, nranks, status="ok"):
