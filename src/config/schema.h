@@ -70,7 +70,8 @@ concept Is = std::same_as<std::remove_const_t<S>, T>;
 template <Is<ModelCfg> S, class F>
 void fields(S& m, F&& f) {
   f("preset", m.preset, {{"\"\" | {}", &preset_name_list()},
-    "named model size (table below); fills every model dim left at 0. \"\": give all dims explicitly (job train; the benchmark jobs build no model and need none)"});
+    "named model size (table below); fills every model dim left at 0. \"\": give all dims explicitly (job train; "
+    "the benchmark jobs build no model and need none)"});
   f("vocab_size", m.vocab_size, {{"integer > 0 (0: preset)"}, "vocabulary size; token ids are in [0, vocab_size)"});
   f("context_length", m.context_length, {{"integer > 0 (0: preset)"}, "sequence length T of every row, in tokens"});
   f("d_model", m.d_model, {{"integer > 0 (0: preset)"},
@@ -156,7 +157,8 @@ void fields(S& o, F&& f) {
     "lr is 0 with a warm-up), min_lr + (lr - min_lr)(1 + cos(pi (t - warmup_steps) / (cosine_steps - "
     "warmup_steps))) / 2 up to t = cosine_steps, min_lr after"});
   f("warmup_steps", o.warmup_steps, {{"integer >= 0"},
-    "warm-up iterations of the schedule (cosine; with cosine_steps 0, a warm-up longer than the run never reaches lr: a warning says so)"});
+    "warm-up iterations of the schedule (cosine; with cosine_steps 0, a warm-up longer than the run never reaches "
+    "lr: a warning says so)"});
   f("cosine_steps", o.cosine_steps, {{"integer >= 0 (>= warmup_steps)"},
     "end of the cosine cycle; 0: the run's total steps (bench.warmup_steps + measure_steps; the last step's index is "
     "one less, so min_lr is not reached)"});

@@ -25,10 +25,10 @@ const char* interrupt_signal_name(int sig);
 
 /// Names the temporary file this thread is writing (write_file_atomic; the path is copied, up to 4095 bytes): a signal
 /// that ends the process removes it first. Each call installs that removal for SIGINT, SIGTERM and SIGHUP where their
-/// action is the default (an interrupt handler installed before or after stays in charge, and removes it on the
-/// second signal; an ignored signal stays ignored). Each thread has its own slot, held from its first write to its exit
-/// (8 such threads at once: a ninth's files are not covered), so a write on the failure listener's thread leaves the main thread's file covered; a later call
-/// on the same thread replaces that thread's file.
+/// action is the default (an interrupt handler installed before or after stays in charge, and removes it on the second
+/// signal; an ignored signal stays ignored). Each thread has its own slot, held from its first write to its exit (8
+/// such threads at once: a ninth's files are not covered), so a write on the failure listener's thread leaves the main
+/// thread's file covered; a later call on the same thread replaces that thread's file.
 void set_pending_file(const char* path);
 
 /// Forgets this thread's pending file.

@@ -8,11 +8,11 @@
 // The Communicator is the only road between ranks: besides the tensor collectives it carries the small host-side ones
 // (scalars, layout hashes, per-rank statistics, trace text) and makes subgroup communicators (split). The host-side
 // collectives are synchronous, run over MPI in both implementations (NCCL keeps an MPI communicator over the same
-// ranks), have the same timeout, and are not counted in busy_ms() / spans(). On one rank they return at once.
-// Two exchanges run before or beside any Communicator, on MPI_COMM_WORLD and a private duplicate of it
-// (dist/bootstrap.h, MpiSession): the start-up agreement (first_failing_rank: which rank's config failed;
-// first_rank_differing: a broadcast of rank 0's config hash; before a job makes its Communicator), and the failure / end notices a rank > 0 sends
-// rank 0 point to point, which must work while the job's Communicator is stuck or gone.
+// ranks), have the same timeout, and are not counted in busy_ms() / spans(). On one rank they return at once. Two
+// exchanges run before or beside any Communicator, on MPI_COMM_WORLD and a private duplicate of it (dist/bootstrap.h,
+// MpiSession): the start-up agreement (first_failing_rank: which rank's config failed; first_rank_differing: a
+// broadcast of rank 0's config hash; before a job makes its Communicator), and the failure / end notices a rank > 0
+// sends rank 0 point to point, which must work while the job's Communicator is stuck or gone.
 #pragma once
 #include <chrono>
 #include <cstdint>

@@ -186,7 +186,8 @@ void check_resume(const RunConfig& c, std::vector<std::string>* warnings, int wo
   }
   // A per-rank batch that is each run's default (data.batch_size / world size) only follows the world size
   if (world_size > 0 && m.value("world_size", json()).is_number_integer()) {
-    const json old_batch = was["data"].value("batch_size", json()), old_micro = was["data"].value("microbatch_size", json());
+    const json old_batch = was["data"].value("batch_size", json());
+    const json old_micro = was["data"].value("microbatch_size", json());
     const int64_t old_world = m["world_size"].get<int64_t>();
     if (old_batch.is_number_integer() && old_micro.is_number_integer() && old_world > 0 &&
         old_micro.get<int64_t>() == old_batch.get<int64_t>() / old_world &&

@@ -6,7 +6,8 @@
 //                                       replaced atomically (write_file_atomic) after that checkpoint is complete
 //   DIR/model.safetensors               a hard link to the newest checkpoint's weights (what init.weights can name)
 //   DIR/step-00000004/manifest.json     written last; a step directory without it is not a checkpoint
-//   DIR/step-00000004/model.safetensors the full weights in the storage dtype (fp32; bf16 for bf16_pure) with the reference names (loadable by PyTorch)
+//   DIR/step-00000004/model.safetensors the full weights in the storage dtype (fp32; bf16 for bf16_pure) with the
+//                                       reference names (loadable by PyTorch)
 //   DIR/step-00000004/optim-rank00000.safetensors   one rank's optimizer state (manifest: its flat ranges)
 //   DIR/.tmp-step-00000004/             a write in progress: every rank writes its files here, then rank 0 writes
 //                                       the manifest, fsyncs and renames it to step-00000004 (a new name: a rename

@@ -30,9 +30,8 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
   s.strategy = make_strategy(cfg, be, comm);
   // A forward-only run holds no gradient buffer, and a run without updates no AdamW state (below): what a forward
   // or a forward + backward needs, as in PyTorch, where .grad and the optimizer's state appear at their first use
-  s.model = std::make_unique<Model>(be, s.dims, act, attn, ParamLayout::kAlign * world_size,
-                                    ParamStorage(s.strategy->full_params(), s.strategy->full_grads() && s.shape.backward,
-                                                 param),
+  const ParamStorage storage(s.strategy->full_params(), s.strategy->full_grads() && s.shape.backward, param);
+  s.model = std::make_unique<Model>(be, s.dims, act, attn, ParamLayout::kAlign * world_size, storage,
                                     ActivationPolicy::from(cfg.checkpointing));
   if (init_weights) {  // the weight source; a sharded strategy copies its shards from it in attach()
     const auto t0 = std::chrono::steady_clock::now();

@@ -2,9 +2,10 @@
 // seams"; src/README.md).
 //
 // The model never reads the flat parameter or gradient buffers directly. Before it uses a unit (model.h: unit 0 the
-// embedding, 1..L the blocks, L+1 ln_final + lm_head) it asks acquire(unit, pass) for a UnitView: the unit's weights
-// in the compute dtype and, in a backward use, where its gradient goes (storage dtype: fp32; bf16 for bf16_pure). After the last operation that reads the
-// weights (and writes the gradient) is enqueued on the compute stream, it calls release(unit, pass).
+// embedding, 1..L the blocks, L+1 ln_final + lm_head) it asks acquire(unit, pass) for a UnitView: the unit's weights in
+// the compute dtype and, in a backward use, where its gradient goes (storage dtype: fp32; bf16 for bf16_pure). After
+// the last operation that reads the weights (and writes the gradient) is enqueued on the compute stream, it calls
+// release(unit, pass).
 //
 //   none / ddp_* / zero1   views of the full flat buffers the Model owns (Model::full_view); release of a backward
 //                          use on the last microbatch is the moment a unit's gradient is complete (on_unit_ready).
@@ -69,8 +70,8 @@ struct GradRun {
 
 /// What the model reads and writes during one use of a unit.
 struct UnitView {
-  Tensor weights;           // compute dtype [unit_end - unit_begin] (bf16 in mixed and bf16_pure, else f32); may be empty
-                            // when the use reads no weights
+  Tensor weights;           // compute dtype [unit_end - unit_begin] (bf16 in mixed and bf16_pure, else f32); may be
+                            // empty when the use reads no weights
   Tensor grads;             // storage dtype (f32; bf16 for bf16_pure) [unit_end - unit_begin]; backward /
                             // forward_backward uses only
   bool accumulate = false;  // grads already hold an earlier microbatch's sum: the backward adds to them, else it

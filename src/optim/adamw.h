@@ -20,9 +20,9 @@ class AdamW {
   /// Allocates m and v (zeroed, Category::optimizer) unless they exist. The train job calls it at set-up for a run
   /// with updates (jobs/train_setup.cpp); begin_step and state_tensors call it too.
   void allocate_state();
-  /// Opens step t + 1 at learning rate lr (allocate_state first): increments the step count t (from 1) and uploads the step's values
-  /// (decay, step_size, rounding key: backend/adamw_step.h) to the device copy the kernels read (a copy from the host:
-  /// syncs; call it before a graph capture or replay, never inside one).
+  /// Opens step t + 1 at learning rate lr (allocate_state first): increments the step count t (from 1) and uploads the
+  /// step's values (decay, step_size, rounding key: backend/adamw_step.h) to the device copy the kernels read (a copy
+  /// from the host: syncs; call it before a graph capture or replay, never inside one).
   void begin_step(double lr);
   /// The update of the open step over p, g ([numel], the state dtype); g is scaled by grad_scale first (clipping).
   /// p_work (bf16 copy of f32 p, or empty) is refreshed in the same pass. With want_sumsq, returns sum g^2 (g as

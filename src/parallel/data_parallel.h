@@ -2,8 +2,8 @@
 // weight broadcast, the check that a layout (buckets, shards) is the same on every rank, the per-step communication
 // timing, and DdpStrategy, the base of the four DDP variants (every rank keeps the full AdamW state).
 //
-// Gradients arrive pre-scaled by 1 / (tokens of the global batch) (jobs/train_step.cpp), so ReduceOp::sum over the ranks gives
-// exactly the global-batch mean gradient that one process would compute.
+// Gradients arrive pre-scaled by 1 / (tokens of the global batch) (jobs/train_step.cpp), so ReduceOp::sum over the
+// ranks gives exactly the global-batch mean gradient that one process would compute.
 #pragma once
 #include <cstdint>
 #include <memory>
