@@ -222,22 +222,26 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
                              format_bytes(host_peak), world, host_fits ? "fits" : "DOES NOT FIT");
   if (search) {
     std::cout << fmt::format(
-        "\nwhat fits in {} a rank ({:.0f}% of {}{}; the rest for the CUDA context, cuBLAS, NCCL and the allocator's "
-        "rounding), {} dry runs, fastest first:\n",
-        format_bytes(budget), 100 * kFitFraction,
+        "\nwhat fits in {} a rank ({:.0f}% of {}{}), {} dry runs, fastest first:\n", format_bytes(budget),
+        100 * kFitFraction,
         plans[0].device_memory_bytes ? format_bytes(plans[0].device_memory_bytes) : format_bytes(available),
-        plans[0].device_memory_bytes ? " of device memory" : fmt::format(" available on this host / {} rank(s)", world),
+        plans[0].device_memory_bytes
+            ? " of device memory; the rest for the CUDA context, cuBLAS, NCCL and the allocator's rounding"
+            : fmt::format(" available on this host / {} rank(s)", world),
         search->plans);
-    if (search->setup_bytes > budget)
-      std::cout << fmt::format("  nothing: the weights, gradients and optimizer state alone take {} after set-up, "
-                               "which no activation policy lowers (more ranks with fsdp or zero1, precision "
-                               "bf16_pure, or a smaller model)\n", format_bytes(search->setup_bytes));
+    const std::string more = cfg.parallel.strategy == "none"
+                                 ? "more ranks with fsdp or zero1, precision bf16_pure, or a smaller model"
+                                 : "more ranks, or a smaller model";
+    if (search->state_bytes > budget)
+      std::cout << fmt::format("  nothing: the weights, gradients and optimizer state alone take {}, which no "
+                               "activation setting lowers ({})\n", format_bytes(search->state_bytes), more);
     else if (search->options.empty())
-      std::cout << "  nothing: no checkpointing policy fits, even at a microbatch of one row (more ranks with fsdp, "
-                   "a shorter context or a smaller model)\n";
+      std::cout << fmt::format("  nothing: no checkpointing policy fits, even at a microbatch of one row ({}, or a "
+                               "shorter context)\n", more);
     for (const FitOption& o : search->options) {
       std::string sets;
       for (const std::string& kv : o.sets) sets += fmt::format(" --set '{}'", kv);
+      if (sets.empty()) sets = " (nothing to set)";
       std::cout << fmt::format("  {:>8.3f} s  {:>10}  {}:{}\n", o.time_s, format_bytes(o.peak_bytes), o.what, sets);
     }
   }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <optional>
 
 #include "core/errors.h"
@@ -88,61 +89,97 @@ FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes) 
   Searcher s(cfg, world_size, budget_bytes);
   const int L = cfg.model.num_layers;
   const int per_rank = cfg.data.batch_size / world_size;
-  for (int r : {0, world_size - 1}) out.setup_bytes = std::max(out.setup_bytes, make_plan(cfg, world_size, r).setup_bytes);
-  out.plans = world_size == 1 ? 1 : 2;
-  if (out.setup_bytes > budget_bytes) return out;  // the state alone: no activation policy helps
-
-  // At each microbatch from the run's down to one row (halving), the candidate families; stop at the first
-  // microbatch where any fits (a smaller one only adds accumulation steps).
-  for (int micro = cfg.data.microbatch_size; micro >= 1 && out.options.empty();
-       micro = micro > 1 ? std::max(1, micro / 2) : 0) {
-    if (per_rank % micro != 0) continue;  // the train job needs the per-rank batch divisible
-    RunConfig base = cfg;
-    base.data.microbatch_size = micro;
-    std::vector<std::string> micro_set;
-    std::string micro_what;
-    if (micro != cfg.data.microbatch_size) {
-      micro_set.push_back(fmt::format("data.microbatch_size={}", micro));
-      micro_what = fmt::format(", microbatch {} ({} per step)", micro, per_rank / micro);
-    }
-    auto add = [&](std::vector<std::string> sets, std::string what, const Planned& p) {
-      sets.insert(sets.end(), micro_set.begin(), micro_set.end());
-      out.options.push_back({std::move(sets), what + micro_what, p.peak, p.time_s});
-    };
-    for (const bool keep_attention : {false, true}) {
-      const auto found = s.fewest(L, [&](int k) {
-        RunConfig c = base;
-        c.checkpointing.policy = "full";
-        c.checkpointing.blocks = std::vector<int>(size_t(k));
-        for (int i = 0; i < k; ++i) (*c.checkpointing.blocks)[size_t(i)] = i;
-        c.checkpointing.keep_attention = keep_attention;
-        return c;
-      });
-      if (!found) continue;
-      const auto [k, p] = *found;
-      if (k == 0) {  // nothing recomputed (selective's store on every block): keep_attention changes nothing
-        if (!keep_attention)
-          add({"checkpointing.policy=selective", "checkpointing.blocks=null"}, "no block recomputed", p);
+  // The run as configured, and its state (weights, gradients, AdamW state), which no activation setting lowers
+  std::optional<Planned> as_is;
+  for (int r : {0, world_size - 1}) {
+    const Plan q = make_plan(cfg, world_size, r);
+    ++out.plans;
+    const auto& cp = q.category_peaks;
+    out.state_bytes = std::max(out.state_bytes, cp[size_t(Category::parameters)] + cp[size_t(Category::gradients)] +
+                                                    cp[size_t(Category::optimizer)]);
+    if (!as_is) as_is = Planned{};
+    as_is->peak = std::max(as_is->peak, q.peak_bytes);
+    as_is->time_s = std::max(as_is->time_s, q.time_s);
+    if (world_size == 1) break;
+  }
+  // Each family's fastest fitting option over the microbatches, from the run's down to one row (halving): a
+  // smaller microbatch adds accumulation steps but may need fewer recomputed blocks
+  std::map<std::string, FitOption> best;
+  auto consider = [&](const std::string& family, FitOption o) {
+    auto it = best.find(family);
+    if (it == best.end() || o.time_s < it->second.time_s) best[family] = std::move(o);
+  };
+  if (s.fits(as_is)) consider("as configured", {{}, "as configured", as_is->peak, as_is->time_s});
+  if (out.state_bytes <= budget_bytes) {
+    const bool backward = cfg.bench.phase != "forward";  // a forward keeps nothing for a backward: no recompute
+    for (int micro = cfg.data.microbatch_size; micro >= 1; micro = micro > 1 ? std::max(1, micro / 2) : 0) {
+      if (per_rank % micro != 0) continue;  // the train job needs the per-rank batch divisible
+      RunConfig base = cfg;
+      base.data.microbatch_size = micro;
+      std::vector<std::string> micro_set;
+      std::string micro_what;
+      if (micro != cfg.data.microbatch_size) {
+        micro_set.push_back(fmt::format("data.microbatch_size={}", micro));
+        micro_what = fmt::format(", microbatch {} ({} per step)", micro, per_rank / micro);
+      }
+      auto add = [&](const std::string& family, std::vector<std::string> sets, const std::string& what,
+                     const Planned& p) {
+        sets.insert(sets.end(), micro_set.begin(), micro_set.end());
+        consider(family, {std::move(sets), what + micro_what, p.peak, p.time_s});
+      };
+      if (!backward) {
+        if (micro != cfg.data.microbatch_size) {
+          const std::optional<Planned> p = s.plan(base);
+          if (s.fits(p)) add("microbatch", {}, "as configured", *p);
+        }
         continue;
       }
-      std::vector<std::string> sets = {"checkpointing.policy=full", "checkpointing.blocks=" + blocks_list(k)};
-      sets.push_back(fmt::format("checkpointing.keep_attention={}", keep_attention));
-      add(sets, fmt::format("{} of {} blocks recomputed{}", k, L, keep_attention ? ", attention kept" : ""), p);
-    }
-    for (const char* policy : {"sqrt", "nested"}) {
-      RunConfig c = base;
-      c.checkpointing.policy = policy;
-      c.checkpointing.blocks.reset();
-      c.checkpointing.keep_attention = false;
-      const std::optional<Planned> p = s.plan(c);
-      if (!s.fits(p)) continue;
-      add({fmt::format("checkpointing.policy={}", policy), "checkpointing.blocks=null",
-           "checkpointing.keep_attention=false"},
-          fmt::format("policy {}", policy), *p);
+      for (const bool keep_attention : {false, true}) {
+        const auto found = s.fewest(L, [&](int k) {
+          RunConfig c = base;
+          c.checkpointing.policy = "full";
+          c.checkpointing.blocks = std::vector<int>(size_t(k));
+          for (int i = 0; i < k; ++i) (*c.checkpointing.blocks)[size_t(i)] = i;
+          c.checkpointing.keep_attention = keep_attention;
+          return c;
+        });
+        if (!found) continue;
+        const auto [k, p] = *found;
+        if (k == 0) {  // no block recomputed (selective: RMSNorm and SwiGLU outputs recomputed in the backward)
+          if (!keep_attention)
+            add("selective", {"checkpointing.policy=selective", "checkpointing.blocks=null"},
+                "no block recomputed (selective)", p);
+          continue;
+        }
+        std::vector<std::string> sets = {"checkpointing.policy=full", "checkpointing.blocks=" + blocks_list(k)};
+        sets.push_back(fmt::format("checkpointing.keep_attention={}", keep_attention));
+        add(keep_attention ? "blocks, attention kept" : "blocks", sets,
+            fmt::format("{} of {} blocks recomputed{}", k, L, keep_attention ? ", attention kept" : ""), p);
+      }
+      for (const char* policy : {"sqrt", "nested"}) {
+        RunConfig c = base;
+        c.checkpointing.policy = policy;
+        c.checkpointing.blocks.reset();
+        c.checkpointing.keep_attention = false;
+        const std::optional<Planned> p = s.plan(c);
+        if (!s.fits(p)) continue;
+        add(policy,
+            {fmt::format("checkpointing.policy={}", policy), "checkpointing.blocks=null",
+             "checkpointing.keep_attention=false"},
+            fmt::format("policy {}", policy), *p);
+      }
     }
   }
-  std::stable_sort(out.options.begin(), out.options.end(),
-                   [](const FitOption& a, const FitOption& b) { return a.time_s < b.time_s; });
+  for (auto& [family, o] : best) out.options.push_back(std::move(o));
+  std::stable_sort(out.options.begin(), out.options.end(), [](const FitOption& a, const FitOption& b) {
+    return a.time_s != b.time_s ? a.time_s < b.time_s : a.sets.size() < b.sets.size();
+  });
+  // the same plan twice (a forward's policies, say) is shown once: the first, with the fewest --set arguments
+  std::vector<FitOption> unique;
+  for (FitOption& o : out.options)
+    if (unique.empty() || o.peak_bytes != unique.back().peak_bytes || o.time_s != unique.back().time_s)
+      unique.push_back(std::move(o));
+  out.options = std::move(unique);
   out.plans += s.plans();
   return out;
 }
@@ -151,7 +188,7 @@ nlohmann::json FitSearch::to_json() const {
   nlohmann::json opts = nlohmann::json::array();
   for (const FitOption& o : options)
     opts.push_back({{"sets", o.sets}, {"what", o.what}, {"peak_bytes", o.peak_bytes}, {"time_s", o.time_s}});
-  return {{"budget_bytes", budget_bytes}, {"options", opts}, {"plans", plans}, {"setup_bytes", setup_bytes}};
+  return {{"budget_bytes", budget_bytes}, {"options", opts}, {"plans", plans}, {"state_bytes", state_bytes}};
 }
 
 }  // namespace trainer

@@ -8,10 +8,12 @@
 //     whole blocks selectively; the 8B configs were found this way by hand);
 //   - the same with checkpointing.keep_attention (a recompute skips the attention forward; more memory);
 //   - policy nested and sqrt (Chen et al. 2016: O(log L) and O(sqrt L) inputs alive);
-//   - where none of these fits at the run's microbatch: the same at half the microbatch, then a quarter, ... down to
-//     one row (gradient accumulation: the same update up to summation order).
-// The peak over blocks is monotone in k (each more recomputed block only drops activations), so k is found by
-// bisection: about log2(L) plans per candidate family.
+//   - each of these at the run's microbatch, half of it, a quarter, ... down to one row (gradient accumulation: the
+//     same update up to summation order; a smaller microbatch may need fewer recomputed blocks), the fastest kept;
+//   - the run as configured, when it fits; a forward-only run (bench.phase forward) only varies the microbatch.
+// The peak is taken as monotone in k (each more recomputed block drops its stored activations; with naive attention
+// and keep_attention the kept probabilities can break this near k = L, and a fitting k is then missed), so k is
+// found by bisection: about log2(L) plans per family and microbatch.
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "plan/planner.h"  // kFitFraction
 
 namespace trainer {
 
@@ -33,18 +36,15 @@ struct FitOption {
 
 struct FitSearch {
   size_t budget_bytes = 0;         // what a rank's planned peak may be
-  std::vector<FitOption> options;  // those that fit, fastest first (at most one per candidate family)
+  std::vector<FitOption> options;  // those that fit, fastest first: the run as configured (when it fits) and each
+                                   // family's fastest over the microbatches; an identical plan once
   int plans = 0;                   // dry runs made
-  size_t setup_bytes = 0;          // the run's memory after set-up (weights, gradients, optimizer state); when it
-                                   // exceeds the budget no candidate is tried (recompute cannot help)
-  /// {"budget_bytes", "options": [{"sets", "what", "peak_bytes", "time_s"}], "plans", "setup_bytes"}
+  size_t state_bytes = 0;          // the run's weights, gradients and optimizer state at their peaks (the largest
+                                   // rank): when they exceed the budget no candidate is tried (recompute cannot help)
+  /// {"budget_bytes", "options": [{"sets", "what", "peak_bytes", "time_s"}], "plans", "state_bytes"}
   nlohmann::json to_json() const;
 };
 
-/// The fraction of the device's memory a rank's planned peak may use (the rest: the CUDA context, cuBLAS and NCCL
-/// buffers outside the trainer's pool, the caching allocator's rounding). The 8B step ran at 128.7 GiB planned and
-/// measured on a 139.8 GiB H200; 0.93 of it is 130 GiB.
-constexpr double kFitFraction = 0.93;
 
 /// Searches the candidates above for `cfg` (resolved; job train) on `world_size` ranks against `budget_bytes` per
 /// rank. Candidates the train job would refuse are skipped. Returns the fitting ones, fastest first.

@@ -197,7 +197,10 @@ std::string Plan::table() const {
                    peak_block.empty() ? "" : ", " + peak_block);
   if (device_memory_bytes)
     t += fmt::format("  {:<20} {:>16}   {}\n", "device memory", format_bytes(device_memory_bytes),
-                     peak_bytes <= device_memory_bytes ? "fits" : "DOES NOT FIT");
+                     peak_bytes > device_memory_bytes                              ? "DOES NOT FIT"
+                     : double(peak_bytes) <= kFitFraction * double(device_memory_bytes) ? "fits"
+                         : fmt::format("fits, but above the {:.0f}% --fit keeps (the CUDA context, cuBLAS and NCCL "
+                                       "need the rest)", 100 * kFitFraction));
   t += fmt::format("  {:<20} {:>16}\n", "after set-up", format_bytes(setup_bytes));
   t += "high-water mark by phase\n";
   for (const auto& [k, v] : phase_high_water) t += fmt::format("  {:<20} {:>16}\n", k, format_bytes(v));

@@ -132,6 +132,19 @@ def test_plan_fit_search(trainer_bin, tmp_path):
     assert r.returncode == 0 and "what fits in" in r.stdout and "--set 'checkpointing.policy=full'" in r.stdout
 
 
+def test_plan_fit_tries_smaller_microbatches_for_every_family(trainer_bin, tmp_path):
+    """xl at context 16384, batch 128 in one microbatch: the set-up alone (a workspace that grows with the microbatch)
+    is above the budget, but a smaller microbatch fits; each family keeps its fastest microbatch, and a fitting run
+    is listed as it is."""
+    base = [XL, "--set", "device=cuda", "--set", "precision=bf16", "--set", "model.context_length=16384",
+            "--set", "data.batch_size=128"]
+    fit = plan_json(trainer_bin, tmp_path, *base)["fit"]
+    assert fit["options"] and fit["state_bytes"] < fit["budget_bytes"], fit
+    assert all(any(kv.startswith("data.microbatch_size=") for kv in o["sets"]) for o in fit["options"]), fit
+    small = plan_json(trainer_bin, tmp_path, TINY, "--set", "device=cuda", "--fit")["fit"]
+    assert small["options"][0]["what"] == "as configured" and small["options"][0]["sets"] == [], small
+
+
 def test_help_names_plan(trainer_bin, tmp_path):
     r = run(trainer_bin, ["--help"], tmp_path)
     assert r.returncode == 0
