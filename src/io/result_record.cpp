@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 
 #include "core/errors.h"
 #include "core/interrupt.h"
@@ -251,7 +252,33 @@ nlohmann::json timing_stats(const std::vector<double>& samples_ms) {
   return j;
 }
 
+namespace {
+/// When process `pid` of this host started (seconds since the epoch, from /proc/<pid>/stat's start time and
+/// /proc/stat's boot time), or -1 when it does not exist or cannot be read.
+double process_start_epoch(int64_t pid) {
+  std::ifstream st(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  if (!std::getline(st, line)) return -1;
+  const size_t close = line.rfind(')');  // the command name (field 2) may hold spaces and parentheses
+  if (close == std::string::npos) return -1;
+  std::istringstream rest(line.substr(close + 1));
+  std::string field;
+  unsigned long long start_ticks = 0;
+  for (int i = 3; i <= 22 && rest >> field; ++i)  // field 22: starttime, clock ticks after boot
+    if (i == 22) start_ticks = std::strtoull(field.c_str(), nullptr, 10);
+  std::ifstream stat("/proc/stat");
+  long long btime = -1;
+  for (std::string l; std::getline(stat, l);)
+    if (l.rfind("btime ", 0) == 0) btime = std::atoll(l.c_str() + 6);
+  const long hz = ::sysconf(_SC_CLK_TCK);
+  if (btime < 0 || hz <= 0 || start_ticks == 0) return -1;
+  return double(btime) + double(start_ticks) / double(hz);
+}
+}  // namespace
+
 void check_record_not_in_use(const std::string& path, const std::string& key) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return;  // no file; or /dev/null, /dev/stdout, ...: never read (a terminal blocks)
   std::ifstream f(path);
   if (!f) return;
   nlohmann::json r;
@@ -260,7 +287,8 @@ void check_record_not_in_use(const std::string& path, const std::string& key) {
   } catch (const std::exception&) {
     return;  // not a record (a file of the user's: check_output_path and the input checks rule on it)
   }
-  if (!r.is_object() || r.value("status", "") != "running" || !r.contains("pid") || !r["pid"].is_number_integer())
+  if (!r.is_object() || r.value("status", "") != "running" || !r.contains("pid") || !r["pid"].is_number_integer() ||
+      !r.contains("started") || !r["started"].is_string())
     return;
   const int64_t pid = r["pid"].get<int64_t>();
   char host[256] = {};
@@ -268,13 +296,16 @@ void check_record_not_in_use(const std::string& path, const std::string& key) {
   const nlohmann::json machine = r.value("machine", nlohmann::json::object());
   if (pid <= 0 || pid == ::getpid() || here.empty() || !machine.is_object() || machine.value("host", "") != here)
     return;
-  std::error_code ec;  // the same program: /proc/<pid>/exe and /proc/self/exe name one file (a reused pid does not)
-  const fs::path theirs = fs::read_symlink(fmt::format("/proc/{}/exe", pid), ec);
-  if (ec) return;
-  const fs::path mine = fs::read_symlink("/proc/self/exe", ec);
-  if (ec || theirs != mine) return;
+  // That run is alive when its pid is a process that started shortly before the record's "started" (written once
+  // MPI is up and the config read): a pid reused after the run died started later. Any binary: a copy, a rebuild.
+  std::tm tm{};
+  const std::string started = r["started"].get<std::string>();
+  if (!::strptime(started.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm)) return;
+  const double record_epoch = double(::timegm(&tm));
+  const double began = process_start_epoch(pid);
+  if (began < 0 || began > record_epoch + 2 || record_epoch - began > 600) return;
   throw ConfigError(fmt::format("{}: '{}' is the record of a run still going (pid {} on this host, started {}); "
-                                "choose another path, or wait for it", key, path, pid, r.value("started", "?")));
+                                "choose another path, or wait for it", key, path, pid, started));
 }
 
 nlohmann::json machine_info(const std::string& backend_description) {

@@ -15,10 +15,11 @@ namespace trainer {
 /// `path` is an existing directory. An empty path is an error too.
 void check_output_path(const std::string& path, const std::string& key);
 
-/// Refuses a result record that a live run is writing: `path` holds a record with status "running" whose pid is a
-/// process of this host running this same program (not this process). Raises ConfigError naming `key`, the pid and
-/// when that run started. Anything else (no file, another status, another host, a dead or reused pid) passes: a
-/// record left "running" by a killed run is replaced as before.
+/// Refuses a result record that a live run is writing: `path` is a regular file holding a record with status
+/// "running" of this host whose pid is a process that started at most 600 s before the record's "started" (any
+/// binary: a copy, a rebuilt one), and not this process. Raises ConfigError naming `key`, the pid and when that run
+/// started. Anything else passes (no file, a device such as /dev/null, another status, another host, a dead pid, a
+/// pid reused after that run died): a record left "running" by a killed run is replaced as before.
 void check_record_not_in_use(const std::string& path, const std::string& key);
 
 /// One contiguous piece of a file written by write_file_atomic.

@@ -178,6 +178,31 @@ def test_a_live_runs_record_is_not_taken_over(trainer_bin, tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+def test_a_running_record_is_judged_by_its_process_start_time(trainer_bin, tmp_path):
+    """The guard asks whether the record's pid started shortly before the record's "started": any program counts (a
+    copy or a rebuild of the trainer), and a pid whose process started long before the record (reused) does not."""
+    import socket
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        cfg = tiny_config(tmp_path)
+        results = pathlib.Path(cfg["output"]["results"])
+        results.parent.mkdir(parents=True, exist_ok=True)
+        record = {"schema": "trainer.result/1", "status": "running", "pid": sleeper.pid,
+                  "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "machine": {"host": socket.gethostname()}}
+        write_json(results, record)
+        c = write_json(tmp_path / "c.json", cfg)
+        r = run(trainer_bin, [c], tmp_path)
+        assert r.returncode == 2 and f"(pid {sleeper.pid} on this host" in r.stderr, r.stderr
+        record["started"] = "2099-01-01T00:00:00Z"  # the process began long before: not that run
+        write_json(results, record)
+        r = run(trainer_bin, [c], tmp_path)
+        assert r.returncode == 0, r.stderr
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
 # ---- outputs naming an input -------------------------------------------------------------------------------------
 def expect_refused(trainer_bin, tmp_path, args, *needles):
     before = snapshot(tmp_path)
