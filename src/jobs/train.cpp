@@ -175,7 +175,12 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                phase, cfg.precision, cfg.attention, strategy->name(), ctx.world_size,
                cfg.data.batch_size, ctx.world_size, n_micro, micro, total_steps, cfg.bench.warmup_steps,
                format_bytes(setup_bytes));
-  {
+  if (!do_backward) {
+    spdlog::info("activations: phase forward (inference): each block's activations are freed once its output exists; "
+                 "LM head in chunks of {} tokens",
+                 lm_head_chunk_rows(int64_t(micro) * T, dims.vocab_size, dims.d_model, model.act_dtype(),
+                                    cfg.checkpointing.lm_head_chunk_tokens));
+  } else {
     int recomputes = 0;
     for (const UnitUse& u : model.unit_schedule(do_backward)) recomputes += u.pass == UnitPass::recompute;
     spdlog::info("activations: checkpointing.policy {}{}; a stored block keeps {}; the backward recomputes {} of "

@@ -25,14 +25,14 @@
 // compute stream waits for the gather's end event (the host goes on); with MPI the host blocks in wait() (MPI
 // progresses and completes on the host; CPU runs and ranks sharing a GPU).
 //
-// Gradients. A backward (or the head's forward_backward) use gets a staging buffer f32 [padded unit] (two, rotating;
-// Category::gradients: they hold the backward's full-size unit gradient, the role of DDP's flat gradient buffer)
-// with accumulate = false; the elements no parameter covers (alignment gaps, padding) are zeroed at acquire, since
-// the buffer may hold another unit's gradient there. release() issues the asynchronous reduce_scatter (sum) of it:
-// on the step's first microbatch straight into the unit's slice of the accumulator, on later microbatches into a
-// shard-sized temporary (one per staging buffer) that is added to the accumulator once the reduce-scatter is done
-// (when the staging buffer is next acquired, or in finish_backward). Memory stays sharded: nothing full-size outlives
-// a use. finish_backward() waits for the outstanding reduce-scatters.
+// Gradients. A backward (or the head's forward_backward) use gets a staging buffer f32 [padded unit] (two, rotating,
+// made at their first use; Category::gradients: they hold the backward's full-size unit gradient, the role of DDP's
+// flat gradient buffer) with accumulate = false; the elements no parameter covers (alignment gaps, padding) are zeroed
+// at acquire, since the buffer may hold another unit's gradient there. release() issues the asynchronous reduce_scatter
+// (sum) of it: on the step's first microbatch straight into the unit's slice of the accumulator, on later microbatches
+// into a shard-sized temporary (one per staging buffer) that is added to the accumulator once the reduce-scatter is
+// done (when the staging buffer is next acquired, or in finish_backward). Memory stays sharded: nothing full-size
+// outlives a use. finish_backward() waits for the outstanding reduce-scatters.
 //
 // Norm and step: grad_norm() is sqrt(sum over ranks of the shard's sum of squares) (the global norm over all shards,
 // equal to one process's); optimizer_step() runs AdamW on the shards only: there is no gather after it, the next
@@ -130,7 +130,7 @@ class Fsdp final : public Strategy {
     gather_bufs_.clear();
     for (int i = 0; i < nbuf; ++i)
       gather_bufs_.push_back(be_.alloc(size_t(largest_) * dtype_size(cdtype_), Category::communication));
-    for (Slot& s : slots_) s.staging = be_.alloc(size_t(largest_) * 4, Category::gradients);
+    for (Slot& s : slots_) s.staging.reset();  // made at the first backward use: a forward-only run has none
     spdlog::info("fsdp: each of {} ranks keeps {} of {} parameters' elements ({} units, padded; fp32 {}); {} gather "
                  "buffers of {} ({}); AdamW state {} per rank (one process: {})",
                  n, shard_total_, lay.count(), units_.size(), format_bytes(size_t(shard_total_) * 4), nbuf,
@@ -185,6 +185,7 @@ class Fsdp final : public Strategy {
     if (reads_grads(pass)) {
       Slot& s = slots_[next_slot_];
       drain(s);  // its previous reduce-scatter has read it (and its temporary is added)
+      if (!s.staging) s.staging = be_.alloc(size_t(largest_) * 4, Category::gradients);
       const Tensor st = s.staging.view(DType::f32, {largest_});
       // The backward writes only the parameters' elements: zero the rest, which may hold another unit's gradient.
       for (const auto& [at, n] : x.gaps) be_.fill(st.slice(at, {n}), 0.f);
