@@ -185,8 +185,8 @@ template <Is<BenchCfg> S, class F>
 void fields(S& b, F&& f) {
   f("phase", b.phase, {{"{}", &kPhases},
     "what each timed step runs. forward: inference (no gradient buffer, no AdamW state, a block's activations freed "
-    "once its output exists); forward_backward: no AdamW state; train_step: the whole step. Strategies zero1 and "
-    "fsdp keep their gradient shards in every phase"});
+    "once its output exists); forward_backward: no AdamW state; train_step: the whole step. fsdp keeps its "
+    "gradient shard (1/N of the fp32 gradients) in every phase"});
   f("warmup_steps", b.warmup_steps, {{"integer >= 0"},
     "steps before timing starts (they train too); attention_bench: untimed calls a point"});
   f("measure_steps", b.measure_steps, {{"integer >= 0 (warmup + measure >= 1)"},

@@ -43,7 +43,8 @@ class AdamW {
                    Tensor g_buf = {}, bool accumulate = false);
 
   int64_t steps_taken() const { return t_; }
-  size_t state_bytes() const { return m_.bytes() + v_.bytes(); }
+  size_t state_bytes() const { return m_.bytes() + v_.bytes(); }  // held now (0 before allocate_state)
+  size_t full_state_bytes() const { return 2 * size_t(numel_) * dtype_size(dtype_); }  // m and v once made
   DType state_dtype() const { return dtype_; }
   /// The state as named device tensors [numel] in their stored dtype ("m", "v"; allocate_state first): checkpoints
   /// copy them out and back in place (jobs/train_checkpoint.cpp).

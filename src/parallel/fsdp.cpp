@@ -135,7 +135,7 @@ class Fsdp final : public Strategy {
                  "buffers of {} ({}); AdamW state {} per rank (one process: {})",
                  n, shard_total_, lay.count(), units_.size(), format_bytes(size_t(shard_total_) * 4), nbuf,
                  format_bytes(size_t(largest_) * dtype_size(cdtype_)), dtype_name(cdtype_),
-                 format_bytes(adamw_->state_bytes()), format_bytes(size_t(lay.total()) * 8));
+                 format_bytes(adamw_->full_state_bytes()), format_bytes(size_t(lay.total()) * 8));
   }
 
   void begin_microbatch(int m, int n_micro) override {

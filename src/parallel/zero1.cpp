@@ -46,13 +46,15 @@ class Zero1 final : public Strategy {
     broadcast_weights(model, comm_);
     adamw_ = std::make_unique<AdamW>(be_, chunk_, optimizer_);
     in_place_ = comm_.reduce_scatter_in_place();
-    if (!in_place_) grad_shard_ = be_.alloc(size_t(chunk_) * 4, Category::gradients);
     check_same_layout(comm_, "zero1 shards", {model.flat_size(), n, chunk_});
     spdlog::info("zero1: {} shards of {} elements; AdamW state {} per rank (one process: {})", n, chunk_,
-                 format_bytes(adamw_->state_bytes()), format_bytes(size_t(model.flat_size()) * 8));
+                 format_bytes(adamw_->full_state_bytes()), format_bytes(size_t(model.flat_size()) * 8));
   }
 
   void finish_backward() override {
+    // MPI's reduce-scatter is not in place: the chunk lands in a shard of its own, made at the first backward (a
+    // forward-only run has none)
+    if (!in_place_ && !grad_shard_) grad_shard_ = be_.alloc(size_t(chunk_) * 4, Category::gradients);
     timer_.begin_step();
     timer_.begin_exposed();
     comm_.reduce_scatter(shard(), model_->grads(), ReduceOp::sum);
