@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -329,4 +330,34 @@ TEST_CASE("planner: a forward-only run keeps no gradients, AdamW state or stores
   two.model.num_layers = 8;
   CHECK(make_plan(two, 1).category_peaks[size_t(Category::activations)] ==
         make_plan(fwd, 1).category_peaks[size_t(Category::activations)]);
+}
+
+TEST_CASE("planner: the plan lists a block's saved tensors, what a stored and a recomputed block keep", "[planner]") {
+  // the embedded default's dims (d 128, d_ff 344, 4 heads, T 128; run_config starts from it) at microbatch 2, naive
+  // attention on the cpu: the shapes by hand
+  const int64_t N = 2 * 128, D = 128, F = 344, H = 4, T = 128;
+  RunConfig cfg = run_config({"model.preset=tiny"}, {"checkpointing.policy=full", "checkpointing.keep_attention=true"},
+                             2, 2);
+  const Plan p = make_plan(cfg, 1);
+  std::map<std::string, const SavedTensorRow*> by;
+  for (const SavedTensorRow& r : p.block_store) by[r.name] = &r;
+  REQUIRE(by.size() == 12);
+  CHECK(by["qkv"]->bytes == size_t(N * 3 * D * 4));
+  CHECK(by["ab"]->bytes == size_t(N * 2 * F * 4));
+  CHECK(by["probs"]->bytes == size_t(2 * H * T * T * 4));
+  CHECK(by["lse"]->bytes == size_t(2 * H * T * 4));
+  CHECK((by["g"]->kind == "elementwise" && !by["g"]->stored));  // recomputed from ab in the backward (not none)
+  CHECK((by["qkv"]->stored && !by["qkv"]->checkpointed));
+  for (const char* kept_aside : {"x_in", "attn_out", "lse", "probs"}) CHECK(by[kept_aside]->checkpointed);
+  const nlohmann::json j = p.to_json()["memory"]["block_store"];
+  REQUIRE(j.size() == 12);
+  CHECK(j[0]["name"] == "x_in");
+  CHECK(j[0]["shape"] == nlohmann::json({N, D}));
+  // policy none keeps the elementwise outputs too; without keep_attention a recomputed block keeps its input only
+  cfg = run_config({"model.preset=tiny"}, {"checkpointing.policy=none"}, 2, 2);
+  for (const SavedTensorRow& r : make_plan(cfg, 1).block_store) {
+    INFO(r.name);
+    CHECK(r.stored);
+    CHECK(r.checkpointed == (r.name == "x_in"));
+  }
 }

@@ -65,6 +65,23 @@ Plan make_plan(const RunConfig& cfg, int world_size, int rank) {
   MetaCommunicator comm(rank, world_size, p.comm, p.bus_bandwidth);
   TrainSetup s = setup_training(cfg, be, &comm, world_size, /*init_weights=*/false);
   p.tokens_per_step = s.shape.global_tokens;
+  {  // the block's saved tensors at the run's microbatch, from the one table the model carves its store from
+    const ModelDims& d = s.dims;
+    const ActivationPolicy& pol = s.model->policy();
+    for (const SavedTensorSpec& t :
+         block_saved_tensors(d.d_model, d.d_ff, d.num_heads, s.model->act_dtype(),
+                             s.model->attention() == AttnImpl::naive, s.shape.micro, s.shape.seq_len)) {
+      SavedTensorRow r;
+      r.name = t.name;
+      r.kind = t.kind == SavedKind::input ? "input" : t.kind == SavedKind::kept ? "kept" : "elementwise";
+      r.dtype = dtype_name(t.dtype);
+      r.shape.assign(t.shape.begin(), t.shape.begin() + t.ndim);
+      r.bytes = t.bytes();
+      r.stored = t.kind != SavedKind::elementwise || pol.keep_elementwise();
+      r.checkpointed = t.kind == SavedKind::input || (t.attention_output && pol.keep_attention);
+      p.block_store.push_back(std::move(r));
+    }
+  }
   // Steps as the train job runs them (jobs/train.cpp): the step's losses and tokens, then train_step.
   s.model->begin_step_losses(s.rank_tokens);
   p.setup_bytes = be.memory().total;
@@ -134,6 +151,11 @@ nlohmann::json Plan::to_json() const {
   mem["phase_high_water"] = hw;
   mem["device_memory_bytes"] = device_memory_bytes ? json(device_memory_bytes) : json(nullptr);
   mem["fits"] = device_memory_bytes ? json(peak_bytes <= device_memory_bytes) : json(nullptr);
+  json store = json::array();
+  for (const SavedTensorRow& r : block_store)
+    store.push_back({{"name", r.name}, {"kind", r.kind}, {"dtype", r.dtype}, {"shape", r.shape}, {"bytes", r.bytes},
+                     {"stored", r.stored}, {"checkpointed", r.checkpointed}});
+  mem["block_store"] = store;
   return {{"world_size", world_size},
           {"rank", rank},
           {"device", device},
@@ -204,6 +226,27 @@ std::string Plan::table() const {
   t += fmt::format("  {:<20} {:>16}\n", "after set-up", format_bytes(setup_bytes));
   t += "high-water mark by phase\n";
   for (const auto& [k, v] : phase_high_water) t += fmt::format("  {:<20} {:>16}\n", k, format_bytes(v));
+  if (!block_store.empty()) {  // largest first, as the handout's "top saved tensors" question asks
+    std::vector<const SavedTensorRow*> rows;
+    for (const SavedTensorRow& r : block_store) rows.push_back(&r);
+    std::stable_sort(rows.begin(), rows.end(), [](auto* a, auto* b) { return a->bytes > b->bytes; });
+    std::string kept, recomputed, aside;
+    size_t kept_bytes = 0, aside_bytes = 0;
+    for (const SavedTensorRow* r : rows) {
+      const std::string item = fmt::format("{} {}", r->name, format_bytes(r->bytes));
+      (r->stored ? kept : recomputed) += (r->stored ? kept : recomputed).empty() ? item : ", " + item;
+      if (r->stored) kept_bytes += r->bytes;
+      if (r->checkpointed) {
+        aside += aside.empty() ? r->name : " + " + r->name;
+        aside_bytes += r->bytes;
+      }
+    }
+    t += fmt::format("a block's saved tensors (a microbatch): a stored block keeps {} ({}){}; a recomputed block "
+                     "keeps {} ({})\n",
+                     format_bytes(kept_bytes), kept,
+                     recomputed.empty() ? "" : fmt::format("; recomputed in its backward: {}", recomputed),
+                     format_bytes(aside_bytes), aside);
+  }
   t += fmt::format("work per step: {:.4g} TFLOP (the ops' dense count, recompute included; the record's "
                    "flops_per_token counts none; {:.4g} executed, causal attention halved), {:.4g} GB moved, {:.4g} GB "
                    "sent in collectives\n",

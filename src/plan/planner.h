@@ -21,6 +21,16 @@
 
 namespace trainer {
 
+/// One tensor a block keeps for its backward (model/activations.h's table at the run's microbatch).
+struct SavedTensorRow {
+  std::string name, kind, dtype;  // kind: input | kept | elementwise (SavedKind)
+  std::vector<int64_t> shape;
+  size_t bytes = 0;
+  bool stored = false;       // kept by a block that is not recomputed (elementwise ones only under policy none)
+  bool checkpointed = false; // kept by a recomputed block from its forward to its backward: the input (where a
+                             // segment starts), attention's outputs with keep_attention
+};
+
 struct Plan {
   int world_size = 1, rank = 0;
   std::string device;     // the target: "cuda" or "cpu" (cfg.device)
@@ -33,6 +43,7 @@ struct Plan {
   std::array<size_t, kNumCategories> category_peaks{};  // each category's own peak
   std::string peak_phase;   // setup | forward | backward | finish_backward | optimizer | checkpoint
   std::string peak_block;   // "block 3", "lm_head", or "" (outside any block)
+  std::vector<SavedTensorRow> block_store;  // what one block keeps for its backward, per microbatch
   size_t setup_bytes = 0;   // in use after set-up, before the first step
   std::map<std::string, size_t> phase_high_water;  // highest total seen in each phase
   size_t device_memory_bytes = 0;  // of the target device (cuda: an H200's; cpu: 0, unbounded)
@@ -49,7 +60,7 @@ struct Plan {
 
   /// {"world_size", "rank", "device", "strategy", "comm", "tokens_per_step", "memory": {"peak_bytes", "by_category",
   /// "category_peaks", "peak_phase", "peak_block", "setup_bytes", "phase_high_water", "device_memory_bytes",
-  /// "fits"}, "flops", "executed_flops", "bytes_moved", "time_s", "time": {...}, "comm_bytes", "assumptions": {...}}
+  /// "fits", "block_store": [{"name", "kind", "dtype", "shape", "bytes", "stored", "checkpointed"}]}, "flops", "executed_flops", "bytes_moved", "time_s", "time": {...}, "comm_bytes", "assumptions": {...}}
   nlohmann::json to_json() const;
   /// The record's memory.predicted: {"peak_bytes", "by_category", "peak_phase", "peak_block"}.
   nlohmann::json predicted_json() const;
