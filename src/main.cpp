@@ -58,6 +58,7 @@ struct Args {
   bool plan = false, json = false, fit = false;  // --plan, --json, --fit
   int world_size = 0;               // --world-size (0: not given)
   std::string device;               // --device (plan only; "": the config's)
+  double device_memory_gib = 0;     // --device-memory (plan only; 0: an H200's)
 };
 
 /// The value of option argv[i] given as "--opt VALUE" or "--opt=VALUE" (advances i for the first form).
@@ -101,6 +102,18 @@ Args parse_args(int argc, char** argv) {
       }
       CONFIG_CHECK(used == v.size() && n >= 1, "--world-size '{}': expected an integer from 1 to {}", v, INT_MAX);
       a.world_size = n;
+    } else if (is_option(s, "--device-memory")) {
+      const std::string v = option_value(argc, argv, i, "--device-memory");
+      size_t used = 0;
+      double g = 0;
+      try {
+        g = std::stod(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      CONFIG_CHECK(used == v.size() && g > 0 && g < 1e6, "--device-memory '{}': expected GiB, a number > 0 (80 for "
+                   "an H100)", v);
+      a.device_memory_gib = g;
     } else if (is_option(s, "--device")) {
       a.device = option_value(argc, argv, i, "--device");
       CONFIG_CHECK(a.device == "cpu" || a.device == "cuda", "--device '{}': expected cpu or cuda", a.device);
@@ -122,8 +135,8 @@ Args parse_args(int argc, char** argv) {
       a.config = s;
     }
   }
-  CONFIG_CHECK(a.plan || (!a.json && !a.fit && a.world_size == 0 && a.device.empty()),
-               "--json, --world-size, --device and --fit apply to --plan only");
+  CONFIG_CHECK(a.plan || (!a.json && !a.fit && a.world_size == 0 && a.device.empty() && a.device_memory_gib == 0),
+               "--json, --world-size, --device, --device-memory and --fit apply to --plan only");
   CONFIG_CHECK(!(a.plan && a.print_config), "--plan and --print-config: choose one");
   return a;
 }
@@ -162,12 +175,16 @@ RunConfig load_plan_config(const Args& a, int world, std::string* assumed) {
 }
 
 /// trainer --plan: prints rank 0's plan (and every rank's where they differ). Returns the exit code.
-int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool as_json, bool fit) {
+int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool as_json, bool fit,
+             double device_memory_gib) {
+  CONFIG_CHECK(device_memory_gib == 0 || cfg.device == "cuda", "--device-memory applies to a cuda plan (the cpu "
+               "plan compares with this host's MemAvailable)");
   std::vector<Plan> plans;
   std::vector<nlohmann::json> js;
   bool differ = false;
   for (int r = 0; r < world; ++r) {
     plans.push_back(make_plan(cfg, world, r));
+    if (device_memory_gib > 0) plans.back().device_memory_bytes = size_t(device_memory_gib * double(1ull << 30));
     js.push_back(plans.back().to_json());
     js.back().erase("rank");
     differ = differ || js.back() != js.front();
@@ -392,7 +409,7 @@ int main(int argc, char** argv) {
   if (args.plan) {
     if (rank != 0) return 0;
     try {
-      return run_plan(cfg, plan_world, plan_assumed, args.json, args.fit);
+      return run_plan(cfg, plan_world, plan_assumed, args.json, args.fit, args.device_memory_gib);
     } catch (const ConfigError& e) {
       std::fprintf(stderr, "trainer: error: %s\n", e.what());
       return 2;

@@ -35,7 +35,8 @@ void key_rows(const S& s, const std::string& prefix, std::vector<KeyRow>& out) {
 std::string help_text() {
   std::string s =
       "usage: trainer [CONFIG.json] [--set key.path=value ...] [--print-config] [--log-all-ranks]\n"
-      "       trainer --plan [CONFIG.json] [--set ...] [--world-size N] [--device cpu|cuda] [--fit] [--json]\n"
+      "       trainer --plan [CONFIG.json] [--set ...] [--world-size N] [--device cpu|cuda] [--device-memory GIB]\n"
+      "                      [--fit] [--json]\n"
       "       trainer --help | --version\n"
       "       mpirun -np N trainer CONFIG.json ...     (one process per GPU; batch_size is split over the N ranks)\n"
       "\n"
@@ -54,6 +55,8 @@ std::string help_text() {
       "  --world-size N        (--plan) plan for N ranks (default 1, or the mpirun world size)\n"
       "  --device cpu|cuda     (--plan) the device to plan for; default: the config's device, and for device\n"
       "                        auto cuda when the config asks for bf16, flash2 or nccl, else cpu\n"
+      "  --device-memory GIB   (--plan, cuda) the GPU's memory to fit in (default an H200's 139.8; 79.1 for an\n"
+      "                        H100 80GB): the fits line and --fit use it; the rates stay the H200's\n"
       "  --fit                 (--plan) search the checkpointing settings (and, failing them, smaller\n"
       "                        microbatches) that fit 93% of the memory, fastest first, each as --set\n"
       "                        arguments; done anyway when the plan does not fit\n"

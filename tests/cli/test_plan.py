@@ -145,10 +145,21 @@ def test_plan_fit_tries_smaller_microbatches_for_every_family(trainer_bin, tmp_p
     assert small["options"][0]["what"] == "as configured" and small["options"][0]["sets"] == [], small
 
 
+def test_plan_device_memory(trainer_bin, tmp_path):
+    """--device-memory sets the memory the plan and the search fit in (an H100 80GB: 79.1 GiB)."""
+    one_gpu = str(SOURCE_DIR / "configs" / "leaderboard_8b_1gpu.json")
+    h200 = plan_json(trainer_bin, tmp_path, one_gpu)
+    h100 = plan_json(trainer_bin, tmp_path, one_gpu, "--device-memory", "79.1")
+    assert h200["memory"]["fits"] is True and "fit" not in h200
+    assert h100["memory"]["device_memory_bytes"] == int(79.1 * 2**30) and h100["memory"]["fits"] is False
+    assert h100["fit"]["budget_bytes"] == int(0.93 * int(79.1 * 2**30))
+    assert h100["fit"]["options"] and all(o["peak_bytes"] <= h100["fit"]["budget_bytes"] for o in h100["fit"]["options"])
+
+
 def test_help_names_plan(trainer_bin, tmp_path):
     r = run(trainer_bin, ["--help"], tmp_path)
     assert r.returncode == 0
-    for opt in ("--plan", "--world-size N", "--device cpu|cuda", "--json", "--fit"):
+    for opt in ("--plan", "--world-size N", "--device cpu|cuda", "--json", "--fit", "--device-memory GIB"):
         assert opt in r.stdout
 
 
@@ -158,6 +169,10 @@ def test_help_names_plan(trainer_bin, tmp_path):
     (["--plan", "--device", "tpu"], "--device"),
     (["--json"], "--plan only"),
     (["--fit"], "--plan only"),
+    (["--device-memory", "80"], "--plan only"),
+    (["--plan", TINY, "--device", "cuda", "--device-memory", "zero"], "--device-memory"),
+    (["--plan", TINY, "--device", "cuda", "--device-memory", "-1"], "--device-memory"),
+    (["--plan", TINY, "--device", "cpu", "--device-memory", "80"], "applies to a cuda plan"),
     (["--plan", TINY, "--world-size", "3"], "world_size"),  # batch 4 does not split over 3 ranks
     (["--plan", TINY, "--world-size", "2"], "'none' runs one process, but the world size is 2 (use ddp_naive"),
     (["--plan", TINY, "--world-size", "2", "--set", "precision=bf16_pure"],
