@@ -4,11 +4,19 @@
     launch/bench_sweep.py --trainer build/trainer --out results/h200/sweep          # all sizes, fp32 and bf16
     launch/bench_sweep.py --sizes small xl --precisions bf16 --phases train_step
     launch/bench_sweep.py --warmups 0 1 2 5 --sizes small                             # the warm-up study
+    launch/bench_sweep.py --handout --sizes small medium                            # the handout's setting
+
+--handout runs the model as the handout's PyTorch benchmark does: naive attention in every precision, no activation
+recompute (checkpointing.policy none), AdamW after the backward (optimizer.in_backward false) and no CUDA graph, so
+forward, backward and the optimizer are timed apart and fp32 against bf16 changes only the precision. Without it the
+runs use the trainer's fastest defaults (flash2 for bf16, selective recompute, AdamW inside the backward, a CUDA graph
+of the step on the GPU: the phase columns then read '-' or ~0 for the optimizer).
 
 Each configuration runs in its own process (an OOM, a crash, a refused config or a run past --timeout does not stop
 the sweep: it is a row saying so) and writes its result record under --out; only a record this run wrote counts (a
-record left there by an earlier sweep is never reported as this one's). Prints one table: mean ± std ms, tokens/s,
-TFLOP/s, peak memory; writes OUT/sweep.json (atomically). Exit status 1 when a run failed (an error or timeout row;
+record left there by an earlier sweep is never reported as this one's). Prints one table: mean ± std ms of the step,
+the mean of its forward, backward and optimizer, tokens/s, TFLOP/s, peak memory; writes OUT/.sweep.json (atomically; a
+dot file, so that OUT/*.json are the records for plot.py and the tables). Exit status 1 when a run failed (an error or timeout row;
 an OOM row is a finding, not a failure), 2 for bad arguments. Standard library only.
 """
 import argparse
@@ -41,6 +49,9 @@ def run_one(args, size, precision, phase, warmup):
            "--set", f"bench.phase={phase}", "--set", f"bench.warmup_steps={warmup}",
            "--set", f"bench.measure_steps={args.steps}", "--set", f"output.results={out}", "--set", f"name={name}",
            "--set", "bench.log_every=0"]
+    if args.handout:
+        cmd += ["--set", "attention=naive", "--set", "checkpointing.policy=none", "--set",
+                "optimizer.in_backward=false", "--set", "cuda_graph=false"]
     for kv in args.set or []:
         cmd += ["--set", kv]
     before = out.stat().st_mtime_ns if out.exists() else None
@@ -91,11 +102,14 @@ def cell(r):
     if r.get("status") != "ok":
         what = {"oom": "OOM", "timeout": "TIMEOUT"}.get(r.get("status"), "ERROR")
         return f"{head} | {what}: {str(r.get('error'))[:110]}"
-    t = (r.get("timing") or {}).get("step") or {}
+    timing = r.get("timing") or {}
+    t = timing.get("step") or {}
+    phase_ms = [(timing.get(k) or {}).get("mean_ms") for k in ("forward", "backward", "optimizer")]
     tp = r.get("throughput") or {}
     peak = (r.get("memory") or {}).get("peak_bytes")
     samples = t.get("samples") or []
     return (f"{head} | {num(t.get('mean_ms'), '9.2f')} ± {num(t.get('std_ms'), '7.2f')} ms | "
+            f"{' '.join(num(x, '8.2f') for x in phase_ms)} | "
             f"{num(tp.get('tokens_per_s'), '10.0f')} tok/s | {num(tp.get('model_tflops_per_gpu'), '7.1f')} TFLOP/s | "
             f"{fmt_bytes(peak) if isinstance(peak, int) else '      -    '} | "
             f"first step {num(samples[0] if samples else None, '.2f')} ms")
@@ -113,6 +127,9 @@ def main():
     ap.add_argument("--steps", type=int, default=10, help="measured steps a run (>= 1)")
     ap.add_argument("--timeout", type=int, default=1200, help="seconds a run may take (>= 1)")
     ap.add_argument("--set", action="append", help="extra key=value passed to every run")
+    ap.add_argument("--handout", action="store_true",
+                    help="the handout's setting: naive attention, no recompute, AdamW after the backward, no CUDA "
+                         "graph (see above); --set values given too come after and win")
     args = ap.parse_args()
     # bad arguments: one line, before anything runs or is written
     trainer = shutil.which(args.trainer) or (args.trainer if os.access(args.trainer, os.X_OK) else None)
@@ -143,12 +160,13 @@ def main():
                     rows.append(r)
                     print(cell(r), flush=True)
     summary = [{k: r.get(k) for k in ("_row", "status", "error", "timing", "throughput", "memory")} for r in rows]
-    path = pathlib.Path(args.out) / "sweep.json"
+    path = pathlib.Path(args.out) / ".sweep.json"
     tmp = path.with_name(f".sweep.json.tmp.{os.getpid()}")
     tmp.write_text(json.dumps(summary, indent=1))
     os.replace(tmp, path)
-    print(f"\n# {len(rows)} runs in {time.time() - t0:.0f} s; records and sweep.json under {args.out}")
-    print("# size    prec  phase             warm |   step mean ± std     |  tokens/s   |  TFLOP/s  |  peak   |")
+    print(f"\n# {len(rows)} runs in {time.time() - t0:.0f} s; records under {args.out}, the summary in {path}")
+    print("# size    prec  phase             warm |   step mean ± std     |  fwd ms   bwd ms   opt ms |  tokens/s   |"
+          "  TFLOP/s  |  peak   |")
     for r in rows:
         print(cell(r))
     return 0 if all(r.get("status") in ("ok", "oom") for r in rows) else 1
