@@ -17,6 +17,7 @@ job, a --one record that is not a finished 1-rank train run, no train record at 
 """
 import argparse
 import json
+import os
 import pathlib
 import sys
 
@@ -156,6 +157,8 @@ def main():
             notes.append(f"# --one record '{args.one}' has no step time (timing.step.mean_ms): no efficiency")
     trainer = ([(args.one, one)] if one else [])
     for p in args.records:
+        if one and os.path.exists(p) and os.path.samefile(p, args.one):
+            continue  # the --one record matched by the glob too: one row
         r = load(p, "record")
         if not is_trainer_record(r):
             kind = ("a torch_bench record (pass it with --torch)" if str(r.get("schema", "")).startswith("torch_bench")

@@ -95,6 +95,14 @@ def test_values_and_mib_for_small_runs(tmp_path):
     assert table["peer"] == ["torch compiled DDP 25.0 MB", "2", "60.0 ± 1.5", "3.00"]
 
 
+def test_the_one_record_matched_by_the_glob_too_is_one_row(tmp_path):
+    one = write(tmp_path, "one", trainer_record("none", world=1, batch=4, step=80.0))
+    flat = write(tmp_path, "flat", trainer_record("ddp_flat", step=50.0))
+    out = run("--one", one, one, flat)  # as `--one d/one.json d/*.json` passes it twice
+    assert out.returncode == 0, out.stderr
+    assert [line.split()[0] for line in out.stdout.splitlines()[1:] if line.strip()] == ["one", "flat"]
+
+
 def test_kept_h200_records():
     """The v1 records of 2 H200s: values read back from the files (GiB: the xl sizes are tens of GiB)."""
     files = [V1 / "xl_2gpu_zero1.json", V1 / "xl_2gpu_ddp_bucketed_25.json"]
