@@ -1,5 +1,5 @@
-// What makes a train run fit its memory: a search over activation checkpointing (and, failing that, the microbatch)
-// with the planner (plan/planner.h), for `trainer --plan` when the plan does not fit or with `--fit`.
+// What makes a train run fit its memory: a search over activation checkpointing and the microbatch with the planner
+// (plan/planner.h), for `trainer --plan` when the peak is above kFitFraction of the memory, or with `--fit`.
 //
 // Every candidate is the run's own config with a few checkpointing / data keys changed, planned by the dry run, so
 // a candidate's peak and step time are exactly what --plan would print for it. The candidates, for L blocks:
