@@ -69,6 +69,19 @@ std::string option_value(int argc, char** argv, int& i, const std::string& opt) 
   return argv[++i];
 }
 
+/// All of `v` read as a number by `conv` (std::stoi, std::stod with the count of characters used), or nullopt (no
+/// number, trailing text, out of range).
+template <class T, class F>
+std::optional<T> whole_number(const std::string& v, F conv) {
+  try {
+    size_t used = 0;
+    const T x = conv(v, &used);
+    if (used == v.size()) return x;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
 bool is_option(const std::string& s, const std::string& opt) {
   return s == opt || (s.rfind(opt + "=", 0) == 0);
 }
@@ -93,27 +106,15 @@ Args parse_args(int argc, char** argv) {
       a.fit = true;
     } else if (is_option(s, "--world-size")) {
       const std::string v = option_value(argc, argv, i, "--world-size");
-      size_t used = 0;
-      int n = 0;
-      try {
-        n = std::stoi(v, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      CONFIG_CHECK(used == v.size() && n >= 1, "--world-size '{}': expected an integer from 1 to {}", v, INT_MAX);
-      a.world_size = n;
+      const auto n = whole_number<int>(v, [](const std::string& t, size_t* used) { return std::stoi(t, used); });
+      CONFIG_CHECK(n && *n >= 1, "--world-size '{}': expected an integer from 1 to {}", v, INT_MAX);
+      a.world_size = *n;
     } else if (is_option(s, "--device-memory")) {
       const std::string v = option_value(argc, argv, i, "--device-memory");
-      size_t used = 0;
-      double g = 0;
-      try {
-        g = std::stod(v, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      CONFIG_CHECK(used == v.size() && g > 0 && g < 1e6, "--device-memory '{}': expected GiB, a number > 0 (80 for "
-                   "an H100)", v);
-      a.device_memory_gib = g;
+      const auto g = whole_number<double>(v, [](const std::string& t, size_t* used) { return std::stod(t, used); });
+      CONFIG_CHECK(g && *g > 0 && *g < 1e6, "--device-memory '{}': expected GiB, a number > 0 (79.1 for an H100 "
+                   "80GB)", v);
+      a.device_memory_gib = *g;
     } else if (is_option(s, "--device")) {
       a.device = option_value(argc, argv, i, "--device");
       CONFIG_CHECK(a.device == "cpu" || a.device == "cuda", "--device '{}': expected cpu or cuda", a.device);
