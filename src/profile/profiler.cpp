@@ -187,8 +187,9 @@ nlohmann::json Profiler::summary() const {
           {"backward_ms_per_step", bwd_ms / n},
           {"comm_ms_per_step", comm_ms / n},
           {"comm_during_backward_ms_per_step", comm_in_bwd / n},
-          {"note", "ms per traced step on the compute stream's timeline (GPU events; host clock on the CPU backend, "
-                   "which has no op ranges) from events around each range (ranges nest: phase > block > op); "
+          {"note", "ms per traced step on the compute stream's timeline (GPU events; host clock on the CPU backend) "
+                   "from events around each range (ranges nest: phase > block > op; naive attention's parts nest in "
+                   "its range on CUDA); "
                    "phase 'backward' is the model's backward only, 'finish_backward' the strategy's wait for its "
                    "gradients; comm: the union of the collectives' intervals (communicator's own events: NCCL "
                    "stream events, MPI host clock), per collective in ranges (summed over collectives, so "

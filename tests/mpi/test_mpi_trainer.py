@@ -546,6 +546,9 @@ def test_trace_shows_phases_blocks_and_collectives_of_every_rank(tmp_path):
             for phase in ("forward 0", "backward 0", "finish_backward", "optimizer"):
                 assert names.count(phase) == 1, (rank, step, phase)
             assert sum(n.startswith("block ") for n in names) == 2 * layers   # each block forward and backward
+            # the CPU backend's ops too (host clock), nested in their blocks: attention and the products
+            assert names.count("attention_fwd naive") == layers and names.count("attention_bwd naive") == layers
+            assert names.count("matmul") >= 4 * layers and names.count("adamw") >= 1
             comm = [e for e in mine if e["args"]["step"] == step and e["tid"] >= 1]
             assert comm and all("all_reduce" in e["name"] for e in comm)
         for e in mine:

@@ -119,6 +119,7 @@ void CpuBackend::copy(void* dst, const void* src, size_t bytes) {
 }
 
 void CpuBackend::fill(Tensor t, float value) {
+  ScopedRange r(*this, "fill");
   const int64_t n = t.numel();
   switch (t.dtype) {
     case DType::f32: std::fill_n(t.ptr<float>(), n, value); break;
@@ -142,6 +143,7 @@ float CpuBackend::elapsed_ms(Event& start, Event& end) {
 
 void CpuBackend::matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& B, bool trans_b, float alpha,
                         float beta) {
+  ScopedRange r(*this, "matmul");
   // Row-major A stored [rows, cols]: op(A) is [M, K] with M = rows (or cols when transposed); lda = cols always.
   const int64_t M = trans_a ? A.cols() : A.rows(), K = trans_a ? A.rows() : A.cols();
   const int64_t Kb = trans_b ? B.cols() : B.rows(), N = trans_b ? B.rows() : B.cols();
@@ -166,6 +168,7 @@ void CpuBackend::matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& B
 }
 
 void CpuBackend::embedding_fwd(Tensor out, const Tensor& tokens, const Tensor& table) {
+  ScopedRange r(*this, "embedding_fwd");
   const int64_t N = tokens.numel(), V = table.rows(), D = table.cols();
   check_numel(out, N * D, "embedding out");
   float* o = f32(out, "out");
@@ -185,6 +188,7 @@ void CpuBackend::embedding_fwd(Tensor out, const Tensor& tokens, const Tensor& t
 }
 
 void CpuBackend::embedding_bwd(Tensor dtable, const Tensor& tokens, const Tensor& dout) {
+  ScopedRange r(*this, "embedding_bwd");
   const int64_t N = tokens.numel(), V = dtable.rows(), D = dtable.cols();
   check_numel(dout, N * D, "embedding dout");
   const int32_t* tok = i32(tokens, "tokens");
@@ -219,6 +223,7 @@ void CpuBackend::embedding_bwd(Tensor dtable, const Tensor& tokens, const Tensor
 }
 
 void CpuBackend::rmsnorm_fwd(Tensor y, Tensor rstd, const Tensor& x, const Tensor& w, float eps) {
+  ScopedRange r(*this, "rmsnorm_fwd");
   const int64_t N = x.rows(), D = x.cols();
   check_numel(y, N * D, "rmsnorm y");
   check_numel(w, D, "rmsnorm w");
@@ -230,6 +235,7 @@ void CpuBackend::rmsnorm_fwd(Tensor y, Tensor rstd, const Tensor& x, const Tenso
 
 void CpuBackend::rmsnorm_bwd(Tensor dx, Tensor dw, const Tensor& dy, const Tensor& x, const Tensor& w,
                              const Tensor& rstd, bool accumulate_dw) {
+  ScopedRange r(*this, "rmsnorm_bwd");
   const int64_t N = x.rows(), D = x.cols();
   check_numel(dx, N * D, "rmsnorm dx");
   check_numel(dy, N * D, "rmsnorm dy");
@@ -253,12 +259,14 @@ void CpuBackend::rmsnorm_bwd(Tensor dx, Tensor dw, const Tensor& dy, const Tenso
 }
 
 void CpuBackend::rope(Tensor qkv, const AttnShape& s, float theta, bool inverse) {
+  ScopedRange r(*this, "rope");
   check_numel(qkv, int64_t(s.B) * s.T * 3 * s.H * s.d_head, "rope qkv");
   cpu::rope<float>(f32(qkv, "qkv"), s, theta, inverse);
 }
 
 void CpuBackend::attention_fwd(AttnImpl impl, const AttnShape& s, Tensor out, Tensor lse, Tensor probs,
                                const Tensor& qkv) {
+  ScopedRange range(*this, impl == AttnImpl::flash2 ? "attention_fwd flash2" : "attention_fwd naive", "attention");
   check_attn(s, qkv, out, "attention out");
   check_numel(lse, int64_t(s.B) * s.H * s.T, "attention lse");
   if (impl == AttnImpl::naive) {
@@ -271,6 +279,7 @@ void CpuBackend::attention_fwd(AttnImpl impl, const AttnShape& s, Tensor out, Te
 
 void CpuBackend::attention_bwd(AttnImpl impl, const AttnShape& s, Tensor dqkv, const Tensor& dout, const Tensor& qkv,
                                const Tensor& out, const Tensor& lse, const Tensor& probs) {
+  ScopedRange range(*this, impl == AttnImpl::flash2 ? "attention_bwd flash2" : "attention_bwd naive", "attention");
   check_attn(s, qkv, dout, "attention dout");
   check_numel(dqkv, qkv.numel(), "attention dqkv");
   if (impl == AttnImpl::naive) {
@@ -285,6 +294,7 @@ void CpuBackend::attention_bwd(AttnImpl impl, const AttnShape& s, Tensor dqkv, c
 }
 
 void CpuBackend::swiglu_fwd(Tensor g, const Tensor& ab) {
+  ScopedRange r(*this, "swiglu_fwd");
   TRAINER_CHECK(ab.cols() % 2 == 0, "swiglu: ab {} has an odd number of columns", ab.shape_str());
   const int64_t N = ab.rows(), F = ab.cols() / 2;
   check_numel(g, N * F, "swiglu g");
@@ -292,6 +302,7 @@ void CpuBackend::swiglu_fwd(Tensor g, const Tensor& ab) {
 }
 
 void CpuBackend::swiglu_bwd(Tensor dab, const Tensor& dg, const Tensor& ab, Tensor g) {
+  ScopedRange r(*this, "swiglu_bwd");
   TRAINER_CHECK(ab.cols() % 2 == 0, "swiglu: ab {} has an odd number of columns", ab.shape_str());
   const int64_t N = ab.rows(), F = ab.cols() / 2;
   check_numel(dg, N * F, "swiglu dg");
@@ -301,6 +312,7 @@ void CpuBackend::swiglu_bwd(Tensor dab, const Tensor& dg, const Tensor& ab, Tens
 }
 
 void CpuBackend::add_inplace(Tensor x, const Tensor& y) {
+  ScopedRange r(*this, "add_inplace");
   check_numel(y, x.numel(), "add_inplace y");
   check_float(x, "x");
   check_float(y, "y");
@@ -318,6 +330,7 @@ void CpuBackend::add_inplace(Tensor x, const Tensor& y) {
 
 void CpuBackend::cross_entropy(Tensor losses, Tensor dlogits, const Tensor& logits, const Tensor& targets,
                                float dscale) {
+  ScopedRange r(*this, "cross_entropy");
   const int64_t N = logits.rows(), V = logits.cols();
   check_numel(targets, N, "cross_entropy targets");
   check_numel(losses, N, "cross_entropy losses");
@@ -330,6 +343,7 @@ void CpuBackend::cross_entropy(Tensor losses, Tensor dlogits, const Tensor& logi
 }
 
 double CpuBackend::sum(const Tensor& x) {
+  ScopedRange r(*this, "sum");
   check_float(x, "x");
   if (x.dtype == DType::f32) return cpu::sum<float>(x.ptr<float>(), x.numel());
   double s = 0;
@@ -338,6 +352,7 @@ double CpuBackend::sum(const Tensor& x) {
 }
 
 double CpuBackend::sum_squares(const Tensor& x) {
+  ScopedRange r(*this, "sum_squares");
   check_float(x, "x");
   if (x.dtype == DType::f32) return cpu::sum_squares<float>(x.ptr<float>(), x.numel());
   double s = 0;
@@ -349,6 +364,7 @@ double CpuBackend::sum_squares(const Tensor& x) {
 }
 
 void CpuBackend::scale(Tensor x, float s) {
+  ScopedRange r(*this, "scale");
   check_float(x, "x");
   if (x.dtype == DType::f32) return cpu::scale<float>(x.ptr<float>(), x.numel(), s);
   uint16_t* xb = x.ptr<uint16_t>();
@@ -356,6 +372,7 @@ void CpuBackend::scale(Tensor x, float s) {
 }
 
 void CpuBackend::cast(Tensor dst, const Tensor& src) {
+  ScopedRange r(*this, "cast");
   check_numel(dst, src.numel(), "cast dst");
   if (dst.dtype == src.dtype) {
     copy(dst.data, src.data, src.bytes());
@@ -370,11 +387,13 @@ void CpuBackend::cast(Tensor dst, const Tensor& src) {
 }
 
 void CpuBackend::clip_factor_to(const Tensor& g, double max_norm, double* sumsq, float* factor) {
+  ScopedRange r(*this, "clip_factor");
   *sumsq = sum_squares(g);
   *factor = float(std::min(1.0, max_norm / (std::sqrt(*sumsq) + 1e-6)));
 }
 
 double CpuBackend::adamw(Tensor p, const Tensor& g, Tensor m, Tensor v, Tensor p_work, const AdamWArgs& args) {
+  ScopedRange r(*this, "adamw");
   AdamWArgs a = args;
   if (a.grad_scale_by) a.grad_scale *= *a.grad_scale_by;  // the factor clip_factor_to wrote (host memory here)
   TRAINER_CHECK(p_work.data == nullptr, "cpu backend: adamw with a working copy (p_work) is CUDA-only");

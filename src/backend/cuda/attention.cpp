@@ -92,13 +92,20 @@ void CudaBackend::attention_fwd(AttnImpl impl, const AttnShape& s, Tensor out, T
       g1.M = T, g1.N = T, g1.K = dh, g1.trans_b = true, g1.ab = tq, g1.c = DType::f32;
       g1.lda = 3 * D, g1.ldb = 3 * D, g1.ldc = T;
       g1.batch = nh, g1.stride_a = dh, g1.stride_b = dh, g1.stride_c = T * T;
-      gemm(g1, S, q, q + D * dtype_size(tq), alpha_s, 0.f);
-      kernels::attn_softmax_fwd(P, tq, lse.ptr<float>() + bh * T, S, nh * T, int(T), s.causal, stream_);
+      {  // sub-ranges of the naive forward (CS336 a2's "softmax against the matmuls" question)
+        ScopedRange r(*this, "attention scores QK^T");
+        gemm(g1, S, q, q + D * dtype_size(tq), alpha_s, 0.f);
+      }
+      {
+        ScopedRange r(*this, "attention softmax");
+        kernels::attn_softmax_fwd(P, tq, lse.ptr<float>() + bh * T, S, nh * T, int(T), s.causal, stream_);
+      }
       // O = P V: [T, T] x [T, dh].
       GemmShape g2;
       g2.M = T, g2.N = dh, g2.K = T, g2.ab = tq, g2.c = out.dtype;
       g2.lda = T, g2.ldb = 3 * D, g2.ldc = D;
       g2.batch = nh, g2.stride_a = T * T, g2.stride_b = dh, g2.stride_c = dh;
+      ScopedRange r(*this, "attention PV");
       gemm(g2, at(out, b * T * D + h0 * dh), P, q + 2 * D * dtype_size(tq), 1.f, 0.f);
     }
   }
@@ -159,6 +166,7 @@ void CudaBackend::attention_bwd(AttnImpl impl, const AttnShape& s, Tensor dqkv, 
         g.M = T, g.N = T, g.K = dh, g.trans_b = true, g.ab = tq, g.c = DType::f32;
         g.lda = 3 * D, g.ldb = 3 * D, g.ldc = T;
         g.batch = nh, g.stride_a = dh, g.stride_b = dh, g.stride_c = T * T;
+        ScopedRange r(*this, "attention recompute P");
         gemm(g, S_rec, q, k, s.scale, 0.f);
         kernels::attn_probs(P_rec, tq, S_rec, lse.ptr<float>() + bh * T, nh * T, int(T), s.causal, stream_);
       }
@@ -167,8 +175,14 @@ void CudaBackend::attention_bwd(AttnImpl impl, const AttnShape& s, Tensor dqkv, 
       gp.M = T, gp.N = T, gp.K = dh, gp.trans_b = true, gp.ab = tq, gp.c = DType::f32;
       gp.lda = D, gp.ldb = 3 * D, gp.ldc = T;
       gp.batch = nh, gp.stride_a = dh, gp.stride_b = dh, gp.stride_c = T * T;
-      gemm(gp, dP, dO, v, 1.f, 0.f);
-      kernels::attn_softmax_bwd(dS, tq, P, tq, dP, nh * T, int(T), s.causal, stream_);
+      {
+        ScopedRange r(*this, "attention dP = dO V^T");
+        gemm(gp, dP, dO, v, 1.f, 0.f);
+      }
+      {
+        ScopedRange r(*this, "attention softmax backward");
+        kernels::attn_softmax_bwd(dS, tq, P, tq, dP, nh * T, int(T), s.causal, stream_);
+      }
       // dQ = scale dS K ([T, T] x [T, dh]), dK = scale dSᵀ Q, dV = Pᵀ dO; written into dqkv (ld 3D), overwriting.
       GemmShape gd;
       gd.M = T, gd.N = dh, gd.K = T, gd.ab = tq, gd.c = dqkv.dtype;
@@ -176,6 +190,7 @@ void CudaBackend::attention_bwd(AttnImpl impl, const AttnShape& s, Tensor dqkv, 
       gd.batch = nh, gd.stride_a = T * T, gd.stride_b = dh, gd.stride_c = dh;
       char* dq = at(dqkv, b * T * 3 * D + h0 * dh);
       const size_t ec = dtype_size(dqkv.dtype);
+      ScopedRange r(*this, "attention dQ dK dV");
       gemm(gd, dq, dS, k, s.scale, 0.f);
       gd.trans_a = true;
       gemm(gd, dq + D * ec, dS, q, s.scale, 0.f);
