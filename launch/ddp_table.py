@@ -4,7 +4,9 @@
     launch/ddp_table.py --one results/h200x2/xl_1gpu.json results/h200x2/xl_2gpu_*.json [--torch T.json ...]
 
 For each record: strategy (bucket size), ranks, step mean ± std, forward/backward/optimizer, communication time and
-the part of it exposed (the compute stream waiting), scaling efficiency = (1-GPU step) / (N-GPU step) at equal
+the part of it exposed (the compute stream waiting; this counts every wait around a collective, the host all-reduce
+of the gradient norm of zero1 and fsdp included, which the communication time does not, so it can exceed it),
+scaling efficiency = (1-GPU step) / (N-GPU step) at equal
 per-GPU batch (--one gives the 1-GPU record), peak memory of the largest rank and optimizer state per rank (GiB, or
 MiB when every size in the table is below 1 GiB, as memory_table.py; the header says which). torch_bench.py records
 (--torch) are listed with their step and peak. A failed run (status running, oom, error, ...) is a row with its
