@@ -19,7 +19,8 @@ Kinds (the first argument; `--kind KIND` also works):
           overlapped with communication (timing.comm - comm_exposed) and exposed communication (the compute stream
           stalled, timing.comm_exposed); a 1-rank record is all compute
   phases  one horizontal bar per record: forward, backward (incl. the gradient communication of finish_backward),
-          optimizer and the rest of the step (timing.step - their sum), mean ms
+          optimizer and the rest of the step (timing.step - their sum), mean ms; a note names a record whose AdamW
+          ran inside the backward (optimizer.in_backward, the default where it can) or whose step was a CUDA graph
   memory  one horizontal bar per record: the peak (memory.peak_bytes) split by category at the peak
           (memory.by_category), GiB (MiB when every peak and prediction is below 1 GiB), with the planner's
           prediction (memory.predicted.peak_bytes) as a black tick
@@ -393,6 +394,10 @@ def draw_phases(recs, args):
         f, b, o = (mean_ms(r, k, path) for k in ("forward", "backward", "optimizer"))
         if (r.get("cuda_graph") or {}).get("used"):
             notes.append(f"{label}: its steps replayed a CUDA graph, which is timed whole: the bar is all 'other'")
+        elif ((r.get("config") or {}).get("optimizer") or {}).get("in_backward"):
+            notes.append(f"{label}: AdamW ran inside the backward (optimizer.in_backward): its time is in the "
+                         f"backward bar (bench_sweep.py --handout, or --set optimizer.in_backward=false, times it "
+                         f"apart)")
         for k, v in zip(segs, (f, b, o, max(step - f - b - o, 0.0))):
             segs[k].append(v)
     fig, (ax,) = barh_figure(len(recs))

@@ -198,6 +198,16 @@ def test_phases(tmp_path):
         assert got[k].get("other") == pytest.approx(t["step"]["mean_ms"] - sum(parts.values()))
 
 
+def test_phases_notes_adamw_inside_the_backward(tmp_path):
+    rng = random.Random(6)
+    inside, apart = record(rng), record(rng)
+    inside["config"]["optimizer"] = {"in_backward": True}
+    apart["config"]["optimizer"] = {"in_backward": False}
+    _, p = draw(tmp_path, "phases", [write(tmp_path, "inside", inside), write(tmp_path, "apart", apart)])
+    notes = [line for line in p.stderr.splitlines() if "inside the backward" in line]
+    assert len(notes) == 1 and "inside: AdamW ran inside the backward" in notes[0], p.stderr  # not "apart"
+
+
 def test_memory_by_category_and_planned(tmp_path):
     rng = random.Random(5)
     recs = {"p": record(rng), "q": record(rng), "r": record(rng)}
