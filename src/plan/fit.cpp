@@ -48,6 +48,9 @@ class Searcher {
     const std::optional<Planned> at_0 = plan(make(0));
     if (fits(at_0)) return std::pair(0, *at_0);
     std::optional<Planned> at_l = plan(make(L));
+    // keep_attention with naive attention: every block's kept probabilities can make k = L the larger peak (the
+    // only place the peak grows with k), so L - 1 gets its own look
+    if (!fits(at_l) && L > 1) at_l = plan(make(--L));
     if (!fits(at_l)) return std::nullopt;
     int lo = 0, hi = L;  // make(lo) does not fit, make(hi) fits
     Planned best = *at_l;

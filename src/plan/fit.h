@@ -11,9 +11,9 @@
 //   - each of these at the run's microbatch, half of it, a quarter, ... down to one row (gradient accumulation: the
 //     same update up to summation order; a smaller microbatch may need fewer recomputed blocks), the fastest kept;
 //   - the run as configured, when it fits; a forward-only run (bench.phase forward) only varies the microbatch.
-// The peak is taken as monotone in k (each more recomputed block drops its stored activations; with naive attention
-// and keep_attention the kept probabilities can break this near k = L, and a fitting k is then missed), so k is
-// found by bisection: about log2(L) plans per family and microbatch.
+// The peak is taken as monotone in k (each more recomputed block drops its stored activations), so k is found by
+// bisection: about log2(L) plans per family and microbatch. With naive attention and keep_attention the kept
+// probabilities can make k = L a larger peak than k = L - 1, so L - 1 is tried when L does not fit.
 #pragma once
 #include <nlohmann/json.hpp>
 

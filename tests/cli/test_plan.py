@@ -145,6 +145,15 @@ def test_plan_fit_tries_smaller_microbatches_for_every_family(trainer_bin, tmp_p
     assert small["options"][0]["what"] == "as configured" and small["options"][0]["sets"] == [], small
 
 
+def test_plan_fit_keep_attention_with_naive_attention(trainer_bin, tmp_path):
+    """Naive attention with keep_attention: recomputing every block keeps every block's probabilities, a larger peak
+    than recomputing all but one; the search still finds the kept-attention family (it had dropped it)."""
+    fit = plan_json(trainer_bin, tmp_path, XL, "--set", "device=cuda", "--set", "precision=bf16", "--set",
+                    "attention=naive", "--set", "model.context_length=6528", "--set", "data.batch_size=1", "--fit")["fit"]
+    kept = [o for o in fit["options"] if "attention kept" in o["what"]]
+    assert kept and kept[0]["peak_bytes"] <= fit["budget_bytes"], fit
+
+
 def test_plan_device_memory(trainer_bin, tmp_path):
     """--device-memory sets the memory the plan and the search fit in (an H100 80GB: 79.1 GiB)."""
     one_gpu = str(SOURCE_DIR / "configs" / "leaderboard_8b_1gpu.json")
