@@ -18,11 +18,12 @@ namespace {
 struct Planned {
   size_t peak = 0;
   double time_s = 0;
+  size_t state = 0;  // weights, gradients and optimizer state at their category peaks
 };
 
 class Searcher {
  public:
-  Searcher(const RunConfig& cfg, int world, size_t budget) : cfg_(cfg), world_(world), budget_(budget) {}
+  Searcher(int world, size_t budget) : world_(world), budget_(budget) {}
 
   /// The plan of `c` (the largest peak of rank 0 and the last rank: zero1 and fsdp pad the last shard), or nothing
   /// when the train job would refuse it.
@@ -32,8 +33,11 @@ class Searcher {
       for (int r : {0, world_ - 1}) {
         const Plan q = make_plan(c, world_, r);
         ++plans_;
+        const auto& cp = q.category_peaks;
         p.peak = std::max(p.peak, q.peak_bytes);
         p.time_s = std::max(p.time_s, q.time_s);
+        p.state = std::max(p.state, cp[size_t(Category::parameters)] + cp[size_t(Category::gradients)] +
+                                        cp[size_t(Category::optimizer)]);
         if (world_ == 1) break;
       }
       return p;
@@ -68,19 +72,18 @@ class Searcher {
   }
 
   int plans() const { return plans_; }
-  const RunConfig& cfg() const { return cfg_; }
 
  private:
-  const RunConfig& cfg_;
   int world_;
   size_t budget_;
   int plans_ = 0;
 };
 
-std::string blocks_list(int k) {
+/// Blocks 0 .. k-1 (checkpointing.blocks).
+std::vector<int> first_blocks(int k) {
   std::vector<int> b(static_cast<size_t>(k));
   for (int i = 0; i < k; ++i) b[size_t(i)] = i;
-  return fmt::format("[{}]", fmt::join(b, ","));
+  return b;
 }
 
 }  // namespace
@@ -89,22 +92,13 @@ FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes) 
   TRAINER_CHECK(cfg.job == "train" && world_size >= 1, "search_fit: a train config on >= 1 rank");
   FitSearch out;
   out.budget_bytes = budget_bytes;
-  Searcher s(cfg, world_size, budget_bytes);
+  Searcher s(world_size, budget_bytes);
   const int L = cfg.model.num_layers;
   const int per_rank = cfg.data.batch_size / world_size;
   // The run as configured, and its state (weights, gradients, AdamW state), which no activation setting lowers
-  std::optional<Planned> as_is;
-  for (int r : {0, world_size - 1}) {
-    const Plan q = make_plan(cfg, world_size, r);
-    ++out.plans;
-    const auto& cp = q.category_peaks;
-    out.state_bytes = std::max(out.state_bytes, cp[size_t(Category::parameters)] + cp[size_t(Category::gradients)] +
-                                                    cp[size_t(Category::optimizer)]);
-    if (!as_is) as_is = Planned{};
-    as_is->peak = std::max(as_is->peak, q.peak_bytes);
-    as_is->time_s = std::max(as_is->time_s, q.time_s);
-    if (world_size == 1) break;
-  }
+  const std::optional<Planned> as_is = s.plan(cfg);
+  TRAINER_CHECK(as_is.has_value(), "search_fit: the run's own config has no plan");
+  out.state_bytes = as_is->state;
   // Each family's fastest fitting option over the microbatches, from the run's down to one row (halving): a
   // smaller microbatch adds accumulation steps but may need fewer recomputed blocks
   std::map<std::string, FitOption> best;
@@ -141,8 +135,7 @@ FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes) 
         const auto found = s.fewest(L, [&](int k) {
           RunConfig c = base;
           c.checkpointing.policy = "full";
-          c.checkpointing.blocks = std::vector<int>(size_t(k));
-          for (int i = 0; i < k; ++i) (*c.checkpointing.blocks)[size_t(i)] = i;
+          c.checkpointing.blocks = first_blocks(k);
           c.checkpointing.keep_attention = keep_attention;
           return c;
         });
@@ -154,7 +147,8 @@ FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes) 
                 "no block recomputed (selective)", p);
           continue;
         }
-        std::vector<std::string> sets = {"checkpointing.policy=full", "checkpointing.blocks=" + blocks_list(k)};
+        std::vector<std::string> sets = {"checkpointing.policy=full",
+                                         fmt::format("checkpointing.blocks=[{}]", fmt::join(first_blocks(k), ","))};
         sets.push_back(fmt::format("checkpointing.keep_attention={}", keep_attention));
         add(keep_attention ? "blocks, attention kept" : "blocks", sets,
             fmt::format("{} of {} blocks recomputed{}", k, L, keep_attention ? ", attention kept" : ""), p);
@@ -183,7 +177,7 @@ FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes) 
     if (unique.empty() || o.peak_bytes != unique.back().peak_bytes || o.time_s != unique.back().time_s)
       unique.push_back(std::move(o));
   out.options = std::move(unique);
-  out.plans += s.plans();
+  out.plans = s.plans();
   return out;
 }
 
