@@ -5,6 +5,15 @@
 
 namespace trainer {
 
+const char* saved_kind_name(SavedKind k) {
+  switch (k) {
+    case SavedKind::input: return "input";
+    case SavedKind::kept: return "kept";
+    case SavedKind::elementwise: return "elementwise";
+  }
+  return "?";
+}
+
 size_t SavedTensorSpec::bytes() const {
   size_t n = dtype_size(dtype);
   for (int i = 0; i < ndim; ++i) n *= size_t(shape[size_t(i)]);

@@ -25,6 +25,7 @@ namespace trainer {
 ///   elementwise: a cheap elementwise result (RMSNorm outputs h1, h2; the SwiGLU product g); kept only by `none`,
 ///                otherwise recomputed in the backward from the kept tensors (one RMSNorm / SwiGLU pass each)
 enum class SavedKind : uint8_t { input, kept, elementwise };
+const char* saved_kind_name(SavedKind k);  // "input", "kept", "elementwise"
 
 /// One tensor of a block's activation store. N = rows * T tokens, D = d_model, F = d_ff, H = num_heads.
 struct SavedTensorSpec {
@@ -70,6 +71,13 @@ struct ActivationPolicy {
   static ActivationPolicy from(const CheckpointingCfg& c);
   /// Stored blocks keep the elementwise results too (policy none).
   bool keep_elementwise() const { return policy == "none"; }
+  /// Whether a block that is not recomputed keeps `t` for its backward (store_bytes' rule with the input).
+  bool stored_keeps(const SavedTensorSpec& t) const { return t.kind != SavedKind::elementwise || keep_elementwise(); }
+  /// Whether a recomputed block keeps `t` from its forward to its backward: its input (where a segment starts) and,
+  /// with keep_attention, attention's outputs (model.cpp's stash).
+  bool recomputed_keeps(const SavedTensorSpec& t) const {
+    return t.kind == SavedKind::input || (t.attention_output && keep_attention);
+  }
   /// The segments covering blocks 0 .. num_layers-1 in order. Blocks not checkpointed are stored segments of one.
   ///   none, selective: every block stored, except that listed `blocks` are recomputed one by one (as full);
   ///   full:            each checkpointed block is a flat segment of one;

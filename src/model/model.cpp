@@ -545,7 +545,7 @@ void Model::block_forward(int l, UnitPass pass, Store store, bool need_output) {
   auto each_part = [&](auto&& f) {
     size_t off = 0;
     for (const SavedTensorSpec& spec : tab) {
-      if (!spec.attention_output) continue;
+      if (spec.kind == SavedKind::input || !policy_.recomputed_keeps(spec)) continue;
       const Tensor& t = a.field(spec.name);
       f(t, off);
       off += size_t(align_up(int64_t(t.bytes()), 256));

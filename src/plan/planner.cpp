@@ -73,12 +73,12 @@ Plan make_plan(const RunConfig& cfg, int world_size, int rank) {
                              s.model->attention() == AttnImpl::naive, s.shape.micro, s.shape.seq_len)) {
       SavedTensorRow r;
       r.name = t.name;
-      r.kind = t.kind == SavedKind::input ? "input" : t.kind == SavedKind::kept ? "kept" : "elementwise";
+      r.kind = saved_kind_name(t.kind);
       r.dtype = dtype_name(t.dtype);
       r.shape.assign(t.shape.begin(), t.shape.begin() + t.ndim);
       r.bytes = t.bytes();
-      r.stored = t.kind != SavedKind::elementwise || pol.keep_elementwise();
-      r.checkpointed = t.kind == SavedKind::input || (t.attention_output && pol.keep_attention);
+      r.stored = pol.stored_keeps(t);
+      r.checkpointed = pol.recomputed_keeps(t);
       p.block_store.push_back(std::move(r));
     }
   }

@@ -60,7 +60,8 @@ struct Plan {
 
   /// {"world_size", "rank", "device", "strategy", "comm", "tokens_per_step", "memory": {"peak_bytes", "by_category",
   /// "category_peaks", "peak_phase", "peak_block", "setup_bytes", "phase_high_water", "device_memory_bytes",
-  /// "fits", "block_store": [{"name", "kind", "dtype", "shape", "bytes", "stored", "checkpointed"}]}, "flops", "executed_flops", "bytes_moved", "time_s", "time": {...}, "comm_bytes", "assumptions": {...}}
+  /// "fits", "block_store": [{"name", "kind", "dtype", "shape", "bytes", "stored", "checkpointed"}]}, "flops",
+  /// "executed_flops", "bytes_moved", "time_s", "time": {...}, "comm_bytes", "assumptions": {...}}
   nlohmann::json to_json() const;
   /// The record's memory.predicted: {"peak_bytes", "by_category", "peak_phase", "peak_block"}.
   nlohmann::json predicted_json() const;
