@@ -196,8 +196,6 @@ void check_resume(const RunConfig& c, std::vector<std::string>* warnings, int wo
       is["data"].erase("microbatch_size");
     }
   }
-  // Keys that lay the same computation out differently (the checkpoint is resharded; only the summation order
-  // changes, so the numbers match an uninterrupted run up to the last bits), and the rest
   // bucket_mb counts only where ddp_bucketed runs, comm only where ranks talk
   const std::string old_strategy = m.value("strategy", "");
   if (old_strategy != "ddp_bucketed" && c.parallel.strategy != "ddp_bucketed") {
@@ -208,6 +206,8 @@ void check_resume(const RunConfig& c, std::vector<std::string>* warnings, int wo
     was["parallel"].erase("comm");
     is["parallel"].erase("comm");
   }
+  // Keys that lay the same computation out differently (the state is resharded; only the summation order changes),
+  // named apart from the rest
   auto layout_key = [](const std::string& key) {
     return key == "world_size" || key == "parallel.strategy" || key == "parallel.comm" || key == "parallel.bucket_mb" ||
            key == "data.microbatch_size";

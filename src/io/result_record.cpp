@@ -253,6 +253,12 @@ nlohmann::json timing_stats(const std::vector<double>& samples_ms) {
 }
 
 namespace {
+/// This machine's host name (gethostname), or "" when it cannot be read.
+std::string host_name() {
+  char host[256] = {};
+  return ::gethostname(host, sizeof(host) - 1) == 0 ? std::string(host) : std::string();
+}
+
 /// When process `pid` of this host started (seconds since the epoch, from /proc/<pid>/stat's start time and
 /// /proc/stat's boot time), or -1 when it does not exist or cannot be read.
 double process_start_epoch(int64_t pid) {
@@ -291,8 +297,7 @@ void check_record_not_in_use(const std::string& path, const std::string& key) {
       !r.contains("started") || !r["started"].is_string())
     return;
   const int64_t pid = r["pid"].get<int64_t>();
-  char host[256] = {};
-  const std::string here = ::gethostname(host, sizeof(host) - 1) == 0 ? std::string(host) : std::string();
+  const std::string here = host_name();
   const nlohmann::json machine = r.value("machine", nlohmann::json::object());
   if (pid <= 0 || pid == ::getpid() || here.empty() || !machine.is_object() || machine.value("host", "") != here)
     return;
@@ -310,8 +315,8 @@ void check_record_not_in_use(const std::string& path, const std::string& key) {
 
 nlohmann::json machine_info(const std::string& backend_description) {
   nlohmann::json m;
-  char host[256] = {};
-  m["host"] = ::gethostname(host, sizeof(host) - 1) == 0 ? std::string(host) : std::string("unknown");
+  const std::string host = host_name();
+  m["host"] = host.empty() ? std::string("unknown") : host;
   struct utsname u {};
   m["os"] = ::uname(&u) == 0 ? fmt::format("{} {} {} {}", u.sysname, u.release, u.version, u.machine)
                              : std::string("unknown");
