@@ -136,12 +136,6 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   TrainSetup setup = setup_training(cfg, *be, comm.get(), ctx.world_size, /*init_weights=*/true);
   Model& model = *setup.model;
   Strategy* strategy = setup.strategy.get();
-  // What is freed after the job (the model, strategy, activations) is the run's end in the memory timeline, also
-  // when an error or out of memory unwinds it: declared after the set-up, so it runs before their destructors
-  struct TeardownPhase {
-    MemoryStats& m;
-    ~TeardownPhase() { m.phase = "teardown"; }
-  } teardown_phase{be->memory()};
   const ModelDims& dims = setup.dims;
   const StepShape& shape = setup.shape;
   const int T = dims.context_length;
@@ -434,7 +428,9 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
     spdlog::info("done: step {:.2f} ms mean over {} steps | {} tok/s | {:.3g} TFLOP/s | peak memory {} | loss {:.4f}",
                  mean_step, t_step.size(), fmt_rate(r["throughput"]["tokens_per_s"].get<double>()), tflops,
                  format_bytes(ms.peak_total), losses.back().get<double>());
-  be->memory().phase = "teardown";  // (the job's locals too; teardown_phase covers an error's unwinding)
+  // what is freed from here on (the model, strategy, backend) is the run's end; after an out-of-memory the memory
+  // timeline labels the unwinding so itself (MemoryTimeline::log)
+  be->memory().phase = "teardown";
   return r;
 }
 
