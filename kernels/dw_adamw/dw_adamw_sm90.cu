@@ -28,9 +28,9 @@
 //   wgmma accumulator layout, sm90/wgmma.cuh). The chunks are a loop (the chunk's 16 accumulators moved to the front
 //   after each). Default (epilogue_staged): each thread writes its accumulators into the slot's g box (with grad_in:
 //   their sums with grad_in's elements, into grad_in's box in place), then the warpgroup takes the chunk as float4s in
-//   a runtime loop (adamw_one per element, whole 128-byte row stores of p, m, v and p_work). With DWA_EPI_REGS
-//   (epilogue, v28b; kept until the two are measured): each thread updates its own column pairs, reading p, m, v from
-//   the slot. The two consumers' epilogues run one after the other (named barriers 4 and 5), so each chunk's slot and
+//   a runtime loop (adamw_one per element, whole 128-byte row stores of p, m, v and p_work). v28b's register
+//   epilogue (each thread updating its own column pairs from the slot) lost to it: xl block 1.70 against 1.47 ms
+//   (v31, H100). The two consumers' epilogues run one after the other (named barriers 4 and 5), so each chunk's slot and
 //   phase is waited for by one warpgroup at a time, at most one phase ahead. With grad_in (the step's earlier
 //   microbatches' gradient) g is that element plus the accumulator (kGradIn). Each thread sums its g² over its tiles;
 //   the CTA's sum goes to partials[blockIdx.x] (fixed order), which reduce_partials sums.
@@ -64,34 +64,19 @@ constexpr int kEpiRows = 64, kEpiCols = 32, kEpiBox = kEpiRows * kEpiCols * 4, k
 /// Arrays the epilogue reads (p, m, v with the update; grad_in).
 template <bool kUpdate, bool kGradIn>
 constexpr int kEpiArrays = (kUpdate ? 3 : 0) + (kGradIn ? 1 : 0);
-#ifdef DWA_EPI_REGS
-constexpr bool kEpiStaged = false;  // the v28b epilogue: each thread's accumulators straight from registers
-#else
-constexpr bool kEpiStaged = true;  // the accumulators through the slot's g box, a runtime loop over float4s
-#endif
-/// Boxes a slot holds: the loaded arrays, and (staged, without grad_in) the chunk's gradient written by the consumer;
-/// with grad_in the staged epilogue writes the sum into grad_in's box in place.
+/// Boxes a slot holds: the loaded arrays, and (without grad_in) the chunk's gradient written by the consumer; with
+/// grad_in the epilogue writes the sum into grad_in's box in place.
 template <bool kUpdate, bool kGradIn>
-constexpr int kEpiSlotBoxes =
-    kEpiArrays<kUpdate, kGradIn> + (kEpiStaged && !kGradIn && kEpiArrays<kUpdate, kGradIn> > 0);
-// Build knobs (the bench builds variants with them; the trainer uses the defaults): the most operand stages and
-// epilogue slots. The ring takes its slots first, the operand stages what shared memory is left.
-#ifndef DWA_MAX_STAGES
-#define DWA_MAX_STAGES 4
-#endif
-#ifndef DWA_MAX_EPI_SLOTS
-#define DWA_MAX_EPI_SLOTS 4
-#endif
-// ... and how many of a thread's 4 float4s a chunk the staged epilogue's loop holds in one pass (1: v28c)
-#ifndef DWA_EPI_UNROLL
-#define DWA_EPI_UNROLL 1
-#endif
-constexpr int kEpiUnroll = DWA_EPI_UNROLL;
-/// The ring's slots: 96 KB of boxes at most, DWA_MAX_EPI_SLOTS (at most 4) slots at most (staged: 3 with the update,
-/// with or without grad_in).
+constexpr int kEpiSlotBoxes = kEpiArrays<kUpdate, kGradIn> + (!kGradIn && kEpiArrays<kUpdate, kGradIn> > 0);
+// The most operand stages and epilogue slots. The ring takes its slots first, the operand stages what shared memory
+// is left. Measured against other splits (v31, H100, xl block): 7 stages for the product alone 0.817 against 0.757
+// ms at 4; 2 slots and 5 stages 1.475 against 1.468 with the update; the epilogue's float4 loop unrolled 2 or 4
+// times 1.471 / 1.484 (not unrolled).
+constexpr int kMaxStages = 4, kMaxEpiSlots = 4;
+/// The ring's slots: 96 KB of boxes at most, kMaxEpiSlots slots at most (3 with the update, with or without grad_in).
 template <bool kUpdate, bool kGradIn>
 constexpr int kEpiSlots =
-    kEpiArrays<kUpdate, kGradIn> == 0 ? 0 : std::min(DWA_MAX_EPI_SLOTS, 12 / kEpiSlotBoxes<kUpdate, kGradIn>);
+    kEpiArrays<kUpdate, kGradIn> == 0 ? 0 : std::min(kMaxEpiSlots, 12 / kEpiSlotBoxes<kUpdate, kGradIn>);
 template <bool kUpdate, bool kGradIn>
 constexpr int kEpiSlotBytes = kEpiSlotBoxes<kUpdate, kGradIn> * kEpiBox;
 template <bool kUpdate, bool kGradIn>
@@ -99,10 +84,10 @@ constexpr int kEpiRingBytes = kEpiSlots<kUpdate, kGradIn> * kEpiSlotBytes<kUpdat
 // Shared memory besides stages and ring: the 1024-byte alignment, the 8 consumer warps' sums of g², 8 + 8 operand
 // mbarriers at most, 4 + 4 of the ring
 constexpr int kSmemLimit = 227 * 1024, kSmemFixed = 1024 + 8 * 8 + (2 * 8 + 8) * 8;
-/// Operand stages: DWA_MAX_STAGES, or fewer where the ring leaves less room (with the update's 96 KB ring: 4).
+/// Operand stages: kMaxStages, or fewer where the ring leaves less room (with the update's 96 KB ring: 4).
 template <bool kUpdate, bool kGradIn>
 constexpr int kStagesOf =
-    std::min(DWA_MAX_STAGES, (kSmemLimit - kSmemFixed - kEpiRingBytes<kUpdate, kGradIn>) / kStageBytes);
+    std::min(kMaxStages, (kSmemLimit - kSmemFixed - kEpiRingBytes<kUpdate, kGradIn>) / kStageBytes);
 template <bool kUpdate, bool kGradIn>
 constexpr int kSmemBytes = kStagesOf<kUpdate, kGradIn> * kStageBytes + kEpiRingBytes<kUpdate, kGradIn> + kSmemFixed;
 // setmaxnreg: the producers give registers up, the consumers (128 accumulators a thread) take them
@@ -110,9 +95,8 @@ constexpr int kRegsProducer = 40, kRegsConsumer = 232;
 static_assert(kSmemBytes<true, true> <= kSmemLimit && kSmemBytes<true, false> <= kSmemLimit &&
                   kSmemBytes<false, true> <= kSmemLimit && kSmemBytes<false, false> <= kSmemLimit,
               "shared memory of one sm_90 CTA");
-static_assert(DWA_MAX_STAGES >= 2 && kStagesOf<true, true> >= 2 && kStagesOf<true, false> >= 2 &&
-                  kStagesOf<false, true> >= 2 && kStagesOf<false, false> <= 8 && DWA_MAX_EPI_SLOTS >= 1 &&
-                  DWA_MAX_EPI_SLOTS <= 4,
+static_assert(kStagesOf<true, true> >= 2 && kStagesOf<true, false> >= 2 && kStagesOf<false, true> >= 2 &&
+                  kStagesOf<false, false> <= 8 && kMaxEpiSlots >= 1 && kMaxEpiSlots <= 4,
               "2..8 operand stages (their mbarriers), 1..4 epilogue slots");
 static_assert(kRegsProducer + 2 * kRegsConsumer <= 3 * ((65536 / kThreads) & ~7), "setmaxnreg budget");
 
@@ -159,29 +143,15 @@ struct EpiMaps {
   CUtensorMap p, m, v, grad_in;
 };
 
-/// One consumer thread's epilogue of its tile (rows m0.., columns n0..; the CTA's j-th tile): AdamW of every element
-/// it holds, or (kUpdate false) only the gradient store; kGradIn: the gradient is grad_in's element plus the
-/// accumulator. acc[h][4j + e]: row m0 + 64h + 16 warp + g + 8 (e / 2), column n0 + 8j + 2t + e % 2. The operands come
-/// from the ring (chunk j * 8 + k, k = 4h + q: rows m0 + 64h.., columns n0 + 32q..; its slot's arrays p, m, v,
-/// grad_in). The chunks are a loop, not unrolled: unrolled, the 8 copies of the AdamW body (with the IEEE division's
-/// and square root's branches) missed the instruction cache (v28, ncu: 45% of the consumers' stalls "no
-/// instruction"). A chunk's 16 accumulators are always acc[0][0..15]: after each chunk the rest move down by 16
-/// (static register indices; 112 moves a chunk).
-template <bool kUpdate, bool kGradIn>
-__device__ __forceinline__ void epilogue(const Params& p, const AdamWStep& a, float (&acc)[2][64], int m0, int n0,
-                                         int j, const uint8_t* ring, uint64_t* epi_full, uint64_t* epi_empty,
-                                         int warp, int g, int t, double& sumsq) {
-  constexpr int kArrays = kEpiArrays<kUpdate, kGradIn>, kSlots = kEpiSlots<kUpdate, kGradIn>;
-  constexpr int kGradInBox = kUpdate ? 3 : 0;  // grad_in's box in a slot
+/// The epilogue of the product alone (no update, no grad_in: no ring): one consumer thread stores the gradient of
+/// its tile (rows m0.., columns n0..). acc[h][4j + e]: row m0 + 64h + 16 warp + g + 8 (e / 2), column n0 + 8j + 2t +
+/// e % 2. The chunks (64 rows x 32 columns, k = 4h + q) are a loop, not unrolled, as in epilogue_staged: a chunk's 16
+/// accumulators are always acc[0][0..15]; after each chunk the rest move down by 16 (static register indices).
+__device__ __forceinline__ void epilogue_store(const Params& p, float (&acc)[2][64], int m0, int n0, int warp, int g,
+                                               int t, double& sumsq) {
 #pragma unroll 1
   for (int k = 0; k < kEpiChunks; ++k) {
     const int h = k / 4, q = k % 4;
-    const int c = j * kEpiChunks + k;
-    const uint8_t* slot = ring;
-    if constexpr (kArrays > 0) {
-      slot = ring + (c % kSlots) * kEpiSlotBytes<kUpdate, kGradIn>;
-      wait_phase(epi_full + c % kSlots, uint32_t((c / kSlots) & 1), "epilogue full");
-    }
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj)
 #pragma unroll
@@ -189,28 +159,10 @@ __device__ __forceinline__ void epilogue(const Params& p, const AdamWStep& a, fl
         const int rl = 16 * warp + g + 8 * r, cl = 8 * jj + 2 * t;  // in the chunk
         const int row = m0 + 64 * h + rl, col = n0 + 32 * q + cl;
         if (row >= p.M || col >= p.N) continue;  // N even: col + 1 < N too
-        float g0 = acc[0][4 * jj + 2 * r], g1 = acc[0][4 * jj + 2 * r + 1];
-        const uint32_t so = swizzle128_f32(rl, cl);
-        if constexpr (kGradIn) {  // the earlier microbatches' sum, then this product
-          const float2 gi = *reinterpret_cast<const float2*>(slot + kGradInBox * kEpiBox + so);
-          g0 += gi.x, g1 += gi.y;
-        }
+        const float g0 = acc[0][4 * jj + 2 * r], g1 = acc[0][4 * jj + 2 * r + 1];
         sumsq += double(g0) * double(g0) + double(g1) * double(g1);
-        const int64_t o = int64_t(row) * p.ld + col;
-        if (p.grad) *reinterpret_cast<float2*>(p.grad + o) = make_float2(g0, g1);
-        if constexpr (kUpdate) {
-          float2 pn = *reinterpret_cast<const float2*>(slot + so);
-          float2 mn = *reinterpret_cast<const float2*>(slot + kEpiBox + so);
-          float2 vn = *reinterpret_cast<const float2*>(slot + 2 * kEpiBox + so);
-          const float w0 = adamw_one(pn.x, g0, mn.x, vn.x, a);
-          const float w1 = adamw_one(pn.y, g1, mn.y, vn.y, a);
-          *reinterpret_cast<float2*>(p.p + o) = pn;
-          *reinterpret_cast<float2*>(p.m + o) = mn;
-          *reinterpret_cast<float2*>(p.v + o) = vn;
-          if (p.p_work) *reinterpret_cast<__nv_bfloat162*>(p.p_work + o) = __floats2bfloat162_rn(w0, w1);
-        }
+        if (p.grad) *reinterpret_cast<float2*>(p.grad + int64_t(row) * p.ld + col) = make_float2(g0, g1);
       }
-    if constexpr (kArrays > 0) mbar_arrive(epi_empty + c % kSlots);  // this thread has read its part of the slot
     // the next chunk's accumulators to the front
 #pragma unroll
     for (int i = 0; i < 128 - 16; ++i) acc[i / 64][i % 64] = acc[(i + 16) / 64][(i + 16) % 64];
@@ -226,13 +178,12 @@ __device__ __forceinline__ uint32_t gbox_offset(int r, int c) {
          uint32_t(c & 3) * 4u;
 }
 
-/// The staged epilogue (kEpiStaged, with a ring): per chunk, each consumer thread writes its 16 accumulators into
+/// The epilogue with a ring (the update, grad_in or both): per chunk, each consumer thread writes its 16 accumulators into
 /// the slot's g box (gbox_offset's layout; with grad_in, their sums with grad_in's elements into grad_in's box in
 /// place, in the TMA's swizzled layout), the warpgroup syncs (named barrier 6 + wc), and then each thread
 /// takes 4 of the chunk's 512 float4s in a runtime loop: a row's 8 float4s are 8 consecutive threads, so the global
 /// stores are whole 128-byte rows and the shared reads are free of bank conflicts, and the loop body holds one
-/// float4's AdamW (v28b's unrolled 16-element body was ~40 KB of SASS). Same elements, same adamw_one: the same bits
-/// as the register epilogue; the sum of g² in another (fixed) order.
+/// float4's AdamW (v28b's unrolled 16-element body was ~40 KB of SASS).
 template <bool kUpdate, bool kGradIn>
 __device__ __forceinline__ void epilogue_staged(const Params& p, const AdamWStep& a, float (&acc)[2][64], int m0,
                                                 int n0, int j, uint8_t* ring, uint64_t* epi_full,
@@ -261,7 +212,7 @@ __device__ __forceinline__ void epilogue_staged(const Params& p, const AdamWStep
         *gp = gv;
       }
     named_bar_sync(6 + wc, 128);  // the chunk's g box is whole
-#pragma unroll(kEpiUnroll)
+#pragma unroll 1
     for (int i = 0; i < kEpiRows * kEpiCols / 4 / 128; ++i) {
       const int e4 = ct + 128 * i, rl = e4 / 8, cl = (e4 % 8) * 4;  // in the chunk
       const int row = m0 + 64 * h + rl, col = n0 + 32 * q + cl;
@@ -420,10 +371,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_arrive(empty + (j * nk + nk - 1) % kStages);
 
     if (kArrays > 0 && j > 0) named_bar_sync(4 + wc, 256);  // the other consumer's epilogue (tile j - 1) is done
-    if constexpr (kEpiStaged && kArrays > 0)
+    if constexpr (kArrays > 0)
       epilogue_staged<kUpdate, kGradIn>(p, a, acc, m0, n0, j, ring, epi_full, epi_empty, wc, ct, warp, g, t, sumsq);
     else
-      epilogue<kUpdate, kGradIn>(p, a, acc, m0, n0, j, ring, epi_full, epi_empty, warp, g, t, sumsq);
+      epilogue_store(p, acc, m0, n0, warp, g, t, sumsq);
     if (kArrays > 0 && j + 1 < my_tiles) named_bar_arrive(4 + (1 - wc), 256);  // tile j + 1's epilogue may start
   }
   if (p.partials) {  // the CTA's sum, in a fixed order: lanes (tree), then warps 0..7

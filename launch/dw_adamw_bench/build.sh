@@ -3,13 +3,8 @@
 # check.py) into .carry/dwa/ (ignored): kernels/dw_adamw/dw_adamw_sm90.cu for sm_90a, the trainer's AdamW, reductions,
 # cuBLASLt wrapper and device_sm_count (kernels/device.cu) for sm_90, launch/dw_adamw_bench/capi.cu; and libdwa_debug.so
 # with DWA_HANG_CHECK (bounded mbarrier waits that print and trap; ptxas then serializes its wgmma, C7510: for checks,
-# not timing), libdwa_regs.so with DWA_EPI_REGS (the epilogue from the accumulator registers, v28b, beside the default
-# staged one until measured), and two other shared-memory splits (libdwa_s7.so: up to 7 operand stages, which the
-# product alone gets (6 with grad_in; the update's ring leaves room for 4); libdwa_s5r2.so: 2 epilogue slots and 5
-# stages), to find what the product alone lacks against cuBLASLt (v28: 0.70 against 0.58 ms an xl block), and
-# libdwa_u2.so / libdwa_u4.so (the staged epilogue's float4 loop unrolled 2 / 4 times: more loads in flight a warp). Run
-# from the repository root. Needs nvcc (13.0), cuBLASLt and the fmt headers (EXTRA_INC: an extra include folder); the
-# library links the CUDA runtime statically and cuBLASLt dynamically.
+# not timing). Run from the repository root. Needs nvcc (13.0), cuBLASLt and the fmt headers (EXTRA_INC: an extra
+# include folder); the library links the CUDA runtime statically and cuBLASLt dynamically.
 set -euo pipefail
 out=.carry/dwa
 obj=${OBJ:-/tmp/dwa-obj}
@@ -23,9 +18,8 @@ echo $srcs | tr ' ' '\n' | xargs -P ${JOBS:-2} -I{} sh -c \
 g++ -std=c++20 -O2 -fPIC -Ikernels -Isrc -I$(dirname $(which nvcc))/../include -DFMT_HEADER_ONLY \
   ${EXTRA_INC:+-I$EXTRA_INC} \
   -c src/backend/cuda/matmul.cpp -o $obj/matmul.o
-# The kernel's libraries: name and defines (kernels/dw_adamw/dw_adamw_sm90.cu's build knobs)
-variants="dwa: dwa_debug:-DDWA_HANG_CHECK dwa_regs:-DDWA_EPI_REGS dwa_s7:-DDWA_MAX_STAGES=7 \
-  dwa_s5r2:-DDWA_MAX_STAGES=5,-DDWA_MAX_EPI_SLOTS=2 dwa_u2:-DDWA_EPI_UNROLL=2 dwa_u4:-DDWA_EPI_UNROLL=4"
+# The kernel's libraries: name and defines
+variants="dwa: dwa_debug:-DDWA_HANG_CHECK"
 echo $variants | tr ' ' '\n' | xargs -P ${JOBS:-2} -I{} sh -c 'v={}; n=${v%%:*}; d=$(echo ${v#*:} | tr , " "); \
   nvcc '"$flags"' $d -gencode=arch=compute_90a,code=sm_90a -c kernels/dw_adamw/dw_adamw_sm90.cu \
   -o '"$obj"'/k_$n.o'
@@ -35,6 +29,4 @@ for v in $variants; do
   nvcc -shared -arch=sm_90 -o $out/lib$n.so $objs $obj/k_$n.o -lcublasLt
 done
 echo "built in $out: libdwa.so (production), libdwa_debug.so (DWA_HANG_CHECK: a stuck mbarrier wait prints and" \
-  "traps), libdwa_regs.so (DWA_EPI_REGS: v28b's register epilogue), libdwa_s7.so (up to 7 operand stages: the" \
-  "product alone gets 7), libdwa_s5r2.so (2 epilogue slots, 5 stages), libdwa_u2.so / libdwa_u4.so (the staged" \
-  "epilogue's loop unrolled 2 / 4 times)"
+  "traps)"
