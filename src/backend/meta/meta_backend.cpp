@@ -44,6 +44,10 @@ MetaRates MetaRates::for_target(Device d, Fp32Matmul fp32_matmul) {
     r.attention_sm90_bwd_t0 = 1330;
     r.attention_f32 = 100e12;  // flash2 fp32 runs as 3xTF32: assumed ~1/4 of the bf16 kernel
     r.memory_bandwidth = 4.2e12;
+    // The fused dW + AdamW kernel's product runs at 0.83 of cuBLASLt's (an xl block's four products 0.70 against
+    // 0.58 ms, H200, results/NOTES.md v28; 0.757 against 0.595 on an H100, v31), and its time is about that product's
+    // plus its epilogue's bytes (H100, v31: 1.47 ms an xl block = 0.76 + 0.71 at 3.35 TB/s, 13% of it overlapped).
+    r.dw_adamw_gemm = 0.83 * r.gemm_bf16;
     r.source = "H200 measurements in shared/ANCHORS.md (GEMM peaks times gemm_efficiency; attention fp32 assumed)";
   } else {
     r.device = "cpu (nominal)";
@@ -233,11 +237,12 @@ void MetaBackend::matmul_dw_adamw(Tensor p, Tensor m, Tensor v, Tensor p_work, c
     Backend::matmul_dw_adamw(p, m, v, p_work, dY, X, a, g_buf, accumulate);
     return;
   }
-  // the fused kernel: the product's FLOPs beside its epilogue's bytes (p, m, v read and written, p_work written,
-  // the earlier sum read when accumulating), no temporary
+  // the fused kernel (MetaRates::dw_adamw_gemm): its product, then its epilogue's bytes (p, m, v read and written,
+  // p_work written, the earlier sum read when accumulating), no temporary
   const double f = 2.0 * double(p.numel()) * double(dY.rows());
-  account(f, f, rates_.gemm_bf16,
-          b(dY) + b(X) + 2 * b(p) + 2 * b(m) + 2 * b(v) + b(p_work) + (accumulate ? b(g_buf) : 0.0));
+  account(f, f, rates_.dw_adamw_gemm, b(dY) + b(X));
+  account(0, 0, 0, 2 * b(p) + 2 * b(m) + 2 * b(v) + b(p_work) + (accumulate ? b(g_buf) : 0.0));
+  cost_.ops -= 1;  // one kernel
 }
 
 }  // namespace trainer

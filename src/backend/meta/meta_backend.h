@@ -33,6 +33,8 @@ struct MetaRates {
   double attention_sm90_bwd_t0 = 0;  // t0 of the backward, keys
   double attention_f32 = 0;
   double memory_bandwidth = 0;     // bytes read + written per second
+  double dw_adamw_gemm = 0;        // the fused dW + AdamW kernel's product (kernels/dw_adamw), FLOPs per second; its
+                                   //   epilogue's bytes follow it in sequence (measured: little of them overlaps)
   std::string source;              // where the numbers come from
   /// H200 figures (shared/ANCHORS.md) for Device::cuda, nominal CPU figures for Device::cpu.
   static MetaRates for_target(Device d, Fp32Matmul fp32_matmul);
