@@ -58,7 +58,8 @@ struct Args {
   bool plan = false, json = false, fit = false;  // --plan, --json, --fit
   int world_size = 0;               // --world-size (0: not given)
   std::string device;               // --device (plan only; "": the config's)
-  double device_memory_gib = 0;     // --device-memory (plan only; 0: an H200's)
+  double device_memory_gib = 0;     // --device-memory (plan only; 0: --gpu's)
+  std::string gpu;                  // --gpu (plan only; "": h200)
 };
 
 /// The value of option argv[i] given as "--opt VALUE" or "--opt=VALUE" (advances i for the first form).
@@ -112,9 +113,16 @@ Args parse_args(int argc, char** argv) {
     } else if (is_option(s, "--device-memory")) {
       const std::string v = option_value(argc, argv, i, "--device-memory");
       const auto g = whole_number<double>(v, [](const std::string& t, size_t* used) { return std::stod(t, used); });
-      CONFIG_CHECK(g && *g > 0 && *g < 1e6, "--device-memory '{}': expected GiB, a number > 0 (79.1 for an H100 "
-                   "80GB)", v);
+      CONFIG_CHECK(g && *g > 0 && *g < 1e6, "--device-memory '{}': expected GiB, a number > 0 (e.g. 94 for an "
+                   "H100 NVL)", v);
       a.device_memory_gib = *g;
+    } else if (is_option(s, "--gpu")) {
+      a.gpu = option_value(argc, argv, i, "--gpu");
+      try {
+        gpu_spec(a.gpu);
+      } catch (const ConfigError& e) {
+        throw ConfigError(fmt::format("--gpu: {}", e.what()));
+      }
     } else if (is_option(s, "--device")) {
       a.device = option_value(argc, argv, i, "--device");
       CONFIG_CHECK(a.device == "cpu" || a.device == "cuda", "--device '{}': expected cpu or cuda", a.device);
@@ -136,8 +144,10 @@ Args parse_args(int argc, char** argv) {
       a.config = s;
     }
   }
-  CONFIG_CHECK(a.plan || (!a.json && !a.fit && a.world_size == 0 && a.device.empty() && a.device_memory_gib == 0),
-               "--json, --world-size, --device, --device-memory and --fit apply to --plan only");
+  CONFIG_CHECK(a.plan || (!a.json && !a.fit && a.world_size == 0 && a.device.empty() && a.device_memory_gib == 0 &&
+                          a.gpu.empty()),
+               "--json, --world-size, --device, --gpu, --device-memory and --fit apply to --plan only");
+  if (!a.gpu.empty() && a.device.empty()) a.device = "cuda";  // a GPU named: a cuda plan
   CONFIG_CHECK(!(a.plan && a.print_config), "--plan and --print-config: choose one");
   return a;
 }
@@ -177,14 +187,17 @@ RunConfig load_plan_config(const Args& a, int world, std::string* assumed) {
 
 /// trainer --plan: prints rank 0's plan (and every rank's where they differ). Returns the exit code.
 int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool as_json, bool fit,
-             double device_memory_gib) {
+             double device_memory_gib, const std::string& gpu_arg) {
   CONFIG_CHECK(device_memory_gib == 0 || cfg.device == "cuda", "--device-memory applies to a cuda plan (the cpu "
                "plan compares with this host's MemAvailable)");
+  CONFIG_CHECK(gpu_arg.empty() || cfg.device == "cuda", "--gpu applies to a cuda plan (this plan's device is {})",
+               cfg.device);
+  const std::string gpu = gpu_arg.empty() ? known_gpus().front().name : gpu_arg;
   std::vector<Plan> plans;
   std::vector<nlohmann::json> js;
   bool differ = false;
   for (int r = 0; r < world; ++r) {
-    plans.push_back(make_plan(cfg, world, r));
+    plans.push_back(make_plan(cfg, world, r, gpu));
     if (device_memory_gib > 0) plans.back().device_memory_bytes = size_t(device_memory_gib * double(1ull << 30));
     js.push_back(plans.back().to_json());
     js.back().erase("rank");
@@ -202,7 +215,7 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
                             ? size_t(kFitFraction * double(plans[0].device_memory_bytes))
                             : size_t(kFitFraction * double(available) / std::max(1, world));
   std::optional<FitSearch> search;
-  if (budget > 0 && (fit || host_peak > budget)) search = search_fit(cfg, world, budget);
+  if (budget > 0 && (fit || host_peak > budget)) search = search_fit(cfg, world, budget, gpu);
   if (as_json) {
     nlohmann::json out = plans[0].to_json();
     out["ranks_identical"] = !differ;
@@ -410,7 +423,7 @@ int main(int argc, char** argv) {
   if (args.plan) {
     if (rank != 0) return 0;
     try {
-      return run_plan(cfg, plan_world, plan_assumed, args.json, args.fit, args.device_memory_gib);
+      return run_plan(cfg, plan_world, plan_assumed, args.json, args.fit, args.device_memory_gib, args.gpu);
     } catch (const ConfigError& e) {
       std::fprintf(stderr, "trainer: error: %s\n", e.what());
       return 2;

@@ -138,6 +138,26 @@ TEST_CASE("planner: the cuda target mirrors the CUDA backend's own buffers", "[p
   // (tests/cli/test_plan.py): their set-up still calls MPI directly, which this executable does not initialise.
 }
 
+TEST_CASE("planner: --gpu h100 keeps the bytes and FLOPs, takes the H100's memory and HBM bandwidth", "[planner]") {
+  // The same dry run: every byte and FLOP equal; the memory-bound time scales by the HBM ratio (4.8 / 3.35 TB/s),
+  // the compute-bound time not at all; the memory is what an H100 80GB reported (79.2 GiB).
+  RunConfig cfg = load_config(
+      "", {"model.preset=tiny", "device=cuda", "precision=bf16", "data.source=random", "data.batch_size=2"}, 1, true);
+  const Plan h200 = make_plan(cfg, 1, 0, "h200"), h100 = make_plan(cfg, 1, 0, "h100");
+  CHECK(h200.peak_bytes == h100.peak_bytes);
+  CHECK(h200.category_peaks == h100.category_peaks);
+  CHECK(h200.flops == h100.flops);
+  CHECK(h200.bytes_moved == h100.bytes_moved);
+  CHECK(h100.compute_s == Approx(h200.compute_s).epsilon(1e-12));
+  CHECK(h100.memory_s == Approx(h200.memory_s * 4.8 / 3.35).epsilon(1e-9));
+  CHECK(h100.memory_s > h200.memory_s);
+  CHECK(h200.device_memory_bytes == size_t(143156) << 20);
+  CHECK(h100.device_memory_bytes == size_t(81090) << 20);
+  CHECK(h100.rates.device == "cuda (H100 80GB)");
+  CHECK(make_plan(cfg, 1).device_memory_bytes == h200.device_memory_bytes);  // the default: an H200
+  CHECK_THROWS_WITH(make_plan(cfg, 1, 0, "a100"), Catch::Contains("unknown GPU 'a100' (known: h200, h100)"));
+}
+
 TEST_CASE("meta backend: fake addresses, no-op ops that count FLOPs and bytes", "[planner]") {
   MetaBackend be(Device::cpu);
   Buffer a = be.alloc(1000, Category::activations), b = be.alloc(1, Category::workspace);

@@ -23,7 +23,7 @@ struct Planned {
 
 class Searcher {
  public:
-  Searcher(int world, size_t budget) : world_(world), budget_(budget) {}
+  Searcher(int world, size_t budget, std::string gpu) : world_(world), budget_(budget), gpu_(std::move(gpu)) {}
 
   /// The plan of `c` (the largest peak of rank 0 and the last rank: zero1 and fsdp pad the last shard), or nothing
   /// when the train job would refuse it.
@@ -31,7 +31,7 @@ class Searcher {
     try {
       Planned p;
       for (int r : {0, world_ - 1}) {
-        const Plan q = make_plan(c, world_, r);
+        const Plan q = make_plan(c, world_, r, gpu_);
         ++plans_;
         const auto& cp = q.category_peaks;
         p.peak = std::max(p.peak, q.peak_bytes);
@@ -76,6 +76,7 @@ class Searcher {
  private:
   int world_;
   size_t budget_;
+  std::string gpu_;  // make_plan's target GPU
   int plans_ = 0;
 };
 
@@ -88,11 +89,11 @@ std::vector<int> first_blocks(int k) {
 
 }  // namespace
 
-FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes) {
+FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes, const std::string& gpu) {
   TRAINER_CHECK(cfg.job == "train" && world_size >= 1, "search_fit: a train config on >= 1 rank");
   FitSearch out;
   out.budget_bytes = budget_bytes;
-  Searcher s(world_size, budget_bytes);
+  Searcher s(world_size, budget_bytes, gpu);
   const int L = cfg.model.num_layers;
   const int per_rank = cfg.data.batch_size / world_size;
   // The run as configured, and its state (weights, gradients, AdamW state), which no activation setting lowers

@@ -47,7 +47,8 @@ struct FitSearch {
 
 
 /// Searches the candidates above for `cfg` (resolved; job train) on `world_size` ranks against `budget_bytes` per
-/// rank. Candidates the train job would refuse are skipped. Returns the fitting ones, fastest first.
-FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes);
+/// rank, timed at `gpu`'s rates (make_plan). Candidates the train job would refuse are skipped. Returns the fitting
+/// ones, fastest first.
+FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes, const std::string& gpu = "h200");
 
 }  // namespace trainer

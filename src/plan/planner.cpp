@@ -16,9 +16,6 @@ namespace trainer {
 
 namespace {
 
-// An H200's device memory as cudaGetDeviceProperties reports it (totalGlobalMem, 143156 MiB = 139.8 GiB).
-constexpr size_t kH200MemoryBytes = size_t(143156) << 20;
-
 /// Silences the default logger for its lifetime (the dry run's strategies log their set-up as a run does).
 class QuietLog {
  public:
@@ -46,7 +43,7 @@ std::string fmt_time(double s) { return s >= 1 ? fmt::format("{:.2f} s", s) : fm
 
 }  // namespace
 
-Plan make_plan(const RunConfig& cfg, int world_size, int rank) {
+Plan make_plan(const RunConfig& cfg, int world_size, int rank, const std::string& gpu) {
   CONFIG_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "plan: rank {} of world size {}", rank,
                world_size);
   CONFIG_CHECK(cfg.job == "train", "plan: only job 'train' has a plan (job is '{}')", cfg.job);
@@ -58,10 +55,10 @@ Plan make_plan(const RunConfig& cfg, int world_size, int rank) {
   p.strategy = cfg.parallel.strategy;
   p.comm = cfg.parallel.comm;
   p.bus_bandwidth = MetaCommunicator::default_bus_bandwidth(p.comm);
-  p.device_memory_bytes = dev == Device::cuda ? kH200MemoryBytes : 0;
+  p.device_memory_bytes = dev == Device::cuda ? gpu_spec(gpu).memory_bytes : 0;
 
   QuietLog quiet;
-  MetaBackend be(dev, parse_fp32_matmul(cfg.fp32_matmul));
+  MetaBackend be(dev, parse_fp32_matmul(cfg.fp32_matmul), gpu);
   MetaCommunicator comm(rank, world_size, p.comm, p.bus_bandwidth);
   TrainSetup s = setup_training(cfg, be, &comm, world_size, /*init_weights=*/false);
   p.tokens_per_step = s.shape.global_tokens;

@@ -46,7 +46,7 @@ struct Plan {
   std::vector<SavedTensorRow> block_store;  // what one block keeps for its backward, per microbatch
   size_t setup_bytes = 0;   // in use after set-up, before the first step
   std::map<std::string, size_t> phase_high_water;  // highest total seen in each phase
-  size_t device_memory_bytes = 0;  // of the target device (cuda: an H200's; cpu: 0, unbounded)
+  size_t device_memory_bytes = 0;  // of the target device (cuda: the gpu's, an H200's by default; cpu: 0, unbounded)
   // work of one step on this rank
   double flops = 0;           // model FLOPs incl. recompute (attention counted as forward_flops_per_token does)
   double executed_flops = 0;  // what the kernels execute (causal flash attention halves)
@@ -77,7 +77,8 @@ struct Plan {
 constexpr double kFitFraction = 0.93;
 
 /// The plan of rank `rank` of a train run of `cfg` (resolved: load_config) on `world_size` ranks. The dry run logs
-/// nothing. Raises ConfigError for a config the train job would refuse at set-up; RuntimeError.
-Plan make_plan(const RunConfig& cfg, int world_size, int rank = 0);
+/// nothing. `gpu` (known_gpus: "h200", "h100") is the cuda target's memory and rates. Raises ConfigError for a config
+/// the train job would refuse at set-up, or an unknown gpu; RuntimeError.
+Plan make_plan(const RunConfig& cfg, int world_size, int rank = 0, const std::string& gpu = "h200");
 
 }  // namespace trainer

@@ -165,10 +165,31 @@ def test_plan_device_memory(trainer_bin, tmp_path):
     assert h100["fit"]["options"] and all(o["peak_bytes"] <= h100["fit"]["budget_bytes"] for o in h100["fit"]["options"])
 
 
+def test_plan_gpu(trainer_bin, tmp_path):
+    """--gpu h100 plans a cuda run for an H100 80GB: the same peak, its memory, slower memory-bound ops; the 8B
+    one-GPU config does not fit there and the search says what does; --device-memory still overrides the memory."""
+    one_gpu = str(SOURCE_DIR / "configs" / "leaderboard_8b_1gpu.json")
+    h200 = plan_json(trainer_bin, tmp_path, one_gpu)
+    h100 = plan_json(trainer_bin, tmp_path, one_gpu, "--gpu", "h100")
+    assert h100["memory"]["peak_bytes"] == h200["memory"]["peak_bytes"]
+    assert h100["memory"]["device_memory_bytes"] == 81090 * 2**20 and h100["memory"]["fits"] is False
+    assert h100["assumptions"]["device"] == "cuda (H100 80GB)" and h200["assumptions"]["device"] == "cuda (H200)"
+    assert h100["time"]["memory_s"] == pytest.approx(h200["time"]["memory_s"] * 4.8 / 3.35, rel=1e-9)
+    assert h100["time"]["compute_s"] == pytest.approx(h200["time"]["compute_s"], rel=1e-12)
+    assert h100["fit"]["options"] and all(o["peak_bytes"] <= h100["fit"]["budget_bytes"] for o in h100["fit"]["options"])
+    nvl = plan_json(trainer_bin, tmp_path, one_gpu, "--gpu", "h100", "--device-memory", "94")
+    assert nvl["memory"]["device_memory_bytes"] == 94 * 2**30
+    assert nvl["time"]["memory_s"] == pytest.approx(h100["time"]["memory_s"], rel=1e-12)
+    # a GPU named is a cuda plan, whatever the config's device
+    tiny = plan_json(trainer_bin, tmp_path, TINY, "--gpu", "h100")
+    assert tiny["device"] == "cuda" and tiny["assumptions"]["device"] == "cuda (H100 80GB)"
+
+
 def test_help_names_plan(trainer_bin, tmp_path):
     r = run(trainer_bin, ["--help"], tmp_path)
     assert r.returncode == 0
-    for opt in ("--plan", "--world-size N", "--device cpu|cuda", "--json", "--fit", "--device-memory GIB"):
+    for opt in ("--plan", "--world-size N", "--device cpu|cuda", "--gpu h200|h100", "--json", "--fit",
+                "--device-memory GIB"):
         assert opt in r.stdout
 
 
@@ -182,6 +203,9 @@ def test_help_names_plan(trainer_bin, tmp_path):
     (["--plan", TINY, "--device", "cuda", "--device-memory", "zero"], "--device-memory"),
     (["--plan", TINY, "--device", "cuda", "--device-memory", "-1"], "--device-memory"),
     (["--plan", TINY, "--device", "cpu", "--device-memory", "80"], "applies to a cuda plan"),
+    (["--gpu", "h100"], "--plan only"),
+    (["--plan", TINY, "--gpu", "a100"], "--gpu: unknown GPU 'a100' (known: h200, h100)"),
+    (["--plan", TINY, "--device", "cpu", "--gpu", "h100"], "--gpu applies to a cuda plan"),
     (["--plan", TINY, "--world-size", "3"], "world_size"),  # batch 4 does not split over 3 ranks
     (["--plan", TINY, "--world-size", "2"], "'none' runs one process, but the world size is 2 (use ddp_naive"),
     (["--plan", TINY, "--world-size", "2", "--set", "precision=bf16_pure"],

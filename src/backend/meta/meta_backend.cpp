@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backend/cuda_sizes.h"
+#include "core/errors.h"
 
 namespace trainer {
 
@@ -13,7 +14,24 @@ struct MetaEvent final : Event {};
 double b(const Tensor& t) { return double(t.bytes()); }
 }  // namespace
 
-MetaRates MetaRates::for_target(Device d, Fp32Matmul fp32_matmul) {
+const std::vector<GpuSpec>& known_gpus() {
+  // HBM: the H200's 4.8 TB/s (HBM3e), the H100 SXM's 3.35 (HBM3). Memory: what cudaGetDeviceProperties reported on
+  // the lent machines (H200: 143156 MiB = 139.8 GiB; H100 80GB HBM3: 79.2 GiB, results/h100/2026-12-05/v31).
+  static const std::vector<GpuSpec> gpus = {{"h200", "H200", size_t(143156) << 20, 4.8e12},
+                                            {"h100", "H100 80GB", size_t(81090) << 20, 3.35e12}};
+  return gpus;
+}
+
+const GpuSpec& gpu_spec(const std::string& name) {
+  std::string names;
+  for (const GpuSpec& g : known_gpus()) {
+    if (g.name == name) return g;
+    names += (names.empty() ? "" : ", ") + g.name;
+  }
+  throw ConfigError(fmt::format("unknown GPU '{}' (known: {})", name, names));
+}
+
+MetaRates MetaRates::for_target(Device d, Fp32Matmul fp32_matmul, const std::string& gpu) {
   MetaRates r;
   if (d == Device::cuda) {
     // One H200 (shared/ANCHORS.md, 2026-11-29): bf16 GEMM 8192^3 756 TFLOP/s, fp32 GEMM 51 (TF32: about 378, half
@@ -49,6 +67,14 @@ MetaRates MetaRates::for_target(Device d, Fp32Matmul fp32_matmul) {
     // plus its epilogue's bytes (H100, v31: 1.47 ms an xl block = 0.76 + 0.71 at 3.35 TB/s, 13% of it overlapped).
     r.dw_adamw_gemm = 0.83 * r.gemm_bf16;
     r.source = "H200 measurements in shared/ANCHORS.md (GEMM peaks times gemm_efficiency; attention fp32 assumed)";
+    const GpuSpec& spec = gpu_spec(gpu);
+    if (spec.name != "h200") {  // the same chip: the H200's compute rates, the bytes at this GPU's bandwidth
+      const GpuSpec& h200 = known_gpus().front();
+      r.memory_bandwidth *= spec.hbm_bytes_per_s / h200.hbm_bytes_per_s;
+      r.device = fmt::format("cuda ({})", spec.label);
+      r.source += fmt::format("; {}: the memory-bound rate times {:.2f} / {:.2f} TB/s (HBM), the compute rates the "
+                              "H200's", spec.label, spec.hbm_bytes_per_s / 1e12, h200.hbm_bytes_per_s / 1e12);
+    }
   } else {
     r.device = "cpu (nominal)";
     r.gemm_efficiency = 1;
@@ -66,8 +92,8 @@ double MetaRates::sm90_seq_len_factor(int64_t seq_len, double t0) const {
   return t0 <= 0 || T >= L ? 1.0 : T * (L + t0) / (L * (T + t0));
 }
 
-MetaBackend::MetaBackend(Device target, Fp32Matmul fp32_matmul)
-    : target_(target), rates_(MetaRates::for_target(target, fp32_matmul)) {
+MetaBackend::MetaBackend(Device target, Fp32Matmul fp32_matmul, const std::string& gpu)
+    : target_(target), rates_(MetaRates::for_target(target, fp32_matmul, gpu)) {
   if (cuda()) {  // what CudaBackend allocates at construction (cuda_backend.cpp)
     workspace_ = alloc(cuda_sizes::kCublasWorkspaceBytes, Category::workspace);
     reduce_partials_ = alloc(cuda_sizes::reduce_partials_bytes(), Category::workspace);

@@ -8,10 +8,25 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 
 namespace trainer {
+
+/// A GPU the cuda planner can stand for: its name (--plan --gpu), its memory as cudaGetDeviceProperties reports it
+/// (totalGlobalMem) and its HBM bandwidth. The rates of MetaRates are measured on an H200; another GPU of the same
+/// chip (an H100 SXM: the same SMs and clocks) gets them with the memory-bound rate scaled by its bandwidth.
+struct GpuSpec {
+  std::string name;     // "h200", "h100"
+  std::string label;    // "H200", "H100 80GB"
+  size_t memory_bytes;  // totalGlobalMem
+  double hbm_bytes_per_s;
+};
+/// The GPUs the planner knows, the H200 (the default) first.
+const std::vector<GpuSpec>& known_gpus();
+/// The spec named `name`. ConfigError naming the known ones otherwise.
+const GpuSpec& gpu_spec(const std::string& name);
 
 /// The rates the meta backend predicts time with (per device; see MetaRates::for_target). FLOP/s and bytes/s.
 struct MetaRates {
@@ -36,8 +51,9 @@ struct MetaRates {
   double dw_adamw_gemm = 0;        // the fused dW + AdamW kernel's product (kernels/dw_adamw), FLOPs per second; its
                                    //   epilogue's bytes follow it in sequence (measured: little of them overlaps)
   std::string source;              // where the numbers come from
-  /// H200 figures (shared/ANCHORS.md) for Device::cuda, nominal CPU figures for Device::cpu.
-  static MetaRates for_target(Device d, Fp32Matmul fp32_matmul);
+  /// H200 figures (shared/ANCHORS.md) for Device::cuda (another `gpu`: memory_bandwidth scaled by its HBM bandwidth
+  /// against the H200's), nominal CPU figures for Device::cpu.
+  static MetaRates for_target(Device d, Fp32Matmul fp32_matmul, const std::string& gpu = "h200");
   /// The Hopper attention rate's factor at `seq_len` keys: seq_len (L + t0) / (L (seq_len + t0)) with L =
   /// sm90_rate_seq_len, at most 1 (1 at L; t0 = 0: always 1).
   double sm90_seq_len_factor(int64_t seq_len, double t0) const;
@@ -56,8 +72,9 @@ struct MetaCost {
 
 class MetaBackend final : public Backend {
  public:
-  /// A meta backend standing in for `target` (device() returns it, so tensors look as in a run).
-  explicit MetaBackend(Device target, Fp32Matmul fp32_matmul = Fp32Matmul::ieee);
+  /// A meta backend standing in for `target` (device() returns it, so tensors look as in a run); `gpu` (known_gpus)
+  /// picks the cuda rates.
+  explicit MetaBackend(Device target, Fp32Matmul fp32_matmul = Fp32Matmul::ieee, const std::string& gpu = "h200");
   ~MetaBackend() override;
   Device device() const override { return target_; }
   std::string name() const override { return target_ == Device::cuda ? "meta:cuda" : "meta:cpu"; }
