@@ -543,7 +543,9 @@ int main(int argc, char** argv) {
                    cfg.profile.memory_timeline ? &timeline : nullptr};
     if (cfg.job == "train") {  // the prediction goes into the record beside the measurement (and into an OOM record)
       try {
-        plan = make_plan(cfg, world, rank);
+        // at the rates of this rank's GPU where the planner knows it (an H100 80GB), else an H200's
+        plan = make_plan(cfg, world, rank,
+                         cfg.device == "cuda" ? gpu_of_device_name(cuda_device_name(mpi.local_rank())) : "h200");
         ctx.plan = &*plan;
       } catch (const ConfigError&) {
         throw;

@@ -156,6 +156,11 @@ TEST_CASE("planner: --gpu h100 keeps the bytes and FLOPs, takes the H100's memor
   CHECK(h100.rates.device == "cuda (H100 80GB)");
   CHECK(make_plan(cfg, 1).device_memory_bytes == h200.device_memory_bytes);  // the default: an H200
   CHECK_THROWS_WITH(make_plan(cfg, 1, 0, "a100"), Catch::Contains("unknown GPU 'a100' (known: h200, h100)"));
+  // a run picks its GPU's rates by the device's name (an H100 80GB's; anything else an H200's)
+  CHECK(gpu_of_device_name("NVIDIA H100 80GB HBM3") == "h100");
+  CHECK(gpu_of_device_name("NVIDIA H200") == "h200");
+  CHECK(gpu_of_device_name("NVIDIA H100 PCIe") == "h200");
+  CHECK(gpu_of_device_name("") == "h200");
 }
 
 TEST_CASE("meta backend: fake addresses, no-op ops that count FLOPs and bytes", "[planner]") {

@@ -122,6 +122,7 @@ std::unique_ptr<Backend> make_backend(Device device, int device_index, const Bac
 #ifndef TRAINER_HAVE_CUDA
 bool cuda_available() { return false; }
 int cuda_device_count() { return 0; }
+std::string cuda_device_name(int) { return ""; }
 #endif
 
 }  // namespace trainer

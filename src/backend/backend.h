@@ -339,5 +339,8 @@ std::vector<float> download_f32(Backend& be, const Tensor& t);
 bool cuda_available();
 /// GPUs visible to this process (0 without the CUDA backend or a driver).
 int cuda_device_count();
+/// The name of visible GPU `index` (cudaGetDeviceProperties, e.g. "NVIDIA H100 80GB HBM3"), or "" without the CUDA
+/// backend, a driver or such a device.
+std::string cuda_device_name(int index);
 
 }  // namespace trainer

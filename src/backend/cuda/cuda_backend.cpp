@@ -60,6 +60,15 @@ int cuda_device_count() {
 
 bool cuda_available() { return cuda_device_count() > 0; }
 
+std::string cuda_device_name(int index) {
+  cudaDeviceProp prop{};
+  if (index < 0 || index >= cuda_device_count() || cudaGetDeviceProperties(&prop, index) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return "";
+  }
+  return prop.name;
+}
+
 std::unique_ptr<Backend> make_cuda_backend(int device_index, const BackendOptions& opts) {
   return std::make_unique<CudaBackend>(device_index, opts);
 }

@@ -31,6 +31,10 @@ const GpuSpec& gpu_spec(const std::string& name) {
   throw ConfigError(fmt::format("unknown GPU '{}' (known: {})", name, names));
 }
 
+std::string gpu_of_device_name(const std::string& device_name) {
+  return device_name.find("H100 80GB HBM3") != std::string::npos ? "h100" : "h200";
+}
+
 MetaRates MetaRates::for_target(Device d, Fp32Matmul fp32_matmul, const std::string& gpu) {
   MetaRates r;
   if (d == Device::cuda) {

@@ -27,6 +27,9 @@ struct GpuSpec {
 const std::vector<GpuSpec>& known_gpus();
 /// The spec named `name`. ConfigError naming the known ones otherwise.
 const GpuSpec& gpu_spec(const std::string& name);
+/// The known GPU a device of this name (cuda_device_name) is: "h100" for an H100 80GB HBM3 (the SXM card), else
+/// "h200" (an H200, and any other GPU, whose rates nobody measured).
+std::string gpu_of_device_name(const std::string& device_name);
 
 /// The rates the meta backend predicts time with (per device; see MetaRates::for_target). FLOP/s and bytes/s.
 struct MetaRates {
