@@ -113,8 +113,7 @@ Args parse_args(int argc, char** argv) {
     } else if (is_option(s, "--device-memory")) {
       const std::string v = option_value(argc, argv, i, "--device-memory");
       const auto g = whole_number<double>(v, [](const std::string& t, size_t* used) { return std::stod(t, used); });
-      CONFIG_CHECK(g && *g > 0 && *g < 1e6, "--device-memory '{}': expected GiB, a number > 0 (e.g. 94 for an "
-                   "H100 NVL)", v);
+      CONFIG_CHECK(g && *g > 0 && *g < 1e6, "--device-memory '{}': expected GiB, a number > 0", v);
       a.device_memory_gib = *g;
     } else if (is_option(s, "--gpu")) {
       a.gpu = option_value(argc, argv, i, "--gpu");

@@ -152,7 +152,7 @@ TEST_CASE("planner: --gpu h100 keeps the bytes and FLOPs, takes the H100's memor
   CHECK(h100.memory_s == Approx(h200.memory_s * 4.8 / 3.35).epsilon(1e-9));
   CHECK(h100.memory_s > h200.memory_s);
   CHECK(h200.device_memory_bytes == size_t(143156) << 20);
-  CHECK(h100.device_memory_bytes == size_t(81090) << 20);
+  CHECK(h100.device_memory_bytes == size_t(85017493504ull));
   CHECK(h100.rates.device == "cuda (H100 80GB)");
   CHECK(make_plan(cfg, 1).device_memory_bytes == h200.device_memory_bytes);  // the default: an H200
   CHECK_THROWS_WITH(make_plan(cfg, 1, 0, "a100"), Catch::Contains("unknown GPU 'a100' (known: h200, h100)"));
@@ -161,6 +161,35 @@ TEST_CASE("planner: --gpu h100 keeps the bytes and FLOPs, takes the H100's memor
   CHECK(gpu_of_device_name("NVIDIA H200") == "h200");
   CHECK(gpu_of_device_name("NVIDIA H100 PCIe") == "h200");
   CHECK(gpu_of_device_name("") == "h200");
+}
+
+TEST_CASE("meta backend: the fused dW + AdamW kernel costs its product, then its epilogue's bytes", "[planner]") {
+  // One call on an xl W13-like shape (M 20480, N 2560, K 2048 tokens; bf16 operands, fp32 p, m, v, bf16 p_work): one
+  // op; its product at dw_adamw_gemm (0.83 of the bf16 GEMM rate), its epilogue's 26 bytes a weight at the memory
+  // rate, added (not the slower of the two); grad_in (accumulate) adds 4 bytes a weight.
+  MetaBackend be(Device::cuda);
+  const MetaRates& r = be.rates();
+  CHECK(r.dw_adamw_gemm == Approx(0.83 * r.gemm_bf16));
+  const int64_t M = 20480, N = 2560, K = 2048;
+  Buffer pb = be.alloc(size_t(M * N) * 4, Category::parameters), wb = be.alloc(size_t(M * N) * 2, Category::parameters);
+  Buffer mb = be.alloc(size_t(M * N) * 4, Category::optimizer), vb = be.alloc(size_t(M * N) * 4, Category::optimizer);
+  Buffer gb = be.alloc(size_t(M * N) * 4, Category::gradients);
+  Buffer yb = be.alloc(size_t(K * M) * 2, Category::activations), xb = be.alloc(size_t(K * N) * 2, Category::activations);
+  const Tensor p(pb.data(), DType::f32, Device::cuda, {M, N}), m(mb.data(), DType::f32, Device::cuda, {M, N}),
+      v(vb.data(), DType::f32, Device::cuda, {M, N}), pw(wb.data(), DType::bf16, Device::cuda, {M, N}),
+      g(gb.data(), DType::f32, Device::cuda, {M, N}), dY(yb.data(), DType::bf16, Device::cuda, {K, M}),
+      X(xb.data(), DType::bf16, Device::cuda, {K, N});
+  const double flops = 2.0 * double(M) * double(N) * double(K);
+  const double operands = double(dY.bytes() + X.bytes()), epilogue = 26.0 * double(M * N);
+  be.matmul_dw_adamw(p, m, v, pw, dY, X, AdamWArgs{}, Tensor(), false);
+  CHECK(be.cost().ops == 1);
+  CHECK(be.cost().flops == flops);
+  CHECK(be.cost().bytes == Approx(operands + epilogue));
+  CHECK(be.cost().compute_s == Approx(flops / r.dw_adamw_gemm));
+  CHECK(be.cost().memory_s == Approx(epilogue / r.memory_bandwidth));
+  be.reset_cost();
+  be.matmul_dw_adamw(p, m, v, pw, dY, X, AdamWArgs{}, g, true);
+  CHECK(be.cost().memory_s == Approx((epilogue + double(g.bytes())) / r.memory_bandwidth));
 }
 
 TEST_CASE("meta backend: fake addresses, no-op ops that count FLOPs and bytes", "[planner]") {

@@ -339,8 +339,9 @@ std::vector<float> download_f32(Backend& be, const Tensor& t);
 bool cuda_available();
 /// GPUs visible to this process (0 without the CUDA backend or a driver).
 int cuda_device_count();
-/// The name of visible GPU `index` (cudaGetDeviceProperties, e.g. "NVIDIA H100 80GB HBM3"), or "" without the CUDA
-/// backend, a driver or such a device.
-std::string cuda_device_name(int index);
+/// The name of the GPU a process of local rank `local_rank` runs on (local_rank modulo the visible GPUs, as the CUDA
+/// backend picks it; cudaGetDeviceProperties, e.g. "NVIDIA H100 80GB HBM3"), or "" without the CUDA backend, a driver
+/// or a GPU.
+std::string cuda_device_name(int local_rank);
 
 }  // namespace trainer

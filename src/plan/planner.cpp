@@ -47,6 +47,7 @@ Plan make_plan(const RunConfig& cfg, int world_size, int rank, const std::string
   CONFIG_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "plan: rank {} of world size {}", rank,
                world_size);
   CONFIG_CHECK(cfg.job == "train", "plan: only job 'train' has a plan (job is '{}')", cfg.job);
+  gpu_spec(gpu);  // a known name, whatever the device
   const Device dev = cfg.device == "cuda" ? Device::cuda : Device::cpu;
   Plan p;
   p.world_size = world_size;
@@ -172,6 +173,7 @@ nlohmann::json Plan::to_json() const {
             {"gemm_f32_flops_per_s", rates.gemm_f32},
             {"fp32_matmul", rates.gemm_f32_mode},
             {"gemm_efficiency", rates.gemm_efficiency},
+            {"dw_adamw_gemm_flops_per_s", rates.dw_adamw_gemm},
             {"attention_bf16_flops_per_s", rates.attention_bf16},
             {"attention_bf16_sm90_fwd_flops_per_s", rates.attention_bf16_fwd_sm90},
             {"attention_bf16_sm90_bwd_flops_per_s", rates.attention_bf16_bwd_sm90},

@@ -78,7 +78,7 @@ constexpr double kFitFraction = 0.93;
 
 /// The plan of rank `rank` of a train run of `cfg` (resolved: load_config) on `world_size` ranks. The dry run logs
 /// nothing. `gpu` (known_gpus: "h200", "h100") is the cuda target's memory and rates. Raises ConfigError for a config
-/// the train job would refuse at set-up, or an unknown gpu; RuntimeError.
+/// the train job would refuse at set-up, or an unknown gpu (any device); RuntimeError.
 Plan make_plan(const RunConfig& cfg, int world_size, int rank = 0, const std::string& gpu = "h200");
 
 }  // namespace trainer

@@ -60,9 +60,10 @@ int cuda_device_count() {
 
 bool cuda_available() { return cuda_device_count() > 0; }
 
-std::string cuda_device_name(int index) {
+std::string cuda_device_name(int local_rank) {
+  const int count = cuda_device_count();
   cudaDeviceProp prop{};
-  if (index < 0 || index >= cuda_device_count() || cudaGetDeviceProperties(&prop, index) != cudaSuccess) {
+  if (local_rank < 0 || count == 0 || cudaGetDeviceProperties(&prop, local_rank % count) != cudaSuccess) {
     (void)cudaGetLastError();
     return "";
   }

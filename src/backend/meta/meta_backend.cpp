@@ -16,9 +16,10 @@ double b(const Tensor& t) { return double(t.bytes()); }
 
 const std::vector<GpuSpec>& known_gpus() {
   // HBM: the H200's 4.8 TB/s (HBM3e), the H100 SXM's 3.35 (HBM3). Memory: what cudaGetDeviceProperties reported on
-  // the lent machines (H200: 143156 MiB = 139.8 GiB; H100 80GB HBM3: 79.2 GiB, results/h100/2026-12-05/v31).
+  // the lent machines (H200: 143156 MiB = 139.8 GiB; H100 80GB HBM3: 85017493504 bytes = 79.18 GiB, the PyTorch
+  // peer's gpu_memory_bytes in results/h100/2026-12-05/v31/call1/torch_xl.json).
   static const std::vector<GpuSpec> gpus = {{"h200", "H200", size_t(143156) << 20, 4.8e12},
-                                            {"h100", "H100 80GB", size_t(81090) << 20, 3.35e12}};
+                                            {"h100", "H100 80GB", size_t(85017493504ull), 3.35e12}};
   return gpus;
 }
 
@@ -66,9 +67,10 @@ MetaRates MetaRates::for_target(Device d, Fp32Matmul fp32_matmul, const std::str
     r.attention_sm90_bwd_t0 = 1330;
     r.attention_f32 = 100e12;  // flash2 fp32 runs as 3xTF32: assumed ~1/4 of the bf16 kernel
     r.memory_bandwidth = 4.2e12;
-    // The fused dW + AdamW kernel's product runs at 0.83 of cuBLASLt's (an xl block's four products 0.70 against
-    // 0.58 ms, H200, results/NOTES.md v28; 0.757 against 0.595 on an H100, v31), and its time is about that product's
-    // plus its epilogue's bytes (H100, v31: 1.47 ms an xl block = 0.76 + 0.71 at 3.35 TB/s, 13% of it overlapped).
+    // The fused dW + AdamW kernel's product runs at 0.83 of cuBLASLt's on an H200 (an xl block's four products 0.70
+    // against 0.58 ms, results/NOTES.md v28; 0.79 on an H100: 0.757 against 0.595, v31), and its time is about that
+    // product's plus its epilogue's bytes (H100, v31: 1.47 ms an xl block = 0.76 + 0.71 at 3.35 TB/s, 13% of it
+    // overlapped).
     r.dw_adamw_gemm = 0.83 * r.gemm_bf16;
     r.source = "H200 measurements in shared/ANCHORS.md (GEMM peaks times gemm_efficiency; attention fp32 assumed)";
     const GpuSpec& spec = gpu_spec(gpu);
