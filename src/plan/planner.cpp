@@ -260,11 +260,12 @@ std::string Plan::table() const {
                      bus_bandwidth / 1e9);
     return t;
   }
-  t += fmt::format("assumed rates ({}): GEMM bf16 {:.4g} TFLOP/s, fp32{} {:.4g} (efficiency {:.2f} of peak), attention "
+  t += fmt::format("assumed rates ({}): GEMM bf16 {:.4g} TFLOP/s (the fused dW + AdamW product {:.4g}), fp32{} {:.4g} "
+                   "(efficiency {:.2f} of peak), attention "
                    "bf16 {:.4g} TFLOP/s (Hopper kernels at T {:.0f}: forward {:.4g}, backward {:.4g}, at d 128 "
                    "{:.4g}; at T keys x T ({:.0f} + t0) / ({:.0f} (T + t0)), t0 {:.0f} / {:.0f}), fp32 {:.4g}, "
                    "memory {:.4g} TB/s, collectives {:.4g} GB/s bus bandwidth\n",
-                   rates.device, rates.gemm_bf16 / 1e12,
+                   rates.device, rates.gemm_bf16 / 1e12, rates.dw_adamw_gemm / 1e12,
                    rates.gemm_f32_mode.empty() ? "" : fmt::format(" ({})", rates.gemm_f32_mode), rates.gemm_f32 / 1e12,
                    rates.gemm_efficiency,
                    rates.attention_bf16 / 1e12, rates.sm90_rate_seq_len, rates.attention_bf16_fwd_sm90 / 1e12,
