@@ -47,7 +47,7 @@ Plan make_plan(const RunConfig& cfg, int world_size, int rank, const std::string
   CONFIG_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "plan: rank {} of world size {}", rank,
                world_size);
   CONFIG_CHECK(cfg.job == "train", "plan: only job 'train' has a plan (job is '{}')", cfg.job);
-  gpu_spec(gpu);  // a known name, whatever the device
+  const GpuSpec& spec = gpu_spec(gpu);  // a known name, whatever the device
   const Device dev = cfg.device == "cuda" ? Device::cuda : Device::cpu;
   Plan p;
   p.world_size = world_size;
@@ -56,7 +56,7 @@ Plan make_plan(const RunConfig& cfg, int world_size, int rank, const std::string
   p.strategy = cfg.parallel.strategy;
   p.comm = cfg.parallel.comm;
   p.bus_bandwidth = MetaCommunicator::default_bus_bandwidth(p.comm);
-  p.device_memory_bytes = dev == Device::cuda ? gpu_spec(gpu).memory_bytes : 0;
+  p.device_memory_bytes = dev == Device::cuda ? spec.memory_bytes : 0;
 
   QuietLog quiet;
   MetaBackend be(dev, parse_fp32_matmul(cfg.fp32_matmul), gpu);

@@ -125,15 +125,16 @@ void MetaBackend::touch() {
   hw = std::max(hw, stats_.total);
 }
 
-void MetaBackend::account(double flops, double executed, double rate, double bytes) {
+void MetaBackend::account(double flops, double executed, double rate, double bytes, double bytes_after) {
   touch();
   cost_.flops += flops;
   cost_.executed_flops += executed;
-  cost_.bytes += bytes;
+  cost_.bytes += bytes + bytes_after;
   cost_.ops += 1;
   const double tc = rate > 0 ? executed / rate : 0, tm = bytes / rates_.memory_bandwidth;
   if (tc >= tm) cost_.compute_s += tc;
   else cost_.memory_s += tm;
+  cost_.memory_s += bytes_after / rates_.memory_bandwidth;
 }
 
 void MetaBackend::grow(Buffer& b, size_t bytes) {
@@ -272,9 +273,8 @@ void MetaBackend::matmul_dw_adamw(Tensor p, Tensor m, Tensor v, Tensor p_work, c
   // the fused kernel (MetaRates::dw_adamw_gemm): its product, then its epilogue's bytes (p, m, v read and written,
   // p_work written, the earlier sum read when accumulating), no temporary
   const double f = 2.0 * double(p.numel()) * double(dY.rows());
-  account(f, f, rates_.dw_adamw_gemm, b(dY) + b(X));
-  account(0, 0, 0, 2 * b(p) + 2 * b(m) + 2 * b(v) + b(p_work) + (accumulate ? b(g_buf) : 0.0));
-  cost_.ops -= 1;  // one kernel
+  account(f, f, rates_.dw_adamw_gemm, b(dY) + b(X),
+          2 * b(p) + 2 * b(m) + 2 * b(v) + b(p_work) + (accumulate ? b(g_buf) : 0.0));
 }
 
 }  // namespace trainer

@@ -131,8 +131,9 @@ class MetaBackend final : public Backend {
                        const AdamWArgs& a, Tensor g_buf, bool accumulate) override;
 
  private:
-  /// One op: model FLOPs, executed FLOPs at `rate` FLOP/s, bytes moved.
-  void account(double flops, double executed, double rate, double bytes);
+  /// One op: model FLOPs, executed FLOPs at `rate` FLOP/s, bytes moved beside them (the op takes the slower of the
+  /// two) and `bytes_after`, moved once they are done (added at the memory rate: a fused epilogue's traffic).
+  void account(double flops, double executed, double rate, double bytes, double bytes_after = 0);
   void touch();                  // records the current total in the phase's high-water mark
   void scratch(size_t bytes);    // cuda target: the CUDA backend's growable scratch (cuda_sizes::scratch_grown)
   void grow(Buffer& b, size_t bytes);  // cuda target: `b` grown by the scratch rule (CudaBackend::grown)
