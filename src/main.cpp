@@ -239,8 +239,11 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
                            cfg.data.microbatch_size, cfg.precision, cfg.attention, cfg.checkpointing.policy,
                            cfg.bench.phase,
                            !cfg.optimizer.in_backward.value_or(false) ? ""
-                           : cfg.optimizer.in_gemm                    ? ", optimizer in_backward + in_gemm"
-                                                                      : ", optimizer in_backward");
+                           : !cfg.optimizer.in_gemm.value_or(false)   ? ", optimizer in_backward"
+                           : cfg.optimizer.in_gemm_min_elements > 0
+                               ? fmt::format(", optimizer in_backward + in_gemm (products of >= {} elements)",
+                                             cfg.optimizer.in_gemm_min_elements)
+                               : ", optimizer in_backward + in_gemm");
   if (!differ) {
     if (world > 1) std::cout << fmt::format("(ranks 0..{} have the same plan; rank 0 shown)\n", world - 1);
     std::cout << plans[0].table();

@@ -30,6 +30,7 @@ struct PolicyCase {
   bool keep_attention = false;  // checkpointing.keep_attention
   bool in_backward = false;     // optimizer.in_backward (then no flat gradients to compare)
   bool in_gemm = false;         // optimizer.in_gemm (with in_backward)
+  int in_gemm_min_elements = 0;  // optimizer.in_gemm_min_elements (0: every matrix)
 };
 
 struct Run {
@@ -65,6 +66,7 @@ Run run(const PolicyCase& pc, int micro, int steps = 3, const ModelDims& dims = 
   cfg.checkpointing.keep_attention = pc.keep_attention;
   cfg.optimizer.in_backward = pc.in_backward;
   cfg.optimizer.in_gemm = pc.in_gemm;
+  cfg.optimizer.in_gemm_min_elements = pc.in_gemm_min_elements;
   auto strategy = make_strategy(cfg, *be, nullptr);
   Model m(*be, dims, DType::f32, AttnImpl::naive, ParamLayout::kAlign,
           ParamStorage(true, strategy->full_grads(), DType::f32), ActivationPolicy::from(cfg.checkpointing));
@@ -179,6 +181,29 @@ TEST_CASE("optimizer.in_gemm: each block matrix is updated in its product once a
     CHECK(run({"in_gemm", "selective", 2, std::nullopt, 0, false, true, true}, micro).fused_updates ==
           (4 * kLayers + 1) * 3);
     CHECK(run({"in_backward", "selective", 2, std::nullopt, 0, false, true}, micro).fused_updates == 0);
+  }
+}
+
+TEST_CASE("optimizer.in_gemm_min_elements: only products of at least that many elements are fused", "[checkpointing]") {
+  // tiny6's products: Wqkv 3 x 64 x 64 = 12288, [W1; W3] 2 x 172 x 64 = 22016, W2 64 x 172 = 11008, Wo 64 x 64 = 4096,
+  // the head 97 x 64 = 6208. At 11008 the first three are fused in each of the 6 blocks (k, v and w3 with the product
+  // that holds them), Wo and the head take the product, then adamw; at 22017 none is (in_backward's step). The values
+  // equal in_backward's, with one microbatch (Wo's gradient then has a slot in the block's compact buffer) and two.
+  for (int micro : {4, 2}) {
+    INFO("microbatch " << micro);
+    const Run ref = run({"in_backward", "selective", 2, std::nullopt, 0, false, true}, micro);
+    for (const auto& [min, fused] : {std::pair(4096, 4 * kLayers + 1), std::pair(6208, 3 * kLayers + 1),
+                                     std::pair(11008, 3 * kLayers), std::pair(11009, 2 * kLayers),
+                                     std::pair(22016, kLayers), std::pair(22017, 0)}) {
+      INFO("in_gemm_min_elements " << min);
+      const Run r = run({"in_gemm", "selective", 2, std::nullopt, 0, false, true, true, min}, micro);
+      CHECK(r.fused_updates == fused * 3);
+      CHECK(r.losses == ref.losses);
+      CHECK(bitwise_equal(r.params, ref.params));
+      REQUIRE(r.grad_norms.size() == ref.grad_norms.size());
+      for (size_t i = 0; i < r.grad_norms.size(); ++i)
+        CHECK(std::abs(r.grad_norms[i] - ref.grad_norms[i]) <= 1e-12 * ref.grad_norms[i]);
+    }
   }
 }
 

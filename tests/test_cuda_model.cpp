@@ -209,10 +209,11 @@ TEST_CASE("cuda model: steps replayed from a CUDA graph equal uncaptured steps",
         "optimizer.in_backward=true", "checkpointing.policy=full"},
        1e-4},  // d_head 64: the Hopper kernels (TMA descriptors are kernel arguments, captured by value)
       {{"model.preset=small", "model.num_layers=2", "model.context_length=256", "precision=bf16", "attention=flash2",
-        "optimizer.in_backward=true", "optimizer.in_gemm=true"},
+        "optimizer.in_backward=true", "optimizer.in_gemm=true", "optimizer.in_gemm_min_elements=0"},
        1e-4},  // the blocks' matrices updated inside their weight-gradient products (kernels/dw_adamw on sm_90)
       {{"model.preset=small", "model.num_layers=2", "model.context_length=256", "precision=bf16", "attention=flash2",
-        "optimizer.in_backward=true", "optimizer.in_gemm=true", "data.microbatch_size=2"},
+        "optimizer.in_backward=true", "optimizer.in_gemm=true", "optimizer.in_gemm_min_elements=0",
+        "data.microbatch_size=2"},
        1e-4},  // ... on the second microbatch, adding the first one's gradient (g_buf: a pointer the capture keeps)
   };
   for (const Case& k : cases) {
@@ -268,6 +269,7 @@ TEST_CASE("cuda model: optimizer.in_gemm trains as in_backward does", "[cuda][mo
     auto run = [&](bool in_gemm) {
       std::vector<std::string> set = base;
       set.push_back(in_gemm ? "optimizer.in_gemm=true" : "optimizer.in_gemm=false");
+      set.push_back("optimizer.in_gemm_min_elements=0");  // every matrix (small's are below the default)
       if (in_gemm) set.push_back("profile.trace=/tmp/trainer_test_in_gemm_trace.json");  // the record's range summary
       return run_train(load_config("", set, 1, true), RunContext{});
     };

@@ -1,5 +1,5 @@
 // Resolution of a read config: the preset's dims and every "auto" / 0 / null-for-auto value (device, attention,
-// parallel.comm, name, data.microbatch_size, optimizer.in_backward), before validation.
+// parallel.comm, name, data.microbatch_size, optimizer.in_backward and in_gemm), before validation.
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -63,6 +63,10 @@ void resolve(RunConfig& c, const std::string& path, int world_size, bool cuda_av
   if (!c.optimizer.in_backward)
     c.optimizer.in_backward = c.parallel.strategy == "none" && !c.optimizer.max_grad_norm &&
                               c.bench.phase == "train_step";
+  // optimizer.in_gemm null (auto): on where the fused dW + AdamW kernel can run for it (cuda, bf16 with fp32 state)
+  // and in_backward is on; in_gemm_min_elements keeps it to the products where it wins
+  if (!c.optimizer.in_gemm)
+    c.optimizer.in_gemm = *c.optimizer.in_backward && c.device == "cuda" && c.precision == "bf16";
   if (c.data.microbatch_size == 0 && world_size > 0) c.data.microbatch_size = c.data.batch_size / world_size;
 }
 

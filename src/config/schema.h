@@ -139,16 +139,21 @@ void fields(S& o, F&& f) {
     "unit's gradient then exists only from its backward to its update, so no flat gradient buffer (strategy none, "
     "no clipping; changes no weight). null (auto): true for a train_step run of strategy none without clipping, "
     "else false"});
-  f("in_gemm", o.in_gemm, {{"true | false"},
-    "with in_backward (a train_step run): the weight matrices of the blocks and the LM head are updated inside the "
-    "product that computes their gradient on the step's last microbatch (adding the earlier microbatches' sum; the "
-    "head's in its last chunk); with one microbatch the "
-    "blocks' gradient buffers hold only the RMSNorm gains. On an sm_90 GPU with precision bf16 (no stochastic "
-    "rounding) one fused kernel (kernels/dw_adamw) takes dW = dYᵀX from the GEMM's accumulators straight into AdamW; "
-    "elsewhere the product goes to a one-matrix temporary (or the earlier sum), then AdamW. The same update up to "
-    "the product's summation order. Off by default until measured on an H200: on an H100 xl bf16 runs 5% "
-    "faster with it (99-100 against 105 ms a step), small bf16 13% slower (6.3 against 5.6); "
-    "kernels/dw_adamw/NOTES.md"});
+  f("in_gemm", o.in_gemm, {{"null | true | false"},
+    "with in_backward (a train_step run): the weight matrices of the blocks and the LM head whose gradient product "
+    "[M, N] has at least in_gemm_min_elements elements are updated inside that product on the step's last "
+    "microbatch (adding the earlier microbatches' sum; the head's in its last chunk); with one microbatch their "
+    "gradients never exist. On an sm_90 GPU with precision bf16 (no stochastic rounding) one fused kernel "
+    "(kernels/dw_adamw) takes dW = dYᵀX from the GEMM's accumulators straight into AdamW; elsewhere the product goes "
+    "to a one-matrix temporary (or the earlier sum), then AdamW. The same update up to the product's summation order. "
+    "null (auto): true for device cuda, precision bf16 and in_backward on, else false. On an H100 (v31, every matrix) "
+    "xl bf16 ran 5% faster with it (98.9-100.3 against 104.8-105.6 ms a step), small bf16 13% slower (6.30-6.41 "
+    "against 5.57-5.60), hence the size bound; kernels/dw_adamw/NOTES.md"});
+  f("in_gemm_min_elements", o.in_gemm_min_elements, {{"integer >= 0"},
+    "in_gemm: the smallest weight-gradient product (M N elements; q, k, v are one product, w1 and w3 one) updated "
+    "inside its product; smaller ones take the product, then AdamW (the fused kernel loses on them: on an H100 xl's "
+    "6.6M-element output projection ties, small's 4.7M-element [w1; w3] is 10% slower). 0: every matrix. At the "
+    "default, xl fuses Wqkv, [w1; w3], w2 and the LM head, small only its LM head"});
   f("stochastic_rounding", o.stochastic_rounding, {{"true | false"},
     "bf16_pure: round each updated weight up or down at random in proportion (unbiased; deterministic in "
     "init.seed, the step and the element) instead of to nearest; m and v are rounded to nearest"});

@@ -234,7 +234,7 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
   if (o.max_grad_norm) check_positive(*o.max_grad_norm, "optimizer.max_grad_norm");
   // in_backward (and in_gemm, which needs it) each name the setting that rules them out: an explicit true, or
   // in_gemm with in_backward left null (auto: off wherever one of these holds)
-  const bool wants_in_backward = o.in_backward.value_or(false) || o.in_gemm;
+  const bool wants_in_backward = o.in_backward.value_or(false) || o.in_gemm.value_or(false);
   const char* what = o.in_backward.value_or(false) ? "in_backward" : "in_gemm (which needs in_backward)";
   CONFIG_CHECK(!wants_in_backward || !o.max_grad_norm,
                "optimizer: {} updates each unit before the global gradient norm is known, so it cannot clip "
@@ -244,11 +244,12 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
                "optimizer: {} is implemented for parallel.strategy 'none', got '{}'", what, c.parallel.strategy);
   CONFIG_CHECK(!wants_in_backward || c.job != "train" || c.bench.phase == "train_step",
                "optimizer: {} updates weights inside the backward, but bench.phase '{}' runs no update (use phase "
-               "'train_step', or leave optimizer.in_backward null and in_gemm false)",
+               "'train_step', or leave optimizer.in_backward and in_gemm null)",
                what, c.bench.phase);
-  CONFIG_CHECK(!o.in_gemm || o.in_backward.value_or(false),
+  CONFIG_CHECK(!o.in_gemm.value_or(false) || o.in_backward.value_or(false),
                "optimizer: in_gemm updates each weight inside its backward product, so it needs in_backward; set "
                "optimizer.in_backward true or null (auto)");
+  check_non_negative(o.in_gemm_min_elements, "optimizer.in_gemm_min_elements");
   check_enum(o.schedule, kSchedules, "optimizer.schedule");
   check_non_negative(o.warmup_steps, "optimizer.warmup_steps");
   check_non_negative(o.cosine_steps, "optimizer.cosine_steps");

@@ -172,6 +172,7 @@ void check_resume(const RunConfig& c, std::vector<std::string>* warnings, int wo
   for (json* j : {&was, &is}) {
     (*j)["optimizer"].erase("in_backward");
     if (c.device == "cpu") (*j)["optimizer"].erase("in_gemm");
+    if (c.device == "cpu" || !c.optimizer.in_gemm.value_or(false)) (*j)["optimizer"].erase("in_gemm_min_elements");
     for (const char* k : {"policy", "k", "blocks", "keep_attention"}) (*j)["checkpointing"].erase(k);
     for (const char* k : {"prefetch_layers", "comm_timeout_s"}) (*j)["parallel"].erase(k);
   }

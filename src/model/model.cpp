@@ -70,11 +70,16 @@ ParamLayout::ParamLayout(const ModelDims& d) {
   const int64_t V = d.vocab_size, D = d.d_model, F = d.d_ff;
   int64_t off = 0;
   int unit = 0;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool aligned = true) {
-    if (aligned) off = align_up(off, kAlign);
+  // joined: the matrix follows the one before it in memory (no alignment gap) and in its weight-gradient product
+  size_t product = 0;  // the parameter that starts the product being laid out
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool joined = false) {
+    if (!joined) off = align_up(off, kAlign);
     int64_t n = 1;
     for (auto s : shape) n *= s;
-    params_.push_back({name, std::move(shape), off, n, unit});
+    const bool matrix = shape.size() == 2;
+    params_.push_back({name, std::move(shape), off, n, unit, matrix && !joined ? n : 0});
+    if (matrix && !joined) product = params_.size() - 1;
+    if (joined) params_[product].product_numel += n;
     off += n;
     count_ += n;
   };
@@ -95,12 +100,12 @@ ParamLayout::ParamLayout(const ModelDims& d) {
     begin_unit();
     add(p + "ln1.weight", {D});
     add(p + "attn.q_proj.weight", {D, D});
-    add(p + "attn.k_proj.weight", {D, D}, false);  // contiguous with q: one [3D, D] GEMM
-    add(p + "attn.v_proj.weight", {D, D}, false);
+    add(p + "attn.k_proj.weight", {D, D}, true);  // contiguous with q: one [3D, D] GEMM
+    add(p + "attn.v_proj.weight", {D, D}, true);
     add(p + "attn.output_proj.weight", {D, D});
     add(p + "ln2.weight", {D});
     add(p + "ffn.w1.weight", {F, D});
-    add(p + "ffn.w3.weight", {F, D}, false);  // contiguous with w1: one [2F, D] GEMM
+    add(p + "ffn.w3.weight", {F, D}, true);  // contiguous with w1: one [2F, D] GEMM
     add(p + "ffn.w2.weight", {D, F});
     end_unit();
   }

@@ -44,6 +44,9 @@ struct ParamInfo {
   int64_t offset = 0;           // elements into the flat buffer
   int64_t numel = 0;
   int unit = 0;                 // 0 embedding, 1..L layers, L+1 head
+  /// A matrix that starts a weight-gradient product: that product's elements (q: q, k, v as one [3 d_model, d_model];
+  /// w1: w1, w3 as one [2 d_ff, d_model]; else its own); 0 for the matrices it spans after the first and for vectors.
+  int64_t product_numel = 0;
 };
 
 class ParamLayout {

@@ -11,6 +11,7 @@
 // are several; the release updates the runs of other parameters (the RMSNorm gains) by step_range, one call per run,
 // and any matrix the Model left to it (the head's bf16 gradient summed over chunks in fp32). With one microbatch a
 // block matrix's gradient never exists: a block's gradient buffer holds only those runs (UnitView::grad_runs).
+#include <algorithm>
 #include <cmath>
 #include <unordered_map>
 
@@ -27,7 +28,7 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
         seed_(seed),
         be_(be),
         in_backward_(optimizer.in_backward.value_or(false)),
-        in_gemm_(in_backward_ && optimizer.in_gemm) {}
+        in_gemm_(in_backward_ && optimizer.in_gemm.value_or(false)) {}
   std::string name() const override { return "none"; }
   bool full_grads() const override { return !in_backward_; }
   void setup(Model& model) override {
@@ -52,18 +53,27 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
       if (lay.unit_end(u) > at) gaps_[size_t(u)].push_back({at - lay.unit_begin(u), lay.unit_end(u) - at});
     }
     if (!in_gemm_) return;
-    // in_gemm: a fused unit's runs of parameters between its matrices (the gains), each run at a 64-element boundary
+    // in_gemm: which matrices are updated in their products (those of products of at least in_gemm_min_elements);
+    // where none is, the step is in_backward's alone
+    const std::vector<ParamInfo>& ps = lay.params();
+    fuse_.assign(ps.size(), 0);
+    for (size_t i = 0; i < ps.size(); ++i) {
+      param_index_[ps[i].offset] = int64_t(i);
+      if (!eligible_unit(ps[i].unit) || ps[i].shape.size() != 2) continue;
+      fuse_[i] = ps[i].product_numel > 0 ? ps[i].product_numel >= optimizer_.in_gemm_min_elements
+                                         : fuse_[i - 1];  // (k, v, w3: their product's first matrix's choice)
+    }
+    in_gemm_ = std::find(fuse_.begin(), fuse_.end(), 1) != fuse_.end();
+    if (!in_gemm_) return;
+    // a fused unit's runs of parameters between its matrices (the gains), each run at a 64-element boundary
     // (ParamLayout::kAlign) of the compact buffer a block uses at one microbatch; run_first_ keeps its first
     // parameter's index (its sum-of-squares slot); matrices_ each unit's fused matrices (their indices)
     runs_.resize(size_t(lay.num_units()));
     run_first_.resize(size_t(lay.num_units()));
     matrices_.resize(size_t(lay.num_units()));
     compact_.assign(size_t(lay.num_units()), 0);
-    const std::vector<ParamInfo>& ps = lay.params();
-    for (size_t i = 0; i < ps.size(); ++i) {
-      param_index_[ps[i].offset] = int64_t(i);
-      if (fused(ps[i])) matrices_[size_t(ps[i].unit)].push_back(i);
-    }
+    for (size_t i = 0; i < ps.size(); ++i)
+      if (fuse_[i]) matrices_[size_t(ps[i].unit)].push_back(i);
     for (size_t i = 0; i < ps.size();) {
       const int u = ps[i].unit;
       if (!fused_unit(u) || fused(ps[i])) {
@@ -198,11 +208,16 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
   }
 
  private:
-  /// The units whose matrices in_gemm updates inside their products: the blocks and the head (Model::weight_grad;
+  /// The units whose matrices in_gemm may update inside their products: the blocks and the head (Model::weight_grad;
   /// not the embedding, whose gradient is a scatter).
-  bool fused_unit(int u) const { return u >= 1; }
-  /// The parameters it so updates: their weight matrices.
-  bool fused(const ParamInfo& p) const { return fused_unit(p.unit) && p.shape.size() == 2; }
+  static bool eligible_unit(int u) { return u >= 1; }
+  /// The units with a matrix it so updates (setup: matrices_).
+  bool fused_unit(int u) const { return in_gemm_ && !matrices_[size_t(u)].empty(); }
+  /// The parameters it so updates: their weight matrices whose product is large enough (fuse_).
+  bool fused(const ParamInfo& p) const {
+    const auto i = param_index_.find(p.offset);
+    return i != param_index_.end() && fuse_[size_t(i->second)];
+  }
   /// Whether the unit's gradient buffer is compact (the runs only) in this step: a block (whose matrices the Model
   /// always hands to update(), one product each) on a step of one microbatch. The head's product comes in chunks.
   bool compact_now(int u) const { return n_micro_ == 1 && u + 1 < model_->layout().num_units(); }
@@ -234,6 +249,7 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
   std::vector<int64_t> compact_;                // in_gemm: per unit, the compact gradient's elements
   std::unordered_map<int64_t, int64_t> param_index_;  // in_gemm: a parameter's index (its slot) by its offset
   std::vector<char> updated_;  // in_gemm: per parameter (index), whether update() took it this step
+  std::vector<char> fuse_;     // in_gemm: per parameter (index), whether its product updates it
   Buffer sumsq_;  // f64 sum g^2 of each update: [units + params] with in_backward, else [2] (the sum, the f32 clip
                   // factor)
 };

@@ -165,7 +165,7 @@ def test_resume_from_an_older_step_of_the_same_directory(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     first = state(ck)
     p = run(args(tmp_path, "b", 4, f"output.checkpoint={ck}", f"init.resume={ck / 'step-00000003'}", no_clip,
-                 "optimizer.in_gemm=true"))
+                 "optimizer.in_gemm=true", "optimizer.in_gemm_min_elements=0"))
     assert p.returncode == 0, p.stderr[-3000:]
     warnings = [line for line in p.stderr.splitlines() if "[warning]" in line]
     assert len(warnings) == 1, warnings
