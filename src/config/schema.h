@@ -148,7 +148,8 @@ void fields(S& o, F&& f) {
     "to a one-matrix temporary (or the earlier sum), then AdamW. The same update up to the product's summation order. "
     "null (auto): true for device cuda, precision bf16 and in_backward on, else false. On an H100 (v31, every matrix) "
     "xl bf16 ran 5% faster with it (98.9-100.3 against 104.8-105.6 ms a step), small bf16 13% slower (6.30-6.41 "
-    "against 5.57-5.60), hence the size bound; kernels/dw_adamw/NOTES.md"});
+    "against 5.57-5.60), hence the size bound; at the bound (v32, H100) xl 98.5-100.1 against 104.0-104.6 ms, "
+    "small 5.58 against 5.56-5.57; kernels/dw_adamw/NOTES.md"});
   f("in_gemm_min_elements", o.in_gemm_min_elements, {{"integer >= 0"},
     "in_gemm: the smallest weight-gradient product (M N elements; q, k, v are one product, w1 and w3 one) updated "
     "inside its product; smaller ones take the product, then AdamW (the fused kernel loses on them: on an H100 xl's "

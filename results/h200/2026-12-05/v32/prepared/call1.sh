@@ -35,7 +35,7 @@ fi
 tail -2 $R/cuda_tests.log
 for f in $R/small*.json $R/torch_small.json $R/xl_*.json $R/torch_xl.json $R/xl2k*.json $R/torch_xl2k.json; do
   [ -f $f ] && python3 -c "import json,sys; r=json.load(open(sys.argv[1])); t=r.get('timing',{}).get('step',{}); \
-m=r.get('memory',{}); o=r.get('config',{}).get('optimizer',{}); print(sys.argv[1].split('/')[-1], r.get('status'), \
+m=r.get('memory',{}); o=r.get('config',{}).get('optimizer',{}); o=o if isinstance(o, dict) else {}; print(sys.argv[1].split('/')[-1], r.get('status'), \
 t.get('median_ms'), t.get('mean_ms'), round((m.get('peak_bytes') or 0)/2**30, 3), \
 round(((m.get('predicted') or {}).get('peak_bytes') or 0)/2**30, 3), o.get('in_gemm'), \
 o.get('in_gemm_min_elements'), (r.get('loss') or {}).get('per_step', [None])[-1] if isinstance(r.get('loss'), dict) else '')" $f
