@@ -63,8 +63,9 @@ void resolve(RunConfig& c, const std::string& path, int world_size, bool cuda_av
   if (!c.optimizer.in_backward)
     c.optimizer.in_backward = c.parallel.strategy == "none" && !c.optimizer.max_grad_norm &&
                               c.bench.phase == "train_step";
-  // optimizer.in_gemm null (auto): on where the fused dW + AdamW kernel can run for it (cuda, bf16 with fp32 state)
-  // and in_backward is on; in_gemm_min_elements keeps it to the products where it wins
+  // optimizer.in_gemm null (auto): on for cuda bf16 (fp32 state, the fused dW + AdamW kernel's case; a build or GPU
+  // without sm_90 runs its fallback, the product into a temporary, then AdamW) where in_backward is on;
+  // in_gemm_min_elements keeps it to the products where the kernel wins
   if (!c.optimizer.in_gemm)
     c.optimizer.in_gemm = *c.optimizer.in_backward && c.device == "cuda" && c.precision == "bf16";
   if (c.data.microbatch_size == 0 && world_size > 0) c.data.microbatch_size = c.data.batch_size / world_size;

@@ -154,7 +154,8 @@ void fields(S& o, F&& f) {
     "in_gemm: the smallest weight-gradient product (M N elements; q, k, v are one product, w1 and w3 one) updated "
     "inside its product; smaller ones take the product, then AdamW (the fused kernel loses on them: on an H100 xl's "
     "6.6M-element output projection ties, small's 4.7M-element [w1; w3] is 10% slower). 0: every matrix. At the "
-    "default, xl fuses Wqkv, [w1; w3], w2 and the LM head, small only its LM head"});
+    "default, xl fuses Wqkv, [w1; w3], w2 and the LM head, small nothing (its largest product, the head's, has "
+    "7.7M elements)"});
   f("stochastic_rounding", o.stochastic_rounding, {{"true | false"},
     "bf16_pure: round each updated weight up or down at random in proportion (unbiased; deterministic in "
     "init.seed, the step and the element) instead of to nearest; m and v are rounded to nearest"});

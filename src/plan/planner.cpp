@@ -174,6 +174,7 @@ nlohmann::json Plan::to_json() const {
             {"fp32_matmul", rates.gemm_f32_mode},
             {"gemm_efficiency", rates.gemm_efficiency},
             {"dw_adamw_gemm_flops_per_s", rates.dw_adamw_gemm},
+            {"dw_adamw_epilogue_exposed", rates.dw_adamw_epilogue_exposed},
             {"attention_bf16_flops_per_s", rates.attention_bf16},
             {"attention_bf16_sm90_fwd_flops_per_s", rates.attention_bf16_fwd_sm90},
             {"attention_bf16_sm90_bwd_flops_per_s", rates.attention_bf16_bwd_sm90},
@@ -260,12 +261,13 @@ std::string Plan::table() const {
                      bus_bandwidth / 1e9);
     return t;
   }
-  t += fmt::format("assumed rates ({}): GEMM bf16 {:.4g} TFLOP/s (the fused dW + AdamW product {:.4g}), fp32{} {:.4g} "
+  t += fmt::format("assumed rates ({}): GEMM bf16 {:.4g} TFLOP/s (the fused dW + AdamW product {:.4g}, {:.2g} of its "
+                   "epilogue's memory time after it), fp32{} {:.4g} "
                    "(efficiency {:.2f} of peak), attention "
                    "bf16 {:.4g} TFLOP/s (Hopper kernels at T {:.0f}: forward {:.4g}, backward {:.4g}, at d 128 "
                    "{:.4g}; at T keys x T ({:.0f} + t0) / ({:.0f} (T + t0)), t0 {:.0f} / {:.0f}), fp32 {:.4g}, "
                    "memory {:.4g} TB/s, collectives {:.4g} GB/s bus bandwidth\n",
-                   rates.device, rates.gemm_bf16 / 1e12, rates.dw_adamw_gemm / 1e12,
+                   rates.device, rates.gemm_bf16 / 1e12, rates.dw_adamw_gemm / 1e12, rates.dw_adamw_epilogue_exposed,
                    rates.gemm_f32_mode.empty() ? "" : fmt::format(" ({})", rates.gemm_f32_mode), rates.gemm_f32 / 1e12,
                    rates.gemm_efficiency,
                    rates.attention_bf16 / 1e12, rates.sm90_rate_seq_len, rates.attention_bf16_fwd_sm90 / 1e12,

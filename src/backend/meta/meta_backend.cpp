@@ -68,10 +68,11 @@ MetaRates MetaRates::for_target(Device d, Fp32Matmul fp32_matmul, const std::str
     r.attention_f32 = 100e12;  // flash2 fp32 runs as 3xTF32: assumed ~1/4 of the bf16 kernel
     r.memory_bandwidth = 4.2e12;
     // The fused dW + AdamW kernel's product runs at 0.83 of cuBLASLt's on an H200 (an xl block's four products 0.70
-    // against 0.58 ms, results/NOTES.md v28; 0.79 on an H100: 0.757 against 0.595, v31), and its time is about that
-    // product's plus its epilogue's bytes (H100, v31: 1.47 ms an xl block = 0.76 + 0.71 at 3.35 TB/s, 13% of it
-    // overlapped).
+    // against 0.58 ms, results/NOTES.md v28; 0.79 on an H100: 0.757 against 0.595, v31), and its time is that
+    // product's plus 0.76 of its epilogue's bytes at this model's memory rate (H100, v31 / v32: an xl block 1.4665 ms
+    // = 0.7578 + 0.709, where 26 bytes x 104.9M weights at 4.2 x 3.35 / 4.8 TB/s take 0.932).
     r.dw_adamw_gemm = 0.83 * r.gemm_bf16;
+    r.dw_adamw_epilogue_exposed = 0.76;
     r.source = "H200 measurements in shared/ANCHORS.md (GEMM peaks times gemm_efficiency; attention fp32 assumed)";
     const GpuSpec& spec = gpu_spec(gpu);
     if (spec.name != "h200") {  // the same chip: the H200's compute rates, the bytes at this GPU's bandwidth
@@ -125,7 +126,8 @@ void MetaBackend::touch() {
   hw = std::max(hw, stats_.total);
 }
 
-void MetaBackend::account(double flops, double executed, double rate, double bytes, double bytes_after) {
+void MetaBackend::account(double flops, double executed, double rate, double bytes, double bytes_after,
+                          double after_exposed) {
   touch();
   cost_.flops += flops;
   cost_.executed_flops += executed;
@@ -134,7 +136,7 @@ void MetaBackend::account(double flops, double executed, double rate, double byt
   const double tc = rate > 0 ? executed / rate : 0, tm = bytes / rates_.memory_bandwidth;
   if (tc >= tm) cost_.compute_s += tc;
   else cost_.memory_s += tm;
-  cost_.memory_s += bytes_after / rates_.memory_bandwidth;
+  cost_.memory_s += after_exposed * bytes_after / rates_.memory_bandwidth;
 }
 
 void MetaBackend::grow(Buffer& b, size_t bytes) {
@@ -274,7 +276,7 @@ void MetaBackend::matmul_dw_adamw(Tensor p, Tensor m, Tensor v, Tensor p_work, c
   // p_work written, the earlier sum read when accumulating), no temporary
   const double f = 2.0 * double(p.numel()) * double(dY.rows());
   account(f, f, rates_.dw_adamw_gemm, b(dY) + b(X),
-          2 * b(p) + 2 * b(m) + 2 * b(v) + b(p_work) + (accumulate ? b(g_buf) : 0.0));
+          2 * b(p) + 2 * b(m) + 2 * b(v) + b(p_work) + (accumulate ? b(g_buf) : 0.0), rates_.dw_adamw_epilogue_exposed);
 }
 
 }  // namespace trainer

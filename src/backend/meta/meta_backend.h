@@ -52,7 +52,8 @@ struct MetaRates {
   double attention_f32 = 0;
   double memory_bandwidth = 0;     // bytes read + written per second
   double dw_adamw_gemm = 0;        // the fused dW + AdamW kernel's product (kernels/dw_adamw), FLOPs per second; its
-                                   //   epilogue's bytes follow it in sequence (measured: little of them overlaps)
+                                   //   epilogue's bytes follow it, dw_adamw_epilogue_exposed of their time added
+  double dw_adamw_epilogue_exposed = 1.0;
   std::string source;              // where the numbers come from
   /// H200 figures (shared/ANCHORS.md) for Device::cuda (another `gpu`: memory_bandwidth scaled by its HBM bandwidth
   /// against the H200's), nominal CPU figures for Device::cpu.
@@ -132,8 +133,10 @@ class MetaBackend final : public Backend {
 
  private:
   /// One op: model FLOPs, executed FLOPs at `rate` FLOP/s, bytes moved beside them (the op takes the slower of the
-  /// two) and `bytes_after`, moved once they are done (added at the memory rate: a fused epilogue's traffic).
-  void account(double flops, double executed, double rate, double bytes, double bytes_after = 0);
+  /// two) and `bytes_after`, moved once they are done (a fused epilogue's traffic: `after_exposed` of their time at
+  /// the memory rate is added, the rest runs under the products).
+  void account(double flops, double executed, double rate, double bytes, double bytes_after = 0,
+               double after_exposed = 1.0);
   void touch();                  // records the current total in the phase's high-water mark
   void scratch(size_t bytes);    // cuda target: the CUDA backend's growable scratch (cuda_sizes::scratch_grown)
   void grow(Buffer& b, size_t bytes);  // cuda target: `b` grown by the scratch rule (CudaBackend::grown)
