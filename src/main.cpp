@@ -37,6 +37,7 @@
 #include "git_info.h"
 #include "io/result_record.h"
 #include "jobs/job.h"
+#include "parallel/strategy.h"
 #include "plan/fit.h"
 #include "plan/host_memory.h"
 #include "plan/planner.h"
@@ -185,6 +186,16 @@ RunConfig load_plan_config(const Args& a, int world, std::string* assumed) {
 }
 
 /// trainer --plan: prints rank 0's plan (and every rank's where they differ). Returns the exit code.
+/// ", optimizer in_backward + in_gemm (N of M products: those of >= K elements)" (the plan's config line).
+std::string in_gemm_summary(const RunConfig& cfg) {
+  const auto [fused, all] = in_gemm_fused_products(ParamLayout(model_dims(cfg.model)),
+                                                   cfg.optimizer.in_gemm_min_elements);
+  return fmt::format(", optimizer in_backward + in_gemm ({} of {} products{})", fused, all,
+                     cfg.optimizer.in_gemm_min_elements > 0
+                         ? fmt::format(": those of >= {} elements", cfg.optimizer.in_gemm_min_elements)
+                         : "");
+}
+
 int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool as_json, bool fit,
              double device_memory_gib, const std::string& gpu_arg) {
   CONFIG_CHECK(device_memory_gib == 0 || cfg.device == "cuda", "--device-memory applies to a cuda plan (the cpu "
@@ -240,10 +251,7 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
                            cfg.bench.phase,
                            !cfg.optimizer.in_backward.value_or(false) ? ""
                            : !cfg.optimizer.in_gemm.value_or(false)   ? ", optimizer in_backward"
-                           : cfg.optimizer.in_gemm_min_elements > 0
-                               ? fmt::format(", optimizer in_backward + in_gemm (products of >= {} elements)",
-                                             cfg.optimizer.in_gemm_min_elements)
-                               : ", optimizer in_backward + in_gemm");
+                               : in_gemm_summary(cfg));
   if (!differ) {
     if (world > 1) std::cout << fmt::format("(ranks 0..{} have the same plan; rank 0 shown)\n", world - 1);
     std::cout << plans[0].table();

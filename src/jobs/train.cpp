@@ -169,6 +169,13 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                phase, cfg.precision, cfg.attention, strategy->name(), ctx.world_size,
                cfg.data.batch_size, ctx.world_size, n_micro, micro, total_steps, cfg.bench.warmup_steps,
                format_bytes(setup_bytes));
+  if (cfg.optimizer.in_backward.value_or(false) && cfg.optimizer.in_gemm.value_or(false)) {
+    const auto [fused, all] = in_gemm_fused_products(model.layout(), cfg.optimizer.in_gemm_min_elements);
+    spdlog::info("optimizer: in_gemm: {} of {} weight-gradient products apply AdamW to their weights in the same call "
+                 "(one fused kernel on an sm_90 GPU; optimizer.in_gemm_min_elements {}); the other parameters are "
+                 "updated after their unit's backward (in_backward)",
+                 fused, all, cfg.optimizer.in_gemm_min_elements);
+  }
   if (!do_backward) {
     spdlog::info("activations: phase forward (inference): each block's activations are freed once its output exists; "
                  "LM head in chunks of {} tokens",

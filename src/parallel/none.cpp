@@ -56,13 +56,8 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
     // in_gemm: which matrices are updated in their products (those of products of at least in_gemm_min_elements);
     // where none is, the step is in_backward's alone
     const std::vector<ParamInfo>& ps = lay.params();
-    fuse_.assign(ps.size(), 0);
-    for (size_t i = 0; i < ps.size(); ++i) {
-      param_index_[ps[i].offset] = int64_t(i);
-      if (!eligible_unit(ps[i].unit) || ps[i].shape.size() != 2) continue;
-      fuse_[i] = ps[i].product_numel > 0 ? ps[i].product_numel >= optimizer_.in_gemm_min_elements
-                                         : fuse_[i - 1];  // (k, v, w3: their product's first matrix's choice)
-    }
+    fuse_ = in_gemm_fused(lay, optimizer_.in_gemm_min_elements);
+    for (size_t i = 0; i < ps.size(); ++i) param_index_[ps[i].offset] = int64_t(i);
     in_gemm_ = std::find(fuse_.begin(), fuse_.end(), 1) != fuse_.end();
     if (!in_gemm_) return;
     // a fused unit's runs of parameters between its matrices (the gains), each run at a 64-element boundary
@@ -208,10 +203,7 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
   }
 
  private:
-  /// The units whose matrices in_gemm may update inside their products: the blocks and the head (Model::weight_grad;
-  /// not the embedding, whose gradient is a scatter).
-  static bool eligible_unit(int u) { return u >= 1; }
-  /// The units with a matrix it so updates (setup: matrices_).
+  /// The units with a matrix in_gemm updates inside its product (setup: matrices_).
   bool fused_unit(int u) const { return in_gemm_ && !matrices_[size_t(u)].empty(); }
   /// The parameters it so updates: their weight matrices whose product is large enough (fuse_).
   bool fused(const ParamInfo& p) const {
@@ -254,6 +246,29 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
                   // factor)
 };
 }  // namespace
+
+std::vector<char> in_gemm_fused(const ParamLayout& layout, int64_t min_elements) {
+  const std::vector<ParamInfo>& ps = layout.params();
+  std::vector<char> fuse(ps.size(), 0);
+  for (size_t i = 0; i < ps.size(); ++i) {
+    if (ps[i].unit < 1 || ps[i].shape.size() != 2) continue;  // the embedding (unit 0), the gains
+    fuse[i] = ps[i].product_numel > 0 ? ps[i].product_numel >= min_elements
+                                      : fuse[i - 1];  // (k, v, w3: their product's first matrix's choice)
+  }
+  return fuse;
+}
+
+std::pair<int, int> in_gemm_fused_products(const ParamLayout& layout, int64_t min_elements) {
+  const std::vector<ParamInfo>& ps = layout.params();
+  const std::vector<char> fuse = in_gemm_fused(layout, min_elements);
+  int fused = 0, all = 0;
+  for (size_t i = 0; i < ps.size(); ++i)
+    if (ps[i].unit >= 1 && ps[i].product_numel > 0) {
+      ++all;
+      fused += fuse[i];
+    }
+  return {fused, all};
+}
 
 std::unique_ptr<Strategy> make_none_strategy(const OptimizerCfg& optimizer, uint64_t seed, Backend& be) {
   return std::make_unique<NoneStrategy>(optimizer, seed, be);

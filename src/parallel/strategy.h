@@ -118,6 +118,13 @@ class Strategy : public ParamResidency {
   double step_norm_ = std::numeric_limits<double>::quiet_NaN();  // step_grad_norm()'s default (optimizer_step sets it)
 };
 
+/// optimizer.in_gemm's choice (strategy none): per parameter of `layout`, whether the product that computes its
+/// gradient updates it: the matrices of the blocks and the head (not the embedding, whose gradient is a scatter)
+/// whose product has at least `min_elements` elements (ParamInfo::product_numel; k, v, w3 go with their product).
+std::vector<char> in_gemm_fused(const ParamLayout& layout, int64_t min_elements);
+/// The products it so fuses, and all products of the blocks and the head (the plan's and the log's "N of M").
+std::pair<int, int> in_gemm_fused_products(const ParamLayout& layout, int64_t min_elements);
+
 /// The strategy named by cfg.parallel.strategy. comm may be null only for "none".
 std::unique_ptr<Strategy> make_strategy(const RunConfig& cfg, Backend& be, Communicator* comm);
 

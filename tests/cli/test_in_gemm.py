@@ -78,8 +78,11 @@ def plan(*sets, cfg="configs/xl.json"):
 
 
 @pytest.mark.parametrize("sets, header", [
-    (("device=cuda", "precision=bf16"), "optimizer in_backward + in_gemm (products of >= 8388608 elements)"),
-    (("device=cuda", "precision=bf16", "optimizer.in_gemm_min_elements=0"), "optimizer in_backward + in_gemm"),
+    # xl: 4 products a block (Wqkv, Wo, [W1; W3], W2) x 32 and the head's; Wo's 6.6M elements are below the bound
+    (("device=cuda", "precision=bf16"),
+     "optimizer in_backward + in_gemm (97 of 129 products: those of >= 8388608 elements)"),
+    (("device=cuda", "precision=bf16", "optimizer.in_gemm_min_elements=0"),
+     "optimizer in_backward + in_gemm (129 of 129 products)"),
     (("device=cuda", "precision=fp32"), "optimizer in_backward"),
     (("device=cuda", "precision=bf16_pure"), "optimizer in_backward"),
     (("device=cpu", "precision=fp32"), "optimizer in_backward"),
@@ -109,7 +112,8 @@ def test_in_gemm_auto_plans_xl_faster_and_smaller():
 def test_in_gemm_auto_fuses_nothing_in_small():
     """small's largest product, the head's 10000 x 768 = 7.68M elements, is below the default bound: auto plans
     exactly in_gemm off (the same peak and time), and a bound at 7680000 fuses the head."""
-    auto, _ = plan("device=cuda", "precision=bf16", cfg="configs/small.json")
+    auto, line = plan("device=cuda", "precision=bf16", cfg="configs/small.json")
+    assert line.endswith("in_gemm (0 of 49 products: those of >= 8388608 elements)"), line
     off, _ = plan("device=cuda", "precision=bf16", "optimizer.in_gemm=false", cfg="configs/small.json")
     head, _ = plan("device=cuda", "precision=bf16", "optimizer.in_gemm_min_elements=7680000", cfg="configs/small.json")
     assert auto["memory"]["peak_bytes"] == off["memory"]["peak_bytes"] and auto["time_s"] == off["time_s"]
