@@ -19,6 +19,8 @@
 #   step NAME SECONDS CMD...  CMD under `timeout SECONDS`, stdout and stderr to $R/NAME.log; logs "NAME rc N" and
 #                         saves; returns CMD's status (124: timed out)
 #   left LIMIT            seconds left of a LIMIT-second budget since t0 (for a last step that takes what is left)
+#   train_step NAME CONFIG [ARGS...]   step NAME (120 s): .dev/bin/trainer CONFIG on cuda bf16, record $R/NAME.json
+#   peer_step NAME SECONDS [ARGS...]   step NAME: launch/torch_bench.py --mode compiled ARGS, record $R/NAME.json
 set -u
 if [ -z "${OUT:-}" ]; then
   echo "device_call.sh: OUT is not set (the run tool's output folder)" >&2
@@ -67,3 +69,16 @@ step() {
 }
 
 left() { echo $(($1 - ($(date +%s) - t0))); }
+
+# The two runs most calls compare (issue 19's ratios):
+train_step() {  # NAME CONFIG [ARGS...]: the trainer (.dev/bin/trainer) on cuda bf16, its record $R/NAME.json
+  local n=$1 c=$2
+  shift 2
+  step "$n" 120 .dev/bin/trainer "$c" --set device=cuda --set precision=bf16 --set name="$n" \
+    --set output.results="$R/$n.json" "$@"
+}
+peer_step() {  # NAME SECONDS [ARGS...]: launch/torch_bench.py --mode compiled ARGS, its record $R/NAME.json
+  local n=$1 lim=$2
+  shift 2
+  step "$n" "$lim" python3 launch/torch_bench.py --mode compiled "$@" --json "$R/$n.json"
+}

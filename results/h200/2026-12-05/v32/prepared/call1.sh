@@ -5,31 +5,26 @@
 # time is left, xl ctx 2048 (auto) beside the peer. Carry .dev (trainer.xz, unit_tests.xz).
 source launch/device_call.sh "$0"
 unpack_bins trainer unit_tests
-T=.dev/bin/trainer
 L=${LIMIT:-585}
 step cuda_tests 200 .dev/bin/unit_tests "${TESTS:-[cuda]}"
-run() { local n=$1 c=$2; shift 2
-  step $n 120 $T $c --set device=cuda --set precision=bf16 --set name=$n --set output.results=$R/$n.json "$@"; }
-peer() { local n=$1 lim=$2; shift 2
-  step $n $lim python3 launch/torch_bench.py --mode compiled "$@" --compile-mode reduce-overhead --json $R/$n.json; }
 OFF="--set optimizer.in_gemm=false"; EVERY="--set optimizer.in_gemm_min_elements=0"
-run small_off configs/small.json $OFF
-run small_auto configs/small.json
-run small_off2 configs/small.json $OFF
-run small_auto2 configs/small.json
-run small_every configs/small.json $EVERY
+train_step small_off configs/small.json $OFF
+train_step small_auto configs/small.json
+train_step small_off2 configs/small.json $OFF
+train_step small_auto2 configs/small.json
+train_step small_every configs/small.json $EVERY
 X="--set bench.warmup_steps=3 --set bench.measure_steps=10"
-run xl_off configs/xl.json $OFF $X
-run xl_auto configs/xl.json $X
-run xl_every configs/xl.json $EVERY $X
-run xl_auto2 configs/xl.json $X
-run xl_off2 configs/xl.json $OFF $X
+train_step xl_off configs/xl.json $OFF $X
+train_step xl_auto configs/xl.json $X
+train_step xl_every configs/xl.json $EVERY $X
+train_step xl_auto2 configs/xl.json $X
+train_step xl_off2 configs/xl.json $OFF $X
 # the peer while time is left (with little device time, the trainer's own off / auto comparison comes first)
-if [ $(left $L) -gt 130 ]; then peer torch_xl $(( $(left $L) - 5 )) --preset xl --warmup 3 --steps 10; fi
-if [ $(left $L) -gt 70 ]; then peer torch_small $(( $(left $L) - 5 )) --preset small --warmup 5 --steps 30; fi
+if [ $(left $L) -gt 130 ]; then peer_step torch_xl $(( $(left $L) - 5 )) --preset xl --warmup 3 --steps 10 --compile-mode reduce-overhead; fi
+if [ $(left $L) -gt 70 ]; then peer_step torch_small $(( $(left $L) - 5 )) --preset small --warmup 5 --steps 30 --compile-mode reduce-overhead; fi
 if [ $(left $L) -gt 200 ]; then
-  run xl2k_auto configs/xl.json --set model.context_length=2048 --set bench.warmup_steps=2 --set bench.measure_steps=5
-  peer torch_xl2k $(( $(left $L) - 15 )) --preset xl --ctx 2048 --warmup 2 --steps 5
+  train_step xl2k_auto configs/xl.json --set model.context_length=2048 --set bench.warmup_steps=2 --set bench.measure_steps=5
+  peer_step torch_xl2k $(( $(left $L) - 15 )) --preset xl --ctx 2048 --warmup 2 --steps 5 --compile-mode reduce-overhead
 fi
 {
 tail -2 $R/cuda_tests.log
