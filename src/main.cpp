@@ -378,8 +378,10 @@ int main(int argc, char** argv) {
                    "device: 'cuda' was asked for but {}", TRAINER_HAVE_CUDA_BUILD
                        ? "no CUDA device is visible"
                        : "this trainer was built without CUDA (no nvcc at build time, or -DTRAINER_CUDA=OFF)");
-      if (!args.print_config && cfg.output.results)  // a live run's record is not taken over
+      if (!args.print_config && cfg.output.results) {  // a live run's record is not taken over
         check_record_not_in_use(*cfg.output.results, "output.results");
+        if (rank == 0) lock_record_path(*cfg.output.results, "output.results");  // nor one still starting
+      }
       if (!args.print_config && cfg.job == "train")  // before anything is allocated (plan/host_memory.h)
         check_host_memory(cfg, world, mpi.local_size(), /*dry_run=*/false);
       if (!args.print_config && cfg.job == "collective_bench")

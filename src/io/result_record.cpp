@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <mpi.h>
 #include <sched.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -103,6 +104,65 @@ void check_output_path(const std::string& path, const std::string& key) {
                                   std::strerror(errno)));
   ::close(fd);
   ::unlink(probe.c_str());
+}
+
+bool is_file_at(int fd, const std::string& path) {
+  struct stat a {}, b {};
+  return ::fstat(fd, &a) == 0 && ::stat(path.c_str(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+namespace {
+// The record lock this process holds (lock_record_path), released and its file removed at exit: unlinked while
+// still locked, so that a run that opened it meanwhile finds it taken and one that opens it later makes a new one.
+struct RecordLock {
+  int fd = -1;
+  std::string path;
+  ~RecordLock() {
+    if (fd < 0) return;
+    if (is_file_at(fd, path)) ::unlink(path.c_str());
+    ::close(fd);
+  }
+};
+RecordLock& record_lock() {
+  static RecordLock held;
+  return held;
+}
+}  // namespace
+
+void lock_record_path(const std::string& path, const std::string& key) {
+  RecordLock& held = record_lock();
+  if (held.fd >= 0) return;  // one record a process
+  const fs::path target = output_target(path);
+  std::error_code ec;
+  const fs::file_status st = fs::status(target, ec);
+  if (fs::exists(st) && !fs::is_regular_file(st)) return;  // a device: nothing to keep apart
+  const fs::path dir = parent_dir(target.string());
+  if (!fs::is_directory(dir, ec)) return;  // no record there yet: made by the writer
+  const std::string lock = (dir / fmt::format(".{}.lock", target.filename().string())).string();
+  for (int attempt = 0; attempt < 5; ++attempt) {  // again while the file locked is no longer the lock file
+    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      char buf[32] = {};
+      std::string holder = "another run";
+      if (::pread(fd, buf, sizeof buf - 1, 0) > 0 && !trim(buf).empty()) holder = "the run of pid " + trim(buf);
+      ::close(fd);
+      if (err != EWOULDBLOCK) return;  // no flock on this filesystem
+      throw ConfigError(fmt::format("{}: '{}' is the record of a run still starting or going ({} holds '{}'); choose "
+                                    "another path, or wait for it", key, path, holder, lock));
+    }
+    if (!is_file_at(fd, lock)) {
+      ::close(fd);
+      continue;
+    }
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    const bool noted = ::ftruncate(fd, 0) == 0 && ::pwrite(fd, pid.data(), pid.size(), 0) == ssize_t(pid.size());
+    (void)noted;  // the lock holds without its note (a second run then names "another run")
+    held.fd = fd;
+    held.path = lock;
+    return;
+  }
 }
 
 namespace {

@@ -22,6 +22,18 @@ void check_output_path(const std::string& path, const std::string& key);
 /// pid reused after that run died): a record left "running" by a killed run is replaced as before.
 void check_record_not_in_use(const std::string& path, const std::string& key);
 
+/// Rank 0's claim on its record path, held until the process exits: an advisory lock (flock) on `.NAME.lock` in the
+/// record's directory (NAME: the file name of output_target(path)), holding this process's pid. Two runs started
+/// together both pass check_record_not_in_use (neither has written its "running" record yet); the second to lock
+/// gets ConfigError naming `key` and the holder's pid. Nothing is locked for a device (/dev/null), a directory that
+/// does not exist yet (the record's writer makes it), a lock file that cannot be created (the record's write reports
+/// that directory), or a filesystem without flock (some NFS: unguarded, as before). The lock file is removed at exit.
+void lock_record_path(const std::string& path, const std::string& key);
+
+/// Whether descriptor fd is still the file at `path` (another process may have unlinked it and made a new one
+/// between an open and a flock: a lock on the unlinked file would keep nobody out).
+bool is_file_at(int fd, const std::string& path);
+
 /// One contiguous piece of a file written by write_file_atomic.
 struct FilePart {
   const void* data;

@@ -69,13 +69,6 @@ HeldLock& held_lock() {
   return h;
 }
 
-// Whether fd is still the file at `path` (another run may have unlinked it, and made a new one, between our open and
-// our flock: a lock on the unlinked file would keep nobody out).
-bool is_file_at(int fd, const std::string& path) {
-  struct stat a {}, b {};
-  return ::fstat(fd, &a) == 0 && ::stat(path.c_str(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
-}
-
 }  // namespace
 
 void remove_new_checkpoint_dir() {

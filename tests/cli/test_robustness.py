@@ -178,6 +178,34 @@ def test_a_live_runs_record_is_not_taken_over(trainer_bin, tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+def test_a_record_path_locked_by_a_starting_run_is_refused(trainer_bin, tmp_path):
+    """Two runs started together both find no "running" record; the first to start holds a lock (flock) on
+    .NAME.lock beside the record until it exits, so the second is refused with one line naming the holder's pid.
+    Here this test holds that lock as a run would; released, the path is free, and the run's own lock file is gone
+    once it ends."""
+    import fcntl
+    cfg = tiny_config(tmp_path)
+    results = pathlib.Path(cfg["output"]["results"])
+    results.parent.mkdir(parents=True, exist_ok=True)
+    c = write_json(tmp_path / "c.json", cfg)
+    lock = results.parent / f".{results.name}.lock"
+    with open(lock, "w") as f:
+        f.write("4242\n")
+        f.flush()
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        before = snapshot(tmp_path)
+        r = run(trainer_bin, [c], tmp_path)
+        assert r.returncode == 2, r.stderr
+        assert "is the record of a run still starting or going (the run of pid 4242 holds" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert snapshot(tmp_path) == before  # nothing written, the lock file left to its holder
+    lock.unlink()
+    r = run(trainer_bin, [c], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(results.read_text())["status"] == "ok"
+    assert sorted(x.name for x in results.parent.iterdir()) == [results.name]  # its lock file removed at exit
+
+
 def test_a_running_record_is_judged_by_its_process_start_time(trainer_bin, tmp_path):
     """The guard asks whether the record's pid started shortly before the record's "started": any program counts (a
     copy or a rebuild of the trainer), and a pid whose process started long before the record (reused) does not."""
