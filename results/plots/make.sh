@@ -47,3 +47,5 @@ $P loss $(for s in $strategies; do echo results/h200x2/2026-11-30/small20/const_
 # Issue 19: the trainer's step over the PyTorch peer's measured beside it, by version (the records: peer_ratio.json).
 $P ratio $O/peer_ratio.json -o $O/peer_ratio_h200.png \
   --title "Issue 19 on H200: trainer step / PyTorch's, same call (v0-v3: same session, 1 GPU of H200x2)"
+$P ratio $O/peer_ratio_h100.json -o $O/peer_ratio_h100.png \
+  --title "Issue 19 on an H100 80GB: trainer step / PyTorch's reduce-overhead, same call"
