@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -129,6 +130,16 @@ RecordLock& record_lock() {
 }
 }  // namespace
 
+std::string record_lock_path(const std::string& path) {
+  std::error_code ec;
+  const std::string canonical = fs::weakly_canonical(output_target(path), ec).string();
+  uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bits, of the record's canonical path
+  for (const unsigned char ch : ec ? output_target(path) : canonical) h = (h ^ ch) * 1099511628211ull;
+  const char* tmp = std::getenv("TMPDIR");
+  const fs::path dir = fs::path(tmp && *tmp ? tmp : "/tmp") / fmt::format("trainer-locks-{}", ::getuid());
+  return (dir / fmt::format("{}.{:016x}.lock", fs::path(canonical).filename().string(), h)).string();
+}
+
 void lock_record_path(const std::string& path, const std::string& key) {
   RecordLock& held = record_lock();
   if (held.fd >= 0) return;  // one record a process
@@ -136,12 +147,13 @@ void lock_record_path(const std::string& path, const std::string& key) {
   std::error_code ec;
   const fs::file_status st = fs::status(target, ec);
   if (fs::exists(st) && !fs::is_regular_file(st)) return;  // a device: nothing to keep apart
-  const fs::path dir = parent_dir(target.string());
-  if (!fs::is_directory(dir, ec)) return;  // no record there yet: made by the writer
-  const std::string lock = (dir / fmt::format(".{}.lock", target.filename().string())).string();
+  if (!fs::is_directory(parent_dir(target.string()), ec)) return;  // no record there yet: made by the writer
+  const std::string lock = record_lock_path(path);
+  fs::create_directories(fs::path(lock).parent_path(), ec);
+  ::chmod(fs::path(lock).parent_path().c_str(), 0700);
   for (int attempt = 0; attempt < 5; ++attempt) {  // again while the file locked is no longer the lock file
-    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return;
+    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) return;  // no lock directory: unguarded, as before
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
       char buf[32] = {};
@@ -149,8 +161,8 @@ void lock_record_path(const std::string& path, const std::string& key) {
       if (::pread(fd, buf, sizeof buf - 1, 0) > 0 && !trim(buf).empty()) holder = "the run of pid " + trim(buf);
       ::close(fd);
       if (err != EWOULDBLOCK) return;  // no flock on this filesystem
-      throw ConfigError(fmt::format("{}: '{}' is the record of a run still starting or going ({} holds '{}'); choose "
-                                    "another path, or wait for it", key, path, holder, lock));
+      throw ConfigError(fmt::format("{}: '{}' is the record of a run still starting or going ({}; lock '{}'); "
+                                    "choose another path, or wait for it", key, path, holder, lock));
     }
     if (!is_file_at(fd, lock)) {
       ::close(fd);

@@ -22,13 +22,17 @@ void check_output_path(const std::string& path, const std::string& key);
 /// pid reused after that run died): a record left "running" by a killed run is replaced as before.
 void check_record_not_in_use(const std::string& path, const std::string& key);
 
-/// Rank 0's claim on its record path, held until the process exits: an advisory lock (flock) on `.NAME.lock` in the
-/// record's directory (NAME: the file name of output_target(path)), holding this process's pid. Two runs started
-/// together both pass check_record_not_in_use (neither has written its "running" record yet); the second to lock
-/// gets ConfigError naming `key` and the holder's pid. Nothing is locked for a device (/dev/null), a directory that
-/// does not exist yet (the record's writer makes it), a lock file that cannot be created (the record's write reports
-/// that directory), or a filesystem without flock (some NFS: unguarded, as before). The lock file is removed at exit.
+/// Rank 0's claim on its record path, held until the process exits: an advisory lock (flock) on
+/// record_lock_path(path), holding this process's pid. Two runs started together both pass check_record_not_in_use
+/// (neither has written its "running" record yet); the second to lock gets ConfigError naming `key`, the holder's pid
+/// and the lock. Nothing is locked for a device (/dev/null), a record directory that does not exist yet (the record's
+/// writer makes it), a lock that cannot be made, or a filesystem without flock (unguarded, as before). The lock file
+/// is removed at a normal exit; one left by an abort is reused (the lock went with its process).
 void lock_record_path(const std::string& path, const std::string& key);
+/// The lock file of a record path: $TMPDIR (or /tmp) / trainer-locks-UID / NAME.HASH.lock, HASH the FNV-1a 64 of the
+/// record's canonical path (output_target, then weakly_canonical) in 16 hex digits, NAME its file name. Outside the
+/// record's directory, so that an abort leaves nothing beside the record.
+std::string record_lock_path(const std::string& path);
 
 /// Whether descriptor fd is still the file at `path` (another process may have unlinked it and made a new one
 /// between an open and a flock: a lock on the unlinked file would keep nobody out).

@@ -178,17 +178,29 @@ def test_a_live_runs_record_is_not_taken_over(trainer_bin, tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+def record_lock(results):
+    """The lock file of a record path (io/result_record.h record_lock_path): $TMPDIR or /tmp, trainer-locks-UID,
+    NAME.HASH.lock with HASH the FNV-1a 64 of the canonical path."""
+    canonical = os.path.realpath(results)
+    h = 1469598103934665603
+    for b in canonical.encode():
+        h = ((h ^ b) * 1099511628211) % 2 ** 64
+    tmp = os.environ.get("TMPDIR") or "/tmp"
+    return pathlib.Path(tmp) / f"trainer-locks-{os.getuid()}" / f"{os.path.basename(canonical)}.{h:016x}.lock"
+
+
 def test_a_record_path_locked_by_a_starting_run_is_refused(trainer_bin, tmp_path):
-    """Two runs started together both find no "running" record; the first to start holds a lock (flock) on
-    .NAME.lock beside the record until it exits, so the second is refused with one line naming the holder's pid.
-    Here this test holds that lock as a run would; released, the path is free, and the run's own lock file is gone
-    once it ends."""
+    """Two runs started together both find no "running" record; the first to start holds a lock (flock) on its
+    record's lock file until it exits, so the second is refused with one line naming the holder's pid. Here this test
+    holds that lock as a run would; released, the path is free, and the run's own lock file is gone once it ends
+    (the lock files live outside the record's directory, so an aborted run leaves nothing beside its record)."""
     import fcntl
     cfg = tiny_config(tmp_path)
     results = pathlib.Path(cfg["output"]["results"])
     results.parent.mkdir(parents=True, exist_ok=True)
     c = write_json(tmp_path / "c.json", cfg)
-    lock = results.parent / f".{results.name}.lock"
+    lock = record_lock(results)
+    lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock, "w") as f:
         f.write("4242\n")
         f.flush()
@@ -196,14 +208,15 @@ def test_a_record_path_locked_by_a_starting_run_is_refused(trainer_bin, tmp_path
         before = snapshot(tmp_path)
         r = run(trainer_bin, [c], tmp_path)
         assert r.returncode == 2, r.stderr
-        assert "is the record of a run still starting or going (the run of pid 4242 holds" in r.stderr, r.stderr
-        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
-        assert snapshot(tmp_path) == before  # nothing written, the lock file left to its holder
+        assert "is the record of a run still starting or going (the run of pid 4242; lock" in r.stderr, r.stderr
+        assert str(lock) in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert snapshot(tmp_path) == before  # nothing written
     lock.unlink()
     r = run(trainer_bin, [c], tmp_path)
     assert r.returncode == 0, r.stderr
     assert json.loads(results.read_text())["status"] == "ok"
-    assert sorted(x.name for x in results.parent.iterdir()) == [results.name]  # its lock file removed at exit
+    assert sorted(x.name for x in results.parent.iterdir()) == [results.name]
+    assert not lock.exists()  # removed at exit
 
 
 def test_a_running_record_is_judged_by_its_process_start_time(trainer_bin, tmp_path):
