@@ -5,12 +5,14 @@
 // step, freed after its update. The Model then keeps no flat gradient buffer (ParamStorage::full_grads false), so
 // at most the gradients of the units whose backward has run but whose update has not exist at once (with one
 // microbatch: one unit's). Without clipping only: the update cannot wait for the global norm.
-// With optimizer.in_gemm as well, the weight matrices of the blocks and the LM head are updated inside the products
+// With optimizer.in_gemm as well, the weight matrices of the blocks and the LM head whose weight-gradient product has
+// at least optimizer.in_gemm_min_elements elements (in_gemm_fused) are updated inside the products
 // that compute their gradients on the step's last microbatch (WeightUpdate: the Model's weight_grad calls update(),
 // AdamW::step_matrix, Backend::matmul_dw_adamw), adding the earlier microbatches' (and head chunks') sum where there
-// are several; the release updates the runs of other parameters (the RMSNorm gains) by step_range, one call per run,
-// and any matrix the Model left to it (the head's bf16 gradient summed over chunks in fp32). With one microbatch a
-// block matrix's gradient never exists: a block's gradient buffer holds only those runs (UnitView::grad_runs).
+// are several; the release updates the runs of other parameters (the RMSNorm gains, the matrices below the bound) by
+// step_range, one call per run, and any matrix the Model left to it (the head's bf16 gradient summed over chunks in
+// fp32). With one microbatch a fused block matrix's gradient never exists: a block's gradient buffer holds only those
+// runs (UnitView::grad_runs).
 #include <algorithm>
 #include <cmath>
 #include <unordered_map>
@@ -210,8 +212,9 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
     const auto i = param_index_.find(p.offset);
     return i != param_index_.end() && fuse_[size_t(i->second)];
   }
-  /// Whether the unit's gradient buffer is compact (the runs only) in this step: a block (whose matrices the Model
-  /// always hands to update(), one product each) on a step of one microbatch. The head's product comes in chunks.
+  /// Whether the unit's gradient buffer is compact (the runs only) in this step: a block (whose fused matrices the
+  /// Model always hands to update(), one product each; the others have slots in the runs) on a step of one
+  /// microbatch. The head's product comes in chunks.
   bool compact_now(int u) const { return n_micro_ == 1 && u + 1 < model_->layout().num_units(); }
   /// The bf16 working copy AdamW refreshes, or none (fp32 and bf16_pure: the weights are the working copy).
   Tensor work() const {
