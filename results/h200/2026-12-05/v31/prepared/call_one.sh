@@ -14,17 +14,13 @@ T=.dev/bin/trainer
 C=launch/dw_adamw_bench/check.py
 L=${LIMIT:-585}
 step cuda_tests 200 .dev/bin/unit_tests "[cuda]"
-run() { local n=$1 c=$2; shift 2
-  step $n 120 $T $c --set device=cuda --set precision=bf16 --set name=$n --set output.results=$R/$n.json "$@"; }
-peer() { local n=$1 lim=$2; shift 2
-  step $n $lim python3 launch/torch_bench.py --mode compiled "$@" --compile-mode reduce-overhead --json $R/$n.json; }
-run small configs/small.json
-peer torch_small 150 --preset small --warmup 5 --steps 30
-run small_gemm configs/small.json --set optimizer.in_gemm=true
+train_step small configs/small.json
+peer_step torch_small 150 --preset small --warmup 5 --steps 30 --compile-mode reduce-overhead
+train_step small_gemm configs/small.json --set optimizer.in_gemm=true --set optimizer.in_gemm_min_elements=0
 X="--set bench.warmup_steps=3 --set bench.measure_steps=10"
-run xl_plain configs/xl.json --set optimizer.in_gemm=false $X
-peer torch_xl 200 --preset xl --warmup 3 --steps 10
-run xl_gemm configs/xl.json --set optimizer.in_gemm=true $X
+train_step xl_plain configs/xl.json --set optimizer.in_gemm=false $X
+peer_step torch_xl 200 --preset xl --warmup 3 --steps 10 --compile-mode reduce-overhead
+train_step xl_gemm configs/xl.json --set optimizer.in_gemm=true --set optimizer.in_gemm_min_elements=0 $X
 step check 120 python3 $C --lib dwa/libdwa.so --quick --no-time --out $R/check
 step time 100 python3 $C --lib dwa/libdwa.so --no-check --rounds 7 --out $R/time
 # v30's checks
