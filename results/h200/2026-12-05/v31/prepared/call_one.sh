@@ -30,7 +30,7 @@ for ph in forward forward_backward; do
   cp $R/plan_$ph.log $R/plan_$ph.json
   step xl_$ph 120 $T $XL --set bench.phase=$ph --set name=xl_$ph --set output.results=$R/xl_$ph.json
 done
-step plan_train_step 60 $T --plan $XL --json
+step plan_train_step 60 $T --plan $XL --set optimizer.in_gemm=false --json  # as xl_plain
 cp $R/plan_train_step.log $R/plan_train_step.json
 step trace 90 $T configs/small.json --set device=cuda --set precision=bf16 --set attention=naive \
   --set bench.warmup_steps=1 --set bench.measure_steps=1 --set profile.trace=$R/trace.json \
