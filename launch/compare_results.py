@@ -122,6 +122,11 @@ def optimizer_summary(r):
     """When AdamW runs: after the backward, inside it per unit (optimizer.in_backward), or in the weight-gradient
     products (in_gemm); peer records: after the backward."""
     o = get(r, "config", "optimizer") or {}
+    g = r.get("in_gemm")
+    if isinstance(g, dict):  # the products the run fused (records since the 32nd session)
+        if not g.get("fused_products"):
+            return "in backward (in gemm: no product of >= {} elements)".format(g.get("min_elements"))
+        return "in backward + in gemm ({} of {} products)".format(g.get("fused_products"), g.get("products"))
     if o.get("in_gemm"):
         return "in backward + in gemm"
     return "in backward" if o.get("in_backward") else "after backward"

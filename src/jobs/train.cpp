@@ -169,8 +169,11 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                phase, cfg.precision, cfg.attention, strategy->name(), ctx.world_size,
                cfg.data.batch_size, ctx.world_size, n_micro, micro, total_steps, cfg.bench.warmup_steps,
                format_bytes(setup_bytes));
+  json in_gemm_record = nullptr;  // the record's in_gemm: which products the run fused (null: in_gemm off)
   if (cfg.optimizer.in_backward.value_or(false) && cfg.optimizer.in_gemm.value_or(false)) {
     const auto [fused, all] = in_gemm_fused_products(model.layout(), cfg.optimizer.in_gemm_min_elements);
+    in_gemm_record = {{"fused_products", fused}, {"products", all},
+                      {"min_elements", cfg.optimizer.in_gemm_min_elements}};
     spdlog::info("optimizer: in_gemm: {} of {} weight-gradient products apply AdamW to their weights in the same call "
                  "(one fused kernel on an sm_90 GPU; optimizer.in_gemm_min_elements {}); the other parameters are "
                  "updated after their unit's backward (in_backward)",
@@ -366,6 +369,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   else
     graph_record["why_not"] = graph_why_not.empty() ? "the run ended before its second step" : graph_why_not;
   r["cuda_graph"] = graph_record;
+  r["in_gemm"] = in_gemm_record;
   if (ctx.world_size > 1) {
     r["timing"]["comm"] = timing_stats(t_comm);
     r["timing"]["comm_exposed"] = timing_stats(t_exposed);

@@ -118,3 +118,27 @@ def test_in_gemm_auto_fuses_nothing_in_small():
     head, _ = plan("device=cuda", "precision=bf16", "optimizer.in_gemm_min_elements=7680000", cfg="configs/small.json")
     assert auto["memory"]["peak_bytes"] == off["memory"]["peak_bytes"] and auto["time_s"] == off["time_s"]
     assert head["time_s"] != off["time_s"]
+
+
+@pytest.mark.parametrize("in_gemm, bound, expect", [
+    ("true", 0, {"fused_products": 9, "products": 9, "min_elements": 0}),   # tiny: 2 blocks x 4 products + the head
+    ("true", 8388608, {"fused_products": 0, "products": 9, "min_elements": 8388608}),
+    ("false", 0, None),
+])
+def test_the_record_says_which_products_were_fused(tmp_path, in_gemm, bound, expect):
+    """The train record's in_gemm: how many of the weight-gradient products the run fused and the bound, null with
+    in_gemm off; launch/compare_results.py's "optimizer update" row reads it."""
+    out = tmp_path / "r.json"
+    p = subprocess.run([BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set", "optimizer.max_grad_norm=null",
+                        "--set", f"optimizer.in_gemm={in_gemm}", "--set", f"optimizer.in_gemm_min_elements={bound}",
+                        "--set", "bench.warmup_steps=0", "--set", "bench.measure_steps=1",
+                        "--set", f"output.results={out}"],
+                       capture_output=True, text=True, timeout=120, cwd=SRC)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(out.read_text())["in_gemm"] == expect
+    c = subprocess.run([sys.executable, str(SRC / "launch/compare_results.py"), str(out)], capture_output=True,
+                       text=True, timeout=60)
+    assert c.returncode == 0, c.stderr
+    row = next(line for line in c.stdout.splitlines() if line.startswith("optimizer update"))
+    want = {0: "in backward + in gemm (9 of 9 products)", 8388608: "in backward (in gemm: no product of >= 8388608"}
+    assert (want[bound] if expect else "in backward") in row, row
