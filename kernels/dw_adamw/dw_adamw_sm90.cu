@@ -73,10 +73,26 @@ constexpr int kEpiSlotBoxes = kEpiArrays<kUpdate, kGradIn> + (!kGradIn && kEpiAr
 // ms at 4; 2 slots and 5 stages 1.475 against 1.468 with the update; the epilogue's float4 loop unrolled 2 or 4
 // times 1.471 / 1.484 (not unrolled).
 constexpr int kMaxStages = 4, kMaxEpiSlots = 4;
-/// The ring's slots: 96 KB of boxes at most, kMaxEpiSlots slots at most (3 with the update, with or without grad_in).
+// DWA_SPLIT_RING (an experiment of the 32nd session, built into the bench's libdwa_split*.so only; not yet run on a
+// GPU): each consumer has its own half of the ring (2 slots) and its own epilogue producer thread (32: consumer 0's
+// tiles, 64: consumer 1's), so that the two epilogues stream at once instead of one after the other (named barriers
+// 4 and 5, which it drops). ncu of v28c (v32) found the kernel epilogue-bound with DRAM at 67% and a consumer
+// waiting for the other's epilogue in 10.5% of the stall samples. The ring then takes 128 KB with the update, the
+// operand stages 3.
+#ifdef DWA_SPLIT_RING
+constexpr bool kSplitRing = true;
+#else
+constexpr bool kSplitRing = false;
+#endif
+/// The ring's slots: 96 KB of boxes at most, kMaxEpiSlots slots at most (3 with the update, with or without grad_in);
+/// split (kSplitRing): 2 a consumer.
 template <bool kUpdate, bool kGradIn>
-constexpr int kEpiSlots =
-    kEpiArrays<kUpdate, kGradIn> == 0 ? 0 : std::min(kMaxEpiSlots, 12 / kEpiSlotBoxes<kUpdate, kGradIn>);
+constexpr int kEpiSlots = kEpiArrays<kUpdate, kGradIn> == 0 ? 0
+                          : kSplitRing                      ? 4
+                                                            : std::min(kMaxEpiSlots, 12 / kEpiSlotBoxes<kUpdate, kGradIn>);
+/// The slots one consumer's epilogue cycles through (its half of the ring when split).
+template <bool kUpdate, bool kGradIn>
+constexpr int kEpiSlotsPer = kEpiSlots<kUpdate, kGradIn> / (kSplitRing ? 2 : 1);
 template <bool kUpdate, bool kGradIn>
 constexpr int kEpiSlotBytes = kEpiSlotBoxes<kUpdate, kGradIn> * kEpiBox;
 template <bool kUpdate, bool kGradIn>
@@ -189,14 +205,15 @@ __device__ __forceinline__ void epilogue_staged(const Params& p, const AdamWStep
                                                 int n0, int j, uint8_t* ring, uint64_t* epi_full,
                                                 uint64_t* epi_empty, int wc, int ct, int warp, int g, int t,
                                                 double& sumsq) {
-  constexpr int kArrays = kEpiArrays<kUpdate, kGradIn>, kSlots = kEpiSlots<kUpdate, kGradIn>;
+  // ring, epi_full, epi_empty: this consumer's (its half of the ring when split)
+  constexpr int kArrays = kEpiArrays<kUpdate, kGradIn>, kSlots = kEpiSlotsPer<kUpdate, kGradIn>;
   // the g box: its own (gbox_offset's layout), or with grad_in, grad_in's box (the TMA's layout), summed in place
   constexpr int kGBox = kGradIn ? (kUpdate ? 3 : 0) : kArrays;
   auto goff = [](int r, int c) { return kGradIn ? swizzle128_f32(r, c) : gbox_offset(r, c); };
 #pragma unroll 1
   for (int k = 0; k < kEpiChunks; ++k) {
     const int h = k / 4, q = k % 4;
-    const int c = j * kEpiChunks + k;
+    const int c = (kSplitRing ? j / 2 : j) * kEpiChunks + k;  // the chunk's place in this ring's sequence
     uint8_t* slot = ring + (c % kSlots) * kEpiSlotBytes<kUpdate, kGradIn>;
     wait_phase(epi_full + c % kSlots, uint32_t((c / kSlots) & 1), "epilogue full");
 #pragma unroll
@@ -308,27 +325,33 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (b2) tma_load_4d(sb + kSubBytes, &tma_x, n0 + 64, kb * kBK, 0, 0, full + s);
         }
       }
-    } else if (tid == 32) {
-      if constexpr (kArrays > 0) for (int j = 0; j < my_tiles; ++j) {
+    } else if (tid == 32 || (kSplitRing && tid == 64)) {
+      // split: thread 32 loads consumer 0's tiles into its half of the ring, thread 64 consumer 1's into the other
+      constexpr int kPer = kEpiSlotsPer<kUpdate, kGradIn>;
+      const int who = kSplitRing && tid == 64 ? 1 : 0;
+      uint8_t* const ring_w = ring + who * kPer * kEpiSlotBytes<kUpdate, kGradIn>;
+      uint64_t* const epi_full_w = epi_full + who * kPer;
+      uint64_t* const epi_empty_w = epi_empty + who * kPer;
+      if constexpr (kArrays > 0) for (int j = who; j < my_tiles; j += kSplitRing ? 2 : 1) {
         int m0, n0;
         tile_origin(int(blockIdx.x) + j * G, m0, n0);
         for (int hq = 0; hq < kEpiChunks; ++hq) {
-          const int c = j * kEpiChunks + hq, s = c % kSlots;
+          const int c = (kSplitRing ? j / 2 : j) * kEpiChunks + hq, s = c % kPer;
           const int row0 = m0 + kEpiRows * (hq / 4), col0 = n0 + kEpiCols * (hq % 4);
-          wait_phase(epi_empty + s, uint32_t(((c / kSlots) & 1) ^ 1), "epilogue empty (producer)");
+          wait_phase(epi_empty_w + s, uint32_t(((c / kPer) & 1) ^ 1), "epilogue empty (producer)");
           // a chunk wholly past M or N is not loaded (its phase completes on the arrival alone): the epilogue skips
           // its elements
           const bool in = row0 < p.M && col0 < p.N;
-          mbar_arrive_expect_tx(epi_full + s, in ? uint32_t(kArrays * kEpiBox) : 0u);
+          mbar_arrive_expect_tx(epi_full_w + s, in ? uint32_t(kArrays * kEpiBox) : 0u);
           if (!in) continue;
-          uint8_t* slot = ring + s * kEpiSlotBytes<kUpdate, kGradIn>;
+          uint8_t* slot = ring_w + s * kEpiSlotBytes<kUpdate, kGradIn>;
           if constexpr (kUpdate) {
-            tma_load_2d(slot, &epi.p, col0, row0, epi_full + s);
-            tma_load_2d(slot + kEpiBox, &epi.m, col0, row0, epi_full + s);
-            tma_load_2d(slot + 2 * kEpiBox, &epi.v, col0, row0, epi_full + s);
+            tma_load_2d(slot, &epi.p, col0, row0, epi_full_w + s);
+            tma_load_2d(slot + kEpiBox, &epi.m, col0, row0, epi_full_w + s);
+            tma_load_2d(slot + 2 * kEpiBox, &epi.v, col0, row0, epi_full_w + s);
           }
           if constexpr (kGradIn)
-            tma_load_2d(slot + (kUpdate ? 3 : 0) * kEpiBox, &epi.grad_in, col0, row0, epi_full + s);
+            tma_load_2d(slot + (kUpdate ? 3 : 0) * kEpiBox, &epi.grad_in, col0, row0, epi_full_w + s);
         }
       }
     }
@@ -370,12 +393,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_regs(acc[1]);
     mbar_arrive(empty + (j * nk + nk - 1) % kStages);
 
-    if (kArrays > 0 && j > 0) named_bar_sync(4 + wc, 256);  // the other consumer's epilogue (tile j - 1) is done
-    if constexpr (kArrays > 0)
-      epilogue_staged<kUpdate, kGradIn>(p, a, acc, m0, n0, j, ring, epi_full, epi_empty, wc, ct, warp, g, t, sumsq);
-    else
+    // (split: each consumer's epilogue has its own ring, so none waits for the other's)
+    if (!kSplitRing && kArrays > 0 && j > 0) named_bar_sync(4 + wc, 256);  // the other's epilogue (tile j - 1) is done
+    if constexpr (kArrays > 0) {
+      constexpr int kPer = kEpiSlotsPer<kUpdate, kGradIn>, w = kSplitRing ? 1 : 0;
+      epilogue_staged<kUpdate, kGradIn>(p, a, acc, m0, n0, j, ring + w * wc * kPer * kEpiSlotBytes<kUpdate, kGradIn>,
+                                        epi_full + w * wc * kPer, epi_empty + w * wc * kPer, wc, ct, warp, g, t,
+                                        sumsq);
+    } else {
       epilogue_store(p, acc, m0, n0, warp, g, t, sumsq);
-    if (kArrays > 0 && j + 1 < my_tiles) named_bar_arrive(4 + (1 - wc), 256);  // tile j + 1's epilogue may start
+    }
+    if (!kSplitRing && kArrays > 0 && j + 1 < my_tiles) named_bar_arrive(4 + (1 - wc), 256);  // tile j + 1's may start
   }
   if (p.partials) {  // the CTA's sum, in a fixed order: lanes (tree), then warps 0..7
 #pragma unroll
