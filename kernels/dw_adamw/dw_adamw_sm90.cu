@@ -31,7 +31,8 @@
 //   a runtime loop (adamw_one per element, whole 128-byte row stores of p, m, v and p_work). v28b's register
 //   epilogue (each thread updating its own column pairs from the slot) lost to it: xl block 1.70 against 1.47 ms
 //   (v31, H100). The two consumers' epilogues run one after the other (named barriers 4 and 5), so each chunk's slot and
-//   phase is waited for by one warpgroup at a time, at most one phase ahead. With grad_in (the step's earlier
+//   phase is waited for by one warpgroup at a time, at most one phase ahead. (DWA_SPLIT_RING, below: each consumer
+//   its own half of the ring and producer thread instead, the epilogues at once.) With grad_in (the step's earlier
 //   microbatches' gradient) g is that element plus the accumulator (kGradIn). Each thread sums its g² over its tiles;
 //   the CTA's sum goes to partials[blockIdx.x] (fixed order), which reduce_partials sums.
 // Ragged edges: TMA zero-fills rows past K and columns past M or N (they add zeros); a 64-column operand box or an
@@ -93,6 +94,9 @@ constexpr int kEpiSlots = kEpiArrays<kUpdate, kGradIn> == 0 ? 0
 /// The slots one consumer's epilogue cycles through (its half of the ring when split).
 template <bool kUpdate, bool kGradIn>
 constexpr int kEpiSlotsPer = kEpiSlots<kUpdate, kGradIn> / (kSplitRing ? 2 : 1);
+static_assert(!kSplitRing || (kEpiSlots<true, true> % 2 == 0 && kEpiSlots<true, false> % 2 == 0 &&
+                              kEpiSlots<false, true> % 2 == 0),
+              "a split ring: two equal halves");
 template <bool kUpdate, bool kGradIn>
 constexpr int kEpiSlotBytes = kEpiSlotBoxes<kUpdate, kGradIn> * kEpiBox;
 template <bool kUpdate, bool kGradIn>

@@ -10,6 +10,8 @@ unpack_tar .dev/dwa.tar.xz
 C=launch/dw_adamw_bench/check.py
 step check_split_debug 150 python3 $C --lib dwa/libdwa_split_debug.so --quick --no-time --out $R/check_split_debug
 step check_split 120 python3 $C --lib dwa/libdwa_split.so --quick --no-time --out $R/check_split
+# every checked shape once (the quick set has 1 and 3 tiles a CTA; the full set more)
+step check_split_full 150 python3 $C --lib dwa/libdwa_split.so --no-time --out $R/check_split_full
 step time_prod 100 python3 $C --lib dwa/libdwa.so --no-check --rounds 7 --out $R/time_prod
 step time_split 100 python3 $C --lib dwa/libdwa_split.so --no-check --rounds 7 --out $R/time_split
 {
