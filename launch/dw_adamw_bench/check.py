@@ -5,7 +5,7 @@ gradient, then kernels::adamw).
 
   python3 launch/dw_adamw_bench/check.py [--lib .carry/dwa/libdwa.so] [--out DIR] [--no-check] [--no-time]
                                          [--rounds N] [--shapes xl,small] [--quick] [--weights W,..]
-                                         [--variants V,..]
+                                         [--variants V,..] [--same-as OTHER_LIB]
 
 Checks, per shape (ragged, strided and the xl / small block's weights; fresh random inputs, outputs NaN-poisoned):
   grad      the kernel's dW (update off, gradient written) against dYᵀX in float64: normwise relative error below
@@ -20,6 +20,9 @@ Checks, per shape (ragged, strided and the xl / small block's weights; fresh ran
             bit, the update from that g as above, and the same bits in place (grad_in the gradient output).
   unfused   today's path on the same inputs: its gradient's normwise error (information) and the largest p difference
             from the fused kernel's, in units of the step size (information).
+--same-as OTHER_LIB: the fused update (with and without grad_in) through both builds from the same state, on five
+of the check shapes and xl's four weights: p, m, v, p_work and the sum of g² equal bit for bit (a failure each
+differing array; e.g. an experimental build such as libdwa_split.so against libdwa.so).
 Timing (--rounds N rounds of every variant in turn, after a warm-up, five calls each queued behind a sleep kernel so
 that host time is not counted; median per variant): the fused kernel (alone, and with grad_in: a last
 microbatch's), today's path (autotuned cuBLASLt + adamw), and each product alone (ours with its fp32 gradient
@@ -46,12 +49,19 @@ p.add_argument("--rounds", type=int, default=11)
 p.add_argument("--quick", action="store_true", help="only the shapes up to 2000 x 2056 (for compute-sanitizer)")
 p.add_argument("--shapes", default="xl,small", help="blocks to time: xl, small (comma-separated)")
 p.add_argument("--weights", default="", help="only these weights (Wqkv,Wo,W13,W2; e.g. for ncu)")
+p.add_argument("--same-as", default="", help="another build of the library (e.g. dwa/libdwa_split.so): its fused "
+               "update must equal this one's bit for bit (p, m, v, p_work, the sum of g^2; with and without grad_in) on "
+               "the check shapes and xl's four (a failure each)")
 p.add_argument("--variants", default="", help="only these timing variants (names as in the table; e.g. for ncu)")
 args = p.parse_args()
 
 ci, cf, vp = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
 lib = ctypes.CDLL(os.path.abspath(args.lib))
 lib.dwa_fused.argtypes = [vp, ci, vp, ci, ci, ci, ci, vp, vp, vp, vp, vp, vp, ci, vp, vp, cf, cf, cf, cf, cf, cf, vp]
+other = None
+if args.same_as:
+    other = ctypes.CDLL(os.path.abspath(args.same_as))
+    other.dwa_fused.argtypes = lib.dwa_fused.argtypes
 lib.dwa_unfused.argtypes = [vp, ci, vp, ci, ci, ci, ci, vp, vp, vp, vp, vp, ci, vp, vp, cf, cf, cf, cf, cf, cf, ci,
                             vp]
 dev = torch.device("cuda")
@@ -89,8 +99,8 @@ class Problem:
         self.p, self.m, self.v = self.p0.clone(), self.m0.clone(), self.v0.clone()
         self.p_work = torch.full((self.M, self.N), float("nan"), device=dev, dtype=torch.bfloat16)
 
-    def fused(self, update=True, grad=None, sumsq=None, grad_in=None):
-        r = lib.dwa_fused(ptr(self.dy), self.ld_dy, ptr(self.x), self.N, self.M, self.N, self.K, ptr(self.p),
+    def fused(self, update=True, grad=None, sumsq=None, grad_in=None, which=None):
+        r = (which or lib).dwa_fused(ptr(self.dy), self.ld_dy, ptr(self.x), self.N, self.M, self.N, self.K, ptr(self.p),
                           ptr(self.m), ptr(self.v), ptr(self.p_work), ptr(grad), ptr(grad_in), int(update),
                           ptr(PARTIALS if sumsq is not None else None), ptr(sumsq), B1, B2, EPS, DECAY, STEP, GSCALE,
                           None)
@@ -291,6 +301,29 @@ if not args.no_check:
               f"m {r['m_err']:.1e} v {r['v_err']:.1e}, sumsq {r['sumsq_rel']:.1e}, grad_in {r['grad_in_err']:.1e}, "
               f"p vs today "
               f"{r['p_diff_steps']:.1e} steps: {'FAIL ' + '; '.join(r['fail']) if r['fail'] else 'ok'}", flush=True)
+if other is not None:
+    # The same inputs through both builds: the fused update, then the same with grad_in (the last microbatch)
+    same_shapes = [(128, 128, 64), (64, 8, 16), (200, 136, 100), (1000, 1000, 333), (2000, 2056, 200)] + \
+        [(M, N, TOKENS) for M, N in XL.values()]
+    for M, N, K in same_shapes:
+        pr = Problem(M, N, K, seed=M + 3 * N + 5 * K)
+        gi = torch.randn(M, N, device=dev) * math.sqrt(K)
+        got = []
+        for which in (lib, other):
+            for grad_in in (None, gi):
+                pr.reset()
+                ss = torch.full((1,), float("nan"), device=dev, dtype=torch.float64)
+                pr.fused(update=True, sumsq=ss, grad_in=None if grad_in is None else grad_in.clone(), which=which)
+                torch.cuda.synchronize()
+                got.append([pr.p.clone(), pr.m.clone(), pr.v.clone(), pr.p_work.clone(), ss.clone()])
+        diff = [name + (" (grad_in)" if half else "") for half in (0, 1)
+                for name, a, b in zip(("p", "m", "v", "p_work", "sumsq"), got[half], got[2 + half])
+                if not torch.equal(a, b)]
+        failures += len(diff)
+        print(f"same as {args.same_as}: M {M} N {N} K {K}: " + ("equal" if not diff else "DIFFER in " + ", ".join(diff)),
+              flush=True)
+        del pr, gi, got
+        torch.cuda.empty_cache()
 if not args.no_time:
     for b in args.shapes.split(","):
         out["timing"] += time_block(b, {"xl": XL, "small": SMALL}[b], args.rounds)
@@ -312,5 +345,5 @@ if out["timing"]:
         print(f"{b:6} {'block':5} {'':6} {'':6} " + " ".join(f"{s[k]:19.4f}" for k in keys) +
               f" {s['floor']:7.4f}" + (f"   fused / today {s['fused'] / s['today']:.3f}" if "fused" in s and "today" in s
                                        else ""))
-print(f"dwa check: {failures} failures" if not args.no_check else "dwa: no checks run")
+print(f"dwa check: {failures} failures" if not args.no_check or other is not None else "dwa: no checks run")
 sys.exit(1 if failures else 0)

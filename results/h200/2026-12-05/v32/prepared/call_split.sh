@@ -12,10 +12,13 @@ step check_split_debug 150 python3 $C --lib dwa/libdwa_split_debug.so --quick --
 step check_split 120 python3 $C --lib dwa/libdwa_split.so --quick --no-time --out $R/check_split
 # every checked shape once (the quick set has 1 and 3 tiles a CTA; the full set more)
 step check_split_full 150 python3 $C --lib dwa/libdwa_split.so --no-time --out $R/check_split_full
+# the split build must give production's numbers bit for bit (each thread's tiles and arithmetic are unchanged)
+step same 150 python3 $C --lib dwa/libdwa.so --same-as dwa/libdwa_split.so --no-check --no-time --out $R/same
 step time_prod 100 python3 $C --lib dwa/libdwa.so --no-check --rounds 7 --out $R/time_prod
 step time_split 100 python3 $C --lib dwa/libdwa_split.so --no-check --rounds 7 --out $R/time_split
 {
 grep -hE "failures|stuck" $R/check_split*.log
+grep -hE "same as|failures" $R/same.log
 echo "production:"; tail -3 $R/time_prod.log
 echo "split:"; tail -3 $R/time_split.log
 } > $R/summary.log 2>&1
