@@ -61,7 +61,25 @@ constexpr int kABytes = 2 * kSubBytes, kBBytes = 2 * kSubBytes;  // M (N) = 128:
 constexpr int kStageBytes = kABytes + kBBytes;
 constexpr int kThreads = 384;  // producer warpgroup + two consumers
 // The epilogue's chunks: 64 rows x 32 columns, an 8 KB fp32 box per array; 8 a tile (2 row halves x 4)
-constexpr int kEpiRows = 64, kEpiCols = 32, kEpiBox = kEpiRows * kEpiCols * 4, kEpiChunks = 8;
+// DWA_WIDE_CHUNK (33rd session's experiment, the bench's libdwa_wide*.so only): chunks of 16 rows x 128 columns
+// (the tile's whole width: 512 contiguous bytes a row of each array, against 128), unswizzled boxes; chunk k is
+// rows 16k.. of the tile, which consumer warp k % 4 holds (of half k / 4), so that warp alone writes the g box. The
+// split ring (above) did not raise the epilogue's rate (v33): this asks whether DRAM's row locality does.
+#ifdef DWA_WIDE_CHUNK
+constexpr bool kWide = true;
+#else
+constexpr bool kWide = false;
+#endif
+constexpr int kEpiRows = kWide ? 16 : 64, kEpiCols = kWide ? 128 : 32, kEpiBox = kEpiRows * kEpiCols * 4,
+              kEpiChunks = 8;
+static_assert(kEpiBox == 8192 && kEpiChunks * kEpiRows * kEpiCols == kBM * kBN, "8 KB boxes; the chunks cover a tile");
+/// The first row and column in the tile of epilogue chunk k.
+__host__ __device__ constexpr int chunk_row0(int k) { return kWide ? kEpiRows * k : kEpiRows * (k / 4); }
+__host__ __device__ constexpr int chunk_col0(int k) { return kWide ? 0 : kEpiCols * (k % 4); }
+/// Byte offset of element (r, c) of a chunk in a TMA-loaded box (p, m, v, grad_in).
+__device__ __forceinline__ uint32_t box_offset(int r, int c) {
+  return kWide ? uint32_t(r * kEpiCols + c) * 4u : swizzle128_f32(r, c);
+}
 /// Arrays the epilogue reads (p, m, v with the update; grad_in).
 template <bool kUpdate, bool kGradIn>
 constexpr int kEpiArrays = (kUpdate ? 3 : 0) + (kGradIn ? 1 : 0);
@@ -193,7 +211,10 @@ __device__ __forceinline__ void epilogue_store(const Params& p, float (&acc)[2][
 /// groups of row r permuted by (r % 4) * 2 ^ (r / 4) % 2, so that the accumulator layout's float2 writes (rows g, g + 8
 /// of a half-warp: 4 rows x 4 column pairs) and the float4 reads (a quarter-warp: one row) are free of bank conflicts
 /// (the boxes' swizzle128_f32 would give the writes two ways).
+/// Wide chunks (16 x 128, 512-byte rows): the groups permuted by (r % 8) * 2, so that the owner warp's float2 writes
+/// (8 rows x 4 column pairs) fill the 32 banks twice and a warp's float4 reads of one row are whole.
 __device__ __forceinline__ uint32_t gbox_offset(int r, int c) {
+  if constexpr (kWide) return uint32_t(r) * 512u + ((uint32_t(c >> 2) ^ (uint32_t(r & 7) << 1)) << 4) + uint32_t(c & 3) * 4u;
   return uint32_t(r) * 128u + ((uint32_t(c >> 2) ^ (uint32_t(r & 3) << 1) ^ uint32_t((r >> 2) & 1)) << 4) +
          uint32_t(c & 3) * 4u;
 }
@@ -213,32 +234,47 @@ __device__ __forceinline__ void epilogue_staged(const Params& p, const AdamWStep
   constexpr int kArrays = kEpiArrays<kUpdate, kGradIn>, kSlots = kEpiSlotsPer<kUpdate, kGradIn>;
   // the g box: its own (gbox_offset's layout), or with grad_in, grad_in's box (the TMA's layout), summed in place
   constexpr int kGBox = kGradIn ? (kUpdate ? 3 : 0) : kArrays;
-  auto goff = [](int r, int c) { return kGradIn ? swizzle128_f32(r, c) : gbox_offset(r, c); };
+  auto goff = [](int r, int c) { return kGradIn ? box_offset(r, c) : gbox_offset(r, c); };
+  // Wide chunks: chunk k = 4 h + w is warp w's rows of half h (acc[h], static under the unrolled h); else chunk
+  // k's 16 accumulators of each thread are acc[0][0..15] (moved down after each chunk).
+#pragma unroll
+  for (int h = 0; h < (kWide ? 2 : 1); ++h)
 #pragma unroll 1
-  for (int k = 0; k < kEpiChunks; ++k) {
-    const int h = k / 4, q = k % 4;
+  for (int kw = 0; kw < (kWide ? 4 : kEpiChunks); ++kw) {
+    const int k = kWide ? 4 * h + kw : kw;
     const int c = (kSplitRing ? j / 2 : j) * kEpiChunks + k;  // the chunk's place in this ring's sequence
     uint8_t* slot = ring + (c % kSlots) * kEpiSlotBytes<kUpdate, kGradIn>;
     wait_phase(epi_full + c % kSlots, uint32_t((c / kSlots) & 1), "epilogue full");
-#pragma unroll
-    for (int jj = 0; jj < 4; ++jj)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float2* gp = reinterpret_cast<float2*>(slot + kGBox * kEpiBox + goff(16 * warp + g + 8 * r, 8 * jj + 2 * t));
-        float2 gv = make_float2(acc[0][4 * jj + 2 * r], acc[0][4 * jj + 2 * r + 1]);
-        if constexpr (kGradIn) {  // the earlier microbatches' sum, then this product (this thread's own elements)
-          const float2 gi = *gp;
-          gv.x = gi.x + gv.x, gv.y = gi.y + gv.y;
-        }
-        *gp = gv;
+    auto put = [&](int rl, int cl, float g0, float g1) {  // this thread's pair (rl, cl), (rl, cl + 1) into the g box
+      float2* gp = reinterpret_cast<float2*>(slot + kGBox * kEpiBox + goff(rl, cl));
+      float2 gv = make_float2(g0, g1);
+      if constexpr (kGradIn) {  // the earlier microbatches' sum, then this product (this thread's own elements)
+        const float2 gi = *gp;
+        gv.x = gi.x + gv.x, gv.y = gi.y + gv.y;
       }
+      *gp = gv;
+    };
+    if constexpr (kWide) {
+      if (warp == kw) {
+#pragma unroll
+        for (int jj = 0; jj < 16; ++jj)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) put(g + 8 * r, 8 * jj + 2 * t, acc[h][4 * jj + 2 * r], acc[h][4 * jj + 2 * r + 1]);
+      }
+    } else {
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          put(16 * warp + g + 8 * r, 8 * jj + 2 * t, acc[0][4 * jj + 2 * r], acc[0][4 * jj + 2 * r + 1]);
+    }
     named_bar_sync(6 + wc, 128);  // the chunk's g box is whole
 #pragma unroll 1
     for (int i = 0; i < kEpiRows * kEpiCols / 4 / 128; ++i) {
-      const int e4 = ct + 128 * i, rl = e4 / 8, cl = (e4 % 8) * 4;  // in the chunk
-      const int row = m0 + 64 * h + rl, col = n0 + 32 * q + cl;
+      const int e4 = ct + 128 * i, rl = e4 / (kEpiCols / 4), cl = (e4 % (kEpiCols / 4)) * 4;  // in the chunk
+      const int row = m0 + chunk_row0(k) + rl, col = n0 + chunk_col0(k) + cl;
       if (row >= p.M || col >= p.N) continue;  // N a multiple of 4: col + 3 < N too
-      const uint32_t so = swizzle128_f32(rl, cl);
+      const uint32_t so = box_offset(rl, cl);
       const float4 gv = *reinterpret_cast<const float4*>(slot + kGBox * kEpiBox + goff(rl, cl));
       sumsq += double(gv.x) * double(gv.x) + double(gv.y) * double(gv.y) + double(gv.z) * double(gv.z) +
                double(gv.w) * double(gv.w);
@@ -266,8 +302,10 @@ __device__ __forceinline__ void epilogue_staged(const Params& p, const AdamWStep
     if constexpr (kGradIn) fence_proxy_async();
     mbar_arrive(epi_empty + c % kSlots);
     // the next chunk's accumulators to the front
+    if constexpr (!kWide) {
 #pragma unroll
-    for (int i = 0; i < 128 - 16; ++i) acc[i / 64][i % 64] = acc[(i + 16) / 64][(i + 16) % 64];
+      for (int i = 0; i < 128 - 16; ++i) acc[i / 64][i % 64] = acc[(i + 16) / 64][(i + 16) % 64];
+    }
   }
 }
 
@@ -341,7 +379,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         tile_origin(int(blockIdx.x) + j * G, m0, n0);
         for (int hq = 0; hq < kEpiChunks; ++hq) {
           const int c = (kSplitRing ? j / 2 : j) * kEpiChunks + hq, s = c % kPer;
-          const int row0 = m0 + kEpiRows * (hq / 4), col0 = n0 + kEpiCols * (hq % 4);
+          const int row0 = m0 + chunk_row0(hq), col0 = n0 + chunk_col0(hq);
           wait_phase(epi_empty_w + s, uint32_t(((c / kPer) & 1) ^ 1), "epilogue empty (producer)");
           // a chunk wholly past M or N is not loaded (its phase completes on the arrival alone): the epilogue skips
           // its elements
@@ -490,12 +528,16 @@ void dw_adamw(const DwAdamWArgs& a, cudaStream_t s) {
       encode_tma_bf16(a.x, 1, a.K, 1, a.N, int64_t(a.K) * a.ld_x, a.ld_x, int64_t(a.K) * a.ld_x, kBK);
   // the epilogue's operands (maps of the arrays it reads; the others stay zero)
   EpiMaps epi{};
+  auto encode = [&](const float* q) {
+    return kWide ? encode_tma_f32_2d_plain(q, a.M, a.N, a.ld, kEpiRows, kEpiCols)
+                 : encode_tma_f32_2d(q, a.M, a.N, a.ld, kEpiRows);
+  };
   if (a.update) {
-    epi.p = encode_tma_f32_2d(a.p, a.M, a.N, a.ld, kEpiRows);
-    epi.m = encode_tma_f32_2d(a.m, a.M, a.N, a.ld, kEpiRows);
-    epi.v = encode_tma_f32_2d(a.v, a.M, a.N, a.ld, kEpiRows);
+    epi.p = encode(a.p);
+    epi.m = encode(a.m);
+    epi.v = encode(a.v);
   }
-  if (a.grad_in) epi.grad_in = encode_tma_f32_2d(a.grad_in, a.M, a.N, a.ld, kEpiRows);
+  if (a.grad_in) epi.grad_in = encode(a.grad_in);
   const int64_t tiles = int64_t(ceil_div(a.M, kBM)) * ceil_div(a.N, kBN);
   if (tiles > int64_t(INT32_MAX) / 4) throw std::invalid_argument("dw_adamw: too many tiles");
   const unsigned grid = unsigned(std::min<int64_t>(tiles, device_sm_count()));

@@ -28,17 +28,17 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
-/// cuTensorMapEncodeTiled with the options every map here uses (no interleave, 128-byte swizzle, L2 promotion 256 B,
-/// out-of-bounds elements read as zero; element strides 1). Aborts (trainer::fatal) naming the view (`what()`) when
-/// the driver refuses it.
+/// cuTensorMapEncodeTiled with the options every map here uses (no interleave, L2 promotion 256 B, out-of-bounds
+/// elements read as zero; element strides 1; 128-byte swizzle unless `swizzle` says otherwise). Aborts
+/// (trainer::fatal) naming the view (`what()`) when the driver refuses it.
 template <class What>
 inline CUtensorMap encode_tiled_swizzle128(CUtensorMapDataType dtype, cuuint32_t rank, const void* base,
                                            const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
-                                           What what) {
+                                           What what, CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
   CUtensorMap map{};
   const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
   const CUresult r = tensor_map_encoder()(&map, dtype, rank, const_cast<void*>(base), dims, strides, box,
-                                          elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     fatal("CUDA", "cuTensorMapEncodeTiled", __FILE__, __LINE__, fmt::format("error {} for {}", int(r), what()));
@@ -69,6 +69,20 @@ inline CUtensorMap encode_tma_f32_2d(const void* base, int64_t rows, int64_t col
   return encode_tiled_swizzle128(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, base, dims, strides, box, [&] {
     return fmt::format("the fp32 [{}, {}] matrix with row stride {}", rows, cols, row_stride);
   });
+}
+
+/// Tensor map of an fp32 [rows, cols] matrix (row stride in elements, a multiple of 4; base 16-byte aligned): box of
+/// box_rows x box_cols (box_cols x 4 bytes a multiple of 16, box_cols <= 256), no swizzle: element (r, c) of a box
+/// lands at byte (r * box_cols + c) * 4. Aborts (trainer::fatal) when refused.
+inline CUtensorMap encode_tma_f32_2d_plain(const void* base, int64_t rows, int64_t cols, int64_t row_stride,
+                                           int box_rows, int box_cols) {
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(row_stride) * 4};
+  const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
+  return encode_tiled_swizzle128(
+      CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, base, dims, strides, box,
+      [&] { return fmt::format("the fp32 [{}, {}] matrix with row stride {}", rows, cols, row_stride); },
+      CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 #ifdef __CUDACC__
