@@ -31,8 +31,8 @@
 //   a runtime loop (adamw_one per element, whole 128-byte row stores of p, m, v and p_work). v28b's register
 //   epilogue (each thread updating its own column pairs from the slot) lost to it: xl block 1.70 against 1.47 ms
 //   (v31, H100). The two consumers' epilogues run one after the other (named barriers 4 and 5), so each chunk's slot and
-//   phase is waited for by one warpgroup at a time, at most one phase ahead. (DWA_SPLIT_RING, below: each consumer
-//   its own half of the ring and producer thread instead, the epilogues at once.) With grad_in (the step's earlier
+//   phase is waited for by one warpgroup at a time, at most one phase ahead. (v33: each consumer its own half of the
+//   ring and producer thread, the epilogues at once, was exact but slower; removed.) With grad_in (the step's earlier
 //   microbatches' gradient) g is that element plus the accumulator (kGradIn). Each thread sums its g² over its tiles;
 //   the CTA's sum goes to partials[blockIdx.x] (fixed order), which reduce_partials sums.
 // Ragged edges: TMA zero-fills rows past K and columns past M or N (they add zeros); a 64-column operand box or an
@@ -63,8 +63,8 @@ constexpr int kThreads = 384;  // producer warpgroup + two consumers
 // The epilogue's chunks: 64 rows x 32 columns, an 8 KB fp32 box per array; 8 a tile (2 row halves x 4)
 // DWA_WIDE_CHUNK (33rd session's experiment, the bench's libdwa_wide*.so only): chunks of 16 rows x 128 columns
 // (the tile's whole width: 512 contiguous bytes a row of each array, against 128), unswizzled boxes; chunk k is
-// rows 16k.. of the tile, which consumer warp k % 4 holds (of half k / 4), so that warp alone writes the g box. The
-// split ring (above) did not raise the epilogue's rate (v33): this asks whether DRAM's row locality does.
+// rows 16k.. of the tile, which consumer warp k % 4 holds (of half k / 4), so that warp alone writes the g box. Two
+// epilogues at once (v33's split ring) did not raise the epilogue's rate: this asks whether DRAM's row locality does.
 #ifdef DWA_WIDE_CHUNK
 constexpr bool kWide = true;
 #else
@@ -92,29 +92,10 @@ constexpr int kEpiSlotBoxes = kEpiArrays<kUpdate, kGradIn> + (!kGradIn && kEpiAr
 // ms at 4; 2 slots and 5 stages 1.475 against 1.468 with the update; the epilogue's float4 loop unrolled 2 or 4
 // times 1.471 / 1.484 (not unrolled).
 constexpr int kMaxStages = 4, kMaxEpiSlots = 4;
-// DWA_SPLIT_RING (an experiment of the 32nd session, built into the bench's libdwa_split*.so only; not yet run on a
-// GPU): each consumer has its own half of the ring (2 slots) and its own epilogue producer thread (32: consumer 0's
-// tiles, 64: consumer 1's), so that the two epilogues stream at once instead of one after the other (named barriers
-// 4 and 5, which it drops). ncu of v28c (v32) found the kernel epilogue-bound with DRAM at 67% and a consumer
-// waiting for the other's epilogue in 10.5% of the stall samples. The ring then takes 128 KB with the update, the
-// operand stages 3.
-#ifdef DWA_SPLIT_RING
-constexpr bool kSplitRing = true;
-#else
-constexpr bool kSplitRing = false;
-#endif
-/// The ring's slots: 96 KB of boxes at most, kMaxEpiSlots slots at most (3 with the update, with or without grad_in);
-/// split (kSplitRing): 2 a consumer.
+/// The ring's slots: 96 KB of boxes at most, kMaxEpiSlots slots at most (3 with the update, with or without grad_in).
 template <bool kUpdate, bool kGradIn>
-constexpr int kEpiSlots = kEpiArrays<kUpdate, kGradIn> == 0 ? 0
-                          : kSplitRing                      ? 4
-                                                            : std::min(kMaxEpiSlots, 12 / kEpiSlotBoxes<kUpdate, kGradIn>);
-/// The slots one consumer's epilogue cycles through (its half of the ring when split).
-template <bool kUpdate, bool kGradIn>
-constexpr int kEpiSlotsPer = kEpiSlots<kUpdate, kGradIn> / (kSplitRing ? 2 : 1);
-static_assert(!kSplitRing || (kEpiSlots<true, true> % 2 == 0 && kEpiSlots<true, false> % 2 == 0 &&
-                              kEpiSlots<false, true> % 2 == 0),
-              "a split ring: two equal halves");
+constexpr int kEpiSlots =
+    kEpiArrays<kUpdate, kGradIn> == 0 ? 0 : std::min(kMaxEpiSlots, 12 / kEpiSlotBoxes<kUpdate, kGradIn>);
 template <bool kUpdate, bool kGradIn>
 constexpr int kEpiSlotBytes = kEpiSlotBoxes<kUpdate, kGradIn> * kEpiBox;
 template <bool kUpdate, bool kGradIn>
@@ -230,8 +211,7 @@ __device__ __forceinline__ void epilogue_staged(const Params& p, const AdamWStep
                                                 int n0, int j, uint8_t* ring, uint64_t* epi_full,
                                                 uint64_t* epi_empty, int wc, int ct, int warp, int g, int t,
                                                 double& sumsq) {
-  // ring, epi_full, epi_empty: this consumer's (its half of the ring when split)
-  constexpr int kArrays = kEpiArrays<kUpdate, kGradIn>, kSlots = kEpiSlotsPer<kUpdate, kGradIn>;
+  constexpr int kArrays = kEpiArrays<kUpdate, kGradIn>, kSlots = kEpiSlots<kUpdate, kGradIn>;
   // the g box: its own (gbox_offset's layout), or with grad_in, grad_in's box (the TMA's layout), summed in place
   constexpr int kGBox = kGradIn ? (kUpdate ? 3 : 0) : kArrays;
   auto goff = [](int r, int c) { return kGradIn ? box_offset(r, c) : gbox_offset(r, c); };
@@ -242,7 +222,7 @@ __device__ __forceinline__ void epilogue_staged(const Params& p, const AdamWStep
 #pragma unroll 1
   for (int kw = 0; kw < (kWide ? 4 : kEpiChunks); ++kw) {
     const int k = kWide ? 4 * h + kw : kw;
-    const int c = (kSplitRing ? j / 2 : j) * kEpiChunks + k;  // the chunk's place in this ring's sequence
+    const int c = j * kEpiChunks + k;  // the chunk's place in the ring's sequence
     uint8_t* slot = ring + (c % kSlots) * kEpiSlotBytes<kUpdate, kGradIn>;
     wait_phase(epi_full + c % kSlots, uint32_t((c / kSlots) & 1), "epilogue full");
     auto put = [&](int rl, int cl, float g0, float g1) {  // this thread's pair (rl, cl), (rl, cl + 1) into the g box
@@ -367,33 +347,27 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (b2) tma_load_4d(sb + kSubBytes, &tma_x, n0 + 64, kb * kBK, 0, 0, full + s);
         }
       }
-    } else if (tid == 32 || (kSplitRing && tid == 64)) {
-      // split: thread 32 loads consumer 0's tiles into its half of the ring, thread 64 consumer 1's into the other
-      constexpr int kPer = kEpiSlotsPer<kUpdate, kGradIn>;
-      const int who = kSplitRing && tid == 64 ? 1 : 0;
-      uint8_t* const ring_w = ring + who * kPer * kEpiSlotBytes<kUpdate, kGradIn>;
-      uint64_t* const epi_full_w = epi_full + who * kPer;
-      uint64_t* const epi_empty_w = epi_empty + who * kPer;
-      if constexpr (kArrays > 0) for (int j = who; j < my_tiles; j += kSplitRing ? 2 : 1) {
+    } else if (tid == 32) {
+      if constexpr (kArrays > 0) for (int j = 0; j < my_tiles; ++j) {
         int m0, n0;
         tile_origin(int(blockIdx.x) + j * G, m0, n0);
         for (int hq = 0; hq < kEpiChunks; ++hq) {
-          const int c = (kSplitRing ? j / 2 : j) * kEpiChunks + hq, s = c % kPer;
+          const int c = j * kEpiChunks + hq, s = c % kSlots;
           const int row0 = m0 + chunk_row0(hq), col0 = n0 + chunk_col0(hq);
-          wait_phase(epi_empty_w + s, uint32_t(((c / kPer) & 1) ^ 1), "epilogue empty (producer)");
+          wait_phase(epi_empty + s, uint32_t(((c / kSlots) & 1) ^ 1), "epilogue empty (producer)");
           // a chunk wholly past M or N is not loaded (its phase completes on the arrival alone): the epilogue skips
           // its elements
           const bool in = row0 < p.M && col0 < p.N;
-          mbar_arrive_expect_tx(epi_full_w + s, in ? uint32_t(kArrays * kEpiBox) : 0u);
+          mbar_arrive_expect_tx(epi_full + s, in ? uint32_t(kArrays * kEpiBox) : 0u);
           if (!in) continue;
-          uint8_t* slot = ring_w + s * kEpiSlotBytes<kUpdate, kGradIn>;
+          uint8_t* slot = ring + s * kEpiSlotBytes<kUpdate, kGradIn>;
           if constexpr (kUpdate) {
-            tma_load_2d(slot, &epi.p, col0, row0, epi_full_w + s);
-            tma_load_2d(slot + kEpiBox, &epi.m, col0, row0, epi_full_w + s);
-            tma_load_2d(slot + 2 * kEpiBox, &epi.v, col0, row0, epi_full_w + s);
+            tma_load_2d(slot, &epi.p, col0, row0, epi_full + s);
+            tma_load_2d(slot + kEpiBox, &epi.m, col0, row0, epi_full + s);
+            tma_load_2d(slot + 2 * kEpiBox, &epi.v, col0, row0, epi_full + s);
           }
           if constexpr (kGradIn)
-            tma_load_2d(slot + (kUpdate ? 3 : 0) * kEpiBox, &epi.grad_in, col0, row0, epi_full_w + s);
+            tma_load_2d(slot + (kUpdate ? 3 : 0) * kEpiBox, &epi.grad_in, col0, row0, epi_full + s);
         }
       }
     }
@@ -435,17 +409,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_regs(acc[1]);
     mbar_arrive(empty + (j * nk + nk - 1) % kStages);
 
-    // (split: each consumer's epilogue has its own ring, so none waits for the other's)
-    if (!kSplitRing && kArrays > 0 && j > 0) named_bar_sync(4 + wc, 256);  // the other's epilogue (tile j - 1) is done
+    if (kArrays > 0 && j > 0) named_bar_sync(4 + wc, 256);  // the other's epilogue (tile j - 1) is done
     if constexpr (kArrays > 0) {
-      constexpr int kPer = kEpiSlotsPer<kUpdate, kGradIn>, w = kSplitRing ? 1 : 0;
-      epilogue_staged<kUpdate, kGradIn>(p, a, acc, m0, n0, j, ring + w * wc * kPer * kEpiSlotBytes<kUpdate, kGradIn>,
-                                        epi_full + w * wc * kPer, epi_empty + w * wc * kPer, wc, ct, warp, g, t,
-                                        sumsq);
+      epilogue_staged<kUpdate, kGradIn>(p, a, acc, m0, n0, j, ring, epi_full, epi_empty, wc, ct, warp, g, t, sumsq);
     } else {
       epilogue_store(p, acc, m0, n0, warp, g, t, sumsq);
     }
-    if (!kSplitRing && kArrays > 0 && j + 1 < my_tiles) named_bar_arrive(4 + (1 - wc), 256);  // tile j + 1's may start
+    if (kArrays > 0 && j + 1 < my_tiles) named_bar_arrive(4 + (1 - wc), 256);  // tile j + 1's may start
   }
   if (p.partials) {  // the CTA's sum, in a fixed order: lanes (tree), then warps 0..7
 #pragma unroll

@@ -22,7 +22,8 @@ Checks, per shape (ragged, strided and the xl / small block's weights; fresh ran
             from the fused kernel's, in units of the step size (information).
 --same-as OTHER_LIB: the fused update (with and without grad_in) through both builds from the same state, on five
 of the check shapes and xl's four weights: p, m, v, p_work and the sum of g² equal bit for bit (a failure each
-differing array; e.g. an experimental build such as libdwa_split.so against libdwa.so).
+differing array; e.g. an experimental build such as libdwa_wide.so against libdwa.so; --same-order-free leaves
+the sum of g² out, for a build that sums in another order).
 Timing (--rounds N rounds of every variant in turn, after a warm-up, five calls each queued behind a sleep kernel so
 that host time is not counted; median per variant): the fused kernel (alone, and with grad_in: a last
 microbatch's), today's path (autotuned cuBLASLt + adamw), and each product alone (ours with its fp32 gradient
@@ -49,7 +50,7 @@ p.add_argument("--rounds", type=int, default=11)
 p.add_argument("--quick", action="store_true", help="only the shapes up to 2000 x 2056 (for compute-sanitizer)")
 p.add_argument("--shapes", default="xl,small", help="blocks to time: xl, small (comma-separated)")
 p.add_argument("--weights", default="", help="only these weights (Wqkv,Wo,W13,W2; e.g. for ncu)")
-p.add_argument("--same-as", default="", help="another build of the library (e.g. dwa/libdwa_split.so): its fused "
+p.add_argument("--same-as", default="", help="another build of the library (e.g. dwa/libdwa_wide.so): its fused "
                "update must equal this one's bit for bit (p, m, v, p_work, the sum of g^2; with and without grad_in) on "
                "the check shapes and xl's four (a failure each)")
 p.add_argument("--k", type=int, default=0, help="timing: K (tokens) of every product instead of 4 x 512 (e.g. 64: "
