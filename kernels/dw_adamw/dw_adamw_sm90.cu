@@ -80,6 +80,17 @@ __host__ __device__ constexpr int chunk_col0(int k) { return kWide ? 0 : kEpiCol
 __device__ __forceinline__ uint32_t box_offset(int r, int c) {
   return kWide ? uint32_t(r * kEpiCols + c) * 4u : swizzle128_f32(r, c);
 }
+// DWA_TMA_STORE (33rd session's experiment, the bench's libdwa_tma*.so only): the update's p, m, v written back into
+// their slot boxes and p_work into a bf16 box of the slot, then stored by the TMA (one thread, four tensor stores a
+// chunk) instead of each thread's st.global; the slot is released once the stores have read it. The ring then holds
+// 2 slots (36 KB each with the update), the operand stages stay 4.
+#ifdef DWA_TMA_STORE
+constexpr bool kTmaStore = true;
+#else
+constexpr bool kTmaStore = false;
+#endif
+/// The p_work box of a slot (the TMA store's source): a chunk of bf16, unswizzled.
+constexpr int kEpiWorkBox = kEpiRows * kEpiCols * 2;
 /// Arrays the epilogue reads (p, m, v with the update; grad_in).
 template <bool kUpdate, bool kGradIn>
 constexpr int kEpiArrays = (kUpdate ? 3 : 0) + (kGradIn ? 1 : 0);
@@ -94,10 +105,11 @@ constexpr int kEpiSlotBoxes = kEpiArrays<kUpdate, kGradIn> + (!kGradIn && kEpiAr
 constexpr int kMaxStages = 4, kMaxEpiSlots = 4;
 /// The ring's slots: 96 KB of boxes at most, kMaxEpiSlots slots at most (3 with the update, with or without grad_in).
 template <bool kUpdate, bool kGradIn>
-constexpr int kEpiSlots =
-    kEpiArrays<kUpdate, kGradIn> == 0 ? 0 : std::min(kMaxEpiSlots, 12 / kEpiSlotBoxes<kUpdate, kGradIn>);
+constexpr int kEpiSlots = kEpiArrays<kUpdate, kGradIn> == 0 ? 0
+                          : kTmaStore && kUpdate            ? 2
+                                                            : std::min(kMaxEpiSlots, 12 / kEpiSlotBoxes<kUpdate, kGradIn>);
 template <bool kUpdate, bool kGradIn>
-constexpr int kEpiSlotBytes = kEpiSlotBoxes<kUpdate, kGradIn> * kEpiBox;
+constexpr int kEpiSlotBytes = kEpiSlotBoxes<kUpdate, kGradIn> * kEpiBox + (kTmaStore && kUpdate ? kEpiWorkBox : 0);
 template <bool kUpdate, bool kGradIn>
 constexpr int kEpiRingBytes = kEpiSlots<kUpdate, kGradIn> * kEpiSlotBytes<kUpdate, kGradIn>;
 // Shared memory besides stages and ring: the 1024-byte alignment, the 8 consumer warps' sums of g², 8 + 8 operand
@@ -159,7 +171,7 @@ __device__ __forceinline__ void wait_phase(uint64_t* bar, uint32_t parity, const
 
 /// The epilogue operands' tensor maps (p, m, v, grad_in: fp32 [M, N], row stride ld; boxes of 64 x 32).
 struct EpiMaps {
-  CUtensorMap p, m, v, grad_in;
+  CUtensorMap p, m, v, grad_in, p_work;  // p_work: DWA_TMA_STORE's (the update's bf16 copy, stored by the TMA)
 };
 
 /// The epilogue of the product alone (no update, no grad_in: no ring): one consumer thread stores the gradient of
@@ -209,11 +221,13 @@ __device__ __forceinline__ uint32_t gbox_offset(int r, int c) {
 template <bool kUpdate, bool kGradIn>
 __device__ __forceinline__ void epilogue_staged(const Params& p, const AdamWStep& a, float (&acc)[2][64], int m0,
                                                 int n0, int j, uint8_t* ring, uint64_t* epi_full,
-                                                uint64_t* epi_empty, int wc, int ct, int warp, int g, int t,
-                                                double& sumsq) {
+                                                uint64_t* epi_empty, const EpiMaps* epi, int wc, int ct,
+                                                int warp, int g, int t, double& sumsq) {
   constexpr int kArrays = kEpiArrays<kUpdate, kGradIn>, kSlots = kEpiSlots<kUpdate, kGradIn>;
   // the g box: its own (gbox_offset's layout), or with grad_in, grad_in's box (the TMA's layout), summed in place
   constexpr int kGBox = kGradIn ? (kUpdate ? 3 : 0) : kArrays;
+  constexpr bool kStoreByTma = kTmaStore && kUpdate;
+  constexpr int kWorkBox = kEpiSlotBoxes<kUpdate, kGradIn> * kEpiBox;  // the p_work box's offset (kStoreByTma)
   auto goff = [](int r, int c) { return kGradIn ? box_offset(r, c) : gbox_offset(r, c); };
   // Wide chunks: chunk k = 4 h + w is warp w's rows of half h (acc[h], static under the unrolled h); else chunk
   // k's 16 accumulators of each thread are acc[0][0..15] (moved down after each chunk).
@@ -266,21 +280,49 @@ __device__ __forceinline__ void epilogue_staged(const Params& p, const AdamWStep
         float4 vv = *reinterpret_cast<const float4*>(slot + 2 * kEpiBox + so);
         const float w0 = adamw_one(pv.x, gv.x, mv.x, vv.x, a), w1 = adamw_one(pv.y, gv.y, mv.y, vv.y, a);
         const float w2 = adamw_one(pv.z, gv.z, mv.z, vv.z, a), w3 = adamw_one(pv.w, gv.w, mv.w, vv.w, a);
-        *reinterpret_cast<float4*>(p.p + o) = pv;
-        *reinterpret_cast<float4*>(p.m + o) = mv;
-        *reinterpret_cast<float4*>(p.v + o) = vv;
-        if (p.p_work) {
+        auto work = [&] {  // the four bf16 working-copy values
           const __nv_bfloat162 lo = __floats2bfloat162_rn(w0, w1), hi = __floats2bfloat162_rn(w2, w3);
           uint2 u;
           u.x = *reinterpret_cast<const uint32_t*>(&lo), u.y = *reinterpret_cast<const uint32_t*>(&hi);
-          *reinterpret_cast<uint2*>(p.p_work + o) = u;
+          return u;
+        };
+        if constexpr (kStoreByTma) {  // back into the slot, for the TMA's stores below
+          *reinterpret_cast<float4*>(slot + so) = pv;
+          *reinterpret_cast<float4*>(slot + kEpiBox + so) = mv;
+          *reinterpret_cast<float4*>(slot + 2 * kEpiBox + so) = vv;
+          if (p.p_work) *reinterpret_cast<uint2*>(slot + kWorkBox + (rl * kEpiCols + cl) * 2) = work();
+        } else {
+          *reinterpret_cast<float4*>(p.p + o) = pv;
+          *reinterpret_cast<float4*>(p.m + o) = mv;
+          *reinterpret_cast<float4*>(p.v + o) = vv;
+          if (p.p_work) *reinterpret_cast<uint2*>(p.p_work + o) = work();
         }
       }
     }
-    // With grad_in this thread wrote into a box the TMA writes next: its shared stores ordered before that write
-    // (generic proxy, then async proxy). Then: this thread has read the slot.
-    if constexpr (kGradIn) fence_proxy_async();
-    mbar_arrive(epi_empty + c % kSlots);
+    if constexpr (kStoreByTma) {
+      // This thread's shared stores ordered before the TMA's reads of them (generic proxy, then async proxy); when
+      // the warpgroup's are all in, one thread stores the chunk's boxes, waits until the TMA has read them and
+      // releases the slot (epi_empty counts one arrival).
+      fence_proxy_async();
+      named_bar_sync(6 + wc, 128);
+      if (ct == 0) {
+        const int row0 = m0 + chunk_row0(k), col0 = n0 + chunk_col0(k);
+        if (row0 < p.M && col0 < p.N) {
+          tma_store_2d(&epi->p, slot, col0, row0);
+          tma_store_2d(&epi->m, slot + kEpiBox, col0, row0);
+          tma_store_2d(&epi->v, slot + 2 * kEpiBox, col0, row0);
+          if (p.p_work) tma_store_2d(&epi->p_work, slot + kWorkBox, col0, row0);
+          bulk_commit();
+          bulk_wait_read<0>();
+        }
+        mbar_arrive(epi_empty + c % kSlots);
+      }
+    } else {
+      // With grad_in this thread wrote into a box the TMA writes next: its shared stores ordered before that write
+      // (generic proxy, then async proxy). Then: this thread has read the slot.
+      if constexpr (kGradIn) fence_proxy_async();
+      mbar_arrive(epi_empty + c % kSlots);
+    }
     // the next chunk's accumulators to the front
     if constexpr (!kWide) {
 #pragma unroll
@@ -320,7 +362,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     for (int s = 0; s < kSlots; ++s) {
       mbar_init(epi_full + s, 1);
-      mbar_init(epi_empty + s, 128);
+      mbar_init(epi_empty + s, kTmaStore && kUpdate ? 1 : 128);
     }
     mbar_init_fence();
   }
@@ -411,12 +453,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     if (kArrays > 0 && j > 0) named_bar_sync(4 + wc, 256);  // the other's epilogue (tile j - 1) is done
     if constexpr (kArrays > 0) {
-      epilogue_staged<kUpdate, kGradIn>(p, a, acc, m0, n0, j, ring, epi_full, epi_empty, wc, ct, warp, g, t, sumsq);
+      epilogue_staged<kUpdate, kGradIn>(p, a, acc, m0, n0, j, ring, epi_full, epi_empty, &epi, wc, ct, warp, g, t,
+                                        sumsq);
     } else {
       epilogue_store(p, acc, m0, n0, warp, g, t, sumsq);
     }
     if (kArrays > 0 && j + 1 < my_tiles) named_bar_arrive(4 + (1 - wc), 256);  // tile j + 1's may start
   }
+  if constexpr (kTmaStore && kUpdate)
+    if (ct == 0) bulk_wait_all();  // this thread's TMA stores complete before the CTA ends
   if (p.partials) {  // the CTA's sum, in a fixed order: lanes (tree), then warps 0..7
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) sumsq += __shfl_xor_sync(0xffffffffu, sumsq, o);
@@ -475,6 +520,8 @@ bool dw_adamw_supported(const DwAdamWArgs& a, const char** why) {
                         static_cast<const void*>(a.grad), static_cast<const void*>(a.grad_in)})
     if (!aligned(q, 16)) return no("p, m, v, grad and grad_in must be 16-byte aligned");
   if (!aligned(a.p_work, 8)) return no("p_work must be 8-byte aligned");
+  if (kTmaStore && a.p_work && (!aligned(a.p_work, 16) || a.ld % 8))
+    return no("DWA_TMA_STORE: p_work must be 16-byte aligned, ld a multiple of 8");
   if (a.sumsq_out && !a.partials) return no("sumsq_out needs partials");
   if (int64_t(a.K) * std::max(a.ld_dy, a.ld_x) * 2 >= (int64_t(1) << 40) ||
       int64_t(a.M) * a.ld * 4 >= (int64_t(1) << 40))
@@ -499,7 +546,7 @@ void dw_adamw(const DwAdamWArgs& a, cudaStream_t s) {
   // the epilogue's operands (maps of the arrays it reads; the others stay zero)
   EpiMaps epi{};
   auto encode = [&](const float* q) {
-    return kWide ? encode_tma_f32_2d_plain(q, a.M, a.N, a.ld, kEpiRows, kEpiCols)
+    return kWide ? encode_tma_2d_plain(q, a.M, a.N, a.ld, kEpiRows, kEpiCols)
                  : encode_tma_f32_2d(q, a.M, a.N, a.ld, kEpiRows);
   };
   if (a.update) {
@@ -508,6 +555,7 @@ void dw_adamw(const DwAdamWArgs& a, cudaStream_t s) {
     epi.v = encode(a.v);
   }
   if (a.grad_in) epi.grad_in = encode(a.grad_in);
+  if (kTmaStore && a.update && a.p_work) epi.p_work = encode_tma_2d_plain(a.p_work, a.M, a.N, a.ld, kEpiRows, kEpiCols, true);
   const int64_t tiles = int64_t(ceil_div(a.M, kBM)) * ceil_div(a.N, kBN);
   if (tiles > int64_t(INT32_MAX) / 4) throw std::invalid_argument("dw_adamw: too many tiles");
   const unsigned grid = unsigned(std::min<int64_t>(tiles, device_sm_count()));
