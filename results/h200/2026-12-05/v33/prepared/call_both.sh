@@ -3,7 +3,7 @@
 # bf16 step (in_gemm auto) with each variant whose xl block beat production's by >= 3% in that bench (a trainer built
 # with the variant's define: .dev/trainer_<variant>.xz), interleaved with production's trainer, into $OUT/steps; then
 # with what is left of ~580 s, the peer comparisons of call_peer.sh into $OUT/peer.
-# Carry .dev (dwa.tar.xz, trainer.xz, trainer_wide.xz, trainer_tma.xz, trainer_widetma.xz).
+# Carry .dev (dwa.tar.xz, trainer.xz, trainer_wide.xz, trainer_widetma.xz; a variant without its trainer is not stepped).
 d=$(dirname "$0"); t=$(date +%s)
 mkdir -p $OUT/epi $OUT/steps $OUT/peer
 OUT=$OUT/epi bash $d/call_epi.sh
@@ -20,7 +20,7 @@ base = min(b for b in (block("time_prod"), block("time_prod2")) if b) if (block(
 out = []
 for v in ("widetma", "wide", "tma"):
     b = block("time_" + v)
-    if base and b and b < 0.97 * base:
+    if base and b and b < 0.97 * base and os.path.exists(f".dev/trainer_{v}.xz"):
         out.append((b, v))
 print(" ".join(v for _, v in sorted(out)))
 PY
