@@ -19,22 +19,23 @@
 //   its parity only), and the two consumers' products do not interleave, so the epilogue of one overlaps the
 //   products of the other.
 // - Epilogue operands (p, m, v, and grad_in when given): a second producer thread (warp 1 of warpgroup 0) copies them
-//   by TMA, in chunks of 64 rows x 32 columns (one 8 KB fp32 box per array, 128B-swizzled), into a ring of kEpiSlots
-//   shared slots, in the CTA's tile order; it runs ahead of the epilogues by the ring's size, so a tile's first chunks
-//   arrive during its products and the rest stream under the epilogue. v27's register loads (a thread's few float2 in
-//   flight) reached 1.3 TB/s (v28: ncu, 68% L2 hits); the ring holds 96 KB of boxes per SM with the update, 32
-//   without (kEpiSlots; the build knobs below change it).
+//   by TMA, in chunks of 16 rows x 128 columns (one 8 KB fp32 box per array, unswizzled: 512 contiguous bytes a row;
+//   v33: 3% faster than v28c's 64 x 32 chunks), into a ring of kEpiSlots shared slots, in the CTA's tile order; it
+//   runs ahead of the epilogues by the ring's size, so a tile's first chunks arrive during its products and the rest
+//   stream under the epilogue. v27's register loads (a thread's few float2 in flight) reached 1.3 TB/s (v28: ncu, 68%
+//   L2 hits); the ring holds 96 KB of boxes per SM with the update, 32 without (kEpiSlots).
 // - Epilogue: thread (warp w, lane g*4+t) holds rows 16w + g (+8) of each 64-row half and columns 8j + 2t, +1 (the
-//   wgmma accumulator layout, sm90/wgmma.cuh). The chunks are a loop (the chunk's 16 accumulators moved to the front
-//   after each). Default (epilogue_staged): each thread writes its accumulators into the slot's g box (with grad_in:
-//   their sums with grad_in's elements, into grad_in's box in place), then the warpgroup takes the chunk as float4s in
-//   a runtime loop (adamw_one per element, whole 128-byte row stores of p, m, v and p_work). v28b's register
-//   epilogue (each thread updating its own column pairs from the slot) lost to it: xl block 1.70 against 1.47 ms
-//   (v31, H100). The two consumers' epilogues run one after the other (named barriers 4 and 5), so each chunk's slot and
-//   phase is waited for by one warpgroup at a time, at most one phase ahead. (v33: each consumer its own half of the
-//   ring and producer thread, the epilogues at once, was exact but slower; removed.) With grad_in (the step's earlier
-//   microbatches' gradient) g is that element plus the accumulator (kGradIn). Each thread sums its g² over its tiles;
-//   the CTA's sum goes to partials[blockIdx.x] (fixed order), which reduce_partials sums.
+//   wgmma accumulator layout, sm90/wgmma.cuh), so chunk k (rows 16k..) is warp k % 4's rows of half k / 4. Per chunk
+//   (epilogue_staged) that warp writes its accumulators into the slot's g box (with grad_in: their sums with grad_in's
+//   elements, into grad_in's box in place), then the warpgroup takes the chunk as float4s in a runtime loop
+//   (adamw_one per element, whole 512-byte row stores of p, m, v and p_work). v28b's register epilogue (each thread
+//   updating its own column pairs from the slot) lost to the staged one: xl block 1.70 against 1.47 ms (v31, H100).
+//   The two consumers' epilogues run one after the other (named barriers 4 and 5), so each chunk's slot and phase is
+//   waited for by one warpgroup at a time, at most one phase ahead. Not kept (v33, H100): each consumer its own half
+//   of the ring and producer thread, the epilogues at once (exact, 13% slower); p, m, v and p_work stored by the TMA
+//   from the slot (exact, 2% slower). With grad_in (the step's earlier microbatches' gradient) g is that element plus
+//   the accumulator (kGradIn). Each thread sums its g² over its tiles; the CTA's sum goes to partials[blockIdx.x]
+//   (fixed order), which reduce_partials sums.
 // Ragged edges: TMA zero-fills rows past K and columns past M or N (they add zeros); a 64-column operand box or an
 // epilogue chunk wholly past M or N is not loaded; the epilogue skips elements past M or N.
 #include "common.cuh"  // first (fmt set-up for nvcc)
@@ -60,37 +61,14 @@ constexpr int kSubBytes = kBK * 128;                          // one 64-row x 64
 constexpr int kABytes = 2 * kSubBytes, kBBytes = 2 * kSubBytes;  // M (N) = 128: two sub-tiles
 constexpr int kStageBytes = kABytes + kBBytes;
 constexpr int kThreads = 384;  // producer warpgroup + two consumers
-// The epilogue's chunks: 64 rows x 32 columns, an 8 KB fp32 box per array; 8 a tile (2 row halves x 4)
-// DWA_WIDE_CHUNK (33rd session's experiment, the bench's libdwa_wide*.so only): chunks of 16 rows x 128 columns
-// (the tile's whole width: 512 contiguous bytes a row of each array, against 128), unswizzled boxes; chunk k is
-// rows 16k.. of the tile, which consumer warp k % 4 holds (of half k / 4), so that warp alone writes the g box. Two
-// epilogues at once (v33's split ring) did not raise the epilogue's rate: this asks whether DRAM's row locality does.
-#ifdef DWA_WIDE_CHUNK
-constexpr bool kWide = true;
-#else
-constexpr bool kWide = false;
-#endif
-constexpr int kEpiRows = kWide ? 16 : 64, kEpiCols = kWide ? 128 : 32, kEpiBox = kEpiRows * kEpiCols * 4,
-              kEpiChunks = 8;
+// The epilogue's chunks: 16 rows x 128 columns (the tile's whole width), an 8 KB fp32 box per array (unswizzled: 512
+// contiguous bytes a row); chunk k is rows 16k.. of the tile, which consumer warp k % 4 holds (of half k / 4). v33
+// (H100, the bench's xl block): 1.409 against 1.450 ms for v28c's chunks of 64 rows x 32 columns (128 bytes a row),
+// every weight 1.5-4% faster, the epilogue alone (K 64) 1.068 against 1.098.
+constexpr int kEpiRows = 16, kEpiCols = 128, kEpiBox = kEpiRows * kEpiCols * 4, kEpiChunks = 8;
 static_assert(kEpiBox == 8192 && kEpiChunks * kEpiRows * kEpiCols == kBM * kBN, "8 KB boxes; the chunks cover a tile");
-/// The first row and column in the tile of epilogue chunk k.
-__host__ __device__ constexpr int chunk_row0(int k) { return kWide ? kEpiRows * k : kEpiRows * (k / 4); }
-__host__ __device__ constexpr int chunk_col0(int k) { return kWide ? 0 : kEpiCols * (k % 4); }
 /// Byte offset of element (r, c) of a chunk in a TMA-loaded box (p, m, v, grad_in).
-__device__ __forceinline__ uint32_t box_offset(int r, int c) {
-  return kWide ? uint32_t(r * kEpiCols + c) * 4u : swizzle128_f32(r, c);
-}
-// DWA_TMA_STORE (33rd session's experiment, the bench's libdwa_tma*.so only): the update's p, m, v written back into
-// their slot boxes and p_work into a bf16 box of the slot, then stored by the TMA (one thread, four tensor stores a
-// chunk) instead of each thread's st.global; the slot is released once the stores have read it. The ring then holds
-// 2 slots (36 KB each with the update), the operand stages stay 4.
-#ifdef DWA_TMA_STORE
-constexpr bool kTmaStore = true;
-#else
-constexpr bool kTmaStore = false;
-#endif
-/// The p_work box of a slot (the TMA store's source): a chunk of bf16, unswizzled.
-constexpr int kEpiWorkBox = kEpiRows * kEpiCols * 2;
+__device__ __forceinline__ uint32_t box_offset(int r, int c) { return uint32_t(r * kEpiCols + c) * 4u; }
 /// Arrays the epilogue reads (p, m, v with the update; grad_in).
 template <bool kUpdate, bool kGradIn>
 constexpr int kEpiArrays = (kUpdate ? 3 : 0) + (kGradIn ? 1 : 0);
@@ -105,11 +83,10 @@ constexpr int kEpiSlotBoxes = kEpiArrays<kUpdate, kGradIn> + (!kGradIn && kEpiAr
 constexpr int kMaxStages = 4, kMaxEpiSlots = 4;
 /// The ring's slots: 96 KB of boxes at most, kMaxEpiSlots slots at most (3 with the update, with or without grad_in).
 template <bool kUpdate, bool kGradIn>
-constexpr int kEpiSlots = kEpiArrays<kUpdate, kGradIn> == 0 ? 0
-                          : kTmaStore && kUpdate            ? 2
-                                                            : std::min(kMaxEpiSlots, 12 / kEpiSlotBoxes<kUpdate, kGradIn>);
+constexpr int kEpiSlots =
+    kEpiArrays<kUpdate, kGradIn> == 0 ? 0 : std::min(kMaxEpiSlots, 12 / kEpiSlotBoxes<kUpdate, kGradIn>);
 template <bool kUpdate, bool kGradIn>
-constexpr int kEpiSlotBytes = kEpiSlotBoxes<kUpdate, kGradIn> * kEpiBox + (kTmaStore && kUpdate ? kEpiWorkBox : 0);
+constexpr int kEpiSlotBytes = kEpiSlotBoxes<kUpdate, kGradIn> * kEpiBox;
 template <bool kUpdate, bool kGradIn>
 constexpr int kEpiRingBytes = kEpiSlots<kUpdate, kGradIn> * kEpiSlotBytes<kUpdate, kGradIn>;
 // Shared memory besides stages and ring: the 1024-byte alignment, the 8 consumer warps' sums of g², 8 + 8 operand
@@ -169,14 +146,14 @@ __device__ __forceinline__ void wait_phase(uint64_t* bar, uint32_t parity, const
 #endif
 }
 
-/// The epilogue operands' tensor maps (p, m, v, grad_in: fp32 [M, N], row stride ld; boxes of 64 x 32).
+/// The epilogue operands' tensor maps (p, m, v, grad_in: fp32 [M, N], row stride ld; boxes of 16 x 128, unswizzled).
 struct EpiMaps {
-  CUtensorMap p, m, v, grad_in, p_work;  // p_work: DWA_TMA_STORE's (the update's bf16 copy, stored by the TMA)
+  CUtensorMap p, m, v, grad_in;
 };
 
 /// The epilogue of the product alone (no update, no grad_in: no ring): one consumer thread stores the gradient of
 /// its tile (rows m0.., columns n0..). acc[h][4j + e]: row m0 + 64h + 16 warp + g + 8 (e / 2), column n0 + 8j + 2t +
-/// e % 2. The chunks (64 rows x 32 columns, k = 4h + q) are a loop, not unrolled, as in epilogue_staged: a chunk's 16
+/// e % 2. The chunks (64 rows x 32 columns, k = 4h + q) are a loop, not unrolled: a chunk's 16
 /// accumulators are always acc[0][0..15]; after each chunk the rest move down by 16 (static register indices).
 __device__ __forceinline__ void epilogue_store(const Params& p, float (&acc)[2][64], int m0, int n0, int warp, int g,
                                                int t, double& sumsq) {
@@ -200,135 +177,86 @@ __device__ __forceinline__ void epilogue_store(const Params& p, float (&acc)[2][
   }
 }
 
-/// Byte offset of element (r, c) of a chunk in the slot's g box (consumers only, so its own layout): the 16-byte
-/// groups of row r permuted by (r % 4) * 2 ^ (r / 4) % 2, so that the accumulator layout's float2 writes (rows g, g + 8
-/// of a half-warp: 4 rows x 4 column pairs) and the float4 reads (a quarter-warp: one row) are free of bank conflicts
-/// (the boxes' swizzle128_f32 would give the writes two ways).
-/// Wide chunks (16 x 128, 512-byte rows): the groups permuted by (r % 8) * 2, so that the owner warp's float2 writes
-/// (8 rows x 4 column pairs) fill the 32 banks twice and a warp's float4 reads of one row are whole.
+/// Byte offset of element (r, c) of a chunk in the slot's g box (consumers only, so its own layout): 512-byte rows
+/// whose 16-byte groups are permuted by (r % 8) * 2, so that the owner warp's float2 writes (8 rows x 4 column pairs
+/// a store) fill the 32 banks twice and a warp's float4 reads of one row are whole.
 __device__ __forceinline__ uint32_t gbox_offset(int r, int c) {
-  if constexpr (kWide) return uint32_t(r) * 512u + ((uint32_t(c >> 2) ^ (uint32_t(r & 7) << 1)) << 4) + uint32_t(c & 3) * 4u;
-  return uint32_t(r) * 128u + ((uint32_t(c >> 2) ^ (uint32_t(r & 3) << 1) ^ uint32_t((r >> 2) & 1)) << 4) +
-         uint32_t(c & 3) * 4u;
+  return uint32_t(r) * 512u + ((uint32_t(c >> 2) ^ (uint32_t(r & 7) << 1)) << 4) + uint32_t(c & 3) * 4u;
 }
 
-/// The epilogue with a ring (the update, grad_in or both): per chunk, each consumer thread writes its 16 accumulators into
-/// the slot's g box (gbox_offset's layout; with grad_in, their sums with grad_in's elements into grad_in's box in
-/// place, in the TMA's swizzled layout), the warpgroup syncs (named barrier 6 + wc), and then each thread
-/// takes 4 of the chunk's 512 float4s in a runtime loop: a row's 8 float4s are 8 consecutive threads, so the global
-/// stores are whole 128-byte rows and the shared reads are free of bank conflicts, and the loop body holds one
-/// float4's AdamW (v28b's unrolled 16-element body was ~40 KB of SASS).
+/// The epilogue with a ring (the update, grad_in or both): per chunk (16 rows x 128 columns of the tile), the warp
+/// that holds its rows writes its 64 accumulators of them into the slot's g box (gbox_offset's layout; with grad_in,
+/// their sums with grad_in's elements into grad_in's box in place, in the TMA's layout), the warpgroup syncs (named
+/// barrier 6 + wc), and then each thread takes 4 of the chunk's 512 float4s in a runtime loop: a row's 32 float4s
+/// are one warp, so the global stores are whole 512-byte rows and the shared reads are free of bank conflicts, and
+/// the loop body holds one float4's AdamW (v28b's unrolled 16-element body was ~40 KB of SASS).
 template <bool kUpdate, bool kGradIn>
 __device__ __forceinline__ void epilogue_staged(const Params& p, const AdamWStep& a, float (&acc)[2][64], int m0,
                                                 int n0, int j, uint8_t* ring, uint64_t* epi_full,
-                                                uint64_t* epi_empty, const EpiMaps* epi, int wc, int ct,
-                                                int warp, int g, int t, double& sumsq) {
+                                                uint64_t* epi_empty, int wc, int ct, int warp, int g, int t,
+                                                double& sumsq) {
   constexpr int kArrays = kEpiArrays<kUpdate, kGradIn>, kSlots = kEpiSlots<kUpdate, kGradIn>;
   // the g box: its own (gbox_offset's layout), or with grad_in, grad_in's box (the TMA's layout), summed in place
   constexpr int kGBox = kGradIn ? (kUpdate ? 3 : 0) : kArrays;
-  constexpr bool kStoreByTma = kTmaStore && kUpdate;
-  constexpr int kWorkBox = kEpiSlotBoxes<kUpdate, kGradIn> * kEpiBox;  // the p_work box's offset (kStoreByTma)
   auto goff = [](int r, int c) { return kGradIn ? box_offset(r, c) : gbox_offset(r, c); };
-  // Wide chunks: chunk k = 4 h + w is warp w's rows of half h (acc[h], static under the unrolled h); else chunk
-  // k's 16 accumulators of each thread are acc[0][0..15] (moved down after each chunk).
+  // chunk k = 4 h + w: warp w's rows of half h, acc[h] (static under the unrolled h)
 #pragma unroll
-  for (int h = 0; h < (kWide ? 2 : 1); ++h)
+  for (int h = 0; h < 2; ++h)
 #pragma unroll 1
-  for (int kw = 0; kw < (kWide ? 4 : kEpiChunks); ++kw) {
-    const int k = kWide ? 4 * h + kw : kw;
-    const int c = j * kEpiChunks + k;  // the chunk's place in the ring's sequence
-    uint8_t* slot = ring + (c % kSlots) * kEpiSlotBytes<kUpdate, kGradIn>;
-    wait_phase(epi_full + c % kSlots, uint32_t((c / kSlots) & 1), "epilogue full");
-    auto put = [&](int rl, int cl, float g0, float g1) {  // this thread's pair (rl, cl), (rl, cl + 1) into the g box
-      float2* gp = reinterpret_cast<float2*>(slot + kGBox * kEpiBox + goff(rl, cl));
-      float2 gv = make_float2(g0, g1);
-      if constexpr (kGradIn) {  // the earlier microbatches' sum, then this product (this thread's own elements)
-        const float2 gi = *gp;
-        gv.x = gi.x + gv.x, gv.y = gi.y + gv.y;
-      }
-      *gp = gv;
-    };
-    if constexpr (kWide) {
-      if (warp == kw) {
+    for (int w = 0; w < 4; ++w) {
+      const int k = 4 * h + w;
+      const int c = j * kEpiChunks + k;  // the chunk's place in the ring's sequence
+      uint8_t* slot = ring + (c % kSlots) * kEpiSlotBytes<kUpdate, kGradIn>;
+      wait_phase(epi_full + c % kSlots, uint32_t((c / kSlots) & 1), "epilogue full");
+      if (warp == w) {
+        // acc[h][4 jj + 2 r + e]: chunk row g + 8 r, column 8 jj + 2 t + e
 #pragma unroll
         for (int jj = 0; jj < 16; ++jj)
 #pragma unroll
-          for (int r = 0; r < 2; ++r) put(g + 8 * r, 8 * jj + 2 * t, acc[h][4 * jj + 2 * r], acc[h][4 * jj + 2 * r + 1]);
+          for (int r = 0; r < 2; ++r) {
+            float2* gp = reinterpret_cast<float2*>(slot + kGBox * kEpiBox + goff(g + 8 * r, 8 * jj + 2 * t));
+            float2 gv = make_float2(acc[h][4 * jj + 2 * r], acc[h][4 * jj + 2 * r + 1]);
+            if constexpr (kGradIn) {  // the earlier microbatches' sum, then this product (this thread's own elements)
+              const float2 gi = *gp;
+              gv.x = gi.x + gv.x, gv.y = gi.y + gv.y;
+            }
+            *gp = gv;
+          }
       }
-    } else {
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj)
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-          put(16 * warp + g + 8 * r, 8 * jj + 2 * t, acc[0][4 * jj + 2 * r], acc[0][4 * jj + 2 * r + 1]);
-    }
-    named_bar_sync(6 + wc, 128);  // the chunk's g box is whole
+      named_bar_sync(6 + wc, 128);  // the chunk's g box is whole
 #pragma unroll 1
-    for (int i = 0; i < kEpiRows * kEpiCols / 4 / 128; ++i) {
-      const int e4 = ct + 128 * i, rl = e4 / (kEpiCols / 4), cl = (e4 % (kEpiCols / 4)) * 4;  // in the chunk
-      const int row = m0 + chunk_row0(k) + rl, col = n0 + chunk_col0(k) + cl;
-      if (row >= p.M || col >= p.N) continue;  // N a multiple of 4: col + 3 < N too
-      const uint32_t so = box_offset(rl, cl);
-      const float4 gv = *reinterpret_cast<const float4*>(slot + kGBox * kEpiBox + goff(rl, cl));
-      sumsq += double(gv.x) * double(gv.x) + double(gv.y) * double(gv.y) + double(gv.z) * double(gv.z) +
-               double(gv.w) * double(gv.w);
-      const int64_t o = int64_t(row) * p.ld + col;
-      if (p.grad) *reinterpret_cast<float4*>(p.grad + o) = gv;
-      if constexpr (kUpdate) {
-        float4 pv = *reinterpret_cast<const float4*>(slot + so);
-        float4 mv = *reinterpret_cast<const float4*>(slot + kEpiBox + so);
-        float4 vv = *reinterpret_cast<const float4*>(slot + 2 * kEpiBox + so);
-        const float w0 = adamw_one(pv.x, gv.x, mv.x, vv.x, a), w1 = adamw_one(pv.y, gv.y, mv.y, vv.y, a);
-        const float w2 = adamw_one(pv.z, gv.z, mv.z, vv.z, a), w3 = adamw_one(pv.w, gv.w, mv.w, vv.w, a);
-        auto work = [&] {  // the four bf16 working-copy values
-          const __nv_bfloat162 lo = __floats2bfloat162_rn(w0, w1), hi = __floats2bfloat162_rn(w2, w3);
-          uint2 u;
-          u.x = *reinterpret_cast<const uint32_t*>(&lo), u.y = *reinterpret_cast<const uint32_t*>(&hi);
-          return u;
-        };
-        if constexpr (kStoreByTma) {  // back into the slot, for the TMA's stores below
-          *reinterpret_cast<float4*>(slot + so) = pv;
-          *reinterpret_cast<float4*>(slot + kEpiBox + so) = mv;
-          *reinterpret_cast<float4*>(slot + 2 * kEpiBox + so) = vv;
-          if (p.p_work) *reinterpret_cast<uint2*>(slot + kWorkBox + (rl * kEpiCols + cl) * 2) = work();
-        } else {
+      for (int i = 0; i < kEpiRows * kEpiCols / 4 / 128; ++i) {
+        const int e4 = ct + 128 * i, rl = e4 / (kEpiCols / 4), cl = (e4 % (kEpiCols / 4)) * 4;  // in the chunk
+        const int row = m0 + kEpiRows * k + rl, col = n0 + cl;
+        if (row >= p.M || col >= p.N) continue;  // N a multiple of 4: col + 3 < N too
+        const uint32_t so = box_offset(rl, cl);
+        const float4 gv = *reinterpret_cast<const float4*>(slot + kGBox * kEpiBox + goff(rl, cl));
+        sumsq += double(gv.x) * double(gv.x) + double(gv.y) * double(gv.y) + double(gv.z) * double(gv.z) +
+                 double(gv.w) * double(gv.w);
+        const int64_t o = int64_t(row) * p.ld + col;
+        if (p.grad) *reinterpret_cast<float4*>(p.grad + o) = gv;
+        if constexpr (kUpdate) {
+          float4 pv = *reinterpret_cast<const float4*>(slot + so);
+          float4 mv = *reinterpret_cast<const float4*>(slot + kEpiBox + so);
+          float4 vv = *reinterpret_cast<const float4*>(slot + 2 * kEpiBox + so);
+          const float w0 = adamw_one(pv.x, gv.x, mv.x, vv.x, a), w1 = adamw_one(pv.y, gv.y, mv.y, vv.y, a);
+          const float w2 = adamw_one(pv.z, gv.z, mv.z, vv.z, a), w3 = adamw_one(pv.w, gv.w, mv.w, vv.w, a);
           *reinterpret_cast<float4*>(p.p + o) = pv;
           *reinterpret_cast<float4*>(p.m + o) = mv;
           *reinterpret_cast<float4*>(p.v + o) = vv;
-          if (p.p_work) *reinterpret_cast<uint2*>(p.p_work + o) = work();
+          if (p.p_work) {
+            const __nv_bfloat162 lo = __floats2bfloat162_rn(w0, w1), hi = __floats2bfloat162_rn(w2, w3);
+            uint2 u;
+            u.x = *reinterpret_cast<const uint32_t*>(&lo), u.y = *reinterpret_cast<const uint32_t*>(&hi);
+            *reinterpret_cast<uint2*>(p.p_work + o) = u;
+          }
         }
       }
-    }
-    if constexpr (kStoreByTma) {
-      // This thread's shared stores ordered before the TMA's reads of them (generic proxy, then async proxy); when
-      // the warpgroup's are all in, one thread stores the chunk's boxes, waits until the TMA has read them and
-      // releases the slot (epi_empty counts one arrival).
-      fence_proxy_async();
-      named_bar_sync(6 + wc, 128);
-      if (ct == 0) {
-        const int row0 = m0 + chunk_row0(k), col0 = n0 + chunk_col0(k);
-        if (row0 < p.M && col0 < p.N) {
-          tma_store_2d(&epi->p, slot, col0, row0);
-          tma_store_2d(&epi->m, slot + kEpiBox, col0, row0);
-          tma_store_2d(&epi->v, slot + 2 * kEpiBox, col0, row0);
-          if (p.p_work) tma_store_2d(&epi->p_work, slot + kWorkBox, col0, row0);
-          bulk_commit();
-          bulk_wait_read<0>();
-        }
-        mbar_arrive(epi_empty + c % kSlots);
-      }
-    } else {
       // With grad_in this thread wrote into a box the TMA writes next: its shared stores ordered before that write
       // (generic proxy, then async proxy). Then: this thread has read the slot.
       if constexpr (kGradIn) fence_proxy_async();
       mbar_arrive(epi_empty + c % kSlots);
     }
-    // the next chunk's accumulators to the front
-    if constexpr (!kWide) {
-#pragma unroll
-      for (int i = 0; i < 128 - 16; ++i) acc[i / 64][i % 64] = acc[(i + 16) / 64][(i + 16) % 64];
-    }
-  }
 }
 
 template <bool kUpdate, bool kGradIn>
@@ -362,7 +290,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     for (int s = 0; s < kSlots; ++s) {
       mbar_init(epi_full + s, 1);
-      mbar_init(epi_empty + s, kTmaStore && kUpdate ? 1 : 128);
+      mbar_init(epi_empty + s, 128);
     }
     mbar_init_fence();
   }
@@ -395,7 +323,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         tile_origin(int(blockIdx.x) + j * G, m0, n0);
         for (int hq = 0; hq < kEpiChunks; ++hq) {
           const int c = j * kEpiChunks + hq, s = c % kSlots;
-          const int row0 = m0 + chunk_row0(hq), col0 = n0 + chunk_col0(hq);
+          const int row0 = m0 + kEpiRows * hq, col0 = n0;
           wait_phase(epi_empty + s, uint32_t(((c / kSlots) & 1) ^ 1), "epilogue empty (producer)");
           // a chunk wholly past M or N is not loaded (its phase completes on the arrival alone): the epilogue skips
           // its elements
@@ -453,15 +381,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     if (kArrays > 0 && j > 0) named_bar_sync(4 + wc, 256);  // the other's epilogue (tile j - 1) is done
     if constexpr (kArrays > 0) {
-      epilogue_staged<kUpdate, kGradIn>(p, a, acc, m0, n0, j, ring, epi_full, epi_empty, &epi, wc, ct, warp, g, t,
-                                        sumsq);
+      epilogue_staged<kUpdate, kGradIn>(p, a, acc, m0, n0, j, ring, epi_full, epi_empty, wc, ct, warp, g, t, sumsq);
     } else {
       epilogue_store(p, acc, m0, n0, warp, g, t, sumsq);
     }
     if (kArrays > 0 && j + 1 < my_tiles) named_bar_arrive(4 + (1 - wc), 256);  // tile j + 1's may start
   }
-  if constexpr (kTmaStore && kUpdate)
-    if (ct == 0) bulk_wait_all();  // this thread's TMA stores complete before the CTA ends
   if (p.partials) {  // the CTA's sum, in a fixed order: lanes (tree), then warps 0..7
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) sumsq += __shfl_xor_sync(0xffffffffu, sumsq, o);
@@ -520,8 +445,6 @@ bool dw_adamw_supported(const DwAdamWArgs& a, const char** why) {
                         static_cast<const void*>(a.grad), static_cast<const void*>(a.grad_in)})
     if (!aligned(q, 16)) return no("p, m, v, grad and grad_in must be 16-byte aligned");
   if (!aligned(a.p_work, 8)) return no("p_work must be 8-byte aligned");
-  if (kTmaStore && a.p_work && (!aligned(a.p_work, 16) || a.ld % 8))
-    return no("DWA_TMA_STORE: p_work must be 16-byte aligned, ld a multiple of 8");
   if (a.sumsq_out && !a.partials) return no("sumsq_out needs partials");
   if (int64_t(a.K) * std::max(a.ld_dy, a.ld_x) * 2 >= (int64_t(1) << 40) ||
       int64_t(a.M) * a.ld * 4 >= (int64_t(1) << 40))
@@ -545,17 +468,13 @@ void dw_adamw(const DwAdamWArgs& a, cudaStream_t s) {
       encode_tma_bf16(a.x, 1, a.K, 1, a.N, int64_t(a.K) * a.ld_x, a.ld_x, int64_t(a.K) * a.ld_x, kBK);
   // the epilogue's operands (maps of the arrays it reads; the others stay zero)
   EpiMaps epi{};
-  auto encode = [&](const float* q) {
-    return kWide ? encode_tma_2d_plain(q, a.M, a.N, a.ld, kEpiRows, kEpiCols)
-                 : encode_tma_f32_2d(q, a.M, a.N, a.ld, kEpiRows);
-  };
+  auto encode = [&](const float* q) { return encode_tma_f32_2d(q, a.M, a.N, a.ld, kEpiRows, kEpiCols); };
   if (a.update) {
     epi.p = encode(a.p);
     epi.m = encode(a.m);
     epi.v = encode(a.v);
   }
   if (a.grad_in) epi.grad_in = encode(a.grad_in);
-  if (kTmaStore && a.update && a.p_work) epi.p_work = encode_tma_2d_plain(a.p_work, a.M, a.N, a.ld, kEpiRows, kEpiCols, true);
   const int64_t tiles = int64_t(ceil_div(a.M, kBM)) * ceil_div(a.N, kBN);
   if (tiles > int64_t(INT32_MAX) / 4) throw std::invalid_argument("dw_adamw: too many tiles");
   const unsigned grid = unsigned(std::min<int64_t>(tiles, device_sm_count()));

@@ -2,8 +2,8 @@
 // tensor map of a strided [B, T, H, d] bf16 view (a [rows, columns] matrix: B = H = 1) with cuTensorMapEncodeTiled,
 // reached through the runtime's driver entry point, so no libcuda link; one thread copies a box of rows x 64 columns
 // into a 128B-swizzled shared sub-tile (the layout of wgmma.cuh), completing on an mbarrier (barriers.cuh) by
-// transaction bytes. Rows past T are zero-filled by the hardware. Also fp32 [rows, 32-column] boxes of a matrix
-// (dw_adamw's epilogue operands).
+// transaction bytes. Rows past T are zero-filled by the hardware. Also unswizzled fp32 boxes of a matrix (dw_adamw's
+// epilogue operands), and the waits of bulk copies (the attention backward's dQ).
 // PTX ISA 8.x: "cp.async.bulk.tensor"; CUDA driver API: cuTensorMapEncodeTiled.
 #pragma once
 #include "common.cuh"
@@ -60,31 +60,16 @@ inline CUtensorMap encode_tma_bf16(const void* base, int B, int T, int H, int d,
 }
 
 /// Tensor map of an fp32 [rows, cols] matrix (row stride in elements, a multiple of 4; base 16-byte aligned): box of
-/// box_rows x 32 columns (128 bytes a row), 128-byte swizzle: element (r, c) of a box lands at byte
-/// r * 128 + ((c / 4) ^ (r % 8)) * 16 + (c % 4) * 4 (swizzle128_f32). Aborts (trainer::fatal) when refused.
-inline CUtensorMap encode_tma_f32_2d(const void* base, int64_t rows, int64_t cols, int64_t row_stride, int box_rows) {
+/// box_rows x box_cols (box_cols a multiple of 4, at most 256), no swizzle: element (r, c) of a box lands at byte
+/// (r * box_cols + c) * 4. Aborts (trainer::fatal) when refused.
+inline CUtensorMap encode_tma_f32_2d(const void* base, int64_t rows, int64_t cols, int64_t row_stride, int box_rows,
+                                     int box_cols) {
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(row_stride) * 4};
-  const cuuint32_t box[2] = {32, cuuint32_t(box_rows)};
-  return encode_tiled_swizzle128(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, base, dims, strides, box, [&] {
-    return fmt::format("the fp32 [{}, {}] matrix with row stride {}", rows, cols, row_stride);
-  });
-}
-
-/// Tensor map of an fp32 (bf16 with `bf16`) [rows, cols] matrix (row stride in elements, its bytes a multiple of 16;
-/// base 16-byte aligned): box of box_rows x box_cols (a box row's bytes a multiple of 16, box_cols <= 256), no
-/// swizzle: element (r, c) of a box lands at element r * box_cols + c. Aborts (trainer::fatal) when refused.
-inline CUtensorMap encode_tma_2d_plain(const void* base, int64_t rows, int64_t cols, int64_t row_stride,
-                                       int box_rows, int box_cols, bool bf16 = false) {
-  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(row_stride) * (bf16 ? 2 : 4)};
   const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
   return encode_tiled_swizzle128(
-      bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, base, dims, strides, box,
-      [&] {
-        return fmt::format("the {} [{}, {}] matrix with row stride {}", bf16 ? "bf16" : "fp32", rows, cols,
-                           row_stride);
-      },
+      CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, base, dims, strides, box,
+      [&] { return fmt::format("the fp32 [{}, {}] matrix with row stride {}", rows, cols, row_stride); },
       CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
@@ -107,17 +92,6 @@ __device__ __forceinline__ void tma_load_2d(void* smem, const CUtensorMap* map, 
       ::"r"(smem_addr(smem)), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar))
       : "memory");
 }
-/// The shared box `smem` (a 2-D map's box layout) into the box at (column c0, row c1) of `map`, by the TMA (elements
-/// past the matrix are not written); commit it as one bulk group and wait with bulk_wait_read / bulk_wait_all (the
-/// writer threads' shared stores ordered before it by fence_proxy_async and a barrier). One thread.
-__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* smem, int c0, int c1) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(c0), "r"(c1), "r"(smem_addr(smem))
-               : "memory");
-}
-/// Closes this thread's bulk operations issued since the last commit into one bulk group.
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 /// Waits until at most N of this thread's bulk groups still read their shared-memory source.
 template <int N>
 __device__ __forceinline__ void bulk_wait_read() {
@@ -125,10 +99,6 @@ __device__ __forceinline__ void bulk_wait_read() {
 }
 /// Waits until all of this thread's bulk groups are complete.
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-/// Byte offset of element (r, c) (c < 32) in a box of encode_tma_f32_2d's layout.
-__device__ __forceinline__ uint32_t swizzle128_f32(int r, int c) {
-  return uint32_t(r) * 128u + ((uint32_t(c >> 2) ^ uint32_t(r & 7)) << 4) + uint32_t(c & 3) * 4u;
-}
 #endif
 
 }  // namespace trainer::sm90

@@ -69,10 +69,11 @@ MetaRates MetaRates::for_target(Device d, Fp32Matmul fp32_matmul, const std::str
     r.memory_bandwidth = 4.2e12;
     // The fused dW + AdamW kernel's product runs at 0.83 of cuBLASLt's on an H200 (an xl block's four products 0.70
     // against 0.58 ms, results/NOTES.md v28; 0.79 on an H100: 0.757 against 0.595, v31), and its time is that
-    // product's plus 0.76 of its epilogue's bytes at this model's memory rate (H100, v31 / v32: an xl block 1.4665 ms
-    // = 0.7578 + 0.709, where 26 bytes x 104.9M weights at 4.2 x 3.35 / 4.8 TB/s take 0.932).
+    // product's plus 0.71 of its epilogue's bytes at this model's memory rate (H100, v33's epilogue chunks of 16 x 128:
+    // an xl block 1.409 ms = 0.751 + 0.658, where 26 bytes x 104.9M weights at 4.2 x 3.35 / 4.8 TB/s take 0.932; v32's
+    // chunks: 0.76).
     r.dw_adamw_gemm = 0.83 * r.gemm_bf16;
-    r.dw_adamw_epilogue_exposed = 0.76;
+    r.dw_adamw_epilogue_exposed = 0.71;
     r.source = "H200 measurements in shared/ANCHORS.md (GEMM peaks times gemm_efficiency; attention fp32 assumed)";
     const GpuSpec& spec = gpu_spec(gpu);
     if (spec.name != "h200") {  // the same chip: the H200's compute rates, the bytes at this GPU's bandwidth
