@@ -19,6 +19,7 @@
 #   step NAME SECONDS CMD...  CMD under `timeout SECONDS`, stdout and stderr to $R/NAME.log; logs "NAME rc N" and
 #                         saves; returns CMD's status (124: timed out)
 #   left LIMIT            seconds left of a LIMIT-second budget since t0 (for a last step that takes what is left)
+#   finish                the last line: save, print summary.log and progress.log, remove $R (r.tgz holds it)
 #   train_step NAME CONFIG [ARGS...]   step NAME (120 s): .dev/bin/trainer CONFIG on cuda bf16, record $R/NAME.json
 #   peer_step NAME SECONDS [ARGS...]   step NAME: launch/torch_bench.py --mode compiled ARGS, record $R/NAME.json
 set -u
@@ -69,6 +70,15 @@ step() {
 }
 
 left() { echo $(($1 - ($(date +%s) - t0))); }
+
+# The call's last line: the archive, then its summary and progress printed, then the record folder removed (the
+# `run` tool returns every file under $OUT and caps how many: v33's folder of many small files pushed a later
+# stage's archive out). A call killed at its time limit leaves the folder and the last archive.
+finish() {
+  save
+  cat "$R/summary.log" "$R/progress.log" 2>/dev/null
+  rm -rf "$R"
+}
 
 # The two runs most calls compare (issue 19's ratios):
 train_step() {  # NAME CONFIG [ARGS...]: the trainer (.dev/bin/trainer) on cuda bf16, its record $R/NAME.json

@@ -86,6 +86,4 @@ except Exception as e:
     print("trace missing:", e)
 PY
 } > $R/summary.log 2>&1
-save
-cat $R/summary.log
-cat $R/progress.log
+finish

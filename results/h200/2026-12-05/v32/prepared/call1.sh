@@ -36,6 +36,4 @@ round(((m.get('predicted') or {}).get('peak_bytes') or 0)/2**30, 3), o.get('in_g
 o.get('in_gemm_min_elements'), (r.get('loss') or {}).get('per_step', [None])[-1] if isinstance(r.get('loss'), dict) else '')" $f
 done
 } > $R/summary.log 2>&1
-save
-cat $R/summary.log
-cat $R/progress.log
+finish

@@ -36,6 +36,4 @@ r.get('compile_mode_chosen', ''))" $f
 done
 tail -8 $R/attention.log
 } > $R/summary.log 2>&1
-save
-cat $R/summary.log
-cat $R/progress.log
+finish

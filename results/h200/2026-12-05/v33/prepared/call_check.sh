@@ -10,7 +10,4 @@ tail -2 $R/dw_adamw_tests.log
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); t=r['timing']['step']; print('xl', r['status'], \
 t['median_ms'], t['mean_ms'], round(r['memory']['peak_bytes']/2**30, 3), r['loss']['per_step'][-1])" $R/xl.json
 } > $R/summary.log 2>&1
-save
-cat $R/summary.log
-cat $R/progress.log
-rm -rf $R
+finish
