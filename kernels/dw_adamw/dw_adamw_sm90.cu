@@ -76,6 +76,18 @@ constexpr int kEpiArrays = (kUpdate ? 3 : 0) + (kGradIn ? 1 : 0);
 /// grad_in the epilogue writes the sum into grad_in's box in place.
 template <bool kUpdate, bool kGradIn>
 constexpr int kEpiSlotBoxes = kEpiArrays<kUpdate, kGradIn> + (!kGradIn && kEpiArrays<kUpdate, kGradIn> > 0);
+// DWA_CLUSTER_PAIR (33rd session's experiment, the bench's libdwa_pair*.so only; not yet run on a GPU): clusters of
+// two CTAs that take the two tiles of a "super-tile" (two tiles adjacent along the walked dimension) at once, so
+// that they share one panel of the other operand; each CTA loads one of that panel's two 64-column sub-tiles and
+// multicasts it into both CTAs' stage (kernels/dw_adamw/NOTES.md, "Design of the next step"): operand reads from L2
+// -25%. A stage is then written by both CTAs' producers, so empty[s] also counts the peer's consumers (a remote
+// arrival a warp, count 32). A tile past the edge (an odd count of tiles along the walked dimension) is loaded by
+// neither (its own operand) and its epilogue skips it.
+#ifdef DWA_CLUSTER_PAIR
+constexpr bool kPair = true;
+#else
+constexpr bool kPair = false;
+#endif
 // The most operand stages and epilogue slots. The ring takes its slots first, the operand stages what shared memory
 // is left. Measured against other splits (v31, H100, xl block): 7 stages for the product alone 0.817 against 0.757
 // ms at 4; 2 slots and 5 stages 1.475 against 1.468 with the update; the epilogue's float4 loop unrolled 2 or 4
@@ -261,6 +273,9 @@ __device__ __forceinline__ void epilogue_staged(const Params& p, const AdamWStep
 
 template <bool kUpdate, bool kGradIn>
 __global__ void __launch_bounds__(kThreads, 1)
+#ifdef DWA_CLUSTER_PAIR
+    __cluster_dims__(2, 1, 1)
+#endif
     dw_adamw_kernel(const Params p, const __grid_constant__ CUtensorMap tma_dy,
                     const __grid_constant__ CUtensorMap tma_x, const __grid_constant__ EpiMaps epi) {
   constexpr int kArrays = kEpiArrays<kUpdate, kGradIn>, kSlots = kEpiSlots<kUpdate, kGradIn>;
@@ -278,15 +293,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x, wg = tid / 128;
   const int TM = (p.M + kBM - 1) / kBM, TN = (p.N + kBN - 1) / kBN, tiles = TM * TN, nk = (p.K + kBK - 1) / kBK;
   // tile L's first row and column
-  auto tile_origin = [&](int L, int& m0, int& n0) {
-    m0 = (p.m_fastest ? L % TM : L / TN) * kBM;
-    n0 = (p.m_fastest ? L / TM : L % TN) * kBN;
+  // kPair: super-tiles of two tiles along the walked dimension (TF of them: SF pairs, the last maybe one tile)
+  const int TF = p.m_fastest ? TM : TN, SF = (TF + 1) / 2;
+  const int rank = kPair ? int(cluster_ctarank()) : 0, unit = kPair ? int(blockIdx.x) / 2 : int(blockIdx.x);
+  const int units = kPair ? int(gridDim.x) / 2 : int(gridDim.x), all_units = kPair ? (tiles / TF) * SF : tiles;
+  // this CTA's j-th tile: tile unit + j units (kPair: the super-tile's tile `rank`; past the edge when its index
+  // along the walked dimension is TF)
+  auto tile_origin = [&](int j, int& m0, int& n0) {
+    const int L = unit + j * units;
+    if constexpr (kPair) {
+      const int slow = L / SF, fast = 2 * (L % SF) + rank;
+      m0 = (p.m_fastest ? fast : slow) * kBM;
+      n0 = (p.m_fastest ? slow : fast) * kBN;
+    } else {
+      m0 = (p.m_fastest ? L % TM : L / TN) * kBM;
+      n0 = (p.m_fastest ? L / TM : L % TN) * kBN;
+    }
   };
-  const int G = int(gridDim.x), my_tiles = (tiles - int(blockIdx.x) + G - 1) / G;  // blockIdx.x < tiles (launcher)
+  const int my_tiles = (all_units - unit + units - 1) / units;  // unit < all_units (launcher)
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full + s, 1);
-      mbar_init(empty + s, 128);
+      mbar_init(empty + s, kPair ? 256 : 128);
     }
     for (int s = 0; s < kSlots; ++s) {
       mbar_init(epi_full + s, 1);
@@ -294,33 +322,55 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     mbar_init_fence();
   }
-  __syncthreads();
+  if constexpr (kPair) cluster_sync();  // the peer's barriers exist before a multicast or a remote arrival reaches them
+  else __syncthreads();
 
   if (wg == 0) {  // ---- producers: operands (thread 0), epilogue operands (thread 32) ----
     setmaxnreg_dec<kRegsProducer>();
     if (tid == 0) {
       for (int j = 0; j < my_tiles; ++j) {
         int m0, n0;
-        tile_origin(int(blockIdx.x) + j * G, m0, n0);
+        tile_origin(j, m0, n0);
         for (int kb = 0; kb < nk; ++kb) {
           const int it = j * nk + kb, s = it % kStages;
           wait_phase(empty + s, uint32_t(((it / kStages) & 1) ^ 1), "empty (producer)");
           // A second sub-tile wholly past M (N) is not loaded: its stale rows reach only output rows (columns) past
           // M (N), which the epilogue skips.
           const bool a2 = m0 + 64 < p.M, b2 = n0 + 64 < p.N;
-          mbar_arrive_expect_tx(full + s, uint32_t(kSubBytes * (2 + a2 + b2)));
           uint8_t* sa = sbase + s * kStageBytes;
           uint8_t* sb = sa + kABytes;
-          tma_load_4d(sa, &tma_dy, m0, kb * kBK, 0, 0, full + s);
-          if (a2) tma_load_4d(sa + kSubBytes, &tma_dy, m0 + 64, kb * kBK, 0, 0, full + s);
-          tma_load_4d(sb, &tma_x, n0, kb * kBK, 0, 0, full + s);
-          if (b2) tma_load_4d(sb + kSubBytes, &tma_x, n0 + 64, kb * kBK, 0, 0, full + s);
+          if constexpr (kPair) {
+            // The shared panel (A = dY when the pair walks N, else B = X): sub-tile `rank` from this CTA into both
+            // (the second sub-tile only where it is not wholly past the edge: both CTAs see the same m0 / n0 of it).
+            // The own operand: nothing for a tile past the edge.
+            const bool share_a = !p.m_fastest;
+            const bool s2 = share_a ? a2 : b2, o2 = share_a ? b2 : a2;
+            const bool ghost = share_a ? n0 >= p.N : m0 >= p.M;
+            mbar_arrive_expect_tx(full + s, uint32_t(kSubBytes * ((1 + s2) + (ghost ? 0 : 1 + o2))));
+            uint8_t* ss = share_a ? sa : sb;
+            uint8_t* so = share_a ? sb : sa;
+            const CUtensorMap* ms = share_a ? &tma_dy : &tma_x;
+            const CUtensorMap* mo = share_a ? &tma_x : &tma_dy;
+            const int cs = share_a ? m0 : n0, co = share_a ? n0 : m0;
+            if (rank == 0 || s2)
+              tma_load_4d_multicast(ss + rank * kSubBytes, ms, cs + 64 * rank, kb * kBK, 0, 0, full + s, 0x3);
+            if (!ghost) {
+              tma_load_4d(so, mo, co, kb * kBK, 0, 0, full + s);
+              if (o2) tma_load_4d(so + kSubBytes, mo, co + 64, kb * kBK, 0, 0, full + s);
+            }
+          } else {
+            mbar_arrive_expect_tx(full + s, uint32_t(kSubBytes * (2 + a2 + b2)));
+            tma_load_4d(sa, &tma_dy, m0, kb * kBK, 0, 0, full + s);
+            if (a2) tma_load_4d(sa + kSubBytes, &tma_dy, m0 + 64, kb * kBK, 0, 0, full + s);
+            tma_load_4d(sb, &tma_x, n0, kb * kBK, 0, 0, full + s);
+            if (b2) tma_load_4d(sb + kSubBytes, &tma_x, n0 + 64, kb * kBK, 0, 0, full + s);
+          }
         }
       }
     } else if (tid == 32) {
       if constexpr (kArrays > 0) for (int j = 0; j < my_tiles; ++j) {
         int m0, n0;
-        tile_origin(int(blockIdx.x) + j * G, m0, n0);
+        tile_origin(j, m0, n0);
         for (int hq = 0; hq < kEpiChunks; ++hq) {
           const int c = j * kEpiChunks + hq, s = c % kSlots;
           const int row0 = m0 + kEpiRows * hq, col0 = n0;
@@ -341,6 +391,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
+    if constexpr (kPair) {
+      __syncwarp();    // (the barrier is .aligned: the warp's loader lane rejoins first)
+      cluster_sync();  // the consumers' last one, below
+    }
     return;
   }
 
@@ -350,10 +404,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   AdamWStep a = p.a;
   if constexpr (kUpdate) load_per_step(a);
   const uint32_t s0 = smem_addr(sbase);
+  // This thread has read stage `bar`'s; kPair: the peer's producer wrote half of it, so its empty barrier hears
+  // (a warp's 32 arrivals at once)
+  auto release_stage = [&](uint64_t* bar) {
+    mbar_arrive(bar);
+    if constexpr (kPair) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive_cluster(bar, uint32_t(rank ^ 1), 32);
+    }
+  };
   double sumsq = 0.0;  // of this thread's gradient elements, over its tiles
   for (int j = wc; j < my_tiles; j += 2) {
     int m0, n0;
-    tile_origin(int(blockIdx.x) + j * G, m0, n0);
+    tile_origin(j, m0, n0);
     float acc[2][64];
     if (j > 0) named_bar_sync(1 + wc, 256);  // the other consumer has waited for every stage of its tile
     for (int kb = 0; kb < nk; ++kb) {
@@ -372,12 +435,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       wgmma_commit();
       wgmma_wait<1>();  // the previous block's products are done: its stage is free
-      if (kb > 0) mbar_arrive(empty + (it - 1) % kStages);
+      if (kb > 0) release_stage(empty + (it - 1) % kStages);
     }
     wgmma_wait<0>();
     fence_regs(acc[0]);
     fence_regs(acc[1]);
-    mbar_arrive(empty + (j * nk + nk - 1) % kStages);
+    release_stage(empty + (j * nk + nk - 1) % kStages);
 
     if (kArrays > 0 && j > 0) named_bar_sync(4 + wc, 256);  // the other's epilogue (tile j - 1) is done
     if constexpr (kArrays > 0) {
@@ -398,20 +461,38 @@ __global__ void __launch_bounds__(kThreads, 1)
       p.partials[blockIdx.x] = s;
     }
   }
+  // kPair: no CTA leaves while its peer may still multicast into it or arrive on its barriers
+  if constexpr (kPair) {
+    __syncwarp();  // (the barrier is .aligned)
+    cluster_sync();
+  }
 }
 
+/// Launches the kernel over `units` work units (tiles; kPair: super-tiles, one a cluster of two CTAs) with one CTA per
+/// SM (kPair: as many clusters as fit at once); returns the grid (CTAs).
 template <bool kUpdate, bool kGradIn>
-void launch(unsigned grid, const Params& p, const CUtensorMap& tdy, const CUtensorMap& tx, const EpiMaps& epi,
-            cudaStream_t s) {
+unsigned launch(int64_t units, const Params& p, const CUtensorMap& tdy, const CUtensorMap& tx, const EpiMaps& epi,
+                cudaStream_t s) {
   // the attribute belongs to the function on one device: once per instantiation and device
   static bool smem_set[64] = {};
+  static int clusters[64] = {};  // kPair: clusters resident at once
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   if (dev >= 64 || !smem_set[dev]) {
     set_smem(dw_adamw_kernel<kUpdate, kGradIn>, kSmemBytes<kUpdate, kGradIn>);
-    if (dev < 64) smem_set[dev] = true;
+    int n = 0;
+    if constexpr (kPair) {
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(2), cfg.blockDim = dim3(kThreads), cfg.dynamicSmemBytes = kSmemBytes<kUpdate, kGradIn>;
+      CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, dw_adamw_kernel<kUpdate, kGradIn>, &cfg));
+      if (n < 1) throw std::runtime_error("dw_adamw: no cluster of two CTAs fits");
+    }
+    if (dev < 64) smem_set[dev] = true, clusters[dev] = n;
   }
+  const unsigned grid = kPair ? 2u * unsigned(std::min<int64_t>(units, dev < 64 ? clusters[dev] : 1))
+                              : unsigned(std::min<int64_t>(units, device_sm_count()));
   dw_adamw_kernel<kUpdate, kGradIn><<<grid, kThreads, kSmemBytes<kUpdate, kGradIn>, s>>>(p, tdy, tx, epi);
+  return grid;
 }
 
 }  // namespace
@@ -477,13 +558,16 @@ void dw_adamw(const DwAdamWArgs& a, cudaStream_t s) {
   if (a.grad_in) epi.grad_in = encode(a.grad_in);
   const int64_t tiles = int64_t(ceil_div(a.M, kBM)) * ceil_div(a.N, kBN);
   if (tiles > int64_t(INT32_MAX) / 4) throw std::invalid_argument("dw_adamw: too many tiles");
-  const unsigned grid = unsigned(std::min<int64_t>(tiles, device_sm_count()));
-  if (a.sumsq_out && grid > unsigned(kReduceMaxBlocks))
+  // work units: tiles (kPair: super-tiles, pairs of tiles along the walked dimension); at most one CTA per SM
+  const int TF = m_fastest ? ceil_div(a.M, kBM) : ceil_div(a.N, kBN);
+  const int64_t units = kPair ? tiles / TF * ((TF + 1) / 2) : tiles;
+  if (a.sumsq_out && std::min<int64_t>(tiles, device_sm_count()) > kReduceMaxBlocks)
     throw std::invalid_argument("dw_adamw: more CTAs than reduce_partials sums");
-  if (a.update && a.grad_in) launch<true, true>(grid, p, tdy, tx, epi, s);
-  else if (a.update) launch<true, false>(grid, p, tdy, tx, epi, s);
-  else if (a.grad_in) launch<false, true>(grid, p, tdy, tx, epi, s);
-  else launch<false, false>(grid, p, tdy, tx, epi, s);
+  unsigned grid;
+  if (a.update && a.grad_in) grid = launch<true, true>(units, p, tdy, tx, epi, s);
+  else if (a.update) grid = launch<true, false>(units, p, tdy, tx, epi, s);
+  else if (a.grad_in) grid = launch<false, true>(units, p, tdy, tx, epi, s);
+  else grid = launch<false, false>(units, p, tdy, tx, epi, s);
   CUDA_CHECK(cudaGetLastError());
   if (a.sumsq_out) reduce_partials(a.sumsq_out, a.partials, int(grid), s);
 }

@@ -92,6 +92,16 @@ __device__ __forceinline__ void tma_load_2d(void* smem, const CUtensorMap* map, 
       ::"r"(smem_addr(smem)), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar))
       : "memory");
 }
+/// tma_load_4d into the same shared offset of every CTA of the cluster in `cta_mask` (bit i: rank i), completing the
+/// box's bytes on the mbarrier at `bar`'s offset in each of them. One thread.
+__device__ __forceinline__ void tma_load_4d_multicast(void* smem, const CUtensorMap* map, int c0, int c1, int c2,
+                                                      int c3, uint64_t* bar, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
+      "{%2, %3, %4, %5}], [%6], %7;\n" ::"r"(smem_addr(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar)), "h"(cta_mask)
+      : "memory");
+}
 /// Waits until at most N of this thread's bulk groups still read their shared-memory source.
 template <int N>
 __device__ __forceinline__ void bulk_wait_read() {
