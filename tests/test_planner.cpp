@@ -166,8 +166,8 @@ TEST_CASE("planner: --gpu h100 keeps the bytes and FLOPs, takes the H100's memor
 TEST_CASE("meta backend: the fused dW + AdamW kernel costs its product, then its epilogue's bytes", "[planner]") {
   // One call on an xl W13-like shape (M 20480, N 2560, K 2048 tokens; bf16 operands, fp32 p, m, v, bf16 p_work): one
   // op; its product at dw_adamw_gemm (0.83 of the bf16 GEMM rate), its epilogue's 26 bytes a weight at the memory
-  // rate times dw_adamw_epilogue_exposed (0.71: the rest ran under the products on an H100, v33), added (not the slower of
-  // the two); grad_in (accumulate) adds 4 bytes a weight.
+  // rate times dw_adamw_epilogue_exposed (0.71: the rest ran under the products on an H100, v33), added (not the
+  // slower of the two); grad_in (accumulate) adds 4 bytes a weight.
   MetaBackend be(Device::cuda);
   const MetaRates& r = be.rates();
   CHECK(r.dw_adamw_gemm == Approx(0.83 * r.gemm_bf16));

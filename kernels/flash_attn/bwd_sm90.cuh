@@ -101,6 +101,13 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const float* src
                : "memory");
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
+/// Waits until at most N of this thread's bulk groups still read their shared-memory source.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+/// Waits until all of this thread's bulk groups are complete.
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 /// dst[i] = src[i] for `bytes` / 4 floats, global = shared, by the bulk copy engine (PTX cp.async.bulk, sm_90): one
 /// committed bulk group. dst and bytes 16-byte aligned.
 __device__ __forceinline__ void bulk_store_f32(float* dst, const float* src, uint32_t bytes) {

@@ -3,7 +3,7 @@
 // reached through the runtime's driver entry point, so no libcuda link; one thread copies a box of rows x 64 columns
 // into a 128B-swizzled shared sub-tile (the layout of wgmma.cuh), completing on an mbarrier (barriers.cuh) by
 // transaction bytes. Rows past T are zero-filled by the hardware. Also unswizzled fp32 boxes of a matrix (dw_adamw's
-// epilogue operands), and the waits of bulk copies (the attention backward's dQ).
+// epilogue operands), and a load multicast to the CTAs of a cluster.
 // PTX ISA 8.x: "cp.async.bulk.tensor"; CUDA driver API: cuTensorMapEncodeTiled.
 #pragma once
 #include "common.cuh"
@@ -32,9 +32,9 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 /// elements read as zero; element strides 1; 128-byte swizzle unless `swizzle` says otherwise). Aborts
 /// (trainer::fatal) naming the view (`what()`) when the driver refuses it.
 template <class What>
-inline CUtensorMap encode_tiled_swizzle128(CUtensorMapDataType dtype, cuuint32_t rank, const void* base,
-                                           const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
-                                           What what, CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
+inline CUtensorMap encode_tiled(CUtensorMapDataType dtype, cuuint32_t rank, const void* base, const cuuint64_t* dims,
+                                const cuuint64_t* strides, const cuuint32_t* box, What what,
+                                CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
   CUtensorMap map{};
   const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
   const CUresult r = tensor_map_encoder()(&map, dtype, rank, const_cast<void*>(base), dims, strides, box,
@@ -53,7 +53,7 @@ inline CUtensorMap encode_tma_bf16(const void* base, int B, int T, int H, int d,
   const cuuint64_t dims[4] = {cuuint64_t(d), cuuint64_t(T), cuuint64_t(H), cuuint64_t(B)};
   const cuuint64_t strides[3] = {cuuint64_t(row_stride) * 2, cuuint64_t(head_stride) * 2, cuuint64_t(batch_stride) * 2};
   const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
-  return encode_tiled_swizzle128(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, base, dims, strides, box, [&] {
+  return encode_tiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, base, dims, strides, box, [&] {
     return fmt::format("the [B {}, T {}, H {}, d {}] view with strides {} / {} / {}", B, T, H, d, batch_stride,
                        row_stride, head_stride);
   });
@@ -67,7 +67,7 @@ inline CUtensorMap encode_tma_f32_2d(const void* base, int64_t rows, int64_t col
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(row_stride) * 4};
   const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
-  return encode_tiled_swizzle128(
+  return encode_tiled(
       CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, base, dims, strides, box,
       [&] { return fmt::format("the fp32 [{}, {}] matrix with row stride {}", rows, cols, row_stride); },
       CU_TENSOR_MAP_SWIZZLE_NONE);
@@ -102,13 +102,6 @@ __device__ __forceinline__ void tma_load_4d_multicast(void* smem, const CUtensor
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar)), "h"(cta_mask)
       : "memory");
 }
-/// Waits until at most N of this thread's bulk groups still read their shared-memory source.
-template <int N>
-__device__ __forceinline__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
-}
-/// Waits until all of this thread's bulk groups are complete.
-__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 #endif
 
 }  // namespace trainer::sm90
