@@ -41,6 +41,7 @@
 #include "common.cuh"  // first (fmt set-up for nvcc)
 
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 
 #include "adamw.cuh"
@@ -93,7 +94,13 @@ constexpr bool kPair = false;
 // is left. Measured against other splits (v31, H100, xl block): 7 stages for the product alone 0.817 against 0.757
 // ms at 4; 2 slots and 5 stages 1.475 against 1.468 with the update; the epilogue's float4 loop unrolled 2 or 4
 // times 1.471 / 1.484 (not unrolled).
+// DWA_MAX_STAGES (bench experiments only) overrides the most operand stages; only the product alone (no epilogue
+// ring) has room for more than 4.
+#ifdef DWA_MAX_STAGES
+constexpr int kMaxStages = DWA_MAX_STAGES, kMaxEpiSlots = 4;
+#else
 constexpr int kMaxStages = 4, kMaxEpiSlots = 4;
+#endif
 /// The ring's slots: 96 KB of boxes at most, kMaxEpiSlots slots at most (3 with the update, with or without grad_in).
 template <bool kUpdate, bool kGradIn>
 constexpr int kEpiSlots =
@@ -487,6 +494,10 @@ unsigned launch(int64_t units, const Params& p, const CUtensorMap& tdy, const CU
       cfg.gridDim = dim3(2), cfg.blockDim = dim3(kThreads), cfg.dynamicSmemBytes = kSmemBytes<kUpdate, kGradIn>;
       CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, dw_adamw_kernel<kUpdate, kGradIn>, &cfg));
       if (n < 1) throw std::runtime_error("dw_adamw: no cluster of two CTAs fits");
+      // (the 34th session's question: are all of the pair kernel's clusters resident at once?)
+      std::fprintf(stderr, "dw_adamw (DWA_CLUSTER_PAIR, %d operand stages, %d ring slots): %d clusters of two "
+                   "resident at once on device %d (cudaOccupancyMaxActiveClusters), %d SMs\n",
+                   kStagesOf<kUpdate, kGradIn>, kEpiSlots<kUpdate, kGradIn>, n, dev, device_sm_count());
     }
     if (dev < 64) smem_set[dev] = true, clusters[dev] = n;
   }
