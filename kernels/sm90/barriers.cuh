@@ -77,11 +77,15 @@ __device__ __forceinline__ uint32_t cluster_ctarank() {
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
-/// `count` arrivals (release, cluster scope) on the mbarrier at the same shared offset as `bar` in cluster CTA `rank`.
+/// `count` arrivals on the mbarrier at the same shared offset as `bar` in cluster CTA `rank`, with the default
+/// semantics (release at CTA scope), as CUTLASS's ClusterBarrier::arrive(cta_id). For releasing a stage that this
+/// CTA's wgmma read (complete by wgmma_wait) to the peer's producer, that is enough. `.release.cluster` compiles to
+/// MEMBAR.ALL.GPU + error barriers before the arrive (34th session, from the cubin): in a k-loop, a fence a k-block
+/// on the consumers' path (the likely cause of DWA_CLUSTER_PAIR's 2x product time in v34; Triton hit the same).
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank, uint32_t count) {
   asm volatile(
       "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra], %2;\n}\n" ::"r"(smem_addr(bar)),
+      "mbarrier.arrive.shared::cluster.b64 _, [ra], %2;\n}\n" ::"r"(smem_addr(bar)),
       "r"(rank), "r"(count)
       : "memory");
 }
