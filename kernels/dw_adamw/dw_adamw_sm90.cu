@@ -77,14 +77,15 @@ constexpr int kEpiArrays = (kUpdate ? 3 : 0) + (kGradIn ? 1 : 0);
 /// grad_in the epilogue writes the sum into grad_in's box in place.
 template <bool kUpdate, bool kGradIn>
 constexpr int kEpiSlotBoxes = kEpiArrays<kUpdate, kGradIn> + (!kGradIn && kEpiArrays<kUpdate, kGradIn> > 0);
-// DWA_CLUSTER_PAIR (33rd session's experiment, the bench's libdwa_pair*.so only; run in the 34th on an H200: exact,
-// but its product alone takes 2.0x production's time, cause not yet found: kernels/dw_adamw/NOTES.md, 34th
-// session): clusters of two CTAs that take the two tiles of a "super-tile" (two tiles adjacent along the walked
-// dimension) at once, so that they share one panel of the other operand; each CTA loads one of that panel's two
-// 64-column sub-tiles and multicasts it into both CTAs' stage (kernels/dw_adamw/NOTES.md, "Design of the next step"):
-// operand reads from L2 -25%. A stage is then written by both CTAs' producers, so empty[s] also counts the peer's
-// consumers (a remote arrival a warp, count 32). A tile past the edge (an odd count of tiles along the walked
-// dimension) is loaded by neither (its own operand) and its epilogue skips it.
+// DWA_CLUSTER_PAIR (33rd session's experiment, the bench's libdwa_pair*.so only; run in the 34th on an H200: exact, but
+// its product alone took 2.0x production's time; the likely cause, a cluster-scope release in the remote arrive, since
+// removed (sm90/barriers.cuh); not yet rerun: kernels/dw_adamw/NOTES.md, 34th session): clusters of two CTAs that take
+// the two tiles of a "super-tile" (two tiles adjacent along the walked dimension) at once, so that they share one panel
+// of the other operand; each CTA loads one of that panel's two 64-column sub-tiles and multicasts it into both CTAs'
+// stage (kernels/dw_adamw/NOTES.md, "Design of the next step"): operand reads from L2 -25%. A stage is then written by
+// both CTAs' producers, so empty[s] also counts the peer's consumers (a remote arrival a warp, count 32). A tile past
+// the edge (an odd count of tiles along the walked dimension) is loaded by neither (its own operand) and its epilogue
+// skips it.
 #ifdef DWA_CLUSTER_PAIR
 constexpr bool kPair = true;
 #else
