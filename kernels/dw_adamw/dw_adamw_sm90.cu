@@ -77,31 +77,11 @@ constexpr int kEpiArrays = (kUpdate ? 3 : 0) + (kGradIn ? 1 : 0);
 /// grad_in the epilogue writes the sum into grad_in's box in place.
 template <bool kUpdate, bool kGradIn>
 constexpr int kEpiSlotBoxes = kEpiArrays<kUpdate, kGradIn> + (!kGradIn && kEpiArrays<kUpdate, kGradIn> > 0);
-// DWA_CLUSTER_PAIR (33rd session's experiment, the bench's libdwa_pair*.so only; run in the 34th on an H200: exact, but
-// its product alone took 2.0x production's time; the likely cause, a cluster-scope release in the remote arrive, since
-// removed (sm90/barriers.cuh); not yet rerun: kernels/dw_adamw/NOTES.md, 34th session): clusters of two CTAs that take
-// the two tiles of a "super-tile" (two tiles adjacent along the walked dimension) at once, so that they share one panel
-// of the other operand; each CTA loads one of that panel's two 64-column sub-tiles and multicasts it into both CTAs'
-// stage (kernels/dw_adamw/NOTES.md, "Design of the next step"): operand reads from L2 -25%. A stage is then written by
-// both CTAs' producers, so empty[s] also counts the peer's consumers (a remote arrival a warp, count 32). A tile past
-// the edge (an odd count of tiles along the walked dimension) is loaded by neither (its own operand) and its epilogue
-// skips it.
-#ifdef DWA_CLUSTER_PAIR
-constexpr bool kPair = true;
-#else
-constexpr bool kPair = false;
-#endif
 // The most operand stages and epilogue slots. The ring takes its slots first, the operand stages what shared memory
 // is left. Measured against other splits (v31, H100, xl block): 7 stages for the product alone 0.817 against 0.757
 // ms at 4; 2 slots and 5 stages 1.475 against 1.468 with the update; the epilogue's float4 loop unrolled 2 or 4
 // times 1.471 / 1.484 (not unrolled).
-// DWA_MAX_STAGES (bench experiments only) overrides the most operand stages; only the product alone (no epilogue
-// ring) has room for more than 4.
-#ifdef DWA_MAX_STAGES
-constexpr int kMaxStages = DWA_MAX_STAGES, kMaxEpiSlots = 4;
-#else
 constexpr int kMaxStages = 4, kMaxEpiSlots = 4;
-#endif
 /// The ring's slots: 96 KB of boxes at most, kMaxEpiSlots slots at most (3 with the update, with or without grad_in).
 template <bool kUpdate, bool kGradIn>
 constexpr int kEpiSlots =
@@ -282,9 +262,6 @@ __device__ __forceinline__ void epilogue_staged(const Params& p, const AdamWStep
 
 template <bool kUpdate, bool kGradIn>
 __global__ void __launch_bounds__(kThreads, 1)
-#ifdef DWA_CLUSTER_PAIR
-    __cluster_dims__(2, 1, 1)
-#endif
     dw_adamw_kernel(const Params p, const __grid_constant__ CUtensorMap tma_dy,
                     const __grid_constant__ CUtensorMap tma_x, const __grid_constant__ EpiMaps epi) {
   constexpr int kArrays = kEpiArrays<kUpdate, kGradIn>, kSlots = kEpiSlots<kUpdate, kGradIn>;
@@ -301,29 +278,18 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int tid = threadIdx.x, wg = tid / 128;
   const int TM = (p.M + kBM - 1) / kBM, TN = (p.N + kBN - 1) / kBN, tiles = TM * TN, nk = (p.K + kBK - 1) / kBK;
-  // tile L's first row and column
-  // kPair: super-tiles of two tiles along the walked dimension (TF of them: SF pairs, the last maybe one tile)
-  const int TF = p.m_fastest ? TM : TN, SF = (TF + 1) / 2;
-  const int rank = kPair ? int(cluster_ctarank()) : 0, unit = kPair ? int(blockIdx.x) / 2 : int(blockIdx.x);
-  const int units = kPair ? int(gridDim.x) / 2 : int(gridDim.x), all_units = kPair ? (tiles / TF) * SF : tiles;
-  // this CTA's j-th tile: tile unit + j units (kPair: the super-tile's tile `rank`; past the edge when its index
-  // along the walked dimension is TF)
+  const int unit = int(blockIdx.x), units = int(gridDim.x);
+  // this CTA's j-th tile, tile unit + j units: its first row and column
   auto tile_origin = [&](int j, int& m0, int& n0) {
     const int L = unit + j * units;
-    if constexpr (kPair) {
-      const int slow = L / SF, fast = 2 * (L % SF) + rank;
-      m0 = (p.m_fastest ? fast : slow) * kBM;
-      n0 = (p.m_fastest ? slow : fast) * kBN;
-    } else {
-      m0 = (p.m_fastest ? L % TM : L / TN) * kBM;
-      n0 = (p.m_fastest ? L / TM : L % TN) * kBN;
-    }
+    m0 = (p.m_fastest ? L % TM : L / TN) * kBM;
+    n0 = (p.m_fastest ? L / TM : L % TN) * kBN;
   };
-  const int my_tiles = (all_units - unit + units - 1) / units;  // unit < all_units (launcher)
+  const int my_tiles = (tiles - unit + units - 1) / units;  // unit < tiles (launcher)
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full + s, 1);
-      mbar_init(empty + s, kPair ? 256 : 128);
+      mbar_init(empty + s, 128);
     }
     for (int s = 0; s < kSlots; ++s) {
       mbar_init(epi_full + s, 1);
@@ -331,8 +297,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     mbar_init_fence();
   }
-  if constexpr (kPair) cluster_sync();  // the peer's barriers exist before a multicast or a remote arrival reaches them
-  else __syncthreads();
+  __syncthreads();
 
   if (wg == 0) {  // ---- producers: operands (thread 0), epilogue operands (thread 32) ----
     setmaxnreg_dec<kRegsProducer>();
@@ -348,32 +313,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           const bool a2 = m0 + 64 < p.M, b2 = n0 + 64 < p.N;
           uint8_t* sa = sbase + s * kStageBytes;
           uint8_t* sb = sa + kABytes;
-          if constexpr (kPair) {
-            // The shared panel (A = dY when the pair walks N, else B = X): sub-tile `rank` from this CTA into both
-            // (the second sub-tile only where it is not wholly past the edge: both CTAs see the same m0 / n0 of it).
-            // The own operand: nothing for a tile past the edge.
-            const bool share_a = !p.m_fastest;
-            const bool s2 = share_a ? a2 : b2, o2 = share_a ? b2 : a2;
-            const bool ghost = share_a ? n0 >= p.N : m0 >= p.M;
-            mbar_arrive_expect_tx(full + s, uint32_t(kSubBytes * ((1 + s2) + (ghost ? 0 : 1 + o2))));
-            uint8_t* ss = share_a ? sa : sb;
-            uint8_t* so = share_a ? sb : sa;
-            const CUtensorMap* ms = share_a ? &tma_dy : &tma_x;
-            const CUtensorMap* mo = share_a ? &tma_x : &tma_dy;
-            const int cs = share_a ? m0 : n0, co = share_a ? n0 : m0;
-            if (rank == 0 || s2)
-              tma_load_4d_multicast(ss + rank * kSubBytes, ms, cs + 64 * rank, kb * kBK, 0, 0, full + s, 0x3);
-            if (!ghost) {
-              tma_load_4d(so, mo, co, kb * kBK, 0, 0, full + s);
-              if (o2) tma_load_4d(so + kSubBytes, mo, co + 64, kb * kBK, 0, 0, full + s);
-            }
-          } else {
-            mbar_arrive_expect_tx(full + s, uint32_t(kSubBytes * (2 + a2 + b2)));
-            tma_load_4d(sa, &tma_dy, m0, kb * kBK, 0, 0, full + s);
-            if (a2) tma_load_4d(sa + kSubBytes, &tma_dy, m0 + 64, kb * kBK, 0, 0, full + s);
-            tma_load_4d(sb, &tma_x, n0, kb * kBK, 0, 0, full + s);
-            if (b2) tma_load_4d(sb + kSubBytes, &tma_x, n0 + 64, kb * kBK, 0, 0, full + s);
-          }
+          mbar_arrive_expect_tx(full + s, uint32_t(kSubBytes * (2 + a2 + b2)));
+          tma_load_4d(sa, &tma_dy, m0, kb * kBK, 0, 0, full + s);
+          if (a2) tma_load_4d(sa + kSubBytes, &tma_dy, m0 + 64, kb * kBK, 0, 0, full + s);
+          tma_load_4d(sb, &tma_x, n0, kb * kBK, 0, 0, full + s);
+          if (b2) tma_load_4d(sb + kSubBytes, &tma_x, n0 + 64, kb * kBK, 0, 0, full + s);
         }
       }
     } else if (tid == 32) {
@@ -400,10 +344,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    if constexpr (kPair) {
-      __syncwarp();    // (the barrier is .aligned: the warp's loader lane rejoins first)
-      cluster_sync();  // the consumers' last one, below
-    }
     return;
   }
 
@@ -413,15 +353,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   AdamWStep a = p.a;
   if constexpr (kUpdate) load_per_step(a);
   const uint32_t s0 = smem_addr(sbase);
-  // This thread has read stage `bar`'s; kPair: the peer's producer wrote half of it, so its empty barrier hears
-  // (a warp's 32 arrivals at once)
-  auto release_stage = [&](uint64_t* bar) {
-    mbar_arrive(bar);
-    if constexpr (kPair) {
-      __syncwarp();
-      if (lane == 0) mbar_arrive_cluster(bar, uint32_t(rank ^ 1), 32);
-    }
-  };
   double sumsq = 0.0;  // of this thread's gradient elements, over its tiles
   for (int j = wc; j < my_tiles; j += 2) {
     int m0, n0;
@@ -444,12 +375,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       wgmma_commit();
       wgmma_wait<1>();  // the previous block's products are done: its stage is free
-      if (kb > 0) release_stage(empty + (it - 1) % kStages);
+      if (kb > 0) mbar_arrive(empty + (it - 1) % kStages);
     }
     wgmma_wait<0>();
     fence_regs(acc[0]);
     fence_regs(acc[1]);
-    release_stage(empty + (j * nk + nk - 1) % kStages);
+    mbar_arrive(empty + (j * nk + nk - 1) % kStages);
 
     if (kArrays > 0 && j > 0) named_bar_sync(4 + wc, 256);  // the other's epilogue (tile j - 1) is done
     if constexpr (kArrays > 0) {
@@ -470,43 +401,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       p.partials[blockIdx.x] = s;
     }
   }
-  // kPair: no CTA leaves while its peer may still multicast into it or arrive on its barriers
-  if constexpr (kPair) {
-    __syncwarp();  // (the barrier is .aligned)
-    cluster_sync();
-  }
 }
 
-/// Launches the kernel over `units` work units (tiles; kPair: super-tiles, one a cluster of two CTAs) with one CTA per
-/// SM (kPair: as many clusters as fit at once); returns the grid (CTAs).
+/// Launches the kernel over `tiles` tiles with at most one CTA per SM; returns the grid (CTAs).
 template <bool kUpdate, bool kGradIn>
-unsigned launch(int64_t units, const Params& p, const CUtensorMap& tdy, const CUtensorMap& tx, const EpiMaps& epi,
+unsigned launch(int64_t tiles, const Params& p, const CUtensorMap& tdy, const CUtensorMap& tx, const EpiMaps& epi,
                 cudaStream_t s) {
   // the attribute belongs to the function on one device: once per instantiation and device
   static bool smem_set[64] = {};
-  static int clusters[64] = {};  // kPair: clusters resident at once
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   if (dev >= 64 || !smem_set[dev]) {
     set_smem(dw_adamw_kernel<kUpdate, kGradIn>, kSmemBytes<kUpdate, kGradIn>);
-    int n = 0;
-    if constexpr (kPair) {
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3(2), cfg.blockDim = dim3(kThreads), cfg.dynamicSmemBytes = kSmemBytes<kUpdate, kGradIn>;
-      CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, dw_adamw_kernel<kUpdate, kGradIn>, &cfg));
-      if (n < 1) throw std::runtime_error("dw_adamw: no cluster of two CTAs fits");
-      // At most one CTA an SM whatever the query says. The 34th session's question, printed once per instantiation:
-      // does the query return half the SMs' count (a result of a quarter would explain v34's 2x product time)?
-      const int resident = std::min(n, device_sm_count() / 2);
-      std::fprintf(stderr, "dw_adamw (DWA_CLUSTER_PAIR, %d operand stages, %d ring slots): "
-                   "cudaOccupancyMaxActiveClusters %d, %d SMs on device %d: %d clusters launched\n",
-                   kStagesOf<kUpdate, kGradIn>, kEpiSlots<kUpdate, kGradIn>, n, device_sm_count(), dev, resident);
-      n = resident;
-    }
-    if (dev < 64) smem_set[dev] = true, clusters[dev] = n;
+    if (dev < 64) smem_set[dev] = true;
   }
-  const unsigned grid = kPair ? 2u * unsigned(std::min<int64_t>(units, dev < 64 ? clusters[dev] : 1))
-                              : unsigned(std::min<int64_t>(units, device_sm_count()));
+  const unsigned grid = unsigned(std::min<int64_t>(tiles, device_sm_count()));
   dw_adamw_kernel<kUpdate, kGradIn><<<grid, kThreads, kSmemBytes<kUpdate, kGradIn>, s>>>(p, tdy, tx, epi);
   return grid;
 }
@@ -574,16 +483,13 @@ void dw_adamw(const DwAdamWArgs& a, cudaStream_t s) {
   if (a.grad_in) epi.grad_in = encode(a.grad_in);
   const int64_t tiles = int64_t(ceil_div(a.M, kBM)) * ceil_div(a.N, kBN);
   if (tiles > int64_t(INT32_MAX) / 4) throw std::invalid_argument("dw_adamw: too many tiles");
-  // work units: tiles (kPair: super-tiles, pairs of tiles along the walked dimension); at most one CTA per SM
-  const int TF = m_fastest ? ceil_div(a.M, kBM) : ceil_div(a.N, kBN);
-  const int64_t units = kPair ? tiles / TF * ((TF + 1) / 2) : tiles;
   if (a.sumsq_out && std::min<int64_t>(tiles, device_sm_count()) > kReduceMaxBlocks)
     throw std::invalid_argument("dw_adamw: more CTAs than reduce_partials sums");
   unsigned grid;
-  if (a.update && a.grad_in) grid = launch<true, true>(units, p, tdy, tx, epi, s);
-  else if (a.update) grid = launch<true, false>(units, p, tdy, tx, epi, s);
-  else if (a.grad_in) grid = launch<false, true>(units, p, tdy, tx, epi, s);
-  else grid = launch<false, false>(units, p, tdy, tx, epi, s);
+  if (a.update && a.grad_in) grid = launch<true, true>(tiles, p, tdy, tx, epi, s);
+  else if (a.update) grid = launch<true, false>(tiles, p, tdy, tx, epi, s);
+  else if (a.grad_in) grid = launch<false, true>(tiles, p, tdy, tx, epi, s);
+  else grid = launch<false, false>(tiles, p, tdy, tx, epi, s);
   CUDA_CHECK(cudaGetLastError());
   if (a.sumsq_out) reduce_partials(a.sumsq_out, a.partials, int(grid), s);
 }

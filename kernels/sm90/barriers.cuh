@@ -66,28 +66,4 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
 
-// ---- clusters (thread block clusters of sm_90; PTX "barrier.cluster", "mapa", mbarrier.arrive.shared::cluster) ----
-/// This CTA's rank in its cluster.
-__device__ __forceinline__ uint32_t cluster_ctarank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-/// Every non-exited thread of the cluster arrives (release) and waits (acquire): the cluster-wide __syncthreads.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-/// `count` arrivals on the mbarrier at the same shared offset as `bar` in cluster CTA `rank`, with the default
-/// semantics (release at CTA scope), as CUTLASS's ClusterBarrier::arrive(cta_id). For releasing a stage that this
-/// CTA's wgmma read (complete by wgmma_wait) to the peer's producer, that is enough. `.release.cluster` compiles to
-/// MEMBAR.ALL.GPU + error barriers before the arrive (34th session, from the cubin): in a k-loop, a fence a k-block
-/// on the consumers' path (the likely cause of DWA_CLUSTER_PAIR's 2x product time in v34; Triton hit the same).
-__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank, uint32_t count) {
-  asm volatile(
-      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.shared::cluster.b64 _, [ra], %2;\n}\n" ::"r"(smem_addr(bar)),
-      "r"(rank), "r"(count)
-      : "memory");
-}
-
 }  // namespace trainer::sm90

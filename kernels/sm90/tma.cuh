@@ -3,7 +3,8 @@
 // reached through the runtime's driver entry point, so no libcuda link; one thread copies a box of rows x 64 columns
 // into a 128B-swizzled shared sub-tile (the layout of wgmma.cuh), completing on an mbarrier (barriers.cuh) by
 // transaction bytes. Rows past T are zero-filled by the hardware. Also unswizzled fp32 boxes of a matrix (dw_adamw's
-// epilogue operands), and a load multicast to the CTAs of a cluster.
+// epilogue operands). (A load multicast to a cluster's CTAs and the remote mbarrier arrive were the 33rd-35th
+// sessions' DWA_CLUSTER_PAIR experiment: exact, no faster; git history, kernels/dw_adamw/NOTES.md.)
 // PTX ISA 8.x: "cp.async.bulk.tensor"; CUDA driver API: cuTensorMapEncodeTiled.
 #pragma once
 #include "common.cuh"
@@ -90,16 +91,6 @@ __device__ __forceinline__ void tma_load_2d(void* smem, const CUtensorMap* map, 
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
       ::"r"(smem_addr(smem)), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar))
-      : "memory");
-}
-/// tma_load_4d into the same shared offset of every CTA of the cluster in `cta_mask` (bit i: rank i), completing the
-/// box's bytes on the mbarrier at `bar`'s offset in each of them. One thread.
-__device__ __forceinline__ void tma_load_4d_multicast(void* smem, const CUtensorMap* map, int c0, int c1, int c2,
-                                                      int c3, uint64_t* bar, uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
-      "{%2, %3, %4, %5}], [%6], %7;\n" ::"r"(smem_addr(smem)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar)), "h"(cta_mask)
       : "memory");
 }
 #endif

@@ -3,10 +3,9 @@
 # check.py) into .carry/dwa/ (ignored): kernels/dw_adamw/dw_adamw_sm90.cu for sm_90a, the trainer's AdamW, reductions,
 # cuBLASLt wrapper and device_sm_count (kernels/device.cu) for sm_90, launch/dw_adamw_bench/capi.cu; and libdwa_debug.so
 # with DWA_HANG_CHECK (bounded mbarrier waits that print and trap; ptxas then serializes its wgmma, C7510: for checks,
-# not timing); libdwa_pair*.so with DWA_CLUSTER_PAIR (clusters of two CTAs sharing an operand panel by TMA multicast:
-# the 33rd session's experiment; run in the 34th: exact, its product 2x slower), libdwa_pair_s6.so (the same with 6
-# operand stages where there is room, the product alone: is the pair's loop latency-bound?). An experiment adds a
-# variant (name:defines; v33's others are in git history, 476ee15). Run from the repository root. Needs nvcc (13.0),
+# not timing). An experiment adds a variant (name:defines, commas between defines; v33's are in git history, 476ee15;
+# the 33rd-35th sessions' DWA_CLUSTER_PAIR, 2-CTA clusters sharing an operand panel by TMA multicast, at 4cac9f9;
+# kernels/dw_adamw/NOTES.md's 35th-session entry). Run from the repository root. Needs nvcc (13.0),
 # cuBLASLt and the fmt headers (EXTRA_INC: an extra include folder); the library links the CUDA runtime statically
 # and cuBLASLt dynamically.
 set -euo pipefail
@@ -23,8 +22,7 @@ g++ -std=c++20 -O2 -fPIC -Ikernels -Isrc -I$(dirname $(which nvcc))/../include -
   ${EXTRA_INC:+-I$EXTRA_INC} \
   -c src/backend/cuda/matmul.cpp -o $obj/matmul.o
 # The kernel's libraries: name and defines
-variants="dwa: dwa_debug:-DDWA_HANG_CHECK dwa_pair:-DDWA_CLUSTER_PAIR dwa_pair_debug:-DDWA_CLUSTER_PAIR,-DDWA_HANG_CHECK
-  dwa_pair_s6:-DDWA_CLUSTER_PAIR,-DDWA_MAX_STAGES=6"
+variants="dwa: dwa_debug:-DDWA_HANG_CHECK"
 echo $variants | tr ' ' '\n' | xargs -P ${JOBS:-2} -I{} sh -c 'v={}; n=${v%%:*}; d=$(echo ${v#*:} | tr , " "); \
   nvcc '"$flags"' $d -gencode=arch=compute_90a,code=sm_90a -c kernels/dw_adamw/dw_adamw_sm90.cu \
   -o '"$obj"'/k_$n.o'
@@ -34,4 +32,4 @@ for v in $variants; do
   nvcc -shared -arch=sm_90 -o $out/lib$n.so $objs $obj/k_$n.o -lcublasLt
 done
 echo "built in $out: libdwa.so (production), libdwa_debug.so (DWA_HANG_CHECK: a stuck mbarrier wait prints and" \
-  "traps), libdwa_pair.so, libdwa_pair_debug.so (DWA_CLUSTER_PAIR), libdwa_pair_s6.so (and DWA_MAX_STAGES=6)"
+  "traps)"

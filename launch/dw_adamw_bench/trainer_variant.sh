@@ -1,5 +1,5 @@
 #!/bin/bash
-# A trainer built with an experiment's defines in kernels/dw_adamw/dw_adamw_sm90.cu (e.g. -DDWA_CLUSTER_PAIR), for a
+# A trainer built with an experiment's defines in kernels/dw_adamw/dw_adamw_sm90.cu (e.g. -DDWA_HANG_CHECK), for a
 # device call that times the variant in the training step beside production: recompiles that one file with the
 # build directory's own nvcc command plus the defines, swaps it into a copy of libtrainer_lib.a and links with the
 # build's own link command. Writes .dev/trainer_NAME.xz (the device call unpacks it with unpack_bins trainer_NAME).
