@@ -113,6 +113,33 @@ TEST_CASE("memory timeline: every allocation and free with its phase and block; 
   CHECK(after[10]["phase"] == "teardown");
   CHECK(after[10]["bytes"] == -1000);
 
+  // A failure that is not an out-of-memory: what the unwinding frees is teardown too, though the range is open and no
+  // allocation failed
+  {
+    MemoryTimeline log2;
+    BackendOptions o2;
+    o2.memory_timeline = &log2;
+    auto be2 = make_backend(Device::cpu, 0, o2);
+    Buffer kept = be2->alloc(64, Category::parameters);
+    try {
+      ScopedRange bwd(*be2, "backward", "phase");
+      Buffer local = be2->alloc(128, Category::activations);
+      throw std::runtime_error("a diverged loss");
+    } catch (const std::runtime_error&) {
+    }
+    {
+      ScopedRange bwd(*be2, "backward", "phase");
+      Buffer quiet_free = be2->alloc(32, Category::activations);
+    }
+    const json ev2 = json::parse(log2.to_json(0, 1, "cpu"))["events"];
+    REQUIRE(ev2.size() == 5);
+    CHECK(ev2[1]["phase"] == "backward");  // allocated in the open range
+    CHECK(ev2[2]["phase"] == "teardown");  // freed while the exception propagated
+    CHECK(ev2[2]["bytes"] == -128);
+    CHECK(ev2[2]["block"] == -1);
+    CHECK(ev2[4]["phase"] == "backward");  // once caught, events take their range again
+  }
+
   // Without a log nothing is recorded and the ids still count.
   auto quiet = make_backend(Device::cpu, 0);
   const size_t before = log.events().size();

@@ -71,8 +71,8 @@ struct MemoryEvent {
 class MemoryTimeline {
  public:
   MemoryTimeline() : start_(std::chrono::steady_clock::now()) {}
-  /// Appends one event, taking phase and block from `where`; once an allocation has failed (the job unwinds), later
-  /// events have phase "teardown" and no block.
+  /// Appends one event, taking phase and block from `where`; once an allocation has failed (the job unwinds), and for
+  /// any event while an exception propagates (stack unwinding after any other failure), phase "teardown", no block.
   void log(const MemoryStats& where, Category c, int64_t bytes, uint64_t id, bool failed);
   const std::vector<MemoryEvent>& events() const { return events_; }
   /// The whole log as one JSON document (compact, one event per line): schema, rank, world_size, device,
