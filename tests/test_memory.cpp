@@ -103,15 +103,30 @@ TEST_CASE("memory timeline: every allocation and free with its phase and block; 
   CHECK(ev[9]["failed"] == true);
   CHECK(ev[9]["category"] == "optimizer");
   CHECK(ev[9]["bytes"] == int64_t(1) << 62);
-  // After the failure the job unwinds: a free inside a still-open range is the run's teardown, not that range
-  {
+  // A failed allocation the job does not survive: what is freed while it unwinds, inside a still-open range, is the
+  // run's teardown, not that range
+  try {
     ScopedRange fwd(*be, "forward", "phase");
-    params.reset();
+    Buffer owned = std::move(params);
+    Buffer never = be->alloc(size_t(1) << 62, Category::optimizer);  // logged as failed, then the stack unwinds
+  } catch (const OutOfMemory&) {
   }
   const json after = json::parse(log.to_json(0, 1, "cpu"))["events"];
-  REQUIRE(after.size() == 11);
-  CHECK(after[10]["phase"] == "teardown");
-  CHECK(after[10]["bytes"] == -1000);
+  REQUIRE(after.size() == 12);
+  CHECK(after[10]["failed"] == true);
+  CHECK(after[10]["phase"] == "forward");  // where it failed
+  CHECK(after[11]["phase"] == "teardown");
+  CHECK(after[11]["bytes"] == -1000);
+  CHECK(after[11]["block"] == -1);
+  // One that is caught and survived (attention_bench's out-of-memory point): later events have their places again
+  {
+    ScopedRange bwd(*be, "backward", "phase");
+    Buffer later = be->alloc(16, Category::activations);
+  }
+  const json survived = json::parse(log.to_json(0, 1, "cpu"))["events"];
+  REQUIRE(survived.size() == 14);
+  CHECK(survived[12]["phase"] == "backward");
+  CHECK(survived[13]["phase"] == "backward");
 
   // A failure that is not an out-of-memory: what the unwinding frees is teardown too, though the range is open and no
   // allocation failed

@@ -82,11 +82,10 @@ std::string format_bytes(size_t b) {
 // ScopedRange's are).
 void MemoryTimeline::log(const MemoryStats& where, Category c, int64_t bytes, uint64_t id, bool failed) {
   const double t_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
-  if (failed) failed_ = true;
-  // After a failed allocation the job ends, and while any exception propagates (std::uncaught_exceptions: a failure
-  // that is not an out-of-memory, e.g. a diverged loss or a collective's error) the stack unwinds: what is freed then
-  // is the run's teardown, whichever range was open
-  if ((failed_ || std::uncaught_exceptions() > 0) && !failed) {
+  // While an exception propagates (std::uncaught_exceptions: an allocation that failed, a diverged loss, a
+  // collective's error) the stack unwinds: what is freed then is the run's teardown, whichever range was open. A
+  // failure caught and survived (attention_bench's out-of-memory point) ends it: later events have their places.
+  if (!failed && std::uncaught_exceptions() > 0) {
     events_.push_back({t_ms, bytes, id, c, false, "teardown", nullptr, -1});
     return;
   }

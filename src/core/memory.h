@@ -71,8 +71,8 @@ struct MemoryEvent {
 class MemoryTimeline {
  public:
   MemoryTimeline() : start_(std::chrono::steady_clock::now()) {}
-  /// Appends one event, taking phase and block from `where`; once an allocation has failed (the job unwinds), and for
-  /// any event while an exception propagates (stack unwinding after any other failure), phase "teardown", no block.
+  /// Appends one event, taking phase and block from `where`; an event while an exception propagates (the stack
+  /// unwinding after a failed allocation or any other failure) has phase "teardown" and no block.
   void log(const MemoryStats& where, Category c, int64_t bytes, uint64_t id, bool failed);
   const std::vector<MemoryEvent>& events() const { return events_; }
   /// The whole log as one JSON document (compact, one event per line): schema, rank, world_size, device,
@@ -82,7 +82,6 @@ class MemoryTimeline {
  private:
   std::chrono::steady_clock::time_point start_;
   std::vector<MemoryEvent> events_;
-  bool failed_ = false;  // an allocation failed: later events are phase "teardown" (the job unwinds)
 };
 
 /// Where rank `rank` writes the timeline asked for as `path`: rank 0 `path` itself, rank r > 0 `path` with ".rank<r>"
