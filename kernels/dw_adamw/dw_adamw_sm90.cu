@@ -41,7 +41,6 @@
 #include "common.cuh"  // first (fmt set-up for nvcc)
 
 #include <algorithm>
-#include <cstdio>
 #include <stdexcept>
 
 #include "adamw.cuh"

@@ -18,8 +18,9 @@ const std::vector<GpuSpec>& known_gpus() {
   // HBM: the H200's 4.8 TB/s (HBM3e), the H100 SXM's 3.35 (HBM3). Memory: what cudaGetDeviceProperties reported on
   // the lent machines (H200: 143156 MiB = 139.8 GiB; H100 80GB HBM3: 85017493504 bytes = 79.18 GiB, the PyTorch
   // peer's gpu_memory_bytes in results/h100/2026-12-05/v31/call1/torch_xl.json).
-  static const std::vector<GpuSpec> gpus = {{"h200", "H200", size_t(143156) << 20, 4.8e12},
-                                            {"h100", "H100 80GB", size_t(85017493504ull), 3.35e12}};
+  // dw_adamw_epilogue_exposed: see MetaRates::for_target (v34 on the H200, v33 on the H100).
+  static const std::vector<GpuSpec> gpus = {{"h200", "H200", size_t(143156) << 20, 4.8e12, 0.84},
+                                            {"h100", "H100 80GB", size_t(85017493504ull), 3.35e12, 0.71}};
   return gpus;
 }
 
@@ -70,16 +71,15 @@ MetaRates MetaRates::for_target(Device d, Fp32Matmul fp32_matmul, const std::str
     // The fused dW + AdamW kernel's product runs at 0.83 of cuBLASLt's on an H200 (an xl block's four products 0.70
     // against 0.58 ms, results/NOTES.md v28; 0.79 on an H100: 0.757 against 0.595, v31), and its time is that
     // product's plus a fraction of its epilogue's bytes at this model's memory rate, measured per GPU with v33's
-    // epilogue chunks of 16 x 128: on the H200 0.84 (v34: an xl block 1.267 ms = 0.724 + 0.543, where 26 bytes x
-    // 104.9M weights at 4.2 TB/s take 0.649), on the H100 0.71 below (v33: 1.409 = 0.751 + 0.658 of 0.932).
+    // epilogue chunks of 16 x 128 (GpuSpec): on the H200 0.84 (v34: an xl block 1.267 ms = 0.724 + 0.543, where 26
+    // bytes x 104.9M weights at 4.2 TB/s take 0.649), on the H100 0.71 (v33: 1.409 = 0.751 + 0.658 of 0.932).
     r.dw_adamw_gemm = 0.83 * r.gemm_bf16;
-    r.dw_adamw_epilogue_exposed = 0.84;
     r.source = "H200 measurements in shared/ANCHORS.md (GEMM peaks times gemm_efficiency; attention fp32 assumed)";
     const GpuSpec& spec = gpu_spec(gpu);
+    r.dw_adamw_epilogue_exposed = spec.dw_adamw_epilogue_exposed;
     if (spec.name != "h200") {  // the same chip: the H200's compute rates, the bytes at this GPU's bandwidth
       const GpuSpec& h200 = known_gpus().front();
       r.memory_bandwidth *= spec.hbm_bytes_per_s / h200.hbm_bytes_per_s;
-      r.dw_adamw_epilogue_exposed = 0.71;  // measured on the H100 (above)
       r.device = fmt::format("cuda ({})", spec.label);
       r.source += fmt::format("; {}: the memory-bound rate times {:.2f} / {:.2f} TB/s (HBM), the compute rates the "
                               "H200's", spec.label, spec.hbm_bytes_per_s / 1e12, h200.hbm_bytes_per_s / 1e12);

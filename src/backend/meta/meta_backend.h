@@ -22,6 +22,7 @@ struct GpuSpec {
   std::string label;    // "H200", "H100 80GB"
   size_t memory_bytes;  // totalGlobalMem
   double hbm_bytes_per_s;
+  double dw_adamw_epilogue_exposed;  // the fused dW + AdamW kernel's exposed share of its epilogue, measured (MetaRates)
 };
 /// The GPUs the planner knows, the H200 (the default) first.
 const std::vector<GpuSpec>& known_gpus();
