@@ -22,7 +22,7 @@ g++ -std=c++20 -O2 -fPIC -Ikernels -Isrc -I$(dirname $(which nvcc))/../include -
   ${EXTRA_INC:+-I$EXTRA_INC} \
   -c src/backend/cuda/matmul.cpp -o $obj/matmul.o
 # The kernel's libraries: name and defines
-variants="dwa: dwa_debug:-DDWA_HANG_CHECK"
+variants="dwa: dwa_debug:-DDWA_HANG_CHECK dwa_coop1:-DDWA_COOP=1 dwa_coop2:-DDWA_COOP=2 dwa_coop1ns:-DDWA_COOP=1,-DDWA_COOP_NOSTORE dwa_coop2ns:-DDWA_COOP=2,-DDWA_COOP_NOSTORE dwa_pp256:-DDWA_COOP=3 dwa_pp256ns:-DDWA_COOP=3,-DDWA_COOP_NOSTORE dwa_s32:-DDWA_SUMSQ32 dwa_nosq:-DDWA_NOSUMSQ"
 echo $variants | tr ' ' '\n' | xargs -P ${JOBS:-2} -I{} sh -c 'v={}; n=${v%%:*}; d=$(echo ${v#*:} | tr , " "); \
   nvcc '"$flags"' $d -gencode=arch=compute_90a,code=sm_90a -c kernels/dw_adamw/dw_adamw_sm90.cu \
   -o '"$obj"'/k_$n.o'
