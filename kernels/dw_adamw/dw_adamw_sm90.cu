@@ -168,12 +168,7 @@ __device__ __forceinline__ void epilogue_store(const Params& p, float (&acc)[2][
         const int row = m0 + 64 * h + rl, col = n0 + 32 * q + cl;
         if (row >= p.M || col >= p.N) continue;  // N even: col + 1 < N too
         const float g0 = acc[0][4 * jj + 2 * r], g1 = acc[0][4 * jj + 2 * r + 1];
-#if defined(DWA_NOSUMSQ)
-#elif defined(DWA_SUMSQ32)
-        sumsq += double(__fmaf_rn(g0, g0, __fmul_rn(g1, g1)));
-#else
         sumsq += double(g0) * double(g0) + double(g1) * double(g1);
-#endif
         if (p.grad) *reinterpret_cast<float2*>(p.grad + int64_t(row) * p.ld + col) = make_float2(g0, g1);
       }
     // the next chunk's accumulators to the front
@@ -236,13 +231,8 @@ __device__ __forceinline__ void epilogue_staged(const Params& p, const AdamWStep
         if (row >= p.M || col >= p.N) continue;  // N a multiple of 4: col + 3 < N too
         const uint32_t so = box_offset(rl, cl);
         const float4 gv = *reinterpret_cast<const float4*>(slot + kGBox * kEpiBox + goff(rl, cl));
-#if defined(DWA_NOSUMSQ)  // (timing only: no sum of squares)
-#elif defined(DWA_SUMSQ32)  // (experiment: a float4's squares summed in fp32, one fp64 add)
-        sumsq += double(__fmaf_rn(gv.x, gv.x, __fmaf_rn(gv.y, gv.y, __fmaf_rn(gv.z, gv.z, __fmul_rn(gv.w, gv.w)))));
-#else
         sumsq += double(gv.x) * double(gv.x) + double(gv.y) * double(gv.y) + double(gv.z) * double(gv.z) +
                  double(gv.w) * double(gv.w);
-#endif
         const int64_t o = int64_t(row) * p.ld + col;
         if (p.grad) *reinterpret_cast<float4*>(p.grad + o) = gv;
         if constexpr (kUpdate) {
@@ -412,161 +402,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-#ifdef DWA_COOP
-// ---- Experiment (DWA_COOP=1 or 2; the bench's libdwa_coop*.so, not the trainer): the product alone (no update, no
-// grad_in) with both consumers on one larger tile at once, as cuBLASLt's nvjet_sm90_tss_256x128 does, instead of
-// production's ping-pong of 128 x 128 tiles. Counted (kernels/dw_adamw/NOTES.md, 36th session): shared-memory bytes
-// a k-block (the TMA's writes + the wgmma's reads of A and B) per tensor cycle are 160 B in production, 144 B with
-// 256 x 128 (each consumer 128 x 128 = 2 x m64n128), 128 B with 128 x 256 (each consumer 64 x 256 = m64n256), of the
-// SM's 128 B a cycle. DWA_COOP 1: 128 (M) x 256 (N); 2: 256 x 128. The epilogue (the fp32 gradient and the sum of
-// g²) is not overlapped with the next tile's products (the producer runs ahead by the stages).
-// DWA_COOP 3: production's ping-pong (each consumer its own tiles in turn), with 64 x 256 tiles (one m64n256 a k16
-// step): whether one warpgroup's products reach the cooperative rate with n256.
-constexpr bool kPingPong = DWA_COOP == 3;
-constexpr int kCoopBM = DWA_COOP == 1 ? 128 : DWA_COOP == 2 ? 256 : 64, kCoopBN = DWA_COOP == 2 ? 128 : 256;
-constexpr int kCoopABytes = kCoopBM / 64 * kSubBytes, kCoopBBytes = kCoopBN / 64 * kSubBytes;
-constexpr int kCoopStageBytes = kCoopABytes + kCoopBBytes, kCoopStages = 4;
-constexpr int kCoopSmem = kCoopStages * kCoopStageBytes + 1024 + 8 * 8 + 2 * kCoopStages * 8;
-static_assert(kCoopSmem <= kSmemLimit, "shared memory of one sm_90 CTA");
-
-__global__ void __launch_bounds__(kThreads, 1)
-    dw_product_coop_kernel(const Params p, const __grid_constant__ CUtensorMap tma_dy,
-                           const __grid_constant__ CUtensorMap tma_x) {
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* sbase = align_smem_1024(smem_raw);
-  uint64_t* full = reinterpret_cast<uint64_t*>(sbase + kCoopStages * kCoopStageBytes);
-  uint64_t* empty = full + kCoopStages;
-  double* warp_sumsq = reinterpret_cast<double*>(empty + kCoopStages);  // [8]
-  const int tid = threadIdx.x, wg = tid / 128;
-  const int TM = (p.M + kCoopBM - 1) / kCoopBM, TN = (p.N + kCoopBN - 1) / kCoopBN, tiles = TM * TN;
-  const int nk = (p.K + kBK - 1) / kBK;
-  const int unit = int(blockIdx.x), units = int(gridDim.x);
-  auto tile_origin = [&](int j, int& m0, int& n0) {
-    const int L = unit + j * units;
-    m0 = (p.m_fastest ? L % TM : L / TN) * kCoopBM;
-    n0 = (p.m_fastest ? L / TM : L % TN) * kCoopBN;
-  };
-  const int my_tiles = (tiles - unit + units - 1) / units;
-  if (tid == 0) {
-    for (int s = 0; s < kCoopStages; ++s) {
-      mbar_init(full + s, 1);
-      mbar_init(empty + s, kPingPong ? 128 : 256);
-    }
-    mbar_init_fence();
-  }
-  __syncthreads();
-  if (wg == 0) {
-    setmaxnreg_dec<kRegsProducer>();
-    if (tid == 0) {
-      for (int j = 0; j < my_tiles; ++j) {
-        int m0, n0;
-        tile_origin(j, m0, n0);
-        for (int kb = 0; kb < nk; ++kb) {
-          const int it = j * nk + kb, s = it % kCoopStages;
-          wait_phase(empty + s, uint32_t(((it / kCoopStages) & 1) ^ 1), "empty (producer)");
-          uint8_t* sa = sbase + s * kCoopStageBytes;
-          uint8_t* sb = sa + kCoopABytes;
-          int subs = 0;  // sub-tiles wholly past M (N) are not loaded (their rows / columns are skipped)
-          for (int i = 0; i < kCoopBM / 64; ++i) subs += m0 + 64 * i < p.M;
-          for (int i = 0; i < kCoopBN / 64; ++i) subs += n0 + 64 * i < p.N;
-          mbar_arrive_expect_tx(full + s, uint32_t(kSubBytes * subs));
-          for (int i = 0; i < kCoopBM / 64; ++i)
-            if (m0 + 64 * i < p.M) tma_load_4d(sa + i * kSubBytes, &tma_dy, m0 + 64 * i, kb * kBK, 0, 0, full + s);
-          for (int i = 0; i < kCoopBN / 64; ++i)
-            if (n0 + 64 * i < p.N) tma_load_4d(sb + i * kSubBytes, &tma_x, n0 + 64 * i, kb * kBK, 0, 0, full + s);
-        }
-      }
-    }
-    return;
-  }
-  setmaxnreg_inc<kRegsConsumer>();
-  const int wc = wg - 1, ct = tid % 128, warp = ct / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const uint32_t s0 = smem_addr(sbase);
-  double sumsq = 0.0;
-  for (int j = kPingPong ? wc : 0; j < my_tiles; j += kPingPong ? 2 : 1) {
-    int m0, n0;
-    tile_origin(j, m0, n0);
-    if (kPingPong && j > 0) named_bar_sync(1 + wc, 256);  // the other consumer has waited for its tile's stages
-#if DWA_COOP != 2
-    float acc[128];  // rows m0 + 64 wc + 16 warp + g + 8 (e / 2), columns n0 + 8 jj + 2 t + e % 2: acc[4 jj + e]
-#else
-    float acc[2][64];  // rows m0 + 128 wc + 64 h + ..., columns n0 + 8 jj + ...: acc[h][4 jj + e]
-#endif
-    for (int kb = 0; kb < nk; ++kb) {
-      const int it = j * nk + kb, s = it % kCoopStages;
-      wait_phase(full + s, uint32_t((it / kCoopStages) & 1), "full (consumer)");
-      if (kPingPong && kb == nk - 1 && j + 1 < my_tiles) named_bar_arrive(1 + (1 - wc), 256);
-      const uint32_t sa = s0 + uint32_t(s * kCoopStageBytes), sb = sa + kCoopABytes;
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const uint64_t db = make_desc(sb + kk * 2048, kSubBytes, 1024);
-#if DWA_COOP != 2
-        wgmma_ss_n256<1, 1>(acc, make_desc(sa + (kPingPong ? 0 : wc) * kSubBytes + kk * 2048, kSubBytes, 1024), db, kb > 0 || kk > 0);
-#else
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          wgmma_ss_n128<1, 1>(acc[h], make_desc(sa + (2 * wc + h) * kSubBytes + kk * 2048, kSubBytes, 1024), db,
-                              kb > 0 || kk > 0);
-#endif
-      }
-      wgmma_commit();
-      wgmma_wait<1>();
-      if (kb > 0) mbar_arrive(empty + (it - 1) % kCoopStages);
-    }
-    wgmma_wait<0>();
-#if DWA_COOP != 2
-    fence_regs(acc);
-#else
-    fence_regs(acc[0]);
-    fence_regs(acc[1]);
-#endif
-    mbar_arrive(empty + (j * nk + nk - 1) % kCoopStages);
-#if DWA_COOP != 2
-    const int rbase = m0 + (kPingPong ? 0 : 64 * wc) + 16 * warp + g;
-#pragma unroll
-    for (int jj = 0; jj < 32; ++jj)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = rbase + 8 * r, col = n0 + 8 * jj + 2 * t;
-        if (row >= p.M || col >= p.N) continue;
-        const float g0 = acc[4 * jj + 2 * r], g1 = acc[4 * jj + 2 * r + 1];
-        sumsq += double(g0) * double(g0) + double(g1) * double(g1);
-#ifndef DWA_COOP_NOSTORE
-        *reinterpret_cast<float2*>(p.grad + int64_t(row) * p.ld + col) = make_float2(g0, g1);
-#endif
-      }
-#else
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int jj = 0; jj < 16; ++jj)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = m0 + 128 * wc + 64 * h + 16 * warp + g + 8 * r, col = n0 + 8 * jj + 2 * t;
-          if (row >= p.M || col >= p.N) continue;
-          const float g0 = acc[h][4 * jj + 2 * r], g1 = acc[h][4 * jj + 2 * r + 1];
-          sumsq += double(g0) * double(g0) + double(g1) * double(g1);
-#ifndef DWA_COOP_NOSTORE  // (timing only: the gradient not stored, its sum of squares kept)
-          *reinterpret_cast<float2*>(p.grad + int64_t(row) * p.ld + col) = make_float2(g0, g1);
-#endif
-        }
-#endif
-  }
-  if (p.partials) {
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) sumsq += __shfl_xor_sync(0xffffffffu, sumsq, o);
-    if (lane == 0) warp_sumsq[4 * wc + warp] = sumsq;
-    named_bar_sync(3, 256);
-    if (ct == 0 && wc == 0) {
-      double s = 0.0;
-      for (int w = 0; w < 8; ++w) s += warp_sumsq[w];
-      p.partials[blockIdx.x] = s;
-    }
-  }
-}
-#endif  // DWA_COOP
-
 /// Launches the kernel over `tiles` tiles with at most one CTA per SM; returns the grid (CTAs).
 template <bool kUpdate, bool kGradIn>
 unsigned launch(int64_t tiles, const Params& p, const CUtensorMap& tdy, const CUtensorMap& tx, const EpiMaps& epi,
@@ -650,18 +485,6 @@ void dw_adamw(const DwAdamWArgs& a, cudaStream_t s) {
   if (a.sumsq_out && std::min<int64_t>(tiles, device_sm_count()) > kReduceMaxBlocks)
     throw std::invalid_argument("dw_adamw: more CTAs than reduce_partials sums");
   unsigned grid;
-#ifdef DWA_COOP
-  if (!a.update && !a.grad_in) {  // the experiment: the product alone on cooperative tiles
-    const int64_t ct = int64_t(ceil_div(a.M, kCoopBM)) * ceil_div(a.N, kCoopBN);
-    static bool coop_smem_set = false;
-    if (!coop_smem_set) set_smem(dw_product_coop_kernel, kCoopSmem), coop_smem_set = true;
-    grid = unsigned(std::min<int64_t>(ct, device_sm_count()));
-    dw_product_coop_kernel<<<grid, kThreads, kCoopSmem, s>>>(p, tdy, tx);
-    CUDA_CHECK(cudaGetLastError());
-    if (a.sumsq_out) reduce_partials(a.sumsq_out, a.partials, int(grid), s);
-    return;
-  }
-#endif
   if (a.update && a.grad_in) grid = launch<true, true>(tiles, p, tdy, tx, epi, s);
   else if (a.update) grid = launch<true, false>(tiles, p, tdy, tx, epi, s);
   else if (a.grad_in) grid = launch<false, true>(tiles, p, tdy, tx, epi, s);

@@ -30,8 +30,7 @@ __device__ __forceinline__ void wgmma_rs_n{n}(float (&d)[{nacc}], const uint32_t
 }}
 '''
 out = []
-for n in (16, 24, 32, 40, 48, 64, 128, 256):  # 16 / 24 / 40: d 80's dQ column segments, 48 / 16 / 32 d 96's
-    # (bwd_sm90.cuh); 256: dw_adamw's 64 x 256 warpgroup tiles
+for n in (16, 24, 32, 40, 48, 64, 128):  # 16 / 24 / 40: d 80's dQ column segments, 48 / 16 / 32 d 96's (bwd_sm90.cuh)
     out.append(ss(n))
 for n in (64, 80, 96, 128):  # 80 / 96: d 80's / d 96's O, dV, dK
     out.append(rs(n))

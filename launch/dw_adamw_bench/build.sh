@@ -5,9 +5,10 @@
 # with DWA_HANG_CHECK (bounded mbarrier waits that print and trap; ptxas then serializes its wgmma, C7510: for checks,
 # not timing). An experiment adds a variant (name:defines, commas between defines; v33's are in git history, 476ee15;
 # the 33rd-35th sessions' DWA_CLUSTER_PAIR, 2-CTA clusters sharing an operand panel by TMA multicast, at 4cac9f9;
-# kernels/dw_adamw/NOTES.md's 35th-session entry). Run from the repository root. Needs nvcc (13.0),
-# cuBLASLt and the fmt headers (EXTRA_INC: an extra include folder); the library links the CUDA runtime statically
-# and cuBLASLt dynamically.
+# the 36th session's DWA_COOP (cooperative and 64 x 256 product tiles), DWA_COOP_NOSTORE, DWA_SUMSQ32 and
+# DWA_NOSUMSQ at a30f5ab; kernels/dw_adamw/NOTES.md's 35th- and 36th-session entries). Run from the repository
+# root. Needs nvcc (13.0), cuBLASLt and the fmt headers (EXTRA_INC: an extra include folder); the library links the
+# CUDA runtime statically and cuBLASLt dynamically.
 set -euo pipefail
 out=.carry/dwa
 obj=${OBJ:-/tmp/dwa-obj}
@@ -22,7 +23,7 @@ g++ -std=c++20 -O2 -fPIC -Ikernels -Isrc -I$(dirname $(which nvcc))/../include -
   ${EXTRA_INC:+-I$EXTRA_INC} \
   -c src/backend/cuda/matmul.cpp -o $obj/matmul.o
 # The kernel's libraries: name and defines
-variants="dwa: dwa_debug:-DDWA_HANG_CHECK dwa_coop1:-DDWA_COOP=1 dwa_coop2:-DDWA_COOP=2 dwa_coop1ns:-DDWA_COOP=1,-DDWA_COOP_NOSTORE dwa_coop2ns:-DDWA_COOP=2,-DDWA_COOP_NOSTORE dwa_pp256:-DDWA_COOP=3 dwa_pp256ns:-DDWA_COOP=3,-DDWA_COOP_NOSTORE dwa_s32:-DDWA_SUMSQ32 dwa_nosq:-DDWA_NOSUMSQ"
+variants="dwa: dwa_debug:-DDWA_HANG_CHECK"
 echo $variants | tr ' ' '\n' | xargs -P ${JOBS:-2} -I{} sh -c 'v={}; n=${v%%:*}; d=$(echo ${v#*:} | tr , " "); \
   nvcc '"$flags"' $d -gencode=arch=compute_90a,code=sm_90a -c kernels/dw_adamw/dw_adamw_sm90.cu \
   -o '"$obj"'/k_$n.o'
