@@ -3,8 +3,8 @@
 # reduce-overhead (its fastest at small and xl ctx 512 on the H200 in v19 / v24) at small and xl, the 16-head
 # attention shapes beside SDPA (--short), then in_gemm off beside auto and both traced with the SM clock and power
 # sampled (why auto ties with off on the H200, v34), d 80 at the xl shapes (--xl), xl fp32 beside the peer's fp32
-# eager step, and the peer's compile default at small and xl while time is left. On any other card it stops after
-# the first part (the rest has H100 records: v35, v36). Carry .dev: trainer.xz (xz -T2 -c build-cuda/trainer),
+# eager step (on an H200 only: the rest has H100 records, v35 and v36), and the peer's compile default at small and
+# xl while time is left. Carry .dev: trainer.xz (xz -T2 -c build-cuda/trainer),
 # flash.tar.xz (launch/flash_bench/build.sh, then tar cJf .dev/flash.tar.xz -C .carry flash).
 source launch/device_call.sh "$0"
 unpack_bins trainer
@@ -36,10 +36,11 @@ if grep -q H200 $R/gpu.log; then
   F32="--set precision=fp32 --set fp32_matmul=3xtf32 --set bench.warmup_steps=2 --set bench.measure_steps=5"
   [ $(left $L) -gt 150 ] && train_step xl_fp32 configs/xl.json $F32
   [ $(left $L) -gt 110 ] && peer_step torch_xl_fp32 100 --preset xl --warmup 2 --steps 5 --mode fp32
-  [ $(left $L) -gt 100 ] && peer_step torch_small_default 90 --preset small --warmup 5 --steps 30 --compile-mode default
-  [ $(left $L) -gt 120 ] && peer_step torch_xl_default $(( $(left $L) - 15 )) --preset xl --warmup 3 --steps 10 \
-    --compile-mode default
 fi
+# the peer's compile default beside its reduce-overhead (on the H100 never run; on the H200 slower in v19 / v24)
+[ $(left $L) -gt 100 ] && peer_step torch_small_default 90 --preset small --warmup 5 --steps 30 --compile-mode default
+[ $(left $L) -gt 120 ] && peer_step torch_xl_default $(( $(left $L) - 15 )) --preset xl --warmup 3 --steps 10 \
+  --compile-mode default
 {
 cat $R/gpu.log
 for n in small torch_small torch_small_default xl torch_xl torch_xl_default xl_off xl_fp32 torch_xl_fp32; do
