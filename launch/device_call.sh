@@ -22,6 +22,10 @@
 #   finish                the last line: save, print summary.log and progress.log, remove $R (r.tgz holds it)
 #   train_step NAME CONFIG [ARGS...]   step NAME (120 s): .dev/bin/trainer CONFIG on cuda bf16, record $R/NAME.json
 #   peer_step NAME SECONDS [ARGS...]   step NAME: launch/torch_bench.py --mode compiled ARGS, record $R/NAME.json
+#   smi_step NAME CONFIG [ARGS...]     train_step with nvidia-smi's SM clock and power every 100 ms in $R/smi_NAME.log
+#   record_lines NAME...  a line per record $R/NAME.json that exists: status, step median / mean ms, peak and planned
+#                         peak GiB (the summary's table); smi_lines NAME...: each smi log's clock median / min, power max
+#   trace_top NAME [N]    the N (20) largest ranges of the traced record $R/NAME.json (profile.trace), ms per step
 set -u
 if [ -z "${OUT:-}" ]; then
   echo "device_call.sh: OUT is not set (the run tool's output folder)" >&2
@@ -91,4 +95,56 @@ peer_step() {  # NAME SECONDS [ARGS...]: launch/torch_bench.py --mode compiled A
   local n=$1 lim=$2
   shift 2
   step "$n" "$lim" python3 launch/torch_bench.py --mode compiled "$@" --json "$R/$n.json"
+}
+smi_step() {  # NAME CONFIG [ARGS...]
+  local n=$1 pid
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader,nounits -lms 100 > "$R/smi_$n.log" 2>&1 &
+  pid=$!
+  train_step "$@"
+  kill $pid 2>/dev/null
+}
+
+# The summary's pieces (read the records the steps wrote; a missing one is skipped)
+record_lines() {  # NAME...
+  python3 - "$R" "$@" <<'PY'
+import json, os, sys
+for n in sys.argv[2:]:
+    f = os.path.join(sys.argv[1], n + ".json")
+    if not os.path.exists(f):
+        continue
+    r = json.load(open(f))
+    t, m = r.get("timing", {}).get("step", {}), r.get("memory", {})
+    planned = (m.get("predicted") or {}).get("peak_bytes") or 0
+    print(n, r.get("status"), t.get("median_ms"), t.get("mean_ms"), round((m.get("peak_bytes") or 0) / 2**30, 3),
+          "planned", round(planned / 2**30, 3))
+PY
+}
+smi_lines() {  # NAME...
+  python3 - "$R" "$@" <<'PY'
+import os, sys
+for n in sys.argv[2:]:
+    f = os.path.join(sys.argv[1], "smi_" + n + ".log")
+    if not os.path.exists(f):
+        continue
+    clk, pw = [], []
+    for line in open(f):
+        x = [v.strip() for v in line.split(",")]
+        try:
+            clk.append(float(x[1]))
+            pw.append(float(x[2]))
+        except (ValueError, IndexError):
+            pass
+    if clk:
+        print(n, f"SM clock median {sorted(clk)[len(clk) // 2]:.0f} / min {min(clk):.0f} MHz, power max {max(pw):.0f} W")
+PY
+}
+trace_top() {  # NAME [N]
+  [ -f "$R/$1.json" ] || return 0
+  echo "$1 (ms per traced step, largest first):"
+  python3 - "$R/$1.json" "${2:-20}" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+for x in sorted(r["profile"]["ranges"], key=lambda x: -x["ms_per_step"])[:int(sys.argv[2])]:
+    print(f"  {x['cat']:>10} {x['name']:<40} {x['ms_per_step']:9.3f} ms {x['calls_per_step']:7.1f} calls")
+PY
 }
