@@ -6,9 +6,10 @@
 # not timing). An experiment adds a variant (name:defines, commas between defines; v33's are in git history, 476ee15;
 # the 33rd-35th sessions' DWA_CLUSTER_PAIR, 2-CTA clusters sharing an operand panel by TMA multicast, at 4cac9f9;
 # the 36th session's DWA_COOP (cooperative and 64 x 256 product tiles), DWA_COOP_NOSTORE, DWA_SUMSQ32 and
-# DWA_NOSUMSQ at a30f5ab; kernels/dw_adamw/NOTES.md's 35th- and 36th-session entries). Run from the repository
-# root. Needs nvcc (13.0), cuBLASLt and the fmt headers (EXTRA_INC: an extra include folder); the library links the
-# CUDA runtime statically and cuBLASLt dynamically.
+# DWA_NOSUMSQ at a30f5ab; kernels/dw_adamw/NOTES.md's 35th- and 36th-session entries). Now: libdwa_epiwg.so and
+# libdwa_epiwg_debug.so, DWA_EPI_WG (the update's epilogue on a warpgroup of its own; prepared, not yet run). Run
+# from the repository root. Needs nvcc (13.0), cuBLASLt and the fmt headers (EXTRA_INC: an extra include folder); the
+# library links the CUDA runtime statically and cuBLASLt dynamically.
 set -euo pipefail
 out=.carry/dwa
 obj=${OBJ:-/tmp/dwa-obj}
@@ -23,7 +24,7 @@ g++ -std=c++20 -O2 -fPIC -Ikernels -Isrc -I$(dirname $(which nvcc))/../include -
   ${EXTRA_INC:+-I$EXTRA_INC} \
   -c src/backend/cuda/matmul.cpp -o $obj/matmul.o
 # The kernel's libraries: name and defines
-variants="dwa: dwa_debug:-DDWA_HANG_CHECK"
+variants="dwa: dwa_debug:-DDWA_HANG_CHECK dwa_epiwg:-DDWA_EPI_WG dwa_epiwg_debug:-DDWA_EPI_WG,-DDWA_HANG_CHECK"
 echo $variants | tr ' ' '\n' | xargs -P ${JOBS:-2} -I{} sh -c 'v={}; n=${v%%:*}; d=$(echo ${v#*:} | tr , " "); \
   nvcc '"$flags"' $d -gencode=arch=compute_90a,code=sm_90a -c kernels/dw_adamw/dw_adamw_sm90.cu \
   -o '"$obj"'/k_$n.o'

@@ -81,3 +81,38 @@ def test_missing_binary_and_missing_out(tmp_path):
     r = run_script(tmp_path, "echo never\n", out=False)
     assert r.returncode == 2 and "never" not in r.stdout
     assert r.stderr.strip().splitlines() == ["device_call.sh: OUT is not set (the run tool's output folder)"]
+
+
+def test_summary_helpers(tmp_path):
+    """record_lines, smi_lines and trace_top read the records a call wrote; a missing one is skipped, not an error."""
+    import json
+    r = run_script(tmp_path, """cat > $R/a.json <<'J'
+{"status": "ok", "timing": {"step": {"median_ms": 1.5, "mean_ms": 1.75}},
+ "memory": {"peak_bytes": 3221225472, "predicted": {"peak_bytes": 2147483648}}}
+J
+cat > $R/peer.json <<'J'
+{"status": "ok", "timing": {"step": {"median_ms": 2.0, "mean_ms": 2.5}}, "memory": {"peak_bytes": 1073741824}}
+J
+printf '2026/12/06 05:00:00.000, 1980, 650.5\\n2026/12/06 05:00:00.100, 1500, 700.0\\n' > $R/smi_a.log
+printf 'garbage\\n2026/12/06 05:00:00.200, 1755, 690.0\\n' >> $R/smi_a.log
+echo '""" + json.dumps({"profile": {"ranges": [
+        {"cat": "op", "name": "small", "ms_per_step": 1.0, "calls_per_step": 3.0},
+        {"cat": "phase", "name": "backward", "ms_per_step": 9.5, "calls_per_step": 1.0},
+        {"cat": "op", "name": "matmul", "ms_per_step": 4.25, "calls_per_step": 290.0}]}}) + """' > $R/tr.json
+record_lines a missing peer
+smi_lines a missing
+trace_top tr 2
+trace_top absent
+echo done
+""")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "a ok 1.5 1.75 3.0 planned 2.0" in lines
+    assert "peer ok 2.0 2.5 1.0 planned 0.0" in lines
+    assert not any(line.startswith("missing") for line in lines)
+    # three samples (the garbage line skipped): median 1755, minimum 1500, power maximum 700
+    assert "a SM clock median 1755 / min 1500 MHz, power max 700 W" in lines
+    i = lines.index("tr (ms per traced step, largest first):")
+    assert lines[i + 1].split() == ["phase", "backward", "9.500", "ms", "1.0", "calls"]
+    assert lines[i + 2].split() == ["op", "matmul", "4.250", "ms", "290.0", "calls"]
+    assert lines[i + 3] == "done"  # only the 2 largest; an absent trace prints nothing
