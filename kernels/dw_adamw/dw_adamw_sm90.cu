@@ -680,8 +680,13 @@ void dw_adamw(const DwAdamWArgs& a, cudaStream_t s) {
   unsigned grid;
 #ifdef DWA_EPI_WG
   if (a.update && !a.grad_in) {  // the prepared experiment: the epilogue on a warpgroup of its own
-    static bool ew_smem_set = false;
-    if (!ew_smem_set) set_smem(dw_adamw_epiwg_kernel, kEwSmem), ew_smem_set = true;
+    static bool ew_smem_set[64] = {};  // per device, as launch()
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev >= 64 || !ew_smem_set[dev]) {
+      set_smem(dw_adamw_epiwg_kernel, kEwSmem);
+      if (dev < 64) ew_smem_set[dev] = true;
+    }
     grid = unsigned(std::min<int64_t>(tiles, device_sm_count()));
     dw_adamw_epiwg_kernel<<<grid, kEwThreads, kEwSmem, s>>>(p, tdy, tx, epi);
     CUDA_CHECK(cudaGetLastError());
