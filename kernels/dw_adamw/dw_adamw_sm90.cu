@@ -184,6 +184,83 @@ __device__ __forceinline__ uint32_t gbox_offset(int r, int c) {
   return uint32_t(r) * 512u + ((uint32_t(c >> 2) ^ (uint32_t(r & 7) << 1)) << 4) + uint32_t(c & 3) * 4u;
 }
 
+/// The operand producer (one thread): the CTA's tiles in order, each K block's A (dY, two 64-column sub-tiles) and B
+/// (X, two) into stage it % kStages once `empty` says the stage is free, completing on `full` by transaction bytes.
+/// A second sub-tile wholly past M (N) is not loaded: its stale rows reach only output rows (columns) past M (N),
+/// which the epilogues skip. tile_origin(j, m0, n0): the CTA's j-th tile.
+template <int kStages, class TileOrigin>
+__device__ __forceinline__ void produce_operands(const Params& p, const CUtensorMap& tma_dy, const CUtensorMap& tma_x,
+                                                 uint8_t* sbase, uint64_t* full, uint64_t* empty, int my_tiles, int nk,
+                                                 const TileOrigin& tile_origin) {
+  for (int j = 0; j < my_tiles; ++j) {
+    int m0, n0;
+    tile_origin(j, m0, n0);
+    for (int kb = 0; kb < nk; ++kb) {
+      const int it = j * nk + kb, s = it % kStages;
+      wait_phase(empty + s, uint32_t(((it / kStages) & 1) ^ 1), "empty (producer)");
+      const bool a2 = m0 + 64 < p.M, b2 = n0 + 64 < p.N;
+      uint8_t* sa = sbase + s * kStageBytes;
+      uint8_t* sb = sa + kABytes;
+      mbar_arrive_expect_tx(full + s, uint32_t(kSubBytes * (2 + a2 + b2)));
+      tma_load_4d(sa, &tma_dy, m0, kb * kBK, 0, 0, full + s);
+      if (a2) tma_load_4d(sa + kSubBytes, &tma_dy, m0 + 64, kb * kBK, 0, 0, full + s);
+      tma_load_4d(sb, &tma_x, n0, kb * kBK, 0, 0, full + s);
+      if (b2) tma_load_4d(sb + kSubBytes, &tma_x, n0 + 64, kb * kBK, 0, 0, full + s);
+    }
+  }
+}
+
+/// The epilogue operands' producer (one thread): per chunk of the CTA's tiles in order, p, m, v (kUpdate) and
+/// grad_in (kGradIn) boxes into ring slot c % kSlots (slots kSlotBytes apart; p, m, v at boxes 0, 1, 2, grad_in after
+/// them) once `epi_empty` says the slot is free. A chunk wholly past M or N is not loaded (its phase completes on
+/// the arrival alone): the epilogue skips its elements.
+template <bool kUpdate, bool kGradIn, int kSlots, int kSlotBytes, class TileOrigin>
+__device__ __forceinline__ void produce_epilogue_operands(const Params& p, const EpiMaps& epi, uint8_t* ring,
+                                                          uint64_t* epi_full, uint64_t* epi_empty, int my_tiles,
+                                                          const TileOrigin& tile_origin) {
+  constexpr int kArrays = kEpiArrays<kUpdate, kGradIn>;
+  for (int j = 0; j < my_tiles; ++j) {
+    int m0, n0;
+    tile_origin(j, m0, n0);
+    for (int hq = 0; hq < kEpiChunks; ++hq) {
+      const int c = j * kEpiChunks + hq, s = c % kSlots;
+      const int row0 = m0 + kEpiRows * hq, col0 = n0;
+      wait_phase(epi_empty + s, uint32_t(((c / kSlots) & 1) ^ 1), "epilogue empty (producer)");
+      const bool in = row0 < p.M && col0 < p.N;
+      mbar_arrive_expect_tx(epi_full + s, in ? uint32_t(kArrays * kEpiBox) : 0u);
+      if (!in) continue;
+      uint8_t* slot = ring + s * kSlotBytes;
+      if constexpr (kUpdate) {
+        tma_load_2d(slot, &epi.p, col0, row0, epi_full + s);
+        tma_load_2d(slot + kEpiBox, &epi.m, col0, row0, epi_full + s);
+        tma_load_2d(slot + 2 * kEpiBox, &epi.v, col0, row0, epi_full + s);
+      }
+      if constexpr (kGradIn)
+        tma_load_2d(slot + (kUpdate ? 3 : 0) * kEpiBox, &epi.grad_in, col0, row0, epi_full + s);
+    }
+  }
+}
+
+/// AdamW on four consecutive elements (flat offset o into p, m, v, p_work): p, m, v from the slot's boxes at byte
+/// offset so (box_offset), g = gv; the results stored whole (16-byte p, m, v; 8-byte p_work when given).
+__device__ __forceinline__ void update_float4(const Params& p, const AdamWStep& a, const uint8_t* slot, uint32_t so,
+                                              const float4& gv, int64_t o) {
+  float4 pv = *reinterpret_cast<const float4*>(slot + so);
+  float4 mv = *reinterpret_cast<const float4*>(slot + kEpiBox + so);
+  float4 vv = *reinterpret_cast<const float4*>(slot + 2 * kEpiBox + so);
+  const float w0 = adamw_one(pv.x, gv.x, mv.x, vv.x, a), w1 = adamw_one(pv.y, gv.y, mv.y, vv.y, a);
+  const float w2 = adamw_one(pv.z, gv.z, mv.z, vv.z, a), w3 = adamw_one(pv.w, gv.w, mv.w, vv.w, a);
+  *reinterpret_cast<float4*>(p.p + o) = pv;
+  *reinterpret_cast<float4*>(p.m + o) = mv;
+  *reinterpret_cast<float4*>(p.v + o) = vv;
+  if (p.p_work) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(w0, w1), hi = __floats2bfloat162_rn(w2, w3);
+    uint2 u;
+    u.x = *reinterpret_cast<const uint32_t*>(&lo), u.y = *reinterpret_cast<const uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(p.p_work + o) = u;
+  }
+}
+
 /// The epilogue with a ring (the update, grad_in or both): per chunk (16 rows x 128 columns of the tile), the warp
 /// that holds its rows writes its 64 accumulators of them into the slot's g box (gbox_offset's layout; with grad_in,
 /// their sums with grad_in's elements into grad_in's box in place, in the TMA's layout), the warpgroup syncs (named
@@ -235,22 +312,7 @@ __device__ __forceinline__ void epilogue_staged(const Params& p, const AdamWStep
                  double(gv.w) * double(gv.w);
         const int64_t o = int64_t(row) * p.ld + col;
         if (p.grad) *reinterpret_cast<float4*>(p.grad + o) = gv;
-        if constexpr (kUpdate) {
-          float4 pv = *reinterpret_cast<const float4*>(slot + so);
-          float4 mv = *reinterpret_cast<const float4*>(slot + kEpiBox + so);
-          float4 vv = *reinterpret_cast<const float4*>(slot + 2 * kEpiBox + so);
-          const float w0 = adamw_one(pv.x, gv.x, mv.x, vv.x, a), w1 = adamw_one(pv.y, gv.y, mv.y, vv.y, a);
-          const float w2 = adamw_one(pv.z, gv.z, mv.z, vv.z, a), w3 = adamw_one(pv.w, gv.w, mv.w, vv.w, a);
-          *reinterpret_cast<float4*>(p.p + o) = pv;
-          *reinterpret_cast<float4*>(p.m + o) = mv;
-          *reinterpret_cast<float4*>(p.v + o) = vv;
-          if (p.p_work) {
-            const __nv_bfloat162 lo = __floats2bfloat162_rn(w0, w1), hi = __floats2bfloat162_rn(w2, w3);
-            uint2 u;
-            u.x = *reinterpret_cast<const uint32_t*>(&lo), u.y = *reinterpret_cast<const uint32_t*>(&hi);
-            *reinterpret_cast<uint2*>(p.p_work + o) = u;
-          }
-        }
+        if constexpr (kUpdate) update_float4(p, a, slot, so, gv, o);
       }
       // With grad_in this thread wrote into a box the TMA writes next: its shared stores ordered before that write
       // (generic proxy, then async proxy). Then: this thread has read the slot.
@@ -301,47 +363,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == 0) {  // ---- producers: operands (thread 0), epilogue operands (thread 32) ----
     setmaxnreg_dec<kRegsProducer>();
     if (tid == 0) {
-      for (int j = 0; j < my_tiles; ++j) {
-        int m0, n0;
-        tile_origin(j, m0, n0);
-        for (int kb = 0; kb < nk; ++kb) {
-          const int it = j * nk + kb, s = it % kStages;
-          wait_phase(empty + s, uint32_t(((it / kStages) & 1) ^ 1), "empty (producer)");
-          // A second sub-tile wholly past M (N) is not loaded: its stale rows reach only output rows (columns) past
-          // M (N), which the epilogue skips.
-          const bool a2 = m0 + 64 < p.M, b2 = n0 + 64 < p.N;
-          uint8_t* sa = sbase + s * kStageBytes;
-          uint8_t* sb = sa + kABytes;
-          mbar_arrive_expect_tx(full + s, uint32_t(kSubBytes * (2 + a2 + b2)));
-          tma_load_4d(sa, &tma_dy, m0, kb * kBK, 0, 0, full + s);
-          if (a2) tma_load_4d(sa + kSubBytes, &tma_dy, m0 + 64, kb * kBK, 0, 0, full + s);
-          tma_load_4d(sb, &tma_x, n0, kb * kBK, 0, 0, full + s);
-          if (b2) tma_load_4d(sb + kSubBytes, &tma_x, n0 + 64, kb * kBK, 0, 0, full + s);
-        }
-      }
+      produce_operands<kStages>(p, tma_dy, tma_x, sbase, full, empty, my_tiles, nk, tile_origin);
     } else if (tid == 32) {
-      if constexpr (kArrays > 0) for (int j = 0; j < my_tiles; ++j) {
-        int m0, n0;
-        tile_origin(j, m0, n0);
-        for (int hq = 0; hq < kEpiChunks; ++hq) {
-          const int c = j * kEpiChunks + hq, s = c % kSlots;
-          const int row0 = m0 + kEpiRows * hq, col0 = n0;
-          wait_phase(epi_empty + s, uint32_t(((c / kSlots) & 1) ^ 1), "epilogue empty (producer)");
-          // a chunk wholly past M or N is not loaded (its phase completes on the arrival alone): the epilogue skips
-          // its elements
-          const bool in = row0 < p.M && col0 < p.N;
-          mbar_arrive_expect_tx(epi_full + s, in ? uint32_t(kArrays * kEpiBox) : 0u);
-          if (!in) continue;
-          uint8_t* slot = ring + s * kEpiSlotBytes<kUpdate, kGradIn>;
-          if constexpr (kUpdate) {
-            tma_load_2d(slot, &epi.p, col0, row0, epi_full + s);
-            tma_load_2d(slot + kEpiBox, &epi.m, col0, row0, epi_full + s);
-            tma_load_2d(slot + 2 * kEpiBox, &epi.v, col0, row0, epi_full + s);
-          }
-          if constexpr (kGradIn)
-            tma_load_2d(slot + (kUpdate ? 3 : 0) * kEpiBox, &epi.grad_in, col0, row0, epi_full + s);
-        }
-      }
+      if constexpr (kArrays > 0)
+        produce_epilogue_operands<kUpdate, kGradIn, kSlots, kEpiSlotBytes<kUpdate, kGradIn>>(
+            p, epi, ring, epi_full, epi_empty, my_tiles, tile_origin);
     }
     return;
   }
@@ -467,39 +493,10 @@ __global__ void __launch_bounds__(kEwThreads, 1)
 
   if (wg == 0) {  // ---- producers ----
     if (tid == 0) {
-      for (int j = 0; j < my_tiles; ++j) {
-        int m0, n0;
-        tile_origin(j, m0, n0);
-        for (int kb = 0; kb < nk; ++kb) {
-          const int it = j * nk + kb, s = it % kEwStages;
-          wait_phase(empty + s, uint32_t(((it / kEwStages) & 1) ^ 1), "empty (producer)");
-          const bool a2 = m0 + 64 < p.M, b2 = n0 + 64 < p.N;
-          uint8_t* sa = sbase + s * kStageBytes;
-          uint8_t* sb = sa + kABytes;
-          mbar_arrive_expect_tx(full + s, uint32_t(kSubBytes * (2 + a2 + b2)));
-          tma_load_4d(sa, &tma_dy, m0, kb * kBK, 0, 0, full + s);
-          if (a2) tma_load_4d(sa + kSubBytes, &tma_dy, m0 + 64, kb * kBK, 0, 0, full + s);
-          tma_load_4d(sb, &tma_x, n0, kb * kBK, 0, 0, full + s);
-          if (b2) tma_load_4d(sb + kSubBytes, &tma_x, n0 + 64, kb * kBK, 0, 0, full + s);
-        }
-      }
+      produce_operands<kEwStages>(p, tma_dy, tma_x, sbase, full, empty, my_tiles, nk, tile_origin);
     } else if (tid == 32) {
-      for (int j = 0; j < my_tiles; ++j) {
-        int m0, n0;
-        tile_origin(j, m0, n0);
-        for (int hq = 0; hq < kEpiChunks; ++hq) {
-          const int c = j * kEpiChunks + hq, s = c % kEwSlots;
-          const int row0 = m0 + kEpiRows * hq, col0 = n0;
-          wait_phase(epi_empty + s, uint32_t(((c / kEwSlots) & 1) ^ 1), "epilogue empty (producer)");
-          const bool in = row0 < p.M && col0 < p.N;
-          mbar_arrive_expect_tx(epi_full + s, in ? uint32_t(3 * kEpiBox) : 0u);
-          if (!in) continue;
-          uint8_t* slot = ring + s * kEwSlotBytes;
-          tma_load_2d(slot, &epi.p, col0, row0, epi_full + s);
-          tma_load_2d(slot + kEpiBox, &epi.m, col0, row0, epi_full + s);
-          tma_load_2d(slot + 2 * kEpiBox, &epi.v, col0, row0, epi_full + s);
-        }
-      }
+      produce_epilogue_operands<true, false, kEwSlots, kEwSlotBytes>(p, epi, ring, epi_full, epi_empty, my_tiles,
+                                                                     tile_origin);
     }
     return;
   }
@@ -566,20 +563,7 @@ __global__ void __launch_bounds__(kEwThreads, 1)
                  double(gv.w) * double(gv.w);
         const int64_t o = int64_t(row) * p.ld + col;
         if (p.grad) *reinterpret_cast<float4*>(p.grad + o) = gv;
-        float4 pv = *reinterpret_cast<const float4*>(slot + so);
-        float4 mv = *reinterpret_cast<const float4*>(slot + kEpiBox + so);
-        float4 vv = *reinterpret_cast<const float4*>(slot + 2 * kEpiBox + so);
-        const float w0 = adamw_one(pv.x, gv.x, mv.x, vv.x, a), w1 = adamw_one(pv.y, gv.y, mv.y, vv.y, a);
-        const float w2 = adamw_one(pv.z, gv.z, mv.z, vv.z, a), w3 = adamw_one(pv.w, gv.w, mv.w, vv.w, a);
-        *reinterpret_cast<float4*>(p.p + o) = pv;
-        *reinterpret_cast<float4*>(p.m + o) = mv;
-        *reinterpret_cast<float4*>(p.v + o) = vv;
-        if (p.p_work) {
-          const __nv_bfloat162 lo = __floats2bfloat162_rn(w0, w1), hi = __floats2bfloat162_rn(w2, w3);
-          uint2 u;
-          u.x = *reinterpret_cast<const uint32_t*>(&lo), u.y = *reinterpret_cast<const uint32_t*>(&hi);
-          *reinterpret_cast<uint2*>(p.p_work + o) = u;
-        }
+        update_float4(p, a, slot, so, gv, o);
       }
       mbar_arrive(epi_empty + cidx % kEwSlots);
       mbar_arrive(hand_empty + k);
