@@ -361,7 +361,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   if (wg == 0) {  // ---- producers: operands (thread 0), epilogue operands (thread 32) ----
+#ifndef DWA_NO_SETMAXNREG
     setmaxnreg_dec<kRegsProducer>();
+#endif
     if (tid == 0) {
       produce_operands<kStages>(p, tma_dy, tma_x, sbase, full, empty, my_tiles, nk, tile_origin);
     } else if (tid == 32) {
@@ -373,7 +375,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // ---- consumers: warpgroup wc takes the CTA's tiles wc, wc + 2, ... ----
+#ifndef DWA_NO_SETMAXNREG
   setmaxnreg_inc<kRegsConsumer>();
+#endif
   const int wc = wg - 1, ct = tid % 128, warp = ct / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   AdamWStep a = p.a;
   if constexpr (kUpdate) load_per_step(a);
@@ -444,7 +448,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 // has finished the previous tile's: a waiter is at most one phase behind (the parity waits are sound). Counted for
 // the H100's xl block: products at cuBLASLt's rate 0.59 ms under an epilogue of 1.07 ms (v33: K 64) if they do not
 // slow each other; production 1.42. Shared memory: 3 stages x 32 KB, the 64 KB hand-off, 2 ring slots x 24 KB.
-constexpr int kEwStages = 3, kEwSlots = 2, kEwSlotBytes = 3 * kEpiBox, kEwHandBytes = kBM * kBN * 4;
+// Diagnostic builds (37th session, timing only): DWA_EW_STAGES / DWA_EW_SLOTS other splits of shared memory;
+// DWA_EW_NOUPDATE the epilogue skips its elements (the products and the hand-off alone); DWA_EW_NOMMA the consumers
+// skip their products (the epilogue alone beside the operand loads).
+#ifndef DWA_EW_STAGES
+#define DWA_EW_STAGES 3
+#endif
+#ifndef DWA_EW_SLOTS
+#define DWA_EW_SLOTS 2
+#endif
+constexpr int kEwStages = DWA_EW_STAGES, kEwSlots = DWA_EW_SLOTS, kEwSlotBytes = 3 * kEpiBox, kEwHandBytes = kBM * kBN * 4;
 constexpr int kEwThreads = 512;
 constexpr int kEwSmem = kEwStages * kStageBytes + kEwHandBytes + kEwSlots * kEwSlotBytes + 1024 +
                         8 * (2 * kEwStages + 2 * kEwSlots + 2 * kEpiChunks) + 8 * 4;
@@ -512,10 +525,15 @@ __global__ void __launch_bounds__(kEwThreads, 1)
         wait_phase(full + s, uint32_t((it / kEwStages) & 1), "full (consumer)");
         const uint32_t sa = s0 + uint32_t(s * kStageBytes), sb = sa + kABytes;
         wgmma_fence();
+#ifdef DWA_EW_NOMMA
+        if (kb == 0)
+          for (int i = 0; i < 64; ++i) acc[i] = float(sa);
+#else
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
           wgmma_ss_n128<1, 1>(acc, make_desc(sa + c * kSubBytes + kk * 2048, kSubBytes, 1024),
                               make_desc(sb + kk * 2048, kSubBytes, 1024), kb > 0 || kk > 0);
+#endif
         wgmma_commit();
         wgmma_wait<1>();
         if (kb > 0) mbar_arrive(empty + (it - 1) % kEwStages);
@@ -552,6 +570,13 @@ __global__ void __launch_bounds__(kEwThreads, 1)
       const uint8_t* chunk = hand + k * kEpiBox;
       wait_phase(hand_full + k, uint32_t(j & 1), "hand-off full");
       wait_phase(epi_full + cidx % kEwSlots, uint32_t((cidx / kEwSlots) & 1), "epilogue full");
+#ifdef DWA_EW_NOUPDATE
+      if (p.M > 0) {
+        mbar_arrive(epi_empty + cidx % kEwSlots);
+        mbar_arrive(hand_empty + k);
+        continue;
+      }
+#endif
 #pragma unroll 1
       for (int i = 0; i < kEpiRows * kEpiCols / 4 / 128; ++i) {
         const int e4 = ct + 128 * i, rl = e4 / (kEpiCols / 4), cl = (e4 % (kEpiCols / 4)) * 4;

@@ -24,7 +24,7 @@ g++ -std=c++20 -O2 -fPIC -Ikernels -Isrc -I$(dirname $(which nvcc))/../include -
   ${EXTRA_INC:+-I$EXTRA_INC} \
   -c src/backend/cuda/matmul.cpp -o $obj/matmul.o
 # The kernel's libraries: name and defines
-variants="dwa: dwa_debug:-DDWA_HANG_CHECK dwa_epiwg:-DDWA_EPI_WG dwa_epiwg_debug:-DDWA_EPI_WG,-DDWA_HANG_CHECK"
+variants=${VARIANTS:-"dwa: dwa_debug:-DDWA_HANG_CHECK dwa_epiwg:-DDWA_EPI_WG dwa_epiwg_debug:-DDWA_EPI_WG,-DDWA_HANG_CHECK"}
 echo $variants | tr ' ' '\n' | xargs -P ${JOBS:-2} -I{} sh -c 'v={}; n=${v%%:*}; d=$(echo ${v#*:} | tr , " "); \
   nvcc '"$flags"' $d -gencode=arch=compute_90a,code=sm_90a -c kernels/dw_adamw/dw_adamw_sm90.cu \
   -o '"$obj"'/k_$n.o'
