@@ -361,9 +361,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   if (wg == 0) {  // ---- producers: operands (thread 0), epilogue operands (thread 32) ----
-#ifndef DWA_NO_SETMAXNREG
     setmaxnreg_dec<kRegsProducer>();
-#endif
     if (tid == 0) {
       produce_operands<kStages>(p, tma_dy, tma_x, sbase, full, empty, my_tiles, nk, tile_origin);
     } else if (tid == 32) {
@@ -375,9 +373,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // ---- consumers: warpgroup wc takes the CTA's tiles wc, wc + 2, ... ----
-#ifndef DWA_NO_SETMAXNREG
   setmaxnreg_inc<kRegsConsumer>();
-#endif
   const int wc = wg - 1, ct = tid % 128, warp = ct / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   AdamWStep a = p.a;
   if constexpr (kUpdate) load_per_step(a);
@@ -432,177 +428,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-#ifdef DWA_EPI_WG
-// ---- Prepared experiment (DWA_EPI_WG; the bench's libdwa_epiwg.so, not the trainer; 36th session, not yet run on a
-// GPU): the update without grad_in with a cooperative k-loop and the epilogue on a warpgroup of its own. v36 measured
-// production's ping-pong k-loop at 1.26x cuBLASLt's time and a cooperative one at cuBLASLt's rate, but a cooperative
-// loop leaves no warpgroup to run the epilogue beside the products. Here four warpgroups:
-// - 0: producers (thread 0 the operand stages, thread 32 the p, m, v chunks into the ring), as production;
-// - 1, 2: consumers, both on every tile (128 x 128; consumer c rows 64c.., one m64n128 a k16 step, 64 accumulators):
-//   after the k-loop each warp writes its 16 rows (chunk 4c + warp) into the hand-off tile (64 KB fp32, gbox_offset's
-//   layout per 8 KB chunk) once the epilogue has read that chunk of the previous tile (hand_empty[chunk], 128
-//   arrivals), and arrives on hand_full[chunk] (32); then it starts the next tile's products at once;
-// - 3: the epilogue, every tile in order: per chunk, hand_full, then the ring's slot, then AdamW as epilogue_staged
-//   (each thread 4 float4s, a warp a 512-byte row), then epi_empty and hand_empty.
-// Each hand-off barrier completes once a tile, and neither side can start a tile's use of a chunk before the other
-// has finished the previous tile's: a waiter is at most one phase behind (the parity waits are sound). Counted for
-// the H100's xl block: products at cuBLASLt's rate 0.59 ms under an epilogue of 1.07 ms (v33: K 64) if they do not
-// slow each other; production 1.42. Shared memory: 3 stages x 32 KB, the 64 KB hand-off, 2 ring slots x 24 KB.
-// Diagnostic builds (37th session, timing only): DWA_EW_STAGES / DWA_EW_SLOTS other splits of shared memory;
-// DWA_EW_NOUPDATE the epilogue skips its elements (the products and the hand-off alone); DWA_EW_NOMMA the consumers
-// skip their products (the epilogue alone beside the operand loads).
-#ifndef DWA_EW_STAGES
-#define DWA_EW_STAGES 3
-#endif
-#ifndef DWA_EW_SLOTS
-#define DWA_EW_SLOTS 2
-#endif
-constexpr int kEwStages = DWA_EW_STAGES, kEwSlots = DWA_EW_SLOTS, kEwSlotBytes = 3 * kEpiBox, kEwHandBytes = kBM * kBN * 4;
-constexpr int kEwThreads = 512;
-constexpr int kEwSmem = kEwStages * kStageBytes + kEwHandBytes + kEwSlots * kEwSlotBytes + 1024 +
-                        8 * (2 * kEwStages + 2 * kEwSlots + 2 * kEpiChunks) + 8 * 4;
-static_assert(kEwSmem <= kSmemLimit, "shared memory of one sm_90 CTA");
-
-__global__ void __launch_bounds__(kEwThreads, 1)
-    dw_adamw_epiwg_kernel(const Params p, const __grid_constant__ CUtensorMap tma_dy,
-                          const __grid_constant__ CUtensorMap tma_x, const __grid_constant__ EpiMaps epi) {
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* sbase = align_smem_1024(smem_raw);
-  uint8_t* hand = sbase + kEwStages * kStageBytes;  // the hand-off tile: chunk k at hand + k * kEpiBox
-  uint8_t* ring = hand + kEwHandBytes;
-  uint64_t* full = reinterpret_cast<uint64_t*>(ring + kEwSlots * kEwSlotBytes);
-  uint64_t* empty = full + kEwStages;
-  uint64_t* epi_full = empty + kEwStages;
-  uint64_t* epi_empty = epi_full + kEwSlots;
-  uint64_t* hand_full = epi_empty + kEwSlots;  // [kEpiChunks]
-  uint64_t* hand_empty = hand_full + kEpiChunks;
-  double* warp_sumsq = reinterpret_cast<double*>(hand_empty + kEpiChunks);  // [4]: the epilogue's warps
-
-  const int tid = threadIdx.x, wg = tid / 128;
-  const int TM = (p.M + kBM - 1) / kBM, TN = (p.N + kBN - 1) / kBN, tiles = TM * TN, nk = (p.K + kBK - 1) / kBK;
-  const int unit = int(blockIdx.x), units = int(gridDim.x);
-  auto tile_origin = [&](int j, int& m0, int& n0) {
-    const int L = unit + j * units;
-    m0 = (p.m_fastest ? L % TM : L / TN) * kBM;
-    n0 = (p.m_fastest ? L / TM : L % TN) * kBN;
-  };
-  const int my_tiles = (tiles - unit + units - 1) / units;
-  if (tid == 0) {
-    for (int s = 0; s < kEwStages; ++s) {
-      mbar_init(full + s, 1);
-      mbar_init(empty + s, 256);
-    }
-    for (int s = 0; s < kEwSlots; ++s) {
-      mbar_init(epi_full + s, 1);
-      mbar_init(epi_empty + s, 128);
-    }
-    for (int k = 0; k < kEpiChunks; ++k) {
-      mbar_init(hand_full + k, 32);
-      mbar_init(hand_empty + k, 128);
-    }
-    mbar_init_fence();
-  }
-  __syncthreads();
-
-  if (wg == 0) {  // ---- producers ----
-    if (tid == 0) {
-      produce_operands<kEwStages>(p, tma_dy, tma_x, sbase, full, empty, my_tiles, nk, tile_origin);
-    } else if (tid == 32) {
-      produce_epilogue_operands<true, false, kEwSlots, kEwSlotBytes>(p, epi, ring, epi_full, epi_empty, my_tiles,
-                                                                     tile_origin);
-    }
-    return;
-  }
-
-  const int ct = tid % 128, warp = ct / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  if (wg <= 2) {  // ---- consumers: both on every tile, consumer c rows 64c .. 64c + 63 ----
-    const int c = wg - 1;
-    const uint32_t s0 = smem_addr(sbase);
-    for (int j = 0; j < my_tiles; ++j) {
-      float acc[64];
-      for (int kb = 0; kb < nk; ++kb) {
-        const int it = j * nk + kb, s = it % kEwStages;
-        wait_phase(full + s, uint32_t((it / kEwStages) & 1), "full (consumer)");
-        const uint32_t sa = s0 + uint32_t(s * kStageBytes), sb = sa + kABytes;
-        wgmma_fence();
-#ifdef DWA_EW_NOMMA
-        if (kb == 0)
-          for (int i = 0; i < 64; ++i) acc[i] = float(sa);
-#else
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          wgmma_ss_n128<1, 1>(acc, make_desc(sa + c * kSubBytes + kk * 2048, kSubBytes, 1024),
-                              make_desc(sb + kk * 2048, kSubBytes, 1024), kb > 0 || kk > 0);
-#endif
-        wgmma_commit();
-        wgmma_wait<1>();
-        if (kb > 0) mbar_arrive(empty + (it - 1) % kEwStages);
-      }
-      wgmma_wait<0>();
-      fence_regs(acc);
-      mbar_arrive(empty + (j * nk + nk - 1) % kEwStages);
-      // this warp's chunk (rows 16 (4c + warp) ..): acc[4 jj + 2 r + e] is chunk row g + 8 r, column 8 jj + 2 t + e
-      const int k = 4 * c + warp;
-      if (j > 0) wait_phase(hand_empty + k, uint32_t((j - 1) & 1), "hand-off empty");
-      uint8_t* chunk = hand + k * kEpiBox;
-#pragma unroll
-      for (int jj = 0; jj < 16; ++jj)
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-          *reinterpret_cast<float2*>(chunk + gbox_offset(g + 8 * r, 8 * jj + 2 * t)) =
-              make_float2(acc[4 * jj + 2 * r], acc[4 * jj + 2 * r + 1]);
-      mbar_arrive(hand_full + k);
-    }
-    return;
-  }
-
-  // ---- the epilogue (warpgroup 3): every tile, chunk by chunk ----
-  AdamWStep a = p.a;
-  load_per_step(a);
-  double sumsq = 0.0;
-  for (int j = 0; j < my_tiles; ++j) {
-    int m0, n0;
-    tile_origin(j, m0, n0);
-#pragma unroll 1
-    for (int k = 0; k < kEpiChunks; ++k) {
-      const int cidx = j * kEpiChunks + k;
-      uint8_t* slot = ring + (cidx % kEwSlots) * kEwSlotBytes;
-      const uint8_t* chunk = hand + k * kEpiBox;
-      wait_phase(hand_full + k, uint32_t(j & 1), "hand-off full");
-      wait_phase(epi_full + cidx % kEwSlots, uint32_t((cidx / kEwSlots) & 1), "epilogue full");
-#ifdef DWA_EW_NOUPDATE
-      if (p.M > 0) {
-        mbar_arrive(epi_empty + cidx % kEwSlots);
-        mbar_arrive(hand_empty + k);
-        continue;
-      }
-#endif
-#pragma unroll 1
-      for (int i = 0; i < kEpiRows * kEpiCols / 4 / 128; ++i) {
-        const int e4 = ct + 128 * i, rl = e4 / (kEpiCols / 4), cl = (e4 % (kEpiCols / 4)) * 4;
-        const int row = m0 + kEpiRows * k + rl, col = n0 + cl;
-        if (row >= p.M || col >= p.N) continue;
-        const uint32_t so = box_offset(rl, cl);
-        const float4 gv = *reinterpret_cast<const float4*>(chunk + gbox_offset(rl, cl));
-        sumsq += double(gv.x) * double(gv.x) + double(gv.y) * double(gv.y) + double(gv.z) * double(gv.z) +
-                 double(gv.w) * double(gv.w);
-        const int64_t o = int64_t(row) * p.ld + col;
-        if (p.grad) *reinterpret_cast<float4*>(p.grad + o) = gv;
-        update_float4(p, a, slot, so, gv, o);
-      }
-      mbar_arrive(epi_empty + cidx % kEwSlots);
-      mbar_arrive(hand_empty + k);
-    }
-  }
-  if (p.partials) {  // the CTA's sum: lanes (tree), then the epilogue's warps 0..3
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) sumsq += __shfl_xor_sync(0xffffffffu, sumsq, o);
-    if (lane == 0) warp_sumsq[warp] = sumsq;
-    named_bar_sync(3, 128);
-    if (ct == 0) p.partials[blockIdx.x] = ((warp_sumsq[0] + warp_sumsq[1]) + warp_sumsq[2]) + warp_sumsq[3];
-  }
-}
-#endif  // DWA_EPI_WG
 
 /// Launches the kernel over `tiles` tiles with at most one CTA per SM; returns the grid (CTAs).
 template <bool kUpdate, bool kGradIn>
@@ -687,22 +512,6 @@ void dw_adamw(const DwAdamWArgs& a, cudaStream_t s) {
   if (a.sumsq_out && std::min<int64_t>(tiles, device_sm_count()) > kReduceMaxBlocks)
     throw std::invalid_argument("dw_adamw: more CTAs than reduce_partials sums");
   unsigned grid;
-#ifdef DWA_EPI_WG
-  if (a.update && !a.grad_in) {  // the prepared experiment: the epilogue on a warpgroup of its own
-    static bool ew_smem_set[64] = {};  // per device, as launch()
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    if (dev >= 64 || !ew_smem_set[dev]) {
-      set_smem(dw_adamw_epiwg_kernel, kEwSmem);
-      if (dev < 64) ew_smem_set[dev] = true;
-    }
-    grid = unsigned(std::min<int64_t>(tiles, device_sm_count()));
-    dw_adamw_epiwg_kernel<<<grid, kEwThreads, kEwSmem, s>>>(p, tdy, tx, epi);
-    CUDA_CHECK(cudaGetLastError());
-    if (a.sumsq_out) reduce_partials(a.sumsq_out, a.partials, int(grid), s);
-    return;
-  }
-#endif
   if (a.update && a.grad_in) grid = launch<true, true>(tiles, p, tdy, tx, epi, s);
   else if (a.update) grid = launch<true, false>(tiles, p, tdy, tx, epi, s);
   else if (a.grad_in) grid = launch<false, true>(tiles, p, tdy, tx, epi, s);
