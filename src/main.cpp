@@ -392,14 +392,15 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     error = fmt::format("unexpected error while reading the config: {}", e.what());
   }
-  // Every rank reaches this point; agree on whether all configs loaded, then that they are identical.
-  const int bad_rank = mpi.first_failing_rank(!error.empty());
-  if (bad_rank >= 0) {
-    if (!error.empty() && (rank == 0 || rank == bad_rank))
-      std::fprintf(stderr, "trainer: error: %s%s\n", world > 1 ? fmt::format("[rank {}] ", rank).c_str() : "",
-                   error.c_str());
-    else if (rank == 0)
-      std::fprintf(stderr, "trainer: error: rank %d could not load its config (see its message)\n", bad_rank);
+  // Every rank reaches this point; agree on whether all configs loaded, then that they are identical. (A rank that
+  // does not arrive within the timeout ends the job with a message: MpiSession's start-up agreements.)
+  const double startup_timeout_s = error.empty() ? cfg.parallel.comm_timeout_s : RunConfig{}.parallel.comm_timeout_s;
+  const int bad_rank = mpi.first_failing_rank(!error.empty(), startup_timeout_s);
+  if (bad_rank >= 0) {  // one line, from rank 0, with the first failing rank's message
+    const std::string message = world > 1 ? mpi.text_from(bad_rank, error, startup_timeout_s) : error;
+    if (rank == 0)
+      std::fprintf(stderr, "trainer: error: %s%s\n", world > 1 ? fmt::format("[rank {}] ", bad_rank).c_str() : "",
+                   message.c_str());
     return 2;
   }
   if (args.help) {
@@ -422,7 +423,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   const nlohmann::json resolved = cfg;
-  if (const int r = mpi.first_rank_differing(resolved.dump()); r >= 0) {
+  if (const int r = mpi.first_rank_differing(resolved.dump(), startup_timeout_s); r >= 0) {
     if (rank == 0)
       std::fprintf(stderr, "trainer: error: the resolved config of rank %d differs from rank 0's (same file and "
                    "--set on every rank?)\n", r);

@@ -118,7 +118,8 @@ void fields(S& p, F&& f) {
     "fsdp: units (embedding, blocks, head) whose weight shards are all-gathered ahead of their use; "
     "prefetch_layers + 1 gather buffers"});
   f("comm_timeout_s", p.comm_timeout_s, {{"number > 0"},
-    "a collective not done after this many seconds aborts every rank"});
+    "a collective not done after this many seconds aborts every rank (so does a rank that has not reached the "
+    "start-up check by then)"});
 }
 template <Is<OptimizerCfg> S, class F>
 void fields(S& o, F&& f) {

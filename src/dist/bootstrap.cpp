@@ -3,10 +3,12 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -19,6 +21,11 @@ namespace trainer {
 
 MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &thread_level_));
+  // MPI calls return their errors instead of aborting the job from inside MPI (the default handler): every call is
+  // checked (MPI_CHECK, the communicators' own checks), and a failure goes through fatal(), whose hook writes the
+  // result record (rank 0) or tells rank 0 (a rank > 0) before the job is aborted. The communicators' duplicates
+  // inherit this handler (and set it themselves).
+  MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
   MPI_Comm local;
@@ -27,8 +34,7 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_CHECK(MPI_Comm_size(local, &local_size_));
   MPI_CHECK(MPI_Comm_free(&local));
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &notice_comm_));
-  // Errors on it return (notify_failure is best effort and checks them) instead of aborting as MPI_COMM_WORLD's
-  // default handler, which the duplicate inherits, would.
+  // Errors on it return (notify_failure is best effort and checks them): set here too, not only inherited.
   MPI_CHECK(MPI_Comm_set_errhandler(notice_comm_, MPI_ERRORS_RETURN));
 }
 
@@ -41,16 +47,57 @@ MpiSession::~MpiSession() {
   MPI_Finalize();
 }
 
-int MpiSession::first_failing_rank(bool failed) const {
+namespace {
+/// Waits for the non-blocking start-up collective `req` (polled every millisecond); past `timeout_s`, fatal() names
+/// it. Rank 0 says once, after 30 s, that it is waiting.
+void await_startup(MPI_Request& req, const char* what, int rank, double timeout_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  bool said = false;
+  for (;;) {
+    int done = 0;
+    MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rank == 0 && !said && s >= 30.0 && s < timeout_s) {
+      std::fprintf(stderr, "trainer: waiting for every rank to reach the start-up check (%s): 30 s so far, at most "
+                   "%.0f s (parallel.comm_timeout_s)\n", what, timeout_s);
+      said = true;
+    }
+    if (s >= timeout_s)
+      fatal("MPI", what, __FILE__, __LINE__,
+            fmt::format("not every rank reached the start-up check within {:.0f} s (parallel.comm_timeout_s): a rank "
+                        "stopped or hangs before it (loading its config or data?)", timeout_s));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+}  // namespace
+
+int MpiSession::first_failing_rank(bool failed, double timeout_s) const {
   int mine = failed ? rank_ : size_, first = size_;
-  MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  MPI_Request req;
+  MPI_CHECK(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req));
+  await_startup(req, "which ranks loaded their config", rank_, timeout_s);
   return first < size_ ? first : -1;
 }
 
-int MpiSession::first_rank_differing(const std::string& text) const {
+int MpiSession::first_rank_differing(const std::string& text, double timeout_s) const {
   unsigned long long h = std::hash<std::string>{}(text), root = h;
-  MPI_CHECK(MPI_Bcast(&root, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD));
-  return first_failing_rank(h != root);
+  MPI_Request req;
+  MPI_CHECK(MPI_Ibcast(&root, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD, &req));
+  await_startup(req, "whether the ranks' configs agree", rank_, timeout_s);
+  return first_failing_rank(h != root, timeout_s);
+}
+
+std::string MpiSession::text_from(int root, const std::string& text, double timeout_s) const {
+  unsigned long long n = text.size();
+  MPI_Request req;
+  MPI_CHECK(MPI_Ibcast(&n, 1, MPI_UNSIGNED_LONG_LONG, root, MPI_COMM_WORLD, &req));
+  await_startup(req, "a rank's message", rank_, timeout_s);
+  std::string out = rank_ == root ? text : std::string(size_t(n), '\0');
+  if (n == 0) return out;
+  MPI_CHECK(MPI_Ibcast(out.data(), int(n), MPI_CHAR, root, MPI_COMM_WORLD, &req));
+  await_startup(req, "a rank's message", rank_, timeout_s);
+  return out;
 }
 
 namespace {

@@ -34,9 +34,9 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <condition_variable>
-#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <tuple>
@@ -168,7 +168,8 @@ class MpiCommunicator final : public Communicator {
  public:
   /// Takes ownership of `comm` (a duplicate or a split: freed by the destructor).
   MpiCommunicator(Backend& be, double timeout_s, bool stage_host, MPI_Comm comm)
-      : be_(be), timeout_s_(timeout_s), stage_host_(stage_host), comm_(comm), pool_(be.device() == Device::cuda) {
+      : be_(be), timeout_s_(timeout_s), stage_host_(stage_host), comm_(comm), pool_(be.device() == Device::cuda),
+        test_error_(std::getenv("TRAINER_TEST_MPI_ERROR") != nullptr) {
     MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     MPI_CHECK(MPI_Comm_size(comm_, &size_));
     reset_time_ = Clock::now();
@@ -446,7 +447,11 @@ class MpiCommunicator final : public Communicator {
   template <class Call>
   void issue(MpiOp& o, Call&& call) {
     int rc = MPI_SUCCESS;
-    if (o.async) {
+    if (test_error_) {  // test hook (tests/mpi): the first op an invalid MPI call on comm_ (count -1), so that an MPI
+                        // error's path (MPI_ERRORS_RETURN, fatal(), the record) runs as for a real one
+      test_error_ = false;
+      rc = MPI_Allreduce(MPI_IN_PLACE, nullptr, -1, MPI_BYTE, MPI_BOR, comm_);
+    } else if (o.async) {
       MPI_Request r;
       rc = call(&r);
       if (rc == MPI_SUCCESS) o.reqs.push_back(r);
@@ -563,6 +568,7 @@ class MpiCommunicator final : public Communicator {
   std::condition_variable wd_cv_;
   const MpiOp* wd_op_ = nullptr;  // the blocking call in progress (guarded by wd_mu_)
   bool wd_stop_ = false;
+  bool test_error_ = false;  // TRAINER_TEST_MPI_ERROR (issue()'s test hook)
 };
 
 MpiWork::~MpiWork() {
@@ -573,9 +579,12 @@ void MpiWork::wait() { comm_->finish(*op_); }
 }  // namespace
 
 namespace {
+/// A private duplicate of MPI_COMM_WORLD whose errors return (every call here is checked and goes through fatal(),
+/// which writes the record before the job ends) instead of aborting inside MPI; its splits inherit that.
 MPI_Comm world_dup() {
   MPI_Comm c = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+  MPI_CHECK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
   return c;
 }
 }  // namespace

@@ -668,3 +668,49 @@ def test_a_collective_timeout_of_rank_1_alone_is_recorded_by_rank_0(tmp_path):
     # end the run with rank 0's record saying error, where before rank 1's abort killed the stopped rank 0 first).
     assert r["error"].startswith(("rank 1: MPI error: ", "MPI error: ")) and "collective not complete" in r["error"], \
         r["error"]
+
+
+@pytest.mark.parametrize("failing", [0, 1])
+def test_an_mpi_error_is_recorded_not_aborted_inside_mpi(tmp_path, failing):
+    """An MPI call that fails (TRAINER_TEST_MPI_ERROR on one rank: its first collective an invalid MPI call on the
+    communicator, count -1) returns its error (MPI_ERRORS_RETURN) instead of aborting the job inside MPI with the
+    record left "running": fatal() names it, and rank 0 writes the record, status error, with the failing rank's
+    message (a rank > 0's prefixed 'rank N:'); exit code 1."""
+    args = train_args(tmp_path, "mpierr", "parallel.strategy=ddp_flat")
+    bad = ["env", "TRAINER_TEST_MPI_ERROR=1"] + args
+    apps = (bad + [":", "-np", "1"] + args) if failing == 0 else (args + [":", "-np", "1"] + bad)
+    p, wall = run(MPIRUN + ["-np", "1"] + apps, timeout=60)
+    assert p.returncode == 1, p.stderr[-3000:]
+    assert f"[MPI error] rank {failing} " in p.stderr, p.stderr[-3000:]
+    assert "MPI_ERRORS_ARE_FATAL" not in p.stderr, p.stderr[-3000:]
+    r = json.loads((tmp_path / "mpierr.json").read_text())
+    assert r["status"] == "error", (r["status"], p.stderr[-3000:])
+    assert r["error"].startswith("rank 1: MPI error: " if failing else "MPI error: "), r["error"]
+    assert wall < 30, f"took {wall:.1f} s"
+
+
+def test_a_config_error_only_rank_1_finds_is_one_line_from_rank_0(tmp_path):
+    """Rank 1 alone cannot load its config (here its own --set): rank 0 prints the one line, with rank 1's message,
+    exit code 2, nothing written (before: rank 0 said 'see its message' and rank 1 printed it, two lines)."""
+    good = train_args(tmp_path, "cfg1", "parallel.strategy=ddp_flat")
+    bad = train_args(tmp_path, "cfg1", "parallel.strategy=ddp_flat", "optimizer.lr=-1")
+    p, wall = run(MPIRUN + ["-np", "1"] + good + [":", "-np", "1"] + bad, timeout=60)
+    assert p.returncode == 2, p.stderr[-3000:]
+    lines = [line for line in p.stderr.splitlines() if "error" in line]
+    assert lines == ["trainer: error: [rank 1] config: 'optimizer.lr' must be >= 0, got -1"], p.stderr[-3000:]
+    assert not list(tmp_path.iterdir()), list(tmp_path.iterdir())
+    assert wall < 30, f"took {wall:.1f} s"
+
+
+def test_a_rank_stuck_before_the_start_up_check_ends_the_job_with_a_message(tmp_path):
+    """Rank 1 never reaches the start-up check (its config is a FIFO nobody writes: it blocks opening it): rank 0
+    waits at most its parallel.comm_timeout_s, then ends the job naming the check, instead of waiting silently."""
+    fifo = tmp_path / "config.fifo"
+    os.mkfifo(fifo)
+    a = train_args(tmp_path, "stuck", "parallel.strategy=ddp_flat", "parallel.comm_timeout_s=3")
+    p, wall = run(MPIRUN + ["-np", "1"] + a + [":", "-np", "1", BIN, str(fifo)], timeout=60)
+    assert p.returncode != 0, p.stderr[-3000:]
+    assert "not every rank reached the start-up check within 3 s (parallel.comm_timeout_s)" in p.stderr, \
+        p.stderr[-3000:]
+    assert not (tmp_path / "stuck.json").exists()
+    assert wall < 30, f"took {wall:.1f} s"
