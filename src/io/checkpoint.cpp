@@ -101,6 +101,29 @@ json read_checkpoint_manifest(const std::string& step_dir) {
                "init.resume: '{}' is not a {} manifest", path, kCheckpointFormat);
   for (const char* k : {"step", "config", "optimizer", "weights"})
     CONFIG_CHECK(m.contains(k), "init.resume: '{}' has no '{}' (corrupt checkpoint)", path, k);
+  // The fields a resume reads, by type (a hand-edited or damaged manifest gets this line, not a JSON type error)
+  auto corrupt = [&](const std::string& what) {
+    return ConfigError(fmt::format("init.resume: '{}': {} (corrupt checkpoint)", path, what));
+  };
+  auto count = [](const json& j) {  // a whole number >= 0
+    return j.is_number_unsigned() || (j.is_number_integer() && j.get<int64_t>() >= 0);
+  };
+  if (!count(m["step"])) throw corrupt(fmt::format("'step' is {}, not a whole number >= 0", m["step"].dump()));
+  const int64_t step = m["step"].get<int64_t>();
+  if (!m["config"].is_object() || !m["config"].contains("model") || !m["config"]["model"].is_object())
+    throw corrupt("'config' is not a run config with a 'model' object");
+  if (!m["optimizer"].is_object()) throw corrupt("'optimizer' is not an object");
+  if (const json& t = m["optimizer"].value("steps_taken", json(0)); !count(t) || t.get<int64_t>() > step)
+    throw corrupt(fmt::format("'optimizer.steps_taken' is {}, not a whole number from 0 to the step, {}", t.dump(),
+                              step));
+  if (!m["optimizer"].contains("shards") || !m["optimizer"]["shards"].is_array())
+    throw corrupt("'optimizer.shards' is not a list");
+  if (m.contains("layout_total") && !count(m["layout_total"])) throw corrupt("'layout_total' is not a whole number");
+  for (const char* section : {"schedule", "data"})
+    if (m.contains(section) && m[section].is_object() && m[section].contains("next_step") &&
+        m[section]["next_step"] != m["step"])
+      throw corrupt(fmt::format("'{}.next_step' is {}, not the step, {}", section, m[section]["next_step"].dump(),
+                                step));
   return m;
 }
 

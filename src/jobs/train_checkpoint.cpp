@@ -326,6 +326,11 @@ int64_t TrainCheckpointer::resume(double weights_read_s) {
   const std::string step_dir = resolve_checkpoint(*cfg_.init.resume);
   const json m = read_checkpoint_manifest(step_dir);
   const json& opt = m["optimizer"];
+  if (m.contains("layout_total"))
+    CONFIG_CHECK(m["layout_total"].get<int64_t>() == model_.layout().total(),
+                 "init.resume: '{}/manifest.json' has layout_total {}, this model's flat parameter layout has {} "
+                 "elements (a checkpoint of another model or build, or corrupt)", step_dir,
+                 m["layout_total"].get<int64_t>(), model_.layout().total());
   const OptimizerState st = strategy_.optimizer_state();
   int64_t want = 0, covered = 0;
   for (const FlatRange& r : st.ranges) want += r.count;

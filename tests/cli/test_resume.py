@@ -300,3 +300,49 @@ def test_resume_errors(tmp_path):
     (half / "step-00000002").mkdir(parents=True)
     (half / "latest").write_text("step-00000002\n")
     expect_error(tmp_path, args(tmp_path, "x", 4, f"init.resume={half}"), "init.resume", "incomplete")
+
+
+def test_a_damaged_manifest_is_one_line_naming_it(tmp_path):
+    """A manifest edited or damaged in the fields a resume reads: one line naming the manifest and the field, exit 2,
+    nothing written (a JSON type error, an internal check mid-run or a silent misread before)."""
+    ck = tmp_path / "ck"
+    p = run(args(tmp_path, "a", 2, f"output.checkpoint={ck}"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    manifest = latest(ck) / "manifest.json"
+    good = json.loads(manifest.read_text())
+    cases = [
+        (("step",), -5, "'step' is -5, not a whole number >= 0"),
+        (("step",), 1.5, "'step' is 1.5, not a whole number >= 0"),
+        (("step",), "x", "'step' is \"x\", not a whole number >= 0"),
+        (("config",), "x", "'config' is not a run config with a 'model' object"),
+        (("config", "model"), 5, "'config' is not a run config with a 'model' object"),
+        (("optimizer", "steps_taken"), 10 ** 12, "'optimizer.steps_taken' is 1000000000000, not a whole number from "
+                                                 "0 to the step, 2"),
+        (("optimizer", "shards"), {}, "'optimizer.shards' is not a list"),
+        (("data", "next_step"), 3, "'data.next_step' is 3, not the step, 2"),
+        (("layout_total",), "x", "'layout_total' is not a whole number"),
+    ]
+    try:
+        for path, value, needle in cases:
+            m = json.loads(json.dumps(good))
+            d = m
+            for k in path[:-1]:
+                d = d[k]
+            d[path[-1]] = value
+            manifest.write_text(json.dumps(m))
+            line = expect_error(tmp_path, args(tmp_path, "x", 4, f"init.resume={ck}"), str(manifest), needle,
+                                "(corrupt checkpoint)")
+            assert "json.exception" not in line
+        # a layout_total of another model: refused when the job reads the checkpoint (before any step)
+        m = json.loads(json.dumps(good))
+        m["layout_total"] = 7
+        manifest.write_text(json.dumps(m))
+        p = run(args(tmp_path, "y", 4, f"init.resume={ck}"))
+        assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+        assert f"has layout_total 7, this model's flat parameter layout has {good['layout_total']} elements" in \
+            p.stderr, p.stderr[-2000:]
+        assert not (tmp_path / "y.json").exists()
+    finally:
+        manifest.write_text(json.dumps(good))
+    p = run(args(tmp_path, "z", 4, f"init.resume={ck}"))  # the manifest as written resumes
+    assert p.returncode == 0, p.stderr[-3000:]
