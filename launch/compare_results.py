@@ -5,7 +5,7 @@
     launch/compare_results.py --markdown results/runs/*.json > results/table.md
 
 One column per record, one row per field: status, the config summary (preset and dims, device, precision, attention,
-strategy and comm, world size, batch), the machine, timing mean ± std per phase (ms), tokens/s, TFLOP/s per GPU and
+strategy and comm, world size, batch), the machine, timing mean ± std per phase (ms), tokens/s, TFLOP/s per rank and
 MFU, peak memory and its split by category at the peak, saved activations per block, and the final loss; for
 collective_bench records, the bus bandwidth and time of every (op, size).
 When there are several records, "vs first" rows give the step time and tokens/s relative to the first column.
@@ -178,7 +178,7 @@ def build_rows(records):
         if any(get(r, "timing", p) for r in records):
             row(f"{p} ms (mean ± std)", lambda r, p=p: timing_cell(r, p))
     row("tokens/s", lambda r: fmt_rate(get(r, "throughput", "tokens_per_s")))
-    row("TFLOP/s per GPU", lambda r: fmt_num(get(r, "throughput", "model_tflops_per_gpu"), "{:.3g}"))
+    row("TFLOP/s per rank", lambda r: fmt_num(get(r, "throughput", "model_tflops_per_gpu"), "{:.3g}"))
     row("MFU", lambda r: fmt_num(get(r, "throughput", "mfu"), "{:.1%}")
         + (f" of {get(r, 'throughput', 'peak_tflops'):.0f}" if get(r, "throughput", "peak_tflops") else ""))
     if len(records) > 1:

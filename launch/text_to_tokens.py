@@ -9,8 +9,9 @@ the flat NumPy-memmap layout of the CS336 course and llm.c (np.memmap(path, dtyp
 reads with `data.dtype: "uint16"`. Inputs are concatenated in the order given.
 
 An INPUT that is a directory contributes the regular files directly inside it, in name order: symbolic links
-(fortunes' *.u8 links), subdirectories (fortunes' offensive "off/"), strfile indexes (*.dat) and binary files
-(any NUL byte) are skipped. Prints the token count. Standard library only.
+(fortunes' *.u8 links), subdirectories (fortunes' offensive "off/"), strfile indexes (*.dat), OUT itself (a re-run
+into the same directory) and binary files (any NUL byte) are skipped; OUT named as an INPUT file is refused. Prints
+the token count. Standard library only.
 """
 import argparse
 import array
@@ -20,14 +21,16 @@ import sys
 from plot_common import same_file  # this folder: the plot helpers' path comparison
 
 
-def input_files(paths):
-    """The files to read, in order: files as given, directories expanded (see the module docstring)."""
+def input_files(paths, out_path):
+    """The files to read, in order: files as given, directories expanded without out_path (see the module
+    docstring)."""
     out = []
     for p in paths:
         if os.path.isdir(p):
             for name in sorted(os.listdir(p)):
                 full = os.path.join(p, name)
-                if os.path.islink(full) or not os.path.isfile(full) or name.endswith(".dat"):
+                skip = os.path.islink(full) or not os.path.isfile(full) or name.endswith(".dat")
+                if skip or same_file(out_path, full):
                     continue
                 out.append(full)
         elif os.path.isfile(p):
@@ -45,7 +48,7 @@ def main(argv=None):
 
     tokens = array.array("H")
     used, skipped = [], []
-    files = input_files(args.inputs)
+    files = input_files(args.inputs, args.out)
     for path in files:  # an output never overwrites an input
         if same_file(args.out, path):
             sys.exit(f"text_to_tokens: error: the output '{args.out}' is also the input '{path}'; give another name")

@@ -500,6 +500,7 @@ TEST_CASE("config: validation rules", "[config]") {
        "'model.vocab_size' must be > 0, got 0 (set it, or choose a model.preset)"},
       {{"model.rope_theta=0"}, 1, "config: 'model.rope_theta' must be > 0, got 0"},
       {{"model.rope_theta=1e-300"}, 1, "model: rope_theta 1e-300 is 0 in fp32"},
+      {{"model.rope_theta=1e300"}, 1, "model: rope_theta 1e+300 is beyond fp32's range"},
       {{"optimizer.eps=1e-46"}, 1, "config: 'optimizer.eps' 1e-46 is 0 in fp32"},
       {{"optimizer.weight_decay=1e39"}, 1, "config: 'optimizer.weight_decay' 1e+39 is beyond fp32's range"},
       {{"optimizer.lr=1e32", "optimizer.betas=[0.9999999, 0.999]"}, 1,

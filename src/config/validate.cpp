@@ -147,6 +147,8 @@ static void validate_model(const ModelCfg& m) {
   // The model keeps theta as fp32 (its RoPE tables are computed in double from it): 0 there makes them inf / NaN
   CONFIG_CHECK(float(m.rope_theta) > 0, "model: rope_theta {} is 0 in fp32 (the smallest is about 1.4e-45)",
                m.rope_theta);
+  CONFIG_CHECK(std::isfinite(float(m.rope_theta)), "model: rope_theta {} is beyond fp32's range (about 3.4e38)",
+               m.rope_theta);
   CONFIG_CHECK(d_head % 2 == 0, "model: d_head {} (d_model {} / num_heads {}) must be even: RoPE rotates pairs",
                d_head, m.d_model, m.num_heads);
 }
