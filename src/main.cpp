@@ -394,7 +394,8 @@ int main(int argc, char** argv) {
   }
   // Every rank reaches this point; agree on whether all configs loaded, then that they are identical. (A rank that
   // does not arrive within the timeout ends the job with a message: MpiSession's start-up agreements.)
-  const double startup_timeout_s = error.empty() ? cfg.parallel.comm_timeout_s : RunConfig{}.parallel.comm_timeout_s;
+  const double startup_timeout_s =
+      error.empty() ? cfg.parallel.startup_timeout_s : RunConfig{}.parallel.startup_timeout_s;
   const int bad_rank = mpi.first_failing_rank(!error.empty(), startup_timeout_s);
   if (bad_rank >= 0) {  // one line, from rank 0, with the first failing rank's message
     const std::string message = world > 1 ? mpi.text_from(bad_rank, error, startup_timeout_s) : error;

@@ -40,6 +40,7 @@ struct ParallelCfg {
   std::string reduce_dtype = "fp32";  // fp32 | bf16: dtype in which DDP sums gradients over ranks (bf16: nccl)
   int prefetch_layers = 2;         // fsdp: units gathered ahead of use (prefetch_layers + 1 gather buffers)
   double comm_timeout_s = 300.0;  // a collective not done after this aborts every rank
+  double startup_timeout_s = 600.0;  // how long the ranks wait for each other at start-up (loading configs, data)
 };
 
 struct OptimizerCfg {

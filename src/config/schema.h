@@ -118,8 +118,10 @@ void fields(S& p, F&& f) {
     "fsdp: units (embedding, blocks, head) whose weight shards are all-gathered ahead of their use; "
     "prefetch_layers + 1 gather buffers"});
   f("comm_timeout_s", p.comm_timeout_s, {{"number > 0"},
-    "a collective not done after this many seconds aborts every rank (so does a rank that has not reached the "
-    "start-up check by then)"});
+    "a collective not done after this many seconds aborts every rank"});
+  f("startup_timeout_s", p.startup_timeout_s, {{"number > 0"},
+    "a rank that has not finished loading its config (and checking its data) this many seconds after the first "
+    "rank ends the job with a message"});
 }
 template <Is<OptimizerCfg> S, class F>
 void fields(S& o, F&& f) {

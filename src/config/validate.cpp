@@ -210,6 +210,7 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
                c.device, p.comm);
   check_non_negative(p.prefetch_layers, "parallel.prefetch_layers");
   check_positive(p.comm_timeout_s, "parallel.comm_timeout_s");
+  check_positive(p.startup_timeout_s, "parallel.startup_timeout_s");
 
   // optimizer
   const OptimizerCfg& o = c.optimizer;

@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -48,55 +49,66 @@ MpiSession::~MpiSession() {
 }
 
 namespace {
-/// Waits for the non-blocking start-up collective `req` (polled every millisecond); past `timeout_s`, fatal() names
-/// it. Rank 0 says once, after 30 s, that it is waiting.
-void await_startup(MPI_Request& req, const char* what, int rank, double timeout_s) {
-  const auto t0 = std::chrono::steady_clock::now();
+using StartupClock = std::chrono::steady_clock;
+
+/// Waits for the non-blocking start-up collective `req` (polled every millisecond) until `t0` + `timeout_s` (the
+/// agreement's start: one deadline for all its steps); past it, fatal() names the check. Rank 0 says once, 30 s after
+/// t0, that it is waiting.
+void await_startup(MPI_Request& req, const char* what, int rank, double timeout_s, StartupClock::time_point t0) {
   bool said = false;
   for (;;) {
     int done = 0;
     MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
     if (done) return;
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double s = std::chrono::duration<double>(StartupClock::now() - t0).count();
     if (rank == 0 && !said && s >= 30.0 && s < timeout_s) {
       std::fprintf(stderr, "trainer: waiting for every rank to reach the start-up check (%s): 30 s so far, at most "
-                   "%.0f s (parallel.comm_timeout_s)\n", what, timeout_s);
+                   "%.0f s (parallel.startup_timeout_s)\n", what, timeout_s);
       said = true;
     }
     if (s >= timeout_s)
       fatal("MPI", what, __FILE__, __LINE__,
-            fmt::format("not every rank reached the start-up check within {:.0f} s (parallel.comm_timeout_s): a rank "
-                        "stopped or hangs before it (loading its config or data?)", timeout_s));
+            fmt::format("not every rank reached the start-up check ({}) within {:.0f} s (parallel.startup_timeout_s): "
+                        "a rank stopped, hangs before it (loading its config or data?) or ended early (the same "
+                        "command on every rank?)", what, timeout_s));
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+}
+
+/// The lowest rank of `size` for which `failed` is true, or -1 (first_failing_rank's collective, `what` naming it).
+int first_failing(bool failed, int rank, int size, const char* what, double timeout_s, StartupClock::time_point t0) {
+  int mine = failed ? rank : size, first = size;
+  MPI_Request req;
+  MPI_CHECK(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req));
+  await_startup(req, what, rank, timeout_s, t0);
+  return first < size ? first : -1;
 }
 }  // namespace
 
 int MpiSession::first_failing_rank(bool failed, double timeout_s) const {
-  int mine = failed ? rank_ : size_, first = size_;
-  MPI_Request req;
-  MPI_CHECK(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req));
-  await_startup(req, "which ranks loaded their config", rank_, timeout_s);
-  return first < size_ ? first : -1;
+  return first_failing(failed, rank_, size_, "which ranks loaded their config", timeout_s, StartupClock::now());
 }
 
 int MpiSession::first_rank_differing(const std::string& text, double timeout_s) const {
+  const auto t0 = StartupClock::now();
   unsigned long long h = std::hash<std::string>{}(text), root = h;
   MPI_Request req;
   MPI_CHECK(MPI_Ibcast(&root, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD, &req));
-  await_startup(req, "whether the ranks' configs agree", rank_, timeout_s);
-  return first_failing_rank(h != root, timeout_s);
+  await_startup(req, "whether the ranks' configs agree", rank_, timeout_s, t0);
+  return first_failing(h != root, rank_, size_, "whether the ranks' configs agree", timeout_s, t0);
 }
 
 std::string MpiSession::text_from(int root, const std::string& text, double timeout_s) const {
-  unsigned long long n = text.size();
+  const auto t0 = StartupClock::now();
+  constexpr size_t kMaxBytes = 64 * 1024;  // a message, not data: longer ones are cut
+  unsigned long long n = std::min(text.size(), kMaxBytes);
   MPI_Request req;
   MPI_CHECK(MPI_Ibcast(&n, 1, MPI_UNSIGNED_LONG_LONG, root, MPI_COMM_WORLD, &req));
-  await_startup(req, "a rank's message", rank_, timeout_s);
-  std::string out = rank_ == root ? text : std::string(size_t(n), '\0');
+  await_startup(req, "a failed rank's message", rank_, timeout_s, t0);
+  std::string out = rank_ == root ? text.substr(0, size_t(n)) : std::string(size_t(n), '\0');
   if (n == 0) return out;
   MPI_CHECK(MPI_Ibcast(out.data(), int(n), MPI_CHAR, root, MPI_COMM_WORLD, &req));
-  await_startup(req, "a rank's message", rank_, timeout_s);
+  await_startup(req, "a failed rank's message", rank_, timeout_s, t0);
   return out;
 }
 

@@ -30,15 +30,16 @@ class MpiSession {
   int local_size() const { return local_size_; }
   int thread_level() const { return thread_level_; }
   /// The start-up agreements below are collectives on MPI_COMM_WORLD that every rank reaches after loading its
-  /// config. They poll (non-blocking MPI) rather than block: a rank that does not arrive within `timeout_s` (one that
-  /// hangs before it, e.g. on a stalled file system) ends the job through fatal() with a message instead of leaving
-  /// the others waiting silently; rank 0 says once, after 30 s, what it is waiting for.
+  /// config (parallel.startup_timeout_s: how long the ranks may be apart there). They poll (non-blocking MPI) rather
+  /// than block: a rank that does not arrive within `timeout_s` of the agreement's start (one that hangs before it,
+  /// e.g. on a stalled file system) ends the job through fatal() with a message instead of leaving the others
+  /// waiting silently; rank 0 says once, after 30 s, what it is waiting for.
   /// Collective: the lowest rank for which `failed` is true, or -1 if none.
   int first_failing_rank(bool failed, double timeout_s) const;
   /// Collective: the lowest rank whose `text` differs from rank 0's (compared by a 64-bit hash), or -1.
   int first_rank_differing(const std::string& text, double timeout_s) const;
-  /// Collective: rank `root`'s `text` on every rank (e.g. the message of the first rank that failed, for rank 0 to
-  /// print).
+  /// Collective: rank `root`'s `text` (its first 64 KiB) on every rank (e.g. the message of the first rank that
+  /// failed, for rank 0 to print).
   std::string text_from(int root, const std::string& text, double timeout_s) const;
 
   /// Failure notices: a rank > 0 that stops the job on its own (bad input only it found, a run error) tells rank 0,

@@ -133,6 +133,7 @@ struct MpiOp {
   std::string what;                 // "all_reduce of 4 MiB on 2 ranks", for the timeout message
   bool async = false;               // MPI_I* + polling; else the blocking call
   std::vector<MPI_Request> reqs;    // one per piece (async)
+  std::vector<MPI_Status> statuses;  // MPI_Testall's, for the failed request's own error code
   Clock::time_point issued, completed;
   bool complete = false;            // MPI reports every request done
   bool finished = false;            // post-processing done (avg scale, copy back) and staging released
@@ -363,7 +364,8 @@ class MpiCommunicator final : public Communicator {
     // MPI has no non-blocking split: the blocking call under the watchdog (where there is one).
     auto o = new_op("split", 0, /*async=*/false);
     o->timed = false;
-    watched(*o, [&] { return MPI_Comm_split(comm_, color, key, &sub); });
+    if (const int rc = watched(*o, [&] { return MPI_Comm_split(comm_, color, key, &sub); }); rc != MPI_SUCCESS)
+      fatal("MPI", o->what.c_str(), __FILE__, __LINE__, mpi_error_string(rc));
     return std::make_unique<MpiCommunicator>(be_, timeout_s_, stage_host_, sub);
   }
 
@@ -447,8 +449,9 @@ class MpiCommunicator final : public Communicator {
   template <class Call>
   void issue(MpiOp& o, Call&& call) {
     int rc = MPI_SUCCESS;
-    if (test_error_) {  // test hook (tests/mpi): the first op an invalid MPI call on comm_ (count -1), so that an MPI
-                        // error's path (MPI_ERRORS_RETURN, fatal(), the record) runs as for a real one
+    if (test_error_) {  // test hook (tests/mpi): the first op an invalid MPI call on comm_ (count -1: MPI_ERR_COUNT
+                        // from MPI's argument checks, on in Debian's and Ubuntu's Open MPI), so that an MPI error's
+                        // path (MPI_ERRORS_RETURN, fatal(), the record) runs as for a real one
       test_error_ = false;
       rc = MPI_Allreduce(MPI_IN_PLACE, nullptr, -1, MPI_BYTE, MPI_BOR, comm_);
     } else if (o.async) {
@@ -532,7 +535,18 @@ class MpiCommunicator final : public Communicator {
   void test(MpiOp& op) {
     if (op.complete) return;
     int flag = 0;
-    MPI_CHECK(MPI_Testall(int(op.reqs.size()), op.reqs.data(), &flag, MPI_STATUSES_IGNORE));
+    op.statuses.resize(op.reqs.size());
+    if (const int rc = MPI_Testall(int(op.reqs.size()), op.reqs.data(), &flag, op.statuses.data());
+        rc != MPI_SUCCESS) {  // MPI_ERR_IN_STATUS: the failed request's own code is in its status
+      int code = rc;
+      if (rc == MPI_ERR_IN_STATUS)
+        for (const MPI_Status& st : op.statuses)
+          if (st.MPI_ERROR != MPI_SUCCESS && st.MPI_ERROR != MPI_ERR_PENDING) {
+            code = st.MPI_ERROR;
+            break;
+          }
+      fatal("MPI", op.what.c_str(), __FILE__, __LINE__, mpi_error_string(code));
+    }
     if (flag) {
       op.complete = true;
       op.completed = Clock::now();

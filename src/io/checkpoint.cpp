@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -105,13 +106,22 @@ json read_checkpoint_manifest(const std::string& step_dir) {
   auto corrupt = [&](const std::string& what) {
     return ConfigError(fmt::format("init.resume: '{}': {} (corrupt checkpoint)", path, what));
   };
-  auto count = [](const json& j) {  // a whole number >= 0
-    return j.is_number_unsigned() || (j.is_number_integer() && j.get<int64_t>() >= 0);
+  auto count = [](const json& j) {  // a whole number from 0 to INT64_MAX
+    return j.is_number_integer() && (j.is_number_unsigned() ? j.get<uint64_t>() <= uint64_t(INT64_MAX)
+                                                              : j.get<int64_t>() >= 0);
   };
   if (!count(m["step"])) throw corrupt(fmt::format("'step' is {}, not a whole number >= 0", m["step"].dump()));
   const int64_t step = m["step"].get<int64_t>();
   if (!m["config"].is_object() || !m["config"].contains("model") || !m["config"]["model"].is_object())
     throw corrupt("'config' is not a run config with a 'model' object");
+  for (const char* k : {"init", "optimizer", "data", "parallel", "checkpointing"})  // sections the resume compares
+    if (m["config"].contains(k) && !m["config"][k].is_object())
+      throw corrupt(fmt::format("'config.{}' is not an object", k));
+  if (m.contains("world_size") && !count(m["world_size"])) throw corrupt("'world_size' is not a whole number");
+  for (const char* k : {"strategy", "config_hash", "precision"})
+    if (m.contains(k) && !m[k].is_string()) throw corrupt(fmt::format("'{}' is not a string", k));
+  for (const char* k : {"schedule", "data"})
+    if (m.contains(k) && !m[k].is_object()) throw corrupt(fmt::format("'{}' is not an object", k));
   if (!m["optimizer"].is_object()) throw corrupt("'optimizer' is not an object");
   if (const json& t = m["optimizer"].value("steps_taken", json(0)); !count(t) || t.get<int64_t>() > step)
     throw corrupt(fmt::format("'optimizer.steps_taken' is {}, not a whole number from 0 to the step, {}", t.dump(),
@@ -157,8 +167,11 @@ void check_resume(const RunConfig& c, std::vector<std::string>* warnings, int wo
   std::error_code ec;
   if (c.output.checkpoint && fs::exists(fs::path(*c.output.checkpoint) / kLatest, ec) &&
       fs::weakly_canonical(step_dir, ec).parent_path() == fs::weakly_canonical(*c.output.checkpoint, ec)) {
-    const std::string latest_dir = resolve_checkpoint(*c.output.checkpoint);
-    const int64_t latest_step = read_checkpoint_manifest(latest_dir)["step"].get<int64_t>();
+    int64_t latest_step = -1;  // the warning only: a damaged latest there does not stop a resume from another
+    try {
+      latest_step = read_checkpoint_manifest(resolve_checkpoint(*c.output.checkpoint))["step"].get<int64_t>();
+    } catch (const ConfigError&) {
+    }
     if (latest_step > step)
       warnings->push_back(fmt::format(
           "init.resume: '{}' is step {}, but '{}' has a later one (step {}): this run continues from step {} and its "
@@ -197,7 +210,7 @@ void check_resume(const RunConfig& c, std::vector<std::string>* warnings, int wo
     if (c.device == "cpu") (*j)["optimizer"].erase("in_gemm");
     if (c.device == "cpu" || !c.optimizer.in_gemm.value_or(false)) (*j)["optimizer"].erase("in_gemm_min_elements");
     for (const char* k : {"policy", "k", "blocks", "keep_attention"}) (*j)["checkpointing"].erase(k);
-    for (const char* k : {"prefetch_layers", "comm_timeout_s"}) (*j)["parallel"].erase(k);
+    for (const char* k : {"prefetch_layers", "comm_timeout_s", "startup_timeout_s"}) (*j)["parallel"].erase(k);
   }
   const json written = m.value("data", json::object()).value("path_canonical", json());
   if (written.is_string() && is["data"].value("path", json()).is_string()) {  // else: the paths as given

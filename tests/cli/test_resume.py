@@ -321,6 +321,12 @@ def test_a_damaged_manifest_is_one_line_naming_it(tmp_path):
         (("optimizer", "shards"), {}, "'optimizer.shards' is not a list"),
         (("data", "next_step"), 3, "'data.next_step' is 3, not the step, 2"),
         (("layout_total",), "x", "'layout_total' is not a whole number"),
+        (("step",), 2 ** 64 - 1, "'step' is 18446744073709551615, not a whole number >= 0"),
+        (("world_size",), "x", "'world_size' is not a whole number"),
+        (("strategy",), 5, "'strategy' is not a string"),
+        (("config_hash",), 5, "'config_hash' is not a string"),
+        (("data",), "x", "'data' is not an object"),
+        (("config", "init"), "x", "'config.init' is not an object"),
     ]
     try:
         for path, value, needle in cases:
