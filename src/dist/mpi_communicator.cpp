@@ -133,7 +133,6 @@ struct MpiOp {
   std::string what;                 // "all_reduce of 4 MiB on 2 ranks", for the timeout message
   bool async = false;               // MPI_I* + polling; else the blocking call
   std::vector<MPI_Request> reqs;    // one per piece (async)
-  std::vector<MPI_Status> statuses;  // MPI_Testall's, for the failed request's own error code
   Clock::time_point issued, completed;
   bool complete = false;            // MPI reports every request done
   bool finished = false;            // post-processing done (avg scale, copy back) and staging released
@@ -535,18 +534,9 @@ class MpiCommunicator final : public Communicator {
   void test(MpiOp& op) {
     if (op.complete) return;
     int flag = 0;
-    op.statuses.resize(op.reqs.size());
-    if (const int rc = MPI_Testall(int(op.reqs.size()), op.reqs.data(), &flag, op.statuses.data());
-        rc != MPI_SUCCESS) {  // MPI_ERR_IN_STATUS: the failed request's own code is in its status
-      int code = rc;
-      if (rc == MPI_ERR_IN_STATUS)
-        for (const MPI_Status& st : op.statuses)
-          if (st.MPI_ERROR != MPI_SUCCESS && st.MPI_ERROR != MPI_ERR_PENDING) {
-            code = st.MPI_ERROR;
-            break;
-          }
-      fatal("MPI", op.what.c_str(), __FILE__, __LINE__, mpi_error_string(code));
-    }
+    // MPI_STATUSES_IGNORE: with statuses the polling made two ranks' host-staged steps up to 1.6x slower (v37,
+    // call 8); a failed request then reports MPI_ERR_IN_STATUS, not its own code
+    MPI_CHECK(MPI_Testall(int(op.reqs.size()), op.reqs.data(), &flag, MPI_STATUSES_IGNORE));
     if (flag) {
       op.complete = true;
       op.completed = Clock::now();
