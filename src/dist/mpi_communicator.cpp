@@ -534,9 +534,7 @@ class MpiCommunicator final : public Communicator {
   void test(MpiOp& op) {
     if (op.complete) return;
     int flag = 0;
-    // MPI_STATUSES_IGNORE (a failed request then reports MPI_ERR_IN_STATUS, not its own code): polled with statuses,
-    // two ranks' host-staged small steps on an H100 ran in their slow mode (535-569 ms) in 3 of 4 runs, against 1 of
-    // 6 with IGNORE (325-391, one 627; v37 calls 6-9): bimodal either way, so not proven, but IGNORE is kept
+    // (a failed request reports MPI_ERR_IN_STATUS; polling with statuses instead: results/NOTES.md v37)
     MPI_CHECK(MPI_Testall(int(op.reqs.size()), op.reqs.data(), &flag, MPI_STATUSES_IGNORE));
     if (flag) {
       op.complete = true;
