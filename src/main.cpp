@@ -445,6 +445,7 @@ int main(int argc, char** argv) {
   }
 
   // ---- 2. run the job -----------------------------------------------------------------------------------------
+  ignore_broken_pipe();  // from here a closed stdout / stderr must not end the run with its record left "running"
   setup_logging(rank, args.log_all_ranks);
   if (rank == 0)
     for (const std::string& w : warnings) spdlog::warn("{}", w);

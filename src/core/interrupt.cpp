@@ -89,6 +89,13 @@ void install_interrupt_handlers() {
   for (int s : kSignals) ::sigaction(s, &sa, nullptr);
 }
 
+void ignore_broken_pipe() {
+  struct sigaction sa {};
+  sa.sa_handler = SIG_IGN;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGPIPE, &sa, nullptr);
+}
+
 void set_pending_file(const char* path) {
   // SIGINT, SIGTERM and SIGHUP remove it where they would end the process (their action is the default one; checked
   // on every call, a few system calls beside a file's write). A handler already there (install_interrupt_handlers',

@@ -16,6 +16,11 @@ namespace trainer {
 /// records its number; the second restores the default action and raises it again. Idempotent.
 void install_interrupt_handlers();
 
+/// SIGPIPE ignored: a job that writes a record outlives a closed stdout or stderr (`trainer ... | head`, a log
+/// reader that died); its writes there fail with EPIPE and are dropped, and the run still ends with its record and
+/// checkpoints (by default SIGPIPE would end it at the next log line, its record left "running"). Idempotent.
+void ignore_broken_pipe();
+
 /// The number of the first interrupt signal received since install_interrupt_handlers(), 0 when none.
 /// Async-signal-safe to read; local to this process (ranks agree through a collective, see above).
 int interrupt_signal();

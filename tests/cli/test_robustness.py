@@ -149,6 +149,20 @@ def test_a_second_signal_stops_at_once(trainer_bin, tmp_path):
     assert json.loads((tmp_path / "out" / "result.json").read_text())["status"] == "running"
 
 
+def test_a_closed_output_pipe_does_not_end_the_run(trainer_bin, tmp_path):
+    """`trainer ... | head -1`: the reader goes after the first line. SIGPIPE once killed the run at its next log line,
+    its record left "running"; now the writes to the closed pipes fail quietly and the run ends with its record."""
+    cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path, bench={"warmup_steps": 1, "measure_steps": 8,
+                                                                      "log_every": 1}))
+    proc = start(trainer_bin, [cfg], tmp_path)
+    proc.stderr.readline()  # the first log line, then both pipes close
+    proc.stderr.close()
+    proc.stdout.close()
+    assert proc.wait(timeout=120) == 0
+    rec = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert rec["status"] == "ok" and rec["steps"]["done"] == 9
+
+
 def test_a_finished_run_replaces_the_running_marker(trainer_bin, tmp_path):
     cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path))
     r = run(trainer_bin, [cfg], tmp_path)
