@@ -16,30 +16,66 @@ Each configuration runs in its own process (an OOM, a crash, a refused config or
 the sweep: it is a row saying so) and writes its result record under --out; only a record this run wrote counts (a
 record left there by an earlier sweep is never reported as this one's). Prints one table: mean ± std ms of the step,
 the mean of its forward, backward and optimizer, tokens/s, TFLOP/s, peak memory; writes OUT/.sweep.json (atomically; a
-dot file, so that OUT/*.json are the records for plot.py and the tables). Exit status 1 when a run failed (an error or timeout row;
-an OOM row is a finding, not a failure), 2 for bad arguments. Standard library only.
+dot file, so that OUT/*.json are the records for plot.py and the tables). Exit status 1 when a run failed (an error or
+timeout row; an OOM row is a finding, not a failure), 2 for bad arguments (`bench_sweep.py: error: ...`, before anything
+runs). Ctrl-C (SIGINT, passed on to the run in flight) lets that run end its record (status interrupted), runs nothing
+more, prints the rows so far and writes OUT/.sweep.json; exit status 130. Standard library only.
 """
 import argparse
 import json
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 import time
 
+PROG = "bench_sweep.py"
 SIZES = ["small", "medium", "large", "xl", "10B"]
+PRECISIONS = ["fp32", "bf16", "bf16_pure"]
 PHASES = ["forward", "forward_backward", "train_step"]
+# Ctrl-C: set by on_sigint, which passes the signal on to the run in flight (`child`)
+INTERRUPT = {"seen": False, "child": None}
 
 
 def fail(msg):
-    print(f"bench_sweep: {msg}", file=sys.stderr)
+    print(f"{PROG}: error: {msg}", file=sys.stderr)  # as argparse's own errors
     sys.exit(2)
+
+
+def on_sigint(signum, frame):
+    """Ctrl-C: no more runs; the one in flight stops after its step and writes its record (status interrupted). A
+    terminal's Ctrl-C reaches it too: the trainer takes the same signal again within 250 ms as one."""
+    INTERRUPT["seen"] = True
+    if INTERRUPT["child"] is not None:
+        INTERRUPT["child"].send_signal(signal.SIGINT)  # nothing when it has ended
+
+
+def signame(n):
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return "?"
+
+
+def ended(returncode):
+    """How a run's process ended, for a row whose record gives no reason."""
+    if returncode < 0:
+        return f"killed by signal {-returncode} ({signame(-returncode)})"
+    if 128 < returncode < 128 + signal.NSIG:  # a wrapper (shell, timeout) whose child a signal ended
+        return f"exit {returncode} (128 + {signame(returncode - 128)})"
+    return f"exit {returncode}"
 
 
 def last_line(text, default):
     lines = [s for s in (text or "").strip().splitlines() if s.strip()]
     return lines[-1] if lines else default
+
+
+def first_line(text, default):
+    lines = [s for s in (text or "").strip().splitlines() if s.strip()]
+    return lines[0] if lines else default
 
 
 def run_one(args, size, precision, phase, warmup):
@@ -57,8 +93,11 @@ def run_one(args, size, precision, phase, warmup):
     before = out.stat().st_mtime_ns if out.exists() else None
     row = (size, precision, phase, warmup)
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    INTERRUPT["child"] = p
+    if INTERRUPT["seen"]:  # Ctrl-C came while it was being started
+        p.send_signal(signal.SIGINT)
     try:
-        _, stderr = p.communicate(timeout=args.timeout)
+        _, stderr = p.communicate(timeout=args.timeout)  # on Ctrl-C too: its pipes stay read until it has ended
     except subprocess.TimeoutExpired:
         p.terminate()  # SIGTERM: the trainer stops at a step boundary and finishes its record
         try:
@@ -68,6 +107,8 @@ def run_one(args, size, precision, phase, warmup):
             _, stderr = p.communicate()
         return {"status": "timeout", "error": f"stopped after --timeout {args.timeout} s; last line: "
                 f"{last_line(stderr, '-')}", "_row": row}
+    finally:
+        INTERRUPT["child"] = None
     fresh = out.exists() and out.stat().st_mtime_ns != before  # written (atomically) by this run
     r = None
     if fresh:
@@ -76,10 +117,12 @@ def run_one(args, size, precision, phase, warmup):
         except (OSError, ValueError) as e:
             r = {"status": "error", "error": f"unreadable record {out}: {e}"}
     if r is None:  # refused before any output (exit 2), or died without a record
-        r = {"status": "error", "error": f"exit {p.returncode}: {last_line(stderr, 'no record, no message')}"}
+        r = {"status": "error", "error": f"{ended(p.returncode)}: {last_line(stderr, 'no record, no message')}"}
     elif r.get("status") == "ok" and p.returncode != 0:
         r["status"] = "error"
-        r["error"] = f"exit {p.returncode} after an ok record: {last_line(stderr, '-')}"
+        r["error"] = f"{ended(p.returncode)} after an ok record: {last_line(stderr, '-')}"
+    elif r.get("status") != "ok" and not r.get("error"):  # killed mid-run: the record still says running
+        r["error"] = f"{ended(p.returncode)}; record left {r.get('status')}"
     r["_row"] = row
     return r
 
@@ -100,8 +143,8 @@ def cell(r):
     size, precision, phase, warmup = r["_row"]
     head = f"{size:7s} {precision:5s} {phase:17s} {warmup:3d}"
     if r.get("status") != "ok":
-        what = {"oom": "OOM", "timeout": "TIMEOUT"}.get(r.get("status"), "ERROR")
-        return f"{head} | {what}: {str(r.get('error'))[:110]}"
+        what = {"oom": "OOM", "timeout": "TIMEOUT", "interrupted": "INTERRUPTED"}.get(r.get("status"), "ERROR")
+        return f"{head} | {what}: {first_line(str(r.get('error') or ''), '-')}"
     timing = r.get("timing") or {}
     t = timing.get("step") or {}
     phase_ms = [(timing.get(k) or {}).get("mean_ms") for k in ("forward", "backward", "optimizer")]
@@ -116,12 +159,12 @@ def cell(r):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trainer", default="build/trainer")
     ap.add_argument("--configs", default="configs")
     ap.add_argument("--out", default="results/runs/sweep")
     ap.add_argument("--sizes", nargs="+", default=SIZES)
-    ap.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
+    ap.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], help=f"any of {', '.join(PRECISIONS)}")
     ap.add_argument("--phases", nargs="+", default=PHASES)
     ap.add_argument("--warmups", nargs="+", type=int, default=[5])
     ap.add_argument("--steps", type=int, default=10, help="measured steps a run (>= 1)")
@@ -141,6 +184,9 @@ def main():
         fail(f"--timeout {args.timeout}: at least 1 second")
     if any(w < 0 for w in args.warmups):
         fail(f"--warmups {args.warmups}: warm-up steps are >= 0")
+    for p in args.precisions:
+        if p not in PRECISIONS:
+            fail(f"--precisions: '{p}' is not one of {', '.join(PRECISIONS)}")
     for p in args.phases:
         if p not in PHASES:
             fail(f"--phases: '{p}' is not one of {', '.join(PHASES)}")
@@ -152,13 +198,17 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     rows = []
     t0 = time.time()
-    for size in args.sizes:
-        for precision in args.precisions:
-            for phase in args.phases:
-                for warmup in args.warmups:
-                    r = run_one(args, size, precision, phase, warmup)
-                    rows.append(r)
-                    print(cell(r), flush=True)
+    signal.signal(signal.SIGINT, on_sigint)
+    runs = [(s, pr, ph, w) for s in args.sizes for pr in args.precisions for ph in args.phases for w in args.warmups]
+    for run in runs:
+        if INTERRUPT["seen"]:
+            break
+        r = run_one(args, *run)
+        rows.append(r)
+        print(cell(r), flush=True)
+    if INTERRUPT["seen"]:
+        print(f"{PROG}: interrupted (SIGINT): {len(rows)} of {len(runs)} runs started, the rest skipped; the table "
+              f"below and {args.out}/.sweep.json hold those", file=sys.stderr, flush=True)
     summary = [{k: r.get(k) for k in ("_row", "status", "error", "timing", "throughput", "memory")} for r in rows]
     path = pathlib.Path(args.out) / ".sweep.json"
     tmp = path.with_name(f".sweep.json.tmp.{os.getpid()}")
@@ -169,6 +219,8 @@ def main():
           "  TFLOP/s  |  peak   |")
     for r in rows:
         print(cell(r))
+    if INTERRUPT["seen"]:
+        return 130  # 128 + SIGINT, as the shell reports a process Ctrl-C ended
     return 0 if all(r.get("status") in ("ok", "oom") for r in rows) else 1
 
 

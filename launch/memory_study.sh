@@ -16,7 +16,10 @@
 #           planner   xl bf16 at ctx 512 and 8192 under every policy, one step each (the planner's peak vs measured)
 #           planner_long  the recomputing policies of `planner` at ctx 8192 only
 #           b8_head   the 8B 4-block proxy: the head chunked (auto) and whole (as v7), and optimizer.in_backward
-# Environment: PY (python with torch for the peer; default python3), STEPS (measured steps, default per stage).
+# Environment: PY (python with torch for the peer; default python3), PYTHON (python with matplotlib and numpy for the
+# timeline PNGs; default /usr/bin/python3, else python3).
+# Only the records this invocation writes are tabulated (one left in OUT by an earlier run is not); exit status 1 when
+# a run failed (an out-of-memory record is a finding, not a failure), 2 for bad arguments.
 set -uo pipefail
 usage="usage: memory_study.sh TRAINER OUT STAGE... (stages: see the top of launch/memory_study.sh)"
 stages="regress policies everyk long long_full b8 timeline peer small planner planner_long b8_head"
@@ -27,11 +30,26 @@ for stage in "$@"; do  # every stage known before anything runs
   [[ " $stages " == *" $stage "* ]] || { echo "memory_study.sh: unknown stage '$stage' (one of: $stages)" >&2; exit 2; }
 done
 [[ -x "$trainer" && ! -d "$trainer" ]] || { echo "memory_study.sh: TRAINER '$trainer' is not an executable" >&2; exit 2; }
-mkdir -p "$out"
+[[ ! -e "$out" || -d "$out" ]] || { echo "memory_study.sh: OUT '$out' exists and is not a directory" >&2; exit 2; }
+mkdir -p "$out" || exit 2
 records=()  # the records this invocation writes (OUT may hold older ones: they are not tabulated)
+runs=0 failed=0
 py=${PY:-python3}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
+plot_py=  # a python with matplotlib and numpy for plot_memory.py (the first python3 on PATH may have neither)
+if [[ " $* " == *" timeline "* ]]; then
+  pythons=(/usr/bin/python3 python3)
+  [[ -n ${PYTHON:-} ]] && pythons=("$PYTHON")
+  for c in "${pythons[@]}"; do
+    command -v "$c" > /dev/null && "$c" -c "import matplotlib, numpy" 2> /dev/null && { plot_py=$c; break; }
+  done
+  [[ -n $plot_py ]] || echo "memory_study.sh: no python with matplotlib and numpy (tried ${pythons[*]}; set PYTHON):" \
+    "the timelines are written, not plotted" >&2
+fi
+
+# stamp FILE: its inode and mtime, or nothing (the trainer replaces its record atomically: a new one differs)
+stamp() { stat -c '%i %y' "$1" 2> /dev/null; }
 
 # run NAME CONFIG WARMUP STEPS [--set k=v ...]
 run() {
@@ -40,6 +58,7 @@ run() {
   local sets=()
   for kv in "$@"; do sets+=(--set "$kv"); done
   echo "== $name" >&2
+  local before; before=$(stamp "$out/$name.json")
   "$trainer" "$root/configs/$config" --set device=cuda --set precision=bf16 --set bench.warmup_steps="$warm" \
     --set bench.measure_steps="$steps" --set bench.log_every=1 --set output.results="$out/$name.json" \
     --set name="$name" "${sets[@]}" > "$out/$name.log" 2>&1
@@ -49,7 +68,9 @@ run() {
   else  # the trainer's own error line (a refused config writes no record)
     echo "   exit $rc: $(grep -E 'error|critical' "$out/$name.log" | tail -1)" >&2
   fi
-  [[ -f "$out/$name.json" ]] && records+=("$out/$name.json")
+  runs=$((runs + 1))
+  [[ $rc -eq 0 || $rc -eq 3 ]] || failed=$((failed + 1))  # 3: out of memory, with its record
+  [[ -f "$out/$name.json" && $(stamp "$out/$name.json") != "$before" ]] && records+=("$out/$name.json")
 }
 
 for stage in "$@"; do
@@ -82,19 +103,27 @@ for stage in "$@"; do
     timeline)
       for v in "forward selective" "train_step none" "train_step full"; do
         set -- $v
+        tl="$out/xl_c2048_timeline_$1_$2"
+        before=$(stamp "$tl.memory.json")
         run "xl_c2048_timeline_$1_$2" xl.json 0 1 model.context_length=2048 bench.phase=$1 checkpointing.policy=$2 \
-          profile.memory_timeline="$out/xl_c2048_timeline_$1_$2.memory.json"
-        /usr/bin/env python3 "$here/plot_memory.py" "$out/xl_c2048_timeline_$1_$2.memory.json" \
-          -o "$out/xl_c2048_timeline_$1_$2.png" --title "xl bf16 batch 4 ctx 2048: $1, checkpointing $2" \
-          > "$out/xl_c2048_timeline_$1_$2.top.txt" 2>&1 || echo "   plot failed (matplotlib?)" >&2
+          profile.memory_timeline="$tl.memory.json"
+        # plotted when this run wrote its timeline (not one an earlier run left)
+        [[ -n $plot_py && -f "$tl.memory.json" && $(stamp "$tl.memory.json") != "$before" ]] || continue
+        "$plot_py" "$here/plot_memory.py" "$tl.memory.json" -o "$tl.png" \
+          --title "xl bf16 batch 4 ctx 2048: $1, checkpointing $2" > "$tl.top.txt" 2>&1 || echo "   plot failed" >&2
       done ;;
     peer)
       for c in 8192 16384; do
         echo "== torch_xl_c${c}_compiled_ckpt" >&2
+        before=$(stamp "$out/torch_xl_c${c}_compiled_ckpt.json")  # the record as an earlier run left it, if any
         PYTHONUNBUFFERED=1 $py "$here/torch_bench.py" --preset xl --mode compiled --batch 4 --ctx $c --checkpoint block \
           --warmup 1 --steps 2 --json "$out/torch_xl_c${c}_compiled_ckpt.json" > "$out/torch_xl_c${c}.log" 2>&1
-        echo "   exit $?" >&2
-        [[ -f "$out/torch_xl_c${c}_compiled_ckpt.json" ]] && records+=("$out/torch_xl_c${c}_compiled_ckpt.json")
+        rc=$?
+        echo "   exit $rc" >&2
+        runs=$((runs + 1))
+        [[ $rc -eq 0 ]] || failed=$((failed + 1))  # an out-of-memory record exits 0
+        rec="$out/torch_xl_c${c}_compiled_ckpt.json"
+        [[ -f "$rec" && $(stamp "$rec") != "$before" ]] && records+=("$rec")
       done ;;
     small)
       for p in none selective full every_k sqrt nested; do
@@ -116,7 +145,14 @@ for stage in "$@"; do
   esac
 done
 if [[ ${#records[@]} -eq 0 ]]; then
-  echo "memory_study.sh: no run wrote a record (the errors are above and in $out/*.log)" >&2
+  echo "memory_study.sh: no run wrote a record; $failed of $runs runs failed (the errors are above and in" \
+    "$out/*.log)" >&2
   exit 1
 fi
 /usr/bin/env python3 "$here/memory_table.py" "${records[@]}" | tee "$out/table.txt"
+rc=$?
+if [[ $failed -gt 0 ]]; then
+  echo "memory_study.sh: $failed of $runs runs failed (the errors are above and in $out/*.log)" >&2
+  exit 1
+fi
+exit $rc

@@ -4,7 +4,10 @@
   table's forward / backward / optimizer columns hold the record's numbers (the optimizer's > 0);
 - OUT/*.json are the records only (the summary is OUT/.sweep.json), and a record an earlier sweep left is never
   reported as this one's: a refused run is an ERROR row and the exit status is 1;
-- bad arguments: exit 2 before anything runs.
+- a run killed by a signal (its record left running) is a row saying how it ended; an error's whole line is shown;
+- Ctrl-C: the run in flight ends its record (interrupted), the rest are skipped, the rows so far are printed and
+  written to OUT/.sweep.json, exit status 130 (no traceback);
+- bad arguments: exit 2 before anything runs, one line `bench_sweep.py: error: ...` (as argparse's).
 
 Run: TRAINER_BIN=build/trainer TRAINER_SOURCE_DIR=. /usr/bin/python3 -m pytest tests/cli/test_bench_sweep.py
 """
@@ -12,8 +15,10 @@ import glob
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -23,12 +28,18 @@ pytestmark = pytest.mark.skipif(not BIN, reason="TRAINER_BIN is not set")
 CPU = ["--set", "device=cpu", "--set", "model.num_layers=1", "--set", "data.batch_size=2"]
 
 
-def sweep(tmp_path, *args):
-    cmd = [sys.executable, str(SRC / "launch" / "bench_sweep.py"), "--trainer", BIN, "--configs",
-           str(SRC / "configs"), "--sizes", "tiny", "--precisions", "fp32", "--steps", "2", "--warmups", "0",
-           "--out", str(tmp_path / "out"), *args]
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+def sweep_cmd(tmp_path, *args, trainer=None):
+    return [sys.executable, str(SRC / "launch" / "bench_sweep.py"), "--trainer", trainer or BIN, "--configs",
+            str(SRC / "configs"), "--sizes", "tiny", "--precisions", "fp32", "--steps", "2", "--warmups", "0",
+            "--out", str(tmp_path / "out"), *args]
+
+
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+
+
+def sweep(tmp_path, *args, trainer=None):
+    return subprocess.run(sweep_cmd(tmp_path, *args, trainer=trainer), capture_output=True, text=True, timeout=300,
+                          env=ENV)
 
 
 def test_handout_setting_and_phase_columns(tmp_path):
@@ -62,8 +73,81 @@ def test_a_refused_run_is_an_error_row_not_an_earlier_record(tmp_path):
     assert "ERROR: exit 2" in p.stdout and "batch_size" in p.stdout, p.stdout
 
 
+def test_an_error_line_is_shown_whole(tmp_path):
+    key = "bench.an_unknown_key_whose_name_is_long_enough_to_push_the_error_line_past_any_cut"
+    p = sweep(tmp_path, "--phases", "train_step", *CPU, "--set", f"{key}=1")
+    assert p.returncode == 1, p.stdout + p.stderr
+    row = [line for line in p.stdout.splitlines() if line.startswith("tiny ")][-1]
+    assert row.endswith(f"ERROR: exit 2: trainer: error: config: unknown key '{key}' (in --set {key}=1)"), row
+
+
+@pytest.mark.parametrize("end, how", [("kill -KILL $$", "killed by signal 9 (SIGKILL)"),
+                                      ("exit 137", "exit 137 (128 + SIGKILL)")])
+def test_a_killed_run_says_how_it_ended(tmp_path, end, how):
+    # the trainer killed mid-run (SIGKILL: no record written at its end, it stays "running"), then the wrapper ends
+    killer = tmp_path / "killer.sh"
+    killer.write_text(f"""#!/bin/bash
+for a in "$@"; do [[ $a == output.results=* ]] && rec=${{a#output.results=}}; done
+'{BIN}' "$@" & pid=$!
+for i in $(seq 300); do grep -q '"running"' "$rec" 2> /dev/null && break; sleep 0.1; done
+kill -KILL $pid
+wait $pid
+{end}
+""")
+    killer.chmod(0o755)
+    p = sweep(tmp_path, "--phases", "train_step", "--steps", "100000", *CPU, trainer=str(killer))
+    assert p.returncode == 1, p.stdout + p.stderr
+    record = json.loads((tmp_path / "out" / "tiny_fp32_train_step_w0.json").read_text())
+    assert record["status"] == "running"
+    row = [line for line in p.stdout.splitlines() if line.startswith("tiny ")][-1]
+    assert row.endswith(f"ERROR: {how}; record left running"), row
+
+
+@pytest.mark.parametrize("group", [True, False], ids=["terminal", "sweep_only"])
+def test_ctrl_c_keeps_the_finished_rows(tmp_path, group):
+    # runs: forward w0 (finishes), forward w100000 (interrupted in its warm-up), train_step w0 and w100000 (skipped).
+    # group: SIGINT to the process group, as a terminal's Ctrl-C (the trainer gets it too); else to bench_sweep only,
+    # which passes it on.
+    out = tmp_path / "out"
+    proc = subprocess.Popen(sweep_cmd(tmp_path, "--phases", "forward", "train_step", "--warmups", "0", "100000", *CPU),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
+    try:
+        second = out / "tiny_fp32_forward_w100000.json"
+        deadline = time.time() + 120
+        while not (second.exists() and '"running"' in second.read_text()):
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()
+            time.sleep(0.1)
+        time.sleep(0.5)  # into its warm-up steps
+        if group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130, stdout + stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert [line for line in stderr.splitlines() if "bench_sweep" in line] == [
+        "bench_sweep.py: interrupted (SIGINT): 2 of 4 runs started, the rest skipped; the table below and "
+        f"{out}/.sweep.json hold those"], stderr
+    assert json.loads(second.read_text())["status"] == "interrupted"
+    summary = json.loads((out / ".sweep.json").read_text())
+    assert [(s["_row"][2], s["_row"][3], s["status"]) for s in summary] == [("forward", 0, "ok"),
+                                                                           ("forward", 100000, "interrupted")]
+    table = stdout.split("# size")[1].splitlines()[1:]
+    assert len(table) == 2 and "INTERRUPTED: interrupted by SIGINT" in table[1], stdout
+    assert not list(out.glob("tiny_fp32_train_step_*.json"))
+
+
 @pytest.mark.parametrize("args, needle", [(["--steps", "0"], "--steps"), (["--phases", "fwd"], "--phases"),
-                                          (["--sizes", "huge"], "--sizes")])
+                                          (["--sizes", "huge"], "--sizes"), (["--precisions", "fp16"], "--precisions"),
+                                          (["--steps", "x"], "--steps")])
 def test_bad_arguments(tmp_path, args, needle):
     p = sweep(tmp_path, *args)
     assert p.returncode == 2 and needle in p.stderr and not (tmp_path / "out").exists(), p.stderr
+    # one line, as argparse's own errors end (they print the usage before it)
+    assert p.stderr.splitlines()[-1].startswith("bench_sweep.py: error: "), p.stderr
+    if args[1] != "x":
+        assert len(p.stderr.splitlines()) == 1, p.stderr
