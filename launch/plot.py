@@ -1,26 +1,29 @@
 #!/usr/bin/env python3
-"""Draws trainer result records (the JSON of output.results, job train; collective: job collective_bench) as PNG.
+"""Draws trainer result records (the JSON of output.results, job train; collective: job collective_bench) as figures.
 
-    launch/plot.py loss    results/runs/a.json results/runs/b.json -o loss.png
+    launch/plot.py loss    'results/h200x2/2026-11-30/v3/small20/*.json' -o loss.png
     launch/plot.py sweep   'results/h200/2026-11-30/sweep/*_w5.json' -o sweep.png [--mfu]
     launch/plot.py comm    results/h200x2/2026-11-30/v1/xl_*.json -o comm.png
     launch/plot.py phases  results/h200/2026-12-02/v8_memory/xl_c2048_*.json -o phases.png
     launch/plot.py memory  results/h200/2026-12-02/v8_memory/*.json -o memory.png
     launch/plot.py ratio   results/plots/peer_ratio.json -o results/plots/peer_ratio_h200.png
-    launch/plot.py collective 'results/h200x2/collectives/*.json' -o busbw.png
+    launch/plot.py collective results/h200x2/2026-11-30/cb_nccl_2.json -o busbw.pdf
 
 Kinds (the first argument; `--kind KIND` also works):
   loss    the loss of every step (loss.per_step, warm-up steps included) of several runs on one axes; a resumed
           run's steps at their numbers (from steps.first + 1)
   sweep   step time (log scale) and model TFLOP/s per GPU (--mfu: MFU) against the parameter count (log scale),
-          one line per precision (and bench.phase, and ranks and strategy, where the records differ in them);
-          out-of-memory runs are listed
+          one line per precision and setting: bench.phase, the ranks and strategy, model.context_length,
+          data.batch_size, checkpointing.policy, attention and the GPU (backend) split the lines where the records
+          differ in them (a note names a size where one line still has several records); out-of-memory runs are
+          listed
   comm    one horizontal bar per record, the step split into compute with no collective in flight, compute
           overlapped with communication (timing.comm - comm_exposed) and exposed communication (the compute stream
           stalled, timing.comm_exposed); a 1-rank record is all compute
   phases  one horizontal bar per record: forward, backward (incl. the gradient communication of finish_backward),
-          optimizer and the rest of the step (timing.step - their sum), mean ms; a note names a record whose AdamW
-          ran inside the backward (optimizer.in_backward, the default where it can) or whose step was a CUDA graph
+          optimizer and the rest of the step (timing.step - their sum), mean ms; a note (on the figure and stderr)
+          names a record whose AdamW ran inside the backward (optimizer.in_backward, the default where it can: its
+          time is in the backward bar) or whose step was a CUDA graph (timed whole: all 'other')
   memory  one horizontal bar per record: the peak (memory.peak_bytes) split by category at the peak
           (memory.by_category), GiB (MiB when every peak and prediction is below 1 GiB), with the planner's
           prediction (memory.predicted.peak_bytes) as a black tick
@@ -53,20 +56,27 @@ record from before torch_bench.py had --compile-mode) torch.compile's default. r
 record of another status (oom, timeout) is passed over with a note; one that does not match the workload, a trainer
 record that does not, or a missing file or key is an error. Every point is printed on stderr with its numbers.
 
-Inputs are files or quoted globs (expanded here, sorted); a file a glob matches that is not a record of the kind's job
-(a memory timeline, a trace, another job's record) is passed over with a note. Labels are the file names without .json (with as many parent
-folders as make them unique) unless --labels gives them. A run that failed (status oom / error) has no timings: the bar
-kinds and sweep list it in a note (with its error, where it has one); loss draws the steps it has. A finished run
-without measured steps (bench.measure_steps 0) has no timings either: sweep, comm and phases list it in a note.
+Inputs are files or quoted globs (expanded here, sorted); an input that is JSON but not a record of the kind's job (a
+memory timeline, a trace, a PyTorch peer record, another job's record) is passed over with a note, as memory_table.py
+does. Labels are the file names without .json (with as many parent folders as make them unique) unless --labels gives
+them (one per record drawn or not, the files passed over not counted). A run that failed (status oom / error) has no
+timings: the bar kinds and sweep list it in a note (with its error, where it has one); loss draws the steps it has. A
+finished run without measured steps (bench.measure_steps 0) has no timings either: sweep, comm and phases list it in a
+note. An interrupted run (status interrupted) is drawn by sweep, comm, phases and memory from the steps it measured,
+with a note (loss draws its steps, labelled interrupted); one interrupted before its first measured step is listed as
+a failed run. On stderr `# not drawn: ...` names what was left out, `# note: ...` something drawn that needs a word,
+and the last line how many records were drawn; the notes are at the foot of the figure too (sweep and collective:
+what was left out as well). -o's suffix gives the format: .png, .pdf or .svg.
 --dump-json PATH writes what was drawn, read back from the figure's artists (lines: x, y; bars: one value per record
-and segment) for tests and scripts.
+and segment), and the notes (notes: not drawn, info: notes, foot: the figure's foot), for tests and scripts.
 
-Figures are 1100 px wide (10 in at 110 dpi): loss 605 px high, sweep 550, the bar kinds 110 x max(3, 1.6 + 0.34 x
-records) px, ratio 880 (with its memory panel) or 550.
+Figures are 1100 px wide (10 in at 110 dpi; a PNG's pixels): loss 605 px high, sweep 550, the bar kinds
+110 x max(3, 1.6 + 0.34 x records) px, ratio 880 (with its memory panel) or 550.
 
-Exit codes: 0 ok, 2 bad input (a missing or unreadable file, not a trainer result record of job train, a record
-without the fields the kind needs, a ratio manifest or peer record that does not fit, nothing left to draw), with one
-line `plot.py: error: ...` on stderr.
+Exit codes: 0 ok, 2 bad input (a missing or unreadable file, a file that is not JSON, no trainer result record of
+the kind's job among the inputs, a record without the fields the kind needs, a ratio manifest or peer record that does
+not fit, nothing left to draw, an -o suffix other than .png, .pdf or .svg), with one line `plot.py: error: ...` on
+stderr.
 Needs matplotlib (Debian's python3-matplotlib; Agg: no display).
 """
 from __future__ import annotations
@@ -75,7 +85,9 @@ import argparse
 import glob
 import json
 import os
+import re
 import sys
+import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -83,6 +95,7 @@ from plot_common import COLORS, DPI, BadInput, check_output, pyplot, same_file, 
 from records import size_unit  # noqa: E402
 
 PROG = "plot.py"
+FORMATS = ("png", "pdf", "svg")   # -o's suffix: the format matplotlib writes
 KINDS = ("loss", "sweep", "comm", "phases", "memory", "ratio", "collective")
 GIB = 2 ** 30
 WIDTH_IN = 10.0   # every figure is 10 inches (1100 px) wide; loss 5.5 in high, sweep 5, the bar kinds by bar count
@@ -92,9 +105,8 @@ COMM_COLORS = {"compute": "#4c72b0", "overlapped": "#8fb0d9", "exposed": "#c44e5
 
 # ---- records --------------------------------------------------------------------------------------------------------
 
-def expand(inputs: list[str], globbed: set | None = None) -> list[str]:
-    """Files in the order given; an argument with *?[ that is not a file is a glob, expanded and sorted (its files
-    are added to `globbed` when given)."""
+def expand(inputs: list[str]) -> list[str]:
+    """Files in the order given; an argument with *?[ that is not a file is a glob, expanded and sorted."""
     paths = []
     for a in inputs:
         if any(c in a for c in "*?[") and not Path(a).exists():
@@ -102,27 +114,29 @@ def expand(inputs: list[str], globbed: set | None = None) -> list[str]:
             if not hits:
                 raise BadInput(f"no file matches '{a}'")
             paths += hits
-            if globbed is not None:
-                globbed.update(hits)
         else:
             paths.append(a)
     return paths
 
 
 def other_kind(path: str, job: str) -> str | None:
-    """Why a file a glob matched is not a record of `job` (a memory timeline, a trace, another job's record), or
-    None when it is one (or is not JSON at all: load() says so)."""
+    """Why a JSON file is not a record of `job` (a memory timeline, a trace, a PyTorch peer record, another job's
+    record, another JSON document), or None when it is one (or is not JSON at all: load() says so)."""
     try:
         r = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
-    if isinstance(r, dict) and str(r.get("schema", "")).startswith("trainer.result/"):
+    schema = str(r.get("schema") or "") if isinstance(r, dict) else ""
+    if schema.startswith("trainer.result/"):
         return None if r.get("job") == job else f"a record of job {r.get('job')!r}"
-    if isinstance(r, dict) and str(r.get("schema", "")).startswith("trainer.memory_timeline"):
+    if schema.startswith("trainer.memory_timeline"):
         return "a memory timeline"
-    if isinstance(r, dict) and "traceEvents" in r or isinstance(r, list):
-        return "a trace or another JSON document"
-    return None
+    if schema.startswith("torch_bench."):
+        return f"a PyTorch peer record ({schema}, launch/torch_bench.py)"
+    if isinstance(r, dict) and "traceEvents" in r:
+        return "a trace"
+    what = (f"schema {schema!r}" if schema else "no schema") if isinstance(r, dict) else f"a JSON {type(r).__name__}"
+    return f"not a trainer result record ({what})"
 
 
 def read_json(path: str):
@@ -239,16 +253,68 @@ def stacked_barh(ax, labels, segments, colors, unit):
     ax.set_axisbelow(True)
 
 
+FOOT_CHARS = 170   # a line of 7 pt text across the 10 in figure
+NOTE_COLOR, NOT_DRAWN_COLOR = "#555555", "#aa0000"
+
+
+def info_lines(info) -> list:
+    """The info notes [(label, note, detail)] for the figure's foot: one line per note, naming its records."""
+    by_note = {}
+    for label, note, _ in info:
+        by_note.setdefault(note, []).append(label)
+    return [(f"note: {', '.join(labels)}: {note}", NOTE_COLOR) for note, labels in by_note.items()]
+
+
+def foot_notes(fig, lines) -> None:
+    """Lines of small text [(text, colour)] at the foot of the figure, wrapped to its width, the first on top;
+    main() lays the axes out above them (foot_top)."""
+    renderer = fig.canvas.get_renderer()
+    height_px = fig.get_figheight() * fig.dpi
+    y = 3 / height_px
+    for text, color in reversed(lines):
+        t = fig.text(0.01, y, textwrap.fill(text, FOOT_CHARS, subsequent_indent="    "), fontsize=7, color=color,
+                     va="bottom", gid="foot")
+        y += t.get_window_extent(renderer).height / height_px
+
+
+def foot_top(fig) -> float:
+    """The top of the foot notes, as a fraction of the figure's height (0 without them)."""
+    renderer = fig.canvas.get_renderer()
+    tops = [t.get_window_extent(renderer).y1 for t in fig.texts if t.get_gid() == "foot"]
+    return max(tops) / (fig.get_figheight() * fig.dpi) if tops else 0.0
+
+
 def legend_right(ax, *handles_labels):
     """The legend outside the axes, on the right (as plot_memory.py's), so that it never hides a bar."""
     ax.legend(*handles_labels, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
 
 
-def ok_records(recs, notes, what, timed=False):
-    """The records with status ok (timed: that measured steps); the others go to the notes."""
+def interrupted_with_numbers(r, timed) -> bool:
+    """Whether r is an interrupted run's record with the numbers a kind draws (timed: a step mean; else memory by
+    category): drawn, with a note, as ddp_table.py and loss_match.py use them."""
+    if r.get("status") != "interrupted":
+        return False
+    if timed:
+        step = r.get("timing").get("step") if isinstance(r.get("timing"), dict) else None
+        return isinstance(step, dict) and step.get("mean_ms") is not None
+    return isinstance((r.get("memory") or {}).get("by_category"), dict)
+
+
+def interrupted_note(label, r) -> tuple:
+    """The info note (label, note, detail) of an interrupted record that is drawn."""
+    return (label, "status interrupted: drawn from the steps it measured",
+            f" ({r['error']})" if r.get("error") else "")
+
+
+def ok_records(recs, notes, what, timed=False, info=None):
+    """The records with status ok (timed: that measured steps), and, when `info` is given, the interrupted ones with
+    the kind's numbers (a note in `info`); the others go to the notes."""
     keep = []
     for label, path, r in recs:
-        if r.get("status") != "ok":
+        if info is not None and interrupted_with_numbers(r, timed):
+            info.append(interrupted_note(label, r))
+            keep.append((label, path, r))
+        elif r.get("status") != "ok":
             notes.append(f"{label}: {status_note(r)}: no {what}")
         elif timed and unmeasured(r):
             notes.append(f"{label}: {unmeasured(r)}: no {what}")
@@ -293,7 +359,7 @@ def draw_loss(recs, args):
     ax.grid(color="#dddddd", linewidth=0.6)
     ax.legend(fontsize=8, loc="upper right")
     ax.set_title(args.title or "loss per step")
-    return fig, notes
+    return fig, notes, []
 
 
 def fmt_params(n: float) -> str:
@@ -308,19 +374,47 @@ def size_name(r):
     return (r.get("model") or {}).get("preset") or r["config"]["model"].get("preset") or r.get("name") or "?"
 
 
+def machine_name(r) -> str | None:
+    """The GPU (or CPU) a record ran on, from its backend: 'NVIDIA H200', 'CPU'; None when the record has none (a
+    run that failed before it opened the device)."""
+    b = r.get("backend") or (r.get("machine") or {}).get("backend")
+    return str(b).split(",")[0].split(" (")[0] if b else None
+
+
+def config_part(dotted: str, fmt: str):
+    """A SWEEP_SPLITS entry: r's config value at `dotted` in `fmt`, None when r has no such key."""
+    def part(r):
+        v = r.get("config")
+        for k in dotted.split("."):
+            v = v.get(k) if isinstance(v, dict) else None
+        return None if v is None else fmt.format(v)
+    return part
+
+
+# What splits the sweep's lines besides the precision and the phase, where the records differ in it (a line joins
+# records of one setting that differ in the model size only): the part of the line's name it gives (None: unknown).
+SWEEP_SPLITS = (
+    lambda r: f"{r.get('world_size') or 1} rank{'s' if (r.get('world_size') or 1) != 1 else ''} "
+              f"{(r['config'].get('parallel') or {}).get('strategy')}",
+    config_part("model.context_length", "ctx {}"),
+    config_part("data.batch_size", "batch {}"),
+    config_part("checkpointing.policy", "checkpointing {}"),
+    config_part("attention", "{} attention"),
+    machine_name,
+)
+
+
 def draw_sweep(recs, args):
-    notes = []
+    notes, info = [], []
     phases = {field(r, "config.bench.phase", p) for _, p, r in recs}
-    # the ranks and the strategy split the series too where the records differ in them (a line joins one setting)
-    setups = {(r.get("world_size") or 1, (r["config"].get("parallel") or {}).get("strategy")) for _, _, r in recs}
+    splits = [f for f in SWEEP_SPLITS if len({f(r) for _, _, r in recs} - {None}) > 1]
     series = {}   # name -> [(params, name, step ms, rate)]
     for label, path, r in recs:
         key = (field(r, "config.precision", path), field(r, "config.bench.phase", path))
-        name = " ".join(key) if len(phases) > 1 else key[0]
-        if len(setups) > 1:
-            n = r.get("world_size") or 1
-            name += f", {n} rank{'s' if n != 1 else ''} {(r['config'].get('parallel') or {}).get('strategy')}"
-        if r.get("status") != "ok" or unmeasured(r):
+        name = ", ".join([" ".join(key) if len(phases) > 1 else key[0]] + [v for f in splits for v in [f(r)] if v])
+        if interrupted_with_numbers(r, timed=True):
+            info.append(interrupted_note(f"{size_name(r)} {name}", r))
+        elif r.get("status") != "ok" or unmeasured(r):
             notes.append(f"{size_name(r)} {name}: {r.get('status') if r.get('status') != 'ok' else unmeasured(r)}")
             continue
         params = float(field(r, "model.parameters", path))
@@ -329,10 +423,16 @@ def draw_sweep(recs, args):
         series.setdefault(name, []).append((params, size_name(r), step, rate * (100 if args.mfu else 1)))
     if not series:
         raise nothing_to_draw(recs, notes)
+    for name, pts in series.items():   # records of one line at one size differ in something not split on (or repeat)
+        for size in sorted({p[1] for p in pts if sum(q[0] == p[0] for q in pts) > 1}):
+            info.append((f"{size} {name}", "several records of one line at one size: joined by a vertical segment",
+                         ""))
     plt = pyplot()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(WIDTH_IN, 5.0), dpi=DPI)
     ticks = {}
-    for name, pts in sorted(series.items()):
+    # by name, its numbers by value (ctx 512 before ctx 2048): re.split puts them at the odd places
+    for name, pts in sorted(series.items(), key=lambda kv: [int(t) if i % 2 else t
+                                                            for i, t in enumerate(re.split(r"(\d+)", kv[0]))]):
         pts.sort()
         xs = [p[0] / 1e9 for p in pts]
         for p in pts:
@@ -351,15 +451,14 @@ def draw_sweep(recs, args):
     a2.set_ylabel("MFU, % of the stated peak" if args.mfu else "model TFLOP/s per GPU")
     a2.set_ylim(bottom=0)
     a1.legend(fontsize=8)
-    if notes:
-        fig.text(0.01, 0.01, "not drawn: " + "; ".join(notes), fontsize=7, color="#aa0000", va="bottom")
+    foot_notes(fig, info_lines(info) + ([("not drawn: " + "; ".join(notes), NOT_DRAWN_COLOR)] if notes else []))
     fig.suptitle(args.title or "step time and throughput by model size")
-    return fig, notes
+    return fig, notes, info
 
 
 def draw_comm(recs, args):
-    notes = []
-    recs = ok_records(recs, notes, "timings", timed=True)
+    notes, info = [], []
+    recs = ok_records(recs, notes, "timings", timed=True, info=info)
     compute, overlapped, exposed = [], [], []
     for label, path, r in recs:
         step = float(field(r, "timing.step.mean_ms", path))
@@ -382,34 +481,36 @@ def draw_comm(recs, args):
              "exposed": "exposed communication (compute stalled)"}
     legend_right(ax, handles, [names[n] for n in labels])
     ax.set_title(args.title or "communication vs compute per step")
-    return fig, notes
+    foot_notes(fig, info_lines(info))
+    return fig, notes, info
 
 
 def draw_phases(recs, args):
-    notes = []
-    recs = ok_records(recs, notes, "timings", timed=True)
+    notes, info = [], []
+    recs = ok_records(recs, notes, "timings", timed=True, info=info)
     segs = {k: [] for k in ("forward", "backward", "optimizer", "other")}
     for label, path, r in recs:
         step = float(field(r, "timing.step.mean_ms", path))
         f, b, o = (mean_ms(r, k, path) for k in ("forward", "backward", "optimizer"))
         if (r.get("cuda_graph") or {}).get("used"):
-            notes.append(f"{label}: its steps replayed a CUDA graph, which is timed whole: the bar is all 'other'")
+            info.append((label, "its steps replayed a CUDA graph, which is timed whole: the bar is all 'other'", ""))
         elif ((r.get("config") or {}).get("optimizer") or {}).get("in_backward"):
-            notes.append(f"{label}: AdamW ran inside the backward (optimizer.in_backward): its time is in the "
-                         f"backward bar (bench_sweep.py --handout, or --set optimizer.in_backward=false, times it "
-                         f"apart)")
+            info.append((label, "AdamW ran inside the backward (optimizer.in_backward): its time is in the backward "
+                                "bar", " (bench_sweep.py --handout, or --set optimizer.in_backward=false, times it "
+                                       "apart)"))
         for k, v in zip(segs, (f, b, o, max(step - f - b - o, 0.0))):
             segs[k].append(v)
     fig, (ax,) = barh_figure(len(recs))
     stacked_barh(ax, [lab for lab, _, _ in recs], list(segs.items()), PHASE_COLORS, "mean ms per step")
     legend_right(ax)
     ax.set_title(args.title or "step time by phase")
-    return fig, notes
+    foot_notes(fig, info_lines(info))
+    return fig, notes, info
 
 
 def draw_memory(recs, args):
-    notes = []
-    recs = ok_records(recs, notes, "memory")
+    notes, info = [], []
+    recs = ok_records(recs, notes, "memory", info=info)
     cats = list(COLORS)   # the fixed order (parameters first), then any category this script does not know
     for label, path, r in recs:
         for c in field(r, "memory.by_category", path):
@@ -429,7 +530,8 @@ def draw_memory(recs, args):
                 markeredgewidth=2, color="black", label="planned peak (trainer --plan)")
     legend_right(ax)
     ax.set_title(args.title or "peak memory by category")
-    return fig, notes
+    foot_notes(fig, info_lines(info))
+    return fig, notes, info
 
 
 # ---- ratio: the trainer against the PyTorch peer of the same call, by version --------------------------------------
@@ -821,9 +923,8 @@ def draw_collective(recs, args):
     ax.grid(color="#dddddd", linewidth=0.6, which="both")
     ax.legend(fontsize=8, loc="best")
     ax.set_title(args.title or "collective bus bandwidth by message size")
-    if notes:
-        fig.text(0.01, 0.01, "not drawn: " + "; ".join(notes), fontsize=7, color="#aa0000", va="bottom")
-    return fig, notes
+    foot_notes(fig, [("not drawn: " + "; ".join(notes), NOT_DRAWN_COLOR)] if notes else [])
+    return fig, notes, []
 
 
 DRAW = {"loss": draw_loss, "sweep": draw_sweep, "comm": draw_comm, "phases": draw_phases, "memory": draw_memory,
@@ -846,7 +947,9 @@ def dump(fig, kind, notes, extra=None) -> dict:
         axes.append({"title": ax.get_title(), "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
                      "lines": lines, "bars": bars, "yticks": [float(y) for y in ax.get_yticks()] if bars else [],
                      "yticklabels": ticks})
-    return {"kind": kind, "axes": axes, "notes": notes, **(extra or {})}
+    foot = [t.get_text() for t in sorted((t for t in fig.texts if t.get_gid() == "foot"),  # the figure's foot,
+                                         key=lambda t: -t.get_position()[1])]             # the top line first
+    return {"kind": kind, "axes": axes, "notes": notes, "foot": foot, **(extra or {})}
 
 
 def main(argv=None) -> int:
@@ -855,7 +958,7 @@ def main(argv=None) -> int:
     ap.add_argument("args", nargs="*", metavar="[KIND] RECORD", help=f"the kind ({', '.join(KINDS)}) unless --kind "
                     "gives it, then result records (files or quoted globs); for ratio one manifest")
     ap.add_argument("--kind", choices=KINDS, help="what to draw (instead of the first argument)")
-    ap.add_argument("-o", "--output", help="PNG to write (required)")
+    ap.add_argument("-o", "--output", help="the figure to write, .png, .pdf or .svg by its suffix (required)")
     ap.add_argument("--labels", help="comma-separated labels, one per record in input order")
     ap.add_argument("--title", help="plot title (default: what the kind shows)")
     ap.add_argument("--mfu", action="store_true", help="sweep: MFU instead of model TFLOP/s")
@@ -882,22 +985,25 @@ def main(argv=None) -> int:
         out_dir = Path(args.output).resolve().parent
         if not out_dir.is_dir():
             raise BadInput(f"the output directory '{out_dir}' does not exist")
-        extra = None
+        extra, info = None, []
         if kind == "ratio":
             man = load_manifest(rest[0])
             paths = [rest[0]] + [f for pt in man["points"] for f in pt["trainer"] + pt["peer"]]
         else:
-            globbed = set()
-            paths = expand(rest, globbed)
-            # a glob may match files that are not records of this kind (a memory timeline or a trace beside the
-            # records, another job's record): passed over with a note; a file named outright must be one
+            paths = expand(rest)
+            # the inputs (a shell's glob too) may hold JSON files that are not records of this kind (a memory
+            # timeline or a trace beside the records, a PyTorch peer record, another job's record): passed over
+            # with a note, as memory_table.py and ddp_table.py do; an error only when no record is left
             job = "collective_bench" if kind == "collective" else "train"
-            skipped = [(p, why) for p in paths if p in globbed for why in [other_kind(p, job)] if why]
+            skipped = [(p, why) for p in paths for why in [other_kind(p, job)] if why]
             paths = [p for p in paths if p not in {s for s, _ in skipped}]
             if not paths:
-                raise BadInput(f"no record of job {job} among the files the globs matched ("
+                raise BadInput(f"no trainer result record of job {job} among the inputs ("
                                + "; ".join(f"{p}: {why}" for p, why in skipped) + ")")
         check_output(args.output, paths, "-o")
+        fmt = Path(args.output).suffix.lower().lstrip(".")
+        if fmt not in FORMATS:
+            raise BadInput(f"-o '{args.output}': plot.py writes .png, .pdf or .svg (the suffix gives the format)")
         if args.dump_json and args.dump_json != "-":
             if same_file(args.dump_json, args.output):
                 raise BadInput(f"--dump-json '{args.dump_json}' is also the -o output: give another name")
@@ -915,11 +1021,12 @@ def main(argv=None) -> int:
                 labels = default_labels(paths)
             recs = [(lab, p, load(p, "collective_bench" if kind == "collective" else "train"))
                     for lab, p in zip(labels, paths)]
-            fig, notes = DRAW[kind](recs, args)
+            fig, notes, info = DRAW[kind](recs, args)
+            drawn = len(recs) - len(notes)   # a note each for the records not drawn (info: drawn, with a note)
             notes = [f"{p}: {why}, skipped" for p, why in skipped] + notes
-            drawn = len(recs) - sum(1 for n in notes if not n.endswith(", skipped"))
-        fig.tight_layout()
+        fig.tight_layout(rect=(0, foot_top(fig), 1, 1))
         if args.dump_json:
+            extra = {**(extra or {}), "info": [f"{label}: {note}{detail}" for label, note, detail in info]}
             text = json.dumps(dump(fig, kind, notes, extra), indent=1)
             if args.dump_json == "-":
                 print(text)
@@ -933,7 +1040,7 @@ def main(argv=None) -> int:
                 finally:
                     if os.path.exists(tmp):
                         os.unlink(tmp)
-        save_figure(fig, args.output)
+        save_figure(fig, args.output, fmt)
     except BadInput as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
@@ -942,6 +1049,8 @@ def main(argv=None) -> int:
             print(f"# {r['version']} {r['workload']}: trainer {r['trainer_ms']:.3f} ms (mean of "
                   f"{len(r['trainer_files'])}: {', '.join(r['trainer_files'])}) / peer {r['peer_ms']:.3f} ms "
                   f"(compile {r['peer_compile_mode']}: {r['peer_file']}) = {r['ratio']:.3f}", file=sys.stderr)
+    for label, note, detail in info:
+        print(f"# note: {label}: {note}{detail}", file=sys.stderr)
     for n in notes:
         print(f"# not drawn: {n}", file=sys.stderr)
     if kind == "ratio":

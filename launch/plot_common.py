@@ -55,13 +55,13 @@ def check_output(out: str, inputs, what: str = "the output") -> None:
             raise BadInput(f"{what} '{out}' is also the input '{p}'; it would be overwritten: give another name")
 
 
-def save_figure(fig, out: str) -> None:
-    """Writes `fig` to the PNG `out` whole, then renames: never a half-written PNG. Closes the figure. BadInput (one
-    line) when it cannot be written."""
+def save_figure(fig, out: str, fmt: str | None = None) -> None:
+    """Writes `fig` to the PNG `out` (fmt: another format of matplotlib's, 'pdf', 'svg') whole, then renames: never a
+    half-written file. Closes the figure. BadInput (one line) when it cannot be written."""
     plt = pyplot()
     tmp = f"{out}.tmp.{os.getpid()}.png"
     try:
-        fig.savefig(tmp)
+        fig.savefig(tmp, format=fmt)
         os.replace(tmp, out)
     except OSError as e:
         raise BadInput(f"cannot write '{out}': {e.strerror or e}") from None

@@ -5,7 +5,12 @@ Each drawing must give a valid PNG 1100 px wide, and what the figure holds (read
 by parameter count, the comm split, the phase split, memory by category in GiB (MiB when every size is below 1 GiB)
 and the planned peak; for ratio, from a manifest of synthetic trainer and peer records, the trainer / peer step
 ratios by version and the two peaks). A failed run, and for the timing kinds a finished one without measured steps,
-is a note (its error only when it has one). Bad input gives one `plot.py: error:` line, exit 2 and no PNG.
+is a note (its error only when it has one); an interrupted run that measured steps is drawn with a note, as is a
+record whose AdamW ran inside the backward (the note on the figure's foot too). Sweep lines split by the context,
+batch and GPU where the records differ in them. JSON files that are not records (timelines, traces, PyTorch peer
+records) are passed over, named or globbed; -o's suffix gives the format; --help's examples run. Bad input gives one
+`plot.py: error:` line, exit 2 and no PNG. The trainer binary (TRAINER_BIN, else that test is skipped) writes a record,
+a memory timeline and a trace into one folder, all drawn or passed over.
 """
 import json
 import os
@@ -19,6 +24,7 @@ import pytest
 
 SRC = pathlib.Path(os.environ.get("TRAINER_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 PLOT = SRC / "launch" / "plot.py"
+BIN = os.environ.get("TRAINER_BIN")
 GIB, MIB = 2 ** 30, 2 ** 20
 
 pytest.importorskip("matplotlib", reason="plot.py needs matplotlib (Debian: python3-matplotlib)")
@@ -83,11 +89,12 @@ def check_png(path, kind, n_records):
     assert 5_000 < len(data) < 300_000
 
 
-def draw(tmp_path, kind, paths, *extra):
+def draw(tmp_path, kind, paths, *extra, records=None):
+    """Draws `paths` (of which `records` are records, default all), checks the PNG, returns the dump and the run."""
     out, dump = tmp_path / f"{kind}.png", tmp_path / f"{kind}.dump.json"
     p = run_plot(kind, *paths, "-o", out, "--dump-json", dump, *extra)
     assert p.returncode == 0, p.stderr
-    check_png(out, kind, len(paths))
+    check_png(out, kind, len(paths) if records is None else records)
     return json.loads(dump.read_text()), p
 
 
@@ -162,6 +169,59 @@ def test_sweep_by_size_and_precision(tmp_path):
     assert all(len(ln["x"]) == 2 for ln in d["axes"][0]["lines"])
 
 
+def test_sweep_splits_lines_by_context_batch_and_gpu(tmp_path):
+    # Records that differ in the context length, the batch or the GPU had been joined into one line per precision
+    # (a vertical segment where two sat at one size); now each line is one setting, named by what differs.
+    rng = random.Random(14)
+
+    def rec(preset, ctx=512, batch=4, gpu="NVIDIA H200, 139.8 GiB, CUDA 13.0", status="ok"):
+        r = record(rng, preset=preset, status=status)
+        r["config"]["model"]["context_length"] = ctx
+        r["config"]["data"] = {"batch_size": batch}
+        if status == "ok":    # a run that failed before it opened the device has no backend
+            r["backend"] = gpu
+            r["model"]["parameters"] = {"small": 1.3e8, "xl": 3.4e9}[preset]
+        return r
+
+    recs = {"s512": rec("small"), "x512": rec("xl"), "x2048": rec("xl", ctx=2048), "x8192": rec("xl", ctx=8192),
+            "oom": rec("xl", ctx=32768, status="oom")}
+    d, _ = draw(tmp_path, "sweep", [write(tmp_path, k, r) for k, r in recs.items()])
+    lines = {ln["label"]: ln for ln in d["axes"][0]["lines"]}
+    assert list(lines) == ["bf16, ctx 512", "bf16, ctx 2048", "bf16, ctx 8192"]   # ctx by value
+    assert lines["bf16, ctx 512"]["x"] == pytest.approx([0.13, 3.4])
+    assert lines["bf16, ctx 512"]["y"] == pytest.approx([recs[k]["timing"]["step"]["mean_ms"]
+                                                         for k in ("s512", "x512")])
+    assert lines["bf16, ctx 2048"]["y"] == pytest.approx([recs["x2048"]["timing"]["step"]["mean_ms"]])
+    assert d["notes"] == ["xl bf16, ctx 32768: oom"] and d["info"] == []
+    # the batch and the GPU (its name, not its memory or CUDA version) split the lines too
+    recs = {"a": rec("small"), "b": rec("xl"), "c": rec("xl", batch=8), "d": rec("small", gpu="NVIDIA H100 80GB HBM3, "
+                                                                                 "79.2 GiB, CUDA 13"),
+            "e": rec("xl", gpu="NVIDIA H200, 139.8 GiB, CUDA 13.1")}
+    d, p = draw(tmp_path, "sweep", [write(tmp_path, k, r) for k, r in recs.items()])
+    got = {ln["label"]: len(ln["x"]) for ln in d["axes"][0]["lines"]}
+    assert got == {"bf16, batch 4, NVIDIA H200": 3, "bf16, batch 8, NVIDIA H200": 1, "bf16, batch 4, NVIDIA H100 80GB "
+                   "HBM3": 1}
+    # b and e: one line at one size (they differ in nothing split on): a note says so
+    assert d["info"] == ["xl bf16, batch 4, NVIDIA H200: several records of one line at one size: joined by a "
+                         "vertical segment"]
+    assert "several records of one line at one size" in flat(d["foot"][0]) and "# note: xl bf16, batch 4" in p.stderr
+
+
+def test_sweep_of_the_kept_records_at_three_contexts(tmp_path):
+    # The fresh-user case: three kept xl records at ctx 512, 2048 and 8192 and a small one of the sweep at 512 had
+    # been one bf16 line with a vertical segment at xl.
+    v8, sweep = SRC / "results/h200/2026-12-02/v8_memory", SRC / "results/h200/2026-11-30/sweep"
+    files = [v8 / "xl_c512_selective.json", v8 / "xl_c2048_selective.json", v8 / "xl_c8192_selective.json",
+             sweep / "small_bf16_train_step_w5.json"]
+    d, _ = draw(tmp_path, "sweep", files)
+    lines = d["axes"][0]["lines"]
+    assert all(len(set(ln["x"])) == len(ln["x"]) for ln in lines), lines   # no two points of a line at one size
+    assert [ln["label"] for ln in lines] == ["bf16, ctx 512, checkpointing none", "bf16, ctx 512, checkpointing "
+                                             "selective", "bf16, ctx 2048, checkpointing selective",
+                                             "bf16, ctx 8192, checkpointing selective"]
+    assert d["info"] == [] and d["notes"] == []
+
+
 def test_comm_vs_compute(tmp_path):
     rng = random.Random(3)
     recs = {"one": record(rng), "ddp": record(rng, world_size=2),
@@ -206,6 +266,63 @@ def test_phases_notes_adamw_inside_the_backward(tmp_path):
     _, p = draw(tmp_path, "phases", [write(tmp_path, "inside", inside), write(tmp_path, "apart", apart)])
     notes = [line for line in p.stderr.splitlines() if "inside the backward" in line]
     assert len(notes) == 1 and "inside: AdamW ran inside the backward" in notes[0], p.stderr  # not "apart"
+
+
+def flat(text):
+    """A foot note's text with its wrapping undone."""
+    return " ".join(text.split())
+
+
+def test_phases_in_backward_and_cuda_graph_are_notes_on_the_figure_not_records_left_out(tmp_path):
+    # A record whose AdamW ran inside the backward (or whose step was a CUDA graph) is drawn: its note had been
+    # printed as "not drawn", the record counted as not drawn, and the note promised by --help was not on the figure.
+    rng = random.Random(13)
+    inside, graph, apart = record(rng), record(rng), record(rng)
+    inside["config"]["optimizer"] = {"in_backward": True}
+    graph["cuda_graph"] = {"used": True}
+    apart["config"]["optimizer"] = {"in_backward": False}
+    paths = [write(tmp_path, k, r) for k, r in (("inside", inside), ("graph", graph), ("apart", apart))]
+    d, p = draw(tmp_path, "phases", paths)
+    assert d["notes"] == [] and "# not drawn" not in p.stderr, p.stderr
+    assert "(phases, 3 of 3 records drawn)" in p.stderr
+    assert "# note: inside: AdamW ran inside the backward (optimizer.in_backward)" in p.stderr
+    assert "# note: graph: its steps replayed a CUDA graph" in p.stderr
+    assert [i.split(":")[0] for i in d["info"]] == ["inside", "graph"]
+    foot = [flat(t) for t in d["foot"]]
+    assert foot == ["note: inside: AdamW ran inside the backward (optimizer.in_backward): its time is in the backward "
+                    "bar", "note: graph: its steps replayed a CUDA graph, which is timed whole: the bar is all 'other'"]
+    assert sorted(bars_by_label(d["axes"][0])) == ["apart", "graph", "inside"]
+    # without such a record: no foot
+    d, _ = draw(tmp_path, "phases", paths[2:])
+    assert d["foot"] == [] and d["info"] == []
+
+
+@pytest.mark.skipif(not BIN, reason="TRAINER_BIN is not set")
+def test_a_trainer_run_with_its_timeline_and_trace_beside_it(tmp_path):
+    # A single-rank train_step of the trainer (AdamW inside the backward, its default there) writes its record, a
+    # memory timeline and a Chrome trace into one folder; a shell's glob names all three. Every kind that draws the
+    # record passes over the other two with a note and draws the record, the phases one with its note on the figure.
+    run = tmp_path / "run"
+    run.mkdir()
+    p = subprocess.run([BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set", "bench.warmup_steps=1",
+                        "--set", "bench.measure_steps=2", "--set", f"profile.memory_timeline={run}/r.memory.json",
+                        "--set", f"profile.trace={run}/r.trace.json", "--set", f"output.results={run}/r.json"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads((run / "r.json").read_text())
+    assert r["status"] == "ok" and r["config"]["optimizer"]["in_backward"] is True
+    files = sorted(run.glob("*.json"))
+    assert [f.name for f in files] == ["r.json", "r.memory.json", "r.trace.json"]
+    for kind in ("phases", "memory", "comm", "sweep", "loss"):
+        d, p = draw(tmp_path, kind, files, records=1)
+        assert "(%s, 1 of 1 records drawn)" % kind in p.stderr, p.stderr
+        assert d["notes"] == [f"{files[1]}: a memory timeline, skipped", f"{files[2]}: a trace, skipped"], d["notes"]
+    d, p = draw(tmp_path, "phases", files, records=1)
+    assert "# note: r: AdamW ran inside the backward" in p.stderr and "# not drawn: r:" not in p.stderr, p.stderr
+    assert [flat(t) for t in d["foot"]] == ["note: r: AdamW ran inside the backward (optimizer.in_backward): its "
+                                            "time is in the backward bar"]
+    t = r["timing"]
+    assert sum(bars_by_label(d["axes"][0])["r"].values()) == pytest.approx(t["step"]["mean_ms"])
 
 
 def test_memory_by_category_and_planned(tmp_path):
@@ -351,7 +468,7 @@ def test_kind_option_glob_and_labels(tmp_path):
     assert "x3_memory.json: a memory timeline, skipped" in p.stderr
     assert "x4_collective.json: a record of job 'collective_bench', skipped" in p.stderr
     assert "(phases, 2 of 2 records drawn)" in p.stderr
-    # named outright, the same file is an error
+    # alone, the same file leaves nothing to draw: an error naming why it was passed over
     p = run_plot("phases", tmp_path / "x4_collective.json", "-o", out)
     assert p.returncode == 2 and "job 'collective_bench'" in p.stderr
     # --dump-json onto the -o output
@@ -364,6 +481,127 @@ def test_kind_option_glob_and_labels(tmp_path):
     p = run_plot("loss", pa, pb, "-o", out, "--dump-json", "-")
     assert p.returncode == 0, p.stderr
     assert [ln["label"] for ln in json.loads(p.stdout)["axes"][0]["lines"]] == ["a/run", "b/run"]
+
+
+def test_files_that_are_not_records_are_passed_over_when_named_too(tmp_path):
+    # A shell's glob names every file: one PyTorch peer record, memory timeline or trace among them had failed the
+    # whole plot (exit 2); they are passed over with a note, as memory_table.py does, an error only when no record is
+    # left. A file that is not JSON stays an error.
+    rng = random.Random(15)
+    good = write(tmp_path, "good", record(rng))
+    others = {"peer": (peer_rec("xl", 512, 100.0, 50.0), "a PyTorch peer record (torch_bench.result/1"),
+              "good.memory": ({"schema": "trainer.memory_timeline/1", "events": []}, "a memory timeline"),
+              "profile.trace": ({"displayTimeUnit": "ms", "traceEvents": []}, "a trace"),
+              "bench": (collective_record(rng, 2), "a record of job 'collective_bench'"),
+              "list": ([1, 2], "not a trainer result record (a JSON list)"),
+              "other": ({"schema": "something/1"}, "not a trainer result record (schema 'something/1')")}
+    paths = [write(tmp_path, k, r) for k, (r, _) in others.items()]
+    for kind in ("loss", "sweep", "comm", "phases", "memory"):
+        d, p = draw(tmp_path, kind, [paths[0], good] + paths[1:], records=1)
+        assert f"({kind}, 1 of 1 records drawn)" in p.stderr, p.stderr
+        assert len(d["notes"]) == len(paths), d["notes"]
+        for n, f, (_, why) in zip(d["notes"], paths, others.values()):
+            assert n.startswith(f"{f}: {why}") and n.endswith(", skipped"), n
+            assert f"# not drawn: {n}" in p.stderr
+    # nothing but such files: one line naming each, exit 2, no PNG
+    out = tmp_path / "none.png"
+    p = run_plot("memory", *paths, "-o", out)
+    assert p.returncode == 2 and not out.exists()
+    (line,) = p.stderr.splitlines()
+    assert line.startswith("plot.py: error: no trainer result record of job train among the inputs (")
+    assert all(f"{f}: {why}" in line for f, (_, why) in zip(paths, others.values()))
+    # a file that is not JSON is bad input even beside a record
+    (tmp_path / "broken.json").write_text("{")
+    p = run_plot("memory", good, tmp_path / "broken.json", "-o", out)
+    assert p.returncode == 2 and "is not JSON" in p.stderr and not out.exists()
+
+
+def test_memory_of_the_kept_v8_folder_with_its_peer_record_and_timelines(tmp_path):
+    # --help's example `memory results/h200/2026-12-02/v8_memory/*.json` as the shell expands it: a PyTorch peer
+    # record and three memory timelines among the records.
+    v8 = SRC / "results/h200/2026-12-02/v8_memory"
+    files = sorted(v8.glob("*.json"))
+    d, p = draw(tmp_path, "memory", files, records=len(files) - 4)
+    skipped = sorted(n.split(": ")[0] for n in d["notes"])
+    assert skipped == [str(v8 / "torch_xl_c8192_compiled_ckpt.json")] + sorted(
+        str(f) for f in files if f.name.endswith(".memory.json"))
+    assert f"(memory, {len(files) - 4} of {len(files) - 4} records drawn)" in p.stderr
+
+
+def help_examples():
+    p = run_plot("--help")
+    return [line.strip() for line in p.stdout.splitlines() if line.startswith("    launch/plot.py ")]
+
+
+def test_help_examples_run(tmp_path):
+    # Every example of --help runs as written (from the source folder, a bash shell expanding the unquoted globs),
+    # its -o moved into tmp_path: the collective one had named a folder that does not exist, the phases and memory
+    # ones had failed on the memory timelines and the peer record their globs match.
+    examples = help_examples()
+    assert len(examples) == 7 and {e.split()[1] for e in examples} == {"loss", "sweep", "comm", "phases", "memory",
+                                                                       "ratio", "collective"}
+    for e in examples:
+        out = pathlib.Path(e.split(" -o ")[1].split()[0]).name
+        cmd = e.replace("launch/plot.py", f"{sys.executable} launch/plot.py", 1).replace("[--mfu]", "--mfu")
+        cmd = cmd.replace(f" -o {e.split(' -o ')[1].split()[0]}", f" -o {tmp_path / out}")
+        p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120, cwd=SRC)
+        assert p.returncode == 0, (e, p.stderr)
+        data = (tmp_path / out).read_bytes()
+        assert data.startswith(b"%PDF" if out.endswith(".pdf") else b"\x89PNG"), e
+
+
+def test_output_format_follows_the_suffix(tmp_path):
+    # -o x.pdf had written PNG bytes into a .pdf; the suffix gives the format, another suffix is refused.
+    rng = random.Random(16)
+    rec = write(tmp_path, "r", record(rng))
+    for name, magic in (("x.pdf", b"%PDF"), ("x.svg", b"<?xml"), ("x.PNG", b"\x89PNG")):
+        p = run_plot("phases", rec, "-o", tmp_path / name)
+        assert p.returncode == 0, p.stderr
+        assert (tmp_path / name).read_bytes().startswith(magic), name
+    assert b"<svg" in (tmp_path / "x.svg").read_bytes()
+    for name in ("x.jpg", "x"):
+        p = run_plot("phases", rec, "-o", tmp_path / name)
+        assert p.returncode == 2 and not (tmp_path / name).exists()
+        (line,) = p.stderr.splitlines()
+        assert line == f"plot.py: error: -o '{tmp_path / name}': plot.py writes .png, .pdf or .svg (the suffix gives " \
+                       "the format)"
+
+
+def interrupted(r, steps_done=7):
+    """r as the trainer writes it for a run stopped by SIGINT after `steps_done` of 100 steps."""
+    r.update(status="interrupted", error=f"interrupted by SIGINT after step {steps_done} of 100",
+             interrupted={"signal": "SIGINT", "steps_done": steps_done, "steps_planned": 100})
+    return r
+
+
+@pytest.mark.parametrize("kind", ["phases", "comm", "sweep", "memory"])
+def test_an_interrupted_run_is_drawn_from_the_steps_it_measured(tmp_path, kind):
+    # An interrupted run that measured steps had been left out as "no timings" (ddp_table.py and loss_match.py use
+    # its numbers); it is drawn, with a note. One interrupted before its first measured step is still left out.
+    rng = random.Random(17)
+    ok = record(rng, preset="small")
+    cut = interrupted(record(rng, preset="xl"))
+    early = interrupted(no_measured_steps(record(rng, preset="medium")), steps_done=2)
+    paths = [write(tmp_path, "ok", ok), write(tmp_path, "cut", cut), write(tmp_path, "early", early)]
+    d, p = draw(tmp_path, kind, paths if kind != "memory" else paths[:2])
+    where = "xl bf16" if kind == "sweep" else "cut"
+    assert d["info"] == [f"{where}: status interrupted: drawn from the steps it measured (interrupted by SIGINT after "
+                         f"step 7 of 100)"]
+    assert f"# note: {where}: status interrupted" in p.stderr
+    assert [flat(t) for t in d["foot"]][0] == f"note: {where}: status interrupted: drawn from the steps it measured"
+    if kind == "memory":
+        assert d["notes"] == [] and "(memory, 2 of 2 records drawn)" in p.stderr
+        assert sum(bars_by_label(d["axes"][0])["cut"].values()) == pytest.approx(cut["memory"]["peak_bytes"] / GIB)
+        return
+    assert d["notes"] == ["medium bf16: interrupted" if kind == "sweep" else
+                          "early: status interrupted (interrupted by SIGINT after step 2 of 100): no timings"]
+    assert f"({kind}, 2 of 3 records drawn)" in p.stderr
+    if kind == "sweep":
+        (line,) = d["axes"][0]["lines"]
+        want = sorted((r["model"]["parameters"] / 1e9, r["timing"]["step"]["mean_ms"]) for r in (ok, cut))
+        assert list(zip(line["x"], line["y"])) == pytest.approx(want)
+    else:
+        assert sum(bars_by_label(d["axes"][0])["cut"].values()) == pytest.approx(cut["timing"]["step"]["mean_ms"])
 
 
 def test_help():
@@ -384,7 +622,8 @@ def test_bad_input(tmp_path):
         "not json": (["loss", tmp_path / "x.json"], "is not JSON"),
         "a list": (["loss", write(tmp_path, "l", [1, 2])], "not a trainer result record"),
         "timeline": (["memory", write(tmp_path, "t", {"schema": "trainer.memory_timeline/1"})],
-                     "not a trainer result record"),
+                     "no trainer result record of job train among the inputs"),
+        "peer record": (["memory", write(tmp_path, "pr", peer_rec("xl", 512, 1.0, 1.0))], "a PyTorch peer record"),
         "other job": (["phases", write(tmp_path, "ab", {"schema": "trainer.result/1", "job": "attention_bench"})],
                       "job 'attention_bench'"),
         "no kind": ([good], "first argument or --kind"),
@@ -398,6 +637,7 @@ def test_bad_input(tmp_path):
         "no output dir": (["loss", good, "-o", tmp_path / "no" / "x.png"], "does not exist"),
         "output is an input": (["loss", good, "-o", good], "is also the input"),
         "dump is an input": (["loss", good, "--dump-json", good], "is also the input"),
+        "output format": (["loss", good, "-o", tmp_path / "bad.png.jpg"], "plot.py writes .png, .pdf or .svg"),
     }
     (tmp_path / "x.json").write_text("{not json")
     for name, (args, msg) in cases.items():
