@@ -6,6 +6,7 @@ gradient, then kernels::adamw).
   python3 launch/dw_adamw_bench/check.py [--lib .carry/dwa/libdwa.so] [--out DIR] [--no-check] [--no-time]
                                          [--rounds N] [--shapes xl,small] [--quick] [--weights W,..]
                                          [--variants V,..] [--same-as OTHER_LIB [--same-order-free]] [--k K]
+                                         [--check-shapes I,..]
 
 Checks, per shape (ragged, strided and the xl / small block's weights; fresh random inputs, outputs NaN-poisoned):
   grad      the kernel's dW (update off, gradient written) against dYᵀX in float64: normwise relative error below
@@ -48,6 +49,8 @@ p.add_argument("--no-check", action="store_true")
 p.add_argument("--no-time", action="store_true")
 p.add_argument("--rounds", type=int, default=11)
 p.add_argument("--quick", action="store_true", help="only the shapes up to 2000 x 2056 (for compute-sanitizer)")
+p.add_argument("--check-shapes", default="", help="only these check shapes, by index in the list (0-10; e.g. 0,2 "
+               "under compute-sanitizer)")
 p.add_argument("--shapes", default="xl,small", help="blocks to time: xl, small (comma-separated)")
 p.add_argument("--weights", default="", help="only these weights (Wqkv,Wo,W13,W2; e.g. for ncu)")
 p.add_argument("--same-as", default="", help="another build of the library (e.g. dwa/libdwa_wide.so): its fused "
@@ -297,6 +300,8 @@ if not args.no_check:
               (2560, 10240, 2048)]
     if args.quick:
         shapes = shapes[:7]
+    if args.check_shapes:
+        shapes = [shapes[int(i)] for i in args.check_shapes.split(",")]
     for s in shapes:
         r = check_shape(*s)
         out["checks"].append(r)
