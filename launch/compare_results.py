@@ -9,9 +9,11 @@ strategy and comm, world size, batch), the machine, timing mean ± std per phase
 MFU, peak memory and its split by category at the peak, saved activations per block, and the final loss; for
 collective_bench records, the bus bandwidth and time of every (op, size).
 When there are several records, "vs first" rows give the step time and tokens/s relative to the first column.
-A field a record lacks (or has null) shows as "-"; a long error message is cut at a word boundary with "…".
-Bad input (a file that cannot be read, or is not a trainer or peer result record) is one line
-"compare_results: error: ..." on stderr and exit code 2, before anything is printed. Standard library only.
+A field a record lacks (or has null) shows as "-"; a long error message is cut at a word boundary with "…"; a time
+of one sample has no "± std". Columns are named by file name, or by path where two files share a name.
+Bad input (a file that cannot be read, or is not a trainer or peer result record, or holds a value of another type
+where a row reads a number or a section: a hand-edited record) is one line "compare_results: error: ..." on stderr
+and exit code 2, before anything is printed. Standard library only.
 Records of the PyTorch peer (launch/torch_bench.py, torch_bench.result/1) can stand beside the trainer's: their
 config, machine, timing, tokens/s and peak memory map onto the same rows (job "peer", the name says the torch_bench
 mode, phase and torch.compile mode; a forward or forward_backward record's time is its own row, not "step"; the
@@ -111,6 +113,8 @@ def timing_cell(r, phase):
         return "-"
     n = t.get("samples")
     n = len(n) if isinstance(n, list) else (n or 0)  # the trainer's: the step times; torch_bench's: their count
+    if n == 1:  # the std of one sample says nothing
+        return f"{t['mean_ms']:.2f} (n=1)"
     return f"{t['mean_ms']:.2f} ± {t.get('std_ms') or 0.0:.2f} (n={n})"
 
 
@@ -281,6 +285,45 @@ def peer_as_record(r):
     }
 
 
+# What the rows read, by dotted key (a trainer record's, or a peer's as written; "*": every key of the object above):
+# objects (TRAINER_OBJECTS: in a trainer record; the peer's config.optimizer is a name), and numbers
+OBJECTS = ("config", "model", "machine", "timing", *(f"timing.{p}" for p in PHASES), "throughput", "memory",
+           "memory.by_category", "collective_bench", "collective_bench.results.*")
+TRAINER_OBJECTS = ("config.model", "config.optimizer", "model.changed_from_preset", "model.changed_from_preset.*")
+NUMBERS = ("timing.*.mean_ms", "timing.*.std_ms", "timing.step.times_ms.*",
+           "throughput.tokens_per_s", "throughput.model_tflops_per_gpu", "throughput.mfu", "throughput.peak_tflops",
+           "memory.peak_bytes", "memory.by_category.*", "memory.optimizer_state_bytes",
+           "memory.saved_activation_bytes_per_block", "loss.final", "model.parameters", "model.params",
+           "gemm_autotune.heuristic_ms", "gemm_autotune.tuned_ms", "collective_bench.results.*.size_bytes",
+           "collective_bench.results.*.busbw_gbs", "collective_bench.results.*.time_us_max")
+
+
+def values(r, dotted):
+    """[(key, value)] at the dotted key of r, "*" standing for every key (or item) there; none where a level is
+    missing, null or of another type (that level is checked on its own)."""
+    found = [("", r)]
+    for k in dotted.split("."):
+        step = []
+        for at, v in found:
+            if k != "*":
+                items = [(k, v.get(k))] if isinstance(v, dict) else []
+            else:
+                items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else []
+            step += [(f"{at}.{i}".lstrip("."), x) for i, x in items if x is not None]
+        found = step
+    return found
+
+
+def check(path, r, peer):
+    """Dies naming the file and the key where a value the rows read has another type (a hand-edited record)."""
+    objects = OBJECTS + (() if peer else TRAINER_OBJECTS)
+    for dotted, want, what in [("collective_bench.results", list, "a list"), *((d, dict, "an object") for d in objects),
+                               *((d, (int, float), "a number") for d in NUMBERS)]:
+        for key, v in values(r, dotted):
+            if not isinstance(v, want) or isinstance(v, bool):
+                die(f"'{path}': {key} is {json.dumps(v)[:40]}, not {what} (a hand-edited record?)")
+
+
 def load(path):
     """The record at `path`: a trainer result record, or a torch_bench one as peer_as_record makes it."""
     try:
@@ -289,12 +332,12 @@ def load(path):
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         die(f"cannot read '{path}': {e}")
     schema = str(r.get("schema", "")) if isinstance(r, dict) else ""
-    if schema.startswith("torch_bench.result/"):
-        return peer_as_record(r)
-    if not schema.startswith("trainer.result/"):
+    if not schema.startswith(("trainer.result/", "torch_bench.result/")):
         die(f"'{path}' is not a trainer result record (schema trainer.result/1) nor a PyTorch peer's "
             "(torch_bench.result/1)")
-    return r
+    peer = schema.startswith("torch_bench.result/")
+    check(path, r, peer)
+    return peer_as_record(r) if peer else r
 
 
 def main(argv=None):

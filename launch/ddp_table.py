@@ -1,21 +1,25 @@
 #!/usr/bin/env python3
 """Data-parallel summary table from trainer result records (DDP variants and ZeRO-1 on one or more GPUs).
 
-    launch/ddp_table.py --one results/h200x2/xl_1gpu.json results/h200x2/xl_2gpu_*.json [--torch T.json ...]
+    launch/ddp_table.py --one results/h200x2/2026-11-30/v1/xl_1gpu.json \\
+        results/h200x2/2026-11-30/v1/xl_2gpu_*.json [--torch T.json ...]
 
 For each record: strategy (bucket size), ranks, step mean ± std, forward/backward/optimizer, communication time and
 the part of it exposed (the compute stream waiting; this counts every wait around a collective, the host all-reduce
 of the gradient norm of zero1 and fsdp included, which the communication time does not, so it can exceed it),
-scaling efficiency = (1-GPU step) / (N-GPU step) at equal
-per-GPU batch (--one gives the 1-GPU record), peak memory of the largest rank and optimizer state per rank (GiB, or
-MiB when every size in the table is below 1 GiB, as memory_table.py; the header says which). torch_bench.py records
-(--torch) are listed with their step and peak. A failed run (status running, oom, error, ...) is a row with its
-status and error; an interrupted run that measured steps shows its numbers, the row ending with its status. A value
-or section a record lacks (hand-edited or partial records) shows as "-". Inputs that are not trainer result records
-of job train are skipped with a note on stderr.
+scaling efficiency = (1-GPU step) / (N-GPU step) at equal per-GPU batch, model and precision (--one gives the 1-GPU
+record; a row that differs from it in rows per GPU, model dims, context length or precision gets no efficiency, with
+a note on stderr saying why), peak memory of the largest rank and optimizer state per rank (GiB, or MiB when every
+size in the table is below 1 GiB, as memory_table.py; the header says which). torch_bench.py records (--torch) are
+listed with their step and peak. A failed run (status running, oom, error, ...) is a row with its status and error
+(cut at a word boundary with "…" when long); an interrupted run that measured steps shows its numbers, the row
+ending with its status (as --one too: its measured steps are the base, with a note). The step time of a single
+measured step has no "± std". A value or section a record lacks (hand-edited or partial records) shows as "-".
+Inputs that are not trainer result records of job train (memory timelines, records of the benchmark jobs) are
+skipped with a note on stderr. Rows are named by file name, or by path where two files share a name.
 Bad input (an unreadable file, a --torch file that is not a torch_bench.py record, a record without its status or
-job, a --one record that is not a finished 1-rank train run, no train record at all) is one line
-"ddp_table: error: ..." on stderr and exit code 2, before anything is printed. Standard library only.
+job, a --one record that is not a 1-rank train run that finished or measured steps, no train record at all) is one
+line "ddp_table: error: ..." on stderr and exit code 2, before anything is printed. Standard library only.
 """
 import argparse
 import json
@@ -44,6 +48,17 @@ def fmt(x, spec=".1f"):
     return "-" if x is None else format(x, spec)
 
 
+def clip(s, n):
+    """s cut to at most n characters at a word boundary, with "…" when cut (as compare_results.py's)."""
+    s = " ".join(str(s).split())
+    if len(s) <= n:
+        return s
+    cut = s[:n]
+    if s[n] != " " and " " in cut:  # mid-word: back to the last space
+        cut = cut[:cut.rindex(" ")]
+    return cut.rstrip(" ,;:.-") + "…"
+
+
 def need(path, r, key, what):
     """Dies naming the file and `key` when the record has it missing or null."""
     if r.get(key) is None:
@@ -51,9 +66,9 @@ def need(path, r, key, what):
 
 
 def status_text(r):
-    """'ok', 'running', 'oom (out of memory ...)': the status and, when the record has one, its error."""
+    """'ok', 'running', 'oom (out of memory ...)': the status and, when the record has one, its error (clipped)."""
     err = r.get("error")
-    return f"{r['status']}" + (f" ({err})" if err else "")
+    return f"{r['status']}" + (f" ({clip(err, 100)})" if err else "")
 
 
 def is_trainer_record(r):
@@ -74,6 +89,37 @@ def per_gpu_rows(r):
     """Rows of the batch each rank processes per step (the global batch over the ranks); None when unknown."""
     b = num(get(r, "config", "data", "batch_size"))
     return None if b is None else b // (num(r.get("world_size")) or 1)
+
+
+DIMS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length")
+
+
+def model_of(r):
+    """{key: value} of what the step time depends on besides the layout: the model's dims, context length included
+    (model.dims, else config.model), and the precision; None where the record lacks one."""
+    dims = get(r, "model", "dims")
+    dims = dims if isinstance(dims, dict) else get(r, "config", "model") or {}
+    return {**{k: dims.get(k) if isinstance(dims, dict) else None for k in DIMS},
+            "precision": get(r, "config", "precision")}
+
+
+def model_differences(r, one):
+    """'d_model 1600, the --one record 64; precision bf16, the --one record fp32': the keys that record r and the
+    --one record both give and that differ."""
+    a, b = model_of(r), model_of(one)
+    return "; ".join(f"{k} {a[k]}, the --one record {b[k]}" for k in a
+                     if a[k] is not None and b[k] is not None and a[k] != b[k])
+
+
+def step_cell(step):
+    """'    80.0 ±   0.5' (mean ± std, ms), the mean alone for one sample (its std says nothing), '-' without one."""
+    mean = num(get(step, "mean_ms"))
+    if mean is None:
+        return "-"
+    n = get(step, "samples")  # the trainer's: the step times; torch_bench's: their count
+    if (len(n) if isinstance(n, list) else num(n)) == 1:
+        return f"{mean:8.1f}{'':8s}"
+    return f"{mean:8.1f} ± {num(get(step, 'std_ms')) or 0:5.1f}"
 
 
 def strategy_name(r):
@@ -115,25 +161,23 @@ def trainer_row(label, path, r, one, base, notes):
             notes.append(f"# {label}: {per_gpu_rows(r)} rows per GPU, the --one record {per_gpu_rows(one)}: "
                          "no efficiency")
         eff = None
-    std = num(get(step, "std_ms")) or 0
-    step_cell = "-" if mean is None else f"{mean:8.1f} ± {std:5.1f}"
-    return ("row", label, name, n, step_cell, [ms(r, k) for k in ("forward", "backward", "optimizer", "comm",
-                                                                   "comm_exposed")],
+    if eff is not None and (differ := model_differences(r, one)):
+        notes.append(f"# {label}: {differ}: another model, no efficiency")
+        eff = None
+    return ("row", label, name, n, step_cell(step), [ms(r, k) for k in ("forward", "backward", "optimizer", "comm",
+                                                                         "comm_exposed")],
             eff, peak_bytes(r), num(get(r, "memory", "optimizer_state_bytes")),
             "" if r["status"] == "ok" else status_text(r))
 
 
-def torch_row(path, t):
+def torch_row(stem, t):
     """As trainer_row for a torch_bench.py record: its step and peak only (None for the phases)."""
     c = t.get("config") if isinstance(t.get("config"), dict) else {}
     n = num(c.get("world_size")) or 1
     label = f"torch {c.get('mode') or '-'}" + (f" DDP {c.get('bucket_cap_mb') or '-'} MB" if n > 1 else "")
-    stem = pathlib.Path(path).stem
     if t["status"] != "ok":
         return ("text", stem, label, n, status_text(t))
-    mean = num(get(t, "timing", "step", "mean_ms"))
-    std = num(get(t, "timing", "step", "std_ms")) or 0
-    return ("row", stem, label, n, "-" if mean is None else f"{mean:8.1f} ± {std:5.1f}", None, None,
+    return ("row", stem, label, n, step_cell(get(t, "timing", "step")), None, None,
             num(get(t, "memory", "peak_bytes")), None, "")
 
 
@@ -151,10 +195,13 @@ def main():
         if not is_trainer_record(one) or one.get("job") != "train" or (num(one.get("world_size")) or 1) != 1:
             die(f"--one '{args.one}' must be a 1-rank trainer train record")
         need(args.one, one, "status", "--one record")
-        if one["status"] != "ok":
+        base = ms(one, "step")
+        if one["status"] != "ok" and (one["status"] != "interrupted" or base is None):
             die(f"--one '{args.one}' is not a finished run (status {one['status']}"
                 + (f": {one['error']})" if one.get("error") else ")"))
-        base = ms(one, "step")
+        if one["status"] == "interrupted":  # its measured steps are valid
+            notes.append(f"# --one record '{args.one}' is an interrupted run: the steps it measured give the 1-GPU "
+                         "step time")
         if base is None:
             notes.append(f"# --one record '{args.one}' has no step time (timing.step.mean_ms): no efficiency")
     trainer = ([(args.one, one)] if one else [])
@@ -163,8 +210,11 @@ def main():
             continue  # the --one record matched by the glob too: one row
         r = load(p, "record")
         if not is_trainer_record(r):
-            kind = ("a torch_bench record (pass it with --torch)" if str(r.get("schema", "")).startswith("torch_bench")
-                    else "not a trainer result record (no trainer.result schema; a config file?)")
+            schema = str(r.get("schema", ""))
+            kind = ("a torch_bench record (pass it with --torch)" if schema.startswith("torch_bench") else
+                    "a memory timeline (profile.memory_timeline), not a result record"
+                    if schema.startswith("trainer.memory_timeline") else
+                    "not a trainer result record (no trainer.result schema; a config file?)")
             notes.append(f"# skipped {p}: {kind}")
             continue
         need(p, r, "job", "record")
@@ -186,14 +236,18 @@ def main():
         die("no trainer train record among the inputs" + (f" (skipped {skipped[0]})" if len(skipped) == 1 else
                                                           f" ({len(skipped)} skipped, e.g. {skipped[0]})" if skipped
                                                           else ""))
+    # rows are named by file name, or by path where two files share a name (r1/run.json, r2/run.json)
+    stems = [pathlib.Path(p).stem for p, _ in trainer + torch]
+    labels = dict(zip([p for p, _ in trainer + torch], stems if len(set(stems)) == len(stems) else
+                      [p for p, _ in trainer + torch]))
     for p, r in trainer:
         try:
-            rows.append(trainer_row(pathlib.Path(p).stem, p, r, one, base, notes))
+            rows.append(trainer_row(labels[p], p, r, one, base, notes))
         except (TypeError, ValueError, AttributeError, KeyError) as e:  # a value of an unexpected type
             die(f"record '{p}': unexpected content ({type(e).__name__}: {e})")
     for p, t in torch:
         try:
-            rows.append(torch_row(p, t))
+            rows.append(torch_row(labels[p], t))
         except (TypeError, ValueError, AttributeError, KeyError) as e:
             die(f"--torch record '{p}': unexpected content ({type(e).__name__}: {e})")
 

@@ -5,15 +5,21 @@ same global batch).
     launch/loss_match.py REF.json A.json B.json ...
 
 Prints, for each record, its strategy, the final loss, and the largest relative difference |a - ref| / |ref| over
-all steps (and the step where it occurs, numbered from 1 as in the trainer's log). An interrupted run's losses are
-valid: a record or reference with status interrupted is compared on the steps both have, its row saying how many
-when the two differ in length. Exit codes: 0 when every record compared; 1 if a record (the reference included)
-failed (status error, oom, running, ...), or a record other than the reference has no per-step losses or, neither
-of the two interrupted, a different number of steps (a row says which); 2 on bad input, one line
-"loss_match: error: ..." on stderr before anything is printed: a file that cannot be read or is not a JSON object, a
-reference without per-step losses, a record to compare without its config section, or per-step losses that are not
-numbers. A strategy a
-record lacks shows as "-". Standard library only.
+the steps both have (and the step where it occurs, numbered from 1 as in the trainer's log). Steps are matched by
+their number: a resumed run's record holds the steps after steps.first (its checkpoint's step), so a resumed leg is
+compared with an uninterrupted run on the steps after its checkpoint; the row names the steps compared when they are
+not all of both records'. An interrupted run's losses are valid: a record or reference with status interrupted is
+compared on the steps both have. A record whose config differs from the reference's in a key that changes the
+numbers (precision, the schedule and its length, the optimizer's settings, model, global batch, data, initial
+weights) is marked "not comparable", naming the keys; one that differs where only the rounding does (device,
+attention, fp32_matmul, reduce_dtype) says so. Exit codes: 0 when every record compared; 1 if a record (the
+reference included) failed (status error, oom, running, ...), or a record other than the reference has no per-step
+losses, no step in common with the reference or, neither of the two interrupted, ends at another step (a finished
+run of another length; a row says which); 2 on bad input, one line "loss_match: error: ..." on stderr before
+anything is printed: a file that cannot be read or is not a JSON object, a reference without per-step losses, a
+record to compare without its config section, per-step losses that are not numbers, a steps.first that is not a
+step number; or fewer than two files (a usage line). Records sharing a file name are named by their paths. A
+strategy a record lacks shows as "-". Standard library only.
 """
 import json
 import math
@@ -50,14 +56,19 @@ def failure(path, r):
 
 
 def check(path, r, losses):
-    """Dies (exit 2) when a finished record with per-step losses lacks what the comparison reads: its config
-    section, or per-step losses that are all numbers."""
+    """The step its losses follow (steps.first: a resumed run's checkpoint step; 0 when absent). Dies (exit 2) when a
+    finished record with per-step losses lacks what the comparison reads: its config section, per-step losses that
+    are all numbers, or a steps.first that is a step number."""
     if not isinstance(r.get("config"), dict):
         die(f"'{path}': 'config' is {'null' if 'config' in r else 'missing'} (a hand-edited or partial record?): "
             "cannot tell whether its run is comparable")
     if (not isinstance(losses, list) or
                    not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in losses)):
         die(f"'{path}': loss.per_step is not a list of numbers")
+    first = section(r, "steps").get("first") or 0  # as launch/plot.py's loss kind reads it
+    if not isinstance(first, int) or isinstance(first, bool) or first < 0:
+        die(f"'{path}': steps.first is {first!r}, not a step number")
+    return first
 
 
 def section(d, key):
@@ -71,15 +82,47 @@ def strategy(r):
 
 
 def setup(r):
-    """What must agree for curves to be comparable: precision, schedule, lr, warm-up, model dims, global batch, data
-    (source, file, sampling, seed) and the initial weights' seed."""
+    """{name: value} of what must agree for curves to be comparable, read from the resolved config the record
+    carries: every key that changes the numbers, as the trainer's resume check counts them (the strategy, world
+    size and microbatches change only the order of the sums). Warm-up, the cosine cycle's length and min_lr count
+    with schedule cosine (constant leaves them unused); the length is cosine_steps, or with cosine_steps 0 the run's
+    (bench.warmup_steps + measure_steps, counted from step 0 in a resumed run too)."""
     c = section(r, "config")
     o = section(c, "optimizer")
     d = section(c, "data")
-    dims = section(section(r, "model"), "dims")
-    return (c.get("precision"), o.get("schedule"), o.get("lr"), o.get("warmup_steps"),
-            tuple(sorted(dims.items())), d.get("batch_size"),
-            (d.get("source"), d.get("path"), d.get("sampling"), d.get("seed")), section(c, "init").get("seed"))
+    b = section(c, "bench")
+    i = section(c, "init")
+    cosine = o.get("schedule") == "cosine"
+    run = [b.get("warmup_steps", 0), b.get("measure_steps")]
+    run = sum(run) if all(isinstance(x, int) for x in run) else None
+    return {"precision": c.get("precision"), "schedule": o.get("schedule"), "lr": o.get("lr"),
+            "warm-up": o.get("warmup_steps") if cosine else None,
+            "cosine length": (o.get("cosine_steps") or run) if cosine else None,
+            "min_lr": o.get("min_lr") if cosine else None, "betas": o.get("betas"), "eps": o.get("eps"),
+            "weight_decay": o.get("weight_decay"), "max_grad_norm": o.get("max_grad_norm"),
+            "stochastic rounding": o.get("stochastic_rounding") if c.get("precision") == "bf16_pure" else None,
+            "model": section(section(r, "model"), "dims"),
+            "rope_theta": section(c, "model").get("rope_theta"), "global batch": d.get("batch_size"),
+            "data": (d.get("source"), d.get("path"), d.get("dtype"), d.get("sampling"), d.get("seed")),
+            "init seed": i.get("seed"), "init weights": i.get("weights")}
+
+
+def rounding(r):
+    """{name: value} of the keys that change only the rounding of the numbers (as a strategy does)."""
+    c = section(r, "config")
+    return {"device": c.get("device"), "attention": c.get("attention"), "fp32_matmul": c.get("fp32_matmul"),
+            "reduce_dtype": section(c, "parallel").get("reduce_dtype")}
+
+
+def differ(what, a, b):
+    """The names whose values differ between records a and b in what(record)."""
+    x, y = what(a), what(b)
+    return [n for n in x if x[n] != y[n]]
+
+
+def steps(first, n):
+    """'steps 26-45' for n losses after step `first` ('step 26' for one)."""
+    return f"step {first + 1}" if n == 1 else f"steps {first + 1}-{first + n}"
 
 
 def rel_diff(a, ref):
@@ -93,7 +136,7 @@ def main(argv):
         print(__doc__)
         return 0
     if len(argv) < 2:
-        print(__doc__)
+        print("usage: launch/loss_match.py REF.json A.json [B.json ...]  (--help: what it prints)", file=sys.stderr)
         return 2
     # Every file is read and checked before anything is printed: bad input is one line on stderr and exit 2.
     ref_rec, ref = load(argv[0])
@@ -104,44 +147,60 @@ def main(argv):
         die(f"'{argv[0]}' has no per-step losses ("
             + ("interrupted before its first step)" if ref_rec.get("status") == "interrupted" else
                "not a trainer train record?)"))
-    check(argv[0], ref_rec, ref)
+    ref_first = check(argv[0], ref_rec, ref)
     records = []
     for path in argv[1:]:
         rec, l = load(path)
-        if l and not failure(path, rec):  # (without losses it is a row that says so)
-            check(path, rec, l)
-        records.append((path, rec, l))
-    p, sch, lr, wu = ("-" if x is None else x for x in setup(ref_rec)[:4])
+        first = check(path, rec, l) if l and not failure(path, rec) else 0  # (without losses: a row says so)
+        records.append((path, rec, l, first))
+    # labels: the file names, or the paths as given where two records share a name (r1/run.json, r2/run.json)
+    names = [pathlib.Path(path).name for path in argv[1:]]
+    if len(set(names)) < len(names):
+        names = argv[1:]
+    c = section(ref_rec, "config")
+    o = section(c, "optimizer")
+    p, sch, lr, wu = ("-" if x is None else x
+                      for x in (c.get("precision"), o.get("schedule"), o.get("lr"), o.get("warmup_steps")))
     cut = " (interrupted)" if ref_rec.get("status") == "interrupted" else ""
-    print(f"reference {argv[0]}: {len(ref)} steps{cut}, final loss {ref[-1]:.5f} ({p}, schedule {sch}, lr {lr}, "
-          f"warm-up {wu}, strategy {strategy(ref_rec)})")
+    span = f" ({steps(ref_first, len(ref))})" if ref_first else ""
+    print(f"reference {argv[0]}: {len(ref)} steps{span}{cut}, final loss {ref[-1]:.5f} ({p}, schedule {sch}, "
+          f"lr {lr}, warm-up {wu}, strategy {strategy(ref_rec)})")
     print(f"{'record':44s} {'strategy':14s} {'final':>9s} {'max rel diff':>13s} {'at step':>7s}")
     status = 0
-    for path, rec, l in records:
+    for name, (path, rec, l, first) in zip(names, records):
         if why := failure(path, rec):
-            print(f"{pathlib.Path(path).name:44s} {why}")
+            print(f"{name:44s} {why}")
             status = 1
             continue
         if not l:
-            print(f"{pathlib.Path(path).name:44s} no per-step losses ("
+            print(f"{name:44s} no per-step losses ("
                   + ("interrupted before its first step)" if rec.get("status") == "interrupted" else
                      "not a trainer train record?)"))
             status = 1
             continue
+        # Steps are matched by number (a resumed run's losses follow steps.first): compared where both have them.
         interrupted = "interrupted" in (rec.get("status"), ref_rec.get("status"))
-        if len(l) != len(ref) and not interrupted:
-            print(f"{pathlib.Path(path).name:44s} {len(l)} steps, the reference has {len(ref)}")
+        if first + len(l) != ref_first + len(ref) and not interrupted:
+            print(f"{name:44s} {steps(first, len(l))}, the reference has {steps(ref_first, len(ref))} (finished "
+                  "runs of different lengths)")
             status = 1
             continue
-        rel = [rel_diff(a, b) for a, b in zip(l, ref)]  # an interrupted run's: the steps both have
+        lo, hi = max(first, ref_first), min(first + len(l), ref_first + len(ref))  # steps lo + 1 .. hi
+        if lo >= hi:
+            print(f"{name:44s} no step in common: it has {steps(first, len(l))}, the reference has "
+                  f"{steps(ref_first, len(ref))}")
+            status = 1
+            continue
+        rel = [rel_diff(a, b) for a, b in zip(l[lo - first:hi - first], ref[lo - ref_first:hi - ref_first])]
         k = max(range(len(rel)), key=rel.__getitem__)
-        names = ("precision", "schedule", "lr", "warm-up", "model", "global batch", "data", "init seed")
-        differ = [n for n, a, b in zip(names, setup(rec), setup(ref_rec)) if a != b]
-        note = f"  (not comparable: different {', '.join(differ)})" if differ else ""
-        if len(l) != len(ref):
-            note += (f"  ({'interrupted: ' if rec.get('status') == 'interrupted' else ''}compared the first "
-                     f"{len(rel)} steps; it has {len(l)}, the reference {len(ref)})")
-        print(f"{pathlib.Path(path).name:44s} {strategy(rec):14s} {l[-1]:9.5f} {rel[k]:13.2e} {k + 1:7d}{note}")
+        notes = [f"not comparable: different {', '.join(d)}" for d in [differ(setup, rec, ref_rec)] if d]
+        notes += [f"rounding differs: different {', '.join(d)}" for d in [differ(rounding, rec, ref_rec)] if d]
+        if (first, len(l)) != (ref_first, len(ref)):
+            notes.append(f"{'interrupted: ' if rec.get('status') == 'interrupted' else ''}compared "
+                         f"{steps(lo, hi - lo)}; it has {steps(first, len(l))}, the reference "
+                         f"{steps(ref_first, len(ref))}")
+        print(f"{name:44s} {strategy(rec):14s} {l[-1]:9.5f} {rel[k]:13.2e} {lo + k + 1:7d}"
+              + "".join(f"  ({n})" for n in notes))
     return status
 
 

@@ -2,13 +2,15 @@
 """Tabulate train records side by side with the planner's prediction: step time, measured and predicted peak memory,
 their ratio, the head and activation categories, and the checkpointing policy (CS336 a2 section 3's tables).
 
-    launch/memory_table.py results/h200/2026-12-01/v8_memory/*.json
+    launch/memory_table.py results/h200/2026-12-02/v8_memory/*.json
     launch/memory_table.py --markdown RECORDS...          # a Markdown table for results/README.md
 
 Records of PyTorch's peer (launch/torch_bench.py --json) are accepted too (no prediction); memory timelines and
 records of the benchmark jobs (attention_bench, collective_bench) are skipped with a note. An out-of-memory record's
-planned peak comes from the plan it carries. Sizes are GiB, or MiB when every one is below 1 GiB. Standard library
-only.
+planned peak comes from the plan it carries. Sizes are GiB, or MiB when every one is below 1 GiB. Rows are named by
+file name, or by path where two files share a name. Bad input (a file that cannot be read, is not a result record,
+or holds a value of another type where the table reads a number or a section: a hand-edited record) is one line
+"memory_table.py: error: ..." on stderr and exit code 2. Standard library only.
 """
 import argparse
 import json
@@ -23,10 +25,25 @@ def die(msg):
     sys.exit(2)
 
 
+def field(path, r, dotted, number=False):
+    """r's value at the dotted key (a.b.c), None where a level is missing or null; dies naming the file and the key
+    where a level is not an object, or (number) the value is not a number (a hand-edited record)."""
+    v = r
+    for n, k in enumerate(dotted.split(".")):
+        if not isinstance(v, dict):
+            die(f"{path}: {'.'.join(dotted.split('.')[:n])} is {json.dumps(v)[:40]}, not an object")
+        v = v.get(k)
+        if v is None:
+            return None
+    if number and (not isinstance(v, (int, float)) or isinstance(v, bool)):
+        die(f"{path}: {dotted} is {json.dumps(v)[:40]}, not a number")
+    return v
+
+
 def row(path):
     try:
         r = json.loads(pathlib.Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         die(f"{path}: {e}")
     if isinstance(r, list):  # a torch_bench sweep file
         r = r[0] if r else {}
@@ -38,31 +55,25 @@ def row(path):
     if str(r.get("schema", "")).startswith("trainer.result") and r.get("job", "train") != "train":
         print(f"memory_table.py: {path}: a record of job {r.get('job')!r}, skipped", file=sys.stderr)
         return None
-    out = {"name": pathlib.Path(path).stem, "status": r.get("status") or "?"}
+    f = lambda dotted, number=False: field(path, r, dotted, number)
+    out = {"name": pathlib.Path(path).stem, "path": str(path), "status": str(r.get("status") or "?")}
     if not str(r.get("schema", "")).startswith("trainer.result"):  # torch_bench record
-        c = r.get("config") or {}
-        out.update(kind="torch", ctx=c.get("ctx"), policy=f"torch {c.get('mode')} ckpt={c.get('checkpoint', 'none')}",
-                   step=((r.get("timing") or {}).get("step") or {}).get("mean_ms"),
-                   peak=(r.get("memory") or {}).get("peak_bytes") or r.get("peak_bytes"))
+        out.update(kind="torch", ctx=f("config.ctx"),
+                   policy=f"torch {f('config.mode')} ckpt={f('config.checkpoint') or 'none'}",
+                   step=f("timing.step.mean_ms", True),
+                   peak=f("memory.peak_bytes", True) or f("peak_bytes", True))
         return out
-    cfg = r.get("config") or {}
-    ck = cfg.get("checkpointing") or {}
-    pol = ck.get("policy", "?")
+    pol = str(f("config.checkpointing.policy") or "?")
     if pol == "every_k":
-        pol += f" k={ck.get('k')}"
-    if ck.get("blocks") is not None:
-        pol += f" blocks={len(ck['blocks'])}"
-    mem = r.get("memory") or {}
-    pred = dict(mem.get("predicted") or {})
-    if not pred.get("peak_bytes"):  # an out-of-memory record carries its whole plan instead
-        pred["peak_bytes"] = ((r.get("plan") or {}).get("memory") or {}).get("peak_bytes")
-    step = ((r.get("timing") or {}).get("step") or {}).get("mean_ms")
-    out.update(kind="trainer", ctx=(cfg.get("model") or {}).get("context_length"), policy=pol, step=step,
-               peak=mem.get("peak_bytes"), pred=pred.get("peak_bytes"),
-               head=(mem.get("by_category") or {}).get("head"), acts=(mem.get("by_category") or {}).get("activations"),
-               peak_phase=pred.get("peak_phase"), strategy=(cfg.get("parallel") or {}).get("strategy"),
-               layers=(cfg.get("model") or {}).get("num_layers"), batch=(cfg.get("data") or {}).get("batch_size"),
-               pred_time=((r.get("plan") or {}).get("time_s")))
+        pol += f" k={f('config.checkpointing.k')}"
+    blocks = f("config.checkpointing.blocks")
+    if blocks is not None:
+        pol += f" blocks={len(blocks) if isinstance(blocks, list) else blocks}"
+    # an out-of-memory record carries its whole plan instead of memory.predicted
+    pred = f("memory.predicted.peak_bytes", True) or f("plan.memory.peak_bytes", True)
+    out.update(kind="trainer", ctx=f("config.model.context_length"), policy=pol, step=f("timing.step.mean_ms", True),
+               peak=f("memory.peak_bytes", True), pred=pred, head=f("memory.by_category.head", True),
+               acts=f("memory.by_category.activations", True))
     return out
 
 
@@ -76,6 +87,9 @@ def main():
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args()
     rows = [r for r in (row(p) for p in a.records) if r is not None]
+    if len({r["name"] for r in rows}) < len(rows):  # same file names in different folders: show the paths
+        for r in rows:
+            r["name"] = r["path"]
     if not rows:
         print("memory_table.py: error: no result records among the files (memory timelines are skipped)",
               file=sys.stderr)

@@ -5,11 +5,11 @@
     launch/plot_memory.py results/xl_mem.json [-o results/xl_mem.png] [--title "xl bf16, ctx 2048"] [--x time]
 
 The PNG shows the bytes in use (allocated through the trainer's Buffers, as requested, not rounded) stacked by
-category (parameters, gradients, optimizer, activations, workspace, communication) against the event index (default:
-every allocation and free is one step of the axis, so short phases stay visible) or the host time in ms (--x time);
-phases (setup, forward, backward, finish_backward, optimizer) are shaded and named along the x axis, a dashed line
-marks the peak, and an allocation that failed (the run ran out of memory) is marked in red with the total it asked
-for. Stdout gets the peak (where and when) and a table of the --top largest allocations alive at the peak: size,
+category (parameters, gradients, optimizer, activations, head, workspace, communication) against the event index
+(default: every allocation and free is one step of the axis, so short phases stay visible) or the host time in ms
+(--x time); phases (setup, forward, backward, finish_backward, optimizer) are shaded and named along the x axis, a
+dashed line marks the peak, and an allocation that failed (the run ran out of memory) is marked in red with the total it
+asked for. Stdout gets the peak (where and when) and a table of the --top largest allocations alive at the peak: size,
 category, the phase and block that allocated it, its id and its event index. The timeline is replayed here from the
 events alone (the document's "peak" is only cross-checked), the way PyTorch's memory_viz reads a snapshot.
 

@@ -1,11 +1,15 @@
 """launch/compare_results.py: trainer records beside the PyTorch peer's (torch_bench.result/1), on the kept H200
-records of v24 (the ratios are computed here from the files, independently of the script), and bad input."""
+records of v24 (the ratios are computed here from the files, independently of the script), a time of one sample
+without "± std", and bad input (a value of another type in a hand-edited record too: one line naming the file and the
+key)."""
 import json
 import os
 import pathlib
 import statistics
 import subprocess
 import sys
+
+import pytest
 
 SRC = pathlib.Path(os.environ.get("TRAINER_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 SCRIPT = SRC / "launch" / "compare_results.py"
@@ -133,3 +137,45 @@ def test_peer_phases_and_failed_records(tmp_path):
     assert model[0].startswith("small: d_model 768") and model[3] == "xl"
     assert row(out.stdout, "checkpointing")[3] == "block (every block: the trainer's full)"
     assert row(out.stdout, "cuda graph") == ["no"] * 4
+
+
+def trainer_record(**extra):
+    return {"schema": "trainer.result/1", "job": "train", "name": "r", "status": "ok", "world_size": 1,
+            "config": {"precision": "fp32", "parallel": {"strategy": "none", "comm": "none"}},
+            "timing": {"step": {"mean_ms": 5.0, "std_ms": 0.0, "samples": [5.0]},
+                       "forward": {"mean_ms": 2.0, "std_ms": 0.5, "samples": [1.5, 2.5]}},
+            "memory": {"peak_bytes": 2**20, "by_category": {"parameters": 2**19}}, **extra}
+
+
+def test_one_sample_has_no_std(tmp_path):
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps(trainer_record()))
+    out = run(one)
+    assert out.returncode == 0, out.stderr
+    assert row(out.stdout, "step ms (mean ± std)") == ["5.00 (n=1)"]
+    assert row(out.stdout, "forward ms (mean ± std)") == ["2.00 ± 0.50 (n=2)"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"timing": {"step": "fast"}}, 'timing.step is "fast", not an object'),
+    ({"timing": {"step": {"mean_ms": "5"}}}, 'timing.step.mean_ms is "5", not a number'),
+    ({"memory": {"peak_bytes": "big"}}, 'memory.peak_bytes is "big", not a number'),
+    ({"memory": {"by_category": {"head": None, "parameters": "1 MiB"}}},
+     'memory.by_category.parameters is "1 MiB", not a number'),
+    ({"throughput": {"tokens_per_s": True}}, "throughput.tokens_per_s is true, not a number"),
+    ({"loss": {"final": [5.0]}}, "loss.final is [5.0], not a number"),
+    ({"config": {"model": "tiny"}}, 'config.model is "tiny", not an object'),
+])
+def test_a_value_of_another_type_is_one_line_naming_the_file_and_key(tmp_path, change, message):
+    ok, bad = tmp_path / "ok.json", tmp_path / "bad.json"
+    ok.write_text(json.dumps(trainer_record()))
+    bad.write_text(json.dumps(trainer_record(**change)))
+    out = run(ok, bad)
+    assert (out.returncode, out.stdout) == (2, ""), (out.stdout, out.stderr)
+    assert out.stderr.splitlines() == [f"compare_results: error: '{bad}': {message} (a hand-edited record?)"]
+    peer = tmp_path / "peer.json"  # a peer's too
+    peer.write_text(json.dumps({**peer_record(), "timing": {"step": {"mean_ms": 5.0, "times_ms": [5.0, "6"]}}}))
+    out = run(peer)
+    assert (out.returncode, out.stdout) == (2, ""), (out.stdout, out.stderr)
+    assert out.stderr.splitlines() == [f"compare_results: error: '{peer}': timing.step.times_ms.1 is \"6\", not a "
+                                       "number (a hand-edited record?)"]

@@ -1,13 +1,17 @@
 """launch/ddp_table.py on synthetic trainer result records (and the kept H200 records of v1): the table's values,
 sizes in GiB or MiB when every size is below 1 GiB, failed runs as a row with their status (and error only when there
-is one), an interrupted run that measured steps with its numbers (marked interrupted), a section a hand-edited or
-partial record lacks (missing or null) shown as "-", and bad input (an unreadable file, a --torch file that is not a
-torch_bench record, a record without its status or job, a failed --one record) one line "ddp_table: error: ..." on
-stderr, exit 2, nothing on stdout.
+is one, clipped when long), an interrupted run that measured steps with its numbers (marked interrupted; as --one
+too, with a note), no efficiency against a --one record of another model or precision (a note says why), one
+measured step without "± std", rows of the same file name named by their paths, a memory timeline skipped as one, a
+section a hand-edited or partial record lacks (missing or null) shown as "-", and bad input (an unreadable file, a
+--torch file that is not a torch_bench record, a record without its status or job, a failed --one record) one line
+"ddp_table: error: ..." on stderr, exit 2, nothing on stdout. The --help example's files exist.
 """
+import glob
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -66,7 +70,7 @@ def rows(out):
         cells = rest.split()
         if cells[1:2] == ["±"]:
             cells = [" ".join(cells[:3])] + cells[3:]
-        elif not rest.lstrip().startswith("- ") and rest.strip() != "-":
+        elif not rest.lstrip().startswith("- ") and rest.strip() != "-" and not re.match(r"\s*[0-9.]+ ", rest):
             cells = [rest.strip()]
         table[line.split()[0]] = [line[at:ranks_at].strip(), line[ranks_at:ranks_at + 5].strip()] + cells
     return header, table
@@ -196,6 +200,72 @@ def test_no_measured_steps_and_a_partial_peer_record(tmp_path):
     assert table["peer"] == ["torch -", "1", "60.0 ± 1.5", "-"]
 
 
+def test_the_one_record_of_another_model_gives_no_efficiency(tmp_path):
+    """Efficiency compares step times of the same model and precision: a row whose dims, context length or
+    precision differ from the --one record's gets "-" and a note saying what differs."""
+    dims = {"d_model": 64, "d_ff": 172, "num_layers": 2, "num_heads": 4, "vocab_size": 256, "context_length": 64}
+    one = trainer_record("none", world=1, batch=4, step=80.0)
+    one.update(model={"dims": dims})
+    one["config"]["precision"] = "fp32"
+    rec = trainer_record("ddp_flat", step=50.0)
+    rec.update(model={"dims": {**dims, "d_model": 1600, "context_length": 1024}})
+    rec["config"]["precision"] = "bf16"
+    same = trainer_record("ddp_flat", step=40.0)
+    same.update(model={"dims": dims})
+    same["config"]["precision"] = "fp32"
+    out = run("--one", write(tmp_path, "one", one), write(tmp_path, "rec", rec), write(tmp_path, "same", same))
+    assert out.returncode == 0, out.stderr
+    _, table = rows(out.stdout)
+    assert table["rec"][8] == "-" and table["same"][8] == "2.000", out.stdout
+    assert out.stderr.splitlines() == ["# rec: d_model 1600, the --one record 64; context_length 1024, the --one "
+                                       "record 64; precision bf16, the --one record fp32: another model, no "
+                                       "efficiency"]
+
+
+def test_an_interrupted_one_record_that_measured_steps_is_the_base(tmp_path):
+    one = trainer_record("none", world=1, batch=4, step=80.0)
+    one.update(status="interrupted", error="interrupted by SIGINT after step 9 of 50")
+    one_path = write(tmp_path, "one", one)
+    out = run("--one", one_path, write(tmp_path, "flat", trainer_record("ddp_flat", step=50.0)))
+    assert out.returncode == 0, out.stderr
+    _, table = rows(out.stdout)
+    assert table["flat"][8] == "1.600"
+    assert " ".join(table["one"][11:]) == "interrupted (interrupted by SIGINT after step 9 of 50)"
+    assert out.stderr.splitlines() == [f"# --one record '{one_path}' is an interrupted run: the steps it measured "
+                                       "give the 1-GPU step time"]
+
+
+def test_a_long_error_is_clipped_and_one_sample_has_no_std(tmp_path):
+    error = "out of memory on cuda:0: asked for 47.81 GiB (optimizer) with 12.50 GiB free " + "x" * 200
+    oom = write(tmp_path, "oom", trainer_record(status="oom", error=error))
+    single = trainer_record(step=50.0)
+    single["timing"]["step"] = {"mean_ms": 50.0, "std_ms": 0.0, "samples": [50.0]}
+    out = run(oom, write(tmp_path, "single", single))
+    assert out.returncode == 0, out.stderr
+    _, table = rows(out.stdout)
+    assert table["oom"][2] == "oom (out of memory on cuda:0: asked for 47.81 GiB (optimizer) with 12.50 GiB free…)"
+    assert table["single"][2:4] == ["50.0", "10.0"] and "±" not in out.stdout.splitlines()[2], out.stdout
+
+
+def test_records_of_the_same_file_name_and_a_memory_timeline(tmp_path):
+    """Two run.json in different folders: each row named by its path. A memory timeline is skipped as what it is."""
+    a, b = tmp_path / "r1", tmp_path / "r2"
+    a.mkdir(), b.mkdir()
+    timeline = write(tmp_path, "mem", {"schema": "trainer.memory_timeline/1", "events": []})
+    out = run(write(a, "run", trainer_record(step=50.0)), write(b, "run", trainer_record(step=40.0)), timeline)
+    assert out.returncode == 0, out.stderr
+    _, table = rows(out.stdout)
+    assert table[str(a / "run.json")][2] == "50.0 ± 0.5" and table[str(b / "run.json")][2] == "40.0 ± 0.5"
+    assert out.stderr.splitlines() == [f"# skipped {timeline}: a memory timeline (profile.memory_timeline), not a "
+                                       "result record"]
+
+
+def test_the_help_example_names_kept_records():
+    out = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, timeout=60)
+    paths = re.findall(r"results/\S+\.json", out.stdout)
+    assert paths and all(glob.glob(str(SRC / p)) for p in paths), paths
+
+
 BAD = [
     ("torch_empty", "--torch '{torch_empty}' is not a torch_bench.py record (schema torch_bench.result/1)"),
     ("torch_trainer", "--torch '{torch_trainer}' is not a torch_bench.py record (schema torch_bench.result/1): "
@@ -207,6 +277,7 @@ BAD = [
                           "record?)"),
     ("one_running", "--one '{one_running}' is not a finished run (status running)"),
     ("one_oom", "--one '{one_oom}' is not a finished run (status oom: out of memory)"),
+    ("one_interrupted_early", "--one '{one_interrupted_early}' is not a finished run (status interrupted)"),
     ("one_two_ranks", "--one '{one_two_ranks}' must be a 1-rank trainer train record"),
     ("not_json", "cannot read record '{not_json}': Expecting value: line 1 column 1 (char 0)"),
     ("a_list", "record '{a_list}' is not a JSON object (a result record is)"),
@@ -227,6 +298,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, case, message):
         "torch_status_null": write(tmp_path, "torch_status_null", drop(torch_record(), "status", True)),
         "one_running": write(tmp_path, "one_running", trainer_record(world=1, status="running")),
         "one_oom": write(tmp_path, "one_oom", trainer_record(world=1, status="oom", error="out of memory")),
+        "one_interrupted_early": write(tmp_path, "one_interrupted_early", trainer_record(world=1,
+                                                                                         status="interrupted")),
         "one_two_ranks": write(tmp_path, "one_two_ranks", trainer_record(world=2)),
         "not_json": write(tmp_path, "not_json", "not json"),
         "a_list": write(tmp_path, "a_list", "[]"),

@@ -1,10 +1,13 @@
 """launch/loss_match.py on small synthetic result records: the table of per-step loss differences, and a failed
 record (the reference or another) named by its path with its status and why, never "None" (a record of a run that
 is still running, or was killed, has status "running" and error null); an interrupted record (or reference) compared
-on the steps both have. Exit code 1 when a record failed; bad input
-(unreadable, not a JSON object, a reference without per-step losses, a record without its config section, losses
-that are not numbers) one line "loss_match: error: ..." on stderr, exit 2, nothing on stdout; a strategy a record
-lacks (config.parallel missing or null) shows as "-".
+on the steps both have; a resumed record (steps.first) compared by step number (with the trainer: a resumed leg
+bitwise equal to an uninterrupted run). A config that differs in a key that changes the numbers (the schedule's
+length among them) is "not comparable", naming the key. Exit code 1 when a record failed; bad input (unreadable, not
+a JSON object, a reference without per-step losses, a record without its config section, losses that are not
+numbers, a steps.first that is not a step number) one line "loss_match: error: ..." on stderr, exit 2, nothing on
+stdout, and too few arguments one usage line; a strategy a record lacks (config.parallel missing or null) shows as
+"-"; records of the same file name are named by their paths.
 """
 import json
 import os
@@ -17,6 +20,7 @@ import record_edit  # this folder
 
 SRC = pathlib.Path(os.environ.get("TRAINER_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 LOSS_MATCH = SRC / "launch" / "loss_match.py"
+BIN = os.environ.get("TRAINER_BIN")
 
 
 def record(path, strategy, losses, status="ok", error=None, **extra):
@@ -43,7 +47,8 @@ def test_a_running_or_failed_record_is_named_with_its_status(tmp_path):
     assert r.returncode == 1, r.stderr
     lines = r.stdout.splitlines()
     assert "None" not in r.stdout, r.stdout
-    assert any(line.startswith("r.json") and "ddp_flat" in line and "5.00e-02" in line for line in lines), r.stdout
+    # three records named r.json: each row names its path
+    assert any(line.startswith(f"{ok} ") and "ddp_flat" in line and "5.00e-02" in line for line in lines), r.stdout
     assert any(f"'{running}' is not a finished run (status running: the run has not ended, or was killed" in line and
                "pid 4242" in line for line in lines), r.stdout
     assert any(f"'{oom}' is a failed run (status oom: out of memory on cpu: asked for 1 GiB)" in line
@@ -68,13 +73,13 @@ def test_an_interrupted_record_is_compared_on_the_steps_both_have(tmp_path):
     assert r.returncode == 0 and r.stderr == "", (r.stdout, r.stderr)
     row = r.stdout.splitlines()[2]
     assert row.split()[:5] == ["intr.json", "ddp_flat", "4.40000", "1.00e-01", "2"], row
-    assert row.endswith("(interrupted: compared the first 2 steps; it has 2, the reference 4)"), row
+    assert row.endswith("(interrupted: compared steps 1-2; it has steps 1-2, the reference steps 1-4)"), row
     r = run(intr, ref)  # the interrupted record as the reference
     assert r.returncode == 0 and r.stderr == "", (r.stdout, r.stderr)
     assert r.stdout.startswith(f"reference {intr}: 2 steps (interrupted), final loss 4.40000"), r.stdout
     row = r.stdout.splitlines()[2]
     assert row.split()[:5] == ["ref.json", "none", "2.00000", "9.09e-02", "2"], row
-    assert row.endswith("(compared the first 2 steps; it has 4, the reference 2)"), row
+    assert row.endswith("(compared steps 1-2; it has steps 1-4, the reference steps 1-2)"), row
     same = record(tmp_path / "same.json", "ddp_flat", [5.0, 4.2, 3.0, 2.0], status="interrupted",
                   error="interrupted by SIGINT after step 4 of 9")
     r = run(ref, same)  # as many steps as the reference: no note
@@ -82,7 +87,114 @@ def test_an_interrupted_record_is_compared_on_the_steps_both_have(tmp_path):
                                                                       "5.00e-02", "2"], r.stdout
     short = record(tmp_path / "short.json", "ddp_flat", [5.0, 4.4])
     r = run(ref, short)
-    assert r.returncode == 1 and r.stdout.splitlines()[2].split()[1:] == "2 steps, the reference has 4".split()
+    assert r.returncode == 1 and r.stdout.splitlines()[2].split(None, 1)[1] == (
+        "steps 1-2, the reference has steps 1-4 (finished runs of different lengths)")
+
+
+def test_a_resumed_record_is_compared_by_step_number(tmp_path):
+    """A resumed run's losses follow steps.first (its checkpoint's step): compared with the reference's steps of the
+    same numbers, the row saying which; as the reference too. No step in common is a row, exit 1."""
+    ref = record(tmp_path / "ref.json", "none", [5.0, 4.0, 3.0, 2.0, 1.0])
+    leg = record(tmp_path / "leg.json", "none", [3.0, 2.2, 1.0], steps={"first": 2})
+    r = run(ref, leg)
+    assert r.returncode == 0 and r.stderr == "", (r.stdout, r.stderr)
+    row = r.stdout.splitlines()[2]
+    assert row.split()[:5] == ["leg.json", "none", "1.00000", "1.00e-01", "4"], row  # step 4: 2.2 against 2.0
+    assert row.endswith("(compared steps 3-5; it has steps 3-5, the reference steps 1-5)"), row
+    r = run(leg, ref)
+    assert r.returncode == 0 and r.stdout.startswith(f"reference {leg}: 3 steps (steps 3-5), final loss"), r.stdout
+    assert r.stdout.splitlines()[2].split()[:5] == ["ref.json", "none", "1.00000", "9.09e-02", "4"], r.stdout
+    early = record(tmp_path / "early.json", "none", [5.0, 4.0], status="interrupted",
+                   error="interrupted by SIGINT after step 2 of 5")
+    r = run(early, leg)
+    assert r.returncode == 1 and r.stdout.splitlines()[2].split(None, 1)[1] == (
+        "no step in common: it has steps 3-5, the reference has steps 1-2"), r.stdout
+
+
+@pytest.mark.skipif(not BIN, reason="TRAINER_BIN is not set")
+def test_a_resumed_leg_matches_an_uninterrupted_run(tmp_path):
+    """The README's resume claim, checked with this tool: 45 steps in one run, and 25 + 20 in two legs; the second
+    leg's steps 26-45 are bitwise equal to the uninterrupted run's."""
+    def train(*sets):
+        p = subprocess.run([BIN, str(SRC / "configs" / "tiny.json"), "--set", "device=cpu",
+                            *[a for s in sets for a in ("--set", s)]], capture_output=True, text=True, timeout=300,
+                           cwd=tmp_path)
+        assert p.returncode == 0, p.stderr[-2000:]
+    train("bench.measure_steps=40", "output.results=ref45.json")
+    train("bench.measure_steps=20", "output.checkpoint=ck", "output.results=leg1.json")
+    train("bench.measure_steps=40", "output.checkpoint=ck", "init.resume=ck", "output.results=leg2.json")
+    r = run(tmp_path / "ref45.json", tmp_path / "leg2.json")
+    assert r.returncode == 0 and r.stderr == "", (r.stdout, r.stderr)
+    row = r.stdout.splitlines()[2]
+    assert row.split()[:4] == ["leg2.json", "none", row.split()[2], "0.00e+00"], row
+    assert row.endswith("(compared steps 26-45; it has steps 26-45, the reference steps 1-45)"), row
+
+
+COSINE = {"schedule": "cosine", "lr": 0.001, "warmup_steps": 2, "cosine_steps": 0, "min_lr": 0.0001,
+          "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01, "max_grad_norm": None}
+
+
+@pytest.mark.parametrize("key, value, named", [
+    ("optimizer.cosine_steps", 50, "cosine length"),
+    ("bench.measure_steps", 20, "cosine length"),  # cosine_steps 0: the run's length is the cycle's
+    ("optimizer.min_lr", 0.0, "min_lr"),
+    ("optimizer.betas", [0.9, 0.95], "betas"),
+    ("optimizer.eps", 1e-6, "eps"),
+    ("optimizer.weight_decay", 0.1, "weight_decay"),
+    ("optimizer.max_grad_norm", 1.0, "max_grad_norm"),
+    ("optimizer.warmup_steps", 5, "warm-up"),
+    ("data.seed", 3, "data"),
+    ("init.weights", "w.safetensors", "init weights"),
+    ("attention", "flash2", None),  # rounding only
+])
+def test_a_config_that_changes_the_numbers_is_not_comparable(tmp_path, key, value, named):
+    """Every key of the resolved config that changes the numbers is compared; the row names those that differ. The
+    cosine cycle's length is cosine_steps, or with cosine_steps 0 the run's (bench.warmup_steps + measure_steps)."""
+    def rec(path, change):
+        r = json.loads(record(path, "none", [5.0, 4.0]).read_text())
+        r["config"].update(optimizer=dict(COSINE), bench={"warmup_steps": 1, "measure_steps": 1},
+                           data={"seed": 0}, init={"seed": 0, "weights": None}, attention="naive")
+        if change:
+            *up, last = key.split(".")
+            d = r["config"]
+            for k in up:
+                d = d[k]
+            d[last] = value
+        path.write_text(json.dumps(r))
+        return path
+    r = run(rec(tmp_path / "ref.json", False), rec(tmp_path / "a.json", True))
+    assert r.returncode == 0 and r.stderr == "", (r.stdout, r.stderr)
+    row = r.stdout.splitlines()[2]
+    assert row.split()[:5] == ["a.json", "none", "4.00000", "0.00e+00", "1"], row
+    assert row.endswith(f"  (not comparable: different {named})" if named else
+                        f"  (rounding differs: different {key})"), row
+
+
+def test_a_constant_schedule_ignores_warm_up_and_the_cosine_keys(tmp_path):
+    """schedule constant leaves warmup_steps, cosine_steps and min_lr unused: no note."""
+    ref = record(tmp_path / "ref.json", "none", [5.0, 4.0])
+    a = json.loads(record(tmp_path / "a.json", "none", [5.0, 4.0]).read_text())
+    a["config"]["optimizer"].update(warmup_steps=9, cosine_steps=40, min_lr=0.5)
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    r = run(ref, tmp_path / "a.json")
+    assert r.returncode == 0 and r.stdout.splitlines()[2].split() == ["a.json", "none", "4.00000", "0.00e+00", "1"]
+
+
+def test_too_few_arguments_is_one_usage_line(tmp_path):
+    for args in ([], [record(tmp_path / "ref.json", "none", [5.0])]):
+        r = run(*args)
+        assert (r.returncode, r.stdout) == (2, ""), (r.stdout, r.stderr)
+        assert r.stderr.splitlines() == ["usage: launch/loss_match.py REF.json A.json [B.json ...]  (--help: what "
+                                         "it prints)"]
+
+
+def test_records_of_the_same_file_name_are_named_by_their_paths(tmp_path):
+    ref = record(tmp_path / "ref.json", "none", [5.0, 4.0])
+    a, b = record(tmp_path / "r1" / "run.json", "ddp_flat", [5.0, 4.0]), record(tmp_path / "r2" / "run.json", "fsdp",
+                                                                                [5.0, 4.4])
+    r = run(ref, a, b)
+    assert r.returncode == 0, r.stderr
+    assert [line.split()[:2] for line in r.stdout.splitlines()[2:]] == [[str(a), "ddp_flat"], [str(b), "fsdp"]]
 
 
 def drop(path, dotted, null):
@@ -112,6 +224,8 @@ BAD = [
      "'{bad}': loss.per_step is not a list of numbers"),
     ("not_json", lambda p: p.write_text("{"), None),
     ("a_list", lambda p: p.write_text("[1, 2]"), "'{bad}' is not a JSON object (a trainer result record is)"),
+    ("first_not_a_step", lambda p: p.write_text(p.read_text()[:-1] + ', "steps": {"first": -3}}'),
+     "'{bad}': steps.first is -3, not a step number"),
 ]
 
 

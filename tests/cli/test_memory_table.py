@@ -1,19 +1,24 @@
 """launch/memory_table.py on synthetic records: measured and planned peaks in GiB (MiB when every size is below
 1 GiB), an out-of-memory record's planned peak from the plan it carries, records of the benchmark jobs and memory
-timelines skipped with a note, bad input one line and exit 2.
+timelines skipped with a note, records of the same file name named by their paths, bad input (a value of another type
+in a hand-edited record too) one line naming the file (and the key) and exit 2. The --help example's files exist.
 """
+import glob
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
+
+import pytest
 
 SRC = pathlib.Path(os.environ.get("TRAINER_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 SCRIPT = SRC / "launch" / "memory_table.py"
 GIB, MIB = 2 ** 30, 2 ** 20
 
 
-def record(tmp, name, peak, pred, status="ok", job="train", plan=None):
+def record(tmp, name, peak, pred, status="ok", job="train", plan=None, **extra):
     r = {"schema": "trainer.result/1", "job": job, "status": status,
          "config": {"model": {"context_length": 512}, "checkpointing": {"policy": "selective"}},
          "timing": {"step": {"mean_ms": 12.5}} if status == "ok" else {},
@@ -21,6 +26,7 @@ def record(tmp, name, peak, pred, status="ok", job="train", plan=None):
                     "by_category": {"activations": peak // 2, "head": peak // 8} if peak else None}}
     if plan:
         r["plan"] = plan
+    r.update(extra)
     p = tmp / f"{name}.json"
     p.write_text(json.dumps(r))
     return p
@@ -70,3 +76,30 @@ def test_bad_input(tmp_path):
     bad.write_text("{")
     p, _ = table(bad)
     assert p.returncode == 2 and p.stderr.startswith("memory_table.py: error:") and len(p.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"timing": {"step": "fast"}}, 'timing.step is "fast", not an object'),
+    ({"timing": {"step": {"mean_ms": "12"}}}, 'timing.step.mean_ms is "12", not a number'),
+    ({"memory": {"peak_bytes": [1]}}, "memory.peak_bytes is [1], not a number"),
+    ({"config": "tiny"}, 'config is "tiny", not an object'),
+])
+def test_a_value_of_another_type_is_one_line_naming_the_file_and_key(tmp_path, change, message):
+    bad = record(tmp_path, "bad", 3 * MIB, 3 * MIB, **change)
+    p, _ = table(record(tmp_path, "ok", 3 * MIB, 3 * MIB), bad)
+    assert (p.returncode, p.stdout) == (2, ""), (p.stdout, p.stderr)
+    assert p.stderr.splitlines() == [f"memory_table.py: error: {bad}: {message}"]
+
+
+def test_records_of_the_same_file_name_are_named_by_their_paths(tmp_path):
+    (tmp_path / "r1").mkdir(), (tmp_path / "r2").mkdir()
+    a, b = record(tmp_path / "r1", "run", 3 * MIB, 3 * MIB), record(tmp_path / "r2", "run", 4 * MIB, 4 * MIB)
+    p, rows = table(a, b)
+    assert p.returncode == 0, p.stderr
+    assert [(r[0], r[5]) for r in rows[1:]] == [(str(a), "3.00"), (str(b), "4.00")]
+
+
+def test_the_help_example_names_kept_records():
+    p = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, timeout=60)
+    paths = re.findall(r"results/\S+\.json", p.stdout)
+    assert paths and all(glob.glob(str(SRC / path)) for path in paths), paths

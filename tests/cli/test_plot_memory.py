@@ -4,12 +4,14 @@ A synthetic timeline (random allocations and frees whose peak and live set this 
 a PNG and name the right largest allocation alive at the peak; bad files give one error line and exit 2. With the
 trainer binary (TRAINER_BIN), a tiny CPU run writes a timeline whose replay peaks at the record's memory.peak_bytes,
 ends with nothing in use (every buffer's free is logged), and a batch too large for memory ends as an "oom" record
-whose timeline holds the failed allocation after the ones that succeeded.
+whose timeline holds the failed allocation after the ones that succeeded. The --help text names every category the
+trainer writes (the ones drawn).
 """
 import json
 import os
 import pathlib
 import random
+import re
 import subprocess
 import sys
 
@@ -108,6 +110,13 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, content, message):
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("plot_memory.py: error: ") and message in lines[0], p.stderr
     assert not (tmp_path / "m.png").exists()
+
+
+def test_the_help_names_every_category():
+    p = run_plot("--help")
+    assert p.returncode == 0, p.stderr
+    listed = re.search(r"category \(([^)]*)\)", " ".join(p.stdout.split()))
+    assert listed and listed.group(1).split(", ") == CATS, p.stdout
 
 
 def replay(doc):
