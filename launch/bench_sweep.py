@@ -142,11 +142,13 @@ def num(x, spec, missing="-"):
 def cell(r):
     size, precision, phase, warmup = r["_row"]
     head = f"{size:7s} {precision:5s} {phase:17s} {warmup:3d}"
-    if r.get("status") != "ok":
-        what = {"oom": "OOM", "timeout": "TIMEOUT", "interrupted": "INTERRUPTED"}.get(r.get("status"), "ERROR")
-        return f"{head} | {what}: {first_line(str(r.get('error') or ''), '-')}"
     timing = r.get("timing") or {}
     t = timing.get("step") or {}
+    # an interrupted run that measured steps shows them (as plot.py and ddp_table.py do), marked
+    measured = r.get("status") == "interrupted" and isinstance(t.get("mean_ms"), (int, float))
+    if r.get("status") != "ok" and not measured:
+        what = {"oom": "OOM", "timeout": "TIMEOUT", "interrupted": "INTERRUPTED"}.get(r.get("status"), "ERROR")
+        return f"{head} | {what}: {first_line(str(r.get('error') or ''), '-')}"
     phase_ms = [(timing.get(k) or {}).get("mean_ms") for k in ("forward", "backward", "optimizer")]
     tp = r.get("throughput") or {}
     peak = (r.get("memory") or {}).get("peak_bytes")
@@ -155,7 +157,8 @@ def cell(r):
             f"{' '.join(num(x, '8.2f') for x in phase_ms)} | "
             f"{num(tp.get('tokens_per_s'), '10.0f')} tok/s | {num(tp.get('model_tflops_per_gpu'), '7.1f')} TFLOP/s | "
             f"{fmt_bytes(peak) if isinstance(peak, int) else '      -    '} | "
-            f"first step {num(samples[0] if samples else None, '.2f')} ms")
+            f"first step {num(samples[0] if samples else None, '.2f')} ms"
+            + (f" | INTERRUPTED: {first_line(str(r.get('error') or ''), '-')}" if measured else ""))
 
 
 def main():

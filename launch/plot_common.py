@@ -59,7 +59,7 @@ def save_figure(fig, out: str, fmt: str | None = None) -> None:
     """Writes `fig` to the PNG `out` (fmt: another format of matplotlib's, 'pdf', 'svg') whole, then renames: never a
     half-written file. Closes the figure. BadInput (one line) when it cannot be written."""
     plt = pyplot()
-    tmp = f"{out}.tmp.{os.getpid()}.png"
+    tmp = f"{out}.tmp.{os.getpid()}.{fmt or 'png'}"
     try:
         fig.savefig(tmp, format=fmt)
         os.replace(tmp, out)

@@ -53,8 +53,8 @@ p.add_argument("--unfused", default="autotune", choices=["autotune", "heuristic"
                help="checks: today's path (cuBLASLt) with its autotuning (the trainer's default), with cuBLASLt's first "
                "heuristic choice, or not at all (the gradient's tolerance then 1e-5 normwise; no 'p vs today'). Under "
                "compute-sanitizer racecheck an autotuning candidate of cuBLASLt fails (v38): heuristic or off there")
-p.add_argument("--check-shapes", default="", help="only these check shapes, by index in the list (0-10; e.g. 0,2 "
-               "under compute-sanitizer)")
+p.add_argument("--check-shapes", default="", help="only these check shapes, by index in the list (0-10; 0-6 with "
+               "--quick; e.g. 0,2 under compute-sanitizer)")
 p.add_argument("--shapes", default="xl,small", help="blocks to time: xl, small (comma-separated)")
 p.add_argument("--weights", default="", help="only these weights (Wqkv,Wo,W13,W2; e.g. for ncu)")
 p.add_argument("--same-as", default="", help="another build of the library (e.g. dwa/libdwa_wide.so): its fused "
@@ -125,6 +125,11 @@ class Problem:
                         B1, B2, EPS, DECAY, STEP, GSCALE, int(autotune), None)
 
 
+def fmt(x):
+    """A measured number as 1.2e-07; '-' for one not measured (None)."""
+    return "-" if x is None else f"{x:.1e}"
+
+
 def adamw64(p, g, m, v):
     p, g, m, v = p.double(), g.double() * GSCALE, m.double(), v.double()
     p = p - DECAY * p
@@ -141,7 +146,7 @@ def check_shape(M, N, K, ld_dy=None):
     bound = pr.dy.double().abs().t() @ pr.x.double().abs()
     # today's gradient (cuBLASLt on the same tensor cores): the yardstick for the accumulation's rounding
     g_u = torch.empty(M, N, device=dev)
-    res["unfused_grad_rel"] = float("nan")
+    res["unfused_grad_rel"] = None  # (--unfused off: not measured)
     if args.unfused != "off":
         pr.unfused(g_u, update=False, autotune=args.unfused == "autotune")
         torch.cuda.synchronize()
@@ -232,7 +237,7 @@ def check_shape(M, N, K, ld_dy=None):
     if not torch.equal(aliased, g3) or not all(torch.equal(a, b) for a, b in zip(got3, (pr.p, pr.m, pr.v))):
         res["fail"].append("grad_in: in place with the update differs")
     # today's update, for information
-    res["p_diff_steps"] = float("nan")
+    res["p_diff_steps"] = None
     if args.unfused != "off":
         pr.reset()
         pr.unfused(g_u, autotune=args.unfused == "autotune")
@@ -309,16 +314,20 @@ if not args.no_check:
     if args.quick:
         shapes = shapes[:7]
     if args.check_shapes:
-        shapes = [shapes[int(i)] for i in args.check_shapes.split(",")]
+        picked = args.check_shapes.split(",")
+        if not all(i.isdigit() and int(i) < len(shapes) for i in picked):
+            raise SystemExit(f"check.py: error: --check-shapes {args.check_shapes}: indices 0-{len(shapes) - 1} of "
+                             f"the {'quick ' if args.quick else ''}check shapes")
+        shapes = [shapes[int(i)] for i in picked]
     for s in shapes:
         r = check_shape(*s)
         out["checks"].append(r)
         failures += len(r["fail"])
         print(f"check M {r['M']} N {r['N']} K {r['K']} ld_dy {r['ld_dy']}: grad {r['grad_rel']:.1e} "
-              f"(elem {r['grad_elem']:.1e}; cuBLASLt {r['unfused_grad_rel']:.1e}), p {r['p_err']:.1e} "
+              f"(elem {r['grad_elem']:.1e}; cuBLASLt {fmt(r['unfused_grad_rel'])}), p {r['p_err']:.1e} "
               f"m {r['m_err']:.1e} v {r['v_err']:.1e}, sumsq {r['sumsq_rel']:.1e}, grad_in {r['grad_in_err']:.1e}, "
               f"p vs today "
-              f"{r['p_diff_steps']:.1e} steps: {'FAIL ' + '; '.join(r['fail']) if r['fail'] else 'ok'}", flush=True)
+              f"{fmt(r['p_diff_steps'])} steps: {'FAIL ' + '; '.join(r['fail']) if r['fail'] else 'ok'}", flush=True)
 if other is not None:
     # The same inputs through both builds: the fused update, then the same with grad_in (the last microbatch)
     same_shapes = [(128, 128, 64), (64, 8, 16), (200, 136, 100), (1000, 1000, 333), (2000, 2056, 200)] + \

@@ -141,6 +141,21 @@ def test_ctrl_c_keeps_the_finished_rows(tmp_path, group):
     assert not list(out.glob("tiny_fp32_train_step_*.json"))
 
 
+def test_an_interrupted_row_that_measured_steps_shows_them():
+    # the table's row for an interrupted run: its measured steps' numbers, then the interruption (one that measured
+    # none is the INTERRUPTED row of the test above)
+    sys.path.insert(0, str(SRC / "launch"))
+    import bench_sweep
+    r = {"_row": ("tiny", "fp32", "train_step", 0), "status": "interrupted",
+         "error": "interrupted by SIGINT after step 7 of 100", "timing": {"step": {"mean_ms": 12.5, "std_ms": 0.5,
+                                                                                   "samples": [13.0, 12.0]}}}
+    row = bench_sweep.cell(r)
+    assert "12.50 ±    0.50 ms" in row and row.endswith("| INTERRUPTED: interrupted by SIGINT after step 7 of 100"), row
+    r["timing"] = {"step": {"mean_ms": None}}
+    assert bench_sweep.cell(r).endswith("| INTERRUPTED: interrupted by SIGINT after step 7 of 100"), bench_sweep.cell(r)
+    assert "ms |" not in bench_sweep.cell(r)
+
+
 @pytest.mark.parametrize("args, needle", [(["--steps", "0"], "--steps"), (["--phases", "fwd"], "--phases"),
                                           (["--sizes", "huge"], "--sizes"), (["--precisions", "fp16"], "--precisions"),
                                           (["--steps", "x"], "--steps")])

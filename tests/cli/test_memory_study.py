@@ -43,13 +43,17 @@ exec '{BIN}' "${{args[@]}}" --set device=cpu --set precision=fp32 --set model.nu
     return w
 
 
-@needs_trainer
 def test_refused_runs_and_an_old_record(tmp_path):
-    # the fresh-user report: every run refused (device cuda on a CPU build), OUT holding an old record of one's name
+    # the fresh-user report: every run refused (there: device cuda on a CPU build; here a stand-in trainer that
+    # refuses everything, so the test means the same on a GPU machine), OUT holding an old record of one's name
     out = tmp_path / "out"
     out.mkdir()
     (out / "small_c512_none.json").write_text(OLD.read_text())
-    p = study(BIN, out, "small")
+    refuse = tmp_path / "refuse.sh"
+    refuse.write_text("#!/bin/bash\necho \"trainer: error: device: 'cuda' was asked for but no CUDA device is visible\" >&2\n"
+                      "exit 2\n")
+    refuse.chmod(0o755)
+    p = study(refuse, out, "small")
     assert p.returncode == 1, p.stdout + p.stderr
     assert "43237.8" not in p.stdout and "small_c512_none" not in p.stdout, p.stdout
     assert "6 of 6 runs failed" in p.stderr, p.stderr
