@@ -10,7 +10,8 @@ MFU, peak memory and its split by category at the peak, saved activations per bl
 collective_bench records, the bus bandwidth and time of every (op, size).
 When there are several records, "vs first" rows give the step time and tokens/s relative to the first column.
 A field a record lacks (or has null) shows as "-"; a long error message is cut at a word boundary with "…"; a time
-of one sample has no "± std". Columns are named by file name, or by path where two files share a name.
+of one sample has no "± std". Columns are named by file name, with as many parent folders as make the names unique
+where two files share one (r1/run.json, r2/run.json; the same file twice keeps its name).
 Bad input (a file that cannot be read, or is not a trainer or peer result record, or holds a value of another type
 where a row reads a number or a section: a hand-edited record) is one line "compare_results: error: ..." on stderr
 and exit code 2, before anything is printed. Standard library only.
@@ -23,11 +24,10 @@ when the first record is the peer's train step:
 """
 import argparse
 import json
-import os
 import statistics
 import sys
 
-from records import get  # this folder: the records helpers
+from records import clip, file_labels, get, mean_std, sample_count  # this folder: the records helpers
 
 PHASES = ["forward", "backward", "optimizer", "step", "comm", "comm_exposed"]
 
@@ -35,17 +35,6 @@ PHASES = ["forward", "backward", "optimizer", "step", "comm", "comm_exposed"]
 def die(msg):
     print(f"compare_results: error: {msg}", file=sys.stderr)
     sys.exit(2)
-
-
-def clip(s, n):
-    """s cut to at most n characters at a word boundary, with "…" when cut."""
-    s = " ".join(str(s).split())
-    if len(s) <= n:
-        return s
-    cut = s[:n]
-    if s[n] != " " and " " in cut:  # mid-word: back to the last space
-        cut = cut[:cut.rindex(" ")]
-    return cut.rstrip(" ,;:.-") + "…"
 
 
 def fmt_bytes(n):
@@ -108,14 +97,10 @@ def device_summary(r):
 
 
 def timing_cell(r, phase):
+    """'80.00 ± 0.50 (n=3)', without '± std' for one sample; '-' without a mean."""
     t = get(r, "timing", phase)
-    if not t or t.get("mean_ms") is None:
-        return "-"
-    n = t.get("samples")
-    n = len(n) if isinstance(n, list) else (n or 0)  # the trainer's: the step times; torch_bench's: their count
-    if n == 1:  # the std of one sample says nothing
-        return f"{t['mean_ms']:.2f} (n=1)"
-    return f"{t['mean_ms']:.2f} ± {t.get('std_ms') or 0.0:.2f} (n={n})"
+    cell = mean_std(t, ".2f")
+    return "-" if cell is None else f"{cell} (n={sample_count(t) or 0})"
 
 
 def ratio(x, base, spec="{:.2f}x"):
@@ -349,9 +334,7 @@ def main(argv=None):
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
     args = ap.parse_args(argv)
     records = [load(p) for p in args.records]
-    headers = [os.path.basename(p) for p in args.records]
-    if len(set(headers)) < len(headers):  # same file names in different folders: show the paths
-        headers = list(args.records)
+    headers = file_labels(args.records, suffix=True)  # r1/run.json, r2/run.json where two share a file name
     rows = build_rows(records)
     try:
         print(render_markdown(headers, rows) if args.markdown else render_text(headers, rows))

@@ -16,7 +16,8 @@ listed with their step and peak. A failed run (status running, oom, error, ...) 
 ending with its status (as --one too: its measured steps are the base, with a note). The step time of a single
 measured step has no "± std". A value or section a record lacks (hand-edited or partial records) shows as "-".
 Inputs that are not trainer result records of job train (memory timelines, records of the benchmark jobs) are
-skipped with a note on stderr. Rows are named by file name, or by path where two files share a name.
+skipped with a note on stderr. Rows are named by file name, with as many parent folders as make the names unique
+where two files share one (r1/run, r2/run; the same file twice keeps its name).
 Bad input (an unreadable file, a --torch file that is not a torch_bench.py record, a record without its status or
 job, a --one record that is not a 1-rank train run that finished or measured steps, no train record at all) is one
 line "ddp_table: error: ..." on stderr and exit code 2, before anything is printed. Standard library only.
@@ -27,17 +28,12 @@ import os
 import pathlib
 import sys
 
-from records import get, size_unit  # this folder: the records helpers
+from records import clip, file_labels, get, mean_std, number as num, size_unit  # this folder: the records helpers
 
 
 def die(msg):
     print(f"ddp_table: error: {msg}", file=sys.stderr)
     sys.exit(2)
-
-
-def num(x):
-    """x when it is a number (not a bool), else None."""
-    return x if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
 def ms(r, key):
@@ -46,17 +42,6 @@ def ms(r, key):
 
 def fmt(x, spec=".1f"):
     return "-" if x is None else format(x, spec)
-
-
-def clip(s, n):
-    """s cut to at most n characters at a word boundary, with "…" when cut (as compare_results.py's)."""
-    s = " ".join(str(s).split())
-    if len(s) <= n:
-        return s
-    cut = s[:n]
-    if s[n] != " " and " " in cut:  # mid-word: back to the last space
-        cut = cut[:cut.rindex(" ")]
-    return cut.rstrip(" ,;:.-") + "…"
 
 
 def need(path, r, key, what):
@@ -113,13 +98,7 @@ def model_differences(r, one):
 
 def step_cell(step):
     """'    80.0 ±   0.5' (mean ± std, ms), the mean alone for one sample (its std says nothing), '-' without one."""
-    mean = num(get(step, "mean_ms"))
-    if mean is None:
-        return "-"
-    n = get(step, "samples")  # the trainer's: the step times; torch_bench's: their count
-    if (len(n) if isinstance(n, list) else num(n)) == 1:
-        return f"{mean:8.1f}{'':8s}"
-    return f"{mean:8.1f} ± {num(get(step, 'std_ms')) or 0:5.1f}"
+    return mean_std(step, "8.1f", "5.1f", align=True) or "-"
 
 
 def strategy_name(r):
@@ -236,10 +215,8 @@ def main():
         die("no trainer train record among the inputs" + (f" (skipped {skipped[0]})" if len(skipped) == 1 else
                                                           f" ({len(skipped)} skipped, e.g. {skipped[0]})" if skipped
                                                           else ""))
-    # rows are named by file name, or by path where two files share a name (r1/run.json, r2/run.json)
-    stems = [pathlib.Path(p).stem for p, _ in trainer + torch]
-    labels = dict(zip([p for p, _ in trainer + torch], stems if len(set(stems)) == len(stems) else
-                      [p for p, _ in trainer + torch]))
+    # rows are named by file name, with as many parent folders as make them unique (r1/run, r2/run)
+    labels = dict(zip([p for p, _ in trainer + torch], file_labels([p for p, _ in trainer + torch])))
     for p, r in trainer:
         try:
             rows.append(trainer_row(labels[p], p, r, one, base, notes))

@@ -18,13 +18,16 @@ losses, no step in common with the reference or, neither of the two interrupted,
 run of another length; a row says which); 2 on bad input, one line "loss_match: error: ..." on stderr before
 anything is printed: a file that cannot be read or is not a JSON object, a reference without per-step losses, a
 record to compare without its config section, per-step losses that are not numbers, a steps.first that is not a
-step number; or fewer than two files (a usage line). Records sharing a file name are named by their paths. A
-strategy a record lacks shows as "-". Standard library only.
+step number; or fewer than two files (a usage line). Records are named by file name, with as many parent folders as
+make the names unique where two share one (r1/run.json, r2/run.json; the same file twice keeps its name). A strategy
+a record lacks shows as "-". Standard library only.
 """
 import json
 import math
 import pathlib
 import sys
+
+from records import file_labels  # this folder: the records helpers
 
 
 def die(msg):
@@ -153,10 +156,8 @@ def main(argv):
         rec, l = load(path)
         first = check(path, rec, l) if l and not failure(path, rec) else 0  # (without losses: a row says so)
         records.append((path, rec, l, first))
-    # labels: the file names, or the paths as given where two records share a name (r1/run.json, r2/run.json)
-    names = [pathlib.Path(path).name for path in argv[1:]]
-    if len(set(names)) < len(names):
-        names = argv[1:]
+    # labels: the file names, with as many parent folders as make them unique (r1/run.json, r2/run.json)
+    names = file_labels(argv[1:], suffix=True)
     c = section(ref_rec, "config")
     o = section(c, "optimizer")
     p, sch, lr, wu = ("-" if x is None else x

@@ -8,16 +8,17 @@ their ratio, the head and activation categories, and the checkpointing policy (C
 Records of PyTorch's peer (launch/torch_bench.py --json) are accepted too (no prediction); memory timelines and
 records of the benchmark jobs (attention_bench, collective_bench) are skipped with a note. An out-of-memory record's
 planned peak comes from the plan it carries. Sizes are GiB, or MiB when every one is below 1 GiB. Rows are named by
-file name, or by path where two files share a name. Bad input (a file that cannot be read, is not a result record,
-or holds a value of another type where the table reads a number or a section: a hand-edited record) is one line
-"memory_table.py: error: ..." on stderr and exit code 2. Standard library only.
+file name, with as many parent folders as make the names unique where two files share one (r1/run, r2/run; the same
+file twice keeps its name). Bad input (a file that cannot be read, is not a result record, or holds a value of another
+type where the table reads a number or a section: a hand-edited record) is one line "memory_table.py: error: ..." on
+stderr and exit code 2. Standard library only.
 """
 import argparse
 import json
 import pathlib
 import sys
 
-from records import size_unit  # this folder: the records helpers
+from records import file_labels, size_unit  # this folder: the records helpers
 
 
 def die(msg):
@@ -56,7 +57,7 @@ def row(path):
         print(f"memory_table.py: {path}: a record of job {r.get('job')!r}, skipped", file=sys.stderr)
         return None
     f = lambda dotted, number=False: field(path, r, dotted, number)
-    out = {"name": pathlib.Path(path).stem, "path": str(path), "status": str(r.get("status") or "?")}
+    out = {"path": str(path), "status": str(r.get("status") or "?")}
     if not str(r.get("schema", "")).startswith("trainer.result"):  # torch_bench record
         out.update(kind="torch", ctx=f("config.ctx"),
                    policy=f"torch {f('config.mode')} ckpt={f('config.checkpoint') or 'none'}",
@@ -87,9 +88,8 @@ def main():
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args()
     rows = [r for r in (row(p) for p in a.records) if r is not None]
-    if len({r["name"] for r in rows}) < len(rows):  # same file names in different folders: show the paths
-        for r in rows:
-            r["name"] = r["path"]
+    for r, name in zip(rows, file_labels([r["path"] for r in rows])):  # r1/run, r2/run where two share a name
+        r["name"] = name
     if not rows:
         print("memory_table.py: error: no result records among the files (memory timelines are skipped)",
               file=sys.stderr)

@@ -16,7 +16,7 @@ Kinds (the first argument; `--kind KIND` also works):
           one line per precision and setting: bench.phase, the ranks and strategy, model.context_length,
           data.batch_size, checkpointing.policy, attention and the GPU (backend) split the lines where the records
           differ in them (a note names a size where one line still has several records); out-of-memory runs are
-          listed
+          listed; its notes name the record (its label), then its size and line: "run (xl bf16): oom"
   comm    one horizontal bar per record, the step split into compute with no collective in flight, compute
           overlapped with communication (timing.comm - comm_exposed) and exposed communication (the compute stream
           stalled, timing.comm_exposed); a 1-rank record is all compute
@@ -58,15 +58,16 @@ record that does not, or a missing file or key is an error. Every point is print
 
 Inputs are files or quoted globs (expanded here, sorted); an input that is JSON but not a record of the kind's job (a
 memory timeline, a trace, a PyTorch peer record, another job's record) is passed over with a note, as memory_table.py
-does. Labels are the file names without .json (with as many parent folders as make them unique) unless --labels gives
-them (one per record drawn or not, the files passed over not counted). A run that failed (status oom / error) has no
-timings: the bar kinds and sweep list it in a note (with its error, where it has one); loss draws the steps it has. A
-finished run without measured steps (bench.measure_steps 0) has no timings either: sweep, comm and phases list it in a
-note. An interrupted run (status interrupted) is drawn by sweep, comm, phases and memory from the steps it measured,
-with a note (loss draws its steps, labelled interrupted); one interrupted before its first measured step is listed as
-a failed run. On stderr `# not drawn: ...` names what was left out, `# note: ...` something drawn that needs a word,
-and the last line how many records were drawn; the notes are at the foot of the figure too (sweep and collective:
-what was left out as well). -o's suffix gives the format: .png, .pdf or .svg.
+does. Labels are the file names without .json (with as many parent folders as make them unique; the same file twice
+keeps its name) unless --labels gives them (one per record drawn or not, the files passed over not counted). A run that
+failed (status oom / error) has no timings: the bar kinds and sweep list it in a note (with its error, where it has
+one); loss draws the steps it has. A finished run without measured steps (bench.measure_steps 0) has no timings either:
+sweep, comm and phases list it in a note. An interrupted run (status interrupted) is drawn by sweep, comm, phases and
+memory from the steps it measured, with a note (loss draws its steps, labelled interrupted); one interrupted before its
+first measured step is listed as a failed run, but drawn by memory, its peak being that of its warm-up steps, with the
+note "from its warm-up steps". On stderr `# not drawn: ...` names what was left out, `# note: ...` something drawn that
+needs a word, and the last line how many records were drawn; the notes are at the foot of the figure too (sweep and
+collective: what was left out as well). -o's suffix gives the format: .png, .pdf or .svg.
 --dump-json PATH writes what was drawn, read back from the figure's artists (lines: x, y; bars: one value per record
 and segment), and the notes (notes: not drawn, info: notes, foot: the figure's foot), for tests and scripts.
 
@@ -92,7 +93,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plot_common import COLORS, DPI, BadInput, check_output, pyplot, same_file, save_figure  # noqa: E402
-from records import size_unit  # noqa: E402
+from records import file_labels, size_unit  # noqa: E402
 
 PROG = "plot.py"
 FORMATS = ("png", "pdf", "svg")   # -o's suffix: the format matplotlib writes
@@ -211,16 +212,6 @@ def mean_ms(r, phase, path):
     return float(t["mean_ms"]) if isinstance(t, dict) and t.get("mean_ms") is not None else 0.0
 
 
-def default_labels(paths: list[str]) -> list[str]:
-    """File names without .json, with as many parent folders as make them unique."""
-    parts = [Path(p).resolve().with_suffix("").parts for p in paths]
-    for n in range(1, max(len(p) for p in parts) + 1):
-        labels = ["/".join(p[-n:]) for p in parts]
-        if len(set(labels)) == len(labels):
-            return labels
-    return [str(p) for p in paths]
-
-
 # ---- kinds: each draws on a new figure and returns it with its notes ----------------------------------------------
 
 def bar_figure_height(n_bars: int) -> float:
@@ -289,20 +280,28 @@ def legend_right(ax, *handles_labels):
     ax.legend(*handles_labels, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
 
 
+def measured(r) -> bool:
+    """Whether r measured steps (a timing.step.mean_ms); not a run interrupted in its warm-up, nor one of
+    bench.measure_steps 0."""
+    step = r.get("timing").get("step") if isinstance(r.get("timing"), dict) else None
+    return isinstance(step, dict) and step.get("mean_ms") is not None
+
+
 def interrupted_with_numbers(r, timed) -> bool:
     """Whether r is an interrupted run's record with the numbers a kind draws (timed: a step mean; else memory by
     category): drawn, with a note, as ddp_table.py and loss_match.py use them."""
     if r.get("status") != "interrupted":
         return False
     if timed:
-        step = r.get("timing").get("step") if isinstance(r.get("timing"), dict) else None
-        return isinstance(step, dict) and step.get("mean_ms") is not None
+        return measured(r)
     return isinstance((r.get("memory") or {}).get("by_category"), dict)
 
 
 def interrupted_note(label, r) -> tuple:
-    """The info note (label, note, detail) of an interrupted record that is drawn."""
-    return (label, "status interrupted: drawn from the steps it measured",
+    """The info note (label, note, detail) of an interrupted record that is drawn: from the steps it measured, or
+    (memory) from its warm-up steps where it was interrupted before its first measured step."""
+    return (label, "status interrupted: drawn from " + ("the steps it measured" if measured(r) else
+                                                        "its warm-up steps"),
             f" ({r['error']})" if r.get("error") else "")
 
 
@@ -408,25 +407,27 @@ def draw_sweep(recs, args):
     notes, info = [], []
     phases = {field(r, "config.bench.phase", p) for _, p, r in recs}
     splits = [f for f in SWEEP_SPLITS if len({f(r) for _, _, r in recs} - {None}) > 1]
-    series = {}   # name -> [(params, name, step ms, rate)]
+    series = {}   # name -> [(params, size name, step ms, rate, label)]
     for label, path, r in recs:
         key = (field(r, "config.precision", path), field(r, "config.bench.phase", path))
         name = ", ".join([" ".join(key) if len(phases) > 1 else key[0]] + [v for f in splits for v in [f(r)] if v])
+        where = f"{label} ({size_name(r)} {name})"   # the record, and its size and line
         if interrupted_with_numbers(r, timed=True):
-            info.append(interrupted_note(f"{size_name(r)} {name}", r))
+            info.append(interrupted_note(where, r))
         elif r.get("status") != "ok" or unmeasured(r):
-            notes.append(f"{size_name(r)} {name}: {r.get('status') if r.get('status') != 'ok' else unmeasured(r)}")
+            notes.append(f"{where}: {r.get('status') if r.get('status') != 'ok' else unmeasured(r)}")
             continue
         params = float(field(r, "model.parameters", path))
         step = float(field(r, "timing.step.mean_ms", path))
         rate = float(field(r, "throughput.mfu" if args.mfu else "throughput.model_tflops_per_gpu", path))
-        series.setdefault(name, []).append((params, size_name(r), step, rate * (100 if args.mfu else 1)))
+        series.setdefault(name, []).append((params, size_name(r), step, rate * (100 if args.mfu else 1), label))
     if not series:
         raise nothing_to_draw(recs, notes)
     for name, pts in series.items():   # records of one line at one size differ in something not split on (or repeat)
-        for size in sorted({p[1] for p in pts if sum(q[0] == p[0] for q in pts) > 1}):
-            info.append((f"{size} {name}", "several records of one line at one size: joined by a vertical segment",
-                         ""))
+        joined = [p for p in pts if sum(q[0] == p[0] for q in pts) > 1]
+        for size in sorted({p[1] for p in joined}):
+            info.append((f"{', '.join(p[4] for p in joined if p[1] == size)} ({size} {name})",
+                         "several records of one line at one size: joined by a vertical segment", ""))
     plt = pyplot()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(WIDTH_IN, 5.0), dpi=DPI)
     ticks = {}
@@ -1018,7 +1019,7 @@ def main(argv=None) -> int:
                 if len(labels) != len(paths):
                     raise BadInput(f"--labels gives {len(labels)} labels for {len(paths)} records")
             else:
-                labels = default_labels(paths)
+                labels = file_labels(paths)
             recs = [(lab, p, load(p, "collective_bench" if kind == "collective" else "train"))
                     for lab, p in zip(labels, paths)]
             fig, notes, info = DRAW[kind](recs, args)

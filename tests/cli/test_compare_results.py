@@ -1,6 +1,7 @@
 """launch/compare_results.py: trainer records beside the PyTorch peer's (torch_bench.result/1), on the kept H200
 records of v24 (the ratios are computed here from the files, independently of the script), a time of one sample
-without "± std", and bad input (a value of another type in a hand-edited record too: one line naming the file and the
+without "± std", columns of the same file name named with as many parent folders as make the names unique (the same
+file twice keeps its name), and bad input (a value of another type in a hand-edited record too: one line naming the file and the
 key)."""
 import json
 import os
@@ -154,6 +155,26 @@ def test_one_sample_has_no_std(tmp_path):
     assert out.returncode == 0, out.stderr
     assert row(out.stdout, "step ms (mean ± std)") == ["5.00 (n=1)"]
     assert row(out.stdout, "forward ms (mean ± std)") == ["2.00 ± 0.50 (n=2)"]
+
+
+def test_records_of_the_same_file_name_are_named_by_their_folders(tmp_path):
+    """Two run.json: each column named with the fewest parent folders that tell them apart (they had the paths as
+    given), a file name no other record has alone; the same file twice keeps its name."""
+    files = []
+    for d, step in (("r1/x", 5.0), ("r2/x", 6.0)):
+        (tmp_path / d).mkdir(parents=True)
+        files.append(tmp_path / d / "run.json")
+        files[-1].write_text(json.dumps(trainer_record(timing={"step": {"mean_ms": step, "std_ms": 0.0,
+                                                                         "samples": [step]}})))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(trainer_record()))
+    out = run(*files, other)
+    assert out.returncode == 0, out.stderr
+    assert row(out.stdout, "field") == ["r1/x/run.json", "r2/x/run.json", "other.json"]
+    assert row(out.stdout, "step ms (mean ± std)") == ["5.00 (n=1)", "6.00 (n=1)", "5.00 (n=1)"]
+    out = run(files[0], tmp_path / "r1/x/../x/run.json", "--markdown")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0] == "| field | run.json | run.json |"
 
 
 @pytest.mark.parametrize("change, message", [

@@ -2,7 +2,8 @@
 sizes in GiB or MiB when every size is below 1 GiB, failed runs as a row with their status (and error only when there
 is one, clipped when long), an interrupted run that measured steps with its numbers (marked interrupted; as --one
 too, with a note), no efficiency against a --one record of another model or precision (a note says why), one
-measured step without "± std", rows of the same file name named by their paths, a memory timeline skipped as one, a
+measured step without "± std", rows of the same file name named with as many parent folders as make the names unique
+(the same file twice keeps its name), a memory timeline skipped as one, a
 section a hand-edited or partial record lacks (missing or null) shown as "-", and bad input (an unreadable file, a
 --torch file that is not a torch_bench record, a record without its status or job, a failed --one record) one line
 "ddp_table: error: ..." on stderr, exit 2, nothing on stdout. The --help example's files exist.
@@ -248,16 +249,38 @@ def test_a_long_error_is_clipped_and_one_sample_has_no_std(tmp_path):
 
 
 def test_records_of_the_same_file_name_and_a_memory_timeline(tmp_path):
-    """Two run.json in different folders: each row named by its path. A memory timeline is skipped as what it is."""
+    """Two run.json in different folders: each row named with the fewest parent folders that tell them apart (they had
+    the paths as given). A memory timeline is skipped as what it is."""
     a, b = tmp_path / "r1", tmp_path / "r2"
-    a.mkdir(), b.mkdir()
+    (a / "x").mkdir(parents=True), (b / "x").mkdir(parents=True)
     timeline = write(tmp_path, "mem", {"schema": "trainer.memory_timeline/1", "events": []})
     out = run(write(a, "run", trainer_record(step=50.0)), write(b, "run", trainer_record(step=40.0)), timeline)
     assert out.returncode == 0, out.stderr
     _, table = rows(out.stdout)
-    assert table[str(a / "run.json")][2] == "50.0 ± 0.5" and table[str(b / "run.json")][2] == "40.0 ± 0.5"
+    assert table["r1/run"][2] == "50.0 ± 0.5" and table["r2/run"][2] == "40.0 ± 0.5", out.stdout
     assert out.stderr.splitlines() == [f"# skipped {timeline}: a memory timeline (profile.memory_timeline), not a "
                                        "result record"]
+    # two folders up; a file name no other record has (a --torch one too) stays alone
+    out = run(write(a / "x", "run", trainer_record(step=30.0)), write(b / "x", "run", trainer_record(step=20.0)),
+              write(tmp_path, "flat", trainer_record(step=10.0)), "--torch", write(a / "x", "peer", torch_record()))
+    assert out.returncode == 0, out.stderr
+    _, table = rows(out.stdout)
+    assert list(table) == ["r1/x/run", "r2/x/run", "flat", "peer"], out.stdout
+    assert [table[k][2] for k in ("r1/x/run", "r2/x/run", "flat")] == ["30.0 ± 0.5", "20.0 ± 0.5", "10.0 ± 0.5"]
+
+
+def test_the_same_file_twice_keeps_its_name(tmp_path):
+    """a/run.json given twice had switched every row to its path: the same path is one name."""
+    (tmp_path / "a").mkdir()
+    rec, other = write(tmp_path / "a", "run", trainer_record(step=50.0)), write(tmp_path, "flat", trainer_record())
+    out = run(rec, rec, other)
+    assert out.returncode == 0, out.stderr
+    assert [line.split()[0] for line in out.stdout.splitlines()[1:]] == ["run", "run", "flat"], out.stdout
+    # given as another spelling of the same path, too
+    out = subprocess.run([sys.executable, str(SCRIPT), "a/run.json", "./a/run.json", "a/../a/run.json"],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert [line.split()[0] for line in out.stdout.splitlines()[1:]] == ["run", "run", "run"], out.stdout
 
 
 def test_the_help_example_names_kept_records():

@@ -7,7 +7,7 @@ length among them) is "not comparable", naming the key. Exit code 1 when a recor
 a JSON object, a reference without per-step losses, a record without its config section, losses that are not
 numbers, a steps.first that is not a step number) one line "loss_match: error: ..." on stderr, exit 2, nothing on
 stdout, and too few arguments one usage line; a strategy a record lacks (config.parallel missing or null) shows as
-"-"; records of the same file name are named by their paths.
+"-"; records of the same file name are named with as many parent folders as make the names unique.
 """
 import json
 import os
@@ -47,8 +47,8 @@ def test_a_running_or_failed_record_is_named_with_its_status(tmp_path):
     assert r.returncode == 1, r.stderr
     lines = r.stdout.splitlines()
     assert "None" not in r.stdout, r.stdout
-    # three records named r.json: each row names its path
-    assert any(line.startswith(f"{ok} ") and "ddp_flat" in line and "5.00e-02" in line for line in lines), r.stdout
+    # three records named r.json: each row names its folder too
+    assert any(line.startswith("a/r.json ") and "ddp_flat" in line and "5.00e-02" in line for line in lines), r.stdout
     assert any(f"'{running}' is not a finished run (status running: the run has not ended, or was killed" in line and
                "pid 4242" in line for line in lines), r.stdout
     assert any(f"'{oom}' is a failed run (status oom: out of memory on cpu: asked for 1 GiB)" in line
@@ -188,13 +188,26 @@ def test_too_few_arguments_is_one_usage_line(tmp_path):
                                          "it prints)"]
 
 
-def test_records_of_the_same_file_name_are_named_by_their_paths(tmp_path):
+def test_records_of_the_same_file_name_are_named_by_their_folders(tmp_path):
+    """Records sharing a file name get as many parent folders as make the names unique (they had the paths as given);
+    the same file twice keeps its name."""
     ref = record(tmp_path / "ref.json", "none", [5.0, 4.0])
     a, b = record(tmp_path / "r1" / "run.json", "ddp_flat", [5.0, 4.0]), record(tmp_path / "r2" / "run.json", "fsdp",
                                                                                 [5.0, 4.4])
     r = run(ref, a, b)
     assert r.returncode == 0, r.stderr
-    assert [line.split()[:2] for line in r.stdout.splitlines()[2:]] == [[str(a), "ddp_flat"], [str(b), "fsdp"]]
+    assert [line.split()[:2] for line in r.stdout.splitlines()[2:]] == [["r1/run.json", "ddp_flat"],
+                                                                         ["r2/run.json", "fsdp"]]
+    # r1/x/run.json and r2/x/run.json differ two folders up: the fewest that tell them apart, not the whole path; a
+    # file name that no other record has stays alone
+    c, d = record(tmp_path / "r1" / "x" / "run.json", "zero1", [5.0, 4.0]), record(tmp_path / "r2" / "x" / "run.json",
+                                                                                   "fsdp", [5.0, 4.0])
+    r = run(ref, c, d, ref)
+    assert r.returncode == 0, r.stderr
+    assert [line.split()[0] for line in r.stdout.splitlines()[2:]] == ["r1/x/run.json", "r2/x/run.json", "ref.json"]
+    r = run(ref, a, a)  # the same file twice: one name
+    assert r.returncode == 0, r.stderr
+    assert [line.split()[0] for line in r.stdout.splitlines()[2:]] == ["run.json", "run.json"]
 
 
 def drop(path, dotted, null):

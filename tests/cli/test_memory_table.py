@@ -1,6 +1,7 @@
 """launch/memory_table.py on synthetic records: measured and planned peaks in GiB (MiB when every size is below
 1 GiB), an out-of-memory record's planned peak from the plan it carries, records of the benchmark jobs and memory
-timelines skipped with a note, records of the same file name named by their paths, bad input (a value of another type
+timelines skipped with a note, records of the same file name named with as many parent folders as make the names
+unique, bad input (a value of another type
 in a hand-edited record too) one line naming the file (and the key) and exit 2. The --help example's files exist.
 """
 import glob
@@ -91,12 +92,23 @@ def test_a_value_of_another_type_is_one_line_naming_the_file_and_key(tmp_path, c
     assert p.stderr.splitlines() == [f"memory_table.py: error: {bad}: {message}"]
 
 
-def test_records_of_the_same_file_name_are_named_by_their_paths(tmp_path):
-    (tmp_path / "r1").mkdir(), (tmp_path / "r2").mkdir()
+def test_records_of_the_same_file_name_are_named_by_their_folders(tmp_path):
+    """Two run.json: each row named with the fewest parent folders that tell them apart (they had the paths as given),
+    a file name no other record has alone; the same file twice keeps its name."""
+    for d in ("r1/x", "r2/x"):
+        (tmp_path / d).mkdir(parents=True)
     a, b = record(tmp_path / "r1", "run", 3 * MIB, 3 * MIB), record(tmp_path / "r2", "run", 4 * MIB, 4 * MIB)
     p, rows = table(a, b)
     assert p.returncode == 0, p.stderr
-    assert [(r[0], r[5]) for r in rows[1:]] == [(str(a), "3.00"), (str(b), "4.00")]
+    assert [(r[0], r[5]) for r in rows[1:]] == [("r1/run", "3.00"), ("r2/run", "4.00")]
+    c, d = record(tmp_path / "r1/x", "run", 5 * MIB, 5 * MIB), record(tmp_path / "r2/x", "run", 6 * MIB, 6 * MIB)
+    other = record(tmp_path, "other", 7 * MIB, 7 * MIB)
+    p, rows = table(c, d, other)
+    assert p.returncode == 0, p.stderr
+    assert [(r[0], r[5]) for r in rows[1:]] == [("r1/x/run", "5.00"), ("r2/x/run", "6.00"), ("other", "7.00")]
+    p, rows = table(a, a)
+    assert p.returncode == 0, p.stderr
+    assert [r[0] for r in rows[1:]] == ["run", "run"]
 
 
 def test_the_help_example_names_kept_records():

@@ -160,7 +160,7 @@ def test_sweep_by_size_and_precision(tmp_path):
             assert s["y"] == pytest.approx([r["timing"]["step"]["mean_ms"] for r in rs])
             rate = [r["throughput"]["mfu"] * 100 if mfu else r["throughput"]["model_tflops_per_gpu"] for r in rs]
             assert t["y"] == pytest.approx(rate)
-        assert d["notes"] == ["10B bf16: oom"]
+        assert d["notes"] == ["10B_bf16 (10B bf16): oom"]
     # records of one precision on 1 and 2 ranks: a line each (they had been joined into one)
     two = [write(tmp_path, f"{p}_2r", record(rng, preset=p, precision="bf16", world_size=2)) for p in ("small", "xl")]
     d, _ = draw(tmp_path, "sweep", [tmp_path / "small_bf16.json", tmp_path / "xl_bf16.json"] + two)
@@ -192,7 +192,7 @@ def test_sweep_splits_lines_by_context_batch_and_gpu(tmp_path):
     assert lines["bf16, ctx 512"]["y"] == pytest.approx([recs[k]["timing"]["step"]["mean_ms"]
                                                          for k in ("s512", "x512")])
     assert lines["bf16, ctx 2048"]["y"] == pytest.approx([recs["x2048"]["timing"]["step"]["mean_ms"]])
-    assert d["notes"] == ["xl bf16, ctx 32768: oom"] and d["info"] == []
+    assert d["notes"] == ["oom (xl bf16, ctx 32768): oom"] and d["info"] == []
     # the batch and the GPU (its name, not its memory or CUDA version) split the lines too
     recs = {"a": rec("small"), "b": rec("xl"), "c": rec("xl", batch=8), "d": rec("small", gpu="NVIDIA H100 80GB HBM3, "
                                                                                  "79.2 GiB, CUDA 13"),
@@ -201,10 +201,11 @@ def test_sweep_splits_lines_by_context_batch_and_gpu(tmp_path):
     got = {ln["label"]: len(ln["x"]) for ln in d["axes"][0]["lines"]}
     assert got == {"bf16, batch 4, NVIDIA H200": 3, "bf16, batch 8, NVIDIA H200": 1, "bf16, batch 4, NVIDIA H100 80GB "
                    "HBM3": 1}
-    # b and e: one line at one size (they differ in nothing split on): a note says so
-    assert d["info"] == ["xl bf16, batch 4, NVIDIA H200: several records of one line at one size: joined by a "
+    # b and e: one line at one size (they differ in nothing split on): a note says so, naming them
+    assert d["info"] == ["b, e (xl bf16, batch 4, NVIDIA H200): several records of one line at one size: joined by a "
                          "vertical segment"]
-    assert "several records of one line at one size" in flat(d["foot"][0]) and "# note: xl bf16, batch 4" in p.stderr
+    assert "several records of one line at one size" in flat(d["foot"][0])
+    assert "# note: b, e (xl bf16, batch 4" in p.stderr
 
 
 def test_sweep_of_the_kept_records_at_three_contexts(tmp_path):
@@ -481,6 +482,14 @@ def test_kind_option_glob_and_labels(tmp_path):
     p = run_plot("loss", pa, pb, "-o", out, "--dump-json", "-")
     assert p.returncode == 0, p.stderr
     assert [ln["label"] for ln in json.loads(p.stdout)["axes"][0]["lines"]] == ["a/run", "b/run"]
+    # the fewest folders that tell them apart (two here), only for the names two files share; the same file twice is
+    # one name (it had switched every label to the whole path)
+    (tmp_path / "a" / "z").mkdir()
+    (tmp_path / "b" / "z").mkdir()
+    pz = [write(tmp_path / d / "z", "run", record(rng)) for d in ("a", "b")]
+    p = run_plot("phases", *pz, tmp_path / "x1.json", pa, pa, "-o", out, "--dump-json", "-")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["axes"][0]["yticklabels"] == ["a/z/run", "b/z/run", "x1", "a/run", "a/run"]
 
 
 def test_files_that_are_not_records_are_passed_over_when_named_too(tmp_path):
@@ -584,7 +593,7 @@ def test_an_interrupted_run_is_drawn_from_the_steps_it_measured(tmp_path, kind):
     early = interrupted(no_measured_steps(record(rng, preset="medium")), steps_done=2)
     paths = [write(tmp_path, "ok", ok), write(tmp_path, "cut", cut), write(tmp_path, "early", early)]
     d, p = draw(tmp_path, kind, paths if kind != "memory" else paths[:2])
-    where = "xl bf16" if kind == "sweep" else "cut"
+    where = "cut (xl bf16)" if kind == "sweep" else "cut"   # sweep: the record, then its size and line
     assert d["info"] == [f"{where}: status interrupted: drawn from the steps it measured (interrupted by SIGINT after "
                          f"step 7 of 100)"]
     assert f"# note: {where}: status interrupted" in p.stderr
@@ -593,7 +602,7 @@ def test_an_interrupted_run_is_drawn_from_the_steps_it_measured(tmp_path, kind):
         assert d["notes"] == [] and "(memory, 2 of 2 records drawn)" in p.stderr
         assert sum(bars_by_label(d["axes"][0])["cut"].values()) == pytest.approx(cut["memory"]["peak_bytes"] / GIB)
         return
-    assert d["notes"] == ["medium bf16: interrupted" if kind == "sweep" else
+    assert d["notes"] == ["early (medium bf16): interrupted" if kind == "sweep" else
                           "early: status interrupted (interrupted by SIGINT after step 2 of 100): no timings"]
     assert f"({kind}, 2 of 3 records drawn)" in p.stderr
     if kind == "sweep":
@@ -602,6 +611,23 @@ def test_an_interrupted_run_is_drawn_from_the_steps_it_measured(tmp_path, kind):
         assert list(zip(line["x"], line["y"])) == pytest.approx(want)
     else:
         assert sum(bars_by_label(d["axes"][0])["cut"].values()) == pytest.approx(cut["timing"]["step"]["mean_ms"])
+
+
+def test_a_run_interrupted_in_its_warm_up_is_drawn_by_memory_from_its_warm_up_steps(tmp_path):
+    # Its memory bar had the note "drawn from the steps it measured", but it measured none (timing.step.mean_ms null):
+    # its peak is that of its warm-up steps, and the note says so.
+    rng = random.Random(18)
+    cut = interrupted(record(rng, preset="xl"))
+    early = interrupted(no_measured_steps(record(rng, preset="medium")), steps_done=2)
+    d, p = draw(tmp_path, "memory", [write(tmp_path, "cut", cut), write(tmp_path, "early", early)])
+    assert d["info"] == ["cut: status interrupted: drawn from the steps it measured (interrupted by SIGINT after step 7 "
+                         "of 100)", "early: status interrupted: drawn from its warm-up steps (interrupted by SIGINT "
+                         "after step 2 of 100)"]
+    assert [flat(t) for t in d["foot"]] == ["note: cut: status interrupted: drawn from the steps it measured",
+                                            "note: early: status interrupted: drawn from its warm-up steps"]
+    assert "# note: early: status interrupted: drawn from its warm-up steps" in p.stderr
+    assert d["notes"] == [] and "(memory, 2 of 2 records drawn)" in p.stderr
+    assert sum(bars_by_label(d["axes"][0])["early"].values()) == pytest.approx(early["memory"]["peak_bytes"] / GIB)
 
 
 def test_help():
