@@ -18,8 +18,9 @@ record left there by an earlier sweep is never reported as this one's). Prints o
 the mean of its forward, backward and optimizer, tokens/s, TFLOP/s, peak memory; writes OUT/.sweep.json (atomically; a
 dot file, so that OUT/*.json are the records for plot.py and the tables). Exit status 1 when a run failed (an error or
 timeout row; an OOM row is a finding, not a failure), 2 for bad arguments (`bench_sweep.py: error: ...`, before anything
-runs). Ctrl-C (SIGINT, passed on to the run in flight) lets that run end its record (status interrupted), runs nothing
-more, prints the rows so far and writes OUT/.sweep.json; exit status 130. Standard library only.
+runs). Ctrl-C (SIGINT) or SIGTERM (kill, Slurm), passed on to the run in flight, lets that run end its record
+(status interrupted), runs nothing more, prints the rows so far and writes OUT/.sweep.json; exit status 128 + the
+signal (130 for Ctrl-C, 143 for SIGTERM). Standard library only.
 """
 import argparse
 import json
@@ -35,8 +36,8 @@ PROG = "bench_sweep.py"
 SIZES = ["small", "medium", "large", "xl", "10B"]
 PRECISIONS = ["fp32", "bf16", "bf16_pure"]
 PHASES = ["forward", "forward_backward", "train_step"]
-# Ctrl-C: set by on_sigint, which passes the signal on to the run in flight (`child`)
-INTERRUPT = {"seen": False, "child": None}
+# Ctrl-C / SIGTERM: set by on_interrupt, which passes the signal on to the run in flight (`child`)
+INTERRUPT = {"seen": 0, "child": None}
 
 
 def fail(msg):
@@ -44,12 +45,12 @@ def fail(msg):
     sys.exit(2)
 
 
-def on_sigint(signum, frame):
+def on_interrupt(signum, frame):
     """Ctrl-C: no more runs; the one in flight stops after its step and writes its record (status interrupted). A
     terminal's Ctrl-C reaches it too: the trainer takes the same signal again within 250 ms as one."""
-    INTERRUPT["seen"] = True
+    INTERRUPT["seen"] = INTERRUPT["seen"] or signum
     if INTERRUPT["child"] is not None:
-        INTERRUPT["child"].send_signal(signal.SIGINT)  # nothing when it has ended
+        INTERRUPT["child"].send_signal(signum)  # nothing when it has ended
 
 
 def signame(n):
@@ -95,7 +96,7 @@ def run_one(args, size, precision, phase, warmup):
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     INTERRUPT["child"] = p
     if INTERRUPT["seen"]:  # Ctrl-C came while it was being started
-        p.send_signal(signal.SIGINT)
+        p.send_signal(INTERRUPT["seen"])
     try:
         _, stderr = p.communicate(timeout=args.timeout)  # on Ctrl-C too: its pipes stay read until it has ended
     except subprocess.TimeoutExpired:
@@ -201,7 +202,8 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     rows = []
     t0 = time.time()
-    signal.signal(signal.SIGINT, on_sigint)
+    signal.signal(signal.SIGINT, on_interrupt)
+    signal.signal(signal.SIGTERM, on_interrupt)
     runs = [(s, pr, ph, w) for s in args.sizes for pr in args.precisions for ph in args.phases for w in args.warmups]
     for run in runs:
         if INTERRUPT["seen"]:
@@ -210,7 +212,7 @@ def main():
         rows.append(r)
         print(cell(r), flush=True)
     if INTERRUPT["seen"]:
-        print(f"{PROG}: interrupted (SIGINT): {len(rows)} of {len(runs)} runs started, the rest skipped; the table "
+        print(f"{PROG}: interrupted ({signame(INTERRUPT['seen'])}): {len(rows)} of {len(runs)} runs started, the rest skipped; the table "
               f"below and {args.out}/.sweep.json hold those", file=sys.stderr, flush=True)
     summary = [{k: r.get(k) for k in ("_row", "status", "error", "timing", "throughput", "memory")} for r in rows]
     path = pathlib.Path(args.out) / ".sweep.json"
@@ -223,7 +225,7 @@ def main():
     for r in rows:
         print(cell(r))
     if INTERRUPT["seen"]:
-        return 130  # 128 + SIGINT, as the shell reports a process Ctrl-C ended
+        return 128 + INTERRUPT["seen"]  # as the shell reports a process the signal ended (130: Ctrl-C)
     return 0 if all(r.get("status") in ("ok", "oom") for r in rows) else 1
 
 

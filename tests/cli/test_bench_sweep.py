@@ -103,11 +103,12 @@ wait $pid
     assert row.endswith(f"ERROR: {how}; record left running"), row
 
 
-@pytest.mark.parametrize("group", [True, False], ids=["terminal", "sweep_only"])
-def test_ctrl_c_keeps_the_finished_rows(tmp_path, group):
+@pytest.mark.parametrize("group, sig", [(True, signal.SIGINT), (False, signal.SIGINT), (False, signal.SIGTERM)],
+                         ids=["terminal", "sweep_only", "sigterm"])
+def test_ctrl_c_keeps_the_finished_rows(tmp_path, group, sig):
     # runs: forward w0 (finishes), forward w100000 (interrupted in its warm-up), train_step w0 and w100000 (skipped).
     # group: SIGINT to the process group, as a terminal's Ctrl-C (the trainer gets it too); else to bench_sweep only,
-    # which passes it on.
+    # which passes it on (SIGTERM too: kill, Slurm).
     out = tmp_path / "out"
     proc = subprocess.Popen(sweep_cmd(tmp_path, "--phases", "forward", "train_step", "--warmups", "0", "100000", *CPU),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
@@ -121,23 +122,23 @@ def test_ctrl_c_keeps_the_finished_rows(tmp_path, group):
         if group:
             os.killpg(proc.pid, signal.SIGINT)
         else:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(sig)
         stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-    assert proc.returncode == 130, stdout + stderr
+    assert proc.returncode == 128 + sig, stdout + stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     assert [line for line in stderr.splitlines() if "bench_sweep" in line] == [
-        "bench_sweep.py: interrupted (SIGINT): 2 of 4 runs started, the rest skipped; the table below and "
+        f"bench_sweep.py: interrupted ({sig.name}): 2 of 4 runs started, the rest skipped; the table below and "
         f"{out}/.sweep.json hold those"], stderr
     assert json.loads(second.read_text())["status"] == "interrupted"
     summary = json.loads((out / ".sweep.json").read_text())
     assert [(s["_row"][2], s["_row"][3], s["status"]) for s in summary] == [("forward", 0, "ok"),
                                                                            ("forward", 100000, "interrupted")]
     table = stdout.split("# size")[1].splitlines()[1:]
-    assert len(table) == 2 and "INTERRUPTED: interrupted by SIGINT" in table[1], stdout
+    assert len(table) == 2 and f"INTERRUPTED: interrupted by {sig.name}" in table[1], stdout
     assert not list(out.glob("tiny_fp32_train_step_*.json"))
 
 
