@@ -198,6 +198,13 @@ std::string in_gemm_summary(const RunConfig& cfg) {
 
 int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool as_json, bool fit,
              double device_memory_gib, const std::string& gpu_arg) {
+  // A cuda plan over several ranks resolves parallel.comm as on a cluster's build (with NCCL); a build without it
+  // would run them over mpi (resolve_comm), at another communication time: say so beside the plan
+  const std::string comm_note =
+      cfg.device == "cuda" && world > 1 && cfg.parallel.comm == "nccl" && !build::kHaveNccl
+          ? "parallel.comm: planned as nccl, as on a build with NCCL; this trainer was built without NCCL, so it "
+            "would run these ranks over mpi (--set parallel.comm=mpi plans that)"
+          : "";
   CONFIG_CHECK(device_memory_gib == 0 || cfg.device == "cuda", "--device-memory applies to a cuda plan (the cpu "
                "plan compares with this host's MemAvailable)");
   CONFIG_CHECK(gpu_arg.empty() || cfg.device == "cuda", "--gpu applies to a cuda plan (this plan's device is {})",
@@ -234,6 +241,7 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
       out["fits_host"] = host_fits;
     }
     if (!assumed.empty()) out["device_note"] = assumed;
+    if (!comm_note.empty()) out["comm_note"] = comm_note;
     if (differ) {
       out["per_rank"] = nlohmann::json::array();
       for (const Plan& p : plans) out["per_rank"].push_back(p.to_json());
@@ -243,6 +251,7 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
     return 0;
   }
   if (!assumed.empty()) std::cout << assumed << "\n";
+  if (!comm_note.empty()) std::cout << comm_note << "\n";
   std::cout << "config: " << cfg.name << ", model " << (cfg.model.preset.empty() ? "custom" : cfg.model.preset)
             << fmt::format(" (d_model {}, {} layers, context {}), batch {}, microbatch {}, precision {}, attention {}, "
                            "checkpointing {}, phase {}{}\n",
@@ -270,9 +279,16 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
             ? " of device memory; the rest for the CUDA context, cuBLAS, NCCL and the allocator's rounding"
             : fmt::format(" available on this host / {} rank(s)", world),
         search->plans);
-    const std::string more = cfg.parallel.strategy == "none"
-                                 ? "more ranks with fsdp or zero1, precision bf16_pure, or a smaller model"
-                                 : "more ranks, or a smaller model";
+    // What lowers the state a rank holds: only fsdp shards the weights and gradients (zero1 the AdamW moments
+    // alone; ddp nothing), so more ranks help only under fsdp; precision bf16_pure runs on strategy none only
+    const std::string& s = cfg.parallel.strategy;
+    const std::string more =
+        s == "fsdp"    ? "more ranks, or a smaller model"
+        : s == "zero1" ? "fsdp over several ranks (zero1 keeps the weights and gradients whole), or a smaller model"
+        : s == "none"  ? "several ranks with fsdp (or zero1, which shards the AdamW moments alone), precision "
+                         "bf16_pure, or a smaller model"
+                       : "fsdp over several ranks (" + s + " keeps every weight, gradient and AdamW moment whole), "
+                         "or a smaller model";
     if (search->state_bytes > budget)
       std::cout << fmt::format("  nothing: the weights, gradients and optimizer state alone take {}, which no "
                                "activation setting lowers ({})\n", format_bytes(search->state_bytes), more);

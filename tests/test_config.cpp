@@ -549,7 +549,8 @@ TEST_CASE("config: validation rules", "[config]") {
       {{"data.sampling=shuffled"}, 1, "config: 'data.sampling' must be one of random, sequential; got 'shuffled'"},
       {{"data.batch_size=0"}, 1, "config: 'data.batch_size' must be > 0, got 0"},
       {{"data.batch_size=-4"}, 1, "config: 'data.batch_size' must be > 0, got -4"},
-      {{"data.batch_size=6"}, 4, "data: batch_size 6 is not divisible by world_size 4"},
+      {{"data.batch_size=6"}, 4, "data: batch_size 6 is not divisible by world_size 4 (the global batch is split "
+                                 "evenly over the ranks; e.g. --set data.batch_size=8)"},
       {{"data.microbatch_size=-1"}, 1, "config: 'data.microbatch_size' must be > 0, got -1"},
       {{"data.batch_size=8", "data.microbatch_size=3"}, 2,
        "data: per-rank batch 4 (batch_size 8 / world_size 2) is not divisible by microbatch_size 3"},

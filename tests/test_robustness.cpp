@@ -21,6 +21,7 @@
 #include "plan/host_memory.h"
 
 using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
 using trainer::ConfigError;
 using trainer::HostInfo;
 using trainer::RunConfig;
@@ -194,6 +195,15 @@ TEST_CASE("host memory: the check names the key, the bytes needed and the bytes 
   CHECK_THROWS_WITH(check_host_memory(wide, 1, 1, false, gib),
                     Contains("model.d_model = 1048576") && Contains("weights, gradients and AdamW state (fp32) on the cpu"));
   CHECK_NOTHROW(check_host_memory(wide, 1, 1, /*dry_run=*/true, gib));
+  // A preset no key of which is beyond the largest preset's (10B): the model is named whole (a fresh user's xl on
+  // the cpu once blamed model.vocab_size, which xl shares with 10B)
+  RunConfig xl = model(2, "cpu");
+  xl.model = trainer::preset_model("xl");
+  xl.model.preset = "xl";
+  CHECK_THROWS_WITH(check_host_memory(xl, 1, 1, false, gib),
+                    StartsWith("model.preset = xl: the run needs at least") && !Contains("vocab_size ="));
+  xl.model.preset.clear();
+  CHECK_THROWS_WITH(check_host_memory(xl, 1, 1, false, gib), StartsWith("model: the run needs at least"));
   CHECK(trainer::host_memory_available() > 0);  // Linux: /proc/meminfo
 }
 

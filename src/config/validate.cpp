@@ -267,8 +267,10 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
   check_enum(d.sampling, kSamplings, "data.sampling");
   check_positive(d.batch_size, "data.batch_size");
   if (c.job == "train") {  // only the train job splits the batch over the ranks
-    CONFIG_CHECK(d.batch_size % world_size == 0, "data: batch_size {} is not divisible by world_size {}",
-                 d.batch_size, world_size);
+    CONFIG_CHECK(d.batch_size % world_size == 0,
+                 "data: batch_size {} is not divisible by world_size {} (the global batch is split evenly over the "
+                 "ranks; e.g. --set data.batch_size={})",
+                 d.batch_size, world_size, (d.batch_size / world_size + 1) * world_size);
     check_positive(d.microbatch_size, "data.microbatch_size", " (or 0 for the whole per-rank batch)");
     const int per_rank = d.batch_size / world_size;
     CONFIG_CHECK(per_rank % d.microbatch_size == 0,

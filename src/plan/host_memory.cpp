@@ -30,6 +30,7 @@ std::pair<const char*, int> dominant_key(const ModelCfg& m) {
   const auto* best = &keys[0];
   for (const auto& k : keys)
     if (ratio(k) > ratio(*best)) best = &k;
+  if (ratio(*best) <= 1) return {nullptr, 0};  // no key beyond the largest preset's: the model as a whole
   return {std::get<0>(*best), std::get<1>(*best)};
 }
 
@@ -96,10 +97,13 @@ void check_host_memory(const RunConfig& cfg, int world_size, int local_ranks, bo
                         m.num_layers);
     key = n.tensors > n.bookkeeping ? dominant_key(m) : std::pair("model.num_layers", m.num_layers);
   }
+  // The key to blame; a model no larger than the largest preset in any dimension is named as a whole
+  const std::string blamed = key.first ? fmt::format("{} = {}", key.first, key.second)
+                             : m.preset.empty() ? std::string("model")
+                                                : fmt::format("model.preset = {}", m.preset);
   throw ConfigError(fmt::format(
-      "{} = {}: {} needs at least {} of host memory ({}), but {} is available (MemAvailable in /proc/meminfo); {}",
-      key.first, key.second, dry_run ? "the plan's dry run" : "the run", format_bytes(n.total()), what,
-      format_bytes(available), sizes));
+      "{}: {} needs at least {} of host memory ({}), but {} is available (MemAvailable in /proc/meminfo); {}", blamed,
+      dry_run ? "the plan's dry run" : "the run", format_bytes(n.total()), what, format_bytes(available), sizes));
 }
 
 void check_plan_fits_host(size_t peak_bytes, const std::string& peak_phase, int local_ranks, size_t available) {

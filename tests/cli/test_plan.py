@@ -132,6 +132,36 @@ def test_plan_fit_search(trainer_bin, tmp_path):
     assert r.returncode == 0 and "what fits in" in r.stdout and "--set 'checkpointing.policy=full'" in r.stdout
 
 
+@pytest.mark.parametrize("strategy, hint", [
+    ("none", "several ranks with fsdp (or zero1, which shards the AdamW moments alone), precision bf16_pure"),
+    ("zero1", "fsdp over several ranks (zero1 keeps the weights and gradients whole), or a smaller model"),
+    ("ddp_bucketed", "fsdp over several ranks (ddp_bucketed keeps every weight, gradient and AdamW moment whole)"),
+    ("fsdp", "more ranks, or a smaller model")])
+def test_plan_fit_state_too_large_names_what_shards_it(trainer_bin, tmp_path, strategy, hint):
+    """10B in fp32 on H100s: the state alone is over the budget; the hint names only what lowers it under the
+    strategy (a fresh user was told "more ranks" under zero1 and ddp, which keep the weights whole)."""
+    world = {"none": "1", "fsdp": "2"}.get(strategy, "64")  # fsdp: 64 shards of 10B would fit; 2 do not
+    r = run(trainer_bin, ["--plan", str(SOURCE_DIR / "configs" / "10B.json"), "--world-size", world, "--gpu", "h100",
+                          "--set", "precision=fp32", "--set", f"data.batch_size={world}",
+                          "--set", f"parallel.strategy={strategy}", "--fit"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    line = [x for x in r.stdout.splitlines() if "nothing: the weights" in x]
+    assert len(line) == 1 and hint in line[0], r.stdout
+
+
+def test_plan_comm_note_in_a_build_without_nccl(trainer_bin, tmp_path):
+    """A cuda plan over ranks is for a cluster's build (nccl); a build without NCCL says its own run would use mpi."""
+    version = run(trainer_bin, ["--version"], tmp_path).stdout
+    p = plan_json(trainer_bin, tmp_path, str(SOURCE_DIR / "configs" / "xl_fsdp.json"), "--world-size", "2",
+                  "--device", "cuda")
+    if "NCCL: absent" in version:
+        assert "would run these ranks over mpi (--set parallel.comm=mpi plans that)" in p["comm_note"]
+    else:
+        assert "comm_note" not in p
+    one = plan_json(trainer_bin, tmp_path, TINY, "--device", "cuda")  # one rank: no communication, no note
+    assert "comm_note" not in one
+
+
 def test_plan_fit_tries_smaller_microbatches_for_every_family(trainer_bin, tmp_path):
     """xl at context 16384, batch 128 in one microbatch: the set-up alone (a workspace that grows with the microbatch)
     is above the budget, but a smaller microbatch fits; each family keeps its fastest microbatch, and a fitting run
