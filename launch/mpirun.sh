@@ -17,9 +17,10 @@
 #                             host threads per rank: cores / N by default, so ranks do not fight over cores
 #   --allow-run-as-root       only when running as root (containers)
 #   odls_base_sigkill_timeout 10 (Open MPI 4)
-#                             Ctrl-C / SIGTERM on mpirun reaches the ranks as SIGTERM and, after this many seconds
-#                             (default 1), SIGKILL: 10 s lets them finish the step, write a small model's checkpoint
-#                             and the record with status "interrupted". The price: whenever a rank exits non-zero
+#                             Ctrl-C / SIGTERM on mpirun reaches the ranks as SIGCONT at once, SIGTERM after this
+#                             many seconds (default 1) and SIGKILL as long again after that: 10 s lets them finish the
+#                             step, write a small model's checkpoint and the record with status "interrupted" (a
+#                             Ctrl-C takes the same 10 s to reach them). The price: whenever a rank exits non-zero
 #                             (bad input 2, error 1, interrupted 4), mpirun waits up to twice this long before it
 #                             returns (rank 0 logs how long). For a large model's checkpoint, stop with
 #                             `kill -USR1 <mpirun pid>` (forwarded as SIGUSR1, no SIGKILL; mpirun exits with the
