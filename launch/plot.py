@@ -93,7 +93,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plot_common import COLORS, DPI, BadInput, check_output, pyplot, same_file, save_figure  # noqa: E402
-from records import file_labels, size_unit  # noqa: E402
+from records import clip, file_labels, size_unit  # noqa: E402
 
 PROG = "plot.py"
 FORMATS = ("png", "pdf", "svg")   # -o's suffix: the format matplotlib writes
@@ -196,8 +196,8 @@ def unmeasured(r) -> str | None:
 
 
 def status_note(r) -> str:
-    """'status oom (out of memory ...)': the status and, when the record has one, its error (cut at 80)."""
-    return f"status {r.get('status')}" + (f" ({str(r['error'])[:80]})" if r.get("error") else "")
+    """'status oom (out of memory ...)': the status and, when the record has one, its error (cut at a word by 80)."""
+    return f"status {r.get('status')}" + (f" ({clip(r['error'], 80)})" if r.get("error") else "")
 
 
 def nothing_to_draw(recs, notes) -> BadInput:
