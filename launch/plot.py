@@ -185,11 +185,17 @@ def field(r: dict, dotted: str, path: str, allow_null=False):
     return v
 
 
+def step_stats(r) -> dict | None:
+    """r's timing.step (mean_ms, std_ms, samples), None when it has none."""
+    step = r.get("timing").get("step") if isinstance(r.get("timing"), dict) else None
+    return step if isinstance(step, dict) else None
+
+
 def unmeasured(r) -> str | None:
     """'no measured steps (bench.measure_steps 0)' for a record whose timing.step is there with a null mean (a
     finished run of bench.measure_steps 0), else None."""
-    step = r.get("timing").get("step") if isinstance(r.get("timing"), dict) else None
-    if not isinstance(step, dict) or step.get("mean_ms") is not None:
+    step = step_stats(r)
+    if step is None or step.get("mean_ms") is not None:
         return None
     n = ((r.get("config") or {}).get("bench") or {}).get("measure_steps")
     return "no measured steps" + (f" (bench.measure_steps {n})" if n is not None else "")
@@ -283,8 +289,8 @@ def legend_right(ax, *handles_labels):
 def measured(r) -> bool:
     """Whether r measured steps (a timing.step.mean_ms); not a run interrupted in its warm-up, nor one of
     bench.measure_steps 0."""
-    step = r.get("timing").get("step") if isinstance(r.get("timing"), dict) else None
-    return isinstance(step, dict) and step.get("mean_ms") is not None
+    step = step_stats(r)
+    return step is not None and step.get("mean_ms") is not None
 
 
 def interrupted_with_numbers(r, timed) -> bool:
