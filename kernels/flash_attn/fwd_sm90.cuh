@@ -96,9 +96,10 @@ __device__ __forceinline__ void wgmma_kmajor(float (&acc)[kN / 2], uint64_t a, u
 /// tile (64 or 128); kWG: consumer warpgroups (64 query rows each, kBM = 64 kWG rows per CTA); kStages: K / V stages;
 /// kRegsProducer / kRegsConsumer: setmaxnreg budgets (128 threads each; together at most the registers of
 /// __launch_bounds__(kThreads, 1)); kOverlap / kPingPong: FlashAttention-3's intra-warpgroup overlap and ping-pong
-/// of the consumer loop (flash_fwd_sm90_kernel; the same results, only the schedule differs).
+/// of the consumer loop (flash_fwd_sm90_kernel; the same results, only the schedule differs); kSkipUnitRescale: O's
+/// rescale left out where it would multiply by exactly 1 (rescale_o; the same results).
 template <int kD_, int kBN_, int kWG_, int kStages_ = 2, int kRegsProducer_ = 24, int kRegsConsumer_ = 160,
-          bool kOverlap_ = false, bool kPingPong_ = false, bool kPersistent_ = false>
+          bool kOverlap_ = false, bool kPingPong_ = false, bool kPersistent_ = false, bool kSkipUnitRescale_ = false>
 struct FwdTraits {
   static constexpr int kD = kD_, kBN = kBN_, kWG = kWG_, kBM = 64 * kWG_, kThreads = 128 * (kWG_ + 1);
   static constexpr int kStages = kStages_;
@@ -107,6 +108,8 @@ struct FwdTraits {
   // tile's Q and first K / V load while the consumers finish the last P V and store O (FlashAttention-3's
   // persistent kernel and dynamic scheduler).
   static constexpr bool kPersistent = kPersistent_;
+  // O's rescale skipped where a warp's rows kept their running max (rescale_o: the same bits, fewer multiplies)
+  static constexpr bool kSkipUnitRescale = kSkipUnitRescale_;
   static_assert(!kPingPong || (kOverlap && kWG >= 2), "ping-pong orders the overlapped loops of >= 2 consumers");
   static constexpr int kRegsProducer = kRegsProducer_, kRegsConsumer = kRegsConsumer_;
   static constexpr int kSub = sm90_subtiles(kD);
@@ -162,9 +165,13 @@ __device__ __forceinline__ void softmax_tile(float (&sc)[kBN / 2], float (&m_run
     l_run[r] = l_run[r] * alpha[r] + rs;
   }
 }
-/// o (m64 x kD accumulators) *= alpha of its row.
-template <int kD>
+/// o (m64 x kD accumulators) *= alpha of its row. kSkipUnit: not where every alpha of the warp is exactly 1 (no
+/// row's running max moved: o * 1 is o, bit for bit, so the result is the same; FlashAttention-4 skips the rescale
+/// below a threshold instead, which changes the numbers). A warp vote, so the warp never diverges.
+template <int kD, bool kSkipUnit = false>
 __device__ __forceinline__ void rescale_o(float (&o)[kD / 2], const float (&alpha)[2]) {
+  if constexpr (kSkipUnit)
+    if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;
 #pragma unroll
   for (int r = 0; r < 2; ++r)
 #pragma unroll
@@ -369,7 +376,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         fence_regs(sc);
         release_k(it);
         softmax_tile<kBN, kCausal>(sc, m_run, l_run, alpha, (n_blocks - 1 - it) * kBN, T, row_lo, row0, t, sl2);
-        rescale_o<kD>(o, alpha);
+        rescale_o<kD, Tr::kSkipUnitRescale>(o, alpha);
         uint32_t pa[kBN / 16][4];
         pack_p<kBN>(pa, sc);
         mbar_wait(full_v + stage(it), parity(it));
@@ -410,7 +417,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         float sc[kBN / 2];
         turn_wait();
         issue_s(sc, it);
-        rescale_o<kD>(o, alpha);
+        rescale_o<kD, Tr::kSkipUnitRescale>(o, alpha);
         mbar_wait(full_v + stage(it - 1), parity(it - 1));
         issue_pv(pa, it - 1);
         turn_pass(it);
@@ -424,7 +431,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         mbar_arrive(empty_v + stage(it - 1));
         pack_p<kBN>(pa, sc);
       }
-      rescale_o<kD>(o, alpha);
+      rescale_o<kD, Tr::kSkipUnitRescale>(o, alpha);
       mbar_wait(full_v + stage(n_blocks - 1), parity(n_blocks - 1));
       issue_pv(pa, n_blocks - 1);
       wgmma_wait<0>();

@@ -23,7 +23,11 @@ namespace {
 /// 1.910 -> 1.884, d 80 1.341 -> 1.353 (noise: two runs of one kernel differed by 2% there); xl's 4 x 32 x 80, T 2048:
 /// 0.279 -> 0.266, T 512 0.054 -> 0.053; small's 4 x 12 x 64, T 4096: 0.290 -> 0.279, T 512 0.038 -> 0.036. d 128
 /// persistent takes the ping-pong too (one CTA a tile it had added nothing): 1-2% at four shapes in 21 rounds, 16 heads
-/// T 16384 1.880 -> 1.848 ms, 4 x 32 heads T 2048 0.302 -> 0.301 (results/h200/2026-12-03/v22/call5).
+/// T 16384 1.880 -> 1.848 ms, 4 x 32 heads T 2048 0.302 -> 0.301 (results/h200/2026-12-03/v22/call5). d 64 and
+/// 128 leave O's rescale out where a warp's running maxima did not move (kSkipUnitRescale: a multiply by exactly 1,
+/// the same bits): 31 rounds on an H100, 16 heads T 16384 causal, d 64 1.126 -> 1.115 ms, d 128 1.835 -> 1.820; at
+/// d 80 (the loop without the overlap, where the rescale is not under a product) it lost 0.6-1.4%, so d 80 and 96
+/// keep the rescale (results/h100/2026-12-06/v39/call2).
 /// Backward: 128 keys (2 consumer warpgroups) x 64 queries, two query stages; the consumers' register budget 232
 /// (no spill), 240 at d 128 (48-64 bytes of spill, against more with 232); its query loop split over CTAs when the
 /// key tiles leave SMs idle and the split at least halves the time (cuda_sizes::flash_dkdv_chunk). d 64: 128
@@ -38,7 +42,7 @@ template <int kD>
 struct Sm90Config;
 template <>
 struct Sm90Config<64> {
-  using Fwd = sm90::FwdTraits<64, 128, 3, 2, 24, 160, true, true, true>;
+  using Fwd = sm90::FwdTraits<64, 128, 3, 2, 24, 160, true, true, true, true>;
   using Bwd = sm90::BwdTraits<64, 2, 24, 240, 128, 1>;
 };
 template <>
@@ -57,7 +61,7 @@ struct Sm90Config<96> {
 };
 template <>
 struct Sm90Config<128> {
-  using Fwd = sm90::FwdTraits<128, 128, 2, 2, 24, 240, true, true, true>;
+  using Fwd = sm90::FwdTraits<128, 128, 2, 2, 24, 240, true, true, true, true>;
   using Bwd = sm90::BwdTraits<128, 2, 24, 240>;
 };
 

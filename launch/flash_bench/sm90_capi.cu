@@ -40,11 +40,11 @@ int fa_fwd_sm90(int variant, const void* qkv, void* out, float* lse, int B, int 
   p.softmax_scale = scale, p.causal = causal != 0, p.is_bf16 = true, p.o_f32 = o_f32 != 0;
   auto s = static_cast<cudaStream_t>(stream);
   // FwdTraits<d, keys per tile, consumer warpgroups, K / V stages, producer / consumer registers, intra-warpgroup
-  // overlap (O), ping-pong (P), persistent>. Production: 6 (d 64), 24 (d 80), 34 (d 96) and 16 (d 128), sm90.cu
-  // Sm90Config; 0, 20, 32 and 10 (13 with ping-pong) are the loops with one CTA a query tile (production until
-  // v22). The earlier
-  // design (all threads loading by cp.async, CTA barriers) is recorded in results/h200/2026-12-01/v5_sm90 and
-  // v7_ws/experiments; the overlap / ping-pong comparison in results/h200/2026-12-02/v14.
+  // overlap (O), ping-pong (P), persistent, O's rescale skipped where it is a multiply by 1>. Production: 9 (d 64),
+  // 24 (d 80), 34 (d 96) and 18 (d 128), sm90.cu Sm90Config (6 and 16, with every rescale, until v39); 0, 20, 32
+  // and 10 (13 with ping-pong) are the loops with one CTA a query tile (production until v22). The earlier design (all threads loading by cp.async, CTA
+  // barriers) is recorded in results/h200/2026-12-01/v5_sm90 and v7_ws/experiments; the overlap / ping-pong
+  // comparison in results/h200/2026-12-02/v14.
   switch (variant) {
     case 0: return fwd_variant<sm90::FwdTraits<64, 128, 3, 2, 24, 160, true, true>>(p, s);    // O + P
     case 1: return fwd_variant<sm90::FwdTraits<64, 128, 3, 3, 24, 160, true, true>>(p, s);    // three K / V stages
@@ -66,6 +66,12 @@ int fa_fwd_sm90(int variant, const void* qkv, void* out, float* lse, int B, int 
     case 17: return fwd_variant<sm90::FwdTraits<128, 128, 2, 3, 24, 240, true, false, true>>(p, s);
     case 8: return fwd_variant<sm90::FwdTraits<64, 128, 3, 3, 24, 160, true, true, true>>(p, s);
     case 26: return fwd_variant<sm90::FwdTraits<80, 128, 2, 2, 24, 240, true, true, true>>(p, s);
+    // 6, 16, 24, 34 with O's rescale skipped where a warp's running maxima did not move (kSkipUnitRescale: the same
+    // bits): production at d 64 (9) and 128 (18) since v39; at d 80 (27) 0.6-1.4% slower (results/h100/2026-12-06/v39)
+    case 9: return fwd_variant<sm90::FwdTraits<64, 128, 3, 2, 24, 160, true, true, true, true>>(p, s);
+    case 18: return fwd_variant<sm90::FwdTraits<128, 128, 2, 2, 24, 240, true, true, true, true>>(p, s);
+    case 27: return fwd_variant<sm90::FwdTraits<80, 128, 3, 2, 24, 160, false, false, true, true>>(p, s);
+    case 36: return fwd_variant<sm90::FwdTraits<96, 128, 3, 2, 24, 160, false, false, true, true>>(p, s);
     case 4: return fwd_variant<sm90::FwdTraits<64, 128, 3, 2, 24, 160, true, false>>(p, s);   // O
     case 5: return fwd_variant<sm90::FwdTraits<64, 128, 2, 2, 24, 240, true, true>>(p, s);    // O + P, 2 consumers
     case 10: return fwd_variant<sm90::FwdTraits<128, 128, 2, 2, 24, 240, true, false>>(p, s);  // O

@@ -31,8 +31,9 @@ import time
 p = argparse.ArgumentParser()
 p.add_argument("--lib", default=".carry/flash/libflashbench.so")
 p.add_argument("--prod", default=".carry/flash/libflashbench.so")
-p.add_argument("--fwd", default="6,16,24,34", help="fa_fwd_sm90 variants (sm90_capi.cu); 6, 16, 24, 34: the "
-               "production configurations (d 64, 128, 80, 96); 0, 13, 20, 32: the same with one CTA a query tile")
+p.add_argument("--fwd", default="9,18,24,34", help="fa_fwd_sm90 variants (sm90_capi.cu); 9, 18, 24, 34: the "
+               "production configurations (d 64, 128, 80, 96); 6, 16: d 64, 128 with every rescale of O; 0, 13, 20, "
+               "32: one CTA a query tile")
 p.add_argument("--bwd", default="7,10,20,31", help="fa_bwd_sm90 variants; 7, 10, 20, 31: the production "
                "configurations")
 p.add_argument("--xl", action="store_true", help="also time d 80 at the xl shapes (4 x 32 heads, T 512, 2048, 16384)")
