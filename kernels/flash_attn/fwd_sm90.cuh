@@ -165,9 +165,10 @@ __device__ __forceinline__ void softmax_tile(float (&sc)[kBN / 2], float (&m_run
     l_run[r] = l_run[r] * alpha[r] + rs;
   }
 }
-/// o (m64 x kD accumulators) *= alpha of its row. kSkipUnit: not where every alpha of the warp is exactly 1 (no
-/// row's running max moved: o * 1 is o, bit for bit, so the result is the same; FlashAttention-4 skips the rescale
-/// below a threshold instead, which changes the numbers). A warp vote, so the warp never diverges.
+/// o (m64 x kD accumulators) *= alpha of its row. kSkipUnit: not where every alpha of the warp is exactly 1 (where
+/// no row's running max moved, or moved by less than exp2 resolves: o * 1 is o, bit for bit, so the result is the
+/// same; FlashAttention-4 skips the rescale below a threshold instead, which changes the numbers). A warp vote, so
+/// the lanes of a warp take one path (the warps of a warpgroup may differ; the wgmma after it is the same one).
 template <int kD, bool kSkipUnit = false>
 __device__ __forceinline__ void rescale_o(float (&o)[kD / 2], const float (&alpha)[2]) {
   if constexpr (kSkipUnit)

@@ -27,7 +27,7 @@ namespace {
 /// 128 leave O's rescale out where a warp's running maxima did not move (kSkipUnitRescale: a multiply by exactly 1,
 /// the same bits): 31 rounds on an H100, 16 heads T 16384 causal, d 64 1.126 -> 1.115 ms, d 128 1.835 -> 1.820; at
 /// d 80 (the loop without the overlap, where the rescale is not under a product) it lost 0.6-1.4%, so d 80 and 96
-/// keep the rescale (results/h100/2026-12-06/v39/call2).
+/// (the same loop; not timed) keep the rescale (results/h100/2026-12-06/v39/call2).
 /// Backward: 128 keys (2 consumer warpgroups) x 64 queries, two query stages; the consumers' register budget 232
 /// (no spill), 240 at d 128 (48-64 bytes of spill, against more with 232); its query loop split over CTAs when the
 /// key tiles leave SMs idle and the split at least halves the time (cuda_sizes::flash_dkdv_chunk). d 64: 128

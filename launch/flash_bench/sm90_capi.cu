@@ -61,13 +61,14 @@ int fa_fwd_sm90(int variant, const void* qkv, void* out, float* lse, int B, int 
     case 25: return fwd_variant<sm90::FwdTraits<80, 128, 3, 2, 32, 160, false, false, true>>(p, s);
     case 35: return fwd_variant<sm90::FwdTraits<96, 128, 3, 2, 32, 160, false, false, true>>(p, s);
     // persistent with the loops that were not faster one CTA a tile: ping-pong at d 128 (13; persistent, 16, it is
-    // 1-2% faster: production) and d 80 (23; two consumers: slower), three K / V stages (1, 14: no gain), v22 call4-5
+    // 1-2% faster: production until v39, now with the skip below, 18) and d 80 (23; two consumers: slower), three K / V stages (1, 14: no gain), v22 call4-5
     case 16: return fwd_variant<sm90::FwdTraits<128, 128, 2, 2, 24, 240, true, true, true>>(p, s);
     case 17: return fwd_variant<sm90::FwdTraits<128, 128, 2, 3, 24, 240, true, false, true>>(p, s);
     case 8: return fwd_variant<sm90::FwdTraits<64, 128, 3, 3, 24, 160, true, true, true>>(p, s);
     case 26: return fwd_variant<sm90::FwdTraits<80, 128, 2, 2, 24, 240, true, true, true>>(p, s);
     // 6, 16, 24, 34 with O's rescale skipped where a warp's running maxima did not move (kSkipUnitRescale: the same
-    // bits): production at d 64 (9) and 128 (18) since v39; at d 80 (27) 0.6-1.4% slower (results/h100/2026-12-06/v39)
+    // bits): production at d 64 (9) and 128 (18) since v39; at d 80 (27) 0.6-1.4% slower, d 96 (36) not timed
+    // (results/h100/2026-12-06/v39)
     case 9: return fwd_variant<sm90::FwdTraits<64, 128, 3, 2, 24, 160, true, true, true, true>>(p, s);
     case 18: return fwd_variant<sm90::FwdTraits<128, 128, 2, 2, 24, 240, true, true, true, true>>(p, s);
     case 27: return fwd_variant<sm90::FwdTraits<80, 128, 3, 2, 24, 160, false, false, true, true>>(p, s);
