@@ -212,8 +212,8 @@ def main():
         rows.append(r)
         print(cell(r), flush=True)
     if INTERRUPT["seen"]:
-        print(f"{PROG}: interrupted ({signame(INTERRUPT['seen'])}): {len(rows)} of {len(runs)} runs started, the rest skipped; the table "
-              f"below and {args.out}/.sweep.json hold those", file=sys.stderr, flush=True)
+        print(f"{PROG}: interrupted ({signame(INTERRUPT['seen'])}): {len(rows)} of {len(runs)} runs started, the "
+              f"rest skipped; the table below and {args.out}/.sweep.json hold those", file=sys.stderr, flush=True)
     summary = [{k: r.get(k) for k in ("_row", "status", "error", "timing", "throughput", "memory")} for r in rows]
     path = pathlib.Path(args.out) / ".sweep.json"
     tmp = path.with_name(f".sweep.json.tmp.{os.getpid()}")
