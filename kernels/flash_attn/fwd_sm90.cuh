@@ -97,11 +97,9 @@ __device__ __forceinline__ void wgmma_kmajor(float (&acc)[kN / 2], uint64_t a, u
 /// kRegsProducer / kRegsConsumer: setmaxnreg budgets (128 threads each; together at most the registers of
 /// __launch_bounds__(kThreads, 1)); kOverlap / kPingPong: FlashAttention-3's intra-warpgroup overlap and ping-pong
 /// of the consumer loop (flash_fwd_sm90_kernel; the same results, only the schedule differs); kSkipUnitRescale: O's
-/// rescale left out where it would multiply by exactly 1 (rescale_o; the same results); kPolyEvery: 1 / kPolyEvery
-/// of the exponentials on the FMA pipe (softmax_tile, exp2_poly; 0: none; other bits).
+/// rescale left out where it would multiply by exactly 1 (rescale_o; the same results).
 template <int kD_, int kBN_, int kWG_, int kStages_ = 2, int kRegsProducer_ = 24, int kRegsConsumer_ = 160,
-          bool kOverlap_ = false, bool kPingPong_ = false, bool kPersistent_ = false, bool kSkipUnitRescale_ = false,
-          int kPolyEvery_ = 0>
+          bool kOverlap_ = false, bool kPingPong_ = false, bool kPersistent_ = false, bool kSkipUnitRescale_ = false>
 struct FwdTraits {
   static constexpr int kD = kD_, kBN = kBN_, kWG = kWG_, kBM = 64 * kWG_, kThreads = 128 * (kWG_ + 1);
   static constexpr int kStages = kStages_;
@@ -112,7 +110,6 @@ struct FwdTraits {
   static constexpr bool kPersistent = kPersistent_;
   // O's rescale skipped where a warp's rows kept their running max (rescale_o: the same bits, fewer multiplies)
   static constexpr bool kSkipUnitRescale = kSkipUnitRescale_;
-  static constexpr int kPolyEvery = kPolyEvery_;  // exponentials on the FMA pipe: every kPolyEvery-th column pair
   static_assert(!kPingPong || (kOverlap && kWG >= 2), "ping-pong orders the overlapped loops of >= 2 consumers");
   static constexpr int kRegsProducer = kRegsProducer_, kRegsConsumer = kRegsConsumer_;
   static constexpr int kSub = sm90_subtiles(kD);
@@ -134,9 +131,7 @@ struct FwdTraits {
 /// two rows (row0, row0 + 8) in the exp2 domain: m_run / l_run (running max in log2 units, running sum) updated, sc
 /// (the m64 x kBN accumulators, scores) turned into P = exp2(S sl2 - m), and alpha = exp2(m_old - m_new), the factor
 /// O must be rescaled by before P V is added (rescale_o). n0: the tile's first key; row_lo: the warpgroup's first row.
-/// kPolyEvery > 0: every kPolyEvery-th column pair of 8 (j % kPolyEvery == kPolyEvery - 1) takes exp2_poly (the FMA
-/// pipe) instead of MUFU.EX2 (1 / kPolyEvery of the exponentials; other bits than production).
-template <int kBN, bool kCausal, int kPolyEvery = 0>
+template <int kBN, bool kCausal>
 __device__ __forceinline__ void softmax_tile(float (&sc)[kBN / 2], float (&m_run)[2], float (&l_run)[2],
                                              float (&alpha)[2], int n0, int T, int row_lo, int row0, int t,
                                              float sl2) {
@@ -163,14 +158,8 @@ __device__ __forceinline__ void softmax_tile(float (&sc)[kBN / 2], float (&m_run
     float rs = 0.f;
 #pragma unroll
     for (int j = 0; j < kBN / 8; ++j) {
-      constexpr int kEvery = kPolyEvery > 0 ? kPolyEvery : 1;
-      if (kPolyEvery > 0 && j % kEvery == kEvery - 1) {
-        sc[4 * j + 2 * r] = exp2_poly(fmaf(sc[4 * j + 2 * r], sl2, -m_use));
-        sc[4 * j + 2 * r + 1] = exp2_poly(fmaf(sc[4 * j + 2 * r + 1], sl2, -m_use));
-      } else {
-        sc[4 * j + 2 * r] = exp2_fast(fmaf(sc[4 * j + 2 * r], sl2, -m_use));
-        sc[4 * j + 2 * r + 1] = exp2_fast(fmaf(sc[4 * j + 2 * r + 1], sl2, -m_use));
-      }
+      sc[4 * j + 2 * r] = exp2_fast(fmaf(sc[4 * j + 2 * r], sl2, -m_use));
+      sc[4 * j + 2 * r + 1] = exp2_fast(fmaf(sc[4 * j + 2 * r + 1], sl2, -m_use));
       rs += sc[4 * j + 2 * r] + sc[4 * j + 2 * r + 1];
     }
     l_run[r] = l_run[r] * alpha[r] + rs;
@@ -387,8 +376,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         wgmma_wait<0>();
         fence_regs(sc);
         release_k(it);
-        softmax_tile<kBN, kCausal, Tr::kPolyEvery>(sc, m_run, l_run, alpha, (n_blocks - 1 - it) * kBN, T, row_lo,
-                                                   row0, t, sl2);
+        softmax_tile<kBN, kCausal>(sc, m_run, l_run, alpha, (n_blocks - 1 - it) * kBN, T, row_lo, row0, t, sl2);
         rescale_o<kD, Tr::kSkipUnitRescale>(o, alpha);
         uint32_t pa[kBN / 16][4];
         pack_p<kBN>(pa, sc);
@@ -422,8 +410,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         wgmma_wait<0>();
         fence_regs(sc);
         release_k(0);
-        softmax_tile<kBN, kCausal, Tr::kPolyEvery>(sc, m_run, l_run, alpha, (n_blocks - 1) * kBN, T, row_lo, row0,
-                                                   t, sl2);
+        softmax_tile<kBN, kCausal>(sc, m_run, l_run, alpha, (n_blocks - 1) * kBN, T, row_lo, row0, t, sl2);
         pack_p<kBN>(pa, sc);
       }
       for (int it = 1; it < n_blocks; ++it) {
@@ -438,8 +425,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         wgmma_wait<1>();
         fence_regs(sc);
         release_k(it);
-        softmax_tile<kBN, kCausal, Tr::kPolyEvery>(sc, m_run, l_run, alpha, (n_blocks - 1 - it) * kBN, T, row_lo,
-                                                   row0, t, sl2);
+        softmax_tile<kBN, kCausal>(sc, m_run, l_run, alpha, (n_blocks - 1 - it) * kBN, T, row_lo, row0, t, sl2);
         wgmma_wait<0>();
         fence_regs(o);
         fence_regs(sc);  // keeps the repack of P (pa: the in-flight P V's A registers) after the wait

@@ -116,19 +116,6 @@ __device__ __forceinline__ float exp2_fast(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
-/// 2^x for x <= 0 on the FMA and integer pipes instead of the special-function unit (as FlashAttention-4's software
-/// exponential on Blackwell, for softmax tiles where MUFU.EX2 and the tensor cores take about as long): x
-/// clamped to -126, split as x = j + f with j = rint(x) (the 1.5 * 2^23 rounding trick: no conversion instruction)
-/// and f in [-0.5, 0.5], 2^f by a cubic (minimax for relative error, fitted here: at most 7.5e-5, against 2^-9 for
-/// the bf16 P it feeds), j added to the exponent field. x <= -126 (a masked -inf included) gives a value in
-/// [0, 2.4e-38] instead of 0, and NaN gives that too (MUFU: NaN). Eight instructions for MUFU's one.
-__device__ __forceinline__ float exp2_poly(float x) {
-  x = fmaxf(x, -126.f);
-  const float t = __fadd_rn(x, 12582912.f);  // rint(x) in the low mantissa bits
-  const float f = __fsub_rn(x, __fsub_rn(t, 12582912.f));
-  const float p = fmaf(fmaf(fmaf(0.05517132f, f, 0.24261054f), f, 0.69326097f), f, 0.99992812f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-}
 
 // ---------------------------------------------------------------------------------------------------------------
 // fp32 inputs on the tensor cores: 3xTF32 (NVIDIA CUTLASS "3xTF32"; Ootomo & Yokota 2022, arXiv:2203.03341).

@@ -73,13 +73,6 @@ int fa_fwd_sm90(int variant, const void* qkv, void* out, float* lse, int B, int 
     case 18: return fwd_variant<sm90::FwdTraits<128, 128, 2, 2, 24, 240, true, true, true, true>>(p, s);
     case 27: return fwd_variant<sm90::FwdTraits<80, 128, 3, 2, 24, 160, false, false, true, true>>(p, s);
     case 36: return fwd_variant<sm90::FwdTraits<96, 128, 3, 2, 24, 160, false, false, true, true>>(p, s);
-    // 9 / 18 with 1 / kPolyEvery of the exponentials on the FMA pipe (exp2_poly; other bits: sm90_check.py's
-    // OTHER_BITS): d 64 every 4th column pair (25%), 8th, 2nd; d 128 every 4th, 8th (v40)
-    case 40: return fwd_variant<sm90::FwdTraits<64, 128, 3, 2, 24, 160, true, true, true, true, 4>>(p, s);
-    case 41: return fwd_variant<sm90::FwdTraits<64, 128, 3, 2, 24, 160, true, true, true, true, 8>>(p, s);
-    case 42: return fwd_variant<sm90::FwdTraits<64, 128, 3, 2, 24, 160, true, true, true, true, 2>>(p, s);
-    case 43: return fwd_variant<sm90::FwdTraits<128, 128, 2, 2, 24, 240, true, true, true, true, 4>>(p, s);
-    case 44: return fwd_variant<sm90::FwdTraits<128, 128, 2, 2, 24, 240, true, true, true, true, 8>>(p, s);
     case 4: return fwd_variant<sm90::FwdTraits<64, 128, 3, 2, 24, 160, true, false>>(p, s);   // O
     case 5: return fwd_variant<sm90::FwdTraits<64, 128, 2, 2, 24, 240, true, true>>(p, s);    // O + P, 2 consumers
     case 10: return fwd_variant<sm90::FwdTraits<128, 128, 2, 2, 24, 240, true, false>>(p, s);  // O
