@@ -13,8 +13,8 @@
    bf16-input / f32-output combinations, and every tile-config variant of capi.cu.
 2. Timing, side by side with torch.nn.functional.scaled_dot_product_attention in the same process: median of CUDA
    event timings after warm-up; the forward + backward of ours and of SDPA each after 300 ms of an idle GPU, in turn
-   (rested_ms: the same clock and power state for both; from v40). TFLOP/s count 2*T^2*d per head for a causal forward (4*T^2*d non-causal) and 3.5x
-   that for forward+backward (ANCHORS.md convention).
+   (rested_ms: the same clock and power state for both; from v40). TFLOP/s count 2*T^2*d per head for a causal
+   forward (4*T^2*d non-causal) and 3.5x that for forward+backward (ANCHORS.md convention).
 Writes flash_bench.json under --out (default $OUT or .) and prints a table.
 
 --xl instead: the d 80 tile-config variants of capi.cu (forward 0 and 20-27, backward 0, 1 and 20-26) at the xl model
@@ -22,7 +22,8 @@ shapes (batch 4, 32 heads, d 80, T 512 and 2048, causal, bf16): errors against t
 inputs (limits as above; the backward runs on the production forward's O and L), the same variants at ragged lengths
 (batch 2 x 3 heads, T 1, 17, 100, 1000, both masks), medians of --reps CUDA-event timings of --inner back-to-back calls
 each (so that the host launch latency of one call is not on the clock), and SDPA forward and forward+backward on the
-same shapes (the forward + backward rows rested, as in 2.). Writes flash_bench_xl.json and xl_table.txt under --out and prints the table last.
+same shapes (the forward + backward rows rested, as in 2.). Writes flash_bench_xl.json and xl_table.txt under --out
+and prints the table last.
 
 --f32 instead: the fp32 (3xTF32) tile-config variants of capi.cu (forward 40-47, backward 40-45; F32_FWD / F32_BWD
 below) against float64 at ragged lengths, then timed with the production path (forward and backward variant 0,
