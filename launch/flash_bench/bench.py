@@ -12,9 +12,12 @@
    (bf16) / 1e-4 (f32); dQ, dK, dV < 2e-2 / 1e-3. Also: the deterministic backward is bitwise reproducible, the
    bf16-input / f32-output combinations, and every tile-config variant of capi.cu.
 2. Timing, side by side with torch.nn.functional.scaled_dot_product_attention in the same process: median of CUDA
-   event timings after warm-up; the forward + backward of ours and of SDPA each after 300 ms of an idle GPU, in turn
-   (rested_ms: the same clock and power state for both; from v40). TFLOP/s count 2*T^2*d per head for a causal
-   forward (4*T^2*d non-causal) and 3.5x that for forward+backward (ANCHORS.md convention).
+   event timings after warm-up. The forward + backward rows of ours and of SDPA are each timed in blocks after 300 ms
+   of an idle GPU, in turn (rested_ms, from v40): both at the boost clock; under sustained load the 700 W cap lowers
+   it, and more for ours at d 64 (v40: 0.89-0.90x SDPA rested, 0.965x sustained on an H100). The single-pass rows
+   (fwd_v*, bwd_v*) are timed as before, one after another, so they need not add up to the f+b row. TFLOP/s count
+   2*T^2*d per head for a causal forward (4*T^2*d non-causal) and 3.5x that for forward+backward (ANCHORS.md
+   convention).
 Writes flash_bench.json under --out (default $OUT or .) and prints a table.
 
 --xl instead: the d 80 tile-config variants of capi.cu (forward 0 and 20-27, backward 0, 1 and 20-26) at the xl model
@@ -22,7 +25,8 @@ shapes (batch 4, 32 heads, d 80, T 512 and 2048, causal, bf16): errors against t
 inputs (limits as above; the backward runs on the production forward's O and L), the same variants at ragged lengths
 (batch 2 x 3 heads, T 1, 17, 100, 1000, both masks), medians of --reps CUDA-event timings of --inner back-to-back calls
 each (so that the host launch latency of one call is not on the clock), and SDPA forward and forward+backward on the
-same shapes (the forward + backward rows rested, as in 2.). Writes flash_bench_xl.json and xl_table.txt under --out
+same shapes (the forward + backward rows rested as in 2., a block being --reps / 4 x --inner calls; the derived SDPA
+backward row is its rested f+b minus its rested forward). Writes flash_bench_xl.json and xl_table.txt under --out
 and prints the table last.
 
 --f32 instead: the fp32 (3xTF32) tile-config variants of capi.cu (forward 40-47, backward 40-45; F32_FWD / F32_BWD
@@ -236,21 +240,32 @@ def sdpa_fns(dt, B, T, H, d, causal):
     return f, fb
 
 
-def rested_ms(fa, fb, rounds=7, reps=5, inner=1, rest_s=0.3):
-    """Medians (ms per call) of fa and fb, each timed `rounds` times (median_ms of `reps` calls) after rest_s seconds
-    of an idle GPU, in turn (the order swapped every round): both start from the same clock and power state. Under
-    the 700 W power cap a kernel's time moves by up to ~20% with what ran before it (results/h100/2026-12-06/v40: our
-    d 64 forward + backward timed right after the slowest backward variants took 4.7-5.1 ms, 3.8 rested, 4.4
-    sustained; SDPA's 4.2 rested, 4.6 sustained); timed in turn without the rest, the one that draws more power gains
-    from following the other."""
-    ta, tb = [], []
+def rested_ms(fns, rounds=7, reps=5, inner=1, rest_s=0.3):
+    """Median ms per call of each callable in `fns`, each timed in `rounds` blocks that start after rest_s seconds of
+    an idle GPU, in turn (the order reversed every other round), so that all start from the same clock and power
+    state: the boost clock, not the lower one that the 700 W cap sets under sustained load. A block is reps x inner
+    back-to-back calls with CUDA events between them, queued behind a ~0.5 ms GPU sleep so that the host's launch of
+    the first call is not on the clock. Each block is preceded by one untimed call (in round 0 it builds cuDNN's
+    graphs for SDPA). Why: a kernel's time moves by up to a third with what ran before it (results/h100/2026-12-06/
+    v40: our d 64 forward + backward took 4.7-5.1 ms right after the slowest backward variants, 3.8 rested, 4.4
+    sustained; SDPA's 4.2 rested, 4.6 sustained; timed in turn without the rest, the one that draws more power gains
+    from following the other)."""
+    samples = [[] for _ in fns]
     for r in range(rounds):
-        for f_, t_ in (((fa, ta), (fb, tb)) if r % 2 == 0 else ((fb, tb), (fa, ta))):
-            f_()
+        for i in (range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))):
+            fns[i]()
             torch.cuda.synchronize()
             time.sleep(rest_s)
-            t_.append(median_ms(f_, reps, warmup=0, inner=inner))
-    return sorted(ta)[len(ta) // 2], sorted(tb)[len(tb) // 2]
+            torch.cuda._sleep(1_000_000)  # ~0.5 ms of one spinning warp: the launches below queue behind it
+            ev = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
+            ev[0].record()
+            for k in range(reps):
+                for _ in range(inner):
+                    fns[i]()
+                ev[k + 1].record()
+            ev[-1].synchronize()
+            samples[i] += [ev[k].elapsed_time(ev[k + 1]) / inner for k in range(reps)]
+    return [sorted(x)[len(x) // 2] for x in samples]
 
 
 def time_case(dt, B, T, H, d, causal, fwd_variants=(0,), bwd_variants=(0,), sdpa=True, label=""):
@@ -284,18 +299,20 @@ def time_case(dt, B, T, H, d, causal, fwd_variants=(0,), bwd_variants=(0,), sdpa
             fw()
             bw()
 
-        # with SDPA: the two forward + backward each timed after the same rest (rested_ms)
+        # with SDPA: the two forward + backward each timed after the same rest (rested_ms); alone if SDPA fails
         sf = sfb = None
         if sdpa:
             try:
                 sf, sfb = sdpa_fns(dt, B, T, H, d, causal)
-                ms, fb_ = rested_ms(fb, sfb)
-                row.update({"sdpa_fwdbwd_ms": fb_, "sdpa_fwdbwd_tflops": 3.5 * flops_f / fb_ / 1e9})
+                ms, fb_ = rested_ms([fb, sfb])
+                row.update({"sdpa_fwdbwd_ms": fb_, "sdpa_fwdbwd_tflops": 3.5 * flops_f / fb_ / 1e9,
+                            "fwdbwd_protocol": "rested, in turn with SDPA's"})
             except Exception as e:  # noqa: BLE001
                 row["sdpa"] = f"{type(e).__name__}"
-                sf = None
+                sf = sfb = None
         if "sdpa_fwdbwd_ms" not in row:
             ms = median_ms(fb)
+            row["fwdbwd_protocol"] = "median_ms, alone"
         row["fwdbwd_ms"] = ms
         row["fwdbwd_tflops"] = 3.5 * flops_f / ms / 1e9
         if sf is not None:
@@ -307,6 +324,18 @@ def time_case(dt, B, T, H, d, causal, fwd_variants=(0,), bwd_variants=(0,), sdpa
         row["flash"] = "OOM"
     del qkv, dout
     torch.cuda.empty_cache()
+    if sdpa and "sdpa" not in row and "sdpa_fwdbwd_ms" not in row:  # ours ran out of memory: SDPA alone
+        try:
+            sf, sfb = sdpa_fns(dt, B, T, H, d, causal)
+            with torch.no_grad():
+                f = median_ms(sf)
+            fb_ = median_ms(sfb)
+            row.update({"sdpa_fwd_ms": f, "sdpa_fwdbwd_ms": fb_, "sdpa_fwd_tflops": flops_f / f / 1e9,
+                        "sdpa_fwdbwd_tflops": 3.5 * flops_f / fb_ / 1e9})
+            del sf, sfb
+        except Exception as e:  # noqa: BLE001
+            row["sdpa"] = f"{type(e).__name__}"
+        torch.cuda.empty_cache()
     results["timing"].append(row)
     keys = [k for k in row if k.endswith("_ms")]
     print(f"{label:10s} {row['dtype']} B{B} T{T} H{H} d{d} {'c' if causal else 'f'}: " +
@@ -437,18 +466,22 @@ def xl_shape(T, rows, B=4, H=32, d=80, causal=True, fwd_vars=None, bwd_vars=None
     del O_r, L_r, G_r
     torch.cuda.empty_cache()
     sf, sfb = sdpa_fns(dt, B, T, H, d, causal)
-    ms, fb_ = rested_ms(fb, sfb, reps=max(5, reps // 4), inner=args.inner)  # each after the same rest
+
+    def sf_nograd():
+        with torch.no_grad():
+            sf()
+    # each after the same rest, SDPA's forward too (for the derived backward row below: both from rested blocks)
+    ms, fb_, f_rested = rested_ms([fb, sfb, sf_nograd], reps=max(5, reps // 4), inner=args.inner)
     add({"shape": shape, "T": T, "pass": "f+b", "variant": "0+0", "traits": "production fwd + bwd, rested as SDPA's",
          "fwdbwd_ms": ms, "tflops": 3.5 * flops_f / ms / 1e9})
     del fw, bw, qkv, dout
     with torch.no_grad():
         f = median_ms(sf, reps, inner=args.inner)
-    del sf, sfb
     torch.cuda.empty_cache()
     add({"shape": shape, "T": T, "pass": "fwd", "variant": "sdpa", "traits": "F.scaled_dot_product_attention",
          "fwd_ms": f, "tflops": flops_f / f / 1e9})
-    add({"shape": shape, "T": T, "pass": "bwd", "variant": "sdpa", "traits": "SDPA f+b minus fwd (derived)",
-         "bwd_ms": fb_ - f, "tflops": 2.5 * flops_f / (fb_ - f) / 1e9})
+    add({"shape": shape, "T": T, "pass": "bwd", "variant": "sdpa", "traits": "SDPA f+b minus fwd, rested (derived)",
+         "bwd_ms": fb_ - f_rested, "tflops": 2.5 * flops_f / (fb_ - f_rested) / 1e9})
     add({"shape": shape, "T": T, "pass": "f+b", "variant": "sdpa", "traits": "SDPA forward + autograd backward",
          "fwdbwd_ms": fb_, "tflops": 3.5 * flops_f / fb_ / 1e9})
     torch.cuda.empty_cache()
