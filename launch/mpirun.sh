@@ -16,15 +16,16 @@
 #   -x OMP_NUM_THREADS, -x OPENBLAS_NUM_THREADS
 #                             host threads per rank: cores / N by default, so ranks do not fight over cores
 #   --allow-run-as-root       only when running as root (containers)
-#   odls_base_sigkill_timeout 10 (Open MPI 4)
-#                             Ctrl-C / SIGTERM on mpirun reaches the ranks as SIGCONT at once, SIGTERM after this
-#                             many seconds (default 1) and SIGKILL as long again after that: 10 s lets them finish the
-#                             step, write a small model's checkpoint and the record with status "interrupted" (a
-#                             Ctrl-C takes the same 10 s to reach them). The price: whenever a rank exits non-zero
-#                             (bad input 2, error 1, interrupted 4), mpirun waits up to twice this long before it
-#                             returns (rank 0 logs how long). For a large model's checkpoint, stop with
-#                             `kill -USR1 <mpirun pid>` (forwarded as SIGUSR1, no SIGKILL; mpirun exits with the
-#                             ranks' code 4) or export a larger OMPI_MCA_odls_base_sigkill_timeout
+#   stdin from /dev/null      mpirun runs in a process group of its own (below), where reading the terminal would
+#                             stop it; the trainer reads no stdin
+#
+# Signals: mpirun runs in its own process group, so a Ctrl-C (SIGINT) or SIGTERM reaches this script alone, which
+# passes the first one on to mpirun as SIGUSR1. mpirun forwards SIGUSR1 to every rank with no SIGKILL after it: the
+# train job finishes its step, writes its checkpoint and the record with status "interrupted", and exits 4, which
+# mpirun and this script return. A second signal goes to the ranks as SIGTERM, which stops them at once (exit 128 +
+# 15; the record then says "running"). Open MPI's kill timeout (odls_base_sigkill_timeout) stays at its default 1 s,
+# so a rank's non-zero exit (bad input 2, error 1, interrupted 4) returns within about 2 s. (Until v40 this script
+# raised it to 10 s for a graceful Ctrl-C, and then every non-zero exit took about 20 s to return.)
 set -euo pipefail
 
 if [[ $# -lt 2 || ! "$1" =~ ^[0-9]+$ || "$1" -lt 1 ]]; then
@@ -37,7 +38,6 @@ shift
 cores=$(nproc)
 threads=$(( cores / np > 0 ? cores / np : 1 ))
 export NCCL_NVLS_ENABLE=0
-export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-10}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads}
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$threads}
 
@@ -53,4 +53,30 @@ args+=(-x NCCL_NVLS_ENABLE -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS)
 # shellcheck disable=SC2206  # word splitting of the extra arguments is intended
 extra=(${TRAINER_MPIRUN_ARGS:-})
 
-exec "${MPIRUN:-mpirun}" "${args[@]}" "${extra[@]}" "$@"
+set -m  # job control: the background job below gets a process group of its own
+"${MPIRUN:-mpirun}" "${args[@]}" "${extra[@]}" "$@" < /dev/null &
+pid=$!
+signals=0
+# shellcheck disable=SC2317  # pass_on runs from the traps below
+pass_on() {  # SIGNAL: the first signal as SIGUSR1 (a graceful stop), a later one as SIGTERM to the ranks
+  signals=$((signals + 1))
+  if (( signals == 1 )); then
+    echo "mpirun.sh: SIG$1: asking the ranks to stop after their step (SIGUSR1); again to stop them at once" >&2
+    kill -USR1 "$pid" 2>/dev/null || true
+  else  # to the ranks (mpirun's children), not to mpirun: Open MPI 4.1's mpirun can crash on a signal while it
+    # tears the job down after the ranks' exit (SIGSEGV, v40); without pkill, to mpirun
+    echo "mpirun.sh: SIG$1 again: stopping the ranks at once (SIGTERM)" >&2
+    local r=0
+    pkill -TERM -P "$pid" 2>/dev/null || r=$?
+    if (( r > 1 )); then kill -TERM "$pid" 2>/dev/null || true; fi
+  fi
+}
+trap 'pass_on INT' INT
+trap 'pass_on TERM' TERM
+trap 'pass_on HUP' HUP
+while :; do  # wait returns early (128 + signal) when a trapped signal arrives: wait again while mpirun runs
+  rc=0
+  wait "$pid" || rc=$?
+  kill -0 "$pid" 2>/dev/null || break
+done
+exit "$rc"
