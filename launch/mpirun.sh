@@ -22,8 +22,10 @@
 # Signals: mpirun runs in its own process group, so a Ctrl-C (SIGINT) or SIGTERM reaches this script alone, which
 # passes the first one on to mpirun as SIGUSR1. mpirun forwards SIGUSR1 to every rank with no SIGKILL after it: the
 # train job finishes its step, writes its checkpoint and the record with status "interrupted", and exits 4, which
-# mpirun and this script return. A second signal goes to the ranks as SIGTERM, which stops them at once (exit 128 +
-# 15; the record then says "running"). Open MPI's kill timeout (odls_base_sigkill_timeout) stays at its default 1 s,
+# mpirun and this script return. A second signal (0.5 s or more after the first: one Ctrl-C can arrive twice, from
+# the terminal and from `timeout`) goes to the ranks as SIGTERM, which stops them at once (exit 128 + 15; the record
+# then says "running" unless it was already written). A signal before any rank has started stops mpirun; one while
+# the ranks start (before they handle SIGUSR1, the first fraction of a second) ends them with no record. Open MPI's kill timeout (odls_base_sigkill_timeout) stays at its default 1 s,
 # so a rank's non-zero exit (bad input 2, error 1, interrupted 4) returns within about 2 s. (Until v40 this script
 # raised it to 10 s for a graceful Ctrl-C, and then every non-zero exit took about 20 s to return.)
 set -euo pipefail
@@ -56,13 +58,22 @@ extra=(${TRAINER_MPIRUN_ARGS:-})
 set -m  # job control: the background job below gets a process group of its own
 "${MPIRUN:-mpirun}" "${args[@]}" "${extra[@]}" "$@" < /dev/null &
 pid=$!
-signals=0
+first_at=""  # when the first signal came (EPOCHREALTIME, microseconds)
+# shellcheck disable=SC2317  # called from pass_on
+now_us() { local t=${EPOCHREALTIME/./}; echo "${t/,/}"; }
 # shellcheck disable=SC2317  # pass_on runs from the traps below
 pass_on() {  # SIGNAL: the first signal as SIGUSR1 (a graceful stop), a later one as SIGTERM to the ranks
-  signals=$((signals + 1))
-  if (( signals == 1 )); then
+  if [[ -z $first_at ]]; then
+    first_at=$(now_us)
+    if ! pgrep -P "$pid" > /dev/null 2>&1; then  # no rank started yet: nothing to finish, stop mpirun
+      echo "mpirun.sh: SIG$1 before the ranks started: stopping mpirun" >&2
+      kill -TERM "$pid" 2>/dev/null || true
+      return 0
+    fi
     echo "mpirun.sh: SIG$1: asking the ranks to stop after their step (SIGUSR1); again to stop them at once" >&2
     kill -USR1 "$pid" 2>/dev/null || true
+  elif (( $(now_us) - first_at < 500000 )); then
+    return 0  # the same Ctrl-C twice (e.g. from the terminal and from `timeout`): not a second request
   else  # to the ranks (mpirun's children), not to mpirun: Open MPI 4.1's mpirun can crash on a signal while it
     # tears the job down after the ranks' exit (SIGSEGV, v40); without pkill, to mpirun
     echo "mpirun.sh: SIG$1 again: stopping the ranks at once (SIGTERM)" >&2
@@ -71,12 +82,20 @@ pass_on() {  # SIGNAL: the first signal as SIGUSR1 (a graceful stop), a later on
     if (( r > 1 )); then kill -TERM "$pid" 2>/dev/null || true; fi
   fi
 }
-trap 'pass_on INT' INT
-trap 'pass_on TERM' TERM
-trap 'pass_on HUP' HUP
-while :; do  # wait returns early (128 + signal) when a trapped signal arrives: wait again while mpirun runs
+trap 'pass_on INT || true' INT
+trap 'pass_on TERM || true' TERM
+trap 'pass_on HUP || true' HUP
+# wait returns 128 + signal when a trapped signal arrives: then wait again, for mpirun's own exit status (a wait for
+# a child already waited for returns 127: keep what the last one returned)
+while :; do
   rc=0
   wait "$pid" || rc=$?
-  kill -0 "$pid" 2>/dev/null || break
+  (( rc > 128 )) || break
+  again=0
+  wait "$pid" || again=$?
+  (( again == 127 )) && break
+  rc=$again
+  (( rc > 128 )) && kill -0 "$pid" 2>/dev/null && continue
+  break
 done
 exit "$rc"
