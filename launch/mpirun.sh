@@ -25,9 +25,10 @@
 # mpirun and this script return. A second signal (0.5 s or more after the first: one Ctrl-C can arrive twice, from
 # the terminal and from `timeout`) goes to the ranks as SIGTERM, which stops them at once (exit 128 + 15; the record
 # then says "running" unless it was already written). A signal before any rank has started stops mpirun; one while
-# the ranks start (before they handle SIGUSR1, the first fraction of a second) ends them with no record. Open MPI's kill timeout (odls_base_sigkill_timeout) stays at its default 1 s,
-# so a rank's non-zero exit (bad input 2, error 1, interrupted 4) returns within about 2 s. (Until v40 this script
-# raised it to 10 s for a graceful Ctrl-C, and then every non-zero exit took about 20 s to return.)
+# the ranks start (before they handle SIGUSR1, the first fraction of a second) ends them with no record. Open MPI's
+# kill timeout (odls_base_sigkill_timeout) stays at its default 1 s, so a rank's non-zero exit (bad input 2, error 1,
+# interrupted 4) returns within about 2 s. (Until v40 this script raised it to 10 s for a graceful Ctrl-C, and then
+# every non-zero exit took about 20 s to return.)
 set -euo pipefail
 
 if [[ $# -lt 2 || ! "$1" =~ ^[0-9]+$ || "$1" -lt 1 ]]; then
@@ -85,17 +86,16 @@ pass_on() {  # SIGNAL: the first signal as SIGUSR1 (a graceful stop), a later on
 trap 'pass_on INT || true' INT
 trap 'pass_on TERM || true' TERM
 trap 'pass_on HUP || true' HUP
-# wait returns 128 + signal when a trapped signal arrives: then wait again, for mpirun's own exit status (a wait for
-# a child already waited for returns 127: keep what the last one returned)
+# mpirun's exit status. A trapped signal interrupts wait (128 + signal): wait again while mpirun runs; if it ended
+# meanwhile, one more wait gives its own status (127 where that wait had already collected it).
 while :; do
   rc=0
   wait "$pid" || rc=$?
   (( rc > 128 )) || break
+  kill -0 "$pid" 2>/dev/null && continue
   again=0
   wait "$pid" || again=$?
-  (( again == 127 )) && break
-  rc=$again
-  (( rc > 128 )) && kill -0 "$pid" 2>/dev/null && continue
+  if (( again != 127 )); then rc=$again; fi
   break
 done
 exit "$rc"

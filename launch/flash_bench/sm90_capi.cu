@@ -42,9 +42,9 @@ int fa_fwd_sm90(int variant, const void* qkv, void* out, float* lse, int B, int 
   // FwdTraits<d, keys per tile, consumer warpgroups, K / V stages, producer / consumer registers, intra-warpgroup
   // overlap (O), ping-pong (P), persistent, O's rescale skipped where it is a multiply by 1>. Production: 9 (d 64),
   // 24 (d 80), 34 (d 96) and 18 (d 128), sm90.cu Sm90Config (6 and 16, with every rescale, until v39); 0, 20, 32
-  // and 10 (13 with ping-pong) are the loops with one CTA a query tile (production until v22). The earlier design (all threads loading by cp.async, CTA
-  // barriers) is recorded in results/h200/2026-12-01/v5_sm90 and v7_ws/experiments; the overlap / ping-pong
-  // comparison in results/h200/2026-12-02/v14.
+  // and 10 (13 with ping-pong) are the loops with one CTA a query tile (production until v22). The earlier design
+  // (all threads loading by cp.async, CTA barriers) is recorded in results/h200/2026-12-01/v5_sm90 and
+  // v7_ws/experiments; the overlap / ping-pong comparison in results/h200/2026-12-02/v14.
   switch (variant) {
     case 0: return fwd_variant<sm90::FwdTraits<64, 128, 3, 2, 24, 160, true, true>>(p, s);    // O + P
     case 1: return fwd_variant<sm90::FwdTraits<64, 128, 3, 3, 24, 160, true, true>>(p, s);    // three K / V stages
@@ -61,7 +61,8 @@ int fa_fwd_sm90(int variant, const void* qkv, void* out, float* lse, int B, int 
     case 25: return fwd_variant<sm90::FwdTraits<80, 128, 3, 2, 32, 160, false, false, true>>(p, s);
     case 35: return fwd_variant<sm90::FwdTraits<96, 128, 3, 2, 32, 160, false, false, true>>(p, s);
     // persistent with the loops that were not faster one CTA a tile: ping-pong at d 128 (13; persistent, 16, it is
-    // 1-2% faster: production until v39, now with the skip below, 18) and d 80 (23; two consumers: slower), three K / V stages (1, 14: no gain), v22 call4-5
+    // 1-2% faster: production until v39, now with the skip below, 18) and d 80 (23; two consumers: slower), three
+    // K / V stages (1, 14: no gain), v22 call4-5
     case 16: return fwd_variant<sm90::FwdTraits<128, 128, 2, 2, 24, 240, true, true, true>>(p, s);
     case 17: return fwd_variant<sm90::FwdTraits<128, 128, 2, 3, 24, 240, true, false, true>>(p, s);
     case 8: return fwd_variant<sm90::FwdTraits<64, 128, 3, 3, 24, 160, true, true, true>>(p, s);
