@@ -9,8 +9,8 @@ cd "$(dirname "$0")/.."
 build=${TRAINER_BUILD_DIR:-build}
 
 packages=(build-essential cmake ninja-build git pkg-config libopenmpi-dev openmpi-bin nlohmann-json3-dev
-          libspdlog-dev libfmt-dev catch2 libopenblas-dev python3 python3-torch python3-numpy python3-pytest python3-matplotlib
-          fortunes)
+          libspdlog-dev libfmt-dev catch2 libopenblas-dev zlib1g-dev python3 python3-torch python3-numpy
+          python3-pytest python3-matplotlib fortunes)
 
 if [[ -z "${TRAINER_SKIP_INSTALL:-}" ]] && command -v dpkg-query >/dev/null; then
   missing=()

@@ -16,6 +16,8 @@
 #include <atomic>
 
 #include "core/errors.h"
+#include "io/checkpoint.h"
+#include "io/checksum.h"
 #include "io/result_record.h"
 #include "io/safetensors.h"
 #include "io/token_data.h"
@@ -75,6 +77,17 @@ void write_tokens(const std::string& path, const std::vector<T>& v) {
   spit(path, std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T)));
 }
 
+/// CRC-32 (ISO-HDLC) bit by bit, from its definition: the reflected polynomial 0xEDB88320, initial and final XOR
+/// 0xFFFFFFFF. The reference for io/checksum.h, which zlib computes by tables.
+uint32_t crc32_bitwise(const std::string& bytes) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (unsigned char b : bytes) {
+    c ^= b;
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+  }
+  return c ^ 0xFFFFFFFFu;
+}
+
 std::string config_error_of(const std::function<void()>& f) {
   try {
     f();
@@ -85,6 +98,79 @@ std::string config_error_of(const std::function<void()>& f) {
 }
 
 }  // namespace
+
+// ---- checksums -----------------------------------------------------------------------------------------------------
+
+TEST_CASE("Crc32: the CRC-32 check value, and any split of the stream into pieces and threads", "[io][checksum]") {
+  Crc32 check;
+  check.update("123456789", 9);
+  CHECK(check.value() == 0xCBF43926u);  // the catalogue's check value of CRC-32/ISO-HDLC
+  CHECK(check.hex() == "cbf43926");
+  CHECK(Crc32().value() == 0u);
+  Crc32 none;
+  none.update(nullptr, 0);
+  CHECK(none.value() == 0u);
+
+  std::string data(300001, '\0');
+  uint32_t x = 12345;
+  for (char& c : data) c = char((x = x * 1103515245u + 12345u) >> 16);
+  const uint32_t want = crc32_bitwise(data);
+  // split_bytes from 1 byte (every piece cut into `threads` parts) to above the data (one call into zlib)
+  const size_t split = GENERATE(size_t(1), size_t(4096), size_t(65537), size_t(1) << 20);
+  const int threads = GENERATE(1, 3, 8);
+  const size_t cut = GENERATE(size_t(0), size_t(1), size_t(77777), size_t(300001));
+  Crc32 c(split, threads);
+  c.update(data.data(), cut);
+  c.update(data.data() + cut, data.size() - cut);
+  INFO("split " << split << ", threads " << threads << ", cut " << cut);
+  CHECK(c.value() == want);
+
+  CHECK(crc32_hex(0x0000abcdu) == "0000abcd");
+  CHECK(is_crc32_hex("cbf43926"));
+  CHECK(is_crc32_hex("CBF43926"));
+  CHECK_FALSE(is_crc32_hex("cbf4392"));
+  CHECK_FALSE(is_crc32_hex("cbf4392g"));
+  CHECK_FALSE(is_crc32_hex(""));
+}
+
+TEST_CASE("safetensors: the digest written and the digest read are the file's size and CRC-32", "[io][checksum]") {
+  TempDir tmp;
+  std::vector<float> a(50000);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(float(i));
+  const std::string path = tmp / "m.safetensors";
+  const FileDigest wrote = write_safetensors(path, {{"a", DType::f32, {250, 200}, a.data()}}, {{"step", "3"}});
+  const std::string raw = slurp(path);
+  CHECK(wrote.bytes == raw.size());
+  CHECK(wrote.crc32 == crc32_hex(crc32_bitwise(raw)));
+  FileDigest read;
+  read_safetensors(path, nullptr, &read);
+  CHECK(read.bytes == wrote.bytes);
+  CHECK(read.crc32 == wrote.crc32);
+  CHECK(SafetensorsSlices(path).digest().crc32 == wrote.crc32);
+  CHECK(SafetensorsSlices(path).digest().bytes == wrote.bytes);
+
+  // one bit of the data flipped: the same size, another CRC; verify_checkpoint_file names the file and both values
+  std::string bad = raw;
+  bad[raw.size() - 7] ^= 0x10;
+  spit(path, bad);
+  read_safetensors(path, nullptr, &read);
+  CHECK(read.bytes == wrote.bytes);
+  CHECK(read.crc32 == crc32_hex(crc32_bitwise(bad)));
+  CHECK(read.crc32 != wrote.crc32);
+  const json m = {{"files", {{"m.safetensors", {{"bytes", wrote.bytes}, {"crc32", wrote.crc32}}}}}};
+  const std::string err = config_error_of([&] { verify_checkpoint_file(m, tmp.dir.string(), "m.safetensors", read); });
+  CHECK_THAT(err, Contains("init.resume: '" + path + "' does not match its checksum (CRC-32 " + read.crc32 +
+                           ", the manifest records " + wrote.crc32 + ")"));
+  CHECK_THAT(config_error_of([&] {
+               verify_checkpoint_file(m, tmp.dir.string(), "m.safetensors", {wrote.bytes - 8, wrote.crc32});
+             }),
+             Contains("has " + std::to_string(wrote.bytes - 8) + " bytes, its manifest records " +
+                      std::to_string(wrote.bytes)));
+  CHECK_THAT(config_error_of([&] { verify_checkpoint_file(m, tmp.dir.string(), "other.safetensors", wrote); }),
+             Contains("lists no checksum for 'other.safetensors'"));
+  CHECK(verify_checkpoint_file(m, tmp.dir.string(), "m.safetensors", wrote));
+  CHECK_FALSE(verify_checkpoint_file(json::object(), tmp.dir.string(), "m.safetensors", read));  // no "files"
+}
 
 // ---- safetensors ----------------------------------------------------------------------------------------------------
 

@@ -221,8 +221,9 @@ void fields(S& o, F&& f) {
     "result record; null: results/runs/{name}-{YYYYmmdd-HHMMSS}-{pid}.json"});
   f("checkpoint", o.checkpoint, {{"null | writable directory"},
     "training checkpoint directory, written at the end (and every checkpoint_every steps): weights "
-    "(DIR/model.safetensors, for init.weights), AdamW state per rank, step and config, for init.resume; crash-safe "
-    "(the previous checkpoint stays until the new one is complete); it may be init.resume's directory; null: none"});
+    "(DIR/model.safetensors, for init.weights), AdamW state per rank, step and config, for init.resume, with each "
+    "file's size and CRC-32 (checked by the resume); crash-safe (the previous checkpoint stays until the new one is "
+    "complete); it may be init.resume's directory; null: none"});
   f("checkpoint_every", o.checkpoint_every, {{"integer >= 0"},
     "also write output.checkpoint every N steps; 0: only at the end"});
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <sstream>
 
 #include "core/errors.h"
+#include "io/checksum.h"
 #include "io/result_record.h"
 #include "io/safetensors.h"
 
@@ -129,12 +131,40 @@ json read_checkpoint_manifest(const std::string& step_dir) {
   if (!m["optimizer"].contains("shards") || !m["optimizer"]["shards"].is_array())
     throw corrupt("'optimizer.shards' is not a list");
   if (m.contains("layout_total") && !count(m["layout_total"])) throw corrupt("'layout_total' is not a whole number");
+  if (m.contains("files")) {
+    if (!m["files"].is_object()) throw corrupt("'files' is not an object");
+    for (const auto& [name, f] : m["files"].items())
+      if (!f.is_object() || !count(f.value("bytes", json())) || !f.value("crc32", json()).is_string() ||
+          !is_crc32_hex(f["crc32"].get<std::string>()))
+        throw corrupt(fmt::format("'files.{}' is not {{\"bytes\": a whole number, \"crc32\": 8 hex digits}}", name));
+  }
   for (const char* section : {"schedule", "data"})
     if (m.contains(section) && m[section].is_object() && m[section].contains("next_step") &&
         m[section]["next_step"] != m["step"])
       throw corrupt(fmt::format("'{}.next_step' is {}, not the step, {}", section, m[section]["next_step"].dump(),
                                 step));
   return m;
+}
+
+bool verify_checkpoint_file(const json& m, const std::string& step_dir, const std::string& name,
+                            const FileDigest& got) {
+  if (!m.contains("files")) return false;
+  const std::string path = (fs::path(step_dir) / name).string();
+  CONFIG_CHECK(m["files"].contains(name), "init.resume: '{}/{}' lists no checksum for '{}' (corrupt checkpoint)",
+               step_dir, kManifest, name);
+  const json& f = m["files"][name];
+  const uint64_t bytes = f["bytes"].get<uint64_t>();
+  CONFIG_CHECK(got.bytes == bytes,
+               "init.resume: '{}' has {} bytes, its manifest records {}: the file was truncated or replaced after "
+               "the checkpoint was written; resume from another checkpoint (a step directory can be named)",
+               path, got.bytes, bytes);
+  std::string want = f["crc32"].get<std::string>();
+  std::transform(want.begin(), want.end(), want.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  CONFIG_CHECK(got.crc32 == want,
+               "init.resume: '{}' does not match its checksum (CRC-32 {}, the manifest records {}): the file was "
+               "damaged or changed after the checkpoint was written; resume from another checkpoint (a step "
+               "directory can be named)", path, got.crc32, want);
+  return true;
 }
 
 void check_resume(const RunConfig& c, std::vector<std::string>* warnings, int world_size) {
@@ -385,6 +415,23 @@ SafetensorsSlices::SafetensorsSlices(const std::string& path) : path_(path) {
     }
     entries_.emplace_back(name, e);
   }
+}
+
+FileDigest SafetensorsSlices::digest() const {
+  constexpr size_t kChunk = size_t(256) << 20;  // read and checked in pieces: Crc32 splits each across threads
+  std::vector<char> buf;
+  Crc32 crc;
+  uint64_t off = 0;
+  for (;;) {
+    buf.resize(kChunk);
+    const ssize_t got = ::pread(fd_, buf.data(), kChunk, off_t(off));
+    if (got < 0 && errno == EINTR) continue;
+    CONFIG_CHECK(got >= 0, "init.resume: '{}': reading it failed: {}", path_, std::strerror(errno));
+    if (got == 0) break;
+    crc.update(buf.data(), size_t(got));
+    off += uint64_t(got);
+  }
+  return {off, crc.hex()};
 }
 
 SafetensorsSlices::~SafetensorsSlices() {

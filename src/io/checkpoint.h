@@ -5,7 +5,9 @@
 //   DIR/latest                          the name of the newest complete checkpoint ("step-00000004"), one line,
 //                                       replaced atomically (write_file_atomic) after that checkpoint is complete
 //   DIR/model.safetensors               a hard link to the newest checkpoint's weights (what init.weights can name)
-//   DIR/step-00000004/manifest.json     written last; a step directory without it is not a checkpoint
+//   DIR/step-00000004/manifest.json     written last; a step directory without it is not a checkpoint; its "files"
+//                                       gives each file's size and CRC-32 (io/checksum.h), checked when a resume
+//                                       reads the file (a file changed or damaged since: one line, exit 2)
 //   DIR/step-00000004/model.safetensors the full weights in the storage dtype (fp32; bf16 for bf16_pure) with the
 //                                       reference names (loadable by PyTorch)
 //   DIR/step-00000004/optim-rank00000.safetensors   one rank's optimizer state (manifest: its flat ranges)
@@ -23,6 +25,7 @@
 
 #include "config/config.h"
 #include "core/tensor.h"
+#include "io/safetensors.h"
 
 namespace trainer {
 
@@ -49,6 +52,12 @@ nlohmann::json read_checkpoint_manifest(const std::string& step_dir);
 /// phase train_step. Raises ConfigError starting with "init.resume:". Differences that a resume can carry
 /// (optimizer, data, strategy, world size) are allowed; they are appended to `warnings` when given.
 void check_resume(const RunConfig& c, std::vector<std::string>* warnings = nullptr, int world_size = 0);
+
+/// Checks a file of step directory `step_dir` as read (`got`: its size and CRC-32) against what the manifest `m`
+/// recorded when it was written (m["files"][name]). ConfigError starting with "init.resume:" naming the file when
+/// they differ. Returns false, checking nothing, for a manifest without "files" (written before checksums).
+bool verify_checkpoint_file(const nlohmann::json& m, const std::string& step_dir, const std::string& name,
+                            const FileDigest& got);
 
 /// 64-bit FNV-1a of `text`, as "fnv1a64:<16 hex digits>" (the manifest's config_hash).
 std::string fnv1a64_hex(const std::string& text);
@@ -93,6 +102,8 @@ class SafetensorsSlices {
   /// The tensor's safetensors dtype name ("F32", "BF16") and element count; ConfigError when absent.
   std::string dtype(const std::string& name) const;
   int64_t numel(const std::string& name) const;
+  /// The whole file's size and CRC-32 (reads all of it, in order).
+  FileDigest digest() const;
   /// Copies elements [begin, begin + count) of tensor `name` (flattened) to dst (count * element size bytes).
   /// ConfigError when the range is outside the tensor or the read fails.
   void read(const std::string& name, int64_t begin, int64_t count, void* dst) const;

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "core/errors.h"
+#include "io/checksum.h"
 #include "io/result_record.h"
 
 namespace trainer {
@@ -88,7 +89,8 @@ size_t safetensors_dtype_size(const std::string& name) {
 }
 
 std::map<std::string, HostTensor> read_safetensors(const std::string& path,
-                                                   std::map<std::string, std::string>* metadata) {
+                                                   std::map<std::string, std::string>* metadata,
+                                                   FileDigest* digest) {
   auto fail = [&](const std::string& why) -> ConfigError {
     return ConfigError(fmt::format("safetensors file '{}': {}", path, why));
   };
@@ -198,11 +200,18 @@ std::map<std::string, HostTensor> read_safetensors(const std::string& path,
     if (!pread_exact(fd, data_begin + e.begin, bytes.data(), bytes.size()))
       throw fail(fmt::format("cannot read tensor '{}': {}", e.name, errno ? std::strerror(errno) : "short read"));
   }
+  if (digest) {  // the file in order: the ranges tile the data (checked above), so sorted they are its bytes
+    Crc32 crc;
+    crc.update(len_le, 8);
+    crc.update(header.data(), header.size());
+    for (const Entry& e : entries) crc.update(out[e.name].bytes.data(), out[e.name].bytes.size());
+    *digest = {file_size, crc.hex()};
+  }
   return out;
 }
 
-void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+FileDigest write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                             const std::map<std::string, std::string>& metadata) {
   json h = json::object();
   std::set<std::string> names;
   std::vector<FilePart> parts;
@@ -224,7 +233,14 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
   unsigned char len_le[8];
   for (int i = 0; i < 8; ++i) len_le[i] = static_cast<unsigned char>(uint64_t(header.size()) >> (8 * i));
   parts.insert(parts.begin(), {{len_le, 8}, {header.data(), header.size()}});
+  Crc32 crc;
+  uint64_t bytes = 0;
+  for (const FilePart& f : parts) {
+    crc.update(f.data, f.bytes);
+    bytes += f.bytes;
+  }
   write_file_atomic(path, parts);
+  return {bytes, crc.hex()};
 }
 
 }  // namespace trainer

@@ -40,20 +40,28 @@ const char* safetensors_dtype_name(DType t);
 /// which this reader does not support).
 size_t safetensors_dtype_size(const std::string& name);
 
+/// A file's size and CRC-32 (io/checksum.h) as written or read: what a checkpoint's manifest records of each file.
+struct FileDigest {
+  uint64_t bytes = 0;
+  std::string crc32;  // 8 lower-case hex digits
+};
+
 /// Reads every tensor of the safetensors file `path` into host memory. When `metadata` is not null it receives the
-/// "__metadata__" strings (empty when the file has none).
+/// "__metadata__" strings (empty when the file has none); when `digest` is not null, the size and CRC-32 of the
+/// whole file as read (header and data: the bytes write_safetensors' digest covers).
 /// Raises ConfigError naming the file on any problem: unreadable or truncated file, header length beyond the file
 /// or above 100 MB, malformed JSON, unknown dtype, negative dims, a data range whose size does not match
 /// dtype x shape, ranges that overlap, leave holes or run past the end of the file, non-string metadata.
 std::map<std::string, HostTensor> read_safetensors(const std::string& path,
-                                                   std::map<std::string, std::string>* metadata = nullptr);
+                                                   std::map<std::string, std::string>* metadata = nullptr,
+                                                   FileDigest* digest = nullptr);
 
 /// Writes `tensors` (in the given order, packed without gaps) and `metadata` to `path`. The header is padded with
 /// spaces to a multiple of 8 bytes so every tensor starts 8-byte aligned (as the reference writer does).
 /// Atomic: writes `path.tmp.<pid>.<n>`, fsyncs, then renames over `path`; on failure the temp file is removed and
 /// RuntimeError is raised. Duplicate or empty names, a null data pointer with nonzero size, or negative dims raise
-/// RuntimeError (they are programming errors, not user input).
-void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+/// RuntimeError (they are programming errors, not user input). Returns the file's size and CRC-32.
+FileDigest write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace trainer

@@ -186,6 +186,7 @@ void TrainCheckpointer::write(int64_t steps_done) {
   }
   agree(err, "creating the directory");  // the others write into rank 0's directory only once it exists
   uint64_t bytes = 0;
+  FileDigest weights_digest;  // rank 0's: size and CRC-32 of what it wrote (the manifest's "files")
 
   // Weights: every rank joins download_param where it is collective (sharded weights); rank 0 writes the file.
   strategy_.gather_params();
@@ -212,8 +213,8 @@ void TrainCheckpointer::write(int64_t steps_done) {
       bytes += uint64_t(p.numel) * dtype_size(named.back().dtype);
     }
     if (root) try {
-        write_safetensors(w->file("model.safetensors"), named,
-                          {{"format", "pt"}, {"producer", "trainer"}, {"step", std::to_string(steps_done)}});
+        weights_digest = write_safetensors(w->file("model.safetensors"), named,
+                                           {{"format", "pt"}, {"producer", "trainer"}, {"step", std::to_string(steps_done)}});
       } catch (const std::exception& e) {
         if (err.empty()) err = e.what();  // the first failure is the cause
       }
@@ -238,7 +239,9 @@ void TrainCheckpointer::write(int64_t steps_done) {
     for (const FlatRange& r : st.ranges) ranges.push_back({r.flat_begin, r.local_begin, r.count});
     shard = {{"rank", rank}, {"file", shard_file(rank)}, {"numel", numel}, {"ranges", ranges}};
     try {
-      write_safetensors(w->file(shard_file(rank)), named, {{"producer", "trainer"}, {"rank", std::to_string(rank)}});
+      const FileDigest d =
+          write_safetensors(w->file(shard_file(rank)), named, {{"producer", "trainer"}, {"rank", std::to_string(rank)}});
+      shard["digest"] = {{"bytes", d.bytes}, {"crc32", d.crc32}};  // moved into the manifest's "files" by rank 0
     } catch (const std::exception& e) {
       if (err.empty()) err = e.what();
     }
@@ -257,8 +260,13 @@ void TrainCheckpointer::write(int64_t steps_done) {
       json tensors = json::object();
       for (const auto& [name, t] : st.tensors) tensors[name] = safetensors_dtype_name(t.dtype);
       json shard_list = json::array();
+      json files = {{"model.safetensors", {{"bytes", weights_digest.bytes}, {"crc32", weights_digest.crc32}}}};
       for (const std::string& s : shards)
-        if (json j = json::parse(s); !j.is_null()) shard_list.push_back(j);
+        if (json j = json::parse(s); !j.is_null()) {
+          files[j["file"].get<std::string>()] = j["digest"];
+          j.erase("digest");
+          shard_list.push_back(j);
+        }
       const json config = cfg_;
       const OptimizerCfg& o = cfg_.optimizer;
       std::error_code ec;
@@ -272,6 +280,7 @@ void TrainCheckpointer::write(int64_t steps_done) {
           {"strategy", strategy_.name()},
           {"precision", cfg_.precision},
           {"weights", "model.safetensors"},
+          {"files", files},  // each file's size and CRC-32, checked by a resume as it reads them
           {"layout_total", model_.layout().total()},
           {"parameters", model_.layout().count()},
           {"optimizer",
@@ -343,8 +352,11 @@ int64_t TrainCheckpointer::resume(double weights_read_s) {
         for (const FlatRange& r : st.ranges) {
           const int64_t lo = std::max(qf, r.flat_begin), hi = std::min(qf + qc, r.flat_begin + r.count);
           if (lo >= hi) continue;
-          if (!file)
-            file = std::make_unique<SafetensorsSlices>((fs::path(step_dir) / shard.at("file").get<std::string>()).string());
+          if (!file) {
+            const std::string name = shard.at("file").get<std::string>();
+            file = std::make_unique<SafetensorsSlices>((fs::path(step_dir) / name).string());
+            verify_checkpoint_file(m, step_dir, name, file->digest());  // the whole file, before any of it is used
+          }
           for (const auto& [name, t] : st.tensors) {
             CONFIG_CHECK(file->dtype(name) == safetensors_dtype_name(t.dtype),
                          "init.resume: optimizer state '{}' is {} in the checkpoint '{}', this run keeps it as {}",
@@ -382,6 +394,8 @@ int64_t TrainCheckpointer::resume(double weights_read_s) {
               {"world_size", m.value("world_size", 0)},
               {"strategy", m.value("strategy", "")},
               {"config_hash", m.value("config_hash", "")},
+              // setup_training checked the weights, each rank here the optimizer files it read
+              {"checksums", m.contains("files") ? "verified" : "absent (a checkpoint written before checksums)"},
               {"read_s", secs}};
   if (comm_.rank() == 0)
     spdlog::info("resumed from {} (step {}, written by {} rank(s) with {}) in {:.2f} s", step_dir, step,

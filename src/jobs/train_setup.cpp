@@ -1,6 +1,7 @@
 #include "jobs/train_setup.h"
 
 #include <chrono>
+#include <filesystem>
 
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
@@ -36,14 +37,18 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
   if (init_weights) {  // the weight source; a sharded strategy copies its shards from it in attach()
     const auto t0 = std::chrono::steady_clock::now();
     if (cfg.init.weights || cfg.init.resume) {
-      const std::string path =
-          cfg.init.weights ? *cfg.init.weights : checkpoint_weights_path(resolve_checkpoint(*cfg.init.resume));
+      const std::string step_dir = cfg.init.resume ? resolve_checkpoint(*cfg.init.resume) : "";
+      const std::string path = cfg.init.weights ? *cfg.init.weights : checkpoint_weights_path(step_dir);
       std::map<std::string, HostTensor> file;
+      FileDigest digest;
       try {
-        file = read_safetensors(path);
+        file = read_safetensors(path, nullptr, &digest);
       } catch (const ConfigError& e) {  // name the key, as the loader's and the resume's other errors do
         throw ConfigError(fmt::format("{}: {}", cfg.init.weights ? "init.weights" : "init.resume", e.what()));
       }
+      if (cfg.init.resume)  // the weights as the checkpoint wrote them (its manifest's CRC-32)
+        verify_checkpoint_file(read_checkpoint_manifest(step_dir), step_dir, std::filesystem::path(path).filename().string(),
+                               digest);
       s.model->load(std::move(file), path);
       s.weights_read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     } else {

@@ -12,6 +12,7 @@
   the abandoned line. A changed config warns naming the keys that can change numbers, with their values.
 - A checkpoint that cannot be written (a full disk) fails the run with its loss curve in the record and no temporary
   directory left.
+- A checkpoint file damaged after it was written (one bit): refused naming the file and both CRC-32s.
 - One clear error line (exit 2, nothing written) for: a missing or half-written checkpoint, another model shape,
   init.weights with init.resume, a checkpoint already at the run's last step, checkpoint_every without a checkpoint,
   a checkpoint path that names a .safetensors file.
@@ -23,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 
 import numpy as np
 import pytest
@@ -139,6 +141,10 @@ def test_checkpoint_directory_contents(straight):
     assert m["optimizer"]["shards"] == [{"rank": 0, "file": "optim-rank00000.safetensors",
                                          "numel": o["m"].numel(), "ranges": [[0, 0, m["layout_total"]]]}]
     assert ref["checkpoint"]["writes"][0]["step"] == 4 and ref["checkpoint"]["dir"] == str(ck)
+    # each file's size and CRC-32 (zlib's, as Python computes it) in the manifest
+    d = latest(ck)
+    assert m["files"] == {f: {"bytes": (d / f).stat().st_size, "crc32": f"{zlib.crc32((d / f).read_bytes()):08x}"}
+                          for f in ("model.safetensors", "optim-rank00000.safetensors")}
     # the weights file starts another run through init.weights
     p = run(args(tmp, "w", 1, f"init.weights={ck / 'model.safetensors'}"))
     assert p.returncode == 0, p.stderr[-2000:]
@@ -302,6 +308,39 @@ def test_resume_errors(tmp_path):
     expect_error(tmp_path, args(tmp_path, "x", 4, f"init.resume={half}"), "init.resume", "incomplete")
 
 
+def test_a_damaged_checkpoint_file_is_refused_naming_it(tmp_path):
+    """One bit flipped in the weights or the optimizer state after the checkpoint was written (a disk or a copy that
+    went wrong): the resume stops before any step with one error line naming the file and both CRC-32s, exit 2, no
+    record. The same checkpoint undamaged resumes, and its record says the checksums were verified."""
+    ck = tmp_path / "ck"
+    p = run(args(tmp_path, "a", 2, f"output.checkpoint={ck}"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    d = latest(ck)
+    files = json.loads((d / "manifest.json").read_text())["files"]
+    for name in ("model.safetensors", "optim-rank00000.safetensors"):
+        f = d / name
+        good = f.read_bytes()
+        bad = bytearray(good)
+        bad[len(bad) - 1001] ^= 0x04  # a bit of the last tensor's data: the header still parses
+        # a new inode (DIR/model.safetensors is a hard link to the step's weights, left as written)
+        f.unlink()
+        f.write_bytes(bytes(bad))
+        try:
+            p = run(args(tmp_path, "x", 4, f"init.resume={ck}"))
+            assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+            errors = [x for x in p.stderr.splitlines() if x.startswith("trainer: error: ")]
+            assert errors == [f"trainer: error: init.resume: '{f}' does not match its checksum (CRC-32 "
+                              f"{zlib.crc32(bytes(bad)):08x}, the manifest records {files[name]['crc32']}): the file "
+                              "was damaged or changed after the checkpoint was written; resume from another "
+                              "checkpoint (a step directory can be named)"], p.stderr[-2000:]
+            assert not (tmp_path / "x.json").exists()
+        finally:
+            f.write_bytes(good)
+    p = run(args(tmp_path, "y", 4, f"init.resume={ck}"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert record(tmp_path, "y")["checkpoint"]["resumed_from"]["checksums"] == "verified"
+
+
 def test_a_damaged_manifest_is_one_line_naming_it(tmp_path):
     """A manifest edited or damaged in the fields a resume reads: one line naming the manifest and the field, exit 2,
     nothing written (a JSON type error, an internal check mid-run or a silent misread before)."""
@@ -327,6 +366,10 @@ def test_a_damaged_manifest_is_one_line_naming_it(tmp_path):
         (("config_hash",), 5, "'config_hash' is not a string"),
         (("data",), "x", "'data' is not an object"),
         (("config", "init"), "x", "'config.init' is not an object"),
+        (("files",), [], "'files' is not an object"),
+        (("files", "model.safetensors", "crc32"), "xyz", "'files.model.safetensors' is not {\"bytes\": a whole "
+                                                         "number, \"crc32\": 8 hex digits}"),
+        (("files", "model.safetensors", "bytes"), -1, "'files.model.safetensors' is not"),
     ]
     try:
         for path, value, needle in cases:
