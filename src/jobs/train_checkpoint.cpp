@@ -177,6 +177,8 @@ void TrainCheckpointer::write(int64_t steps_done) {
   const ScopedRange phase(be_, "checkpoint", "phase");  // the memory timeline's phase (and an NVTX range)
   const int rank = comm_.rank();
   const bool root = rank == 0;
+  if (root)  // a large model's write takes a while (xl: 41 GB): say so before it starts
+    spdlog::info("checkpoint after step {}: writing to {} ...", steps_done, *cfg_.output.checkpoint);
   std::string err;
   std::unique_ptr<CheckpointWrite> w;
   try {

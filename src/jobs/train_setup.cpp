@@ -3,6 +3,8 @@
 #include <chrono>
 #include <filesystem>
 
+#include <spdlog/spdlog.h>
+
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "optim/adamw.h"
@@ -41,6 +43,8 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
       const std::string path = cfg.init.weights ? *cfg.init.weights : checkpoint_weights_path(step_dir);
       std::map<std::string, HostTensor> file;
       FileDigest digest;
+      if (cfg.init.resume)  // info: rank 0's log (and every rank's with --log-all-ranks)
+        spdlog::info("init.resume: reading {} and checking its CRC-32 ...", path);
       try {
         file = read_safetensors(path, nullptr, &digest);
       } catch (const ConfigError& e) {  // name the key, as the loader's and the resume's other errors do
