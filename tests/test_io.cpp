@@ -148,6 +148,25 @@ TEST_CASE("safetensors: the digest written and the digest read are the file's si
   CHECK(read.crc32 == wrote.crc32);
   CHECK(SafetensorsSlices(path).digest().crc32 == wrote.crc32);
   CHECK(SafetensorsSlices(path).digest().bytes == wrote.bytes);
+  // slices streamed in pieces smaller than, equal to and larger than the file: each slice's bytes land in order,
+  // once, and the digest is the file's
+  const size_t piece = GENERATE(size_t(1000), size_t(4096), size_t(1) << 20);
+  const std::vector<SafetensorsSlices::Slice> slices = {{"a", 0, 10}, {"a", 777, 20000}, {"a", 49999, 1}, {"a", 5, 0}};
+  std::vector<std::vector<char>> got(slices.size());
+  const SafetensorsSlices file(path);
+  const FileDigest streamed = file.stream(slices, [&](size_t i, uint64_t at, const char* data, uint64_t n) {
+    REQUIRE(at == got[i].size());  // in order, no gap
+    got[i].insert(got[i].end(), data, data + n);
+  }, piece);
+  CHECK(streamed.crc32 == wrote.crc32);
+  CHECK(streamed.bytes == wrote.bytes);
+  for (size_t i = 0; i < slices.size(); ++i) {
+    INFO("slice " << i << ", piece " << piece);
+    REQUIRE(got[i].size() == size_t(slices[i].count) * 4);
+    CHECK(std::memcmp(got[i].data(), a.data() + slices[i].begin, got[i].size()) == 0);
+  }
+  CHECK_THAT(config_error_of([&] { file.stream({{"a", 49990, 11}}, [](size_t, uint64_t, const char*, uint64_t) {}); }),
+             Contains("elements [49990, 50001) of 'a' are outside its 50000"));
 
   // one bit of the data flipped: the same size, another CRC; verify_checkpoint_file names the file and both values
   std::string bad = raw;

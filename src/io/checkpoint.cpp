@@ -417,23 +417,6 @@ SafetensorsSlices::SafetensorsSlices(const std::string& path) : path_(path) {
   }
 }
 
-FileDigest SafetensorsSlices::digest() const {
-  constexpr size_t kChunk = size_t(256) << 20;  // read and checked in pieces: Crc32 splits each across threads
-  std::vector<char> buf;
-  Crc32 crc;
-  uint64_t off = 0;
-  for (;;) {
-    buf.resize(kChunk);
-    const ssize_t got = ::pread(fd_, buf.data(), kChunk, off_t(off));
-    if (got < 0 && errno == EINTR) continue;
-    CONFIG_CHECK(got >= 0, "init.resume: '{}': reading it failed: {}", path_, std::strerror(errno));
-    if (got == 0) break;
-    crc.update(buf.data(), size_t(got));
-    off += uint64_t(got);
-  }
-  return {off, crc.hex()};
-}
-
 SafetensorsSlices::~SafetensorsSlices() {
   if (fd_ >= 0) ::close(fd_);
 }
@@ -450,22 +433,37 @@ bool SafetensorsSlices::has(const std::string& name) const {
 std::string SafetensorsSlices::dtype(const std::string& name) const { return entry(name).dtype; }
 int64_t SafetensorsSlices::numel(const std::string& name) const { return entry(name).numel; }
 
-void SafetensorsSlices::read(const std::string& name, int64_t begin, int64_t count, void* dst) const {
-  const Entry& e = entry(name);
-  CONFIG_CHECK(begin >= 0 && count >= 0 && begin + count <= e.numel,
-               "init.resume: '{}': elements [{}, {}) of '{}' are outside its {} (manifest and file disagree)", path_,
-               begin, begin + count, name, e.numel);
-  char* out = static_cast<char*>(dst);
-  uint64_t off = e.offset + uint64_t(begin) * e.esize, left = uint64_t(count) * e.esize;
-  while (left > 0) {
-    const ssize_t got = ::pread(fd_, out, size_t(std::min<uint64_t>(left, 1ull << 30)), off_t(off));
-    if (got < 0 && errno == EINTR) continue;
-    CONFIG_CHECK(got > 0, "init.resume: '{}': reading '{}' failed: {}", path_, name,
-                 got < 0 ? std::strerror(errno) : "short read");
-    out += got;
-    off += uint64_t(got);
-    left -= uint64_t(got);
+FileDigest SafetensorsSlices::stream(const std::vector<Slice>& slices, const Sink& sink, size_t piece_bytes) const {
+  std::vector<std::pair<uint64_t, uint64_t>> range;  // each slice's file bytes [first, second)
+  for (const Slice& q : slices) {
+    const Entry& e = entry(q.name);
+    CONFIG_CHECK(q.begin >= 0 && q.count >= 0 && q.begin + q.count <= e.numel,
+                 "init.resume: '{}': elements [{}, {}) of '{}' are outside its {} (manifest and file disagree)", path_,
+                 q.begin, q.begin + q.count, q.name, e.numel);
+    const uint64_t b = e.offset + uint64_t(q.begin) * e.esize;
+    range.emplace_back(b, b + uint64_t(q.count) * e.esize);
   }
+  const size_t kPiece = std::max<size_t>(piece_bytes, 1);
+  std::vector<char> buf(kPiece);
+  Crc32 crc;
+  uint64_t off = 0;
+  for (;;) {
+    const ssize_t got = ::pread(fd_, buf.data(), kPiece, off_t(off));
+    if (got < 0 && errno == EINTR) continue;
+    CONFIG_CHECK(got >= 0, "init.resume: '{}': reading it failed: {}", path_, std::strerror(errno));
+    if (got == 0) break;
+    const uint64_t end = off + uint64_t(got);
+    crc.update(buf.data(), size_t(got));
+    for (size_t i = 0; i < range.size(); ++i) {
+      const uint64_t lo = std::max(range[i].first, off), hi = std::min(range[i].second, end);
+      if (lo < hi) sink(i, lo - range[i].first, buf.data() + (lo - off), hi - lo);
+    }
+    off = end;
+  }
+  for (const auto& [b, e] : range)  // the header promised these bytes (checked at open), but the file may shrink
+    CONFIG_CHECK(e <= off, "init.resume: '{}': reading it failed: short read (the file shrank while it was read)",
+                 path_);
+  return {off, crc.hex()};
 }
 
 }  // namespace trainer

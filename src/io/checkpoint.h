@@ -19,6 +19,7 @@
 // Every rank writes into DIR: with several nodes, DIR must be on a filesystem they share.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -102,11 +103,19 @@ class SafetensorsSlices {
   /// The tensor's safetensors dtype name ("F32", "BF16") and element count; ConfigError when absent.
   std::string dtype(const std::string& name) const;
   int64_t numel(const std::string& name) const;
-  /// The whole file's size and CRC-32 (reads all of it, in order).
-  FileDigest digest() const;
-  /// Copies elements [begin, begin + count) of tensor `name` (flattened) to dst (count * element size bytes).
-  /// ConfigError when the range is outside the tensor or the read fails.
-  void read(const std::string& name, int64_t begin, int64_t count, void* dst) const;
+  /// Elements [begin, begin + count) of tensor `name` (flattened).
+  struct Slice {
+    std::string name;
+    int64_t begin = 0, count = 0;
+  };
+  /// Receives bytes [at, at + n) of slice i (element size x count bytes in all), in pieces, in file order.
+  using Sink = std::function<void(size_t i, uint64_t at, const char* data, uint64_t n)>;
+  /// Reads the whole file once, in order, in pieces of piece_bytes: returns its size and CRC-32, and hands each
+  /// slice's bytes to `sink` on the way (one pass: the checksum costs no second read). ConfigError when a slice is
+  /// outside its tensor or the read fails.
+  FileDigest stream(const std::vector<Slice>& slices, const Sink& sink, size_t piece_bytes = size_t(256) << 20) const;
+  /// The whole file's size and CRC-32: stream() with no slice.
+  FileDigest digest() const { return stream({}, {}); }
 
  private:
   struct Entry {

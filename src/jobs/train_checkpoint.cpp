@@ -49,9 +49,6 @@ std::string now_iso() {
 
 std::string shard_file(int rank) { return fmt::format("optim-rank{:05d}.safetensors", rank); }
 
-// Host memory a resume stages at a time (one piece of one tensor).
-constexpr int64_t kReadChunkBytes = int64_t(64) << 20;
-
 }  // namespace
 
 namespace {
@@ -345,36 +342,34 @@ int64_t TrainCheckpointer::resume(double weights_read_s) {
   const OptimizerState st = strategy_.optimizer_state();
   int64_t want = 0, covered = 0;
   for (const FlatRange& r : st.ranges) want += r.count;
-  std::vector<char> host;
   try {
     for (const json& shard : opt.at("shards")) {
+      // The slices of this file that land in this rank's state, and where: read in one pass with its CRC-32
+      const std::string file_name = shard.at("file").get<std::string>();
       std::unique_ptr<SafetensorsSlices> file;  // opened when one of its ranges overlaps one of this rank's
+      std::vector<SafetensorsSlices::Slice> slices;
+      std::vector<char*> dst;  // slice i's destination in device (or host) memory
       for (const json& q : shard.at("ranges")) {
         const int64_t qf = q.at(0), ql = q.at(1), qc = q.at(2);
         for (const FlatRange& r : st.ranges) {
           const int64_t lo = std::max(qf, r.flat_begin), hi = std::min(qf + qc, r.flat_begin + r.count);
           if (lo >= hi) continue;
-          if (!file) {
-            const std::string name = shard.at("file").get<std::string>();
-            file = std::make_unique<SafetensorsSlices>((fs::path(step_dir) / name).string());
-            verify_checkpoint_file(m, step_dir, name, file->digest());  // the whole file, before any of it is used
-          }
+          if (!file) file = std::make_unique<SafetensorsSlices>((fs::path(step_dir) / file_name).string());
           for (const auto& [name, t] : st.tensors) {
             CONFIG_CHECK(file->dtype(name) == safetensors_dtype_name(t.dtype),
                          "init.resume: optimizer state '{}' is {} in the checkpoint '{}', this run keeps it as {}",
                          name, file->dtype(name), step_dir, safetensors_dtype_name(t.dtype));
-            const int64_t es = int64_t(dtype_size(t.dtype)), per = std::max<int64_t>(1, kReadChunkBytes / es);
-            for (int64_t a = lo; a < hi; a += per) {
-              const int64_t n = std::min(per, hi - a);
-              host.resize(size_t(n * es));
-              file->read(name, ql + (a - qf), n, host.data());
-              be_.copy_from_host(static_cast<char*>(t.data) + (r.local_begin + (a - r.flat_begin)) * es, host.data(),
-                                 size_t(n * es));
-            }
+            slices.push_back({name, ql + (lo - qf), hi - lo});
+            dst.push_back(static_cast<char*>(t.data) + (r.local_begin + (lo - r.flat_begin)) * dtype_size(t.dtype));
           }
           covered += hi - lo;
         }
       }
+      if (!file) continue;
+      const FileDigest got = file->stream(slices, [&](size_t i, uint64_t at, const char* data, uint64_t n) {
+        be_.copy_from_host(dst[i] + at, data, size_t(n));
+      });
+      verify_checkpoint_file(m, step_dir, file_name, got);  // the whole file as read: a damaged one stops the run
     }
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError(fmt::format("init.resume: '{}/manifest.json' has a malformed optimizer section ({})", step_dir,
