@@ -115,15 +115,23 @@ TEST_CASE("Crc32: the CRC-32 check value, and any split of the stream into piece
   uint32_t x = 12345;
   for (char& c : data) c = char((x = x * 1103515245u + 12345u) >> 16);
   const uint32_t want = crc32_bitwise(data);
-  // split_bytes from 1 byte (every piece cut into `threads` parts) to above the data (one call into zlib)
-  const size_t split = GENERATE(size_t(1), size_t(4096), size_t(65537), size_t(1) << 20);
+  // part_bytes from 1 byte to above the data (one call into zlib); the stream fed in two updates, or in one of
+  // several pieces (empty ones included)
+  const size_t part = GENERATE(size_t(1) << 10, size_t(4096), size_t(65537), size_t(1) << 20);
   const int threads = GENERATE(1, 3, 8);
   const size_t cut = GENERATE(size_t(0), size_t(1), size_t(77777), size_t(300001));
-  Crc32 c(split, threads);
+  INFO("part " << part << ", threads " << threads << ", cut " << cut);
+  Crc32 c(part, threads);
   c.update(data.data(), cut);
   c.update(data.data() + cut, data.size() - cut);
-  INFO("split " << split << ", threads " << threads << ", cut " << cut);
   CHECK(c.value() == want);
+  Crc32 pieces(part, threads);
+  pieces.update({{data.data(), cut}, {nullptr, 0}, {data.data() + cut, (data.size() - cut) / 2},
+                 {data.data() + cut + (data.size() - cut) / 2, data.size() - cut - (data.size() - cut) / 2}});
+  CHECK(pieces.value() == want);
+  Crc32 one_byte_parts(1, threads);
+  one_byte_parts.update(data.data(), 5000);
+  CHECK(one_byte_parts.value() == crc32_bitwise(data.substr(0, 5000)));
 
   CHECK(crc32_hex(0x0000abcdu) == "0000abcd");
   CHECK(is_crc32_hex("cbf43926"));

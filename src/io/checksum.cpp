@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <thread>
 #include <vector>
@@ -18,29 +19,33 @@ uint32_t crc_of(uint32_t crc, const unsigned char* p, size_t n) { return uint32_
 
 }  // namespace
 
-Crc32::Crc32(size_t split_bytes, int threads) : split_bytes_(std::max<size_t>(split_bytes, 1)), threads_(threads) {
+Crc32::Crc32(size_t part_bytes, int threads) : part_bytes_(std::max<size_t>(part_bytes, 1)), threads_(threads) {
   if (threads_ <= 0) threads_ = int(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
 }
 
-void Crc32::update(const void* p, size_t n) {
-  if (n == 0) return;
-  const auto* b = static_cast<const unsigned char*>(p);
-  const size_t parts = n < split_bytes_ ? 1 : std::min<size_t>(size_t(threads_), n / (split_bytes_ / 2 + 1));
-  if (parts <= 1) {
-    crc_ = crc_of(crc_, b, n);
+void Crc32::update(const std::vector<Piece>& pieces) {
+  std::vector<Piece> parts;  // the pieces cut into parts of at most part_bytes_, in order
+  for (const Piece& q : pieces)
+    for (size_t at = 0; at < q.n; at += part_bytes_)
+      parts.push_back({static_cast<const unsigned char*>(q.p) + at, std::min(part_bytes_, q.n - at)});
+  if (parts.size() <= 1 || threads_ == 1) {
+    for (const Piece& q : parts) crc_ = crc_of(crc_, static_cast<const unsigned char*>(q.p), q.n);
     return;
   }
-  // part i: [i n / parts, (i + 1) n / parts); each from CRC 0, joined in order with crc32_combine
-  std::vector<uint32_t> part_crc(parts);
+  // each part's CRC from 0 (threads take the next part in turn), then joined in order with crc32_combine
+  std::vector<uint32_t> part_crc(parts.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < parts.size();)
+      part_crc[i] = crc_of(0, static_cast<const unsigned char*>(parts[i].p), parts[i].n);
+  };
   std::vector<std::thread> pool;
-  pool.reserve(parts - 1);
-  auto bound = [&](size_t i) { return i * (n / parts) + std::min(i, n % parts); };
-  for (size_t i = 1; i < parts; ++i)
-    pool.emplace_back([&, i] { part_crc[i] = crc_of(0, b + bound(i), bound(i + 1) - bound(i)); });
-  part_crc[0] = crc_of(0, b, bound(1));
+  const size_t helpers = std::min(parts.size(), size_t(threads_)) - 1;
+  pool.reserve(helpers);
+  for (size_t t = 0; t < helpers; ++t) pool.emplace_back(work);
+  work();
   for (std::thread& t : pool) t.join();
-  for (size_t i = 0; i < parts; ++i)
-    crc_ = uint32_t(crc32_combine(crc_, part_crc[i], z_off_t(bound(i + 1) - bound(i))));
+  for (size_t i = 0; i < parts.size(); ++i) crc_ = uint32_t(crc32_combine(crc_, part_crc[i], z_off_t(parts[i].n)));
 }
 
 std::string Crc32::hex() const { return crc32_hex(crc_); }

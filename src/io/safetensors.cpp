@@ -201,10 +201,10 @@ std::map<std::string, HostTensor> read_safetensors(const std::string& path,
       throw fail(fmt::format("cannot read tensor '{}': {}", e.name, errno ? std::strerror(errno) : "short read"));
   }
   if (digest) {  // the file in order: the ranges tile the data (checked above), so sorted they are its bytes
+    std::vector<Crc32::Piece> pieces = {{len_le, 8}, {header.data(), header.size()}};
+    for (const Entry& e : entries) pieces.push_back({out[e.name].bytes.data(), out[e.name].bytes.size()});
     Crc32 crc;
-    crc.update(len_le, 8);
-    crc.update(header.data(), header.size());
-    for (const Entry& e : entries) crc.update(out[e.name].bytes.data(), out[e.name].bytes.size());
+    crc.update(pieces);  // every tensor at once: xl's 13.6 GB are ~450 tensors, most below one thread's share
     *digest = {file_size, crc.hex()};
   }
   return out;
@@ -233,12 +233,14 @@ FileDigest write_safetensors(const std::string& path, const std::vector<NamedTen
   unsigned char len_le[8];
   for (int i = 0; i < 8; ++i) len_le[i] = static_cast<unsigned char>(uint64_t(header.size()) >> (8 * i));
   parts.insert(parts.begin(), {{len_le, 8}, {header.data(), header.size()}});
-  Crc32 crc;
+  std::vector<Crc32::Piece> pieces;
   uint64_t bytes = 0;
   for (const FilePart& f : parts) {
-    crc.update(f.data, f.bytes);
+    pieces.push_back({f.data, size_t(f.bytes)});
     bytes += f.bytes;
   }
+  Crc32 crc;
+  crc.update(pieces);
   write_file_atomic(path, parts);
   return {bytes, crc.hex()};
 }
