@@ -117,9 +117,9 @@ void fields(S& p, F&& f) {
   f("prefetch_layers", p.prefetch_layers, {{"integer >= 0"},
     "fsdp: units (embedding, blocks, head) whose weight shards are all-gathered ahead of their use; "
     "prefetch_layers + 1 gather buffers"});
-  f("comm_timeout_s", p.comm_timeout_s, {{"number > 0"},
+  f("comm_timeout_s", p.comm_timeout_s, {{"number >= 1"},
     "a collective not done after this many seconds aborts every rank"});
-  f("startup_timeout_s", p.startup_timeout_s, {{"number > 0"},
+  f("startup_timeout_s", p.startup_timeout_s, {{"number >= 1"},
     "a rank that has not finished loading its config (and checking its data) this many seconds after the first "
     "rank ends the job with a message"});
 }

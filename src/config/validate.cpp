@@ -36,6 +36,12 @@ void check_enum(const std::string& v, const Names& allowed, const char* key) {
 void check_positive(double v, const char* key, std::string_view hint = {}) {
   CONFIG_CHECK(v > 0, "config: '{}' must be > 0, got {}{}", key, v, hint);
 }
+/// A timeout in seconds: at least 1 (below that every wait for the slowest rank would abort: a step, a checkpoint
+/// write, a data check).
+void check_timeout_s(double v, const char* key) {
+  CONFIG_CHECK(v >= 1, "config: '{}' must be >= 1 (seconds; a collective waits for the slowest rank's step or "
+               "checkpoint write), got {}", key, v);
+}
 void check_non_negative(double v, const char* key) {
   CONFIG_CHECK(v >= 0, "config: '{}' must be >= 0, got {}", key, v);
 }
@@ -209,8 +215,8 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
                "parallel: reduce_dtype 'bf16' needs comm 'nccl' (MPI has no bf16 sum), got device '{}' comm '{}'",
                c.device, p.comm);
   check_non_negative(p.prefetch_layers, "parallel.prefetch_layers");
-  check_positive(p.comm_timeout_s, "parallel.comm_timeout_s");
-  check_positive(p.startup_timeout_s, "parallel.startup_timeout_s");
+  check_timeout_s(p.comm_timeout_s, "parallel.comm_timeout_s");
+  check_timeout_s(p.startup_timeout_s, "parallel.startup_timeout_s");
 
   // optimizer
   const OptimizerCfg& o = c.optimizer;
