@@ -132,6 +132,15 @@ TEST_CASE("Crc32: the CRC-32 check value, and any split of the stream into piece
   Crc32 one_byte_parts(1, threads);
   one_byte_parts.update(data.data(), 5000);
   CHECK(one_byte_parts.value() == crc32_bitwise(data.substr(0, 5000)));
+  // blocks of 7000 bytes (parts cut at their edges), the stream fed in two updates
+  Crc32 blocked(part, threads, 7000);
+  blocked.update(data.data(), cut);
+  blocked.update(data.data() + cut, data.size() - cut);
+  CHECK(blocked.value() == want);
+  const std::vector<uint32_t> blocks = blocked.blocks();
+  REQUIRE(blocks.size() == (data.size() + 6999) / 7000);
+  for (size_t k = 0; k < blocks.size(); ++k) CHECK(blocks[k] == crc32_bitwise(data.substr(k * 7000, 7000)));
+  CHECK(Crc32(part, threads, 7000).blocks().empty());
 
   CHECK(crc32_hex(0x0000abcdu) == "0000abcd");
   CHECK(is_crc32_hex("cbf43926"));
@@ -154,49 +163,94 @@ TEST_CASE("safetensors: the digest written and the digest read are the file's si
   read_safetensors(path, nullptr, &read);
   CHECK(read.bytes == wrote.bytes);
   CHECK(read.crc32 == wrote.crc32);
+  REQUIRE(wrote.blocks.size() == 1);  // blocks of kChecksumBlockBytes: one for a small file
+  CHECK(wrote.block_bytes == kChecksumBlockBytes);
+  CHECK(wrote.blocks[0] == std::make_pair(uint64_t(0), wrote.crc32));
   CHECK(SafetensorsSlices(path).digest().crc32 == wrote.crc32);
   CHECK(SafetensorsSlices(path).digest().bytes == wrote.bytes);
-  // slices streamed in pieces smaller than, equal to and larger than the file: each slice's bytes land in order,
-  // once, and the digest is the file's
-  const size_t piece = GENERATE(size_t(1000), size_t(4096), size_t(1) << 20);
-  const std::vector<SafetensorsSlices::Slice> slices = {{"a", 0, 10}, {"a", 777, 20000}, {"a", 49999, 1}, {"a", 5, 0}};
+
+  // slices read in blocks of 1000 / 4096 / 2^20 bytes: each slice's bytes land in order, once; only the blocks that
+  // hold a byte of a slice are read, and each block's CRC is that of its bytes
+  const uint64_t B = GENERATE(uint64_t(1000), uint64_t(4096), uint64_t(1) << 20);
+  const std::vector<SafetensorsSlices::Slice> slices = {{"a", 0, 10}, {"a", 7777, 2000}, {"a", 49999, 1}, {"a", 5, 0}};
   std::vector<std::vector<char>> got(slices.size());
   const SafetensorsSlices file(path);
   const FileDigest streamed = file.stream(slices, [&](size_t i, uint64_t at, const char* data, uint64_t n) {
     REQUIRE(at == got[i].size());  // in order, no gap
     got[i].insert(got[i].end(), data, data + n);
-  }, piece);
-  CHECK(streamed.crc32 == wrote.crc32);
+  }, B);
+  INFO("block bytes " << B);
   CHECK(streamed.bytes == wrote.bytes);
+  CHECK(streamed.crc32.empty());  // not every block read
+  const uint64_t data0 = raw.size() - a.size() * 4;  // the tensor's first byte in the file
+  std::set<uint64_t> want_blocks;
+  for (const auto& q : slices)
+    for (uint64_t b = data0 + uint64_t(q.begin) * 4; b < data0 + uint64_t(q.begin + q.count) * 4; ++b)
+      want_blocks.insert(b / B);
+  std::set<uint64_t> read_blocks;
+  for (const auto& [k, crc] : streamed.blocks) {
+    read_blocks.insert(k);
+    CHECK(crc == crc32_hex(crc32_bitwise(raw.substr(size_t(k * B), size_t(B)))));
+  }
+  CHECK(read_blocks == want_blocks);
   for (size_t i = 0; i < slices.size(); ++i) {
-    INFO("slice " << i << ", piece " << piece);
+    INFO("slice " << i);
     REQUIRE(got[i].size() == size_t(slices[i].count) * 4);
     CHECK(std::memcmp(got[i].data(), a.data() + slices[i].begin, got[i].size()) == 0);
   }
+  const FileDigest all = file.digest(B);
+  CHECK(all.crc32 == wrote.crc32);
+  CHECK(all.blocks.size() == (raw.size() + B - 1) / B);
+  Crc32 blocked(300, 3, B);  // the writer's blocks: the same CRCs by Crc32's block bookkeeping
+  blocked.update({{raw.data(), 5}, {raw.data() + 5, raw.size() - 5}});
+  REQUIRE(blocked.blocks().size() == all.blocks.size());
+  for (size_t k = 0; k < all.blocks.size(); ++k) CHECK(crc32_hex(blocked.blocks()[k]) == all.blocks[k].second);
   CHECK_THAT(config_error_of([&] { file.stream({{"a", 49990, 11}}, [](size_t, uint64_t, const char*, uint64_t) {}); }),
              Contains("elements [49990, 50001) of 'a' are outside its 50000"));
 
-  // one bit of the data flipped: the same size, another CRC; verify_checkpoint_file names the file and both values
+  // the manifest's entry for it, as the checkpoint writer makes it (blocks of B)
+  json block_list = json::array();
+  for (const auto& [k, crc] : all.blocks) block_list.push_back(crc);
+  const json m = {{"files", {{"m.safetensors", {{"bytes", wrote.bytes}, {"crc32", wrote.crc32}, {"block_bytes", B},
+                                                 {"block_crc32", block_list}}}}}};
+  CHECK(verify_checkpoint_file(m, tmp.dir.string(), "m.safetensors", {wrote.bytes, wrote.crc32, 0, {}}));
+  CHECK(verify_checkpoint_file(m, tmp.dir.string(), "m.safetensors", streamed));
+  CHECK_THAT(config_error_of([&] { verify_checkpoint_file(m, tmp.dir.string(), "m.safetensors", wrote); }),
+             Contains(B == kChecksumBlockBytes ? "(no ConfigError)" : "the manifest records blocks of"));
+  CHECK_FALSE(verify_checkpoint_file(json::object(), tmp.dir.string(), "m.safetensors", wrote));  // no "files"
+
+  // one bit of the data flipped: the same size, another CRC of the file and of its block; the errors name the file,
+  // the block's bytes and both values
   std::string bad = raw;
-  bad[raw.size() - 7] ^= 0x10;
+  const uint64_t flip = raw.size() - 7;
+  bad[size_t(flip)] ^= 0x10;
   spit(path, bad);
-  read_safetensors(path, nullptr, &read);
-  CHECK(read.bytes == wrote.bytes);
-  CHECK(read.crc32 == crc32_hex(crc32_bitwise(bad)));
-  CHECK(read.crc32 != wrote.crc32);
-  const json m = {{"files", {{"m.safetensors", {{"bytes", wrote.bytes}, {"crc32", wrote.crc32}}}}}};
-  const std::string err = config_error_of([&] { verify_checkpoint_file(m, tmp.dir.string(), "m.safetensors", read); });
-  CHECK_THAT(err, Contains("init.resume: '" + path + "' does not match its checksum (CRC-32 " + read.crc32 +
-                           ", the manifest records " + wrote.crc32 + ")"));
+  FileDigest read_bad;
+  read_safetensors(path, nullptr, &read_bad);
+  CHECK(read_bad.bytes == wrote.bytes);
+  CHECK(read_bad.crc32 == crc32_hex(crc32_bitwise(bad)));
+  CHECK(read_bad.crc32 != wrote.crc32);
+  CHECK_THAT(config_error_of([&] { verify_checkpoint_file(m, tmp.dir.string(), "m.safetensors", read_bad); }),
+             Contains("init.resume: '" + path + "' does not match its checksum (CRC-32 " + read_bad.crc32 +
+                      ", the manifest records " + wrote.crc32 + ")"));
+  const auto ignore = [](size_t, uint64_t, const char*, uint64_t) {};
+  const FileDigest streamed_bad = SafetensorsSlices(path).stream(slices, ignore, B);
+  const uint64_t k = flip / B;
+  CHECK_THAT(config_error_of([&] { verify_checkpoint_file(m, tmp.dir.string(), "m.safetensors", streamed_bad); }),
+             Contains("does not match its checksum in bytes [" + std::to_string(k * B) + ", " +
+                      std::to_string(std::min<uint64_t>(raw.size(), (k + 1) * B)) + ") (CRC-32 " +
+                      crc32_hex(crc32_bitwise(bad.substr(size_t(k * B), size_t(B)))) + ", the manifest records " +
+                      block_list[k].get<std::string>() + ")"));
+  // a flip in a block no slice touches is not read, so not seen: the rank that reads that block sees it
+  const FileDigest none_bad = SafetensorsSlices(path).stream({{"a", 0, 1}}, ignore, B);
+  if (k != data0 / B) CHECK(verify_checkpoint_file(m, tmp.dir.string(), "m.safetensors", none_bad));
   CHECK_THAT(config_error_of([&] {
-               verify_checkpoint_file(m, tmp.dir.string(), "m.safetensors", {wrote.bytes - 8, wrote.crc32});
+               verify_checkpoint_file(m, tmp.dir.string(), "m.safetensors", {wrote.bytes - 8, "", 0, {}});
              }),
              Contains("has " + std::to_string(wrote.bytes - 8) + " bytes, its manifest records " +
                       std::to_string(wrote.bytes)));
   CHECK_THAT(config_error_of([&] { verify_checkpoint_file(m, tmp.dir.string(), "other.safetensors", wrote); }),
              Contains("lists no checksum for 'other.safetensors'"));
-  CHECK(verify_checkpoint_file(m, tmp.dir.string(), "m.safetensors", wrote));
-  CHECK_FALSE(verify_checkpoint_file(json::object(), tmp.dir.string(), "m.safetensors", read));  // no "files"
 }
 
 // ---- safetensors ----------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <sstream>
 
@@ -133,10 +134,21 @@ json read_checkpoint_manifest(const std::string& step_dir) {
   if (m.contains("layout_total") && !count(m["layout_total"])) throw corrupt("'layout_total' is not a whole number");
   if (m.contains("files")) {
     if (!m["files"].is_object()) throw corrupt("'files' is not an object");
-    for (const auto& [name, f] : m["files"].items())
-      if (!f.is_object() || !count(f.value("bytes", json())) || !f.value("crc32", json()).is_string() ||
-          !is_crc32_hex(f["crc32"].get<std::string>()))
-        throw corrupt(fmt::format("'files.{}' is not {{\"bytes\": a whole number, \"crc32\": 8 hex digits}}", name));
+    auto hex = [](const json& j) { return j.is_string() && is_crc32_hex(j.get<std::string>()); };
+    for (const auto& [name, f] : m["files"].items()) {
+      bool ok = f.is_object() && count(f.value("bytes", json())) && hex(f.value("crc32", json())) &&
+                count(f.value("block_bytes", json())) && f["block_bytes"].get<int64_t>() > 0 &&
+                f.value("block_crc32", json()).is_array();
+      if (ok) {
+        const uint64_t bytes = f["bytes"].get<uint64_t>(), bb = f["block_bytes"].get<uint64_t>();
+        ok = f["block_crc32"].size() == (bytes + bb - 1) / bb &&
+             std::all_of(f["block_crc32"].begin(), f["block_crc32"].end(), hex);
+      }
+      if (!ok)
+        throw corrupt(fmt::format("'files.{}' is not {{\"bytes\": a whole number, \"crc32\": 8 hex digits, "
+                                  "\"block_bytes\": a whole number > 0, \"block_crc32\": 8 hex digits for each "
+                                  "block}}", name));
+    }
   }
   for (const char* section : {"schedule", "data"})
     if (m.contains(section) && m[section].is_object() && m[section].contains("next_step") &&
@@ -158,12 +170,26 @@ bool verify_checkpoint_file(const json& m, const std::string& step_dir, const st
                "init.resume: '{}' has {} bytes, its manifest records {}: the file was truncated or replaced after "
                "the checkpoint was written; resume from another checkpoint (a step directory can be named)",
                path, got.bytes, bytes);
-  std::string want = f["crc32"].get<std::string>();
-  std::transform(want.begin(), want.end(), want.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-  CONFIG_CHECK(got.crc32 == want,
-               "init.resume: '{}' does not match its checksum (CRC-32 {}, the manifest records {}): the file was "
-               "damaged or changed after the checkpoint was written; resume from another checkpoint (a step "
-               "directory can be named)", path, got.crc32, want);
+  auto lower = [](std::string h) {
+    std::transform(h.begin(), h.end(), h.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+    return h;
+  };
+  auto check = [&](const std::string& have, const std::string& want, const std::string& where) {
+    CONFIG_CHECK(have == want,
+                 "init.resume: '{}' does not match its checksum{} (CRC-32 {}, the manifest records {}): the file was "
+                 "damaged or changed after the checkpoint was written; resume from another checkpoint (a step "
+                 "directory can be named)", path, where, have, want);
+  };
+  if (!got.crc32.empty()) check(got.crc32, lower(f["crc32"].get<std::string>()), "");
+  const uint64_t bb = f["block_bytes"].get<uint64_t>();
+  CONFIG_CHECK(got.blocks.empty() || got.block_bytes == bb, "init.resume: '{}': blocks of {} bytes read, the manifest "
+               "records blocks of {} (corrupt checkpoint)", path, got.block_bytes, bb);
+  for (const auto& [k, crc] : got.blocks) {
+    CONFIG_CHECK(k < f["block_crc32"].size(), "init.resume: '{}': block {} is past the manifest's {} blocks", path, k,
+                 f["block_crc32"].size());
+    check(crc, lower(f["block_crc32"][k].get<std::string>()),
+          fmt::format(" in bytes [{}, {})", k * bb, std::min(bytes, (k + 1) * bb)));
+  }
   return true;
 }
 
@@ -177,6 +203,20 @@ void check_resume(const RunConfig& c, std::vector<std::string>* warnings, int wo
                c.bench.phase);
   const std::string step_dir = resolve_checkpoint(dir);
   const json m = read_checkpoint_manifest(step_dir);
+  if (m.contains("files")) {  // what can be checked before reading: each file a resume reads is listed, at its size
+    std::vector<std::string> files = {kWeights};
+    for (const json& shard : m["optimizer"]["shards"])
+      if (shard.is_object() && shard.value("file", json()).is_string()) files.push_back(shard["file"]);
+    for (const std::string& f : files) {
+      std::error_code ec;
+      const uintmax_t size = fs::file_size(fs::path(step_dir) / f, ec);
+      CONFIG_CHECK(!ec, "init.resume: cannot read '{}/{}': {}", step_dir, f, ec.message());
+      verify_checkpoint_file(m, step_dir, f, FileDigest{uint64_t(size), "", 0, {}});
+    }
+  } else if (warnings) {
+    warnings->push_back(fmt::format("init.resume: '{}' records no checksums (written before they were): its files "
+                                    "are read unchecked", step_dir));
+  }
   const json& old = m["config"];
   json now;
   to_json(now, c);
@@ -384,6 +424,7 @@ SafetensorsSlices::SafetensorsSlices(const std::string& path) : path_(path) {
   struct stat st {};
   if (::fstat(fd_, &st) != 0) throw fail(std::strerror(errno));
   const uint64_t size = uint64_t(st.st_size);
+  size_ = size;
   unsigned char len_le[8];
   if (size < 8 || ::pread(fd_, len_le, 8, 0) != 8) throw fail("truncated");
   uint64_t hlen = 0;
@@ -433,37 +474,44 @@ bool SafetensorsSlices::has(const std::string& name) const {
 std::string SafetensorsSlices::dtype(const std::string& name) const { return entry(name).dtype; }
 int64_t SafetensorsSlices::numel(const std::string& name) const { return entry(name).numel; }
 
-FileDigest SafetensorsSlices::stream(const std::vector<Slice>& slices, const Sink& sink, size_t piece_bytes) const {
+FileDigest SafetensorsSlices::stream(const std::vector<Slice>& slices, const Sink& sink, uint64_t block_bytes,
+                                     bool whole) const {
+  const uint64_t B = std::max<uint64_t>(block_bytes, 1), n_blocks = (size_ + B - 1) / B;
   std::vector<std::pair<uint64_t, uint64_t>> range;  // each slice's file bytes [first, second)
+  std::vector<bool> wanted(n_blocks, whole);
   for (const Slice& q : slices) {
     const Entry& e = entry(q.name);
     CONFIG_CHECK(q.begin >= 0 && q.count >= 0 && q.begin + q.count <= e.numel,
                  "init.resume: '{}': elements [{}, {}) of '{}' are outside its {} (manifest and file disagree)", path_,
                  q.begin, q.begin + q.count, q.name, e.numel);
-    const uint64_t b = e.offset + uint64_t(q.begin) * e.esize;
-    range.emplace_back(b, b + uint64_t(q.count) * e.esize);
+    const uint64_t b = e.offset + uint64_t(q.begin) * e.esize, end = b + uint64_t(q.count) * e.esize;
+    range.emplace_back(b, end);
+    for (uint64_t k = b / B; k < n_blocks && k * B < end; ++k) wanted[k] = true;
   }
-  const size_t kPiece = std::max<size_t>(piece_bytes, 1);
-  std::vector<char> buf(kPiece);
-  Crc32 crc;
-  uint64_t off = 0;
-  for (;;) {
-    const ssize_t got = ::pread(fd_, buf.data(), kPiece, off_t(off));
-    if (got < 0 && errno == EINTR) continue;
-    CONFIG_CHECK(got >= 0, "init.resume: '{}': reading it failed: {}", path_, std::strerror(errno));
-    if (got == 0) break;
-    const uint64_t end = off + uint64_t(got);
-    crc.update(buf.data(), size_t(got));
-    for (size_t i = 0; i < range.size(); ++i) {
-      const uint64_t lo = std::max(range[i].first, off), hi = std::min(range[i].second, end);
-      if (lo < hi) sink(i, lo - range[i].first, buf.data() + (lo - off), hi - lo);
+  FileDigest d{size_, "", B, {}};
+  std::unique_ptr<char[]> buf(new char[size_t(std::min(B, std::max<uint64_t>(size_, 1)))]);  // not zeroed
+  uint32_t file_crc = 0;
+  for (uint64_t k = 0; k < n_blocks; ++k) {
+    if (!wanted[k]) continue;
+    const uint64_t off = k * B, len = std::min(B, size_ - off);
+    for (uint64_t got = 0; got < len;) {
+      const ssize_t r = ::pread(fd_, buf.get() + got, size_t(len - got), off_t(off + got));
+      if (r < 0 && errno == EINTR) continue;
+      CONFIG_CHECK(r > 0, "init.resume: '{}': reading it failed: {}", path_,
+                   r < 0 ? std::strerror(errno) : "short read (the file shrank while it was read)");
+      got += uint64_t(r);
     }
-    off = end;
+    Crc32 crc;
+    crc.update(buf.get(), size_t(len));
+    d.blocks.emplace_back(k, crc.hex());
+    if (whole) file_crc = crc32_join(file_crc, crc.value(), len);
+    for (size_t i = 0; i < range.size(); ++i) {
+      const uint64_t lo = std::max(range[i].first, off), hi = std::min(range[i].second, off + len);
+      if (lo < hi) sink(i, lo - range[i].first, buf.get() + (lo - off), hi - lo);
+    }
   }
-  for (const auto& [b, e] : range)  // the header promised these bytes (checked at open), but the file may shrink
-    CONFIG_CHECK(e <= off, "init.resume: '{}': reading it failed: short read (the file shrank while it was read)",
-                 path_);
-  return {off, crc.hex()};
+  if (whole) d.crc32 = crc32_hex(file_crc);
+  return d;
 }
 
 }  // namespace trainer

@@ -6,8 +6,11 @@
 //                                       replaced atomically (write_file_atomic) after that checkpoint is complete
 //   DIR/model.safetensors               a hard link to the newest checkpoint's weights (what init.weights can name)
 //   DIR/step-00000004/manifest.json     written last; a step directory without it is not a checkpoint; its "files"
-//                                       gives each file's size and CRC-32 (io/checksum.h), checked when a resume
-//                                       reads the file (a file changed or damaged since: one line, exit 2)
+//                                       gives each file's size and CRC-32s (io/checksum.h: the whole file's and
+//                                       each 64 MiB block's), checked where a resume reads the file (a file changed
+//                                       or damaged since: one line, exit 2). The manifest itself has no checksum (its
+//                                       fields are checked one by one), and a manifest without "files" (written
+//                                       before they were recorded) resumes unchecked, with a warning.
 //   DIR/step-00000004/model.safetensors the full weights in the storage dtype (fp32; bf16 for bf16_pure) with the
 //                                       reference names (loadable by PyTorch)
 //   DIR/step-00000004/optim-rank00000.safetensors   one rank's optimizer state (manifest: its flat ranges)
@@ -26,6 +29,7 @@
 
 #include "config/config.h"
 #include "core/tensor.h"
+#include "io/checksum.h"
 #include "io/safetensors.h"
 
 namespace trainer {
@@ -51,12 +55,15 @@ nlohmann::json read_checkpoint_manifest(const std::string& step_dir);
 /// checkpoint (resolve_checkpoint), the same model dims and precision, a step below the run's total steps
 /// (bench.warmup_steps + measure_steps counts from step 0, the steps before the resume included), job train,
 /// phase train_step. Raises ConfigError starting with "init.resume:". Differences that a resume can carry
-/// (optimizer, data, strategy, world size) are allowed; they are appended to `warnings` when given.
+/// (optimizer, data, strategy, world size) are allowed; they are appended to `warnings` when given, as is a
+/// checkpoint without checksums. Each file the manifest lists must have the size it records (the CRC-32s are
+/// checked where the files are read).
 void check_resume(const RunConfig& c, std::vector<std::string>* warnings = nullptr, int world_size = 0);
 
-/// Checks a file of step directory `step_dir` as read (`got`: its size and CRC-32) against what the manifest `m`
-/// recorded when it was written (m["files"][name]). ConfigError starting with "init.resume:" naming the file when
-/// they differ. Returns false, checking nothing, for a manifest without "files" (written before checksums).
+/// Checks a file of step directory `step_dir` as read (`got`: its size, and its whole CRC-32 and / or those of the
+/// blocks read) against what the manifest `m` recorded when it was written (m["files"][name]). ConfigError starting
+/// with "init.resume:" naming the file (and the block's bytes) when they differ. Returns false, checking nothing, for
+/// a manifest without "files" (written before checksums).
 bool verify_checkpoint_file(const nlohmann::json& m, const std::string& step_dir, const std::string& name,
                             const FileDigest& got);
 
@@ -110,12 +117,14 @@ class SafetensorsSlices {
   };
   /// Receives bytes [at, at + n) of slice i (element size x count bytes in all), in pieces, in file order.
   using Sink = std::function<void(size_t i, uint64_t at, const char* data, uint64_t n)>;
-  /// Reads the whole file once, in order, in pieces of piece_bytes: returns its size and CRC-32, and hands each
-  /// slice's bytes to `sink` on the way (one pass: the checksum costs no second read). ConfigError when a slice is
-  /// outside its tensor or the read fails.
-  FileDigest stream(const std::vector<Slice>& slices, const Sink& sink, size_t piece_bytes = size_t(256) << 20) const;
-  /// The whole file's size and CRC-32: stream() with no slice.
-  FileDigest digest() const { return stream({}, {}); }
+  /// Reads, in order, each block of block_bytes that holds a byte of a slice (every block where `whole`), once:
+  /// hands each slice's bytes to `sink` on the way and returns the file's size, the CRC-32 of each block read and,
+  /// where `whole`, the file's. A rank that needs part of a file reads and checks only the blocks around it.
+  /// ConfigError when a slice is outside its tensor or the read fails.
+  FileDigest stream(const std::vector<Slice>& slices, const Sink& sink, uint64_t block_bytes = kChecksumBlockBytes,
+                    bool whole = false) const;
+  /// The whole file's size and CRC-32s: every block, no slice.
+  FileDigest digest(uint64_t block_bytes = kChecksumBlockBytes) const { return stream({}, {}, block_bytes, true); }
 
  private:
   struct Entry {
@@ -127,6 +136,7 @@ class SafetensorsSlices {
   const Entry& entry(const std::string& name) const;
   std::string path_;
   int fd_ = -1;
+  uint64_t size_ = 0;
   std::vector<std::pair<std::string, Entry>> entries_;
 };
 

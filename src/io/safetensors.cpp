@@ -205,7 +205,7 @@ std::map<std::string, HostTensor> read_safetensors(const std::string& path,
     for (const Entry& e : entries) pieces.push_back({out[e.name].bytes.data(), out[e.name].bytes.size()});
     Crc32 crc;
     crc.update(pieces);  // every tensor at once: xl's 13.6 GB are ~450 tensors, most below one thread's share
-    *digest = {file_size, crc.hex()};
+    *digest = {file_size, crc.hex(), 0, {}};
   }
   return out;
 }
@@ -239,10 +239,13 @@ FileDigest write_safetensors(const std::string& path, const std::vector<NamedTen
     pieces.push_back({f.data, size_t(f.bytes)});
     bytes += f.bytes;
   }
-  Crc32 crc;
+  Crc32 crc(size_t(8) << 20, 0, kChecksumBlockBytes);
   crc.update(pieces);
   write_file_atomic(path, parts);
-  return {bytes, crc.hex()};
+  FileDigest d{bytes, crc.hex(), kChecksumBlockBytes, {}};
+  const std::vector<uint32_t> blocks = crc.blocks();
+  for (size_t i = 0; i < blocks.size(); ++i) d.blocks.emplace_back(i, crc32_hex(blocks[i]));
+  return d;
 }
 
 }  // namespace trainer

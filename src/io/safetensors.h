@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -40,10 +41,12 @@ const char* safetensors_dtype_name(DType t);
 /// which this reader does not support).
 size_t safetensors_dtype_size(const std::string& name);
 
-/// A file's size and CRC-32 (io/checksum.h) as written or read: what a checkpoint's manifest records of each file.
+/// A file's size and CRC-32s (io/checksum.h) as written or read: what a checkpoint's manifest records of each file.
 struct FileDigest {
   uint64_t bytes = 0;
-  std::string crc32;  // 8 lower-case hex digits
+  std::string crc32;  // the whole file's, 8 lower-case hex digits; empty where only some blocks were read
+  uint64_t block_bytes = 0;  // the block size of `blocks` (0: none)
+  std::vector<std::pair<uint64_t, std::string>> blocks;  // (block index, its CRC-32) of each block written or read
 };
 
 /// Reads every tensor of the safetensors file `path` into host memory. When `metadata` is not null it receives the
@@ -60,7 +63,8 @@ std::map<std::string, HostTensor> read_safetensors(const std::string& path,
 /// spaces to a multiple of 8 bytes so every tensor starts 8-byte aligned (as the reference writer does).
 /// Atomic: writes `path.tmp.<pid>.<n>`, fsyncs, then renames over `path`; on failure the temp file is removed and
 /// RuntimeError is raised. Duplicate or empty names, a null data pointer with nonzero size, or negative dims raise
-/// RuntimeError (they are programming errors, not user input). Returns the file's size and CRC-32.
+/// RuntimeError (they are programming errors, not user input). Returns the file's size and CRC-32s (the whole
+/// file's and each kChecksumBlockBytes block's).
 FileDigest write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 

@@ -49,6 +49,13 @@ std::string now_iso() {
 
 std::string shard_file(int rank) { return fmt::format("optim-rank{:05d}.safetensors", rank); }
 
+/// A written file's entry in the manifest's "files": size, CRC-32, and the CRC-32 of each block (in order).
+json digest_json(const FileDigest& d) {
+  json blocks = json::array();
+  for (const auto& [k, crc] : d.blocks) blocks.push_back(crc);
+  return {{"bytes", d.bytes}, {"crc32", d.crc32}, {"block_bytes", d.block_bytes}, {"block_crc32", blocks}};
+}
+
 }  // namespace
 
 namespace {
@@ -212,8 +219,9 @@ void TrainCheckpointer::write(int64_t steps_done) {
       bytes += uint64_t(p.numel) * dtype_size(named.back().dtype);
     }
     if (root) try {
-        weights_digest = write_safetensors(w->file("model.safetensors"), named,
-                                           {{"format", "pt"}, {"producer", "trainer"}, {"step", std::to_string(steps_done)}});
+        weights_digest =
+            write_safetensors(w->file("model.safetensors"), named,
+                              {{"format", "pt"}, {"producer", "trainer"}, {"step", std::to_string(steps_done)}});
       } catch (const std::exception& e) {
         if (err.empty()) err = e.what();  // the first failure is the cause
       }
@@ -238,9 +246,9 @@ void TrainCheckpointer::write(int64_t steps_done) {
     for (const FlatRange& r : st.ranges) ranges.push_back({r.flat_begin, r.local_begin, r.count});
     shard = {{"rank", rank}, {"file", shard_file(rank)}, {"numel", numel}, {"ranges", ranges}};
     try {
-      const FileDigest d =
-          write_safetensors(w->file(shard_file(rank)), named, {{"producer", "trainer"}, {"rank", std::to_string(rank)}});
-      shard["digest"] = {{"bytes", d.bytes}, {"crc32", d.crc32}};  // moved into the manifest's "files" by rank 0
+      const FileDigest d = write_safetensors(w->file(shard_file(rank)), named,
+                                             {{"producer", "trainer"}, {"rank", std::to_string(rank)}});
+      shard["digest"] = digest_json(d);  // moved into the manifest's "files" by rank 0
     } catch (const std::exception& e) {
       if (err.empty()) err = e.what();
     }
@@ -259,7 +267,7 @@ void TrainCheckpointer::write(int64_t steps_done) {
       json tensors = json::object();
       for (const auto& [name, t] : st.tensors) tensors[name] = safetensors_dtype_name(t.dtype);
       json shard_list = json::array();
-      json files = {{"model.safetensors", {{"bytes", weights_digest.bytes}, {"crc32", weights_digest.crc32}}}};
+      json files = {{"model.safetensors", digest_json(weights_digest)}};
       for (const std::string& s : shards)
         if (json j = json::parse(s); !j.is_null()) {
           files[j["file"].get<std::string>()] = j["digest"];
@@ -366,10 +374,14 @@ int64_t TrainCheckpointer::resume(double weights_read_s) {
         }
       }
       if (!file) continue;
+      // the blocks of the file around this rank's slices, each checked (blocks as the manifest records them)
+      const uint64_t block_bytes =
+          m.contains("files") && m["files"].contains(file_name) ? m["files"][file_name]["block_bytes"].get<uint64_t>()
+                                                                : kChecksumBlockBytes;
       const FileDigest got = file->stream(slices, [&](size_t i, uint64_t at, const char* data, uint64_t n) {
         be_.copy_from_host(dst[i] + at, data, size_t(n));
-      });
-      verify_checkpoint_file(m, step_dir, file_name, got);  // the whole file as read: a damaged one stops the run
+      }, block_bytes);
+      verify_checkpoint_file(m, step_dir, file_name, got);  // a damaged block stops the run before any step
     }
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError(fmt::format("init.resume: '{}/manifest.json' has a malformed optimizer section ({})", step_dir,

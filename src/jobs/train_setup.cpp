@@ -43,7 +43,8 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
       const std::string path = cfg.init.weights ? *cfg.init.weights : checkpoint_weights_path(step_dir);
       std::map<std::string, HostTensor> file;
       FileDigest digest;
-      if (cfg.init.resume)  // info: rank 0's log (and every rank's with --log-all-ranks)
+      const nlohmann::json manifest = cfg.init.resume ? read_checkpoint_manifest(step_dir) : nlohmann::json();
+      if (manifest.contains("files"))  // info: rank 0's log (every rank's with --log-all-ranks)
         spdlog::info("init.resume: reading {} and checking its CRC-32 ...", path);
       try {
         file = read_safetensors(path, nullptr, &digest);
@@ -51,8 +52,7 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
         throw ConfigError(fmt::format("{}: {}", cfg.init.weights ? "init.weights" : "init.resume", e.what()));
       }
       if (cfg.init.resume)  // the weights as the checkpoint wrote them (its manifest's CRC-32)
-        verify_checkpoint_file(read_checkpoint_manifest(step_dir), step_dir, std::filesystem::path(path).filename().string(),
-                               digest);
+        verify_checkpoint_file(manifest, step_dir, std::filesystem::path(path).filename().string(), digest);
       s.model->load(std::move(file), path);
       s.weights_read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     } else {

@@ -12,7 +12,9 @@
   the abandoned line. A changed config warns naming the keys that can change numbers, with their values.
 - A checkpoint that cannot be written (a full disk) fails the run with its loss curve in the record and no temporary
   directory left.
-- A checkpoint file damaged after it was written (one bit): refused naming the file and both CRC-32s.
+- A checkpoint file damaged after it was written (one bit): refused naming the file (the block's bytes for the
+  optimizer file, read by blocks) and both CRC-32s; one of another size: refused before any work. A manifest without
+  checksums resumes unchecked with one warning.
 - One clear error line (exit 2, nothing written) for: a missing or half-written checkpoint, another model shape,
   init.weights with init.resume, a checkpoint already at the run's last step, checkpoint_every without a checkpoint,
   a checkpoint path that names a .safetensors file.
@@ -143,8 +145,11 @@ def test_checkpoint_directory_contents(straight):
     assert ref["checkpoint"]["writes"][0]["step"] == 4 and ref["checkpoint"]["dir"] == str(ck)
     # each file's size and CRC-32 (zlib's, as Python computes it) in the manifest
     d = latest(ck)
-    assert m["files"] == {f: {"bytes": (d / f).stat().st_size, "crc32": f"{zlib.crc32((d / f).read_bytes()):08x}"}
-                          for f in ("model.safetensors", "optim-rank00000.safetensors")}
+    for f in ("model.safetensors", "optim-rank00000.safetensors"):
+        b = (d / f).read_bytes()
+        bb = m["files"][f]["block_bytes"]
+        assert m["files"][f] == {"bytes": len(b), "crc32": f"{zlib.crc32(b):08x}", "block_bytes": 64 << 20,
+                                 "block_crc32": [f"{zlib.crc32(b[i:i + bb]):08x}" for i in range(0, len(b), bb)]}
     # the weights file starts another run through init.weights
     p = run(args(tmp, "w", 1, f"init.weights={ck / 'model.safetensors'}"))
     assert p.returncode == 0, p.stderr[-2000:]
@@ -325,20 +330,43 @@ def test_a_damaged_checkpoint_file_is_refused_naming_it(tmp_path):
         # a new inode (DIR/model.safetensors is a hard link to the step's weights, left as written)
         f.unlink()
         f.write_bytes(bytes(bad))
+        if name == "model.safetensors":  # read whole by every rank: the file's CRC
+            where, have, want = "", zlib.crc32(bytes(bad)), files[name]["crc32"]
+        else:  # read by blocks (a rank reads those around its share): the block's
+            bb = files[name]["block_bytes"]
+            k = (len(bad) - 1001) // bb
+            where = f" in bytes [{k * bb}, {min(len(bad), (k + 1) * bb)})"
+            have, want = zlib.crc32(bytes(bad[k * bb:(k + 1) * bb])), files[name]["block_crc32"][k]
         try:
             p = run(args(tmp_path, "x", 4, f"init.resume={ck}"))
             assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
             errors = [x for x in p.stderr.splitlines() if x.startswith("trainer: error: ")]
-            assert errors == [f"trainer: error: init.resume: '{f}' does not match its checksum (CRC-32 "
-                              f"{zlib.crc32(bytes(bad)):08x}, the manifest records {files[name]['crc32']}): the file "
-                              "was damaged or changed after the checkpoint was written; resume from another "
-                              "checkpoint (a step directory can be named)"], p.stderr[-2000:]
+            assert errors == [f"trainer: error: init.resume: '{f}' does not match its checksum{where} (CRC-32 "
+                              f"{have:08x}, the manifest records {want}): the file was damaged or changed after the "
+                              "checkpoint was written; resume from another checkpoint (a step directory can be "
+                              "named)"], p.stderr[-2000:]
             assert not (tmp_path / "x.json").exists()
+            # a file of another size (cut short, or longer): refused before any work, from the manifest's size
+            f.write_bytes(good[:-8] if name == "model.safetensors" else good + b"\0")
+            expect_error(tmp_path, args(tmp_path, "x", 4, f"init.resume={ck}"),
+                         f"init.resume: '{f}' has {len(good) + (-8 if name == 'model.safetensors' else 1)} bytes, its "
+                         f"manifest records {len(good)}: the file was truncated or replaced")
         finally:
+            f.unlink()
             f.write_bytes(good)
     p = run(args(tmp_path, "y", 4, f"init.resume={ck}"))
     assert p.returncode == 0, p.stderr[-3000:]
     assert record(tmp_path, "y")["checkpoint"]["resumed_from"]["checksums"] == "verified"
+    # a manifest without "files" (a checkpoint written before checksums) resumes unchecked, with one warning
+    manifest = d / "manifest.json"
+    m = json.loads(manifest.read_text())
+    del m["files"]
+    manifest.write_text(json.dumps(m))
+    p = run(args(tmp_path, "z", 4, f"init.resume={ck}"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert record(tmp_path, "z")["checkpoint"]["resumed_from"]["checksums"].startswith("absent")
+    assert p.stderr.count(f"init.resume: '{d}' records no checksums (written before they were): its files are read "
+                          "unchecked") == 1, p.stderr[-3000:]
 
 
 def test_a_damaged_manifest_is_one_line_naming_it(tmp_path):
@@ -368,8 +396,14 @@ def test_a_damaged_manifest_is_one_line_naming_it(tmp_path):
         (("config", "init"), "x", "'config.init' is not an object"),
         (("files",), [], "'files' is not an object"),
         (("files", "model.safetensors", "crc32"), "xyz", "'files.model.safetensors' is not {\"bytes\": a whole "
-                                                         "number, \"crc32\": 8 hex digits}"),
+                                                         "number, \"crc32\": 8 hex digits, \"block_bytes\": a "
+                                                         "whole number > 0, \"block_crc32\": 8 hex digits for each "
+                                                         "block}"),
         (("files", "model.safetensors", "bytes"), -1, "'files.model.safetensors' is not"),
+        (("files", "model.safetensors", "block_bytes"), 0, "'files.model.safetensors' is not"),
+        (("files", "model.safetensors", "block_crc32"), [], "'files.model.safetensors' is not"),
+        (("files", "optim-rank00000.safetensors", "block_crc32"), ["0000000g"],
+         "'files.optim-rank00000.safetensors' is not"),
     ]
     try:
         for path, value, needle in cases:

@@ -5,6 +5,7 @@
   sampling from a token file.
 - Resharding: a world-1 checkpoint resumed on 2 ranks (zero1, fsdp) and a 2-rank zero1 checkpoint resumed on one
   process continue the one-process run within fp32 tolerance (1e-5 relative; summation order differs).
+- A damaged block of rank 1's optimizer file stops a 2-rank resume with rank 1's line naming the file and bytes.
 
 Environment (set by tests/mpi/CMakeLists.txt): TRAINER_BIN, TRAINER_SOURCE_DIR, MPIEXEC.
 """
@@ -13,6 +14,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 import pytest
@@ -131,3 +133,27 @@ def test_two_rank_checkpoint_resumes_on_one_process(one_process, tmp_path):
         a, r = shards[0][k], rshards[0][k]
         assert a.shape == r.shape
         assert float((a - r).abs().max() / r.abs().max()) < 1e-4
+
+
+def test_a_damaged_block_of_another_ranks_file_is_refused_by_the_rank_that_reads_it(tmp_path):
+    """A 2-rank zero1 checkpoint with one bit flipped in rank 1's optimizer file: the 2-rank resume stops before any
+    step, rank 1 naming the file and the damaged block's bytes, and no record is written. (Each rank reads only the
+    blocks around its share: rank 0 never reads rank 1's file here.)"""
+    trainer(tmp_path, "a", 2, 2, "parallel.strategy=zero1", f"output.checkpoint={tmp_path / 'ck'}")
+    d = tmp_path / "ck" / (tmp_path / "ck" / "latest").read_text().strip()
+    f = d / "optim-rank00001.safetensors"
+    bad = bytearray(f.read_bytes())
+    bad[len(bad) // 2] ^= 0x01
+    f.write_bytes(bytes(bad))
+    m = json.loads((d / "manifest.json").read_text())
+    bb = m["files"][f.name]["block_bytes"]
+    k = (len(bad) // 2) // bb
+    cmd = MPIRUN + ["-np", "2", BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set",
+                    "parallel.strategy=zero1", "--set", "bench.warmup_steps=0", "--set", "bench.measure_steps=4",
+                    "--set", f"init.resume={tmp_path / 'ck'}", "--set", f"output.results={tmp_path / 'b.json'}"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=ENV, cwd=SRC)
+    assert p.returncode != 0
+    assert (f"trainer: error: rank 1: init.resume: '{f}' does not match its checksum in bytes [{k * bb}, "
+            f"{min(len(bad), (k + 1) * bb)}) (CRC-32 {zlib.crc32(bytes(bad[k * bb:(k + 1) * bb])):08x}, the manifest "
+            f"records {m['files'][f.name]['block_crc32'][k]})") in p.stderr, p.stderr[-3000:]
+    assert not (tmp_path / "b.json").exists()
