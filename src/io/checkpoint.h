@@ -60,6 +60,11 @@ nlohmann::json read_checkpoint_manifest(const std::string& step_dir);
 /// checked where the files are read).
 void check_resume(const RunConfig& c, std::vector<std::string>* warnings = nullptr, int world_size = 0);
 
+/// What a resume's error about a checkpoint file that its manifest lists (at the size it records) ends with.
+inline constexpr const char* kDamagedHint =
+    " (the manifest lists this file at this size: damaged after the checkpoint was written? resume from another "
+    "checkpoint; a step directory can be named)";
+
 /// Checks a file of step directory `step_dir` as read (`got`: its size, and its whole CRC-32 and / or those of the
 /// blocks read) against what the manifest `m` recorded when it was written (m["files"][name]). ConfigError starting
 /// with "init.resume:" naming the file (and the block's bytes) when they differ. Returns false, checking nothing, for

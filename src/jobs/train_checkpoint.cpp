@@ -362,7 +362,11 @@ int64_t TrainCheckpointer::resume(double weights_read_s) {
         for (const FlatRange& r : st.ranges) {
           const int64_t lo = std::max(qf, r.flat_begin), hi = std::min(qf + qc, r.flat_begin + r.count);
           if (lo >= hi) continue;
-          if (!file) file = std::make_unique<SafetensorsSlices>((fs::path(step_dir) / file_name).string());
+          if (!file) try {
+              file = std::make_unique<SafetensorsSlices>((fs::path(step_dir) / file_name).string());
+            } catch (const ConfigError& e) {  // a header that does not parse, at the size the manifest records
+              throw ConfigError(std::string(e.what()) + (m.contains("files") ? kDamagedHint : ""));
+            }
           for (const auto& [name, t] : st.tensors) {
             CONFIG_CHECK(file->dtype(name) == safetensors_dtype_name(t.dtype),
                          "init.resume: optimizer state '{}' is {} in the checkpoint '{}', this run keeps it as {}",

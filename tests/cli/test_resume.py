@@ -346,6 +346,16 @@ def test_a_damaged_checkpoint_file_is_refused_naming_it(tmp_path):
                               "checkpoint was written; resume from another checkpoint (a step directory can be "
                               "named)"], p.stderr[-2000:]
             assert not (tmp_path / "x.json").exists()
+            # its header damaged (the JSON's first byte): the parser's line, with the hint that it was damaged
+            f.unlink()
+            f.write_bytes(good[:8] + b"x" + good[9:])
+            p = run(args(tmp_path, "x", 4, f"init.resume={ck}"))
+            assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
+            errors = [x for x in p.stderr.splitlines() if x.startswith("trainer: error: ")]
+            assert len(errors) == 1 and str(f) in errors[0] and errors[0].endswith(
+                "(the manifest lists this file at this size: damaged after the checkpoint was written? resume from "
+                "another checkpoint; a step directory can be named)"), p.stderr[-2000:]
+            assert not (tmp_path / "x.json").exists()
             # a file of another size (cut short, or longer): refused before any work, from the manifest's size
             f.write_bytes(good[:-8] if name == "model.safetensors" else good + b"\0")
             expect_error(tmp_path, args(tmp_path, "x", 4, f"init.resume={ck}"),
