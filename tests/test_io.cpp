@@ -183,7 +183,8 @@ TEST_CASE("safetensors: the digest written and the digest read are the file's si
   CHECK(streamed.bytes == wrote.bytes);
   CHECK(streamed.crc32.empty());  // not every block read
   const uint64_t data0 = raw.size() - a.size() * 4;  // the tensor's first byte in the file
-  std::set<uint64_t> want_blocks;
+  std::set<uint64_t> want_blocks;  // the slices' blocks and the header's (8 + its length bytes)
+  for (uint64_t b = 0; b < data0; ++b) want_blocks.insert(b / B);
   for (const auto& q : slices)
     for (uint64_t b = data0 + uint64_t(q.begin) * 4; b < data0 + uint64_t(q.begin + q.count) * 4; ++b)
       want_blocks.insert(b / B);
@@ -214,6 +215,11 @@ TEST_CASE("safetensors: the digest written and the digest read are the file's si
   const json m = {{"files", {{"m.safetensors", {{"bytes", wrote.bytes}, {"crc32", wrote.crc32}, {"block_bytes", B},
                                                  {"block_crc32", block_list}}}}}};
   CHECK(verify_checkpoint_file(m, tmp.dir.string(), "m.safetensors", {wrote.bytes, wrote.crc32, 0, {}}));
+  // an entry with the whole file's CRC only (this format's first form): checked where the whole file was read
+  const json m_whole = {{"files", {{"m.safetensors", {{"bytes", wrote.bytes}, {"crc32", wrote.crc32}}}}}};
+  CHECK(verify_checkpoint_file(m_whole, tmp.dir.string(), "m.safetensors", all));
+  CHECK_THAT(config_error_of([&] { verify_checkpoint_file(m_whole, tmp.dir.string(), "m.safetensors", streamed); }),
+             Contains("read in part, but its manifest records only the whole file's CRC-32"));
   CHECK(verify_checkpoint_file(m, tmp.dir.string(), "m.safetensors", streamed));
   CHECK_THAT(config_error_of([&] { verify_checkpoint_file(m, tmp.dir.string(), "m.safetensors", wrote); }),
              Contains(B == kChecksumBlockBytes ? "(no ConfigError)" : "the manifest records blocks of"));

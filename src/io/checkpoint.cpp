@@ -136,10 +136,12 @@ json read_checkpoint_manifest(const std::string& step_dir) {
     if (!m["files"].is_object()) throw corrupt("'files' is not an object");
     auto hex = [](const json& j) { return j.is_string() && is_crc32_hex(j.get<std::string>()); };
     for (const auto& [name, f] : m["files"].items()) {
+      // block_bytes and block_crc32 together, or neither (a whole-file CRC only: this format's first form)
+      const bool blocks = f.is_object() && (f.contains("block_bytes") || f.contains("block_crc32"));
       bool ok = f.is_object() && count(f.value("bytes", json())) && hex(f.value("crc32", json())) &&
-                count(f.value("block_bytes", json())) && f["block_bytes"].get<int64_t>() > 0 &&
-                f.value("block_crc32", json()).is_array();
-      if (ok) {
+                (!blocks || (count(f.value("block_bytes", json())) && f["block_bytes"].get<int64_t>() > 0 &&
+                             f.value("block_crc32", json()).is_array()));
+      if (ok && blocks) {
         const uint64_t bytes = f["bytes"].get<uint64_t>(), bb = f["block_bytes"].get<uint64_t>();
         ok = f["block_crc32"].size() == (bytes + bb - 1) / bb &&
              std::all_of(f["block_crc32"].begin(), f["block_crc32"].end(), hex);
@@ -181,6 +183,11 @@ bool verify_checkpoint_file(const json& m, const std::string& step_dir, const st
                  "directory can be named)", path, where, have, want);
   };
   if (!got.crc32.empty()) check(got.crc32, lower(f["crc32"].get<std::string>()), "");
+  if (!f.contains("block_crc32")) {  // a whole-file CRC only: the caller read the whole file (the resume does)
+    CONFIG_CHECK(!got.crc32.empty() || got.blocks.empty(), "init.resume: '{}': read in part, but its manifest "
+                 "records only the whole file's CRC-32", path);
+    return true;
+  }
   const uint64_t bb = f["block_bytes"].get<uint64_t>();
   CONFIG_CHECK(got.blocks.empty() || got.block_bytes == bb, "init.resume: '{}': blocks of {} bytes read, the manifest "
                "records blocks of {} (corrupt checkpoint)", path, got.block_bytes, bb);
@@ -430,6 +437,7 @@ SafetensorsSlices::SafetensorsSlices(const std::string& path) : path_(path) {
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | len_le[i];
   if (hlen > 100'000'000 || hlen > size - 8) throw fail("truncated or corrupt header");
+  header_end_ = 8 + hlen;
   std::string header(hlen, '\0');
   if (::pread(fd_, header.data(), hlen, 8) != ssize_t(hlen)) throw fail("cannot read the header");
   json h;
@@ -486,8 +494,12 @@ FileDigest SafetensorsSlices::stream(const std::vector<Slice>& slices, const Sin
                  q.begin, q.begin + q.count, q.name, e.numel);
     const uint64_t b = e.offset + uint64_t(q.begin) * e.esize, end = b + uint64_t(q.count) * e.esize;
     range.emplace_back(b, end);
-    for (uint64_t k = b / B; k < n_blocks && k * B < end; ++k) wanted[k] = true;
+    for (uint64_t k = b / B; b < end && k < n_blocks && k * B < end; ++k) wanted[k] = true;
   }
+  // the header's blocks too, where any block is read: the slices' places came from it (a damaged header that still
+  // parses would send a rank to intact blocks of the wrong tensor)
+  if (!slices.empty())
+    for (uint64_t k = 0; k < n_blocks && k * B < header_end_; ++k) wanted[k] = true;
   FileDigest d{size_, "", B, {}};
   std::unique_ptr<char[]> buf(new char[size_t(std::min(B, std::max<uint64_t>(size_, 1)))]);  // not zeroed
   uint32_t file_crc = 0;

@@ -122,7 +122,8 @@ class SafetensorsSlices {
   };
   /// Receives bytes [at, at + n) of slice i (element size x count bytes in all), in pieces, in file order.
   using Sink = std::function<void(size_t i, uint64_t at, const char* data, uint64_t n)>;
-  /// Reads, in order, each block of block_bytes that holds a byte of a slice (every block where `whole`), once:
+  /// Reads, in order, each block of block_bytes that holds a byte of a slice or of the header (every block where
+  /// `whole`), once:
   /// hands each slice's bytes to `sink` on the way and returns the file's size, the CRC-32 of each block read and,
   /// where `whole`, the file's. A rank that needs part of a file reads and checks only the blocks around it.
   /// ConfigError when a slice is outside its tensor or the read fails.
@@ -141,7 +142,7 @@ class SafetensorsSlices {
   const Entry& entry(const std::string& name) const;
   std::string path_;
   int fd_ = -1;
-  uint64_t size_ = 0;
+  uint64_t size_ = 0, header_end_ = 0;  // the file's bytes; the header's end (8 + its length)
   std::vector<std::pair<std::string, Entry>> entries_;
 };
 

@@ -379,12 +379,14 @@ int64_t TrainCheckpointer::resume(double weights_read_s) {
       }
       if (!file) continue;
       // the blocks of the file around this rank's slices, each checked (blocks as the manifest records them)
-      const uint64_t block_bytes =
-          m.contains("files") && m["files"].contains(file_name) ? m["files"][file_name]["block_bytes"].get<uint64_t>()
-                                                                : kChecksumBlockBytes;
+      // (a manifest entry with the whole file's CRC only, this format's first form: the whole file, read once)
+      const json entry = m.contains("files") ? m["files"].value(file_name, json()) : json();
+      const bool whole = entry.is_object() && !entry.contains("block_bytes");
+      const uint64_t block_bytes = entry.is_object() && !whole ? entry["block_bytes"].get<uint64_t>()
+                                                               : kChecksumBlockBytes;
       const FileDigest got = file->stream(slices, [&](size_t i, uint64_t at, const char* data, uint64_t n) {
         be_.copy_from_host(dst[i] + at, data, size_t(n));
-      }, block_bytes);
+      }, block_bytes, whole);
       verify_checkpoint_file(m, step_dir, file_name, got);  // a damaged block stops the run before any step
     }
   } catch (const nlohmann::json::exception& e) {

@@ -367,9 +367,16 @@ def test_a_damaged_checkpoint_file_is_refused_naming_it(tmp_path):
     p = run(args(tmp_path, "y", 4, f"init.resume={ck}"))
     assert p.returncode == 0, p.stderr[-3000:]
     assert record(tmp_path, "y")["checkpoint"]["resumed_from"]["checksums"] == "verified"
-    # a manifest without "files" (a checkpoint written before checksums) resumes unchecked, with one warning
+    # entries with the whole file's CRC only (this format's first form): each file read whole and checked
     manifest = d / "manifest.json"
     m = json.loads(manifest.read_text())
+    for entry in m["files"].values():
+        del entry["block_bytes"], entry["block_crc32"]
+    manifest.write_text(json.dumps(m))
+    p = run(args(tmp_path, "w", 4, f"init.resume={ck}"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert record(tmp_path, "w")["checkpoint"]["resumed_from"]["checksums"] == "verified"
+    # a manifest without "files" (a checkpoint written before checksums) resumes unchecked, with one warning
     del m["files"]
     manifest.write_text(json.dumps(m))
     p = run(args(tmp_path, "z", 4, f"init.resume={ck}"))
