@@ -160,6 +160,20 @@ json read_checkpoint_manifest(const std::string& step_dir) {
   return m;
 }
 
+json checkpoint_file_entry(const FileDigest& written) {
+  json blocks = json::array();
+  for (const auto& [k, crc] : written.blocks) blocks.push_back(crc);
+  return {{"bytes", written.bytes}, {"crc32", written.crc32}, {"block_bytes", written.block_bytes},
+          {"block_crc32", blocks}};
+}
+
+CheckpointRead checkpoint_read_of(const json& m, const std::string& name) {
+  const json entry = m.contains("files") ? m["files"].value(name, json()) : json();
+  if (!entry.is_object()) return {};  // no checksums, or none for this file (verify_checkpoint_file says so)
+  if (!entry.contains("block_bytes")) return {kChecksumBlockBytes, true};
+  return {entry["block_bytes"].get<uint64_t>(), false};
+}
+
 bool verify_checkpoint_file(const json& m, const std::string& step_dir, const std::string& name,
                             const FileDigest& got) {
   if (!m.contains("files")) return false;
@@ -170,8 +184,7 @@ bool verify_checkpoint_file(const json& m, const std::string& step_dir, const st
   const uint64_t bytes = f["bytes"].get<uint64_t>();
   CONFIG_CHECK(got.bytes == bytes,
                "init.resume: '{}' has {} bytes, its manifest records {}: the file was truncated or replaced after "
-               "the checkpoint was written; resume from another checkpoint (a step directory can be named)",
-               path, got.bytes, bytes);
+               "the checkpoint was written; {}", path, got.bytes, bytes, kResumeElsewhere);
   auto lower = [](std::string h) {
     std::transform(h.begin(), h.end(), h.begin(), [](unsigned char c) { return char(std::tolower(c)); });
     return h;
@@ -179,8 +192,7 @@ bool verify_checkpoint_file(const json& m, const std::string& step_dir, const st
   auto check = [&](const std::string& have, const std::string& want, const std::string& where) {
     CONFIG_CHECK(have == want,
                  "init.resume: '{}' does not match its checksum{} (CRC-32 {}, the manifest records {}): the file was "
-                 "damaged or changed after the checkpoint was written; resume from another checkpoint (a step "
-                 "directory can be named)", path, where, have, want);
+                 "damaged or changed after the checkpoint was written; {}", path, where, have, want, kResumeElsewhere);
   };
   if (!got.crc32.empty()) check(got.crc32, lower(f["crc32"].get<std::string>()), "");
   if (!f.contains("block_crc32")) {  // a whole-file CRC only: the caller read the whole file (the resume does)

@@ -60,10 +60,26 @@ nlohmann::json read_checkpoint_manifest(const std::string& step_dir);
 /// checked where the files are read).
 void check_resume(const RunConfig& c, std::vector<std::string>* warnings = nullptr, int world_size = 0);
 
-/// What a resume's error about a checkpoint file that its manifest lists (at the size it records) ends with.
-inline constexpr const char* kDamagedHint =
+/// The advice that ends a resume's error about a damaged checkpoint file.
+inline constexpr const char* kResumeElsewhere = "resume from another checkpoint (a step directory can be named)";
+/// What a resume's error about a file that its manifest lists (at the size it records) but that does not parse
+/// ends with.
+inline const std::string kDamagedHint =
     " (the manifest lists this file at this size: damaged after the checkpoint was written? resume from another "
     "checkpoint; a step directory can be named)";
+
+/// A written file's entry in the manifest's "files": {"bytes", "crc32", "block_bytes", "block_crc32": [one for each
+/// block, in order]} (what read_checkpoint_manifest validates and verify_checkpoint_file compares with).
+nlohmann::json checkpoint_file_entry(const FileDigest& written);
+
+/// How a resume reads file `name` of the checkpoint with manifest `m` for verify_checkpoint_file: in blocks of
+/// `block_bytes` (the manifest's; kChecksumBlockBytes where it records none), or `whole` where its entry has the
+/// whole file's CRC-32 only (this format's first form).
+struct CheckpointRead {
+  uint64_t block_bytes = kChecksumBlockBytes;
+  bool whole = false;
+};
+CheckpointRead checkpoint_read_of(const nlohmann::json& m, const std::string& name);
 
 /// Checks a file of step directory `step_dir` as read (`got`: its size, and its whole CRC-32 and / or those of the
 /// blocks read) against what the manifest `m` recorded when it was written (m["files"][name]). ConfigError starting

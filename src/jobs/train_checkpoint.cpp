@@ -49,12 +49,6 @@ std::string now_iso() {
 
 std::string shard_file(int rank) { return fmt::format("optim-rank{:05d}.safetensors", rank); }
 
-/// A written file's entry in the manifest's "files": size, CRC-32, and the CRC-32 of each block (in order).
-json digest_json(const FileDigest& d) {
-  json blocks = json::array();
-  for (const auto& [k, crc] : d.blocks) blocks.push_back(crc);
-  return {{"bytes", d.bytes}, {"crc32", d.crc32}, {"block_bytes", d.block_bytes}, {"block_crc32", blocks}};
-}
 
 }  // namespace
 
@@ -248,7 +242,7 @@ void TrainCheckpointer::write(int64_t steps_done) {
     try {
       const FileDigest d = write_safetensors(w->file(shard_file(rank)), named,
                                              {{"producer", "trainer"}, {"rank", std::to_string(rank)}});
-      shard["digest"] = digest_json(d);  // moved into the manifest's "files" by rank 0
+      shard["digest"] = checkpoint_file_entry(d);  // moved into the manifest's "files" by rank 0
     } catch (const std::exception& e) {
       if (err.empty()) err = e.what();
     }
@@ -267,7 +261,7 @@ void TrainCheckpointer::write(int64_t steps_done) {
       json tensors = json::object();
       for (const auto& [name, t] : st.tensors) tensors[name] = safetensors_dtype_name(t.dtype);
       json shard_list = json::array();
-      json files = {{"model.safetensors", digest_json(weights_digest)}};
+      json files = {{"model.safetensors", checkpoint_file_entry(weights_digest)}};
       for (const std::string& s : shards)
         if (json j = json::parse(s); !j.is_null()) {
           files[j["file"].get<std::string>()] = j["digest"];
@@ -365,7 +359,7 @@ int64_t TrainCheckpointer::resume(double weights_read_s) {
           if (!file) try {
               file = std::make_unique<SafetensorsSlices>((fs::path(step_dir) / file_name).string());
             } catch (const ConfigError& e) {  // a header that does not parse, at the size the manifest records
-              throw ConfigError(std::string(e.what()) + (m.contains("files") ? kDamagedHint : ""));
+              throw ConfigError(std::string(e.what()) + (m.contains("files") ? kDamagedHint : std::string()));
             }
           for (const auto& [name, t] : st.tensors) {
             CONFIG_CHECK(file->dtype(name) == safetensors_dtype_name(t.dtype),
@@ -378,15 +372,11 @@ int64_t TrainCheckpointer::resume(double weights_read_s) {
         }
       }
       if (!file) continue;
-      // the blocks of the file around this rank's slices, each checked (blocks as the manifest records them)
-      // (a manifest entry with the whole file's CRC only, this format's first form: the whole file, read once)
-      const json entry = m.contains("files") ? m["files"].value(file_name, json()) : json();
-      const bool whole = entry.is_object() && !entry.contains("block_bytes");
-      const uint64_t block_bytes = entry.is_object() && !whole ? entry["block_bytes"].get<uint64_t>()
-                                                               : kChecksumBlockBytes;
+      // the blocks of the file around this rank's slices (or the whole file), each checked
+      const CheckpointRead how = checkpoint_read_of(m, file_name);
       const FileDigest got = file->stream(slices, [&](size_t i, uint64_t at, const char* data, uint64_t n) {
         be_.copy_from_host(dst[i] + at, data, size_t(n));
-      }, block_bytes, whole);
+      }, how.block_bytes, how.whole);
       verify_checkpoint_file(m, step_dir, file_name, got);  // a damaged block stops the run before any step
     }
   } catch (const nlohmann::json::exception& e) {

@@ -51,7 +51,7 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
       } catch (const ConfigError& e) {  // name the key, as the loader's and the resume's other errors do
         // a checkpoint's file at its recorded size that does not parse was damaged after it was written
         throw ConfigError(fmt::format("{}: {}{}", cfg.init.weights ? "init.weights" : "init.resume", e.what(),
-                                      manifest.contains("files") ? kDamagedHint : ""));
+                                      manifest.contains("files") ? kDamagedHint : std::string()));
       }
       if (cfg.init.resume)  // the weights as the checkpoint wrote them (its manifest's CRC-32)
         verify_checkpoint_file(manifest, step_dir, std::filesystem::path(path).filename().string(), digest);
