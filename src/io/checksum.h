@@ -15,6 +15,9 @@ namespace trainer {
 /// The block a checkpoint file's CRC-32s are recorded for (its last block may be shorter).
 inline constexpr uint64_t kChecksumBlockBytes = uint64_t(64) << 20;
 
+/// The parts Crc32 spreads over threads (small enough for ~450 tensors of a 13.6 GB file to spread well).
+inline constexpr size_t kCrcPartBytes = size_t(8) << 20;
+
 /// The CRC-32 of a byte stream fed in order, piece by piece (the pieces' boundaries do not change it), and, where
 /// block_bytes > 0, of each block_bytes of it.
 class Crc32 {
@@ -27,7 +30,7 @@ class Crc32 {
   /// The pieces given to one update are cut into parts of at most part_bytes (and at block boundaries), whose CRCs
   /// `threads` threads (0: the CPUs this process may run on, at most 16) compute at once where there is more than
   /// one part; the result is the same for any cut.
-  explicit Crc32(size_t part_bytes = size_t(8) << 20, int threads = 0, uint64_t block_bytes = 0);
+  explicit Crc32(size_t part_bytes = kCrcPartBytes, int threads = 0, uint64_t block_bytes = 0);
   /// Adds n bytes at p (n may be 0; p may then be null).
   void update(const void* p, size_t n) { update({{p, n}}); }
   /// Adds the pieces in order: many small ones (a file's tensors) are checked in parallel as well as a large one.

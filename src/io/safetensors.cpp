@@ -239,7 +239,7 @@ FileDigest write_safetensors(const std::string& path, const std::vector<NamedTen
     pieces.push_back({f.data, size_t(f.bytes)});
     bytes += f.bytes;
   }
-  Crc32 crc(size_t(8) << 20, 0, kChecksumBlockBytes);
+  Crc32 crc(kCrcPartBytes, 0, kChecksumBlockBytes);
   crc.update(pieces);
   write_file_atomic(path, parts);
   FileDigest d{bytes, crc.hex(), kChecksumBlockBytes, {}};
