@@ -533,6 +533,7 @@ TEST_CASE("config: validation rules", "[config]") {
                                            "waits for the slowest rank's step or checkpoint write), got -5"},
       {{"parallel.comm_timeout_s=0.001"}, 1, "config: 'parallel.comm_timeout_s' must be >= 1 (seconds;"},
       {{"parallel.startup_timeout_s=0"}, 1, "config: 'parallel.startup_timeout_s' must be >= 1 (seconds;"},
+      {{"parallel.checkpoint_timeout_s=0.5"}, 1, "config: 'parallel.checkpoint_timeout_s' must be >= 1 (seconds;"},
       {{"optimizer.lr=-0.1"}, 1, "config: 'optimizer.lr' must be >= 0, got -0.1"},
       {{"optimizer.betas=[0.9,1.0]"}, 1, "config: 'optimizer.betas[1]' must be in [0, 1), got 1"},
       {{"optimizer.betas=[-0.1,0.9]"}, 1, "config: 'optimizer.betas[0]' must be in [0, 1), got -0.1"},

@@ -217,6 +217,7 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
   check_non_negative(p.prefetch_layers, "parallel.prefetch_layers");
   check_timeout_s(p.comm_timeout_s, "parallel.comm_timeout_s");
   check_timeout_s(p.startup_timeout_s, "parallel.startup_timeout_s");
+  check_timeout_s(p.checkpoint_timeout_s, "parallel.checkpoint_timeout_s");
 
   // optimizer
   const OptimizerCfg& o = c.optimizer;

@@ -30,6 +30,13 @@ enum class ReduceOp { sum, avg };
 /// Reductions of the host-side collectives (all_reduce_host).
 enum class HostOp { sum, max, min };
 
+/// How long a host-side collective waits for the other ranks (seconds) and the config key that set it, which a
+/// timeout's message names.
+struct HostTimeout {
+  double seconds;
+  const char* key;
+};
+
 class Work {
  public:
   virtual ~Work() = default;
@@ -110,6 +117,11 @@ class Communicator {
   /// Variable-size gather: on `root`, every rank's `mine` in rank order; on the other ranks, an empty vector.
   /// RuntimeError when the strings together exceed 2 GiB (MPI's int displacements).
   virtual std::vector<std::string> gather_host(const std::string& mine, int root) = 0;
+  /// The host-side collectives and barrier() issued from now on wait up to `t` instead of parallel.comm_timeout_s;
+  /// returns the setting it replaces. For waits that span one rank's long I/O (a checkpoint's writes, where rank 0
+  /// writes the weights alone: parallel.checkpoint_timeout_s); set it through ScopedHostTimeout. The tensor
+  /// collectives keep comm_timeout_s; a split() starts from comm_timeout_s. No effect where nothing waits (one rank).
+  virtual HostTimeout set_host_timeout(HostTimeout t) { return t; }
 
   /// Collective: the ranks passing the same `color` (>= 0) form a new communicator of the same kind, ranked by `key`
   /// (ties by rank here), with this one's timeout. MPI: MPI_Comm_split; NCCL: ncclCommSplit (NCCL >= 2.18, else
@@ -127,6 +139,19 @@ class Communicator {
     (void)host_origin;
     return {};
   }
+};
+
+/// The communicator's host-side timeout set to `t` for this object's lifetime (Communicator::set_host_timeout).
+class ScopedHostTimeout {
+ public:
+  ScopedHostTimeout(Communicator& comm, HostTimeout t) : comm_(comm), previous_(comm.set_host_timeout(t)) {}
+  ~ScopedHostTimeout() { comm_.set_host_timeout(previous_); }
+  ScopedHostTimeout(const ScopedHostTimeout&) = delete;
+  ScopedHostTimeout& operator=(const ScopedHostTimeout&) = delete;
+
+ private:
+  Communicator& comm_;
+  HostTimeout previous_;
 };
 
 }  // namespace trainer

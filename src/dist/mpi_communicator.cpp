@@ -19,7 +19,8 @@
 //
 // Host-side collectives (all_reduce_host, all_gather_host, broadcast_host, gather_host) and split() take the same
 // synchronous path (blocking call under the watchdog, or polled) but are not recorded for busy_ms() / spans(): they
-// are bookkeeping (loss sums, statistics, layout checks), not the gradient traffic the strategies time.
+// are bookkeeping (loss sums, statistics, layout checks), not the gradient traffic the strategies time. They and
+// barrier() wait up to the host-side timeout (set_host_timeout: comm_timeout_s unless a checkpoint's writes raised it).
 //
 // ReduceOp::avg is MPI_SUM followed by a scale by 1/size() on the host (MPI has no average operation); it is
 // applied in wait(). MPI counts are int: all_reduce and broadcast are split into pieces of at most 2^30 elements;
@@ -134,6 +135,8 @@ struct MpiOp {
   bool async = false;               // MPI_I* + polling; else the blocking call
   std::vector<MPI_Request> reqs;    // one per piece (async)
   Clock::time_point issued, completed;
+  HostTimeout timeout{0, ""};       // its deadline after `issued` and the key that set it (comm_timeout_s, or the
+                                    // host-side timeout in effect when a host-side op was issued)
   bool complete = false;            // MPI reports every request done
   bool finished = false;            // post-processing done (avg scale, copy back) and staging released
   bool timed = true;                // recorded for busy_ms() and spans() (false: host-side collectives)
@@ -299,6 +302,7 @@ class MpiCommunicator final : public Communicator {
 
   void barrier() override {
     auto o = new_op("barrier", 0, /*async=*/false);
+    o->timeout = host_timeout_;
     issue(*o, [&](MPI_Request* r) { return r ? MPI_Ibarrier(comm_, r) : MPI_Barrier(comm_); });
     launch(std::move(o));
   }
@@ -329,6 +333,8 @@ class MpiCommunicator final : public Communicator {
                : MPI_Bcast(data, int(bytes), MPI_BYTE, root, comm_);
     });
   }
+
+  HostTimeout set_host_timeout(HostTimeout t) override { return std::exchange(host_timeout_, t); }
 
   std::vector<std::string> gather_host(const std::string& mine, int root) override {
     TRAINER_CHECK(root >= 0 && root < size_, "gather_host: root {} outside [0, {})", root, size_);
@@ -402,7 +408,7 @@ class MpiCommunicator final : public Communicator {
   void finish(MpiOp& op) {
     if (op.finished) return;
     const auto deadline = op.issued + std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double>(timeout_s_));
+                                          std::chrono::duration<double>(op.timeout.seconds));
     while (!op.complete) {
       test(op);
       if (op.complete) break;
@@ -440,6 +446,7 @@ class MpiCommunicator final : public Communicator {
     auto o = std::make_shared<MpiOp>();
     o->what = fmt::format("{} of {} on {} ranks", kind, format_bytes(bytes), size_);
     o->async = async || !watchdog_.joinable();
+    o->timeout = {timeout_s_, "parallel.comm_timeout_s"};
     o->issued = Clock::now();
     return o;
   }
@@ -480,6 +487,7 @@ class MpiCommunicator final : public Communicator {
   void host_op(const char* kind, size_t bytes, Call&& call) {
     auto o = new_op(kind, bytes, /*async=*/false);
     o->timed = false;
+    o->timeout = host_timeout_;
     issue(*o, call);
     launch(std::move(o));
   }
@@ -498,14 +506,16 @@ class MpiCommunicator final : public Communicator {
     std::unique_lock<std::mutex> lock(wd_mu_);
     while (!wd_stop_) {
       wd_cv_.wait_for(lock, std::chrono::milliseconds(100));
-      if (wd_op_ && Clock::now() - wd_op_->issued > std::chrono::duration<double>(timeout_s_)) timeout(*wd_op_);
+      if (wd_op_ && Clock::now() - wd_op_->issued > std::chrono::duration<double>(wd_op_->timeout.seconds))
+        timeout(*wd_op_);
     }
   }
   [[noreturn]] void timeout(const MpiOp& op) const {
     fatal("MPI", op.what.c_str(), __FILE__, __LINE__,
-          fmt::format("collective not complete {:.1f} s after it was issued (parallel.comm_timeout_s = {} s): "
+          fmt::format("collective not complete {:.1f} s after it was issued ({} = {} s): "
                       "a rank is stuck, has died or did not call it; aborting all ranks",
-                      std::chrono::duration<double>(Clock::now() - op.issued).count(), timeout_s_));
+                      std::chrono::duration<double>(Clock::now() - op.issued).count(), op.timeout.key,
+                      op.timeout.seconds));
   }
   /// A host block holding a copy of `bytes` at device pointer `src` (compute stream synchronised first).
   void* stage_in(MpiOp& o, const void* src, size_t bytes) {
@@ -557,6 +567,7 @@ class MpiCommunicator final : public Communicator {
 
   Backend& be_;
   double timeout_s_;
+  HostTimeout host_timeout_{timeout_s_, "parallel.comm_timeout_s"};  // the host-side ops' (set_host_timeout)
   bool stage_host_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;

@@ -238,6 +238,7 @@ class NcclCommunicator final : public Communicator {
     host_->all_gather_host(mine, bytes, all);
   }
   void broadcast_host(void* data, size_t bytes, int root) override { host_->broadcast_host(data, bytes, root); }
+  HostTimeout set_host_timeout(HostTimeout t) override { return host_->set_host_timeout(t); }
   std::vector<std::string> gather_host(const std::string& mine, int root) override {
     return host_->gather_host(mine, root);
   }

@@ -270,7 +270,7 @@ void check_resume(const RunConfig& c, std::vector<std::string>* warnings, int wo
   // What changed, key by key, without the keys that change no number: in_backward (the same update, sooner), on
   // the cpu in_gemm (its product into a temporary, then the same update; on a GPU the fused product sums in another
   // order), what recomputation keeps (checkpointing.policy, k, blocks, keep_attention: recomputed activations are
-  // bitwise the kept ones), fsdp's prefetch depth and the collective timeout. data.path compares as the file it named
+  // bitwise the kept ones), fsdp's prefetch depth and the timeouts. data.path compares as the file it named
   // when the checkpoint was written (the manifest's path_canonical; a relative path meant the old working directory).
   // init.seed counts only where it seeds the run: bf16_pure's stochastic rounding. The world size counts (another
   // sums the gradients in another order).
@@ -299,7 +299,8 @@ void check_resume(const RunConfig& c, std::vector<std::string>* warnings, int wo
     if (c.device == "cpu") (*j)["optimizer"].erase("in_gemm");
     if (c.device == "cpu" || !c.optimizer.in_gemm.value_or(false)) (*j)["optimizer"].erase("in_gemm_min_elements");
     for (const char* k : {"policy", "k", "blocks", "keep_attention"}) (*j)["checkpointing"].erase(k);
-    for (const char* k : {"prefetch_layers", "comm_timeout_s", "startup_timeout_s"}) (*j)["parallel"].erase(k);
+    for (const char* k : {"prefetch_layers", "comm_timeout_s", "startup_timeout_s", "checkpoint_timeout_s"})
+      (*j)["parallel"].erase(k);
   }
   const json written = m.value("data", json::object()).value("path_canonical", json());
   if (written.is_string() && is["data"].value("path", json()).is_string()) {  // else: the paths as given

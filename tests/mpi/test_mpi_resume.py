@@ -6,6 +6,8 @@
 - Resharding: a world-1 checkpoint resumed on 2 ranks (zero1, fsdp) and a 2-rank zero1 checkpoint resumed on one
   process continue the one-process run within fp32 tolerance (1e-5 relative; summation order differs).
 - A damaged block of rank 1's optimizer file stops a 2-rank resume with rank 1's line naming the file and bytes.
+- A checkpoint write that holds rank 0 past parallel.comm_timeout_s is waited for up to parallel.checkpoint_timeout_s;
+  past that, the job ends with a message naming the key.
 
 Environment (set by tests/mpi/CMakeLists.txt): TRAINER_BIN, TRAINER_SOURCE_DIR, MPIEXEC.
 """
@@ -30,7 +32,7 @@ ENV = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1
 MPIRUN = [MPIEXEC, "--allow-run-as-root", "--oversubscribe"]
 
 
-def trainer(tmp, tag, steps, np_, *sets):
+def trainer(tmp, tag, steps, np_, *sets, env=None):
     tokens = tmp / "tokens.bin"
     if not tokens.exists():
         np.random.default_rng(11).integers(0, 256, size=20000, dtype=np.uint16).tofile(tokens)
@@ -42,7 +44,7 @@ def trainer(tmp, tag, steps, np_, *sets):
     for s in sets:
         a += ["--set", s]
     cmd = (MPIRUN + ["-np", str(np_)] + a) if np_ > 1 else a
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=ENV, cwd=SRC)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env or ENV, cwd=SRC)
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads((tmp / (tag + ".json")).read_text())
     r["_stderr"] = p.stderr
@@ -157,3 +159,30 @@ def test_a_damaged_block_of_another_ranks_file_is_refused_by_the_rank_that_reads
             f"{min(len(bad), (k + 1) * bb)}) (CRC-32 {zlib.crc32(bytes(bad[k * bb:(k + 1) * bb])):08x}, the manifest "
             f"records {m['files'][f.name]['block_crc32'][k]})") in p.stderr, p.stderr[-3000:]
     assert not (tmp_path / "b.json").exists()
+
+
+def test_ranks_wait_for_a_slow_checkpoint_write_up_to_checkpoint_timeout_s(tmp_path):
+    """Rank 0 holds its checkpoint write 4 s (the test hook that pauses it before completing the checkpoint, as a
+    slow disk would) while rank 1 waits in a host collective: past parallel.comm_timeout_s (2 s) but within
+    parallel.checkpoint_timeout_s, the run ends ok with its checkpoint."""
+    r = trainer(tmp_path, "slow", 2, 2, "parallel.strategy=zero1", "parallel.comm_timeout_s=2",
+                f"output.checkpoint={tmp_path / 'ck'}", env=dict(ENV, TRAINER_TEST_CHECKPOINT_PAUSE_S="4"))
+    assert r["status"] == "ok", r.get("error")
+    assert [w["step"] for w in r["checkpoint"]["writes"]] == [2] and r["checkpoint"]["writes"][0]["write_s"] > 4
+    _, _, m = newest(tmp_path / "ck")
+    assert m["step"] == 2
+
+
+def test_a_checkpoint_write_past_checkpoint_timeout_s_ends_the_job_naming_the_key(tmp_path):
+    """The same pause (6 s) past parallel.checkpoint_timeout_s (2 s): rank 1's wait ends the job with one message
+    that names the key, and the record says error."""
+    cmd = MPIRUN + ["-np", "2", BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set",
+                    "parallel.strategy=zero1", "--set", "bench.warmup_steps=0", "--set", "bench.measure_steps=2",
+                    "--set", "parallel.checkpoint_timeout_s=2", "--set", f"output.checkpoint={tmp_path / 'ck'}",
+                    "--set", f"output.results={tmp_path / 'b.json'}"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=SRC,
+                       env=dict(ENV, TRAINER_TEST_CHECKPOINT_PAUSE_S="6"))
+    assert p.returncode != 0, p.stderr[-3000:]
+    assert "(parallel.checkpoint_timeout_s = 2 s)" in p.stderr, p.stderr[-3000:]
+    r = json.loads((tmp_path / "b.json").read_text())
+    assert r["status"] == "error" and "parallel.checkpoint_timeout_s = 2 s" in r["error"], r
