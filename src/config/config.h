@@ -41,7 +41,7 @@ struct ParallelCfg {
   int prefetch_layers = 2;         // fsdp: units gathered ahead of use (prefetch_layers + 1 gather buffers)
   double comm_timeout_s = 300.0;  // a collective not done after this aborts every rank
   double startup_timeout_s = 600.0;  // how long the ranks wait for each other at start-up (loading configs, data)
-  double checkpoint_timeout_s = 3600.0;  // how long the ranks wait for each other around a checkpoint's writes
+  double checkpoint_timeout_s = 3600.0;  // how long the ranks wait for each other around checkpoint writes and reads
 };
 
 struct OptimizerCfg {

@@ -123,8 +123,9 @@ void fields(S& p, F&& f) {
     "a rank that has not finished loading its config (and checking its data) this many seconds after the first "
     "rank ends the job with a message"});
   f("checkpoint_timeout_s", p.checkpoint_timeout_s, {{"number >= 1"},
-    "how long the ranks wait for each other while a checkpoint is written (rank 0 writes the weights alone): a "
-    "write not done by then aborts every rank; raise it for slow storage"});
+    "how long the ranks wait for each other while a checkpoint is written (rank 0 writes the weights alone) or "
+    "read (init.resume, init.weights: each rank reads the weights): a rank not done by then aborts every rank; "
+    "raise it for slow storage"});
 }
 template <Is<OptimizerCfg> S, class F>
 void fields(S& o, F&& f) {

@@ -397,7 +397,11 @@ int64_t TrainCheckpointer::resume(double weights_read_s) {
   if (cfg_.output.checkpoint && resumed_dir.parent_path() == fs::weakly_canonical(*cfg_.output.checkpoint, ec))
     parent_ = resumed_dir.filename().string();
   double secs = seconds_since(t0) + weights_read_s;
-  comm_.all_reduce_host(&secs, 1, HostOp::max);  // the slowest rank's
+  {  // the slowest rank's, waited for as long as a checkpoint's write (the ranks' shares of the files differ)
+    const ScopedHostTimeout wait_for_reads(comm_, {cfg_.parallel.checkpoint_timeout_s,
+                                                   "parallel.checkpoint_timeout_s"});
+    comm_.all_reduce_host(&secs, 1, HostOp::max);
+  }
   resumed_ = {{"path", step_dir},
               {"step", step},
               {"world_size", m.value("world_size", 0)},

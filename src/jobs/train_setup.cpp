@@ -1,10 +1,13 @@
 #include "jobs/train_setup.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
+#include "dist/communicator.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "optim/adamw.h"
@@ -57,6 +60,15 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
         verify_checkpoint_file(manifest, step_dir, std::filesystem::path(path).filename().string(), digest);
       s.model->load(std::move(file), path);
       s.weights_read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (comm) {  // each rank read the whole file: on shared storage they end apart. The slowest is waited for
+                   // here, as long as for a checkpoint's write, before any collective that waits comm_timeout_s
+        const ScopedHostTimeout wait_for_reads(*comm, {cfg.parallel.checkpoint_timeout_s,
+                                                       "parallel.checkpoint_timeout_s"});
+        // Test hook (tests/mpi/test_mpi_resume.py): the last rank's read takes this many seconds longer
+        if (const char* pause = std::getenv("TRAINER_TEST_READ_PAUSE_S"); pause && comm->rank() == comm->size() - 1)
+          std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(pause)));
+        comm->barrier();
+      }
     } else {
       s.model->init_random(cfg.init.seed);
     }

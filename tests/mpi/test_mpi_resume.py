@@ -6,8 +6,8 @@
 - Resharding: a world-1 checkpoint resumed on 2 ranks (zero1, fsdp) and a 2-rank zero1 checkpoint resumed on one
   process continue the one-process run within fp32 tolerance (1e-5 relative; summation order differs).
 - A damaged block of rank 1's optimizer file stops a 2-rank resume with rank 1's line naming the file and bytes.
-- A checkpoint write that holds rank 0 past parallel.comm_timeout_s is waited for up to parallel.checkpoint_timeout_s;
-  past that, the job ends with a message naming the key.
+- A checkpoint write that holds rank 0 past parallel.comm_timeout_s, or a resume's read that holds rank 1, is waited
+  for up to parallel.checkpoint_timeout_s; past that, the job ends with a message naming the key.
 
 Environment (set by tests/mpi/CMakeLists.txt): TRAINER_BIN, TRAINER_SOURCE_DIR, MPIEXEC.
 """
@@ -186,3 +186,21 @@ def test_a_checkpoint_write_past_checkpoint_timeout_s_ends_the_job_naming_the_ke
     assert "(parallel.checkpoint_timeout_s = 2 s)" in p.stderr, p.stderr[-3000:]
     r = json.loads((tmp_path / "b.json").read_text())
     assert r["status"] == "error" and "parallel.checkpoint_timeout_s = 2 s" in r["error"], r
+
+
+def test_a_slow_read_of_one_rank_is_waited_for_up_to_checkpoint_timeout_s(tmp_path):
+    """Rank 1's read of the weights at a resume takes 4 s longer (a test hook, as shared storage would): past
+    parallel.comm_timeout_s (2 s) but within parallel.checkpoint_timeout_s, the resumed run ends ok; with
+    checkpoint_timeout_s 2 the job ends with the key's message."""
+    trainer(tmp_path, "a", 2, 2, "parallel.strategy=zero1", f"output.checkpoint={tmp_path / 'ck'}")
+    slow = dict(ENV, TRAINER_TEST_READ_PAUSE_S="4")
+    r = trainer(tmp_path, "b", 4, 2, "parallel.strategy=zero1", "parallel.comm_timeout_s=2",
+                f"init.resume={tmp_path / 'ck'}", env=slow)
+    assert r["status"] == "ok" and r["steps"]["first"] == 2, r.get("error")
+    cmd = MPIRUN + ["-np", "2", BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set",
+                    "parallel.strategy=zero1", "--set", "bench.warmup_steps=0", "--set", "bench.measure_steps=4",
+                    "--set", "parallel.checkpoint_timeout_s=2", "--set", f"init.resume={tmp_path / 'ck'}",
+                    "--set", f"output.results={tmp_path / 'c.json'}"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=SRC,
+                       env=dict(ENV, TRAINER_TEST_READ_PAUSE_S="6"))
+    assert p.returncode != 0 and "(parallel.checkpoint_timeout_s = 2 s)" in p.stderr, p.stderr[-3000:]
