@@ -8,11 +8,12 @@
 // The Communicator is the only road between ranks: besides the tensor collectives it carries the small host-side ones
 // (scalars, layout hashes, per-rank statistics, trace text) and makes subgroup communicators (split). The host-side
 // collectives are synchronous, run over MPI in both implementations (NCCL keeps an MPI communicator over the same
-// ranks), have the same timeout, and are not counted in busy_ms() / spans(). On one rank they return at once. Two
-// exchanges run before or beside any Communicator, on MPI_COMM_WORLD and a private duplicate of it (dist/bootstrap.h,
-// MpiSession): the start-up agreement (first_failing_rank: which rank's config failed; first_rank_differing: a
-// broadcast of rank 0's config hash; before a job makes its Communicator), and the failure / end notices a rank > 0
-// sends rank 0 point to point, which must work while the job's Communicator is stuck or gone.
+// ranks), have the same timeout (or a longer one for a scope: set_host_timeout), and are not counted in busy_ms() /
+// spans(). On one rank they return at once. Two exchanges run before or beside any Communicator, on MPI_COMM_WORLD and
+// a private duplicate of it (dist/bootstrap.h, MpiSession): the start-up agreement (first_failing_rank: which rank's
+// config failed; first_rank_differing: a broadcast of rank 0's config hash; before a job makes its Communicator), and
+// the failure / end notices a rank > 0 sends rank 0 point to point, which must work while the job's Communicator is
+// stuck or gone.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -119,7 +120,7 @@ class Communicator {
   virtual std::vector<std::string> gather_host(const std::string& mine, int root) = 0;
   /// The host-side collectives and barrier() issued from now on wait up to `t` instead of parallel.comm_timeout_s;
   /// returns the setting it replaces. For waits that span one rank's long I/O (a checkpoint's writes, where rank 0
-  /// writes the weights alone: parallel.checkpoint_timeout_s); set it through ScopedHostTimeout. The tensor
+  /// writes the weights alone, and reads: parallel.checkpoint_timeout_s); set it through ScopedHostTimeout. The tensor
   /// collectives keep comm_timeout_s; a split() starts from comm_timeout_s. No effect where nothing waits (one rank).
   virtual HostTimeout set_host_timeout(HostTimeout t) { return t; }
 
