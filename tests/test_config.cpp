@@ -530,10 +530,12 @@ TEST_CASE("config: validation rules", "[config]") {
        "output.checkpoint: a checkpoint is a training run's state, but bench.phase 'forward' makes no update"},
       {{"parallel.bucket_mb=1e14"}, 1, "config: 'parallel.bucket_mb' 1e+14 is above 2^36 MiB (2^56 bytes)"},
       {{"parallel.comm_timeout_s=-5"}, 1, "config: 'parallel.comm_timeout_s' must be >= 1 (seconds; a collective "
-                                           "waits for the slowest rank's step or checkpoint write), got -5"},
+                                           "waits for the slowest rank's step, checkpoint write or read), got -5"},
       {{"parallel.comm_timeout_s=0.001"}, 1, "config: 'parallel.comm_timeout_s' must be >= 1 (seconds;"},
       {{"parallel.startup_timeout_s=0"}, 1, "config: 'parallel.startup_timeout_s' must be >= 1 (seconds;"},
       {{"parallel.checkpoint_timeout_s=0.5"}, 1, "config: 'parallel.checkpoint_timeout_s' must be >= 1 (seconds;"},
+      {{"parallel.comm_timeout_s=1e8"}, 1, "config: 'parallel.comm_timeout_s' must be <= 1e7 (seconds: 116 days), "
+                                          "got 100000000"},
       {{"optimizer.lr=-0.1"}, 1, "config: 'optimizer.lr' must be >= 0, got -0.1"},
       {{"optimizer.betas=[0.9,1.0]"}, 1, "config: 'optimizer.betas[1]' must be in [0, 1), got 1"},
       {{"optimizer.betas=[-0.1,0.9]"}, 1, "config: 'optimizer.betas[0]' must be in [0, 1), got -0.1"},

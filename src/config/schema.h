@@ -117,15 +117,16 @@ void fields(S& p, F&& f) {
   f("prefetch_layers", p.prefetch_layers, {{"integer >= 0"},
     "fsdp: units (embedding, blocks, head) whose weight shards are all-gathered ahead of their use; "
     "prefetch_layers + 1 gather buffers"});
-  f("comm_timeout_s", p.comm_timeout_s, {{"number >= 1"},
-    "a collective not done after this many seconds aborts every rank"});
-  f("startup_timeout_s", p.startup_timeout_s, {{"number >= 1"},
+  f("comm_timeout_s", p.comm_timeout_s, {{"number >= 1, <= 1e7"},
+    "a collective not done after this many seconds aborts every rank (waits on a checkpoint's writes and reads: "
+    "checkpoint_timeout_s, where longer)"});
+  f("startup_timeout_s", p.startup_timeout_s, {{"number >= 1, <= 1e7"},
     "a rank that has not finished loading its config (and checking its data) this many seconds after the first "
     "rank ends the job with a message"});
-  f("checkpoint_timeout_s", p.checkpoint_timeout_s, {{"number >= 1"},
+  f("checkpoint_timeout_s", p.checkpoint_timeout_s, {{"number >= 1, <= 1e7"},
     "how long the ranks wait for each other while a checkpoint is written (rank 0 writes the weights alone) or "
-    "read (init.resume, init.weights: each rank reads the weights): a rank not done by then aborts every rank; "
-    "raise it for slow storage"});
+    "read (init.resume, init.weights: each rank reads the weights), if longer than comm_timeout_s: a rank not done "
+    "by then aborts every rank; raise it for slow storage"});
 }
 template <Is<OptimizerCfg> S, class F>
 void fields(S& o, F&& f) {

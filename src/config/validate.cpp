@@ -37,10 +37,12 @@ void check_positive(double v, const char* key, std::string_view hint = {}) {
   CONFIG_CHECK(v > 0, "config: '{}' must be > 0, got {}{}", key, v, hint);
 }
 /// A timeout in seconds: at least 1 (below that every wait for the slowest rank would abort: a step, a checkpoint
-/// write, a data check).
+/// write, a data check) and at most 1e7 (116 days; the deadlines are clock times in nanoseconds, 2^63 of which are
+/// 9.2e9 s).
 void check_timeout_s(double v, const char* key) {
-  CONFIG_CHECK(v >= 1, "config: '{}' must be >= 1 (seconds; a collective waits for the slowest rank's step or "
-               "checkpoint write), got {}", key, v);
+  CONFIG_CHECK(v >= 1, "config: '{}' must be >= 1 (seconds; a collective waits for the slowest rank's step, "
+               "checkpoint write or read), got {}", key, v);
+  CONFIG_CHECK(v <= 1e7, "config: '{}' must be <= 1e7 (seconds: 116 days), got {}", key, v);
 }
 void check_non_negative(double v, const char* key) {
   CONFIG_CHECK(v >= 0, "config: '{}' must be >= 0, got {}", key, v);

@@ -156,6 +156,11 @@ TrainCheckpointer::~TrainCheckpointer() {
   h.fd = -1;
 }
 
+HostTimeout checkpoint_wait(const ParallelCfg& p) {
+  if (p.comm_timeout_s > p.checkpoint_timeout_s) return {p.comm_timeout_s, "parallel.comm_timeout_s"};
+  return {p.checkpoint_timeout_s, "parallel.checkpoint_timeout_s"};
+}
+
 bool TrainCheckpointer::due(int64_t steps_done) const {
   const int every = cfg_.output.checkpoint_every;
   return cfg_.output.checkpoint && every > 0 && steps_done % every == 0 && !written(steps_done);
@@ -177,8 +182,7 @@ void TrainCheckpointer::write(int64_t steps_done) {
   const bool root = rank == 0;
   // The ranks wait for each other here while one writes more than the rest (rank 0: the weights, 32 GB for the 8B in
   // fp32; at 100 MB/s past comm_timeout_s's 300 s): their host-side collectives wait parallel.checkpoint_timeout_s
-  const ScopedHostTimeout wait_for_writes(comm_, {cfg_.parallel.checkpoint_timeout_s,
-                                                  "parallel.checkpoint_timeout_s"});
+  const ScopedHostTimeout wait_for_writes(comm_, checkpoint_wait(cfg_.parallel));
   if (root)  // a large model's write takes a while (xl: 41 GB): say so before it starts
     spdlog::info("checkpoint after step {}: writing to {} ...", steps_done, *cfg_.output.checkpoint);
   std::string err;
@@ -217,6 +221,9 @@ void TrainCheckpointer::write(int64_t steps_done) {
       bytes += uint64_t(p.numel) * dtype_size(named.back().dtype);
     }
     if (root) try {
+        // Test hook (tests/mpi/test_mpi_resume.py): rank 0's write of the weights takes this many seconds longer
+        if (const char* pause = std::getenv("TRAINER_TEST_IO_PAUSE_S"))
+          std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(pause)));
         weights_digest =
             write_safetensors(w->file("model.safetensors"), named,
                               {{"format", "pt"}, {"producer", "trainer"}, {"step", std::to_string(steps_done)}});
@@ -398,8 +405,7 @@ int64_t TrainCheckpointer::resume(double weights_read_s) {
     parent_ = resumed_dir.filename().string();
   double secs = seconds_since(t0) + weights_read_s;
   {  // the slowest rank's, waited for as long as a checkpoint's write (the ranks' shares of the files differ)
-    const ScopedHostTimeout wait_for_reads(comm_, {cfg_.parallel.checkpoint_timeout_s,
-                                                   "parallel.checkpoint_timeout_s"});
+    const ScopedHostTimeout wait_for_reads(comm_, checkpoint_wait(cfg_.parallel));
     comm_.all_reduce_host(&secs, 1, HostOp::max);
   }
   resumed_ = {{"path", step_dir},

@@ -7,9 +7,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include "dist/communicator.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
+#include "jobs/train_checkpoint.h"
 #include "optim/adamw.h"
 
 namespace trainer {
@@ -62,10 +62,9 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
       s.weights_read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (comm) {  // each rank read the whole file: on shared storage they end apart. The slowest is waited for
                    // here, as long as for a checkpoint's write, before any collective that waits comm_timeout_s
-        const ScopedHostTimeout wait_for_reads(*comm, {cfg.parallel.checkpoint_timeout_s,
-                                                       "parallel.checkpoint_timeout_s"});
+        const ScopedHostTimeout wait_for_reads(*comm, checkpoint_wait(cfg.parallel));
         // Test hook (tests/mpi/test_mpi_resume.py): the last rank's read takes this many seconds longer
-        if (const char* pause = std::getenv("TRAINER_TEST_READ_PAUSE_S"); pause && comm->rank() == comm->size() - 1)
+        if (const char* pause = std::getenv("TRAINER_TEST_IO_PAUSE_S"); pause && comm->rank() == comm->size() - 1)
           std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(pause)));
         comm->barrier();
       }

@@ -7,7 +7,8 @@
   process continue the one-process run within fp32 tolerance (1e-5 relative; summation order differs).
 - A damaged block of rank 1's optimizer file stops a 2-rank resume with rank 1's line naming the file and bytes.
 - A checkpoint write that holds rank 0 past parallel.comm_timeout_s, or a resume's read that holds rank 1, is waited
-  for up to parallel.checkpoint_timeout_s; past that, the job ends with a message naming the key.
+  for up to parallel.checkpoint_timeout_s (or comm_timeout_s, where longer); past that, the job ends with a message
+  naming the key.
 
 Environment (set by tests/mpi/CMakeLists.txt): TRAINER_BIN, TRAINER_SOURCE_DIR, MPIEXEC.
 """
@@ -32,7 +33,9 @@ ENV = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1
 MPIRUN = [MPIEXEC, "--allow-run-as-root", "--oversubscribe"]
 
 
-def trainer(tmp, tag, steps, np_, *sets, env=None):
+def run_trainer(tmp, tag, steps, np_, *sets, env=None):
+    """The tiny model on np_ ranks (a cosine schedule, clipping, random sampling from a token file), record
+    tmp/<tag>.json: the finished process."""
     tokens = tmp / "tokens.bin"
     if not tokens.exists():
         np.random.default_rng(11).integers(0, 256, size=20000, dtype=np.uint16).tofile(tokens)
@@ -44,7 +47,12 @@ def trainer(tmp, tag, steps, np_, *sets, env=None):
     for s in sets:
         a += ["--set", s]
     cmd = (MPIRUN + ["-np", str(np_)] + a) if np_ > 1 else a
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env or ENV, cwd=SRC)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env or ENV, cwd=SRC)
+
+
+def trainer(tmp, tag, steps, np_, *sets, env=None):
+    """run_trainer, which must succeed: its record, with its stderr as "_stderr"."""
+    p = run_trainer(tmp, tag, steps, np_, *sets, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads((tmp / (tag + ".json")).read_text())
     r["_stderr"] = p.stderr
@@ -150,10 +158,7 @@ def test_a_damaged_block_of_another_ranks_file_is_refused_by_the_rank_that_reads
     m = json.loads((d / "manifest.json").read_text())
     bb = m["files"][f.name]["block_bytes"]
     k = (len(bad) // 2) // bb
-    cmd = MPIRUN + ["-np", "2", BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set",
-                    "parallel.strategy=zero1", "--set", "bench.warmup_steps=0", "--set", "bench.measure_steps=4",
-                    "--set", f"init.resume={tmp_path / 'ck'}", "--set", f"output.results={tmp_path / 'b.json'}"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=ENV, cwd=SRC)
+    p = run_trainer(tmp_path, "b", 4, 2, "parallel.strategy=zero1", f"init.resume={tmp_path / 'ck'}")
     assert p.returncode != 0
     assert (f"trainer: error: rank 1: init.resume: '{f}' does not match its checksum in bytes [{k * bb}, "
             f"{min(len(bad), (k + 1) * bb)}) (CRC-32 {zlib.crc32(bytes(bad[k * bb:(k + 1) * bb])):08x}, the manifest "
@@ -162,45 +167,41 @@ def test_a_damaged_block_of_another_ranks_file_is_refused_by_the_rank_that_reads
 
 
 def test_ranks_wait_for_a_slow_checkpoint_write_up_to_checkpoint_timeout_s(tmp_path):
-    """Rank 0 holds its checkpoint write 4 s (the test hook that pauses it before completing the checkpoint, as a
-    slow disk would) while rank 1 waits in a host collective: past parallel.comm_timeout_s (2 s) but within
-    parallel.checkpoint_timeout_s, the run ends ok with its checkpoint."""
-    r = trainer(tmp_path, "slow", 2, 2, "parallel.strategy=zero1", "parallel.comm_timeout_s=2",
-                f"output.checkpoint={tmp_path / 'ck'}", env=dict(ENV, TRAINER_TEST_CHECKPOINT_PAUSE_S="4"))
-    assert r["status"] == "ok", r.get("error")
-    assert [w["step"] for w in r["checkpoint"]["writes"]] == [2] and r["checkpoint"]["writes"][0]["write_s"] > 4
-    _, _, m = newest(tmp_path / "ck")
-    assert m["step"] == 2
+    """Rank 0's write of the weights takes 5 s longer (a test hook, as a slow disk would) while rank 1, its own file
+    written, waits in a host collective: past parallel.comm_timeout_s (3 s) but within parallel.checkpoint_timeout_s,
+    the run ends ok with its checkpoint. A checkpoint_timeout_s below comm_timeout_s does not shorten the wait."""
+    slow = dict(ENV, TRAINER_TEST_IO_PAUSE_S="5")
+    for tag, sets in [("slow", ["parallel.comm_timeout_s=3"]),
+                      ("slow2", ["parallel.comm_timeout_s=8", "parallel.checkpoint_timeout_s=1"])]:
+        r = trainer(tmp_path, tag, 2, 2, "parallel.strategy=zero1", *sets, f"output.checkpoint={tmp_path / tag}",
+                    env=slow)
+        assert r["status"] == "ok", r.get("error")
+        assert [w["step"] for w in r["checkpoint"]["writes"]] == [2] and r["checkpoint"]["writes"][0]["write_s"] > 5
+        _, _, m = newest(tmp_path / tag)
+        assert m["step"] == 2
 
 
 def test_a_checkpoint_write_past_checkpoint_timeout_s_ends_the_job_naming_the_key(tmp_path):
-    """The same pause (6 s) past parallel.checkpoint_timeout_s (2 s): rank 1's wait ends the job with one message
-    that names the key, and the record says error."""
-    cmd = MPIRUN + ["-np", "2", BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set",
-                    "parallel.strategy=zero1", "--set", "bench.warmup_steps=0", "--set", "bench.measure_steps=2",
-                    "--set", "parallel.checkpoint_timeout_s=2", "--set", f"output.checkpoint={tmp_path / 'ck'}",
-                    "--set", f"output.results={tmp_path / 'b.json'}"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=SRC,
-                       env=dict(ENV, TRAINER_TEST_CHECKPOINT_PAUSE_S="6"))
+    """The same hook (7 s) past parallel.checkpoint_timeout_s (3 s): rank 1's wait ends the job with one message that
+    names the key, and the record says error."""
+    p = run_trainer(tmp_path, "b", 2, 2, "parallel.strategy=zero1", "parallel.comm_timeout_s=3",
+                    "parallel.checkpoint_timeout_s=3", f"output.checkpoint={tmp_path / 'ck'}",
+                    env=dict(ENV, TRAINER_TEST_IO_PAUSE_S="7"))
     assert p.returncode != 0, p.stderr[-3000:]
-    assert "(parallel.checkpoint_timeout_s = 2 s)" in p.stderr, p.stderr[-3000:]
+    assert "(parallel.checkpoint_timeout_s = 3 s)" in p.stderr, p.stderr[-3000:]
     r = json.loads((tmp_path / "b.json").read_text())
-    assert r["status"] == "error" and "parallel.checkpoint_timeout_s = 2 s" in r["error"], r
+    assert r["status"] == "error" and "parallel.checkpoint_timeout_s = 3 s" in r["error"], r
 
 
 def test_a_slow_read_of_one_rank_is_waited_for_up_to_checkpoint_timeout_s(tmp_path):
-    """Rank 1's read of the weights at a resume takes 4 s longer (a test hook, as shared storage would): past
-    parallel.comm_timeout_s (2 s) but within parallel.checkpoint_timeout_s, the resumed run ends ok; with
-    checkpoint_timeout_s 2 the job ends with the key's message."""
+    """Rank 1's read of the weights at a resume takes 5 s longer (the same hook, as shared storage would): past
+    parallel.comm_timeout_s (3 s) but within parallel.checkpoint_timeout_s, the resumed run ends ok; with
+    checkpoint_timeout_s 3 the job ends with the key's message."""
     trainer(tmp_path, "a", 2, 2, "parallel.strategy=zero1", f"output.checkpoint={tmp_path / 'ck'}")
-    slow = dict(ENV, TRAINER_TEST_READ_PAUSE_S="4")
-    r = trainer(tmp_path, "b", 4, 2, "parallel.strategy=zero1", "parallel.comm_timeout_s=2",
-                f"init.resume={tmp_path / 'ck'}", env=slow)
+    r = trainer(tmp_path, "b", 4, 2, "parallel.strategy=zero1", "parallel.comm_timeout_s=3",
+                f"init.resume={tmp_path / 'ck'}", env=dict(ENV, TRAINER_TEST_IO_PAUSE_S="5"))
     assert r["status"] == "ok" and r["steps"]["first"] == 2, r.get("error")
-    cmd = MPIRUN + ["-np", "2", BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set",
-                    "parallel.strategy=zero1", "--set", "bench.warmup_steps=0", "--set", "bench.measure_steps=4",
-                    "--set", "parallel.checkpoint_timeout_s=2", "--set", f"init.resume={tmp_path / 'ck'}",
-                    "--set", f"output.results={tmp_path / 'c.json'}"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=SRC,
-                       env=dict(ENV, TRAINER_TEST_READ_PAUSE_S="6"))
-    assert p.returncode != 0 and "(parallel.checkpoint_timeout_s = 2 s)" in p.stderr, p.stderr[-3000:]
+    p = run_trainer(tmp_path, "c", 4, 2, "parallel.strategy=zero1", "parallel.comm_timeout_s=3",
+                    "parallel.checkpoint_timeout_s=3", f"init.resume={tmp_path / 'ck'}",
+                    env=dict(ENV, TRAINER_TEST_IO_PAUSE_S="7"))
+    assert p.returncode != 0 and "(parallel.checkpoint_timeout_s = 3 s)" in p.stderr, p.stderr[-3000:]
