@@ -12,15 +12,15 @@ forward, backward and the optimizer are timed apart and fp32 against bf16 change
 runs use the trainer's fastest defaults (flash2 for bf16, selective recompute, AdamW inside the backward, a CUDA graph
 of the step on the GPU: the phase columns then read '-' or ~0 for the optimizer).
 
-Each configuration runs in its own process (an OOM, a crash, a refused config or a run past --timeout does not stop
-the sweep: it is a row saying so) and writes its result record under --out; only a record this run wrote counts (a
-record left there by an earlier sweep is never reported as this one's). Prints one table: mean ± std ms of the step,
-the mean of its forward, backward and optimizer, tokens/s, TFLOP/s, peak memory; writes OUT/.sweep.json (atomically; a
-dot file, so that OUT/*.json are the records for plot.py and the tables). Exit status 1 when a run failed (an error or
-timeout row; an OOM row is a finding, not a failure), 2 for bad arguments (`bench_sweep.py: error: ...`, before anything
-runs). Ctrl-C (SIGINT) or SIGTERM (kill, Slurm), passed on to the run in flight, lets that run end its record
-(status interrupted), runs nothing more, prints the rows so far and writes OUT/.sweep.json; exit status 128 + the
-signal (130 for Ctrl-C, 143 for SIGTERM). Standard library only.
+Each configuration runs in its own process (an OOM, a crash, a refused config or a run past --timeout does not stop the
+sweep: it is a row saying so) and writes its result record under --out; only a record this run wrote counts (a record
+left there by an earlier sweep is never reported as this one's). Prints one table: mean ± std ms of the step, the mean
+of its forward, backward and optimizer, tokens/s, TFLOP/s, peak memory; writes OUT/.sweep.json (atomically; a dot file,
+so that OUT/*.json are the records for plot.py and the tables). Exit status 1 when a run failed (an error or timeout
+row; an OOM row is a finding, not a failure), 2 for bad arguments (`bench_sweep.py: error: ...`, before anything runs).
+Ctrl-C (SIGINT) or SIGTERM (kill, Slurm), passed on to the run in flight (its process group: a trainer under a wrapper
+script gets it too), lets that run end its record (status interrupted), runs nothing more, prints the rows so far and
+writes OUT/.sweep.json; exit status 128 + the signal (130 for Ctrl-C, 143 for SIGTERM). Standard library only.
 """
 import argparse
 import json
@@ -45,12 +45,21 @@ def fail(msg):
     sys.exit(2)
 
 
+def signal_run(p, signum):
+    """`signum` to the run's process group: the trainer, and a wrapper's (--trainer a script) with it. The run is
+    started in a group of its own, so only this sweep passes a terminal's Ctrl-C on to it, once, and a signal sent to
+    the sweep alone (kill, Slurm) reaches the trainer under a wrapper too."""
+    try:
+        os.killpg(p.pid, signum)
+    except ProcessLookupError:  # it has ended
+        pass
+
+
 def on_interrupt(signum, frame):
-    """Ctrl-C: no more runs; the one in flight stops after its step and writes its record (status interrupted). A
-    terminal's Ctrl-C reaches it too: the trainer takes the same signal again within 250 ms as one."""
+    """Ctrl-C: no more runs; the one in flight stops after its step and writes its record (status interrupted)."""
     INTERRUPT["seen"] = INTERRUPT["seen"] or signum
     if INTERRUPT["child"] is not None:
-        INTERRUPT["child"].send_signal(signum)  # nothing when it has ended
+        signal_run(INTERRUPT["child"], signum)
 
 
 def signame(n):
@@ -93,18 +102,18 @@ def run_one(args, size, precision, phase, warmup):
         cmd += ["--set", kv]
     before = out.stat().st_mtime_ns if out.exists() else None
     row = (size, precision, phase, warmup)
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0)
     INTERRUPT["child"] = p
     if INTERRUPT["seen"]:  # Ctrl-C came while it was being started
-        p.send_signal(INTERRUPT["seen"])
+        signal_run(p, INTERRUPT["seen"])
     try:
         _, stderr = p.communicate(timeout=args.timeout)  # on Ctrl-C too: its pipes stay read until it has ended
     except subprocess.TimeoutExpired:
-        p.terminate()  # SIGTERM: the trainer stops at a step boundary and finishes its record
+        signal_run(p, signal.SIGTERM)  # the trainer stops at a step boundary and finishes its record
         try:
             _, stderr = p.communicate(timeout=30)
         except subprocess.TimeoutExpired:
-            p.kill()
+            signal_run(p, signal.SIGKILL)
             _, stderr = p.communicate()
         return {"status": "timeout", "error": f"stopped after --timeout {args.timeout} s; last line: "
                 f"{last_line(stderr, '-')}", "_row": row}

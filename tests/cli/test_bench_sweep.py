@@ -6,7 +6,7 @@
   reported as this one's: a refused run is an ERROR row and the exit status is 1;
 - a run killed by a signal (its record left running) is a row saying how it ended; an error's whole line is shown;
 - Ctrl-C: the run in flight ends its record (interrupted), the rest are skipped, the rows so far are printed and
-  written to OUT/.sweep.json, exit status 130 (no traceback);
+  written to OUT/.sweep.json, exit status 130 (no traceback); the signal reaches a trainer under a wrapper script;
 - bad arguments: exit 2 before anything runs, one line `bench_sweep.py: error: ...` (as argparse's).
 
 Run: TRAINER_BIN=build/trainer TRAINER_SOURCE_DIR=. /usr/bin/python3 -m pytest tests/cli/test_bench_sweep.py
@@ -103,14 +103,22 @@ wait $pid
     assert row.endswith(f"ERROR: {how}; record left running"), row
 
 
-@pytest.mark.parametrize("group, sig", [(True, signal.SIGINT), (False, signal.SIGINT), (False, signal.SIGTERM)],
-                         ids=["terminal", "sweep_only", "sigterm"])
-def test_ctrl_c_keeps_the_finished_rows(tmp_path, group, sig):
+@pytest.mark.parametrize("group, sig, wrapped", [(True, signal.SIGINT, False), (False, signal.SIGINT, False),
+                                                 (False, signal.SIGTERM, False), (False, signal.SIGINT, True)],
+                         ids=["terminal", "sweep_only", "sigterm", "sweep_only_wrapper"])
+def test_ctrl_c_keeps_the_finished_rows(tmp_path, group, sig, wrapped):
     # runs: forward w0 (finishes), forward w100000 (interrupted in its warm-up), train_step w0 and w100000 (skipped).
-    # group: SIGINT to the process group, as a terminal's Ctrl-C (the trainer gets it too); else to bench_sweep only,
-    # which passes it on (SIGTERM too: kill, Slurm).
+    # group: SIGINT to the sweep's process group, as a terminal's Ctrl-C; else to bench_sweep only (SIGTERM too:
+    # kill, Slurm). Either way the sweep passes it on to the run's own process group, so a trainer under a wrapper
+    # script (wrapped: bash running it as a child, which waits) gets it too.
+    trainer = None
+    if wrapped:
+        trainer = tmp_path / "wrapper.sh"
+        trainer.write_text(f"#!/bin/bash\n'{BIN}' \"$@\"\n")
+        trainer.chmod(0o755)
     out = tmp_path / "out"
-    proc = subprocess.Popen(sweep_cmd(tmp_path, "--phases", "forward", "train_step", "--warmups", "0", "100000", *CPU),
+    proc = subprocess.Popen(sweep_cmd(tmp_path, "--phases", "forward", "train_step", "--warmups", "0", "100000", *CPU,
+                                      trainer=str(trainer) if trainer else None),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
     try:
         second = out / "tiny_fp32_forward_w100000.json"
