@@ -55,6 +55,15 @@ def signal_run(p, signum):
         pass
 
 
+def on_hangup(signum, frame):
+    """The terminal closed (SIGHUP): the run in flight, in a process group of its own that the shell does not signal,
+    gets it too; then the sweep ends by it as it would have without a handler."""
+    if INTERRUPT["child"] is not None:
+        signal_run(INTERRUPT["child"], signum)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
 def on_interrupt(signum, frame):
     """Ctrl-C: no more runs; the one in flight stops after its step and writes its record (status interrupted)."""
     INTERRUPT["seen"] = INTERRUPT["seen"] or signum
@@ -213,6 +222,8 @@ def main():
     t0 = time.time()
     signal.signal(signal.SIGINT, on_interrupt)
     signal.signal(signal.SIGTERM, on_interrupt)
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:  # not under nohup (the runs inherit its SIG_IGN)
+        signal.signal(signal.SIGHUP, on_hangup)
     runs = [(s, pr, ph, w) for s in args.sizes for pr in args.precisions for ph in args.phases for w in args.warmups]
     for run in runs:
         if INTERRUPT["seen"]:

@@ -7,6 +7,7 @@
 - a run killed by a signal (its record left running) is a row saying how it ended; an error's whole line is shown;
 - Ctrl-C: the run in flight ends its record (interrupted), the rest are skipped, the rows so far are printed and
   written to OUT/.sweep.json, exit status 130 (no traceback); the signal reaches a trainer under a wrapper script;
+- a hangup (SIGHUP: the terminal closed) ends the run in flight too, though it runs in a process group of its own;
 - bad arguments: exit 2 before anything runs, one line `bench_sweep.py: error: ...` (as argparse's).
 
 Run: TRAINER_BIN=build/trainer TRAINER_SOURCE_DIR=. /usr/bin/python3 -m pytest tests/cli/test_bench_sweep.py
@@ -175,3 +176,31 @@ def test_bad_arguments(tmp_path, args, needle):
     assert p.stderr.splitlines()[-1].startswith("bench_sweep.py: error: "), p.stderr
     if args[1] != "x":
         assert len(p.stderr.splitlines()) == 1, p.stderr
+
+
+def test_a_hangup_ends_the_run_in_flight_too(tmp_path):
+    """SIGHUP to the sweep (its terminal closed): the run in flight, in a process group of its own that a shell would
+    not signal, is ended by it too, and the sweep ends by SIGHUP."""
+    out = tmp_path / "out"
+    proc = subprocess.Popen(sweep_cmd(tmp_path, "--phases", "forward", "--warmups", "100000", *CPU),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
+    record = out / "tiny_fp32_forward_w100000.json"
+    try:
+        deadline = time.time() + 120
+        while not (record.exists() and '"running"' in record.read_text()):
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()
+            time.sleep(0.1)
+        run = [int(q) for q in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                              text=True).stdout.split()]
+        assert len(run) == 1, run
+        proc.send_signal(signal.SIGHUP)
+        proc.communicate(timeout=60)
+        deadline = time.time() + 30
+        while os.path.exists(f"/proc/{run[0]}") and time.time() < deadline:
+            time.sleep(0.1)
+        assert not os.path.exists(f"/proc/{run[0]}"), "the run outlived the sweep"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == -signal.SIGHUP
