@@ -181,7 +181,7 @@ void TrainCheckpointer::write(int64_t steps_done) {
   const int rank = comm_.rank();
   const bool root = rank == 0;
   // The ranks wait for each other here while one writes more than the rest (rank 0: the weights, 32 GB for the 8B in
-  // fp32; at 100 MB/s past comm_timeout_s's 300 s): their host-side collectives wait parallel.checkpoint_timeout_s
+  // fp32; at 100 MB/s past comm_timeout_s's 300 s): their host-side collectives wait as checkpoint_wait says
   const ScopedHostTimeout wait_for_writes(comm_, checkpoint_wait(cfg_.parallel));
   if (root)  // a large model's write takes a while (xl: 41 GB): say so before it starts
     spdlog::info("checkpoint after step {}: writing to {} ...", steps_done, *cfg_.output.checkpoint);
