@@ -114,7 +114,8 @@ Args parse_args(int argc, char** argv) {
     } else if (is_option(s, "--device-memory")) {
       const std::string v = option_value(argc, argv, i, "--device-memory");
       const auto g = whole_number<double>(v, [](const std::string& t, size_t* used) { return std::stod(t, used); });
-      CONFIG_CHECK(g && *g > 0 && *g < 1e6, "--device-memory '{}': expected GiB, a number > 0", v);
+      CONFIG_CHECK(g && *g >= 1.0 / 1024 && *g < 1e6, "--device-memory '{}': expected GiB, a number from 1/1024 "
+                   "(1 MiB) to below 1e6", v);
       a.device_memory_gib = *g;
     } else if (is_option(s, "--gpu")) {
       a.gpu = option_value(argc, argv, i, "--gpu");
@@ -233,6 +234,25 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
                             : size_t(kFitFraction * double(available) / std::max(1, world));
   std::optional<FitSearch> search;
   if (budget > 0 && (fit || host_peak > budget)) search = search_fit(cfg, world, budget, gpu);
+  // Why the search found nothing, when it did not: the state alone is over the budget, or no activation setting
+  // fits. What lowers the state a rank holds: only fsdp shards the weights and gradients (zero1 the AdamW moments
+  // alone; ddp nothing), so more ranks help only under fsdp; precision bf16_pure runs on strategy none only
+  std::string nothing;
+  if (search && search->options.empty()) {
+    const std::string& s = cfg.parallel.strategy;
+    const std::string more =
+        s == "fsdp"    ? "more ranks, or a smaller model"
+        : s == "zero1" ? "fsdp over several ranks (zero1 keeps the weights and gradients whole), or a smaller model"
+        : s == "none"  ? "several ranks with fsdp (or zero1, which shards the AdamW moments alone), precision "
+                         "bf16_pure, or a smaller model"
+                       : "fsdp over several ranks (" + s + " keeps every weight, gradient and AdamW moment whole), "
+                         "or a smaller model";
+    nothing = search->state_bytes > budget
+                  ? fmt::format("the weights, gradients and optimizer state alone take {}, which no activation "
+                                "setting lowers ({})", format_bytes(search->state_bytes), more)
+                  : fmt::format("no checkpointing policy fits, even at a microbatch of one row ({}, or a shorter "
+                                "context)", more);
+  }
   if (as_json) {
     nlohmann::json out = plans[0].to_json();
     out["ranks_identical"] = !differ;
@@ -246,7 +266,10 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
       out["per_rank"] = nlohmann::json::array();
       for (const Plan& p : plans) out["per_rank"].push_back(p.to_json());
     }
-    if (search) out["fit"] = search->to_json();
+    if (search) {
+      out["fit"] = search->to_json();
+      if (!nothing.empty()) out["fit"]["nothing"] = nothing;
+    }
     std::cout << out.dump(2) << "\n";
     return 0;
   }
@@ -279,22 +302,7 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
             ? " of device memory; the rest for the CUDA context, cuBLAS, NCCL and the allocator's rounding"
             : fmt::format(" available on this host / {} rank(s)", world),
         search->plans);
-    // What lowers the state a rank holds: only fsdp shards the weights and gradients (zero1 the AdamW moments
-    // alone; ddp nothing), so more ranks help only under fsdp; precision bf16_pure runs on strategy none only
-    const std::string& s = cfg.parallel.strategy;
-    const std::string more =
-        s == "fsdp"    ? "more ranks, or a smaller model"
-        : s == "zero1" ? "fsdp over several ranks (zero1 keeps the weights and gradients whole), or a smaller model"
-        : s == "none"  ? "several ranks with fsdp (or zero1, which shards the AdamW moments alone), precision "
-                         "bf16_pure, or a smaller model"
-                       : "fsdp over several ranks (" + s + " keeps every weight, gradient and AdamW moment whole), "
-                         "or a smaller model";
-    if (search->state_bytes > budget)
-      std::cout << fmt::format("  nothing: the weights, gradients and optimizer state alone take {}, which no "
-                               "activation setting lowers ({})\n", format_bytes(search->state_bytes), more);
-    else if (search->options.empty())
-      std::cout << fmt::format("  nothing: no checkpointing policy fits, even at a microbatch of one row ({}, or a "
-                               "shorter context)\n", more);
+    if (!nothing.empty()) std::cout << "  nothing: " << nothing << "\n";
     for (const FitOption& o : search->options) {
       std::string sets;
       for (const std::string& kv : o.sets) sets += fmt::format(" --set '{}'", kv);
@@ -567,6 +575,7 @@ int main(int argc, char** argv) {
         });
   int code = 0;
   std::optional<Plan> plan;
+  std::string plan_gpu;  // whose rates the plan's step time assumes (known_gpus)
   const auto t0 = std::chrono::steady_clock::now();
   MemoryTimeline timeline;  // attached to the job's backend only with profile.memory_timeline
   try {
@@ -575,8 +584,8 @@ int main(int argc, char** argv) {
     if (cfg.job == "train") {  // the prediction goes into the record beside the measurement (and into an OOM record)
       try {
         // at the rates of this rank's GPU where the planner knows it (an H100 80GB), else an H200's
-        plan = make_plan(cfg, world, rank,
-                         cfg.device == "cuda" ? gpu_of_device_name(cuda_device_name(mpi.local_rank())) : "h200");
+        plan_gpu = cfg.device == "cuda" ? gpu_of_device_name(cuda_device_name(mpi.local_rank())) : "h200";
+        plan = make_plan(cfg, world, rank, plan_gpu);
         ctx.plan = &*plan;
       } catch (const ConfigError&) {
         throw;
@@ -592,6 +601,8 @@ int main(int argc, char** argv) {
     else throw ConfigError(fmt::format("job: '{}' is not implemented", cfg.job));
     record.update(part);
     if (plan && record.contains("memory")) record["memory"]["predicted"] = plan->predicted_json();
+    if (plan && cfg.device == "cuda" && record.contains("timing") && record["timing"].is_object())
+      record["timing"]["predicted"] = {{"step_ms", plan->time_s * 1e3}, {"gpu", plan_gpu}};  // beside timing.step
     if (record.contains("interrupted") && !record["interrupted"].is_null()) {
       record["status"] = "interrupted";
       record["error"] = fmt::format("interrupted by {} after step {} of {}",

@@ -147,6 +147,12 @@ def test_plan_fit_state_too_large_names_what_shards_it(trainer_bin, tmp_path, st
     assert r.returncode == 0, r.stderr
     line = [x for x in r.stdout.splitlines() if "nothing: the weights" in x]
     assert len(line) == 1 and hint in line[0], r.stdout
+    # --json says the same: no option, and why
+    j = run(trainer_bin, ["--plan", str(SOURCE_DIR / "configs" / "10B.json"), "--world-size", world, "--gpu", "h100",
+                          "--set", "precision=fp32", "--set", f"data.batch_size={world}",
+                          "--set", f"parallel.strategy={strategy}", "--fit", "--json"], tmp_path)
+    fit = json.loads(j.stdout)["fit"]
+    assert fit["options"] == [] and "  nothing: " + fit["nothing"] == line[0], fit
 
 
 def test_plan_comm_note_in_a_build_without_nccl(trainer_bin, tmp_path):
@@ -190,6 +196,10 @@ def test_plan_device_memory(trainer_bin, tmp_path):
     h200 = plan_json(trainer_bin, tmp_path, one_gpu)
     h100 = plan_json(trainer_bin, tmp_path, one_gpu, "--device-memory", "79.1")
     assert h200["memory"]["fits"] is True and "fit" not in h200
+    # 128.7 GiB of the H200's 139.8: within the 93% --fit keeps; at 135 GiB of memory it fits without the headroom
+    assert h200["memory"]["fits_with_headroom"] is True
+    tight = plan_json(trainer_bin, tmp_path, one_gpu, "--device-memory", "135")
+    assert tight["memory"]["fits"] is True and tight["memory"]["fits_with_headroom"] is False, tight["memory"]
     assert h100["memory"]["device_memory_bytes"] == int(79.1 * 2**30) and h100["memory"]["fits"] is False
     assert h100["fit"]["budget_bytes"] == int(0.93 * int(79.1 * 2**30))
     assert h100["fit"]["options"] and all(o["peak_bytes"] <= h100["fit"]["budget_bytes"] for o in h100["fit"]["options"])
@@ -232,6 +242,8 @@ def test_help_names_plan(trainer_bin, tmp_path):
     (["--device-memory", "80"], "--plan only"),
     (["--plan", TINY, "--device", "cuda", "--device-memory", "zero"], "--device-memory"),
     (["--plan", TINY, "--device", "cuda", "--device-memory", "-1"], "--device-memory"),
+    (["--plan", TINY, "--device", "cuda", "--device-memory", "1e-300"], "a number from 1/1024 (1 MiB) to below 1e6"),
+    (["--plan", TINY, "--device", "cuda", "--device-memory", "1e6"], "a number from 1/1024 (1 MiB) to below 1e6"),
     (["--plan", TINY, "--device", "cpu", "--device-memory", "80"], "applies to a cuda plan"),
     (["--gpu", "h100"], "--plan only"),
     (["--plan", TINY, "--gpu", "a100"], "--gpu: unknown GPU 'a100' (known: h200, h100)"),

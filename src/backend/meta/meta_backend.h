@@ -93,7 +93,8 @@ class MetaBackend final : public Backend {
 
   void* raw_alloc(size_t bytes) override;
   void raw_free(void* p) override {}
-  void copy_from_host(void* dst, const void* src, size_t bytes) override {}
+  void copy_from_host(void* dst, const void* src, size_t bytes) override {}  // reads nothing: the planner passes
+                                                                             // no host batch (make_plan)
   void copy_to_host(void* dst, const void* src, size_t bytes) override {}
   void copy(void* dst, const void* src, size_t bytes) override;
   void fill(Tensor t, float value) override;
