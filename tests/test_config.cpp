@@ -249,7 +249,7 @@ TEST_CASE("config: resolution of auto values, name and microbatch", "[config]") 
   SECTION("a checkpoint directory loses its trailing slashes (log lines and the record name ck/step-N)") {
     CHECK(load_doc(dir, doc, {"output.checkpoint=" + dir.path("ck") + "//"}).output.checkpoint == dir.path("ck"));
   }
-  SECTION("the schedule's keys under schedule constant, and cosine's implied cycle") {
+  SECTION("the schedule's keys under schedule constant, cosine's implied cycle, keep_attention without recompute") {
     auto warnings_of = [&](const std::vector<std::string>& sets) {
       std::vector<std::string> w;
       load_config(dir.write("run.json", doc.dump()), sets, 1, false, trainer::HostInfo{}, &w);
@@ -269,6 +269,16 @@ TEST_CASE("config: resolution of auto values, name and microbatch", "[config]") 
                                      "bench.measure_steps=6"});
     REQUIRE(longer.size() == 1);
     CHECK_THAT(longer[0], Contains("optimizer.warmup_steps 20 exceeds the run's 8 steps"));
+    // keep_attention where no block is recomputed; with listed blocks (recomputed on their own) it applies
+    for (const char* policy : {"none", "selective"}) {
+      const auto ka = warnings_of({std::string("checkpointing.policy=") + policy, "checkpointing.keep_attention=true"});
+      REQUIRE(ka.size() == 1);
+      CHECK_THAT(ka[0], Contains("checkpointing.keep_attention has no effect: policy '" + std::string(policy) +
+                                 "' recomputes no block unless checkpointing.blocks lists some"));
+      CHECK(warnings_of({std::string("checkpointing.policy=") + policy, "checkpointing.keep_attention=true",
+                         "checkpointing.blocks=[0]"}).empty());
+    }
+    CHECK(warnings_of({"checkpointing.policy=full", "checkpointing.keep_attention=true"}).empty());
   }
   SECTION("the benchmark jobs need no model (they build none); an unknown preset is still refused") {
     const json bench = {{"output", {{"results", dir.path("result.json")}}}, {"model", {{"preset", ""}}}};

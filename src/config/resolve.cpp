@@ -34,6 +34,11 @@ void resolve(RunConfig& c, const std::string& path, int world_size, bool cuda_av
   if (warnings && c.checkpointing.k != CheckpointingCfg{}.k && c.checkpointing.policy != "every_k")
     warnings->push_back(fmt::format("checkpointing.k = {} has no effect: only policy every_k reads it (policy is '{}')",
                                     c.checkpointing.k, c.checkpointing.policy));
+  if (warnings && c.checkpointing.keep_attention && (c.checkpointing.policy == "none" ||
+                                                    c.checkpointing.policy == "selective") &&
+      (!c.checkpointing.blocks || c.checkpointing.blocks->empty()))
+    warnings->push_back(fmt::format("checkpointing.keep_attention has no effect: policy '{}' recomputes no block "
+                                    "unless checkpointing.blocks lists some", c.checkpointing.policy));
   // a directory given as "ck/" or "ck//" is "ck" (the log lines and the record then name "ck/step-N", not "ck//step-N")
   for (std::optional<std::string>* dir : {&c.output.checkpoint, &c.init.resume})
     if (*dir)
