@@ -206,6 +206,13 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
           ? "parallel.comm: planned as nccl, as on a build with NCCL; this trainer was built without NCCL, so it "
             "would run these ranks over mpi (--set parallel.comm=mpi plans that)"
           : "";
+  // A data-parallel or sharded config planned on one rank (no --world-size, no mpirun): its per-rank numbers are
+  // those of one process holding everything, so say how to plan the ranks it is meant for
+  const std::string world_note =
+      world == 1 && cfg.parallel.strategy != "none"
+          ? fmt::format("planned for 1 rank (parallel.strategy {} shares the work over several: --world-size N, or "
+                        "mpirun -np N, plans N)", cfg.parallel.strategy)
+          : "";
   CONFIG_CHECK(device_memory_gib == 0 || cfg.device == "cuda", "--device-memory applies to a cuda plan (the cpu "
                "plan compares with this host's MemAvailable)");
   CONFIG_CHECK(gpu_arg.empty() || cfg.device == "cuda", "--gpu applies to a cuda plan (this plan's device is {})",
@@ -262,6 +269,7 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
     }
     if (!assumed.empty()) out["device_note"] = assumed;
     if (!comm_note.empty()) out["comm_note"] = comm_note;
+    if (!world_note.empty()) out["world_note"] = world_note;
     if (differ) {
       out["per_rank"] = nlohmann::json::array();
       for (const Plan& p : plans) out["per_rank"].push_back(p.to_json());
@@ -275,6 +283,7 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
   }
   if (!assumed.empty()) std::cout << assumed << "\n";
   if (!comm_note.empty()) std::cout << comm_note << "\n";
+  if (!world_note.empty()) std::cout << world_note << "\n";
   std::cout << "config: " << cfg.name << ", model " << (cfg.model.preset.empty() ? "custom" : cfg.model.preset)
             << fmt::format(" (d_model {}, {} layers, context {}), batch {}, microbatch {}, precision {}, attention {}, "
                            "checkpointing {}, phase {}{}\n",

@@ -155,6 +155,17 @@ def test_plan_fit_state_too_large_names_what_shards_it(trainer_bin, tmp_path, st
     assert fit["options"] == [] and "  nothing: " + fit["nothing"] == line[0], fit
 
 
+def test_plan_of_a_parallel_config_on_one_rank_says_so(trainer_bin, tmp_path):
+    """The 8B fsdp config without --world-size plans one rank (it does not fit an H200): a note says how to plan the
+    ranks it is meant for; the 2-rank plan has no note."""
+    cfg = str(SOURCE_DIR / "configs" / "leaderboard_8b.json")
+    one = plan_json(trainer_bin, tmp_path, cfg)
+    assert one["world_note"] == ("planned for 1 rank (parallel.strategy fsdp shares the work over several: "
+                                 "--world-size N, or mpirun -np N, plans N)"), one.get("world_note")
+    assert "world_note" not in plan_json(trainer_bin, tmp_path, cfg, "--world-size", "2")
+    assert "world_note" not in plan_json(trainer_bin, tmp_path, TINY)
+
+
 def test_plan_comm_note_in_a_build_without_nccl(trainer_bin, tmp_path):
     """A cuda plan over ranks is for a cluster's build (nccl); a build without NCCL says its own run would use mpi."""
     version = run(trainer_bin, ["--version"], tmp_path).stdout
