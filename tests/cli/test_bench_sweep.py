@@ -182,8 +182,11 @@ def test_a_hangup_ends_the_run_in_flight_too(tmp_path):
     """SIGHUP to the sweep (its terminal closed): the run in flight, in a process group of its own that a shell would
     not signal, is ended by it too, and the sweep ends by SIGHUP."""
     out = tmp_path / "out"
+    # SIGHUP at its default in the sweep, as from a terminal (a test run under nohup would pass on its SIG_IGN, which
+    # the sweep keeps)
     proc = subprocess.Popen(sweep_cmd(tmp_path, "--phases", "forward", "--warmups", "100000", *CPU),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     record = out / "tiny_fp32_forward_w100000.json"
     try:
         deadline = time.time() + 120
