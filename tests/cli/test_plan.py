@@ -283,3 +283,20 @@ def test_train_record_has_prediction(trainer_bin, tmp_path):
     assert set(pred["by_category"]) == CATEGORIES
     assert pred["peak_bytes"] == pytest.approx(rec["memory"]["peak_bytes"], rel=0.05)
     assert "plan (rank 0 of 1" in r.stderr
+    assert "predicted" not in rec["timing"]  # the cpu's rates are nominal: no step time beside the measured one
+
+
+def test_gpu_record_has_predicted_step_time(trainer_bin, tmp_path):
+    """On a GPU the record carries the planner's step time at that GPU's rates (timing.predicted) beside the measured
+    timing.step (a cpu record has none: test_train_record_has_prediction). Skipped without an NVIDIA GPU."""
+    import shutil
+    import subprocess
+    if not shutil.which("nvidia-smi") or subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode != 0:
+        pytest.skip("no NVIDIA GPU here")
+    out = tmp_path / "g.json"
+    r = run(trainer_bin, [TINY, "--set", "device=cuda", "--set", "bench.warmup_steps=1",
+                          "--set", "bench.measure_steps=2", "--set", f"output.results={out}"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    t = json.loads(out.read_text())["timing"]
+    assert t["predicted"]["gpu"] in ("h200", "h100") and t["predicted"]["step_ms"] > 0, t.get("predicted")
+
