@@ -12,16 +12,15 @@
 #include <cerrno>
 #include <cstring>
 #include <chrono>
-#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <memory>
 #include <mutex>
-#include <thread>
 
 #include "backend/bf16.h"
 #include "build_info.h"
 #include "core/memory.h"
+#include "core/test_hooks.h"
 #include "dist/communicator.h"
 #include "io/checkpoint.h"
 #include "io/result_record.h"
@@ -221,9 +220,7 @@ void TrainCheckpointer::write(int64_t steps_done) {
       bytes += uint64_t(p.numel) * dtype_size(named.back().dtype);
     }
     if (root) try {
-        // Test hook (tests/mpi/test_mpi_resume.py): rank 0's write of the weights takes this many seconds longer
-        if (const char* pause = std::getenv("TRAINER_TEST_IO_PAUSE_S"))
-          std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(pause)));
+        test_pause("TRAINER_TEST_IO_PAUSE_S", "before writing the weights");  // rank 0's write held up
         weights_digest =
             write_safetensors(w->file("model.safetensors"), named,
                               {{"format", "pt"}, {"producer", "trainer"}, {"step", std::to_string(steps_done)}});
@@ -319,13 +316,8 @@ void TrainCheckpointer::write(int64_t steps_done) {
           {"config_hash", fnv1a64_hex(config.dump())},
           {"written", now_iso()},
           {"trainer", build::kVersion}};
-      // Test hook (tests/cli/test_resume.py): hold the finished files in the temporary directory for a while, so a
-      // test can kill the process mid-write.
-      if (const char* pause = std::getenv("TRAINER_TEST_CHECKPOINT_PAUSE_S")) {
-        spdlog::warn("checkpoint: pausing {} s before completing '{}' (TRAINER_TEST_CHECKPOINT_PAUSE_S)", pause,
-                     w->tmp_dir());
-        std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(pause)));
-      }
+      // the finished files held in the temporary directory, so that a test can kill the process mid-write
+      test_pause("TRAINER_TEST_CHECKPOINT_PAUSE_S", "before completing the checkpoint");
       final_dir = w->commit(manifest, parent_);
       parent_ = fs::path(final_dir).filename().string();
     } catch (const std::exception& e) {

@@ -1,12 +1,11 @@
 #include "jobs/train_setup.h"
 
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
-#include <thread>
 
 #include <spdlog/spdlog.h>
 
+#include "core/test_hooks.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "jobs/train_checkpoint.h"
@@ -63,9 +62,8 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
       if (comm) {  // each rank read the whole file: on shared storage they end apart. The slowest is waited for
                    // here, as long as for a checkpoint's write, before any collective that waits comm_timeout_s
         const ScopedHostTimeout wait_for_reads(*comm, checkpoint_wait(cfg.parallel));
-        // Test hook (tests/mpi/test_mpi_resume.py): the last rank's read takes this many seconds longer
-        if (const char* pause = std::getenv("TRAINER_TEST_IO_PAUSE_S"); pause && comm->rank() == comm->size() - 1)
-          std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(pause)));
+        if (comm->rank() == comm->size() - 1)  // the last rank's read held up
+          test_pause("TRAINER_TEST_IO_PAUSE_S", "after reading the weights");
         comm->barrier();
       }
     } else {

@@ -1,0 +1,23 @@
+// Test hooks: environment variables (TRAINER_TEST_*) that tests set to make a slow path happen on demand. Unset in a
+// real run, where each costs one getenv.
+#pragma once
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+namespace trainer {
+
+/// When the environment variable `var` is set: logs a warning naming it and `where`, then sleeps that many seconds.
+/// Returns whether it paused. (tests/cli/test_resume.py, tests/mpi/test_mpi_resume.py: a checkpoint's write or a
+/// resume's read held up, as slow storage would.)
+inline bool test_pause(const char* var, const char* where) {
+  const char* s = std::getenv(var);
+  if (!s) return false;
+  spdlog::warn("test hook {}: pausing {} s {}", var, s, where);
+  std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(s)));
+  return true;
+}
+
+}  // namespace trainer
