@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "backend/cuda_sizes.h"
 #include "backend/meta/meta_backend.h"
+#include "dist/meta_communicator.h"
 #include "jobs/train_setup.h"
 #include "jobs/train_step.h"
 #include "model/model.h"
@@ -212,6 +213,76 @@ TEST_CASE("meta backend: fake addresses, no-op ops that count FLOPs and bytes", 
   a.reset();
   CHECK(be.memory().total == 1);
   CHECK(be.memory().peak_total == 1001);
+}
+
+TEST_CASE("meta communicator: collectives on a stream of their own beside the compute stream's clock", "[planner]") {
+  // Worked by hand: 2 ranks, bus bandwidth 1e11 B/s, an all_reduce of n f32 moves 2 (N-1) / N x 4n = 4n bytes and takes
+  // latency + 4n / 1e11 s; a fill of m f32 on the cpu target's nominal 10 GB/s takes 4m / 1e10 s.
+  MetaBackend be(Device::cpu);
+  const double bw = 1e11;
+  Buffer gb = be.alloc(size_t(4) << 20, Category::gradients), xb = be.alloc(size_t(4) << 22, Category::activations);
+  const Tensor g(gb.data(), DType::f32, Device::cpu, {int64_t(1) << 20});   // 4 MiB
+  const Tensor x(xb.data(), DType::f32, Device::cpu, {int64_t(1) << 22});   // 16 MiB
+  const double lat = MetaCommunicator::default_latency("nccl");
+  const double t_ar = lat + 4.0 * double(g.numel()) / bw;  // ~52 us
+  const double t_fill = 4.0 * double(x.numel()) / 10e9;     // ~1.68 ms: longer than the all_reduce
+  REQUIRE(t_fill > 2 * t_ar);
+  SECTION("synchronous: the stream waits for it") {
+    MetaCommunicator comm(0, 2, "nccl", bw, &be);
+    comm.all_reduce(g, ReduceOp::sum);
+    CHECK(be.now() == Approx(t_ar));
+    CHECK(be.cost().comm_wait_s == Approx(t_ar));
+    CHECK(comm.seconds() == Approx(t_ar));
+    CHECK(comm.bytes() == 4.0 * double(g.numel()));
+  }
+  SECTION("asynchronous under a longer op: hidden") {
+    MetaCommunicator comm(0, 2, "nccl", bw, &be);
+    auto w = comm.all_reduce(g, ReduceOp::sum, /*async=*/true);
+    be.fill(x, 0.f);
+    w->wait();
+    CHECK(be.now() == Approx(t_fill));
+    CHECK(be.cost().comm_wait_s == 0.0);
+    CHECK(comm.free_at() == Approx(t_ar));
+  }
+  SECTION("asynchronous, waited for before it ends: the rest is exposed") {
+    MetaCommunicator comm(0, 2, "nccl", bw, &be);
+    be.fill(x, 0.f);
+    auto w1 = comm.all_reduce(g, ReduceOp::sum, true);  // starts at t_fill
+    auto w2 = comm.all_reduce(g, ReduceOp::sum, true);  // behind the first on the communicator's stream
+    CHECK(comm.free_at() == Approx(t_fill + 2 * t_ar));
+    w1->wait();
+    CHECK(be.now() == Approx(t_fill + t_ar));
+    w2->wait();
+    CHECK(be.now() == Approx(t_fill + 2 * t_ar));
+    CHECK(be.cost().comm_wait_s == Approx(2 * t_ar));
+    CHECK(comm.collectives() == 2);
+  }
+  SECTION("grouped: one latency with NCCL, one per buffer with MPI") {
+    MetaCommunicator nccl(0, 2, "nccl", bw, &be);
+    nccl.all_reduce_many({g, g, g}, ReduceOp::sum, true);
+    CHECK(nccl.seconds() == Approx(lat + 3 * 4.0 * double(g.numel()) / bw));
+    CHECK(nccl.collectives() == 1);
+    MetaCommunicator mpi(0, 2, "mpi", bw, &be);
+    mpi.all_reduce_many({g, g, g}, ReduceOp::sum, true);
+    CHECK(mpi.seconds() == Approx(3 * MetaCommunicator::default_latency("mpi") + 3 * 4.0 * double(g.numel()) / bw));
+    CHECK(mpi.collectives() == 3);
+  }
+  SECTION("mpi: an asynchronous collective holds the stream at once (Open MPI progresses it only inside MPI calls)") {
+    MetaCommunicator comm(0, 2, "mpi", bw, &be);
+    auto w = comm.all_reduce(g, ReduceOp::sum, true);
+    const double t = MetaCommunicator::default_latency("mpi") + 4.0 * double(g.numel()) / bw;
+    CHECK(be.now() == Approx(t));
+    be.fill(x, 0.f);
+    w->wait();
+    CHECK(be.now() == Approx(t + t_fill));
+  }
+  SECTION("one rank: nothing to send") {
+    MetaCommunicator comm(0, 1, "nccl", bw, &be);
+    comm.all_reduce(g, ReduceOp::sum);
+    CHECK(be.now() == 0.0);
+    CHECK(comm.seconds() == 0.0);
+    CHECK(comm.collectives() == 0);
+  }
 }
 
 TEST_CASE("meta backend: the Hopper attention rates by sequence length, against an H200's", "[planner]") {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -60,7 +61,7 @@ Plan make_plan(const RunConfig& cfg, int world_size, int rank, const std::string
 
   QuietLog quiet;
   MetaBackend be(dev, parse_fp32_matmul(cfg.fp32_matmul), gpu);
-  MetaCommunicator comm(rank, world_size, p.comm, p.bus_bandwidth);
+  MetaCommunicator comm(rank, world_size, p.comm, p.bus_bandwidth, &be);
   TrainSetup s = setup_training(cfg, be, &comm, world_size, /*init_weights=*/false);
   p.tokens_per_step = s.shape.global_tokens;
   {  // the block's saved tensors at the run's microbatch, from the one table the model carves its store from
@@ -94,6 +95,9 @@ Plan make_plan(const RunConfig& cfg, int world_size, int rank, const std::string
   s.model->step_loss_sum();
   const MetaCost c = be.cost();  // the work of one step
   const double comm_s = comm.seconds(), comm_bytes = comm.bytes();
+  // the step ends when the compute stream and the last collective have (one still in flight delays the next step)
+  const double step_s = std::max(be.now(), comm.free_at());
+  const int64_t collectives = comm.collectives();
   // A second step for the memory where the run has one: buffers a strategy makes lazily during the first step after
   // its peak (fsdp's shard temporaries for later microbatches) stay for the run and count in every later step's peak.
   int64_t steps = int64_t(cfg.bench.warmup_steps) + cfg.bench.measure_steps;
@@ -128,8 +132,14 @@ Plan make_plan(const RunConfig& cfg, int world_size, int rank, const std::string
   p.compute_s = c.compute_s;
   p.memory_s = c.memory_s;
   p.comm_s = comm_s;
+  p.comm_exposed_s = step_s - p.compute_s - p.memory_s;
+  // what the collectives that ran under the ops took from them (MetaCommunicator::overlap_slowdown)
+  p.overlap_slowdown_s = comm.overlap_slowdown() * std::max(0.0, p.comm_s - p.comm_exposed_s);
   p.comm_bytes = comm_bytes;
-  p.time_s = p.compute_s + p.memory_s + p.comm_s;
+  p.collectives = collectives;
+  p.comm_latency = comm.latency();
+  p.comm_overlap_slowdown = comm.overlap_slowdown();
+  p.time_s = step_s + p.overlap_slowdown_s;
   p.rates = be.rates();
   return p;
 }
@@ -170,8 +180,11 @@ nlohmann::json Plan::to_json() const {
           {"executed_flops", executed_flops},
           {"bytes_moved", bytes_moved},
           {"time_s", time_s},
-          {"time", {{"compute_s", compute_s}, {"memory_s", memory_s}, {"comm_s", comm_s}}},
+          {"time",
+           {{"compute_s", compute_s}, {"memory_s", memory_s}, {"comm_s", comm_s}, {"comm_exposed_s", comm_exposed_s},
+            {"overlap_slowdown_s", overlap_slowdown_s}}},
           {"comm_bytes", comm_bytes},
+          {"collectives", collectives},
           {"assumptions",
            {{"device", rates.device},
             {"gemm_bf16_flops_per_s", rates.gemm_bf16},
@@ -190,13 +203,17 @@ nlohmann::json Plan::to_json() const {
             {"attention_f32_flops_per_s", rates.attention_f32},
             {"memory_bandwidth_bytes_per_s", rates.memory_bandwidth},
             {"comm_bus_bandwidth_bytes_per_s", bus_bandwidth},
+            {"comm_latency_s", comm_latency},
+            {"comm_overlap_slowdown", comm_overlap_slowdown},
             {"source", rates.source},
             {"method",
              "a dry run of the train job's set-up, its first two train_steps (one where the run has one) and, "
              "with output.checkpoint, a checkpoint's reads of the weights, on the meta backend: memory is what it "
              "allocated (cuda: with the CUDA backend's workspace); time is the first step's: each op takes "
-             "max(FLOPs / rate, bytes / bandwidth); collectives bytes / bus bandwidth; no overlap of compute and "
-             "communication assumed"}}}};
+             "max(FLOPs / rate, bytes / bandwidth); a collective latency + bytes / bus bandwidth, on a stream of "
+             "its own beside the ops (nccl: an asynchronous one runs under the ops issued until its wait; mpi: "
+             "none overlaps); the step ends when both streams have, plus comm_overlap_slowdown of the time "
+             "collectives ran under the ops"}}}};
 }
 
 std::string Plan::summary_line() const {
@@ -207,10 +224,12 @@ std::string Plan::summary_line() const {
                         format_bytes(by_category[size_t(i)]));
   }
   return fmt::format("plan (rank {} of {}, {}): peak {} in {}{} ({}); step {} predicted ({} compute, {} memory, {} "
-                     "comm; {:.3g} TFLOP)",
+                     "comm exposed of {}{}; {:.3g} TFLOP)",
                      rank, world_size, rates.device, format_bytes(peak_bytes), peak_phase,
                      peak_block.empty() ? "" : " / " + peak_block, cats, fmt_time(time_s), fmt_time(compute_s),
-                     fmt_time(memory_s), fmt_time(comm_s), flops / 1e12);
+                     fmt_time(memory_s), fmt_time(comm_exposed_s), fmt_time(comm_s),
+                     overlap_slowdown_s > 0 ? fmt::format(", {} slowed", fmt_time(overlap_slowdown_s)) : "",
+                     flops / 1e12);
 }
 
 std::string Plan::table() const {
@@ -256,9 +275,20 @@ std::string Plan::table() const {
                    "flops_per_token counts none; {:.4g} executed, causal attention halved), {:.4g} GB moved, {:.4g} GB "
                    "sent in collectives\n",
                    flops / 1e12, executed_flops / 1e12, bytes_moved / 1e9, comm_bytes / 1e9);
-  t += fmt::format("predicted step: {} = {} compute + {} memory-bound + {} communication (ops in sequence, each at "
-                   "the slower of its FLOPs and bytes)\n",
-                   fmt_time(time_s), fmt_time(compute_s), fmt_time(memory_s), fmt_time(comm_s));
+  t += fmt::format("predicted step: {} = {} compute + {} memory-bound + {} communication exposed{} (ops in "
+                   "sequence, each at the slower of its FLOPs and bytes)\n",
+                   fmt_time(time_s), fmt_time(compute_s), fmt_time(memory_s), fmt_time(comm_exposed_s),
+                   overlap_slowdown_s > 0 ? fmt::format(" + {} of ops slowed by collectives under them",
+                                                        fmt_time(overlap_slowdown_s))
+                                          : "");
+  if (collectives)
+    t += fmt::format("collectives: {} taking {} ({:.4g} GB at {:.4g} GB/s bus bandwidth, {:.3g} us each to start), "
+                     "{} of it under the ops{}\n",
+                     collectives, fmt_time(comm_s), comm_bytes / 1e9, bus_bandwidth / 1e9, comm_latency * 1e6,
+                     fmt_time(std::max(0.0, comm_s - comm_exposed_s)),
+                     comm == "nccl" ? fmt::format(" (asynchronous ones, on NCCL's stream; they slow the ops by {:.2g} "
+                                                  "of that)", comm_overlap_slowdown)
+                                    : " (mpi: none overlaps)");
   if (device == "cpu") {  // the cpu's nominal rates: no bf16, no Hopper kernels
     t += fmt::format("assumed rates ({}): GEMM fp32 {:.4g} TFLOP/s, attention {:.4g} TFLOP/s, memory {:.4g} TB/s, "
                      "collectives {:.4g} GB/s bus bandwidth\n",

@@ -52,16 +52,27 @@ struct Plan {
   double executed_flops = 0;  // what the kernels execute (causal flash attention halves)
   double bytes_moved = 0;     // bytes read + written by the ops
   double compute_s = 0, memory_s = 0, comm_s = 0;  // predicted time of FLOP-bound ops, byte-bound ops, collectives
-  double time_s = 0;          // compute_s + memory_s + comm_s (ops and collectives in sequence; an op, fused or
-                              // not, costs the slower of its FLOPs and its bytes)
+                                                   // (comm_s: their busy time, overlapped or not)
+  double comm_exposed_s = 0;  // the part of the step the compute stream waits for collectives (or ends before the
+                              // last one): comm_s minus what ran under the ops (dist/meta_communicator.h)
+  double overlap_slowdown_s = 0;  // what the collectives running under the ops took from them
+                                  // (MetaCommunicator::overlap_slowdown times comm_s - comm_exposed_s)
+  double time_s = 0;          // compute_s + memory_s + comm_exposed_s + overlap_slowdown_s (ops in sequence; an op,
+                              // fused or not, costs the slower of its FLOPs and its bytes; collectives on a stream of
+                              // their own)
   double comm_bytes = 0;      // bytes this rank sends in collectives (busbw convention)
+  int64_t collectives = 0;    // collectives of one step (a grouped NCCL launch counts once)
+  double comm_latency = 0;    // seconds assumed per collective (MetaCommunicator::default_latency)
+  double comm_overlap_slowdown = 0;  // MetaCommunicator::overlap_slowdown
   MetaRates rates;
   double bus_bandwidth = 0;   // bytes/s assumed for collectives
 
   /// {"world_size", "rank", "device", "strategy", "comm", "tokens_per_step", "memory": {"peak_bytes", "by_category",
   /// "category_peaks", "peak_phase", "peak_block", "setup_bytes", "phase_high_water", "device_memory_bytes",
   /// "fits", "block_store": [{"name", "kind", "dtype", "shape", "bytes", "stored", "checkpointed"}]}, "flops",
-  /// "executed_flops", "bytes_moved", "time_s", "time": {...}, "comm_bytes", "assumptions": {...}}
+  /// "executed_flops", "bytes_moved", "time_s", "time": {"compute_s", "memory_s", "comm_s", "comm_exposed_s",
+  /// "overlap_slowdown_s"},
+  /// "comm_bytes", "collectives", "assumptions": {...}}
   nlohmann::json to_json() const;
   /// The record's memory.predicted: {"peak_bytes", "by_category", "peak_phase", "peak_block"}.
   nlohmann::json predicted_json() const;

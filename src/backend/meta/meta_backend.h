@@ -5,6 +5,7 @@
 // own allocations (cuBLASLt workspace, reduction partials, the growable scratch, the RoPE table; sizes from
 // backend/cuda_sizes.h), so the peak it sees is the peak a run sees.
 #pragma once
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -72,6 +73,7 @@ struct MetaCost {
   double bytes = 0;               // bytes read + written by the ops
   double compute_s = 0;           // predicted time of the ops bound by FLOPs
   double memory_s = 0;            // predicted time of the ops bound by bytes
+  double comm_wait_s = 0;         // time the compute stream waits for collectives (wait_until): exposed communication
   int64_t ops = 0;
 };
 
@@ -88,6 +90,12 @@ class MetaBackend final : public Backend {
   const MetaCost& cost() const { return cost_; }
   const MetaRates& rates() const { return rates_; }
   void reset_cost() { cost_ = {}; }
+  /// The compute stream's predicted clock, seconds since reset_cost(): its ops in sequence plus its waits for
+  /// collectives. A MetaCommunicator places collectives on this timeline (dist/meta_communicator.h).
+  double now() const { return cost_.compute_s + cost_.memory_s + cost_.comm_wait_s; }
+  /// The stream waits until `t` (a collective's predicted end, seconds on now()'s clock): comm_wait_s grows by the
+  /// part of t - now() that is positive.
+  void wait_until(double t) { cost_.comm_wait_s += std::max(0.0, t - now()); }
   /// Highest total bytes in use seen in each phase (MemoryStats::phase names), op by op.
   const std::map<std::string, size_t>& phase_high_water() const { return phase_high_; }
 
