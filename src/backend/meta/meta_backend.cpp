@@ -164,8 +164,13 @@ void MetaBackend::matmul(Tensor C, const Tensor& A, bool trans_a, const Tensor& 
     split_reads = 2 * (b(A) + b(B));
     grow(split_, cuda_sizes::split_tf32_bytes(A.numel(), B.numel()));  // as CudaBackend::gemm's split_
   }
+  // An accumulating product (beta != 0: a dW summed over microbatches or LM-head chunks) reads and writes its sum
+  // once more, and that traffic is not hidden under the product: the 8B proxy's head in 10 chunks of 3328 tokens took
+  // ~10.5 ms more than the whole head (results/NOTES.md v11, call5: 688.4 / 682.6 against 676.8 / 673.2 ms), 9 x 2 x
+  // 2.49 GB of fp32 dW at 4.2 TB/s = 10.7 ms. A product that writes C once has that write in gemm_efficiency.
+  const bool accumulate = beta != 0.f;
   account(f, f, A.dtype == DType::bf16 ? rates_.gemm_bf16 : rates_.gemm_f32,
-          b(A) + b(B) + b(C) * (beta != 0.f ? 2 : 1) + split_reads);
+          b(A) + b(B) + (accumulate ? 0 : b(C)) + split_reads, accumulate ? 2 * b(C) : 0);
 }
 
 void MetaBackend::embedding_fwd(Tensor out, const Tensor& tokens, const Tensor&) {
