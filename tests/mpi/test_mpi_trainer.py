@@ -494,6 +494,20 @@ def test_nccl_on_cpu_is_a_config_error(tmp_path):
     assert "comm 'nccl' needs device 'cuda'" in p.stderr
 
 
+def test_plan_under_mpirun_takes_its_ranks_and_refuses_another_world_size(tmp_path):
+    plan = [BIN, "--plan", "--json", str(SRC / "configs/tiny.json"), "--set", "device=cpu",
+            "--set", "parallel.strategy=zero1"]
+    p, _ = run(MPIRUN + ["-np", "2"] + plan, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["world_size"] == 2
+    p, _ = run(MPIRUN + ["-np", "2"] + plan + ["--world-size", "2"], timeout=60)
+    assert p.returncode == 0 and json.loads(p.stdout)["world_size"] == 2, p.stderr
+    p, wall = run(MPIRUN + ["-np", "2"] + plan + ["--world-size", "4"], timeout=60)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.count("trainer: error:") == 1 and "--world-size 4 but mpirun started 2 ranks" in p.stderr, p.stderr
+    assert wall < 30
+
+
 @pytest.mark.parametrize("np_", [2, 4])
 def test_collective_bench_writes_its_table(tmp_path, np_):
     rec = tmp_path / "cb.json"
