@@ -20,7 +20,9 @@ so that OUT/*.json are the records for plot.py and the tables). Exit status 1 wh
 row; an OOM row is a finding, not a failure), 2 for bad arguments (`bench_sweep.py: error: ...`, before anything runs).
 Ctrl-C (SIGINT) or SIGTERM (kill, Slurm), passed on to the run in flight (its process group: a trainer under a wrapper
 script gets it too), lets that run end its record (status interrupted), runs nothing more, prints the rows so far and
-writes OUT/.sweep.json; exit status 128 + the signal (130 for Ctrl-C, 143 for SIGTERM). Standard library only.
+writes OUT/.sweep.json; exit status 128 + the signal (130 for Ctrl-C, 143 for SIGTERM). Ctrl-Z stops the run in
+flight with the sweep and fg / bg continue both (the time stopped does not count towards --timeout); a hangup ends
+both. Standard library only.
 """
 import argparse
 import json
@@ -37,7 +39,7 @@ SIZES = ["small", "medium", "large", "xl", "10B"]
 PRECISIONS = ["fp32", "bf16", "bf16_pure"]
 PHASES = ["forward", "forward_backward", "train_step"]
 # Ctrl-C / SIGTERM: set by on_interrupt, which passes the signal on to the run in flight (`child`)
-INTERRUPT = {"seen": 0, "child": None}
+INTERRUPT = {"seen": 0, "child": None, "stopped_s": 0.0}  # stopped_s: time stopped by Ctrl-Z (on_stop)
 
 
 def fail(msg):
@@ -62,6 +64,22 @@ def on_hangup(signum, frame):
         signal_run(INTERRUPT["child"], signum)
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
+
+
+def on_stop(signum, frame):
+    """Ctrl-Z (SIGTSTP): the run in flight, in a process group of its own that the terminal does not stop, is stopped
+    too (SIGSTOP), then the sweep stops as it would have without a handler; when the shell continues it (fg, bg), the
+    run is continued with it."""
+    child = INTERRUPT["child"]
+    if child is not None:
+        signal_run(child, signal.SIGSTOP)
+    signal.signal(signum, signal.SIG_DFL)
+    t = time.monotonic()
+    os.kill(os.getpid(), signum)  # stops here until SIGCONT
+    INTERRUPT["stopped_s"] += time.monotonic() - t
+    signal.signal(signum, on_stop)
+    if child is not None:
+        signal_run(child, signal.SIGCONT)
 
 
 def on_interrupt(signum, frame):
@@ -115,8 +133,16 @@ def run_one(args, size, precision, phase, warmup):
     INTERRUPT["child"] = p
     if INTERRUPT["seen"]:  # Ctrl-C came while it was being started
         signal_run(p, INTERRUPT["seen"])
+    started, stopped = time.monotonic(), INTERRUPT["stopped_s"]
     try:
-        _, stderr = p.communicate(timeout=args.timeout)  # on Ctrl-C too: its pipes stay read until it has ended
+        while True:  # on Ctrl-C too: its pipes stay read until it has ended
+            try:  # time the sweep spent stopped (Ctrl-Z) does not count towards --timeout
+                left = started + args.timeout + INTERRUPT["stopped_s"] - stopped - time.monotonic()
+                _, stderr = p.communicate(timeout=max(left, 0.0))
+                break
+            except subprocess.TimeoutExpired:
+                if started + args.timeout + INTERRUPT["stopped_s"] - stopped <= time.monotonic():
+                    raise
     except subprocess.TimeoutExpired:
         signal_run(p, signal.SIGTERM)  # the trainer stops at a step boundary and finishes its record
         try:
@@ -224,6 +250,8 @@ def main():
     signal.signal(signal.SIGTERM, on_interrupt)
     if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:  # not under nohup (the runs inherit its SIG_IGN)
         signal.signal(signal.SIGHUP, on_hangup)
+    if signal.getsignal(signal.SIGTSTP) == signal.SIG_DFL:
+        signal.signal(signal.SIGTSTP, on_stop)
     runs = [(s, pr, ph, w) for s in args.sizes for pr in args.precisions for ph in args.phases for w in args.warmups]
     for run in runs:
         if INTERRUPT["seen"]:

@@ -8,6 +8,7 @@
 - Ctrl-C: the run in flight ends its record (interrupted), the rest are skipped, the rows so far are printed and
   written to OUT/.sweep.json, exit status 130 (no traceback); the signal reaches a trainer under a wrapper script;
 - a hangup (SIGHUP: the terminal closed) ends the run in flight too, though it runs in a process group of its own;
+  Ctrl-Z (SIGTSTP) stops it with the sweep, and SIGCONT (fg, bg) continues both;
 - bad arguments: exit 2 before anything runs, one line `bench_sweep.py: error: ...` (as argparse's).
 
 Run: TRAINER_BIN=build/trainer TRAINER_SOURCE_DIR=. /usr/bin/python3 -m pytest tests/cli/test_bench_sweep.py
@@ -207,3 +208,55 @@ def test_a_hangup_ends_the_run_in_flight_too(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
     assert proc.returncode == -signal.SIGHUP
+
+
+def proc_state(pid):
+    """The one-letter state of /proc/PID/stat (R running, S sleeping, T stopped, ...); '' once it is gone."""
+    try:
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def wait_state(pid, states, timeout=30):
+    deadline = time.time() + timeout
+    while proc_state(pid) not in states:
+        assert time.time() < deadline, f"pid {pid} state {proc_state(pid)!r}, wanted one of {states}"
+        time.sleep(0.05)
+
+
+def test_ctrl_z_stops_the_run_in_flight_too_and_fg_continues_both(tmp_path):
+    """SIGTSTP to the sweep (a terminal's Ctrl-Z reaches the foreground group, not the run's own): the run in flight is
+    stopped with it; SIGCONT to the sweep (fg / bg) continues both, and the run then ends normally on Ctrl-C. The sweep
+    is in a process group of its own within this session, as a shell's job (an orphaned group is never stopped)."""
+    out = tmp_path / "out"
+    proc = subprocess.Popen(sweep_cmd(tmp_path, "--phases", "forward", "--warmups", "100000", *CPU),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, process_group=0,
+                            preexec_fn=lambda: signal.signal(signal.SIGTSTP, signal.SIG_DFL))
+    record = out / "tiny_fp32_forward_w100000.json"
+    try:
+        deadline = time.time() + 120
+        while not (record.exists() and '"running"' in record.read_text()):
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()
+            time.sleep(0.1)
+        run = [int(q) for q in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                              text=True).stdout.split()]
+        assert len(run) == 1, run
+        proc.send_signal(signal.SIGTSTP)
+        wait_state(proc.pid, "T")
+        wait_state(run[0], "T")
+        time.sleep(0.5)
+        assert proc_state(run[0]) == "T" and proc_state(proc.pid) == "T"
+        proc.send_signal(signal.SIGCONT)
+        wait_state(run[0], "RS")
+        wait_state(proc.pid, "RS")
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            for pid in subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split():
+                os.kill(int(pid), signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130, stdout + stderr
+    assert json.loads(record.read_text())["status"] == "interrupted"
