@@ -21,8 +21,9 @@ row; an OOM row is a finding, not a failure), 2 for bad arguments (`bench_sweep.
 Ctrl-C (SIGINT) or SIGTERM (kill, Slurm), passed on to the run in flight (its process group: a trainer under a wrapper
 script gets it too), lets that run end its record (status interrupted), runs nothing more, prints the rows so far and
 writes OUT/.sweep.json; exit status 128 + the signal (130 for Ctrl-C, 143 for SIGTERM). Ctrl-Z stops the run in
-flight with the sweep and fg / bg continue both (the time stopped does not count towards --timeout); a hangup ends
-both. Standard library only.
+flight with the sweep and fg / bg continue both (the time stopped does not count towards --timeout; the run's row
+says it was stopped, since its step times include the pause; a multi-rank run stopped longer than its
+parallel.comm_timeout_s may end with a collective timeout); a hangup ends both. Standard library only.
 """
 import argparse
 import json
@@ -133,20 +134,13 @@ def run_one(args, size, precision, phase, warmup):
     INTERRUPT["child"] = p
     if INTERRUPT["seen"]:  # Ctrl-C came while it was being started
         signal_run(p, INTERRUPT["seen"])
-    started, stopped = time.monotonic(), INTERRUPT["stopped_s"]
+    stopped = INTERRUPT["stopped_s"]
     try:
-        while True:  # on Ctrl-C too: its pipes stay read until it has ended
-            try:  # time the sweep spent stopped (Ctrl-Z) does not count towards --timeout
-                left = started + args.timeout + INTERRUPT["stopped_s"] - stopped - time.monotonic()
-                _, stderr = p.communicate(timeout=max(left, 0.0))
-                break
-            except subprocess.TimeoutExpired:
-                if started + args.timeout + INTERRUPT["stopped_s"] - stopped <= time.monotonic():
-                    raise
+        _, stderr = wait_run(p, args.timeout)  # on Ctrl-C too: its pipes stay read until it has ended
     except subprocess.TimeoutExpired:
         signal_run(p, signal.SIGTERM)  # the trainer stops at a step boundary and finishes its record
         try:
-            _, stderr = p.communicate(timeout=30)
+            _, stderr = wait_run(p, 30)
         except subprocess.TimeoutExpired:
             signal_run(p, signal.SIGKILL)
             _, stderr = p.communicate()
@@ -154,6 +148,7 @@ def run_one(args, size, precision, phase, warmup):
                 f"{last_line(stderr, '-')}", "_row": row}
     finally:
         INTERRUPT["child"] = None
+        stopped = INTERRUPT["stopped_s"] - stopped
     fresh = out.exists() and out.stat().st_mtime_ns != before  # written (atomically) by this run
     r = None
     if fresh:
@@ -169,7 +164,21 @@ def run_one(args, size, precision, phase, warmup):
     elif r.get("status") != "ok" and not r.get("error"):  # killed mid-run: the record still says running
         r["error"] = f"{ended(p.returncode)}; record left {r.get('status')}"
     r["_row"] = row
+    if stopped > 0:  # Ctrl-Z'd: its step times include the pause (the trainer's clocks went on)
+        r["_stopped_s"] = round(stopped, 1)
     return r
+
+
+def wait_run(p, seconds):
+    """p.communicate() for up to `seconds`, not counting time the sweep spent stopped (Ctrl-Z); TimeoutExpired."""
+    started, stopped = time.monotonic(), INTERRUPT["stopped_s"]
+    while True:
+        deadline = started + seconds + INTERRUPT["stopped_s"] - stopped
+        try:
+            return p.communicate(timeout=max(deadline - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            if started + seconds + INTERRUPT["stopped_s"] - stopped <= time.monotonic():
+                raise
 
 
 def fmt_bytes(n):
@@ -203,7 +212,8 @@ def cell(r):
             f"{num(tp.get('tokens_per_s'), '10.0f')} tok/s | {num(tp.get('model_tflops_per_gpu'), '7.1f')} TFLOP/s | "
             f"{fmt_bytes(peak) if isinstance(peak, int) else '      -    '} | "
             f"first step {num(samples[0] if samples else None, '.2f')} ms"
-            + (f" | INTERRUPTED: {first_line(str(r.get('error') or ''), '-')}" if measured else ""))
+            + (f" | INTERRUPTED: {first_line(str(r.get('error') or ''), '-')}" if measured else "")
+            + (f" | STOPPED {r['_stopped_s']} s by Ctrl-Z: its times include the pause" if r.get("_stopped_s") else ""))
 
 
 def main():

@@ -403,8 +403,8 @@ int main(int argc, char** argv) {
     if (args.plan && !args.help && !args.version) {
       // under mpirun the ranks are the plan's world; a --world-size that says otherwise is one of two answers
       CONFIG_CHECK(world == 1 || args.world_size == 0 || args.world_size == world,
-                   "--world-size {} but mpirun started {} ranks: plan with one of them (--plan runs no rank; "
-                   "--world-size alone needs no mpirun)", args.world_size, world);
+                   "--world-size {} but mpirun started {} ranks: drop --world-size (the plan takes mpirun's {}) or "
+                   "run --plan --world-size {} without mpirun", args.world_size, world, world, args.world_size);
       plan_world = args.world_size > 0 ? args.world_size : world;
       cfg = load_plan_config(args, plan_world, &plan_assumed);
       check_host_memory(cfg, plan_world, 1, /*dry_run=*/true);  // before the dry run allocates its bookkeeping

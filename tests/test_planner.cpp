@@ -276,6 +276,28 @@ TEST_CASE("meta communicator: collectives on a stream of their own beside the co
     w->wait();
     CHECK(be.now() == Approx(t + t_fill));
   }
+  SECTION("a split communicator shares the accounting and the queue") {
+    MetaCommunicator comm(0, 2, "nccl", bw, &be);
+    auto w1 = comm.all_reduce(g, ReduceOp::sum, true);
+    auto sub = comm.split(0, 0);
+    auto w2 = sub->all_reduce(g, ReduceOp::sum, true);  // behind the parent's
+    CHECK(comm.free_at() == Approx(2 * t_ar));
+    CHECK(comm.seconds() == Approx(2 * t_ar));
+    CHECK(comm.collectives() == 2);
+    w2->wait();
+    CHECK(be.now() == Approx(2 * t_ar));
+    comm.reset_cost();
+    CHECK(static_cast<MetaCommunicator&>(*sub).collectives() == 0);
+  }
+  SECTION("bf16 on the wire: half the bytes; the casts there and back are charged to the compute stream") {
+    MetaCommunicator comm(0, 2, "nccl", bw, &be);
+    Buffer wb = be.alloc(size_t(2) << 20, Category::communication);
+    const Tensor wire(wb.data(), DType::bf16, Device::cpu, {g.numel()});
+    comm.all_reduce_many_via({g}, {wire}, ReduceOp::sum);
+    const double casts = 2 * 6.0 * double(g.numel()) / 10e9;  // f32 -> bf16 and back, 6 bytes an element each
+    CHECK(comm.bytes() == 2.0 * double(g.numel()));
+    CHECK(be.now() == Approx(casts + lat + 2.0 * double(g.numel()) / bw));
+  }
   SECTION("one rank: nothing to send") {
     MetaCommunicator comm(0, 1, "nccl", bw, &be);
     comm.all_reduce(g, ReduceOp::sum);

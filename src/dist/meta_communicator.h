@@ -15,6 +15,7 @@
 // under (SMs, HBM bandwidth) the planner adds after the step: overlap_slowdown() of the time that ran under them
 // (plan/planner.cpp).
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -51,20 +52,21 @@ class MetaCommunicator final : public Communicator {
   void all_gather_host(const void* mine, size_t bytes, void* all) override;
   void broadcast_host(void*, size_t, int) override {}
   std::vector<std::string> gather_host(const std::string& mine, int root) override;
-  /// Every rank is assumed to pass the same colour: a MetaCommunicator of the same rank, size and stream (its own
-  /// timeline: a subgroup's collectives are not ordered after this one's).
+  /// Every rank is assumed to pass the same colour: a MetaCommunicator of the same rank, size and stream that shares
+  /// this one's accounting (its collectives count in bytes() and seconds() here, and queue behind this one's, as on
+  /// one NCCL stream).
   std::unique_ptr<Communicator> split(int color, int key) override;
 
   /// Bytes this rank would send (busbw convention), the collectives' predicted seconds (busy time, overlapped or
   /// not) and the end of the last one on the stream's clock (MetaBackend::now), since construction or reset_cost().
   /// With a stream, reset it together with the backend's (MetaBackend::reset_cost): both clocks restart at 0.
-  double bytes() const { return bytes_; }
-  double seconds() const { return seconds_; }
-  double free_at() const { return free_at_; }
-  int64_t collectives() const { return count_; }
+  double bytes() const { return acc_->bytes; }
+  double seconds() const { return acc_->seconds; }
+  double free_at() const { return acc_->free_at; }
+  int64_t collectives() const { return acc_->count; }
   double bus_bandwidth() const { return bw_; }
   double latency() const { return latency_; }
-  void reset_cost() { bytes_ = seconds_ = free_at_ = 0, count_ = 0; }
+  void reset_cost() { *acc_ = {}; }
   /// Bus bandwidth the planner assumes for `comm` ("nccl": NVLink ring ~370 GB/s, shared/ANCHORS.md; "mpi": a
   /// nominal 5 GB/s of host staging and shared memory).
   static double default_bus_bandwidth(const std::string& comm);
@@ -82,12 +84,17 @@ class MetaCommunicator final : public Communicator {
   /// waits for its end now, asynchronous: the returned Work's wait() makes it wait.
   std::unique_ptr<Work> place(double bytes, int launches, bool async);
 
+  /// What the collectives cost so far; shared with the communicators split() makes.
+  struct Accounts {
+    double bytes = 0, seconds = 0, free_at = 0;
+    int64_t count = 0;
+  };
+
   int rank_, size_;
   std::string as_;
   double bw_, latency_;
   MetaBackend* stream_;
-  double bytes_ = 0, seconds_ = 0, free_at_ = 0;
-  int64_t count_ = 0;
+  std::shared_ptr<Accounts> acc_ = std::make_shared<Accounts>();
 };
 
 }  // namespace trainer

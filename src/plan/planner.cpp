@@ -95,8 +95,9 @@ Plan make_plan(const RunConfig& cfg, int world_size, int rank, const std::string
   s.model->step_loss_sum();
   const MetaCost c = be.cost();  // the work of one step
   const double comm_s = comm.seconds(), comm_bytes = comm.bytes();
-  // the step ends when the compute stream and the last collective have (one still in flight delays the next step)
-  const double step_s = std::max(be.now(), comm.free_at());
+  // exposed: what the compute stream waited for collectives, and the last one's tail past the stream's end (one still
+  // in flight delays the next step); at most the collectives' time (rounding aside)
+  const double exposed = std::min(comm_s, c.comm_wait_s + std::max(0.0, comm.free_at() - be.now()));
   const int64_t collectives = comm.collectives();
   // A second step for the memory where the run has one: buffers a strategy makes lazily during the first step after
   // its peak (fsdp's shard temporaries for later microbatches) stay for the run and count in every later step's peak.
@@ -132,14 +133,14 @@ Plan make_plan(const RunConfig& cfg, int world_size, int rank, const std::string
   p.compute_s = c.compute_s;
   p.memory_s = c.memory_s;
   p.comm_s = comm_s;
-  p.comm_exposed_s = step_s - p.compute_s - p.memory_s;
+  p.comm_exposed_s = exposed;
   // what the collectives that ran under the ops took from them (MetaCommunicator::overlap_slowdown)
   p.overlap_slowdown_s = comm.overlap_slowdown() * std::max(0.0, p.comm_s - p.comm_exposed_s);
   p.comm_bytes = comm_bytes;
   p.collectives = collectives;
   p.comm_latency = comm.latency();
   p.comm_overlap_slowdown = comm.overlap_slowdown();
-  p.time_s = step_s + p.overlap_slowdown_s;
+  p.time_s = p.compute_s + p.memory_s + p.comm_exposed_s + p.overlap_slowdown_s;
   p.rates = be.rates();
   return p;
 }
@@ -223,12 +224,15 @@ std::string Plan::summary_line() const {
     cats += fmt::format("{}{} {}", cats.empty() ? "" : ", ", category_name(Category(i)),
                         format_bytes(by_category[size_t(i)]));
   }
-  return fmt::format("plan (rank {} of {}, {}): peak {} in {}{} ({}); step {} predicted ({} compute, {} memory, {} "
-                     "comm exposed of {}{}; {:.3g} TFLOP)",
+  return fmt::format("plan (rank {} of {}, {}): peak {} in {}{} ({}); step {} predicted ({} compute, {} memory{}; "
+                     "{:.3g} TFLOP)",
                      rank, world_size, rates.device, format_bytes(peak_bytes), peak_phase,
                      peak_block.empty() ? "" : " / " + peak_block, cats, fmt_time(time_s), fmt_time(compute_s),
-                     fmt_time(memory_s), fmt_time(comm_exposed_s), fmt_time(comm_s),
-                     overlap_slowdown_s > 0 ? fmt::format(", {} slowed", fmt_time(overlap_slowdown_s)) : "",
+                     fmt_time(memory_s),
+                     !collectives ? ""
+                     : fmt::format(", {} comm exposed of {}{}", fmt_time(comm_exposed_s), fmt_time(comm_s),
+                                   overlap_slowdown_s > 0 ? fmt::format(", {} slowed", fmt_time(overlap_slowdown_s))
+                                                          : ""),
                      flops / 1e12);
 }
 
@@ -275,20 +279,23 @@ std::string Plan::table() const {
                    "flops_per_token counts none; {:.4g} executed, causal attention halved), {:.4g} GB moved, {:.4g} GB "
                    "sent in collectives\n",
                    flops / 1e12, executed_flops / 1e12, bytes_moved / 1e9, comm_bytes / 1e9);
-  t += fmt::format("predicted step: {} = {} compute + {} memory-bound + {} communication exposed{} (ops in "
-                   "sequence, each at the slower of its FLOPs and bytes)\n",
-                   fmt_time(time_s), fmt_time(compute_s), fmt_time(memory_s), fmt_time(comm_exposed_s),
+  const double hidden = std::max(0.0, comm_s - comm_exposed_s);
+  t += fmt::format("predicted step: {} = {} compute + {} memory-bound{}{} (ops in sequence, each at the slower of its "
+                   "FLOPs and bytes)\n",
+                   fmt_time(time_s), fmt_time(compute_s), fmt_time(memory_s),
+                   collectives ? fmt::format(" + {} communication exposed", fmt_time(comm_exposed_s)) : "",
                    overlap_slowdown_s > 0 ? fmt::format(" + {} of ops slowed by collectives under them",
                                                         fmt_time(overlap_slowdown_s))
                                           : "");
   if (collectives)
-    t += fmt::format("collectives: {} taking {} ({:.4g} GB at {:.4g} GB/s bus bandwidth, {:.3g} us each to start), "
-                     "{} of it under the ops{}\n",
-                     collectives, fmt_time(comm_s), comm_bytes / 1e9, bus_bandwidth / 1e9, comm_latency * 1e6,
-                     fmt_time(std::max(0.0, comm_s - comm_exposed_s)),
-                     comm == "nccl" ? fmt::format(" (asynchronous ones, on NCCL's stream; they slow the ops by {:.2g} "
+    t += fmt::format("collectives: {} taking {} ({} at {:.4g} GB/s bus bandwidth, {:.3g} us each to start), {} of it "
+                     "under the ops{}\n",
+                     collectives, fmt_time(comm_s), format_bytes(size_t(comm_bytes)), bus_bandwidth / 1e9,
+                     comm_latency * 1e6, fmt_time(hidden),
+                     comm != "nccl" ? " (mpi: none overlaps)"
+                     : hidden > 0   ? fmt::format(" (asynchronous ones, on NCCL's stream; they slow the ops by {:.2g} "
                                                   "of that)", comm_overlap_slowdown)
-                                    : " (mpi: none overlaps)");
+                                    : "");
   if (device == "cpu") {  // the cpu's nominal rates: no bf16, no Hopper kernels
     t += fmt::format("assumed rates ({}): GEMM fp32 {:.4g} TFLOP/s, attention {:.4g} TFLOP/s, memory {:.4g} TB/s, "
                      "collectives {:.4g} GB/s bus bandwidth\n",

@@ -260,3 +260,32 @@ def test_ctrl_z_stops_the_run_in_flight_too_and_fg_continues_both(tmp_path):
             proc.communicate()
     assert proc.returncode == 130, stdout + stderr
     assert json.loads(record.read_text())["status"] == "interrupted"
+
+
+def test_time_stopped_by_ctrl_z_does_not_count_towards_timeout(tmp_path):
+    """A run stopped 10 s under --timeout 8 (a wrapper that sleeps 3 s, then the trainer's short run) still ends ok,
+    and its row says it was stopped (its step times include the pause); without the stop's time taken out, the 13 s
+    it took would be a TIMEOUT row."""
+    wrapper = tmp_path / "slow_start.sh"
+    wrapper.write_text(f"#!/bin/bash\nsleep 3\nexec '{BIN}' \"$@\"\n")
+    wrapper.chmod(0o755)
+    proc = subprocess.Popen(sweep_cmd(tmp_path, "--phases", "forward", "--timeout", "8", *CPU, trainer=str(wrapper)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, process_group=0,
+                            preexec_fn=lambda: signal.signal(signal.SIGTSTP, signal.SIG_DFL))
+    try:
+        deadline = time.time() + 30
+        while not subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True).stdout.split():
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTSTP)
+        wait_state(proc.pid, "T")
+        time.sleep(10)
+        proc.send_signal(signal.SIGCONT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 0, stdout + stderr
+    row = [line for line in stdout.splitlines() if line.startswith("tiny ")][-1]
+    assert "TIMEOUT" not in row and "| STOPPED 1" in row and "by Ctrl-Z: its times include the pause" in row, row

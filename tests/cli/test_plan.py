@@ -150,6 +150,16 @@ def test_plan_overlap_of_the_ddp_strategies(trainer_bin, tmp_path):
     assert fsdp["time"]["comm_exposed_s"] < fsdp["time"]["comm_s"]
     r = run(trainer_bin, ["--plan", *base, "--set", "parallel.strategy=ddp_overlap"], tmp_path)
     assert r.returncode == 0 and "of it under the ops" in r.stdout and "slowed by collectives" in r.stdout, r.stdout
+    # bf16 on the wire: half the bytes, but its casts cost the compute stream their time (v4: slower than f32)
+    bf16 = plan_json(trainer_bin, tmp_path, *base, "--set", "parallel.strategy=ddp_bucketed",
+                     "--set", "parallel.reduce_dtype=bf16")
+    assert bf16["comm_bytes"] == pytest.approx(bucketed["comm_bytes"] / 2, rel=1e-3)
+    assert bf16["time"]["memory_s"] > bucketed["time"]["memory_s"]
+    # one rank: no collectives, nothing exposed or slowed, and the text says nothing of them
+    one = plan_json(trainer_bin, tmp_path, XL, "--set", "device=cuda", "--set", "precision=bf16")
+    assert one["collectives"] == 0 and one["time"]["comm_exposed_s"] == 0 == one["time"]["overlap_slowdown_s"]
+    r = run(trainer_bin, ["--plan", XL, "--set", "device=cuda", "--set", "precision=bf16"], tmp_path)
+    assert r.returncode == 0 and "communication exposed" not in r.stdout and "collectives:" not in r.stdout, r.stdout
 
 
 def test_plan_fit_search(trainer_bin, tmp_path):
