@@ -4,7 +4,8 @@
     launch/ddp_table.py --one results/h200x2/2026-11-30/v1/xl_1gpu.json \\
         results/h200x2/2026-11-30/v1/xl_2gpu_*.json [--torch T.json ...]
 
-For each record: strategy (bucket size), ranks, step mean ± std, forward/backward/optimizer, communication time and
+For each record: strategy (bucket size), ranks, step mean ± std, the planner's step (timing.predicted.step_ms, GPU
+records of 2026-12-06 on; "-" without one), forward/backward/optimizer, communication time and
 the part of it exposed (the compute stream waiting; this counts every wait around a collective, the host all-reduce
 of the gradient norm of zero1 and fsdp included, which the communication time does not, so it can exceed it),
 scaling efficiency = (1-GPU step) / (N-GPU step) at equal per-GPU batch, model and precision (--one gives the 1-GPU
@@ -120,9 +121,9 @@ def peak_bytes(r):
 
 
 def trainer_row(label, path, r, one, base, notes):
-    """("row", label, strategy, ranks, step cell, [fwd, bwd, opt, comm, exposed ms], efficiency, peak bytes,
-    optimizer state bytes, mark) for a finished run or an interrupted one that measured steps (mark: its status, else
-    ""), or ("text", label, strategy, ranks, text): its status and error, or "(no measured steps)"."""
+    """("row", label, strategy, ranks, step cell, planned step ms, [fwd, bwd, opt, comm, exposed ms], efficiency,
+    peak bytes, optimizer state bytes, mark) for a finished run or an interrupted one that measured steps (mark: its
+    status, else ""), or ("text", label, strategy, ranks, text): its status and error, or "(no measured steps)"."""
     name, n = strategy_name(r), num(r.get("world_size")) or 1
     step = get(r, "timing", "step")
     mean = num(get(step, "mean_ms"))
@@ -143,8 +144,8 @@ def trainer_row(label, path, r, one, base, notes):
     if eff is not None and (differ := model_differences(r, one)):
         notes.append(f"# {label}: {differ}: another model, no efficiency")
         eff = None
-    return ("row", label, name, n, step_cell(step), [ms(r, k) for k in ("forward", "backward", "optimizer", "comm",
-                                                                         "comm_exposed")],
+    return ("row", label, name, n, step_cell(step), num(get(r, "timing", "predicted", "step_ms")),
+            [ms(r, k) for k in ("forward", "backward", "optimizer", "comm", "comm_exposed")],
             eff, peak_bytes(r), num(get(r, "memory", "optimizer_state_bytes")),
             "" if r["status"] == "ok" else status_text(r))
 
@@ -156,7 +157,7 @@ def torch_row(stem, t):
     label = f"torch {c.get('mode') or '-'}" + (f" DDP {c.get('bucket_cap_mb') or '-'} MB" if n > 1 else "")
     if t["status"] != "ok":
         return ("text", stem, label, n, status_text(t))
-    return ("row", stem, label, n, step_cell(get(t, "timing", "step")), None, None,
+    return ("row", stem, label, n, step_cell(get(t, "timing", "step")), None, None, None,
             num(get(t, "memory", "peak_bytes")), None, "")
 
 
@@ -228,27 +229,27 @@ def main():
         except (TypeError, ValueError, AttributeError, KeyError) as e:
             die(f"--torch record '{p}': unexpected content ({type(e).__name__}: {e})")
 
-    sizes = [x for row in rows if row[0] == "row" for x in row[7:9] if x is not None]
+    sizes = [x for row in rows if row[0] == "row" for x in row[8:10] if x is not None]
     unit, scale = size_unit(sizes)
     size = lambda x, width: f"{fmt(None if x is None else x / scale, '.2f'):>{width}s}"
     w = max([len(row[1]) for row in rows] + [len("record")])
     for line in notes:
         print(line, file=sys.stderr)
-    print(f"{'record':{w}s} {'strategy':27s} {'ranks':>5s} {'step ms':>16s} {'fwd':>6s} {'bwd':>6s} {'opt':>6s} "
-          f"{'comm':>6s} {'exposed':>7s} {'eff':>5s} {'peak ' + unit:>8s} {'opt ' + unit:>7s}")
+    print(f"{'record':{w}s} {'strategy':27s} {'ranks':>5s} {'step ms':>16s} {'plan':>6s} {'fwd':>6s} {'bwd':>6s} "
+          f"{'opt':>6s} {'comm':>6s} {'exposed':>7s} {'eff':>5s} {'peak ' + unit:>8s} {'opt ' + unit:>7s}")
     for row in rows:
         kind, label, name, n = row[:4]
         if kind == "text":
             print(f"{label:{w}s} {name:27s} {n:5} {row[4]}")
             continue
-        step, phases, eff, peak, opt, mark = row[4:]
+        step, plan, phases, eff, peak, opt, mark = row[4:]
         if phases is None:  # a torch_bench record: its step and peak only
-            print(f"{label:{w}s} {name:27s} {n:5} {step:>16s} {'':>6s} {'':>6s} {'':>6s} {'':>6s} {'':>7s} "
+            print(f"{label:{w}s} {name:27s} {n:5} {step:>16s} {'':>6s} {'':>6s} {'':>6s} {'':>6s} {'':>6s} {'':>7s} "
                   f"{'':>5s} {size(peak, 8)}")
             continue
         cells = " ".join(f"{fmt(x):>{width}s}" for x, width in zip(phases, (6, 6, 6, 6, 7)))
-        print(f"{label:{w}s} {name:27s} {n:5} {step:>16s} {cells} {fmt(eff, '.3f'):>5s} {size(peak, 8)} "
-              f"{size(opt, 7)}" + (f"  {mark}" if mark else ""))
+        print(f"{label:{w}s} {name:27s} {n:5} {step:>16s} {fmt(plan):>6s} {cells} {fmt(eff, '.3f'):>5s} "
+              f"{size(peak, 8)} {size(opt, 7)}" + (f"  {mark}" if mark else ""))
 
 
 if __name__ == "__main__":

@@ -615,7 +615,13 @@ int main(int argc, char** argv) {
     record.update(part);
     if (plan && record.contains("memory")) record["memory"]["predicted"] = plan->predicted_json();
     if (plan && cfg.device == "cuda" && record.contains("timing") && record["timing"].is_object())
-      record["timing"]["predicted"] = {{"step_ms", plan->time_s * 1e3}, {"gpu", plan_gpu}};  // beside timing.step
+    {  // beside timing.step (and, over several ranks, timing.comm / comm_exposed: this rank's)
+      record["timing"]["predicted"] = {{"step_ms", plan->time_s * 1e3}, {"gpu", plan_gpu}};
+      if (world > 1) {
+        record["timing"]["predicted"]["comm_ms"] = plan->comm_s * 1e3;
+        record["timing"]["predicted"]["comm_exposed_ms"] = plan->comm_exposed_s * 1e3;
+      }
+    }
     if (record.contains("interrupted") && !record["interrupted"].is_null()) {
       record["status"] = "interrupted";
       record["error"] = fmt::format("interrupted by {} after step {} of {}",

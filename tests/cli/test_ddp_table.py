@@ -60,8 +60,8 @@ def run(*args):
 
 
 def rows(out):
-    """(header, {record: [strategy, ranks, cells...]}): a full row's cells are step ('mean ± std' or '-'), fwd, bwd,
-    opt, comm, exposed, eff, peak, opt state (a peer's: step, peak); a text row's its text."""
+    """(header, {record: [strategy, ranks, cells...]}): a full row's cells are step ('mean ± std' or '-'), plan, fwd,
+    bwd, opt, comm, exposed, eff, peak, opt state (a peer's: step, peak); a text row's its text."""
     header, *lines = out.splitlines()
     at = header.index("strategy")
     ranks_at = at + 28  # the strategy column is 27 wide
@@ -85,11 +85,12 @@ def test_values_and_mib_for_small_runs(tmp_path):
     assert out.returncode == 0 and out.stderr == "", out.stderr
     header, table = rows(out.stdout)
     assert header.split()[-4:] == ["peak", "MiB", "opt", "MiB"]  # every size below 1 GiB: MiB, not 0.00 GiB
-    assert table["one"] == ["none", "1", "80.0 ± 0.5", "10.0", "20.0", "5.0", "8.0", "2.0", "-", "5.00", "1.00"]
-    assert table["flat"] == ["ddp_flat", "2", "50.0 ± 0.5", "10.0", "20.0", "5.0", "8.0", "2.0", "1.600", "6.00",
+    assert table["one"] == ["none", "1", "80.0 ± 0.5", "-", "10.0", "20.0", "5.0", "8.0", "2.0", "-", "5.00",
+                            "1.00"]  # no planned step (records before 2026-12-06, or cpu runs)
+    assert table["flat"] == ["ddp_flat", "2", "50.0 ± 0.5", "-", "10.0", "20.0", "5.0", "8.0", "2.0", "1.600", "6.00",
                              "1.00"]  # the largest rank's peak
     assert table["bucketed"][:3] == ["ddp_bucketed 1 MiB (bf16)", "2", "40.0 ± 0.5"]
-    assert table["bucketed"][8] == "2.000"  # 80 ms / 40 ms
+    assert table["bucketed"][9] == "2.000"  # 80 ms / 40 ms
     # one size of 1 GiB or more (the peer's peak): GiB for every size
     peer = write(tmp_path, "peer", torch_record(peak=3 * GIB))
     out = run("--one", one, flat, "--torch", peer)
@@ -158,28 +159,31 @@ def test_an_interrupted_run_shows_its_numbers(tmp_path):
     assert out.returncode == 0 and out.stderr == "", out.stderr
     header, table = rows(out.stdout)
     assert header.split()[-4:] == ["peak", "MiB", "opt", "MiB"]
-    assert table["rec"][:11] == ["ddp_flat", "2", "50.0 ± 0.5", *ALL, "-", "6.00", "1.00"]
-    assert " ".join(table["rec"][11:]) == "interrupted (interrupted by SIGINT after step 7 of 100)"
+    assert table["rec"][:12] == ["ddp_flat", "2", "50.0 ± 0.5", "-", *ALL, "-", "6.00", "1.00"]
+    assert " ".join(table["rec"][12:]) == "interrupted (interrupted by SIGINT after step 7 of 100)"
     assert table["early"] == ["ddp_flat", "2", "interrupted (interrupted by SIGINT after step 2 of 100)"]
 
 
 
 @pytest.mark.parametrize("null", [True, False], ids=["null", "missing"])
 @pytest.mark.parametrize("key, expected", [
-    # the cells after the ranks: step, fwd, bwd, opt, comm, exposed, eff, peak MiB, opt MiB
-    ("memory", ["50.0 ± 0.5", *ALL, "1.600", "-", "-"]),
-    ("memory.per_rank", ["50.0 ± 0.5", *ALL, "1.600", "6.00", "1.00"]),  # memory.peak_bytes then
-    ("memory.optimizer_state_bytes", ["50.0 ± 0.5", *ALL, "1.600", "6.00", "-"]),
-    ("timing", ["-", "-", "-", "-", "-", "-", "-", "6.00", "1.00"]),
-    ("timing.comm", ["50.0 ± 0.5", "10.0", "20.0", "5.0", "-", "2.0", "1.600", "6.00", "1.00"]),
-    ("config", ["50.0 ± 0.5", *ALL, "-", "6.00", "1.00"]),  # per-GPU batch unknown: no efficiency
-    ("config.parallel", ["50.0 ± 0.5", *ALL, "1.600", "6.00", "1.00"]),
-    ("config.data", ["50.0 ± 0.5", *ALL, "-", "6.00", "1.00"]),
-    ("world_size", ["50.0 ± 0.5", *ALL, "-", "6.00", "1.00"]),  # one rank then: no efficiency
+    # the cells after the ranks: step, plan, fwd, bwd, opt, comm, exposed, eff, peak MiB, opt MiB
+    ("memory", ["50.0 ± 0.5", "45.0", *ALL, "1.600", "-", "-"]),
+    ("memory.per_rank", ["50.0 ± 0.5", "45.0", *ALL, "1.600", "6.00", "1.00"]),  # memory.peak_bytes then
+    ("memory.optimizer_state_bytes", ["50.0 ± 0.5", "45.0", *ALL, "1.600", "6.00", "-"]),
+    ("timing", ["-", "-", "-", "-", "-", "-", "-", "-", "6.00", "1.00"]),
+    ("timing.comm", ["50.0 ± 0.5", "45.0", "10.0", "20.0", "5.0", "-", "2.0", "1.600", "6.00", "1.00"]),
+    ("timing.predicted", ["50.0 ± 0.5", "-", *ALL, "1.600", "6.00", "1.00"]),
+    ("config", ["50.0 ± 0.5", "45.0", *ALL, "-", "6.00", "1.00"]),  # per-GPU batch unknown: no efficiency
+    ("config.parallel", ["50.0 ± 0.5", "45.0", *ALL, "1.600", "6.00", "1.00"]),
+    ("config.data", ["50.0 ± 0.5", "45.0", *ALL, "-", "6.00", "1.00"]),
+    ("world_size", ["50.0 ± 0.5", "45.0", *ALL, "-", "6.00", "1.00"]),  # one rank then: no efficiency
 ])
 def test_a_missing_or_null_section_shows_as_dash(tmp_path, key, expected, null):
     one = write(tmp_path, "one", trainer_record("none", world=1, batch=4, step=80.0, peak=5 * MIB))
-    rec = write(tmp_path, "rec", drop(trainer_record("ddp_flat"), key, null))
+    planned = trainer_record("ddp_flat")
+    planned["timing"]["predicted"] = {"step_ms": 45.0, "gpu": "h200"}  # the planner's step (GPU records)
+    rec = write(tmp_path, "rec", drop(planned, key, null))
     out = run("--one", one, rec)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     _, table = rows(out.stdout)
@@ -217,7 +221,7 @@ def test_the_one_record_of_another_model_gives_no_efficiency(tmp_path):
     out = run("--one", write(tmp_path, "one", one), write(tmp_path, "rec", rec), write(tmp_path, "same", same))
     assert out.returncode == 0, out.stderr
     _, table = rows(out.stdout)
-    assert table["rec"][8] == "-" and table["same"][8] == "2.000", out.stdout
+    assert table["rec"][9] == "-" and table["same"][9] == "2.000", out.stdout
     assert out.stderr.splitlines() == ["# rec: d_model 1600, the --one record 64; context_length 1024, the --one "
                                        "record 64; precision bf16, the --one record fp32: another model, no "
                                        "efficiency"]
@@ -230,8 +234,8 @@ def test_an_interrupted_one_record_that_measured_steps_is_the_base(tmp_path):
     out = run("--one", one_path, write(tmp_path, "flat", trainer_record("ddp_flat", step=50.0)))
     assert out.returncode == 0, out.stderr
     _, table = rows(out.stdout)
-    assert table["flat"][8] == "1.600"
-    assert " ".join(table["one"][11:]) == "interrupted (interrupted by SIGINT after step 9 of 50)"
+    assert table["flat"][9] == "1.600"
+    assert " ".join(table["one"][12:]) == "interrupted (interrupted by SIGINT after step 9 of 50)"
     assert out.stderr.splitlines() == [f"# --one record '{one_path}' is an interrupted run: the steps it measured "
                                        "give the 1-GPU step time"]
 
@@ -245,7 +249,7 @@ def test_a_long_error_is_clipped_and_one_sample_has_no_std(tmp_path):
     assert out.returncode == 0, out.stderr
     _, table = rows(out.stdout)
     assert table["oom"][2] == "oom (out of memory on cuda:0: asked for 47.81 GiB (optimizer) with 12.50 GiB free…)"
-    assert table["single"][2:4] == ["50.0", "10.0"] and "±" not in out.stdout.splitlines()[2], out.stdout
+    assert table["single"][2:5] == ["50.0", "-", "10.0"] and "±" not in out.stdout.splitlines()[2], out.stdout
 
 
 def test_records_of_the_same_file_name_and_a_memory_timeline(tmp_path):
