@@ -4,11 +4,13 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <climits>
 #include <functional>
 #include <map>
 #include <optional>
 
 #include "core/errors.h"
+#include "model/activations.h"
 #include "plan/planner.h"
 
 namespace trainer {
@@ -102,12 +104,16 @@ FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes, 
   out.state_bytes = as_is->state;
   // Each family's fastest fitting option over the microbatches, from the run's down to one row (halving): a
   // smaller microbatch adds accumulation steps but may need fewer recomputed blocks
-  std::map<std::string, FitOption> best;
-  auto consider = [&](const std::string& family, FitOption o) {
-    auto it = best.find(family);
-    if (it == best.end() || o.time_s < it->second.time_s) best[family] = std::move(o);
+  struct Candidate {
+    FitOption option;
+    RunConfig cfg;  // what option.sets make of the run's config
   };
-  if (s.fits(as_is)) consider("as configured", {{}, "as configured", as_is->peak, as_is->time_s});
+  std::map<std::string, Candidate> best;
+  auto consider = [&](const std::string& family, FitOption o, const RunConfig& c) {
+    auto it = best.find(family);
+    if (it == best.end() || o.time_s < it->second.option.time_s) best[family] = {std::move(o), c};
+  };
+  if (s.fits(as_is)) consider("as configured", {{}, "as configured", as_is->peak, as_is->time_s}, cfg);
   if (out.state_bytes <= budget_bytes) {
     const bool backward = cfg.bench.phase != "forward";  // a forward keeps nothing for a backward: no recompute
     for (int micro = cfg.data.microbatch_size; micro >= 1; micro = micro > 1 ? std::max(1, micro / 2) : 0) {
@@ -121,38 +127,43 @@ FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes, 
         micro_what = fmt::format(", microbatch {} ({} per step)", micro, per_rank / micro);
       }
       auto add = [&](const std::string& family, std::vector<std::string> sets, const std::string& what,
-                     const Planned& p) {
+                     const Planned& p, const RunConfig& c) {
         sets.insert(sets.end(), micro_set.begin(), micro_set.end());
-        consider(family, {std::move(sets), what + micro_what, p.peak, p.time_s});
+        consider(family, {std::move(sets), what + micro_what, p.peak, p.time_s}, c);
       };
       if (!backward) {
         if (micro != cfg.data.microbatch_size) {
           const std::optional<Planned> p = s.plan(base);
-          if (s.fits(p)) add("microbatch", {}, "as configured", *p);
+          if (s.fits(p)) add("microbatch", {}, "as configured", *p, base);
         }
         continue;
       }
       for (const bool keep_attention : {false, true}) {
-        const auto found = s.fewest(L, [&](int k) {
+        const auto make = [&](int k) {
           RunConfig c = base;
           c.checkpointing.policy = "full";
           c.checkpointing.blocks = first_blocks(k);
           c.checkpointing.keep_attention = keep_attention;
           return c;
-        });
+        };
+        const auto found = s.fewest(L, make);
         if (!found) continue;
         const auto [k, p] = *found;
         if (k == 0) {  // no block recomputed (selective: RMSNorm and SwiGLU outputs recomputed in the backward)
-          if (!keep_attention)
+          if (!keep_attention) {
+            RunConfig c = base;
+            c.checkpointing.policy = "selective";
+            c.checkpointing.blocks.reset();
             add("selective", {"checkpointing.policy=selective", "checkpointing.blocks=null"},
-                "no block recomputed (selective)", p);
+                "no block recomputed (selective)", p, c);
+          }
           continue;
         }
         std::vector<std::string> sets = {"checkpointing.policy=full",
                                          fmt::format("checkpointing.blocks=[{}]", fmt::join(first_blocks(k), ","))};
         sets.push_back(fmt::format("checkpointing.keep_attention={}", keep_attention));
         add(keep_attention ? "blocks, attention kept" : "blocks", sets,
-            fmt::format("{} of {} blocks recomputed{}", k, L, keep_attention ? ", attention kept" : ""), p);
+            fmt::format("{} of {} blocks recomputed{}", k, L, keep_attention ? ", attention kept" : ""), p, make(k));
       }
       for (const char* policy : {"sqrt", "nested"}) {
         RunConfig c = base;
@@ -164,11 +175,35 @@ FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes, 
         add(policy,
             {fmt::format("checkpointing.policy={}", policy), "checkpointing.blocks=null",
              "checkpointing.keep_attention=false"},
-            fmt::format("policy {}", policy), *p);
+            fmt::format("policy {}", policy), *p, c);
       }
     }
   }
-  for (auto& [family, o] : best) out.options.push_back(std::move(o));
+  // The LM head's chunk: each chunk after the first reads and writes the head's fp32 weight gradient once more, so
+  // fewer, larger chunks are faster where their buffers fit. For each option, the largest chunk that fits: the
+  // microbatch's tokens, then halvings down to the chunk it has (lm_head_chunk_rows), the first fit kept if faster.
+  if (cfg.bench.phase != "forward")
+    for (auto& [family, e] : best) {
+      const RunConfig& c = e.cfg;
+      const int64_t tokens = int64_t(c.data.microbatch_size) * c.model.context_length;
+      const int64_t has = lm_head_chunk_rows(tokens, c.model.vocab_size, c.model.d_model,
+                                             bf16_precision(c.precision) ? DType::bf16 : DType::f32,
+                                             c.checkpointing.lm_head_chunk_tokens);
+      for (int64_t chunk = tokens; chunk > has && chunk <= INT_MAX; chunk = (chunk + 1) / 2) {
+        RunConfig t = c;
+        t.checkpointing.lm_head_chunk_tokens = int(chunk);
+        const std::optional<Planned> p = s.plan(t);
+        if (!s.fits(p)) continue;
+        if (p->time_s < e.option.time_s) {
+          e.option.sets.push_back(fmt::format("checkpointing.lm_head_chunk_tokens={}", chunk));
+          e.option.what += chunk == tokens ? ", LM head whole" : fmt::format(", LM head in chunks of {}", chunk);
+          e.option.peak_bytes = p->peak;
+          e.option.time_s = p->time_s;
+        }
+        break;
+      }
+    }
+  for (auto& [family, e] : best) out.options.push_back(std::move(e.option));
   std::stable_sort(out.options.begin(), out.options.end(), [](const FitOption& a, const FitOption& b) {
     return a.time_s != b.time_s ? a.time_s < b.time_s : a.sets.size() < b.sets.size();
   });

@@ -10,7 +10,10 @@
 //   - policy nested and sqrt (Chen et al. 2016: O(log L) and O(sqrt L) inputs alive);
 //   - each of these at the run's microbatch, half of it, a quarter, ... down to one row (gradient accumulation: the
 //     same update up to summation order; a smaller microbatch may need fewer recomputed blocks), the fastest kept;
-//   - the run as configured, when it fits; a forward-only run (bench.phase forward) only varies the microbatch.
+//   - the run as configured, when it fits; a forward-only run (bench.phase forward) only varies the microbatch;
+//   - then, for each option, the largest LM-head chunk (checkpointing.lm_head_chunk_tokens) that still fits, where
+//     that is faster: each chunk after the first reads and writes the head's fp32 weight gradient once more (tried
+//     from the microbatch's tokens down by halving to the option's own chunk; the first that fits is kept).
 // The peak is taken as monotone in k (each more recomputed block drops its stored activations), so k is found by
 // bisection: about log2(L) plans per family and microbatch. With naive attention and keep_attention the kept
 // probabilities can make k = L a larger peak than k = L - 1, so L - 1 is tried when L does not fit.

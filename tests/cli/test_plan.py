@@ -184,6 +184,23 @@ def test_plan_fit_search(trainer_bin, tmp_path):
     assert r.returncode == 0 and "what fits in" in r.stdout and "--set 'checkpointing.policy=full'" in r.stdout
 
 
+def test_plan_fit_takes_a_larger_lm_head_chunk_where_it_fits(trainer_bin, tmp_path):
+    """Each LM-head chunk after the first re-reads and re-writes the head's fp32 dW (the 8B proxy: +10.5 ms for 10
+    chunks, v11), so --fit proposes the largest chunk that fits: small's 2048 tokens a microbatch in chunks of 128
+    become one, faster by at least the 15 accumulations' traffic; the sets reproduce the option's plan."""
+    base = [str(SOURCE_DIR / "configs" / "small.json"), "--set", "device=cuda", "--set", "precision=bf16",
+            "--set", "checkpointing.lm_head_chunk_tokens=128"]
+    p = plan_json(trainer_bin, tmp_path, *base, "--fit")
+    first = p["fit"]["options"][0]
+    assert first["what"] == "as configured, LM head whole", first
+    assert first["sets"] == ["checkpointing.lm_head_chunk_tokens=2048"], first
+    dw = 10000 * 768 * 4  # the head's fp32 weight gradient, bytes
+    rate = p["assumptions"]["memory_bandwidth_bytes_per_s"]
+    assert p["time_s"] - first["time_s"] >= 15 * 2 * dw / rate  # at least the 15 accumulations' read and write
+    again = plan_json(trainer_bin, tmp_path, *base, *[a for kv in first["sets"] for a in ("--set", kv)])
+    assert again["memory"]["peak_bytes"] == first["peak_bytes"] and again["time_s"] == first["time_s"]
+
+
 @pytest.mark.parametrize("strategy, hint", [
     ("none", "several ranks with fsdp (or zero1, which shards the AdamW moments alone), precision bf16_pure"),
     ("zero1", "fsdp over several ranks (zero1 keeps the weights and gradients whole), or a smaller model"),
