@@ -179,30 +179,35 @@ def test_bad_arguments(tmp_path, args, needle):
         assert len(p.stderr.splitlines()) == 1, p.stderr
 
 
+def run_in_flight(proc, tmp_path):
+    """(record, pid) of the sweep `proc`'s one run (tiny forward, warm-up 100000) once its record says running."""
+    record = tmp_path / "out" / "tiny_fp32_forward_w100000.json"
+    deadline = time.time() + 120
+    while not (record.exists() and '"running"' in record.read_text()):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.1)
+    run = [int(q) for q in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                          text=True).stdout.split()]
+    assert len(run) == 1, run
+    return record, run[0]
+
+
 def test_a_hangup_ends_the_run_in_flight_too(tmp_path):
     """SIGHUP to the sweep (its terminal closed): the run in flight, in a process group of its own that a shell would
     not signal, is ended by it too, and the sweep ends by SIGHUP."""
-    out = tmp_path / "out"
     # SIGHUP at its default in the sweep, as from a terminal (a test run under nohup would pass on its SIG_IGN, which
     # the sweep keeps)
     proc = subprocess.Popen(sweep_cmd(tmp_path, "--phases", "forward", "--warmups", "100000", *CPU),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
-    record = out / "tiny_fp32_forward_w100000.json"
     try:
-        deadline = time.time() + 120
-        while not (record.exists() and '"running"' in record.read_text()):
-            assert proc.poll() is None and time.time() < deadline, proc.communicate()
-            time.sleep(0.1)
-        run = [int(q) for q in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
-                                              text=True).stdout.split()]
-        assert len(run) == 1, run
+        _, run = run_in_flight(proc, tmp_path)
         proc.send_signal(signal.SIGHUP)
         proc.communicate(timeout=60)
         deadline = time.time() + 30
-        while os.path.exists(f"/proc/{run[0]}") and time.time() < deadline:
+        while os.path.exists(f"/proc/{run}") and time.time() < deadline:
             time.sleep(0.1)
-        assert not os.path.exists(f"/proc/{run[0]}"), "the run outlived the sweep"
+        assert not os.path.exists(f"/proc/{run}"), "the run outlived the sweep"
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -233,22 +238,15 @@ def test_ctrl_z_stops_the_run_in_flight_too_and_fg_continues_both(tmp_path):
     proc = subprocess.Popen(sweep_cmd(tmp_path, "--phases", "forward", "--warmups", "100000", *CPU),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, process_group=0,
                             preexec_fn=lambda: signal.signal(signal.SIGTSTP, signal.SIG_DFL))
-    record = out / "tiny_fp32_forward_w100000.json"
     try:
-        deadline = time.time() + 120
-        while not (record.exists() and '"running"' in record.read_text()):
-            assert proc.poll() is None and time.time() < deadline, proc.communicate()
-            time.sleep(0.1)
-        run = [int(q) for q in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
-                                              text=True).stdout.split()]
-        assert len(run) == 1, run
+        record, run = run_in_flight(proc, tmp_path)
         proc.send_signal(signal.SIGTSTP)
         wait_state(proc.pid, "T")
-        wait_state(run[0], "T")
+        wait_state(run, "T")
         time.sleep(0.5)
-        assert proc_state(run[0]) == "T" and proc_state(proc.pid) == "T"
+        assert proc_state(run) == "T" and proc_state(proc.pid) == "T"
         proc.send_signal(signal.SIGCONT)
-        wait_state(run[0], "RS")
+        wait_state(run, "RS")
         wait_state(proc.pid, "RS")
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=120)
