@@ -97,7 +97,8 @@ Plan make_plan(const RunConfig& cfg, int world_size, int rank, const std::string
   const double comm_s = comm.seconds(), comm_bytes = comm.bytes();
   // exposed: what the compute stream waited for collectives, and the last one's tail past the stream's end (one still
   // in flight delays the next step); at most the collectives' time (rounding aside)
-  const double exposed = std::min(comm_s, c.comm_wait_s + std::max(0.0, comm.free_at() - be.now()));
+  double exposed = std::min(comm_s, c.comm_wait_s + std::max(0.0, comm.free_at() - be.now()));
+  if (comm_s - exposed <= 1e-9 * comm_s) exposed = comm_s;  // synchronous collectives: rounding is not overlap
   const int64_t collectives = comm.collectives();
   // A second step for the memory where the run has one: buffers a strategy makes lazily during the first step after
   // its peak (fsdp's shard temporaries for later microbatches) stay for the run and count in every later step's peak.
@@ -284,7 +285,7 @@ std::string Plan::table() const {
                    "FLOPs and bytes)\n",
                    fmt_time(time_s), fmt_time(compute_s), fmt_time(memory_s),
                    collectives ? fmt::format(" + {} communication exposed", fmt_time(comm_exposed_s)) : "",
-                   overlap_slowdown_s > 0 ? fmt::format(" + {} of ops slowed by collectives under them",
+                   overlap_slowdown_s > 0 ? fmt::format(" + {} by which collectives running under the ops slow them",
                                                         fmt_time(overlap_slowdown_s))
                                           : "");
   if (collectives)
