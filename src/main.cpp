@@ -614,8 +614,8 @@ int main(int argc, char** argv) {
     else throw ConfigError(fmt::format("job: '{}' is not implemented", cfg.job));
     record.update(part);
     if (plan && record.contains("memory")) record["memory"]["predicted"] = plan->predicted_json();
-    if (plan && cfg.device == "cuda" && record.contains("timing") && record["timing"].is_object())
-    {  // beside timing.step (and, over several ranks, timing.comm / comm_exposed: this rank's)
+    if (plan && cfg.device == "cuda" && record.contains("timing") && record["timing"].is_object()) {
+      // beside timing.step (and, over several ranks, timing.comm / comm_exposed: this rank's)
       record["timing"]["predicted"] = {{"step_ms", plan->time_s * 1e3}, {"gpu", plan_gpu}};
       if (world > 1) {
         record["timing"]["predicted"]["comm_ms"] = plan->comm_s * 1e3;

@@ -25,6 +25,7 @@
 #include "io/checkpoint.h"
 #include "io/result_record.h"
 #include "io/safetensors.h"
+#include "jobs/train_setup.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
 
@@ -153,11 +154,6 @@ TrainCheckpointer::~TrainCheckpointer() {
   const std::lock_guard<std::mutex> guard(h.m);
   if (h.fd >= 0) ::close(h.fd);
   h.fd = -1;
-}
-
-HostTimeout checkpoint_wait(const ParallelCfg& p) {
-  if (p.comm_timeout_s > p.checkpoint_timeout_s) return {p.comm_timeout_s, "parallel.comm_timeout_s"};
-  return {p.checkpoint_timeout_s, "parallel.checkpoint_timeout_s"};
 }
 
 bool TrainCheckpointer::due(int64_t steps_done) const {

@@ -24,16 +24,12 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
-#include "dist/communicator.h"
 #include "model/model.h"
 #include "parallel/strategy.h"
 
 namespace trainer {
 
-/// How long the host-side collectives wait while one rank's checkpoint I/O may hold the others (a write, where rank 0
-/// writes the weights alone; a resume's reads): parallel.checkpoint_timeout_s, or comm_timeout_s where that is longer
-/// (never shorter than the ordinary wait), naming the key that set it. Used through ScopedHostTimeout.
-HostTimeout checkpoint_wait(const ParallelCfg& p);
+class Communicator;
 
 class TrainCheckpointer {
  public:

@@ -8,10 +8,14 @@
 #include "core/test_hooks.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
-#include "jobs/train_checkpoint.h"
 #include "optim/adamw.h"
 
 namespace trainer {
+
+HostTimeout checkpoint_wait(const ParallelCfg& p) {
+  if (p.comm_timeout_s > p.checkpoint_timeout_s) return {p.comm_timeout_s, "parallel.comm_timeout_s"};
+  return {p.checkpoint_timeout_s, "parallel.checkpoint_timeout_s"};
+}
 
 TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm, int world_size, bool init_weights) {
   TrainSetup s;

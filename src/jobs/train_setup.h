@@ -6,13 +6,18 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "dist/communicator.h"
 #include "jobs/train_step.h"
 #include "model/model.h"
 #include "parallel/strategy.h"
 
 namespace trainer {
 
-class Communicator;
+/// How long the host-side collectives wait while one rank's checkpoint I/O may hold the others (a checkpoint's write,
+/// where rank 0 writes the weights alone; the weights' and a resume's reads): parallel.checkpoint_timeout_s, or
+/// comm_timeout_s where that is longer (never shorter than the ordinary wait), naming the key that set it. Used
+/// through ScopedHostTimeout (here and by jobs/train_checkpoint.h).
+HostTimeout checkpoint_wait(const ParallelCfg& p);
 
 struct TrainSetup {
   ModelDims dims;
