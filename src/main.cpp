@@ -221,13 +221,23 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
   std::vector<Plan> plans;
   std::vector<nlohmann::json> js;
   bool differ = false;
-  for (int r = 0; r < world; ++r) {
+  // Ranks 0, 1 and the last first: every strategy gives the ranks between the first and the last the same shapes
+  // (equal shards; only the last could hold a shorter one), so when those three agree the plan is every rank's.
+  // Otherwise every rank is planned and shown.
+  auto plan_rank = [&](int r) {
     plans.push_back(make_plan(cfg, world, r, gpu));
     if (device_memory_gib > 0) plans.back().device_memory_bytes = size_t(device_memory_gib * double(1ull << 30));
     js.push_back(plans.back().to_json());
     js.back().erase("rank");
     differ = differ || js.back() != js.front();
-    if (r >= 1 && !differ && cfg.parallel.strategy != "zero1") break;  // replicated strategies: ranks alike
+  };
+  std::vector<int> probe{0};
+  if (world > 1) probe.push_back(1);
+  if (world > 2) probe.push_back(world - 1);
+  for (int r : probe) plan_rank(r);
+  if (differ) {
+    plans.clear(), js.clear(), differ = false;
+    for (int r = 0; r < world; ++r) plan_rank(r);
   }
   // On the cpu the host is the device: the largest rank's peak times the ranks, were they all on this host (a
   // bare mpirun), against MemAvailable (the run refuses what does not fit: check_plan_fits_host).

@@ -111,6 +111,20 @@ def test_plan_world_size_zero1(trainer_bin, tmp_path):
     assert extra == nccl["memory"]["category_peaks"]["gradients"] // 4
 
 
+def test_plan_of_many_ranks_plans_three(trainer_bin, tmp_path):
+    """Ranks 0, 1 and the last stand for all when they agree (main.cpp run_plan): zero1 over 8192 ranks used to plan
+    every rank (8192 dry runs, each gathering 8192 layout hashes). The padding to kAlign x 8192 elements is real."""
+    one = plan_json(trainer_bin, tmp_path, TINY, "--set", "device=cpu", "--set", "optimizer.in_backward=false")
+    n = one["memory"]["category_peaks"]["parameters"] // 4  # fp32 elements, a multiple of kAlign (64)
+    padded = -(-n // (64 * 8192)) * (64 * 8192)
+    p = plan_json(trainer_bin, tmp_path, TINY, "--set", "device=cpu", "--set", "parallel.strategy=zero1",
+                  "--set", "data.batch_size=8192", "--world-size", "8192")
+    assert p["ranks_identical"] is True and "per_rank" not in p and p["world_size"] == 8192
+    assert p["memory"]["category_peaks"]["parameters"] == 4 * padded
+    # m, v of the rank's chunk and AdamW's step values (zero1 sums the norm on the host: no device slot for it)
+    assert p["memory"]["category_peaks"]["optimizer"] == 8 * (padded // 8192) + 16
+
+
 def test_plan_overlap_of_the_ddp_strategies(trainer_bin, tmp_path):
     """Collectives on a stream of their own (dist/meta_communicator.h): the synchronous strategies expose all of their
     communication, the overlapped ones hide it under the backward and pay overlap_slowdown of what they hid; with mpi
