@@ -260,8 +260,14 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
     const std::string more =
         s == "fsdp"    ? "more ranks, or a smaller model"
         : s == "zero1" ? "fsdp over several ranks (zero1 keeps the weights and gradients whole), or a smaller model"
-        : s == "none"  ? "several ranks with fsdp (or zero1, which shards the AdamW moments alone), precision "
-                         "bf16_pure, or a smaller model"
+        // with optimizer.in_backward one unit's gradient lives at a time; zero1 (which refuses in_backward) holds
+        // all of it: fp32 state 4 + 4 + 8 / N bytes a parameter against 4 + 8, at most 4 fewer
+        : s == "none" && cfg.optimizer.in_backward.value_or(false)
+            ? "several ranks with fsdp, precision bf16_pure, or a smaller model (zero1 saves at most 4 bytes a "
+              "parameter here: it shards the AdamW moments but holds the whole gradient, which "
+              "optimizer.in_backward does not)"
+        : s == "none" ? "several ranks with fsdp (or zero1, which shards the AdamW moments alone), precision "
+                        "bf16_pure, or a smaller model"
                        : "fsdp over several ranks (" + s + " keeps every weight, gradient and AdamW moment whole), "
                          "or a smaller model";
     nothing = search->state_bytes > budget

@@ -220,24 +220,28 @@ def test_plan_fit_takes_a_larger_lm_head_chunk_where_it_fits(trainer_bin, tmp_pa
 
 
 @pytest.mark.parametrize("strategy, hint", [
-    ("none", "several ranks with fsdp (or zero1, which shards the AdamW moments alone), precision bf16_pure"),
+    ("none", "several ranks with fsdp, precision bf16_pure, or a smaller model (zero1 saves at most 4 bytes"),
+    ("none_clipped", "several ranks with fsdp (or zero1, which shards the AdamW moments alone), precision bf16_pure"),
     ("zero1", "fsdp over several ranks (zero1 keeps the weights and gradients whole), or a smaller model"),
     ("ddp_bucketed", "fsdp over several ranks (ddp_bucketed keeps every weight, gradient and AdamW moment whole)"),
     ("fsdp", "more ranks, or a smaller model")])
 def test_plan_fit_state_too_large_names_what_shards_it(trainer_bin, tmp_path, strategy, hint):
     """10B in fp32 on H100s: the state alone is over the budget; the hint names only what lowers it under the
-    strategy (a fresh user was told "more ranks" under zero1 and ddp, which keep the weights whole)."""
-    world = {"none": "1", "fsdp": "2"}.get(strategy, "64")  # fsdp: 64 shards of 10B would fit; 2 do not
+    strategy (a fresh user was told "more ranks" under zero1 and ddp, which keep the weights whole). Strategy none
+    runs optimizer.in_backward (one unit's gradient at a time), unless clipping rules it out: then zero1 shards more."""
+    world = {"none": "1", "none_clipped": "1", "fsdp": "2"}.get(strategy, "64")  # fsdp: 64 shards fit; 2 do not
+    clip = ["--set", "optimizer.max_grad_norm=1.0"] if strategy == "none_clipped" else []
+    strategy = strategy.removesuffix("_clipped")
     r = run(trainer_bin, ["--plan", str(SOURCE_DIR / "configs" / "10B.json"), "--world-size", world, "--gpu", "h100",
                           "--set", "precision=fp32", "--set", f"data.batch_size={world}",
-                          "--set", f"parallel.strategy={strategy}", "--fit"], tmp_path)
+                          "--set", f"parallel.strategy={strategy}", "--fit", *clip], tmp_path)
     assert r.returncode == 0, r.stderr
     line = [x for x in r.stdout.splitlines() if "nothing: the weights" in x]
     assert len(line) == 1 and hint in line[0], r.stdout
     # --json says the same: no option, and why
     j = run(trainer_bin, ["--plan", str(SOURCE_DIR / "configs" / "10B.json"), "--world-size", world, "--gpu", "h100",
                           "--set", "precision=fp32", "--set", f"data.batch_size={world}",
-                          "--set", f"parallel.strategy={strategy}", "--fit", "--json"], tmp_path)
+                          "--set", f"parallel.strategy={strategy}", "--fit", "--json", *clip], tmp_path)
     fit = json.loads(j.stdout)["fit"]
     assert fit["options"] == [] and "  nothing: " + fit["nothing"] == line[0], fit
 
