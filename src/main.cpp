@@ -250,7 +250,7 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
                             ? size_t(kFitFraction * double(plans[0].device_memory_bytes))
                             : size_t(kFitFraction * double(available) / std::max(1, world));
   std::optional<FitSearch> search;
-  if (budget > 0 && (fit || host_peak > budget)) search = search_fit(cfg, world, budget, gpu);
+  if (budget > 0 && (fit || host_peak > budget)) search = search_fit(cfg, world, budget, gpu, plans);
   // Why the search found nothing, when it did not: the state alone is over the budget, or no activation setting
   // fits. What lowers the state a rank holds: only fsdp shards the weights and gradients (zero1 the AdamW moments
   // alone; ddp nothing), so more ranks help only under fsdp; precision bf16_pure runs on strategy none only

@@ -447,6 +447,17 @@ TEST_CASE("planner: --fit finds the fewest recomputed blocks that fit, and the s
   }
   // and nothing at all under a budget of one byte
   CHECK(search_fit(cfg, 1, 1).options.empty());
+
+  // the run's own plans handed in (as trainer --plan --fit does): the same options, without planning it again
+  const FitSearch given = search_fit(cfg, 1, budget, "h200", {make_plan(cfg, 1)});
+  REQUIRE(given.options.size() == s.options.size());
+  for (size_t i = 0; i < s.options.size(); ++i) {
+    CHECK(given.options[i].sets == s.options[i].sets);
+    CHECK(given.options[i].peak_bytes == s.options[i].peak_bytes);
+    CHECK(given.options[i].time_s == s.options[i].time_s);
+  }
+  CHECK(given.plans == s.plans);  // the handed-in plan counts as one of the dry runs
+  CHECK(given.state_bytes == s.state_bytes);
 }
 
 TEST_CASE("planner: a forward-only run keeps no gradients, AdamW state or stores; forward + backward no AdamW state",

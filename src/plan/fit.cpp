@@ -33,19 +33,19 @@ class Searcher {
     try {
       Planned p;
       for (int r : {0, world_ - 1}) {
-        const Plan q = make_plan(c, world_, r, gpu_);
-        ++plans_;
-        const auto& cp = q.category_peaks;
-        p.peak = std::max(p.peak, q.peak_bytes);
-        p.time_s = std::max(p.time_s, q.time_s);
-        p.state = std::max(p.state, cp[size_t(Category::parameters)] + cp[size_t(Category::gradients)] +
-                                        cp[size_t(Category::optimizer)]);
+        add(p, make_plan(c, world_, r, gpu_));
         if (world_ == 1) break;
       }
       return p;
     } catch (const ConfigError&) {
       return std::nullopt;
     }
+  }
+  /// The same from plans made already (the caller's, of the run as configured; counted as dry runs).
+  Planned planned(const std::vector<Plan>& made) {
+    Planned p;
+    for (const Plan& q : made) add(p, q);
+    return p;
   }
   bool fits(const std::optional<Planned>& p) const { return p && p->peak <= budget_; }
 
@@ -76,6 +76,15 @@ class Searcher {
   int plans() const { return plans_; }
 
  private:
+  void add(Planned& p, const Plan& q) {
+    ++plans_;
+    const auto& cp = q.category_peaks;
+    p.peak = std::max(p.peak, q.peak_bytes);
+    p.time_s = std::max(p.time_s, q.time_s);
+    p.state = std::max(p.state, cp[size_t(Category::parameters)] + cp[size_t(Category::gradients)] +
+                                    cp[size_t(Category::optimizer)]);
+  }
+
   int world_;
   size_t budget_;
   std::string gpu_;  // make_plan's target GPU
@@ -91,7 +100,8 @@ std::vector<int> first_blocks(int k) {
 
 }  // namespace
 
-FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes, const std::string& gpu) {
+FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes, const std::string& gpu,
+                     const std::vector<Plan>& configured) {
   TRAINER_CHECK(cfg.job == "train" && world_size >= 1, "search_fit: a train config on >= 1 rank");
   FitSearch out;
   out.budget_bytes = budget_bytes;
@@ -99,7 +109,7 @@ FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes, 
   const int L = cfg.model.num_layers;
   const int per_rank = cfg.data.batch_size / world_size;
   // The run as configured, and its state (weights, gradients, AdamW state), which no activation setting lowers
-  const std::optional<Planned> as_is = s.plan(cfg);
+  const std::optional<Planned> as_is = configured.empty() ? s.plan(cfg) : s.planned(configured);
   TRAINER_CHECK(as_is.has_value(), "search_fit: the run's own config has no plan");
   out.state_bytes = as_is->state;
   // Each family's fastest fitting option over the microbatches, from the run's down to one row (halving): a

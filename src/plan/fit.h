@@ -51,7 +51,9 @@ struct FitSearch {
 
 /// Searches the candidates above for `cfg` (resolved; job train) on `world_size` ranks against `budget_bytes` per
 /// rank, timed at `gpu`'s rates (make_plan). Candidates the train job would refuse are skipped. Returns the fitting
-/// ones, fastest first.
-FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes, const std::string& gpu = "h200");
+/// ones, fastest first. `configured`: the plans of `cfg` itself made already (make_plan(cfg, world_size, r, gpu) for
+/// rank 0, the last rank and any others), so that the run as configured is not planned again; empty: planned here.
+FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes, const std::string& gpu = "h200",
+                     const std::vector<Plan>& configured = {});
 
 }  // namespace trainer
