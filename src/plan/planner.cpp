@@ -40,7 +40,13 @@ nlohmann::json categories_json(const std::array<size_t, kNumCategories>& a) {
   return j;
 }
 
-std::string fmt_time(double s) { return s >= 1 ? fmt::format("{:.2f} s", s) : fmt::format("{:.2f} ms", s * 1e3); }
+// seconds as "1.23 s", "12.34 ms", "7.81 us" (a tiny model's step is microseconds: not "0.00 ms"), or "0 ms"
+std::string fmt_time(double s) {
+  return s >= 1      ? fmt::format("{:.2f} s", s)
+         : s >= 1e-4 ? fmt::format("{:.2f} ms", s * 1e3)
+         : s > 0     ? fmt::format("{:.2f} us", s * 1e6)
+                     : std::string("0 ms");
+}
 
 }  // namespace
 
