@@ -214,7 +214,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   // init.resume: the optimizer state and the step to continue at (the weights came with setup_training); the
   // schedule and the data are functions of the step. output.checkpoint: written by ckpt.write (train_checkpoint.h).
   TrainCheckpointer ckpt(cfg, *be, model, *strategy, *comm, total_steps);
-  const int first_step = int(ckpt.resume(setup.weights_read_s));
+  const int first_step = int(ckpt.resume(setup.resume_dir, setup.resume_manifest, setup.weights_read_s));
   int steps_done = first_step;
   // A checkpoint that cannot be written (a full disk) fails the run; its record keeps the loss curve so far and
   // the checkpoints written before it (the last good one), as a diverged run keeps its losses.

@@ -329,11 +329,10 @@ void TrainCheckpointer::write(int64_t steps_done) {
                  format_bytes(all_bytes), secs);
 }
 
-int64_t TrainCheckpointer::resume(double weights_read_s) {
+int64_t TrainCheckpointer::resume(const std::string& step_dir, const json& m, double weights_read_s) {
   if (!cfg_.init.resume) return 0;
+  TRAINER_CHECK(!step_dir.empty() && m.is_object(), "resume: setup_training resolved no checkpoint");
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string step_dir = resolve_checkpoint(*cfg_.init.resume);
-  const json m = read_checkpoint_manifest(step_dir);
   const json& opt = m["optimizer"];
   if (m.contains("layout_total"))
     CONFIG_CHECK(m["layout_total"].get<int64_t>() == model_.layout().total(),

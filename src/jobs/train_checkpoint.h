@@ -55,10 +55,11 @@ class TrainCheckpointer {
   void write(int64_t steps_done);
 
   /// Collective: with init.resume, restores this rank's optimizer state and AdamW step count from the checkpoint
-  /// (setup_training loaded its weights; weights_read_s: how long that took) and returns the step to continue at;
-  /// 0 without init.resume. ConfigError ("init.resume: ...") when the shards do not cover this rank's state or their
-  /// dtypes differ from this run's.
-  int64_t resume(double weights_read_s);
+  /// step directory `step_dir` with its `manifest`, both as setup_training resolved and read them when it loaded the
+  /// weights (TrainSetup::resume_dir / resume_manifest; weights_read_s: how long that took), and returns the step to
+  /// continue at; 0 without init.resume. ConfigError ("init.resume: ...") when the shards do not cover this rank's
+  /// state or their dtypes differ from this run's.
+  int64_t resume(const std::string& step_dir, const nlohmann::json& manifest, double weights_read_s);
 
   /// The record's `checkpoint` section: {dir, every, writes [{step, path, write_s, bytes}], resumed_from {path,
   /// step, read_s}} (null parts when unused).

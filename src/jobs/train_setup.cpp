@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -16,6 +17,22 @@ HostTimeout checkpoint_wait(const ParallelCfg& p) {
   if (p.comm_timeout_s > p.checkpoint_timeout_s) return {p.comm_timeout_s, "parallel.comm_timeout_s"};
   return {p.checkpoint_timeout_s, "parallel.checkpoint_timeout_s"};
 }
+
+namespace {
+
+/// Collective: every rank resolved init.resume to the same step (each read 'latest' itself; a run writing into that
+/// directory meanwhile could move it between their reads). ConfigError on every rank otherwise, before any read.
+void agree_on_resumed_step(Communicator& comm, const std::string& step_dir, const nlohmann::json& manifest) {
+  const int64_t mine = manifest.value("step", int64_t(-1));
+  std::vector<int64_t> all(size_t(comm.size()), 0);
+  comm.all_gather_host(&mine, sizeof mine, all.data());
+  for (int r = 0; r < comm.size(); ++r)
+    CONFIG_CHECK(all[size_t(r)] == mine, "init.resume: rank {} resolved '{}' to step {} and rank {} to step {} (its "
+                 "'latest' changed while the ranks started: is another run writing there?); name the step directory "
+                 "to resume", comm.rank(), step_dir, mine, r, all[size_t(r)]);
+}
+
+}  // namespace
 
 TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm, int world_size, bool init_weights) {
   TrainSetup s;
@@ -45,11 +62,16 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
   if (init_weights) {  // the weight source; a sharded strategy copies its shards from it in attach()
     const auto t0 = std::chrono::steady_clock::now();
     if (cfg.init.weights || cfg.init.resume) {
+      // the step to resume, resolved once here: the optimizer state is read from the same step directory and
+      // manifest (train_checkpoint.h), so a 'latest' rewritten meanwhile cannot mix two steps
+      if (cfg.init.resume && comm && comm->rank() == comm->size() - 1)  // the last rank resolves it late
+        test_pause("TRAINER_TEST_RESOLVE_PAUSE_S", "before resolving init.resume");
       const std::string step_dir = cfg.init.resume ? resolve_checkpoint(*cfg.init.resume) : "";
+      const nlohmann::json manifest = cfg.init.resume ? read_checkpoint_manifest(step_dir) : nlohmann::json();
+      if (cfg.init.resume && comm) agree_on_resumed_step(*comm, step_dir, manifest);
       const std::string path = cfg.init.weights ? *cfg.init.weights : checkpoint_weights_path(step_dir);
       std::map<std::string, HostTensor> file;
       FileDigest digest;
-      const nlohmann::json manifest = cfg.init.resume ? read_checkpoint_manifest(step_dir) : nlohmann::json();
       if (manifest.contains("files"))  // info: rank 0's log (every rank's with --log-all-ranks)
         spdlog::info("init.resume: reading {} and checking its CRC-32 ...", path);
       try {
@@ -62,6 +84,8 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
       if (cfg.init.resume)  // the weights as the checkpoint wrote them (its manifest's CRC-32)
         verify_checkpoint_file(manifest, step_dir, std::filesystem::path(path).filename().string(), digest);
       s.model->load(std::move(file), path);
+      s.resume_dir = step_dir;
+      s.resume_manifest = manifest;
       s.weights_read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (comm) {  // each rank read the whole file: on shared storage they end apart. The slowest is waited for
                    // here, as long as for a checkpoint's write, before any collective that waits comm_timeout_s

@@ -3,6 +3,9 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
 #include "config/config.h"
@@ -27,6 +30,11 @@ struct TrainSetup {
   int rows_per_rank = 0;
   int64_t rank_tokens = 0;             // tokens of this rank's share of the step
   double weights_read_s = 0;           // seconds spent reading init.weights / the resumed checkpoint's weights
+  // init.resume, resolved once (its 'latest' read once): the step directory whose weights were loaded and its
+  // manifest as read then, for TrainCheckpointer::resume (the optimizer state of the same step, whatever 'latest'
+  // names by then). Empty / null without init.resume or in a dry run.
+  std::string resume_dir;
+  nlohmann::json resume_manifest;
 };
 
 /// Builds what a train run of `cfg` on `world_size` ranks holds on one rank before its first step, on `be`: the Model

@@ -6,6 +6,8 @@
 - Resharding: a world-1 checkpoint resumed on 2 ranks (zero1, fsdp) and a 2-rank zero1 checkpoint resumed on one
   process continue the one-process run within fp32 tolerance (1e-5 relative; summation order differs).
 - A damaged block of rank 1's optimizer file stops a 2-rank resume with rank 1's line naming the file and bytes.
+- 'latest' is read once: rewritten after the weights were loaded, the optimizer state still comes from their step;
+  rewritten between two ranks' reads, the job stops naming both steps.
 - A checkpoint write that holds rank 0 past parallel.comm_timeout_s, or a resume's read that holds rank 1, is waited
   for up to parallel.checkpoint_timeout_s (or comm_timeout_s, where longer); past that, the job ends with a message
   naming the key.
@@ -15,6 +17,7 @@ Environment (set by tests/mpi/CMakeLists.txt): TRAINER_BIN, TRAINER_SOURCE_DIR, 
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import zlib
@@ -36,6 +39,12 @@ MPIRUN = [MPIEXEC, "--allow-run-as-root", "--oversubscribe"]
 def run_trainer(tmp, tag, steps, np_, *sets, env=None):
     """The tiny model on np_ ranks (a cosine schedule, clipping, random sampling from a token file), record
     tmp/<tag>.json: the finished process."""
+    return subprocess.run(trainer_cmd(tmp, tag, steps, np_, *sets), capture_output=True, text=True, timeout=180,
+                          env=env or ENV, cwd=SRC)
+
+
+def trainer_cmd(tmp, tag, steps, np_, *sets):
+    """run_trainer's command line."""
     tokens = tmp / "tokens.bin"
     if not tokens.exists():
         np.random.default_rng(11).integers(0, 256, size=20000, dtype=np.uint16).tofile(tokens)
@@ -46,8 +55,7 @@ def run_trainer(tmp, tag, steps, np_, *sets, env=None):
          "--set", "data.sampling=random", "--set", f"output.results={tmp / (tag + '.json')}"]
     for s in sets:
         a += ["--set", s]
-    cmd = (MPIRUN + ["-np", str(np_)] + a) if np_ > 1 else a
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env or ENV, cwd=SRC)
+    return (MPIRUN + ["-np", str(np_)] + a) if np_ > 1 else a
 
 
 def trainer(tmp, tag, steps, np_, *sets, env=None):
@@ -163,6 +171,71 @@ def test_a_damaged_block_of_another_ranks_file_is_refused_by_the_rank_that_reads
     assert (f"trainer: error: rank 1: init.resume: '{f}' does not match its checksum in bytes [{k * bb}, "
             f"{min(len(bad), (k + 1) * bb)}) (CRC-32 {zlib.crc32(bytes(bad[k * bb:(k + 1) * bb])):08x}, the manifest "
             f"records {m['files'][f.name]['block_crc32'][k]})") in p.stderr, p.stderr[-3000:]
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_a_latest_rewritten_during_a_resume_does_not_mix_two_steps(tmp_path):
+    """init.resume names a directory: its 'latest' is read once, when the weights are loaded, and the optimizer state
+    comes from that same step. Here 'latest' is rewritten to name another step (as a run writing there would) while
+    the last rank's read of the weights is held (the pause hook) and rank 0 waits for it: the run still continues
+    step 2, bitwise as the straight run. (Read again after the weights, it resumed step 4's AdamW state onto step
+    2's weights.)"""
+    ps = "parallel.strategy=zero1"
+    ref = trainer(tmp_path, "s", 4, 2, ps, f"output.checkpoint={tmp_path / 's'}")
+    ck = tmp_path / "ck"
+    trainer(tmp_path, "a", 2, 2, ps, f"output.checkpoint={ck}")
+    step2 = (ck / "latest").read_text().strip()
+    step4 = (tmp_path / "s" / "latest").read_text().strip()
+    assert step2 != step4
+    shutil.copytree(tmp_path / "s" / step4, ck / step4)
+    p = subprocess.Popen(trainer_cmd(tmp_path, "b", 4, 2, ps, f"init.resume={ck}"), stderr=subprocess.PIPE,
+                         stdout=subprocess.DEVNULL, text=True, env=dict(ENV, TRAINER_TEST_IO_PAUSE_S="5"), cwd=SRC)
+    err = []
+    try:
+        for line in p.stderr:  # the hook's warning: the last rank holds, its weights read
+            err.append(line)
+            if "pausing 5 s after reading the weights" in line:
+                (ck / "latest.tmp").write_text(step4 + "\n")
+                os.replace(ck / "latest.tmp", ck / "latest")
+                break
+        err.append(p.communicate(timeout=180)[1])
+    finally:
+        p.kill()
+    assert p.returncode == 0, "".join(err)[-3000:]
+    assert (ck / "latest").read_text().strip() == step4, "the hook's line never came"
+    b = json.loads((tmp_path / "b.json").read_text())
+    assert b["checkpoint"]["resumed_from"]["step"] == 2 and b["steps"]["first"] == 2
+    assert b["checkpoint"]["resumed_from"]["path"] == str(ck / step2)
+    assert b["loss"]["per_step"] == ref["loss"]["per_step"][2:]
+    assert b["grad_norm"]["per_step"] == ref["grad_norm"]["per_step"][2:]
+
+
+def test_ranks_that_resolve_latest_to_different_steps_stop(tmp_path):
+    """Each rank reads 'latest' itself; rewritten between rank 0's read and the last rank's (a hook holds the last
+    rank before its read), the ranks would resume different steps: every rank stops with one line naming both."""
+    ps = "parallel.strategy=zero1"
+    trainer(tmp_path, "s", 4, 2, ps, f"output.checkpoint={tmp_path / 's'}")
+    ck = tmp_path / "ck"
+    trainer(tmp_path, "a", 2, 2, ps, f"output.checkpoint={ck}")
+    step4 = (tmp_path / "s" / "latest").read_text().strip()
+    shutil.copytree(tmp_path / "s" / step4, ck / step4)
+    p = subprocess.Popen(trainer_cmd(tmp_path, "b", 4, 2, ps, f"init.resume={ck}"), stderr=subprocess.PIPE,
+                         stdout=subprocess.DEVNULL, text=True, env=dict(ENV, TRAINER_TEST_RESOLVE_PAUSE_S="3"),
+                         cwd=SRC)
+    err = []
+    try:
+        for line in p.stderr:
+            err.append(line)
+            if "pausing 3 s before resolving init.resume" in line:
+                (ck / "latest").write_text(step4 + "\n")
+                break
+        err.append(p.communicate(timeout=180)[1])
+    finally:
+        p.kill()
+    err = "".join(err)
+    assert p.returncode != 0, err[-3000:]
+    assert (f"trainer: error: init.resume: rank 0 resolved '{ck / 'step-00000002'}' to step 2 and rank 1 to step 4 "
+            "(its 'latest' changed while the ranks started: is another run writing there?)") in err, err[-3000:]
     assert not (tmp_path / "b.json").exists()
 
 
