@@ -68,7 +68,12 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
         test_pause("TRAINER_TEST_RESOLVE_PAUSE_S", "before resolving init.resume");
       const std::string step_dir = cfg.init.resume ? resolve_checkpoint(*cfg.init.resume) : "";
       const nlohmann::json manifest = cfg.init.resume ? read_checkpoint_manifest(step_dir) : nlohmann::json();
-      if (cfg.init.resume && comm) agree_on_resumed_step(*comm, step_dir, manifest);
+      if (cfg.init.resume)  // info: rank 0's log (every rank's with --log-all-ranks)
+        spdlog::info("init.resume: step {} in {}", manifest.value("step", int64_t(-1)), step_dir);
+      if (cfg.init.resume && comm) {  // ranks reach it apart as their reads of 'latest' do (shared storage)
+        const ScopedHostTimeout wait_for_reads(*comm, checkpoint_wait(cfg.parallel));
+        agree_on_resumed_step(*comm, step_dir, manifest);
+      }
       const std::string path = cfg.init.weights ? *cfg.init.weights : checkpoint_weights_path(step_dir);
       std::map<std::string, HostTensor> file;
       FileDigest digest;

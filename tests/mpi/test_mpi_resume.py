@@ -217,24 +217,30 @@ def test_ranks_that_resolve_latest_to_different_steps_stop(tmp_path):
     trainer(tmp_path, "s", 4, 2, ps, f"output.checkpoint={tmp_path / 's'}")
     ck = tmp_path / "ck"
     trainer(tmp_path, "a", 2, 2, ps, f"output.checkpoint={ck}")
+    step2 = (ck / "latest").read_text().strip()
     step4 = (tmp_path / "s" / "latest").read_text().strip()
     shutil.copytree(tmp_path / "s" / step4, ck / step4)
     p = subprocess.Popen(trainer_cmd(tmp_path, "b", 4, 2, ps, f"init.resume={ck}"), stderr=subprocess.PIPE,
-                         stdout=subprocess.DEVNULL, text=True, env=dict(ENV, TRAINER_TEST_RESOLVE_PAUSE_S="3"),
+                         stdout=subprocess.DEVNULL, text=True, env=dict(ENV, TRAINER_TEST_RESOLVE_PAUSE_S="6"),
                          cwd=SRC)
-    err = []
+    err, seen = [], set()
     try:
-        for line in p.stderr:
+        for line in p.stderr:  # rank 1 holds (6 s) and rank 0 has resolved step 2: then latest moves
             err.append(line)
-            if "pausing 3 s before resolving init.resume" in line:
-                (ck / "latest").write_text(step4 + "\n")
+            if "pausing 6 s before resolving init.resume" in line:
+                seen.add("hook")
+            if f"init.resume: step 2 in {ck / step2}" in line:
+                seen.add("rank 0")
+            if len(seen) == 2:
+                (ck / "latest.tmp").write_text(step4 + "\n")
+                os.replace(ck / "latest.tmp", ck / "latest")
                 break
         err.append(p.communicate(timeout=180)[1])
     finally:
         p.kill()
     err = "".join(err)
     assert p.returncode != 0, err[-3000:]
-    assert (f"trainer: error: init.resume: rank 0 resolved '{ck / 'step-00000002'}' to step 2 and rank 1 to step 4 "
+    assert (f"trainer: error: init.resume: rank 0 resolved '{ck / step2}' to step 2 and rank 1 to step 4 "
             "(its 'latest' changed while the ranks started: is another run writing there?)") in err, err[-3000:]
     assert not (tmp_path / "b.json").exists()
 
