@@ -391,6 +391,47 @@ CheckpointWrite::~CheckpointWrite() {
 
 std::string CheckpointWrite::file(const std::string& name) const { return (fs::path(tmp_) / name).string(); }
 
+namespace {
+
+/// DIR/model.safetensors made step_dir's weights: a hard link, swapped in atomically (link to a temporary name,
+/// rename), or with copy_fallback a copy where the filesystem has no hard links. Returns false when no hard link
+/// could be made and copy_fallback is off; RuntimeError when neither works.
+bool place_weights(const std::string& dir, const std::string& step_dir, bool copy_fallback) {
+  std::error_code ec;
+  const std::string link = (fs::path(dir) / kWeights).string(), link_tmp = link + ".tmp-link";
+  fs::remove(link_tmp, ec);
+  fs::create_hard_link(fs::path(step_dir) / kWeights, link_tmp, ec);
+  if (!ec && ::rename(link_tmp.c_str(), link.c_str()) == 0) {
+    fsync_dir(dir);
+    return true;
+  }
+  fs::remove(link_tmp, ec);
+  if (!copy_fallback) return false;
+  fs::copy_file(fs::path(step_dir) / kWeights, link_tmp, fs::copy_options::overwrite_existing, ec);
+  if (ec || ::rename(link_tmp.c_str(), link.c_str()) != 0)
+    throw RuntimeError(fmt::format("checkpoint: cannot place '{}': {}", link, ec ? ec.message() : std::strerror(errno)));
+  fsync_dir(dir);
+  return true;
+}
+
+}  // namespace
+
+std::string repair_checkpoint_weights(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_regular_file(fs::path(dir) / kLatest, ec)) return "";
+  const std::string name = trim(read_text((fs::path(dir) / kLatest).string()));
+  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") return "";
+  const fs::path step_weights = fs::path(dir) / name / kWeights, top = fs::path(dir) / kWeights;
+  struct stat a {}, b {};
+  if (::stat(step_weights.c_str(), &a) != 0 || ::stat(top.c_str(), &b) != 0) return "";
+  if (a.st_dev == b.st_dev && a.st_ino == b.st_ino) return "";  // the usual case: one file, two names
+  // another file: a link into another step (a run ended between placing it and `latest`), or a copy (a filesystem
+  // without hard links, where the two names are never one file: nothing to tell, left as it is)
+  if (b.st_nlink < 2) return "";
+  place_weights(dir, (fs::path(dir) / name).string(), /*copy_fallback=*/false);
+  return (fs::path(dir) / name).string();
+}
+
 std::string CheckpointWrite::commit(const json& manifest, const std::string& parent) {
   write_json_atomic(file(kManifest), manifest);
   fsync_dir(tmp_);
@@ -405,20 +446,14 @@ std::string CheckpointWrite::commit(const json& manifest, const std::string& par
                                    std::strerror(errno)));
   committed_ = true;  // the step directory is complete; what follows points `latest` at it
   fsync_dir(dir_);
+  // DIR/model.safetensors first, then `latest`: a process that ends between the two leaves the weights file at this
+  // complete step and `latest` at the one before, which the next run that takes DIR's lock puts right
+  // (repair_checkpoint_weights). The other order left the weights file a step behind with nothing to notice it.
+  place_weights(dir_, final_dir, /*copy_fallback=*/true);
   const std::string latest = (fs::path(dir_) / kLatest).string();
   const std::string previous = trim(read_text(latest));
   const std::string line = name + "\n";
   write_file_atomic(latest, {{line.data(), line.size()}});
-  // DIR/model.safetensors: a hard link to the new weights, swapped in atomically (link to a temp name, rename).
-  const std::string link = (fs::path(dir_) / kWeights).string(), link_tmp = link + ".tmp-link";
-  fs::remove(link_tmp, ec);
-  fs::create_hard_link(fs::path(final_dir) / kWeights, link_tmp, ec);
-  if (ec || ::rename(link_tmp.c_str(), link.c_str()) != 0) {  // a filesystem without hard links: copy
-    fs::remove(link_tmp, ec);
-    fs::copy_file(fs::path(final_dir) / kWeights, link_tmp, fs::copy_options::overwrite_existing, ec);
-    if (ec || ::rename(link_tmp.c_str(), link.c_str()) != 0)
-      throw RuntimeError(fmt::format("checkpoint: cannot place '{}': {}", link, ec ? ec.message() : std::strerror(errno)));
-  }
   fsync_dir(dir_);
   // Keep the new checkpoint and the one before it on this run's line (a resume of an older step leaves the later
   // steps of the abandoned line behind: those go); remove older step directories and stale temporaries.

@@ -91,6 +91,12 @@ bool verify_checkpoint_file(const nlohmann::json& m, const std::string& step_dir
 /// 64-bit FNV-1a of `text`, as "fnv1a64:<16 hex digits>" (the manifest's config_hash).
 std::string fnv1a64_hex(const std::string& text);
 
+/// Rank 0 of a run that holds DIR's lock: where DIR/model.safetensors is a hard link to another step's weights than
+/// the step `latest` names (a process ended between commit() placing the one and writing the other), links it to
+/// latest's. Returns that step directory when it did, "" otherwise (nothing to mend, no `latest`, or a filesystem
+/// without hard links, where DIR/model.safetensors is a copy). RuntimeError when it cannot rename.
+std::string repair_checkpoint_weights(const std::string& dir);
+
 /// A checkpoint being written: every rank calls the same methods in the same order (rank 0 does the directory work;
 /// the others wait for it where they must). Not collective itself: the caller orders the ranks (barriers).
 class CheckpointWrite {
@@ -106,8 +112,8 @@ class CheckpointWrite {
   CheckpointWrite& operator=(const CheckpointWrite&) = delete;
   /// Path of a file inside the temporary directory.
   std::string file(const std::string& name) const;
-  /// Rank 0 only: writes manifest.json, fsyncs the directory, renames it to its step name, points `latest` at it,
-  /// re-links DIR/model.safetensors and prunes older checkpoints: it keeps the new one and `parent` (the step
+  /// Rank 0 only: writes manifest.json, fsyncs the directory, renames it to its step name, re-links
+  /// DIR/model.safetensors to its weights, points `latest` at it and prunes older checkpoints: it keeps the new one and `parent` (the step
   /// directory in DIR this run continued from: the one it resumed from or its previous write), or where `parent` is
   /// empty or gone, the one `latest` named before. Returns the step directory's path.
   std::string commit(const nlohmann::json& manifest, const std::string& parent = "");

@@ -138,6 +138,14 @@ TrainCheckpointer::TrainCheckpointer(const RunConfig& cfg, Backend& be, Model& m
       h.fd = fd;
       h.dir = fs::absolute(dir);
       h.created = created;
+      try {  // the directory is this run's now: DIR/model.safetensors back at latest's weights after a crash
+        if (const std::string step = repair_checkpoint_weights(dir); !step.empty())
+          spdlog::warn("output.checkpoint: '{}/model.safetensors' held another step's weights than latest's (a run "
+                       "ended while it completed a checkpoint); it is linked to '{}/model.safetensors' again", dir,
+                       step);
+      } catch (const std::exception& e) {  // the next checkpoint places it anyway
+        spdlog::warn("output.checkpoint: {}", e.what());
+      }
     }
   }
   comm.all_reduce_host(&busy, 1, HostOp::sum);

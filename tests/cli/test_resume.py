@@ -165,6 +165,29 @@ def test_checkpoint_every_keeps_the_last_two(tmp_path):
                                                     "step-00000004"]  # .lock: rank 0's flock while a run writes
 
 
+def test_a_weights_file_left_at_another_step_is_linked_back_to_latest(tmp_path):
+    """DIR/model.safetensors is a hard link to the weights of the step `latest` names. A process that ends between
+    the commit's two renames leaves it at the other step (simulated: linked to step 3's while latest names step 4);
+    the next run that takes the directory's lock links it back, with one warning, before it runs a step."""
+    ck = tmp_path / "ck"
+    p = run(args(tmp_path, "a", 4, f"output.checkpoint={ck}", "output.checkpoint_every=1"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    top, step4, step3 = ck / "model.safetensors", ck / "step-00000004", ck / "step-00000003"
+    assert latest(ck) == step4 and os.path.samefile(top, step4 / "model.safetensors")
+    os.link(step3 / "model.safetensors", ck / "x")
+    os.replace(ck / "x", top)
+    assert not os.path.samefile(top, step4 / "model.safetensors")
+    b = run(args(tmp_path, "b", 6, f"output.checkpoint={ck}", f"init.resume={ck}", "output.checkpoint_every=0",
+                 "optimizer.cosine_steps=6"))
+    assert b.returncode == 0, b.stderr[-3000:]
+    (warn,) = [x for x in b.stderr.splitlines() if "held another step's weights" in x]
+    assert f"linked to '{step4}/model.safetensors' again" in warn, warn
+    assert os.path.samefile(top, latest(ck) / "model.safetensors") and latest(ck).name == "step-00000006"
+    # nothing to mend: no warning
+    c = run(args(tmp_path, "c", 7, f"output.checkpoint={ck}", f"init.resume={ck}", "optimizer.cosine_steps=6"))
+    assert c.returncode == 0 and "held another step's weights" not in c.stderr, c.stderr[-3000:]
+
+
 def test_resume_from_an_older_step_of_the_same_directory(tmp_path):
     """Resuming step 3 of a directory whose latest is step 4, with optimizer.in_gemm switched on (on the cpu the
     same update: its product into a temporary, then AdamW): one warning naming the later step, none saying the
