@@ -568,7 +568,10 @@ int main(int argc, char** argv) {
   }
   // The train job stops after a step on an interrupt (exit code 4). Installed before the failure listener starts: a
   // file it writes would otherwise install the pending file's handlers at the same moment (core/interrupt.h).
-  if (cfg.job == "train") install_interrupt_handlers();
+  if (cfg.job == "train") {
+    set_interrupt_announce(rank == 0 || args.log_all_ranks);
+    install_interrupt_handlers();
+  }
   // A rank > 0 that stops the job on its own (bad input only it found, a run error of its own) tells rank 0, which
   // may be blocked in a collective that rank will never join: rank 0 then ends its outputs as for its own failure
   // (bad input: the earlier record put back, exit code 2; else the record with status error or oom), and aborts.

@@ -66,11 +66,27 @@ void end_with(int sig) {
 /// Where no interrupt handler is installed: the pending file goes, then the signal does what it would have done.
 void on_cleanup_signal(int sig) { end_with(sig); }
 
+std::atomic<bool> g_announce{true};
+
+/// The first signal's acknowledgement, written at once (the step it stops after may take seconds, and a second press
+/// ends the run without its record). Async-signal-safe: fixed strings and write(2).
+void announce_first(int sig) {
+  if (!g_announce.load()) return;
+  const char* name = interrupt_signal_name(sig);  // a switch over constant strings: safe in a handler
+  static const char a[] = "\ntrainer: ";
+  static const char b[] = " received: stopping after the current step (checkpoint and record follow); a second "
+                          "interrupt stops at once, without them\n";
+  [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, a, sizeof a - 1);
+  n = ::write(STDERR_FILENO, name, std::strlen(name));
+  n = ::write(STDERR_FILENO, b, sizeof b - 1);
+}
+
 void on_signal(int sig) {
   int expected = 0;
   const int64_t now = monotonic_ns();
   if (g_signal.compare_exchange_strong(expected, sig)) {  // the first: stop after the current step
     g_first_ns.store(now);
+    announce_first(sig);
     return;
   }
   if (expected == sig && now - g_first_ns.load() < kDuplicateWindowNs) return;
@@ -88,6 +104,8 @@ void install_interrupt_handlers() {
   sa.sa_flags = SA_RESTART;  // a blocking read or MPI call resumes; the step loop polls the flag
   for (int s : kSignals) ::sigaction(s, &sa, nullptr);
 }
+
+void set_interrupt_announce(bool on) { g_announce.store(on); }
 
 void ignore_broken_pipe() {
   struct sigaction sa {};

@@ -2,7 +2,8 @@
 // `--signal=[B:]USR1@SECONDS` warning ahead of the time limit; Open MPI's mpirun forwards both to every rank) ask the
 // train job to stop after the current step. The job polls interrupt_signal() once per step and the ranks agree on it
 // through the step's host-side loss all_reduce (src/jobs/train.cpp), so every rank leaves the loop after the same
-// step, writes the checkpoint when one is configured and the record with status "interrupted" (exit code 4).
+// step, writes the checkpoint when one is configured and the record with status "interrupted" (exit code 4). The
+// first signal is acknowledged on stderr at once (set_interrupt_announce).
 // A second signal of any of these kinds stops the process at once with the signal's default action (the shell sees
 // 128 + signal number; the record keeps status "running"). The same signal again within 250 ms counts as the first
 // (Slurm signals every task and srun forwards the same signal to them: one request, delivered twice).
@@ -15,6 +16,11 @@ namespace trainer {
 /// Installs the handlers for SIGINT, SIGTERM, SIGUSR1 and SIGUSR2 (sigaction, SA_RESTART). The first signal only
 /// records its number; the second restores the default action and raises it again. Idempotent.
 void install_interrupt_handlers();
+
+/// Whether the first signal writes its one-line acknowledgement to stderr at once ("trainer: SIGINT received:
+/// stopping after the current step ..."); on by default. The train job keeps it to rank 0 (every rank with
+/// --log-all-ranks), so that mpirun's forwarding to N ranks prints it once.
+void set_interrupt_announce(bool on);
 
 /// SIGPIPE ignored: a job that writes a record outlives a closed stdout or stderr (`trainer ... | head`, a log
 /// reader that died); its writes there fail with EPIPE and are dropped, and the run still ends with its record and

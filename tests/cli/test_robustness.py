@@ -96,6 +96,10 @@ def test_sigint_stops_after_the_step_with_checkpoint_and_record(trainer_bin, tmp
     assert len(r["timing"]["step"]["samples"]) == done - 1  # one warm-up step
     assert f"after step {done} of 100001" in r["error"]
     assert "interrupted (SIGINT): stopping after step" in err
+    # acknowledged at once by the handler, before the step ends (a second press would end the run without a record)
+    ack = ("trainer: SIGINT received: stopping after the current step (checkpoint and record follow); a second "
+           "interrupt stops at once, without them")
+    assert err.count(ack) == 1 and err.index(ack) < err.index("interrupted (SIGINT): stopping after step"), err
     # The checkpoint of the end-of-run path: every parameter of the tiny model (2 layers).
     names = safetensors_names(ckpt / "model.safetensors")
     latest = (ckpt / "latest").read_text().strip()
@@ -146,6 +150,7 @@ def test_a_second_signal_stops_at_once(trainer_bin, tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode in (-signal.SIGINT, -signal.SIGTERM), (proc.returncode, err)
     assert "second interrupt: stopping now" in err
+    assert "trainer: SIGINT received: stopping after the current step" in err or "SIGTERM received" in err, err
     assert json.loads((tmp_path / "out" / "result.json").read_text())["status"] == "running"
 
 
