@@ -76,8 +76,9 @@ std::string resolve_checkpoint(const std::string& dir) {
   if (fs::is_regular_file(fs::path(dir) / kManifest, ec)) return dir;
   const std::string latest = (fs::path(dir) / kLatest).string();
   const std::string name = trim(read_text(latest));
-  CONFIG_CHECK(!name.empty(), "init.resume: '{}' holds no complete checkpoint (no '{}' file naming one)", dir,
-               kLatest);
+  CONFIG_CHECK(!name.empty(), "init.resume: '{}' holds no complete checkpoint ({})", dir,
+               fs::exists(latest, ec) ? fmt::format("its '{}' file is empty or unreadable", kLatest)
+                                      : fmt::format("no '{}' file naming one", kLatest));
   CONFIG_CHECK(name.find('/') == std::string::npos && name != "." && name != "..",
                "init.resume: '{}' names '{}', not a checkpoint directory inside '{}'", latest, name, dir);
   const std::string step_dir = (fs::path(dir) / name).string();

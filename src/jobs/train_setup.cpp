@@ -88,7 +88,7 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
       }
       if (cfg.init.resume)  // the weights as the checkpoint wrote them (its manifest's CRC-32)
         verify_checkpoint_file(manifest, step_dir, std::filesystem::path(path).filename().string(), digest);
-      s.model->load(std::move(file), path);
+      s.model->load(std::move(file), path, cfg.init.weights ? "init.weights" : "init.resume");
       s.resume_dir = step_dir;
       s.resume_manifest = manifest;
       s.weights_read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -378,21 +378,21 @@ void Model::init_random(uint64_t seed) {
   sync_work_copy();
 }
 
-void Model::load(std::map<std::string, HostTensor> tensors, const std::string& source) {
+void Model::load(std::map<std::string, HostTensor> tensors, const std::string& source, const std::string& key) {
   for (const ParamInfo& p : layout_.params()) {
     auto it = tensors.find(p.name);
-    CONFIG_CHECK(it != tensors.end(), "init.weights: '{}' has no tensor '{}'", source, p.name);
+    CONFIG_CHECK(it != tensors.end(), "{}: '{}' has no tensor '{}'", key, source, p.name);
     const HostTensor& t = it->second;
-    CONFIG_CHECK(t.shape == p.shape, "init.weights: '{}': tensor '{}' has shape [{}], the model needs [{}]", source,
+    CONFIG_CHECK(t.shape == p.shape, "{}: '{}': tensor '{}' has shape [{}], the model needs [{}]", key, source,
                  p.name, fmt::join(t.shape, ", "), fmt::join(p.shape, ", "));
     if (t.dtype != "F32" && t.dtype != "F64" && t.dtype != "BF16")
-      throw ConfigError(fmt::format("init.weights: '{}': tensor '{}' has dtype {}; F32, F64 or BF16 expected", source,
+      throw ConfigError(fmt::format("{}: '{}': tensor '{}' has dtype {}; F32, F64 or BF16 expected", key, source,
                                     p.name, t.dtype));
   }
   for (auto& [name, t] : tensors) {
     bool known = false;
     for (const ParamInfo& p : layout_.params()) known = known || p.name == name;
-    if (!known) spdlog::warn("init.weights: '{}': ignoring tensor '{}' (not a model parameter)", source, name);
+    if (!known) spdlog::warn("{}: '{}': ignoring tensor '{}' (not a model parameter)", key, source, name);
   }
   init_seed_.reset();
   init_tensors_ = std::make_shared<const std::map<std::string, HostTensor>>(std::move(tensors));

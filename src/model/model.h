@@ -113,10 +113,12 @@ class Model {
   /// Truncated-normal init (DESIGN.md), deterministic in seed (counter-based, parallel over threads). Records the
   /// seed as the weight source (initial_values) and fills the full buffers when the model has them.
   void init_random(uint64_t seed);
-  /// Loads every parameter by reference name; ConfigError naming the file if a name is missing, a shape differs
-  /// or a dtype is not F32/F64/BF16. Fills the full buffers when the model has them; otherwise keeps the tensors as
-  /// the weight source until release_weight_source().
-  void load(std::map<std::string, HostTensor> tensors, const std::string& source);
+  /// Loads every parameter by reference name; ConfigError starting with `key` (the config key that named the file:
+  /// init.weights, init.resume) and naming the file if a name is missing, a shape differs or a dtype is not
+  /// F32/F64/BF16. Fills the full buffers when the model has them; otherwise keeps the tensors as the weight source
+  /// until release_weight_source().
+  void load(std::map<std::string, HostTensor> tensors, const std::string& source,
+            const std::string& key = "init.weights");
   /// The host fp32 values of parameter p from the weight source (init_random's seed or load's tensors): what a
   /// sharded strategy copies its shard from in setup(). RuntimeError when there is no source.
   std::vector<float> initial_values(const ParamInfo& p) const;

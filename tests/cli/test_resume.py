@@ -334,6 +334,26 @@ def test_resume_errors(tmp_path):
     (half / "step-00000002").mkdir(parents=True)
     (half / "latest").write_text("step-00000002\n")
     expect_error(tmp_path, args(tmp_path, "x", 4, f"init.resume={half}"), "init.resume", "incomplete")
+    (half / "latest").write_text("")
+    expect_error(tmp_path, args(tmp_path, "x", 4, f"init.resume={half}"), "init.resume",
+                 "holds no complete checkpoint (its 'latest' file is empty or unreadable)")
+    # the weights of another model (d_ff 128) in the step directory, its manifest without checksums (read unchecked):
+    # the shape error names init.resume, the key that named the file (it said init.weights)
+    other = tmp_path / "other"
+    p = run(args(tmp_path, "o", 1, f"output.checkpoint={other}", "model.d_ff=128"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    step = latest(ck)
+    (step / "model.safetensors").unlink()  # (a hard link: the top-level file keeps the original)
+    (step / "model.safetensors").write_bytes((latest(other) / "model.safetensors").read_bytes())
+    m = json.loads((step / "manifest.json").read_text())
+    del m["files"]
+    (step / "manifest.json").write_text(json.dumps(m))
+    before = set(tmp_path.rglob("*"))
+    p = run(args(tmp_path, "x", 4, f"init.resume={ck}"))  # (after the log's lines: found as the weights load)
+    assert p.returncode == 2 and p.stderr.strip().splitlines()[-1] == (
+        f"trainer: error: init.resume: '{step / 'model.safetensors'}': tensor 'layers.0.ffn.w1.weight' has shape "
+        "[128, 64], the model needs [172, 64]"), p.stderr[-2000:]
+    assert set(tmp_path.rglob("*")) == before  # nothing written
 
 
 def test_a_damaged_checkpoint_file_is_refused_naming_it(tmp_path):
