@@ -320,19 +320,20 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
                              format_bytes(host_peak), world, host_fits ? "fits" : "DOES NOT FIT");
   if (search) {
     std::cout << fmt::format(
-        "\nwhat fits in {} a rank ({:.0f}% of {}{}), {} dry runs, fastest first:\n", format_bytes(budget),
+        "\nwhat fits in {} a rank ({:.0f}% of {}{}), {} dry run{}, fastest first:\n", format_bytes(budget),
         100 * kFitFraction,
         plans[0].device_memory_bytes ? format_bytes(plans[0].device_memory_bytes) : format_bytes(available),
         plans[0].device_memory_bytes
             ? " of device memory; the rest for the CUDA context, cuBLAS, NCCL and the allocator's rounding"
             : fmt::format(" available on this host / {} rank(s)", world),
-        search->plans);
+        search->plans, search->plans == 1 ? "" : "s");
     if (!nothing.empty()) std::cout << "  nothing: " << nothing << "\n";
     for (const FitOption& o : search->options) {
       std::string sets;
       for (const std::string& kv : o.sets) sets += fmt::format(" --set '{}'", kv);
       if (sets.empty()) sets = " (nothing to set)";
-      std::cout << fmt::format("  {:>8.3f} s  {:>10}  {}:{}\n", o.time_s, format_bytes(o.peak_bytes), o.what, sets);
+      std::cout << fmt::format("  {:>10}  {:>10}  {}:{}\n", format_seconds(o.time_s, 3), format_bytes(o.peak_bytes),
+                               o.what, sets);
     }
   }
   return 0;

@@ -40,15 +40,16 @@ nlohmann::json categories_json(const std::array<size_t, kNumCategories>& a) {
   return j;
 }
 
-// seconds as "1.23 s", "12.34 ms", "7.81 us" (a tiny model's step is microseconds: not "0.00 ms"), or "0 ms"
-std::string fmt_time(double s) {
-  return s >= 1      ? fmt::format("{:.2f} s", s)
-         : s >= 1e-4 ? fmt::format("{:.2f} ms", s * 1e3)
-         : s > 0     ? fmt::format("{:.2f} us", s * 1e6)
-                     : std::string("0 ms");
-}
+std::string fmt_time(double s) { return format_seconds(s); }
 
 }  // namespace
+
+std::string format_seconds(double s, int decimals) {
+  return s >= 1      ? fmt::format("{:.{}f} s", s, decimals)
+         : s >= 1e-4 ? fmt::format("{:.{}f} ms", s * 1e3, decimals)
+         : s > 0     ? fmt::format("{:.{}f} us", s * 1e6, decimals)
+                     : std::string("0 ms");
+}
 
 Plan make_plan(const RunConfig& cfg, int world_size, int rank, const std::string& gpu) {
   CONFIG_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "plan: rank {} of world size {}", rank,
@@ -70,6 +71,7 @@ Plan make_plan(const RunConfig& cfg, int world_size, int rank, const std::string
   MetaCommunicator comm(rank, world_size, p.comm, p.bus_bandwidth, &be);
   TrainSetup s = setup_training(cfg, be, &comm, world_size, /*init_weights=*/false);
   p.tokens_per_step = s.shape.global_tokens;
+  p.rank_tokens_per_step = s.rank_tokens;
   {  // the block's saved tensors at the run's microbatch, from the one table the model carves its store from
     const ModelDims& d = s.dims;
     const ActivationPolicy& pol = s.model->policy();
@@ -183,6 +185,7 @@ nlohmann::json Plan::to_json() const {
           {"strategy", strategy},
           {"comm", comm},
           {"tokens_per_step", tokens_per_step},
+          {"rank_tokens_per_step", rank_tokens_per_step},
           {"memory", mem},
           {"flops", flops},
           {"executed_flops", executed_flops},
@@ -282,9 +285,12 @@ std::string Plan::table() const {
                      recomputed.empty() ? "" : fmt::format("; recomputed in its backward: {}", recomputed),
                      format_bytes(aside_bytes), aside);
   }
-  t += fmt::format("work per step: {:.4g} TFLOP (the ops' dense count, recompute included; the record's "
+  t += fmt::format("work per step{}: {:.4g} TFLOP (the ops' dense count, recompute included; the record's "
                    "flops_per_token counts none; {:.4g} executed, causal attention halved), {:.4g} GB moved, {:.4g} GB "
                    "sent in collectives\n",
+                   world_size > 1 ? fmt::format(" of this rank ({} of the {} tokens)", rank_tokens_per_step,
+                                                tokens_per_step)
+                                  : "",
                    flops / 1e12, executed_flops / 1e12, bytes_moved / 1e9, comm_bytes / 1e9);
   const double hidden = std::max(0.0, comm_s - comm_exposed_s);
   t += fmt::format("predicted step: {} = {} compute + {} memory-bound{}{} (ops in sequence, each at the slower of its "

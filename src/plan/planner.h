@@ -36,7 +36,8 @@ struct Plan {
   std::string device;     // the target: "cuda" or "cpu" (cfg.device)
   std::string strategy;   // parallel.strategy
   std::string comm;       // the communicator the run would use (nccl | mpi)
-  int64_t tokens_per_step = 0;  // global batch tokens
+  int64_t tokens_per_step = 0;       // global batch tokens
+  int64_t rank_tokens_per_step = 0;  // this rank's share of them (what flops, bytes_moved and the times below are for)
   // memory (bytes, this rank)
   size_t peak_bytes = 0;
   std::array<size_t, kNumCategories> by_category{};     // split at the peak
@@ -67,8 +68,8 @@ struct Plan {
   MetaRates rates;
   double bus_bandwidth = 0;   // bytes/s assumed for collectives
 
-  /// {"world_size", "rank", "device", "strategy", "comm", "tokens_per_step", "memory": {"peak_bytes", "by_category",
-  /// "category_peaks", "peak_phase", "peak_block", "setup_bytes", "phase_high_water", "device_memory_bytes",
+  /// {"world_size", "rank", "device", "strategy", "comm", "tokens_per_step", "rank_tokens_per_step", "memory":
+  /// {"peak_bytes", "by_category", "category_peaks", "peak_phase", "peak_block", "setup_bytes", "phase_high_water", "device_memory_bytes",
   /// "fits", "block_store": [{"name", "kind", "dtype", "shape", "bytes", "stored", "checkpointed"}]}, "flops",
   /// "executed_flops", "bytes_moved", "time_s", "time": {"compute_s", "memory_s", "comm_s", "comm_exposed_s",
   /// "overlap_slowdown_s"},
@@ -86,6 +87,10 @@ struct Plan {
 /// buffers outside the trainer's pool, the caching allocator's rounding). The 8B step ran at 128.7 GiB planned and
 /// measured on a 139.8 GiB H200; 0.93 of it is 130 GiB.
 constexpr double kFitFraction = 0.93;
+
+/// Seconds as "1.23 s", "12.34 ms", "7.81 us" (`decimals` after the point; a tiny model's step is microseconds,
+/// not "0.00 ms"), or "0 ms".
+std::string format_seconds(double s, int decimals = 2);
 
 /// The plan of rank `rank` of a train run of `cfg` (resolved: load_config) on `world_size` ranks. The dry run logs
 /// nothing. `gpu` (known_gpus: "h200", "h100") is the cuda target's memory and rates. Raises ConfigError for a config

@@ -103,6 +103,13 @@ def test_plan_world_size_zero1(trainer_bin, tmp_path):
     one = plan_json(trainer_bin, tmp_path, TINY, "--set", "device=cuda",
                     "--set", "precision=bf16")
     assert nccl["world_size"] == 4 and nccl["comm_bytes"] > 0 and nccl["time"]["comm_s"] > 0
+    # the work is one rank's: a quarter of the global batch's tokens and of one process's FLOPs
+    assert nccl["rank_tokens_per_step"] * 4 == nccl["tokens_per_step"] == one["tokens_per_step"]
+    assert one["rank_tokens_per_step"] == one["tokens_per_step"]
+    assert nccl["flops"] * 4 == pytest.approx(one["flops"], rel=1e-9)
+    r = run(trainer_bin, ["--plan", *base, "--set", "parallel.comm=nccl"], tmp_path)
+    n = one["tokens_per_step"]
+    assert f"work per step of this rank ({n // 4} of the {n} tokens): " in r.stdout, r.stdout
     # a quarter of the AdamW state per rank (up to the padding to kAlign * 4 elements)
     assert nccl["memory"]["category_peaks"]["optimizer"] * 4 == pytest.approx(
         one["memory"]["category_peaks"]["optimizer"], rel=0.01)
