@@ -11,11 +11,13 @@ compared with an uninterrupted run on the steps after its checkpoint; the row na
 not all of both records'. An interrupted run's losses are valid: a record or reference with status interrupted is
 compared on the steps both have. A record whose config differs from the reference's in a key that changes the
 numbers (precision, the schedule and its length, the optimizer's settings, model, global batch, data, initial
-weights) is marked "not comparable", naming the keys; one that differs where only the rounding does (device,
-attention, fp32_matmul, reduce_dtype) says so. Exit codes: 0 when every record compared; 1 if a record (the
-reference included) failed (status error, oom, running, ...), or a record other than the reference has no per-step
-losses, no step in common with the reference or, neither of the two interrupted, ends at another step (a finished
-run of another length; a row says which); 2 on bad input, one line "loss_match: error: ..." on stderr before
+weights; not the initial weights where either record resumed from a checkpoint: its weights came from there) is
+marked "not comparable", naming the keys; one that differs where only the rounding does (device, attention,
+fp32_matmul, reduce_dtype) says so. Exit codes: 0 when every record compared; 1 if a record (the reference included)
+failed (status error, oom, running, ...; a failed reference is one line "loss_match: error: the reference ..." on
+stderr and nothing else), or a record other than the reference has no per-step losses, no step in common with the
+reference or, neither of the two interrupted, ends at another step (a finished run of another length; a row says
+which); 2 on bad input, one line "loss_match: error: ..." on stderr before
 anything is printed: a file that cannot be read or is not a JSON object, a reference without per-step losses, a
 record to compare without its config section, per-step losses that are not numbers, a steps.first that is not a
 step number; or fewer than two files (a usage line). Records are named by file name, with as many parent folders as
@@ -117,10 +119,18 @@ def rounding(r):
             "reduce_dtype": section(c, "parallel").get("reduce_dtype")}
 
 
+def resumed(r):
+    """Whether record r's run resumed from a checkpoint (its weights and AdamW state came from there)."""
+    return bool(section(r, "checkpoint").get("resumed_from"))
+
+
 def differ(what, a, b):
-    """The names whose values differ between records a and b in what(record)."""
+    """The names whose values differ between records a and b in what(record). Where either resumed from a
+    checkpoint, its initial weights came from there: the init keys do not count (the checkpoint's own config is
+    not in the record)."""
     x, y = what(a), what(b)
-    return [n for n in x if x[n] != y[n]]
+    skip = {"init seed", "init weights"} if resumed(a) or resumed(b) else set()
+    return [n for n in x if x[n] != y[n] and n not in skip]
 
 
 def steps(first, n):

@@ -170,6 +170,25 @@ def test_a_config_that_changes_the_numbers_is_not_comparable(tmp_path, key, valu
                         f"  (rounding differs: different {key})"), row
 
 
+def test_a_resumed_leg_ignores_the_init_keys(tmp_path):
+    """A leg resumed from a checkpoint took its weights from there: its init.seed and init.weights do not make it
+    "not comparable" (a fresh user's resumed leg with another init.seed, bitwise equal, was marked so); a leg that
+    did not resume still is."""
+    ref = json.loads(record(tmp_path / "ref.json", "none", [5.0, 4.0, 3.0]).read_text())
+    ref["config"]["init"] = {"seed": 0, "weights": None}
+    (tmp_path / "ref.json").write_text(json.dumps(ref))
+    for tag, resumed_from, note in [("leg", {"path": "ck/step-00000001", "step": 1}, False), ("fresh", None, True)]:
+        a = json.loads(record(tmp_path / f"{tag}.json", "none", [4.0, 3.0], steps={"first": 1}).read_text())
+        a["config"]["init"] = {"seed": 3, "weights": None}
+        a["checkpoint"] = {"resumed_from": resumed_from}
+        (tmp_path / f"{tag}.json").write_text(json.dumps(a))
+        r = run(tmp_path / "ref.json", tmp_path / f"{tag}.json")
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        assert ("not comparable: different init seed" in r.stdout) == note, r.stdout
+        r = run(tmp_path / f"{tag}.json", tmp_path / "ref.json")  # as the reference: the same
+        assert ("not comparable: different init seed" in r.stdout) == note, r.stdout
+
+
 def test_a_constant_schedule_ignores_warm_up_and_the_cosine_keys(tmp_path):
     """schedule constant leaves warmup_steps, cosine_steps and min_lr unused: no note."""
     ref = record(tmp_path / "ref.json", "none", [5.0, 4.0])
