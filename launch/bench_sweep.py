@@ -193,9 +193,15 @@ def num(x, spec, missing="-"):
     return format(x, spec) if isinstance(x, (int, float)) else format(missing, ">" + spec.split(".")[0].lstrip(">"))
 
 
+# the columns of cell()'s rows, each '|' where theirs are
+HEADER = "|".join([f"{'# size':7s} {'prec':9s} {'phase':17s} {'warm':>4s} ", f"{'step mean ± std':^24s}",
+                   f"{'fwd ms':>9s}{'bwd ms':>9s}{'opt ms':>9s} ", f"{'tokens/s':^18s}", f"{'TFLOP/s':^17s}",
+                   f"{'peak':^13s}", " first step"])
+
+
 def cell(r):
     size, precision, phase, warmup = r["_row"]
-    head = f"{size:7s} {precision:5s} {phase:17s} {warmup:3d}"
+    head = f"{size:7s} {precision:9s} {phase:17s} {warmup:4d}"
     timing = r.get("timing") or {}
     t = timing.get("step") or {}
     # an interrupted run that measured steps shows them (as plot.py and ddp_table.py do), marked
@@ -216,13 +222,24 @@ def cell(r):
             + (f" | STOPPED {r['_stopped_s']} s by Ctrl-Z: its times include the pause" if r.get("_stopped_s") else ""))
 
 
+def gpu_visible():
+    """Whether nvidia-smi lists a GPU (the default precisions' bf16 runs on cuda only)."""
+    try:
+        p = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return p.returncode == 0 and "GPU" in p.stdout
+
+
 def main():
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trainer", default="build/trainer")
     ap.add_argument("--configs", default="configs")
     ap.add_argument("--out", default="results/runs/sweep")
     ap.add_argument("--sizes", nargs="+", default=SIZES)
-    ap.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], help=f"any of {', '.join(PRECISIONS)}")
+    ap.add_argument("--precisions", nargs="+", default=None,
+                    help=f"any of {', '.join(PRECISIONS)} (default: fp32 bf16 where a GPU is visible, else fp32: bf16 "
+                         "runs on cuda only)")
     ap.add_argument("--phases", nargs="+", default=PHASES)
     ap.add_argument("--warmups", nargs="+", type=int, default=[5])
     ap.add_argument("--steps", type=int, default=10, help="measured steps a run (>= 1)")
@@ -242,6 +259,11 @@ def main():
         fail(f"--timeout {args.timeout}: at least 1 second")
     if any(w < 0 for w in args.warmups):
         fail(f"--warmups {args.warmups}: warm-up steps are >= 0")
+    if args.precisions is None:
+        args.precisions = ["fp32", "bf16"] if gpu_visible() else ["fp32"]
+        if args.precisions == ["fp32"]:
+            print(f"{PROG}: no GPU visible (nvidia-smi -L): --precisions fp32 (bf16 runs on cuda only; name it to run it "
+                  "anyway)", file=sys.stderr, flush=True)
     for p in args.precisions:
         if p not in PRECISIONS:
             fail(f"--precisions: '{p}' is not one of {', '.join(PRECISIONS)}")
@@ -263,6 +285,7 @@ def main():
     if signal.getsignal(signal.SIGTSTP) == signal.SIG_DFL:
         signal.signal(signal.SIGTSTP, on_stop)
     runs = [(s, pr, ph, w) for s in args.sizes for pr in args.precisions for ph in args.phases for w in args.warmups]
+    print(HEADER, flush=True)  # over the rows as they come (the table at the end repeats them)
     for run in runs:
         if INTERRUPT["seen"]:
             break
@@ -278,8 +301,7 @@ def main():
     tmp.write_text(json.dumps(summary, indent=1))
     os.replace(tmp, path)
     print(f"\n# {len(rows)} runs in {time.time() - t0:.0f} s; records under {args.out}, the summary in {path}")
-    print("# size    prec  phase             warm |   step mean ± std     |  fwd ms   bwd ms   opt ms |  tokens/s   |"
-          "  TFLOP/s  |  peak   |")
+    print(HEADER)
     for r in rows:
         print(cell(r))
     if INTERRUPT["seen"]:

@@ -59,10 +59,36 @@ def test_handout_setting_and_phase_columns(tmp_path):
     assert c["optimizer"]["in_backward"] is False and c["cuda_graph"] is False
     t = r["timing"]
     assert t["optimizer"]["mean_ms"] > 0
-    row = [line for line in p.stdout.splitlines() if line.startswith("tiny    fp32  train_step")][-1]
+    row = [line for line in p.stdout.splitlines() if line.startswith("tiny    fp32      train_step")][-1]
     cols = row.split("|")[2].split()  # forward, backward, optimizer means
     assert [float(x) for x in cols] == pytest.approx(
         [t["forward"]["mean_ms"], t["backward"]["mean_ms"], t["optimizer"]["mean_ms"]], abs=0.006)
+
+
+def test_default_precisions_without_a_gpu_and_the_header_over_the_rows(tmp_path):
+    """Where nvidia-smi lists no GPU (a fake one that fails, first on PATH) the default precisions are fp32 alone,
+    said on stderr (bf16 runs on cuda only: every bf16 row was an error on a CPU machine). The header comes before the
+    rows as they run, and a bf16_pure row lines up with it."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\nexit 9\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    cmd = sweep_cmd(tmp_path, "--phases", "forward", *CPU)
+    i = cmd.index("--precisions")
+    del cmd[i:i + 2]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                       env=dict(ENV, PATH=f"{fake}:{os.environ['PATH']}"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "bench_sweep.py: no GPU visible (nvidia-smi -L): --precisions fp32" in p.stderr, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("# size  prec      phase") and lines[1].startswith("tiny    fp32      forward"), lines
+    assert len(lines) == 6 and lines[4] == lines[0] and lines[5] == lines[1], lines  # and again in the table
+    p = sweep(tmp_path, "--phases", "forward", *CPU, "--precisions", "bf16_pure")
+    assert p.returncode == 0, p.stdout + p.stderr
+    header, row = p.stdout.splitlines()[:2]
+    bars = [i for i, c in enumerate(header) if c == "|"]
+    assert row.startswith("tiny    bf16_pure forward") and len(bars) == 6, (header, row)
+    assert [i for i, c in enumerate(row) if c == "|"] == bars, (header, row)  # every column under its name
 
 
 def test_a_refused_run_is_an_error_row_not_an_earlier_record(tmp_path):
@@ -147,7 +173,7 @@ def test_ctrl_c_keeps_the_finished_rows(tmp_path, group, sig, wrapped):
     summary = json.loads((out / ".sweep.json").read_text())
     assert [(s["_row"][2], s["_row"][3], s["status"]) for s in summary] == [("forward", 0, "ok"),
                                                                            ("forward", 100000, "interrupted")]
-    table = stdout.split("# size")[1].splitlines()[1:]
+    table = stdout.split("# size")[-1].splitlines()[1:]
     assert len(table) == 2 and f"INTERRUPTED: interrupted by {sig.name}" in table[1], stdout
     assert not list(out.glob("tiny_fp32_train_step_*.json"))
 
