@@ -12,7 +12,8 @@ not all of both records'. An interrupted run's losses are valid: a record or ref
 compared on the steps both have. A record whose config differs from the reference's in a key that changes the
 numbers (precision, the schedule and its length, the optimizer's settings, model, global batch, data, initial
 weights; not the initial weights where either record resumed from a checkpoint: its weights came from there) is
-marked "not comparable", naming the keys; one that differs where only the rounding does (device, attention,
+marked "not comparable", naming the keys; a resumed leg whose run warned that its config differs from the
+checkpoint's (the record's warnings) says so; one that differs where only the rounding does (device, attention,
 fp32_matmul, reduce_dtype) says so. Exit codes: 0 when every record compared; 1 if a record (the reference included)
 failed (status error, oom, running, ...; a failed reference is one line "loss_match: error: the reference ..." on
 stderr and nothing else), or a record other than the reference has no per-step losses, no step in common with the
@@ -206,6 +207,11 @@ def main(argv):
         k = max(range(len(rel)), key=rel.__getitem__)
         notes = [f"not comparable: different {', '.join(d)}" for d in [differ(setup, rec, ref_rec)] if d]
         notes += [f"rounding differs: different {', '.join(d)}" for d in [differ(rounding, rec, ref_rec)] if d]
+        # a leg whose resume warned that its config differs from the checkpoint's (a key of the checkpoint's run,
+        # which the reference's config cannot show: the cosine cycle's length, say)
+        for w in rec.get("warnings") or []:
+            if isinstance(w, str) and w.startswith("init.resume: the config differs from the checkpoint's"):
+                notes.append("its resume warned: " + w.removeprefix("init.resume: ").split(": the run continues")[0])
         if (first, len(l)) != (ref_first, len(ref)):
             notes.append(f"{'interrupted: ' if rec.get('status') == 'interrupted' else ''}compared "
                          f"{steps(lo, hi - lo)}; it has {steps(first, len(l))}, the reference "

@@ -513,7 +513,8 @@ int main(int argc, char** argv) {
                            {"config", resolved},
                            {"world_size", world},
                            {"version", build::kVersion},
-                           {"git", build::kGit}};
+                           {"git", build::kGit},
+                           {"warnings", warnings}};  // the config's, logged above (a resume's differences)
   // The record exists from here on, marked "running" (atomically, replacing any earlier record of this name), so an
   // older "ok" record never looks like this run's; the end of main() replaces it.
   const std::filesystem::path results_dir = std::filesystem::absolute(results_path).parent_path();

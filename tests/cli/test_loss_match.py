@@ -130,6 +130,31 @@ def test_a_resumed_leg_matches_an_uninterrupted_run(tmp_path):
     assert row.endswith("(compared steps 26-45; it has steps 26-45, the reference steps 1-45)"), row
 
 
+@pytest.mark.skipif(not BIN, reason="TRAINER_BIN is not set")
+def test_a_leg_whose_resume_warned_says_so(tmp_path):
+    """A cosine schedule whose cycle is each leg's length (cosine_steps 0): the second leg's resume warns that the
+    config differs from the checkpoint's (the record keeps the warning), and its row says so, though the leg's own
+    config equals the reference's (a fresh user saw a 1.2e-3 difference with no note)."""
+    def train(*sets):
+        p = subprocess.run([BIN, str(SRC / "configs" / "tiny.json"), "--set", "device=cpu",
+                            "--set", "optimizer.schedule=cosine", "--set", "optimizer.warmup_steps=2",
+                            *[a for s in sets for a in ("--set", s)]], capture_output=True, text=True, timeout=300,
+                           cwd=tmp_path)
+        assert p.returncode == 0, p.stderr[-2000:]
+    train("bench.measure_steps=25", "output.results=ref.json")
+    train("bench.measure_steps=10", "output.checkpoint=ck", "output.results=leg1.json")
+    train("bench.measure_steps=25", "output.checkpoint=ck", "init.resume=ck", "output.results=leg2.json")
+    leg2 = json.loads((tmp_path / "leg2.json").read_text())
+    (w,) = [x for x in leg2["warnings"] if "differs from the checkpoint's" in x]
+    assert "the cosine schedule's length" in w, w
+    assert json.loads((tmp_path / "leg1.json").read_text())["warnings"] == []
+    r = run(tmp_path / "ref.json", tmp_path / "leg2.json")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    row = r.stdout.splitlines()[2]
+    assert "(its resume warned: the config differs from the checkpoint's in the cosine schedule's length" in row, row
+    assert "not comparable" not in row, row
+
+
 COSINE = {"schedule": "cosine", "lr": 0.001, "warmup_steps": 2, "cosine_steps": 0, "min_lr": 0.0001,
           "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01, "max_grad_norm": None}
 
