@@ -25,7 +25,9 @@
 # mpirun and this script return. A second signal (0.5 s or more after the first: one Ctrl-C can arrive twice, from
 # the terminal and from `timeout`) goes to the ranks as SIGTERM, which stops them at once (exit 128 + 15; the record
 # then says "running" unless it was already written). A signal before any rank has started stops mpirun; one while
-# the ranks start (before they handle SIGUSR1, the first fraction of a second) ends them with no record. Open MPI's
+# the ranks start is held by the trainer until its job is known (a train run then stops after its first step, with
+# its record; the benchmark jobs end). Only the few milliseconds between a rank's exec and its main() are uncovered
+# (SIGUSR1's default action ends it with no record). Open MPI's
 # kill timeout (odls_base_sigkill_timeout) stays at its default 1 s, so a rank's non-zero exit (bad input 2, error 1,
 # interrupted 4) returns within about 2 s. (Until v40 this script raised it to 10 s for a graceful Ctrl-C, and then
 # every non-zero exit took about 20 s to return.)

@@ -406,8 +406,15 @@ void hand_failure_to_rank_0(const MpiSession& mpi, int code, const std::string& 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A Ctrl-C (or mpirun.sh's SIGUSR1) while MPI, CUDA and the config start is held until the job is known: a train
+  // job then stops after its first step with its record, anything else takes the signal's default action below
+  install_early_interrupt_handlers();
   MpiSession mpi(&argc, &argv);  // MPI_Init_thread; finalises on scope exit
   const int rank = mpi.rank(), world = mpi.size();
+  if (const char* s = std::getenv("TRAINER_TEST_STARTUP_PAUSE_S")) {  // a test's window into the start-up (stderr:
+    std::fprintf(stderr, "test hook TRAINER_TEST_STARTUP_PAUSE_S: pausing %s s while starting\n", s);  // no log yet)
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(s)));
+  }
 
   // ---- 1. arguments and config: every problem is one line on stderr and exit code 2, before any output ----------
   Args args;
@@ -458,6 +465,8 @@ int main(int argc, char** argv) {
                    message.c_str());
     return 2;
   }
+  if (args.help || args.version || args.print_config || args.plan || cfg.job != "train")
+    restore_early_interrupt_handlers();  // only the train job stops after a step; a signal held so far acts now
   if (args.help) {
     if (rank == 0) std::cout << help_text();
     return 0;

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <iterator>
 #include <cstdint>
 #include <cstring>
 #include <ctime>
@@ -106,6 +107,42 @@ void install_interrupt_handlers() {
 }
 
 void set_interrupt_announce(bool on) { g_announce.store(on); }
+
+namespace {
+bool g_early[std::size(kSignals)] = {};  // which signals install_early_interrupt_handlers took over (their action
+                                        // was the default)
+}  // namespace
+
+void install_early_interrupt_handlers() {
+  g_announce.store(false);  // which rank this is is not known yet
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (size_t i = 0; i < std::size(kSignals); ++i) {
+    struct sigaction old {};
+    if (::sigaction(kSignals[i], nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL)
+      continue;  // ignored (a job started with & from a script) or someone's handler: left as it is
+    g_early[i] = ::sigaction(kSignals[i], &sa, nullptr) == 0;
+  }
+}
+
+void restore_early_interrupt_handlers() {
+  int raise_sig = 0;
+  for (size_t i = 0; i < std::size(kSignals); ++i) {
+    if (!g_early[i]) continue;
+    g_early[i] = false;
+    struct sigaction now {};
+    if (::sigaction(kSignals[i], nullptr, &now) != 0 || (now.sa_flags & SA_SIGINFO) || now.sa_handler != on_signal)
+      continue;  // replaced since (by MPI_Init, say): theirs stays
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    ::sigaction(kSignals[i], &dfl, nullptr);
+    if (g_signal.load() == kSignals[i]) raise_sig = kSignals[i];
+  }
+  if (raise_sig != 0) ::raise(raise_sig);  // received during start-up: it takes its default action now
+}
 
 void ignore_broken_pipe() {
   struct sigaction sa {};

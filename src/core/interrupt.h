@@ -17,6 +17,15 @@ namespace trainer {
 /// records its number; the second restores the default action and raises it again. Idempotent.
 void install_interrupt_handlers();
 
+/// At the very start of main (before MPI_Init, CUDA's start and the config, which take up to a second or so): each of
+/// the four signals whose action is the default is recorded by the interrupt handler (no acknowledgement: the rank is
+/// not known yet) until the job is known. A train job then calls install_interrupt_handlers() (a signal received
+/// meanwhile stops it after its first step, with its record), anything else restore_early_interrupt_handlers().
+void install_early_interrupt_handlers();
+/// The default action back for each signal install_early_interrupt_handlers() took over (unless replaced since);
+/// a signal received meanwhile then takes it (raised again): the process ends as if it had arrived now.
+void restore_early_interrupt_handlers();
+
 /// Whether the first signal writes its one-line acknowledgement to stderr at once ("trainer: SIGINT received:
 /// stopping after the current step ..."); on by default. The train job keeps it to rank 0 (every rank with
 /// --log-all-ranks), so that mpirun's forwarding to N ranks prints it once.

@@ -141,6 +141,30 @@ def test_an_interrupt_after_the_first_file_written_late_still_stops_after_the_st
     assert not [p for p in snapshot(tmp_path) if ".tmp" in p]
 
 
+def test_an_interrupt_while_starting_is_held_until_the_job_is_known(trainer_bin, tmp_path):
+    """A signal while MPI, CUDA and the config start (a test hook holds the start-up; before, SIGTERM there ended the
+    process with no record, and mpirun.sh's SIGUSR1 too): a train run stops after its first step with its record; a
+    --plan (no handler of its own) takes the signal's default action once its job is known."""
+    cfg = write_json(tmp_path / "c.json", long_run(tmp_path))
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", TRAINER_TEST_STARTUP_PAUSE_S="2")
+    for sig in (signal.SIGTERM, signal.SIGUSR1):
+        proc = subprocess.Popen([trainer_bin, str(cfg)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        wait_for_line(proc, "pausing 2 s while starting")
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == EXIT_INTERRUPTED, (proc.returncode, err[-3000:])
+        r = json.loads((tmp_path / "out" / "result.json").read_text())
+        assert r["status"] == "interrupted" and r["interrupted"]["signal"] == sig.name, r.get("error")
+        assert r["interrupted"]["steps_done"] == 1, r["interrupted"]
+    proc = subprocess.Popen([trainer_bin, "--plan", str(cfg)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    wait_for_line(proc, "pausing 2 s while starting")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGTERM and "predicted step" not in out, (proc.returncode, out, err)
+
+
 def test_a_second_signal_stops_at_once(trainer_bin, tmp_path):
     cfg = write_json(tmp_path / "c.json", long_run(tmp_path))
     proc = start(trainer_bin, [cfg], tmp_path)
