@@ -174,12 +174,9 @@ def test_a_damaged_block_of_another_ranks_file_is_refused_by_the_rank_that_reads
     assert not (tmp_path / "b.json").exists()
 
 
-def test_a_latest_rewritten_during_a_resume_does_not_mix_two_steps(tmp_path):
-    """init.resume names a directory: its 'latest' is read once, when the weights are loaded, and the optimizer state
-    comes from that same step. Here 'latest' is rewritten to name another step (as a run writing there would) while
-    the last rank's read of the weights is held (the pause hook) and rank 0 waits for it: the run still continues
-    step 2, bitwise as the straight run. (Read again after the weights, it resumed step 4's AdamW state onto step
-    2's weights.)"""
+def two_steps_in_one_directory(tmp_path):
+    """zero1 on 2 ranks: the straight 4-step run (its record), and ck holding step 2 (named by latest) beside a copy
+    of the straight run's step 4: (ref record, ck, step 2's name, step 4's name)."""
     ps = "parallel.strategy=zero1"
     ref = trainer(tmp_path, "s", 4, 2, ps, f"output.checkpoint={tmp_path / 's'}")
     ck = tmp_path / "ck"
@@ -188,21 +185,40 @@ def test_a_latest_rewritten_during_a_resume_does_not_mix_two_steps(tmp_path):
     step4 = (tmp_path / "s" / "latest").read_text().strip()
     assert step2 != step4
     shutil.copytree(tmp_path / "s" / step4, ck / step4)
-    p = subprocess.Popen(trainer_cmd(tmp_path, "b", 4, 2, ps, f"init.resume={ck}"), stderr=subprocess.PIPE,
-                         stdout=subprocess.DEVNULL, text=True, env=dict(ENV, TRAINER_TEST_IO_PAUSE_S="5"), cwd=SRC)
-    err = []
+    return ref, ck, step2, step4
+
+
+def resume_moving_latest(tmp_path, ck, step4, env, *needles):
+    """Resumes ck on 2 ranks (record b.json) and, once a line with each of `needles` has come on stderr, rewrites
+    ck/latest (atomically) to name step4: (return code, stderr)."""
+    p = subprocess.Popen(trainer_cmd(tmp_path, "b", 4, 2, "parallel.strategy=zero1", f"init.resume={ck}"),
+                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=dict(ENV, **env), cwd=SRC)
+    err, waiting = [], set(needles)
     try:
-        for line in p.stderr:  # the hook's warning: the last rank holds, its weights read
+        for line in p.stderr:
             err.append(line)
-            if "pausing 5 s after reading the weights" in line:
+            waiting -= {n for n in waiting if n in line}
+            if not waiting:
                 (ck / "latest.tmp").write_text(step4 + "\n")
                 os.replace(ck / "latest.tmp", ck / "latest")
                 break
         err.append(p.communicate(timeout=180)[1])
     finally:
         p.kill()
-    assert p.returncode == 0, "".join(err)[-3000:]
-    assert (ck / "latest").read_text().strip() == step4, "the hook's line never came"
+    assert not waiting, f"never came: {waiting}; {''.join(err)[-3000:]}"
+    return p.returncode, "".join(err)
+
+
+def test_a_latest_rewritten_during_a_resume_does_not_mix_two_steps(tmp_path):
+    """init.resume names a directory: its 'latest' is read once, when the weights are loaded, and the optimizer state
+    comes from that same step. Here 'latest' is rewritten to name another step (as a run writing there would) while
+    the last rank's read of the weights is held (the pause hook) and rank 0 waits for it: the run still continues
+    step 2, bitwise as the straight run. (Read again after the weights, it resumed step 4's AdamW state onto step
+    2's weights.)"""
+    ref, ck, step2, step4 = two_steps_in_one_directory(tmp_path)
+    rc, err = resume_moving_latest(tmp_path, ck, step4, {"TRAINER_TEST_IO_PAUSE_S": "5"},
+                                   "pausing 5 s after reading the weights")
+    assert rc == 0, err[-3000:]
     b = json.loads((tmp_path / "b.json").read_text())
     assert b["checkpoint"]["resumed_from"]["step"] == 2 and b["steps"]["first"] == 2
     assert b["checkpoint"]["resumed_from"]["path"] == str(ck / step2)
@@ -212,34 +228,12 @@ def test_a_latest_rewritten_during_a_resume_does_not_mix_two_steps(tmp_path):
 
 def test_ranks_that_resolve_latest_to_different_steps_stop(tmp_path):
     """Each rank reads 'latest' itself; rewritten between rank 0's read and the last rank's (a hook holds the last
-    rank before its read), the ranks would resume different steps: every rank stops with one line naming both."""
-    ps = "parallel.strategy=zero1"
-    trainer(tmp_path, "s", 4, 2, ps, f"output.checkpoint={tmp_path / 's'}")
-    ck = tmp_path / "ck"
-    trainer(tmp_path, "a", 2, 2, ps, f"output.checkpoint={ck}")
-    step2 = (ck / "latest").read_text().strip()
-    step4 = (tmp_path / "s" / "latest").read_text().strip()
-    shutil.copytree(tmp_path / "s" / step4, ck / step4)
-    p = subprocess.Popen(trainer_cmd(tmp_path, "b", 4, 2, ps, f"init.resume={ck}"), stderr=subprocess.PIPE,
-                         stdout=subprocess.DEVNULL, text=True, env=dict(ENV, TRAINER_TEST_RESOLVE_PAUSE_S="6"),
-                         cwd=SRC)
-    err, seen = [], set()
-    try:
-        for line in p.stderr:  # rank 1 holds (6 s) and rank 0 has resolved step 2: then latest moves
-            err.append(line)
-            if "pausing 6 s before resolving init.resume" in line:
-                seen.add("hook")
-            if f"init.resume: step 2 in {ck / step2}" in line:
-                seen.add("rank 0")
-            if len(seen) == 2:
-                (ck / "latest.tmp").write_text(step4 + "\n")
-                os.replace(ck / "latest.tmp", ck / "latest")
-                break
-        err.append(p.communicate(timeout=180)[1])
-    finally:
-        p.kill()
-    err = "".join(err)
-    assert p.returncode != 0, err[-3000:]
+    rank, 6 s, before its read; rank 0 has logged step 2), the ranks would resume different steps: the job stops
+    before any read, with one line naming both (rank 0's)."""
+    _, ck, step2, step4 = two_steps_in_one_directory(tmp_path)
+    rc, err = resume_moving_latest(tmp_path, ck, step4, {"TRAINER_TEST_RESOLVE_PAUSE_S": "6"},
+                                   "pausing 6 s before resolving init.resume", f"init.resume: step 2 in {ck / step2}")
+    assert rc != 0, err[-3000:]
     assert (f"trainer: error: init.resume: rank 0 resolved '{ck / step2}' to step 2 and rank 1 to step 4 "
             "(its 'latest' changed while the ranks started: is another run writing there?)") in err, err[-3000:]
     assert not (tmp_path / "b.json").exists()
