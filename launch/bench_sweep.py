@@ -262,8 +262,8 @@ def main():
     if args.precisions is None:
         args.precisions = ["fp32", "bf16"] if gpu_visible() else ["fp32"]
         if args.precisions == ["fp32"]:
-            print(f"{PROG}: no GPU visible (nvidia-smi -L): --precisions fp32 (bf16 runs on cuda only; name it to run it "
-                  "anyway)", file=sys.stderr, flush=True)
+            print(f"{PROG}: no GPU visible (nvidia-smi -L): --precisions fp32 (bf16 runs on cuda only; name it to "
+                  "run it anyway)", file=sys.stderr, flush=True)
     for p in args.precisions:
         if p not in PRECISIONS:
             fail(f"--precisions: '{p}' is not one of {', '.join(PRECISIONS)}")

@@ -11,7 +11,8 @@ compared with an uninterrupted run on the steps after its checkpoint; the row na
 not all of both records'. An interrupted run's losses are valid: a record or reference with status interrupted is
 compared on the steps both have. A record whose config differs from the reference's in a key that changes the
 numbers (precision, the schedule and its length, the optimizer's settings, model, global batch, data, initial
-weights; not the initial weights where either record resumed from a checkpoint: its weights came from there) is
+weights; not the initial weights where either record resumed from a checkpoint: its weights came from there, though
+init.seed still counts under bf16_pure's stochastic rounding, which it seeds at every step) is
 marked "not comparable", naming the keys; a resumed leg whose run warned that its config differs from the
 checkpoint's (the record's warnings) says so; one that differs where only the rounding does (device, attention,
 fp32_matmul, reduce_dtype) says so. Exit codes: 0 when every record compared; 1 if a record (the reference included)
@@ -125,12 +126,21 @@ def resumed(r):
     return bool(section(r, "checkpoint").get("resumed_from"))
 
 
+def seeds_rounding(r):
+    """Whether init.seed seeds record r's run after its start too: bf16_pure's stochastic rounding (as the
+    trainer's resume check counts it)."""
+    c = section(r, "config")
+    return c.get("precision") == "bf16_pure" and section(c, "optimizer").get("stochastic_rounding") is not False
+
+
 def differ(what, a, b):
     """The names whose values differ between records a and b in what(record). Where either resumed from a
     checkpoint, its initial weights came from there: the init keys do not count (the checkpoint's own config is
-    not in the record)."""
+    not in the record), except init.seed where it seeds the stochastic rounding of every step."""
     x, y = what(a), what(b)
-    skip = {"init seed", "init weights"} if resumed(a) or resumed(b) else set()
+    skip = set()
+    if resumed(a) or resumed(b):
+        skip = {"init weights"} if seeds_rounding(a) or seeds_rounding(b) else {"init seed", "init weights"}
     return [n for n in x if x[n] != y[n] and n not in skip]
 
 

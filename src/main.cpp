@@ -279,6 +279,7 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
   if (as_json) {
     nlohmann::json out = plans[0].to_json();
     out["ranks_identical"] = !differ;
+    out["ranks_planned"] = plans.size();  // dry runs of ranks (0, 1 and the last stand for all when they agree)
     if (available) {
       out["host_memory_available_bytes"] = available;
       out["fits_host"] = host_fits;
@@ -422,6 +423,14 @@ int main(int argc, char** argv) {
   std::vector<std::string> warnings;  // from resolving the config; logged on rank 0 once logging is set up
   std::string error, plan_assumed;
   int plan_world = world;
+  // A test's window between the ranks' reads of the config (init.resume's 'latest' among them): the last rank
+  // starts reading it late, and rank 0 says when it has read it
+  const char* resolve_pause = std::getenv("TRAINER_TEST_RESOLVE_PAUSE_S");
+  if (resolve_pause && world > 1 && rank == world - 1) {
+    std::fprintf(stderr, "test hook TRAINER_TEST_RESOLVE_PAUSE_S: rank %d pausing %s s before reading the config\n",
+                 rank, resolve_pause);
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(resolve_pause)));
+  }
   try {
     args = parse_args(argc, argv);
     if (args.plan && !args.help && !args.version) {
@@ -453,6 +462,8 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     error = fmt::format("unexpected error while reading the config: {}", e.what());
   }
+  if (resolve_pause && world > 1 && rank == 0) std::fprintf(stderr, "test hook TRAINER_TEST_RESOLVE_PAUSE_S: rank 0 "
+                                                            "has read the config\n");
   // Every rank reaches this point; agree on whether all configs loaded, then that they are identical. (A rank that
   // does not arrive within the timeout ends the job with a message: MpiSession's start-up agreements.)
   const double startup_timeout_s =

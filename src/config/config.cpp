@@ -30,6 +30,10 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
     c = std::move(overridden);
   }
   resolve(c, path, world_size, cuda_available, host, warnings);
+  if (c.init.resume && !c.init.resume->empty()) try {  // 'latest' read once: every later read is of this step
+      c.init.resume_step_dir = resolve_checkpoint(*c.init.resume);
+    } catch (const ConfigError&) {  // validate_config says what is wrong with it, with the other checks' order
+    }
   validate_config(c, world_size, path);
   if (warnings) check_resume(c, warnings, world_size);  // what the resume changes (validate_config checked the rest)
   // A resume from the directory itself or from one of its step directories continues its run (check_resume warns

@@ -87,6 +87,11 @@ struct InitCfg {
   std::optional<std::string> weights;  // safetensors file to start from; null: random init with `seed`
   std::optional<std::string> resume;   // checkpoint directory (output.checkpoint of an earlier run) to continue from
   uint64_t seed = 0;
+  // Not a config key (schema.h lists none; never in the JSON): init.resume's step directory as load_config resolved
+  // it, so that its 'latest' is read once in a process and every later read (the checks, the warnings, the weights,
+  // the optimizer state) is of that step (io/checkpoint.h resume_step_dir). "": not resolved (no init.resume, or it
+  // failed: the validation says why).
+  std::string resume_step_dir;
 };
 
 struct OutputCfg {

@@ -214,8 +214,8 @@ void fields(S& i, F&& f) {
   f("weights", i.weights, {{"null | readable file"},
     "safetensors file to start from; null: random init with init.seed"});
   f("resume", i.resume, {{"null | checkpoint directory"},
-    "continue the run saved in this output.checkpoint directory (its 'latest' checkpoint, read once as the weights "
-    "load, every rank the same step, or a step-N directory inside it): weights, AdamW state, step, learning-rate "
+    "continue the run saved in this output.checkpoint directory (its 'latest' checkpoint, read once with the "
+    "config, every rank the same one, or a step-N directory inside it): weights, AdamW state, step, learning-rate "
     "schedule and data position; bench.warmup_steps + "
     "measure_steps is the whole run's length, counted from step 0; any strategy and world size; not with "
     "init.weights"});

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <iterator>
 #include <cstdint>
@@ -75,8 +76,8 @@ void announce_first(int sig) {
   if (!g_announce.load()) return;
   const char* name = interrupt_signal_name(sig);  // a switch over constant strings: safe in a handler
   static const char a[] = "\ntrainer: ";
-  static const char b[] = " received: stopping after the current step (checkpoint and record follow); a second "
-                          "interrupt stops at once, without them\n";
+  static const char b[] = " received: stopping after the current step (the record, and the checkpoint where one is "
+                          "configured, follow); a second interrupt stops at once, without them\n";
   [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, a, sizeof a - 1);
   n = ::write(STDERR_FILENO, name, std::strlen(name));
   n = ::write(STDERR_FILENO, b, sizeof b - 1);
@@ -87,7 +88,9 @@ void on_signal(int sig) {
   const int64_t now = monotonic_ns();
   if (g_signal.compare_exchange_strong(expected, sig)) {  // the first: stop after the current step
     g_first_ns.store(now);
+    const int saved_errno = errno;  // the interrupted code may read errno after this returns (write can fail)
     announce_first(sig);
+    errno = saved_errno;
     return;
   }
   if (expected == sig && now - g_first_ns.load() < kDuplicateWindowNs) return;

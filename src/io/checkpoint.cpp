@@ -90,6 +90,11 @@ std::string resolve_checkpoint(const std::string& dir) {
   return step_dir;
 }
 
+std::string resume_step_dir(const RunConfig& c) {
+  TRAINER_CHECK(c.init.resume.has_value(), "resume_step_dir: no init.resume");
+  return c.init.resume_step_dir.empty() ? resolve_checkpoint(*c.init.resume) : c.init.resume_step_dir;
+}
+
 std::string checkpoint_weights_path(const std::string& step_dir) { return (fs::path(step_dir) / kWeights).string(); }
 
 json read_checkpoint_manifest(const std::string& step_dir) {
@@ -221,7 +226,7 @@ void check_resume(const RunConfig& c, std::vector<std::string>* warnings, int wo
   CONFIG_CHECK(c.job == "train", "init.resume: only job 'train' resumes (job is '{}')", c.job);
   CONFIG_CHECK(c.bench.phase == "train_step", "init.resume: only bench.phase 'train_step' trains (phase is '{}')",
                c.bench.phase);
-  const std::string step_dir = resolve_checkpoint(dir);
+  const std::string step_dir = resume_step_dir(c);
   const json m = read_checkpoint_manifest(step_dir);
   if (m.contains("files")) {  // what can be checked before reading: each file a resume reads is listed, at its size
     std::vector<std::string> files = {kWeights};
@@ -429,8 +434,9 @@ std::string repair_checkpoint_weights(const std::string& dir) {
   // another file: a link into another step (a run ended between placing it and `latest`), or a copy (a filesystem
   // without hard links, where the two names are never one file: nothing to tell, left as it is)
   if (b.st_nlink < 2) return "";
-  place_weights(dir, (fs::path(dir) / name).string(), /*copy_fallback=*/false);
-  return (fs::path(dir) / name).string();
+  // a link that cannot be made (another user's file under fs.protected_hardlinks, say) leaves it as it is, unsaid
+  return place_weights(dir, (fs::path(dir) / name).string(), /*copy_fallback=*/false) ? (fs::path(dir) / name).string()
+                                                                                        : "";
 }
 
 std::string CheckpointWrite::commit(const json& manifest, const std::string& parent) {

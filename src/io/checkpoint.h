@@ -43,6 +43,9 @@ std::string checkpoint_step_name(int64_t step);
 /// directly), else DIR/<the name in DIR/latest>. Raises ConfigError starting with "init.resume:" when there is no
 /// checkpoint: no such directory, no `latest`, `latest` naming a directory without manifest.json (half-written).
 std::string resolve_checkpoint(const std::string& dir);
+/// init.resume's step directory: the one load_config resolved (c.init.resume_step_dir), else resolve_checkpoint's
+/// answer now (a config made without load_config). Requires c.init.resume.
+std::string resume_step_dir(const RunConfig& c);
 
 /// STEP_DIR/model.safetensors: a checkpoint's weights.
 std::string checkpoint_weights_path(const std::string& step_dir);

@@ -146,6 +146,26 @@ TrainCheckpointer::TrainCheckpointer(const RunConfig& cfg, Backend& be, Model& m
       } catch (const std::exception& e) {  // the next checkpoint places it anyway
         spdlog::warn("output.checkpoint: {}", e.what());
       }
+      // Resuming a step of this directory: its 'latest' was read with the config, before this lock; a run that held
+      // the lock then may have written a later step since. This run continues from the step it resumed (as for an
+      // older step named on purpose; check_resume's warning), so that later step goes with the next prune: say so.
+      if (cfg.init.resume && !cfg.init.resume_step_dir.empty()) {
+        const fs::path resumed = fs::weakly_canonical(cfg.init.resume_step_dir, ec);
+        const bool via_latest = fs::weakly_canonical(*cfg.init.resume, ec) != resumed;  // not a step named on purpose
+        if (!ec && via_latest && resumed.parent_path() == fs::weakly_canonical(dir, ec) && !ec) {
+          std::string now;
+          try {
+            now = resolve_checkpoint(dir);
+          } catch (const ConfigError&) {
+          }
+          if (!now.empty() && fs::weakly_canonical(now, ec) != resumed)
+            spdlog::warn("output.checkpoint: '{}/latest' names '{}' now, not '{}', which this run resumed (another "
+                         "run wrote it while this one started): this run continues from its own step, and its "
+                         "checkpoints become the latest ('{}' is pruned with the older ones)",
+                         dir, fs::path(now).filename().string(), resumed.filename().string(),
+                         fs::path(now).filename().string());
+        }
+      }
     }
   }
   comm.all_reduce_host(&busy, 1, HostOp::sum);

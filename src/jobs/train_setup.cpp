@@ -23,13 +23,21 @@ namespace {
 /// Collective: every rank resolved init.resume to the same step (each read 'latest' itself; a run writing into that
 /// directory meanwhile could move it between their reads). ConfigError on every rank otherwise, before any read.
 void agree_on_resumed_step(Communicator& comm, const std::string& step_dir, const nlohmann::json& manifest) {
-  const int64_t mine = manifest.value("step", int64_t(-1));
-  std::vector<int64_t> all(size_t(comm.size()), 0);
+  // the step and the directory (a directory may hold two checkpoints of one step: step-N and step-N.1)
+  struct Resolved {
+    int64_t step;
+    uint64_t dir_hash;  // FNV-1a 64 of the path (every rank has the same init.resume text)
+  };
+  uint64_t h = 14695981039346656037ull;
+  for (const unsigned char ch : step_dir) h = (h ^ ch) * 1099511628211ull;
+  const Resolved mine{manifest.value("step", int64_t(-1)), h};
+  std::vector<Resolved> all(size_t(comm.size()));
   comm.all_gather_host(&mine, sizeof mine, all.data());
   for (int r = 0; r < comm.size(); ++r)
-    CONFIG_CHECK(all[size_t(r)] == mine, "init.resume: rank {} resolved '{}' to step {} and rank {} to step {} (its "
-                 "'latest' changed while the ranks started: is another run writing there?); name the step directory "
-                 "to resume", comm.rank(), step_dir, mine, r, all[size_t(r)]);
+    CONFIG_CHECK(all[size_t(r)].step == mine.step && all[size_t(r)].dir_hash == mine.dir_hash,
+                 "init.resume: rank {} resolved it to '{}' (step {}) and rank {} to another checkpoint (step {}): its "
+                 "'latest' changed while the ranks started (is another run writing there?); name the step directory "
+                 "to resume", comm.rank(), step_dir, mine.step, r, all[size_t(r)].step);
 }
 
 }  // namespace
@@ -62,11 +70,9 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
   if (init_weights) {  // the weight source; a sharded strategy copies its shards from it in attach()
     const auto t0 = std::chrono::steady_clock::now();
     if (cfg.init.weights || cfg.init.resume) {
-      // the step to resume, resolved once here: the optimizer state is read from the same step directory and
+      // the step to resume as load_config resolved it: the optimizer state is read from the same step directory and
       // manifest (train_checkpoint.h), so a 'latest' rewritten meanwhile cannot mix two steps
-      if (cfg.init.resume && comm && comm->rank() == comm->size() - 1)  // the last rank resolves it late
-        test_pause("TRAINER_TEST_RESOLVE_PAUSE_S", "before resolving init.resume");
-      const std::string step_dir = cfg.init.resume ? resolve_checkpoint(*cfg.init.resume) : "";
+      const std::string step_dir = cfg.init.resume ? resume_step_dir(cfg) : "";
       const nlohmann::json manifest = cfg.init.resume ? read_checkpoint_manifest(step_dir) : nlohmann::json();
       if (cfg.init.resume)  // info: rank 0's log (every rank's with --log-all-ranks)
         spdlog::info("init.resume: step {} in {}", manifest.value("step", int64_t(-1)), step_dir);

@@ -112,7 +112,7 @@ Plan make_plan(const RunConfig& cfg, int world_size, int rank, const std::string
   // its peak (fsdp's shard temporaries for later microbatches) stay for the run and count in every later step's peak.
   int64_t steps = int64_t(cfg.bench.warmup_steps) + cfg.bench.measure_steps;
   if (cfg.init.resume) try {  // the steps left after the checkpoint's (check_resume has vetted it)
-      steps -= read_checkpoint_manifest(resolve_checkpoint(*cfg.init.resume)).value("step", int64_t(0));
+      steps -= read_checkpoint_manifest(resume_step_dir(cfg)).value("step", int64_t(0));
     } catch (const std::exception&) {  // unreadable here: plan the longer run
     }
   if (steps >= 2) {

@@ -127,6 +127,8 @@ def test_plan_of_many_ranks_plans_three(trainer_bin, tmp_path):
     p = plan_json(trainer_bin, tmp_path, TINY, "--set", "device=cpu", "--set", "parallel.strategy=zero1",
                   "--set", "data.batch_size=8192", "--world-size", "8192")
     assert p["ranks_identical"] is True and "per_rank" not in p and p["world_size"] == 8192
+    assert p["ranks_planned"] == 3  # was 8192
+    assert one["ranks_planned"] == 1
     assert p["memory"]["category_peaks"]["parameters"] == 4 * padded
     # m, v of the rank's chunk and AdamW's step values (zero1 sums the norm on the host: no device slot for it)
     assert p["memory"]["category_peaks"]["optimizer"] == 8 * (padded // 8192) + 16

@@ -22,6 +22,7 @@
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -186,6 +187,40 @@ def test_a_weights_file_left_at_another_step_is_linked_back_to_latest(tmp_path):
     # nothing to mend: no warning
     c = run(args(tmp_path, "c", 7, f"output.checkpoint={ck}", f"init.resume={ck}", "optimizer.cosine_steps=6"))
     assert c.returncode == 0 and "held another step's weights" not in c.stderr, c.stderr[-3000:]
+
+
+def test_a_later_step_written_while_the_run_started_is_named(tmp_path):
+    """init.resume and output.checkpoint name one directory: 'latest' is read with the config, the directory's lock
+    taken later. A later step committed in between (simulated: latest rewritten while the run's weights read is held
+    by the test hook) is named in a warning; the run continues from the step it resumed, and its checkpoints become
+    the latest (the later step is pruned)."""
+    ck, other = tmp_path / "ck", tmp_path / "other"
+    for d, steps in ((ck, 2), (other, 4)):
+        p = run(args(tmp_path, d.name, steps, f"output.checkpoint={d}"))
+        assert p.returncode == 0, p.stderr[-3000:]
+    step2, step4 = latest(ck).name, latest(other).name
+    shutil.copytree(other / step4, ck / step4)
+    proc = subprocess.Popen(args(tmp_path, "b", 6, f"output.checkpoint={ck}", f"init.resume={ck}",
+                                 "optimizer.cosine_steps=6"), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            text=True, env=dict(ENV, TRAINER_TEST_IO_PAUSE_S="2"), cwd=SRC)
+    err = []
+    try:
+        for line in proc.stderr:
+            err.append(line)
+            if "pausing 2 s after reading the weights" in line:
+                (ck / "latest.tmp").write_text(step4 + "\n")
+                os.replace(ck / "latest.tmp", ck / "latest")
+                break
+        err.append(proc.communicate(timeout=120)[1])
+    finally:
+        proc.kill()
+    err = "".join(err)
+    assert proc.returncode == 0, err[-3000:]
+    (w,) = [x for x in err.splitlines() if "names '" in x and "which this run resumed" in x]
+    assert f"'{ck}/latest' names '{step4}' now, not '{step2}', which this run resumed" in w, w
+    b = record(tmp_path, "b")
+    assert b["steps"]["first"] == 2 and b["checkpoint"]["resumed_from"]["step"] == 2
+    assert latest(ck).name == "step-00000006" and not (ck / step4).exists()
 
 
 def test_resume_from_an_older_step_of_the_same_directory(tmp_path):

@@ -97,8 +97,8 @@ def test_sigint_stops_after_the_step_with_checkpoint_and_record(trainer_bin, tmp
     assert f"after step {done} of 100001" in r["error"]
     assert "interrupted (SIGINT): stopping after step" in err
     # acknowledged at once by the handler, before the step ends (a second press would end the run without a record)
-    ack = ("trainer: SIGINT received: stopping after the current step (checkpoint and record follow); a second "
-           "interrupt stops at once, without them")
+    ack = ("trainer: SIGINT received: stopping after the current step (the record, and the checkpoint where one is "
+           "configured, follow); a second interrupt stops at once, without them")
     assert err.count(ack) == 1 and err.index(ack) < err.index("interrupted (SIGINT): stopping after step"), err
     # The checkpoint of the end-of-run path: every parameter of the tiny model (2 layers).
     names = safetensors_names(ckpt / "model.safetensors")

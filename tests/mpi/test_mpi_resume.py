@@ -6,8 +6,8 @@
 - Resharding: a world-1 checkpoint resumed on 2 ranks (zero1, fsdp) and a 2-rank zero1 checkpoint resumed on one
   process continue the one-process run within fp32 tolerance (1e-5 relative; summation order differs).
 - A damaged block of rank 1's optimizer file stops a 2-rank resume with rank 1's line naming the file and bytes.
-- 'latest' is read once: rewritten after the weights were loaded, the optimizer state still comes from their step;
-  rewritten between two ranks' reads, the job stops naming both steps.
+- 'latest' is read once, with the config: rewritten after the weights were loaded, the optimizer state still comes
+  from their step; rewritten between two ranks' reads, the job stops naming both.
 - A checkpoint write that holds rank 0 past parallel.comm_timeout_s, or a resume's read that holds rank 1, is waited
   for up to parallel.checkpoint_timeout_s (or comm_timeout_s, where longer); past that, the job ends with a message
   naming the key.
@@ -188,10 +188,10 @@ def two_steps_in_one_directory(tmp_path):
     return ref, ck, step2, step4
 
 
-def resume_moving_latest(tmp_path, ck, step4, env, *needles):
-    """Resumes ck on 2 ranks (record b.json) and, once a line with each of `needles` has come on stderr, rewrites
-    ck/latest (atomically) to name step4: (return code, stderr)."""
-    p = subprocess.Popen(trainer_cmd(tmp_path, "b", 4, 2, "parallel.strategy=zero1", f"init.resume={ck}"),
+def resume_moving_latest(tmp_path, ck, step4, env, *needles, steps=4):
+    """Resumes ck on 2 ranks (`steps` in all; record b.json) and, once a line with each of `needles` has come on
+    stderr, rewrites ck/latest (atomically) to name step4: (return code, stderr)."""
+    p = subprocess.Popen(trainer_cmd(tmp_path, "b", steps, 2, "parallel.strategy=zero1", f"init.resume={ck}"),
                          stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=dict(ENV, **env), cwd=SRC)
     err, waiting = [], set(needles)
     try:
@@ -210,8 +210,8 @@ def resume_moving_latest(tmp_path, ck, step4, env, *needles):
 
 
 def test_a_latest_rewritten_during_a_resume_does_not_mix_two_steps(tmp_path):
-    """init.resume names a directory: its 'latest' is read once, when the weights are loaded, and the optimizer state
-    comes from that same step. Here 'latest' is rewritten to name another step (as a run writing there would) while
+    """init.resume names a directory: its 'latest' is read once, with the config, and the weights and the optimizer
+    state come from that step. Here 'latest' is rewritten to name another step (as a run writing there would) while
     the last rank's read of the weights is held (the pause hook) and rank 0 waits for it: the run still continues
     step 2, bitwise as the straight run. (Read again after the weights, it resumed step 4's AdamW state onto step
     2's weights.)"""
@@ -227,16 +227,23 @@ def test_a_latest_rewritten_during_a_resume_does_not_mix_two_steps(tmp_path):
 
 
 def test_ranks_that_resolve_latest_to_different_steps_stop(tmp_path):
-    """Each rank reads 'latest' itself; rewritten between rank 0's read and the last rank's (a hook holds the last
-    rank, 6 s, before its read; rank 0 has logged step 2), the ranks would resume different steps: the job stops
-    before any read, with one line naming both (rank 0's)."""
+    """Each rank reads 'latest' itself, with its config; rewritten between rank 0's read and the last rank's (a hook
+    holds the last rank before it reads the config; rank 0 says when it has), the ranks would resume different steps:
+    the job stops before any read of the weights, with one line naming both (rank 0's). The same for another
+    checkpoint of the same step (step-N.1, as a run restarted from scratch writes it): the directories differ."""
     _, ck, step2, step4 = two_steps_in_one_directory(tmp_path)
-    rc, err = resume_moving_latest(tmp_path, ck, step4, {"TRAINER_TEST_RESOLVE_PAUSE_S": "6"},
-                                   "pausing 6 s before resolving init.resume", f"init.resume: step 2 in {ck / step2}")
+    hook = {"TRAINER_TEST_RESOLVE_PAUSE_S": "3"}
+    seen = ("rank 1 pausing 3 s before reading the config", "rank 0 has read the config")
+    rc, err = resume_moving_latest(tmp_path, ck, step4, hook, *seen, steps=6)
     assert rc != 0, err[-3000:]
-    assert (f"trainer: error: init.resume: rank 0 resolved '{ck / step2}' to step 2 and rank 1 to step 4 "
-            "(its 'latest' changed while the ranks started: is another run writing there?)") in err, err[-3000:]
+    assert (f"trainer: error: init.resume: rank 0 resolved it to '{ck / step2}' (step 2) and rank 1 to another "
+            "checkpoint (step 4): its 'latest' changed while the ranks started (is another run writing there?)"
+            ) in err, err[-3000:]
     assert not (tmp_path / "b.json").exists()
+    (ck / "latest").write_text(step2 + "\n")
+    shutil.copytree(ck / step2, ck / (step2 + ".1"))
+    rc, err = resume_moving_latest(tmp_path, ck, step2 + ".1", hook, *seen, steps=6)
+    assert rc != 0 and "and rank 1 to another checkpoint (step 2)" in err, err[-3000:]
 
 
 def test_ranks_wait_for_a_slow_checkpoint_write_up_to_checkpoint_timeout_s(tmp_path):
