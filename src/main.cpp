@@ -197,6 +197,26 @@ std::string in_gemm_summary(const RunConfig& cfg) {
                          : "");
 }
 
+/// " at KEY (rank 0 has A, rank R has B)" for the first dotted key where the resolved configs `a` (rank 0's) and `b`
+/// (rank r's) differ, values cut to 120 characters; "" when they are equal.
+std::string first_difference(const nlohmann::json& a, const nlohmann::json& b, int r, const std::string& key = "") {
+  if (a == b) return "";
+  if (a.is_object() && b.is_object()) {
+    for (const auto& [k, v] : a.items()) {
+      const std::string sub = key.empty() ? k : key + "." + k;
+      if (!b.contains(k)) return fmt::format(" at {} (rank {} has no such key)", sub, r);
+      if (std::string d = first_difference(v, b[k], r, sub); !d.empty()) return d;
+    }
+    for (const auto& [k, v] : b.items())
+      if (!a.contains(k)) return fmt::format(" at {} (rank 0 has no such key)", key.empty() ? k : key + "." + k);
+  }
+  auto cut = [](const nlohmann::json& v) {
+    const std::string t = v.dump();
+    return t.size() > 120 ? t.substr(0, 117) + "..." : t;
+  };
+  return fmt::format(" at {} (rank 0 has {}, rank {} has {})", key.empty() ? "the top" : key, cut(a), r, cut(b));
+}
+
 int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool as_json, bool fit,
              double device_memory_gib, const std::string& gpu_arg) {
   // A cuda plan over several ranks resolves parallel.comm as on a cluster's build (with NCCL); a build without it
@@ -499,9 +519,17 @@ int main(int argc, char** argv) {
   }
   const nlohmann::json resolved = cfg;
   if (const int r = mpi.first_rank_differing(resolved.dump(), startup_timeout_s); r >= 0) {
-    if (rank == 0)
-      std::fprintf(stderr, "trainer: error: the resolved config of rank %d differs from rank 0's (same file and "
-                   "--set on every rank?)\n", r);
+    // rank r's config to rank 0 (collective), which names the first key that differs
+    const std::string theirs = mpi.text_from(r, resolved.dump(), startup_timeout_s);
+    if (rank == 0) {
+      std::string where;
+      try {
+        where = first_difference(resolved, nlohmann::json::parse(theirs), r);
+      } catch (const nlohmann::json::exception&) {  // cut at 64 KiB: no key, the line without it
+      }
+      std::fprintf(stderr, "trainer: error: the resolved config of rank %d differs from rank 0's%s (same file and "
+                   "--set on every rank?)\n", r, where.c_str());
+    }
     return 2;
   }
   if (args.print_config) {
