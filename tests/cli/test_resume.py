@@ -35,6 +35,7 @@ import pytest
 SRC = pathlib.Path(os.environ.get("TRAINER_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(SRC / "tests" / "parity"))
 import safetensors_io  # noqa: E402
+from checkpoint_edit import run_moving_latest  # noqa: E402  (this folder)
 
 BIN = os.environ.get("TRAINER_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="TRAINER_BIN is not set")
@@ -200,22 +201,10 @@ def test_a_later_step_written_while_the_run_started_is_named(tmp_path):
         assert p.returncode == 0, p.stderr[-3000:]
     step2, step4 = latest(ck).name, latest(other).name
     shutil.copytree(other / step4, ck / step4)
-    proc = subprocess.Popen(args(tmp_path, "b", 6, f"output.checkpoint={ck}", f"init.resume={ck}",
-                                 "optimizer.cosine_steps=6"), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            text=True, env=dict(ENV, TRAINER_TEST_IO_PAUSE_S="2"), cwd=SRC)
-    err = []
-    try:
-        for line in proc.stderr:
-            err.append(line)
-            if "pausing 2 s after reading the weights" in line:
-                (ck / "latest.tmp").write_text(step4 + "\n")
-                os.replace(ck / "latest.tmp", ck / "latest")
-                break
-        err.append(proc.communicate(timeout=120)[1])
-    finally:
-        proc.kill()
-    err = "".join(err)
-    assert proc.returncode == 0, err[-3000:]
+    rc, err = run_moving_latest(args(tmp_path, "b", 6, f"output.checkpoint={ck}", f"init.resume={ck}",
+                                     "optimizer.cosine_steps=6"), dict(ENV, TRAINER_TEST_IO_PAUSE_S="2"), SRC, ck,
+                                step4, "pausing 2 s after reading the weights")
+    assert rc == 0, err[-3000:]
     (w,) = [x for x in err.splitlines() if "names '" in x and "which this run resumed" in x]
     assert f"'{ck}/latest' names '{step4}' now, not '{step2}', which this run resumed" in w, w
     b = record(tmp_path, "b")

@@ -30,6 +30,8 @@ BIN = os.environ.get("TRAINER_BIN")
 MPIEXEC = os.environ.get("MPIEXEC", "mpirun")
 sys.path.insert(0, str(SRC / "tests" / "parity"))
 import safetensors_io  # noqa: E402
+sys.path.insert(0, str(SRC / "tests" / "cli"))
+from checkpoint_edit import run_moving_latest  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not BIN, reason="TRAINER_BIN is not set")
 ENV = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
@@ -190,23 +192,9 @@ def two_steps_in_one_directory(tmp_path):
 
 def resume_moving_latest(tmp_path, ck, step4, env, *needles, steps=4):
     """Resumes ck on 2 ranks (`steps` in all; record b.json) and, once a line with each of `needles` has come on
-    stderr, rewrites ck/latest (atomically) to name step4: (return code, stderr)."""
-    p = subprocess.Popen(trainer_cmd(tmp_path, "b", steps, 2, "parallel.strategy=zero1", f"init.resume={ck}"),
-                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=dict(ENV, **env), cwd=SRC)
-    err, waiting = [], set(needles)
-    try:
-        for line in p.stderr:
-            err.append(line)
-            waiting -= {n for n in waiting if n in line}
-            if not waiting:
-                (ck / "latest.tmp").write_text(step4 + "\n")
-                os.replace(ck / "latest.tmp", ck / "latest")
-                break
-        err.append(p.communicate(timeout=180)[1])
-    finally:
-        p.kill()
-    assert not waiting, f"never came: {waiting}; {''.join(err)[-3000:]}"
-    return p.returncode, "".join(err)
+    stderr, points ck/latest at step4: (return code, stderr)."""
+    return run_moving_latest(trainer_cmd(tmp_path, "b", steps, 2, "parallel.strategy=zero1", f"init.resume={ck}"),
+                             dict(ENV, **env), SRC, ck, step4, *needles)
 
 
 def test_a_latest_rewritten_during_a_resume_does_not_mix_two_steps(tmp_path):
