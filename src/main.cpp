@@ -33,6 +33,7 @@
 #include "config/config.h"
 #include "core/interrupt.h"
 #include "core/memory.h"
+#include "core/test_hooks.h"
 #include "dist/bootstrap.h"
 #include "git_info.h"
 #include "io/result_record.h"
@@ -432,10 +433,7 @@ int main(int argc, char** argv) {
   install_early_interrupt_handlers();
   MpiSession mpi(&argc, &argv);  // MPI_Init_thread; finalises on scope exit
   const int rank = mpi.rank(), world = mpi.size();
-  if (const char* s = std::getenv("TRAINER_TEST_STARTUP_PAUSE_S")) {  // a test's window into the start-up (stderr:
-    std::fprintf(stderr, "test hook TRAINER_TEST_STARTUP_PAUSE_S: pausing %s s while starting\n", s);  // no log yet)
-    std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(s)));
-  }
+  test_pause("TRAINER_TEST_STARTUP_PAUSE_S", "while starting", /*early=*/true);  // a test's window into the start-up
 
   // ---- 1. arguments and config: every problem is one line on stderr and exit code 2, before any output ----------
   Args args;
@@ -445,12 +443,8 @@ int main(int argc, char** argv) {
   int plan_world = world;
   // A test's window between the ranks' reads of the config (init.resume's 'latest' among them): the last rank
   // starts reading it late, and rank 0 says when it has read it
-  const char* resolve_pause = std::getenv("TRAINER_TEST_RESOLVE_PAUSE_S");
-  if (resolve_pause && world > 1 && rank == world - 1) {
-    std::fprintf(stderr, "test hook TRAINER_TEST_RESOLVE_PAUSE_S: rank %d pausing %s s before reading the config\n",
-                 rank, resolve_pause);
-    std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(resolve_pause)));
-  }
+  if (world > 1 && rank == world - 1)
+    test_pause("TRAINER_TEST_RESOLVE_PAUSE_S", "before reading the config", /*early=*/true);
   try {
     args = parse_args(argc, argv);
     if (args.plan && !args.help && !args.version) {
@@ -482,8 +476,8 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     error = fmt::format("unexpected error while reading the config: {}", e.what());
   }
-  if (resolve_pause && world > 1 && rank == 0) std::fprintf(stderr, "test hook TRAINER_TEST_RESOLVE_PAUSE_S: rank 0 "
-                                                            "has read the config\n");
+  if (world > 1 && rank == 0 && std::getenv("TRAINER_TEST_RESOLVE_PAUSE_S"))
+    std::fprintf(stderr, "test hook TRAINER_TEST_RESOLVE_PAUSE_S: rank 0 has read the config\n");
   // Every rank reaches this point; agree on whether all configs loaded, then that they are identical. (A rank that
   // does not arrive within the timeout ends the job with a message: MpiSession's start-up agreements.)
   const double startup_timeout_s =

@@ -2,6 +2,7 @@
 // real run, where each costs one getenv.
 #pragma once
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -12,10 +13,14 @@ namespace trainer {
 /// When the environment variable `var` is set: logs a warning naming it and `where`, then sleeps that many seconds.
 /// Returns whether it paused. (tests/cli/test_resume.py, tests/mpi/test_mpi_resume.py: a checkpoint's write or a
 /// resume's read held up, as slow storage would.)
-inline bool test_pause(const char* var, const char* where) {
+/// early: before the log exists (main's start-up), the line goes to stderr as it is.
+inline bool test_pause(const char* var, const char* where, bool early = false) {
   const char* s = std::getenv(var);
   if (!s) return false;
-  spdlog::warn("test hook {}: pausing {} s {}", var, s, where);
+  if (early)
+    std::fprintf(stderr, "test hook %s: pausing %s s %s\n", var, s, where);
+  else
+    spdlog::warn("test hook {}: pausing {} s {}", var, s, where);
   std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(s)));
   return true;
 }

@@ -60,14 +60,7 @@ bool is_step_name(const std::string& n) { return n.rfind("step-", 0) == 0; }
 
 std::string checkpoint_step_name(int64_t step) { return fmt::format("step-{:08d}", step); }
 
-std::string fnv1a64_hex(const std::string& text) {
-  uint64_t h = 14695981039346656037ull;  // FNV-1a 64-bit offset basis and prime (Fowler, Noll, Vo)
-  for (unsigned char ch : text) {
-    h ^= ch;
-    h *= 1099511628211ull;
-  }
-  return fmt::format("fnv1a64:{:016x}", h);
-}
+std::string fnv1a64_hex(const std::string& text) { return fmt::format("fnv1a64:{:016x}", fnv1a64(text)); }
 
 std::string resolve_checkpoint(const std::string& dir) {
   std::error_code ec;
@@ -220,7 +213,6 @@ bool verify_checkpoint_file(const json& m, const std::string& step_dir, const st
 
 void check_resume(const RunConfig& c, std::vector<std::string>* warnings, int world_size) {
   if (!c.init.resume) return;
-  const std::string& dir = *c.init.resume;
   CONFIG_CHECK(!c.init.weights, "init: set init.weights or init.resume, not both (a resume loads the checkpoint's "
                "weights)");
   CONFIG_CHECK(c.job == "train", "init.resume: only job 'train' resumes (job is '{}')", c.job);

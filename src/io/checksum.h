@@ -8,9 +8,19 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace trainer {
+
+/// FNV-1a, 64 bits (Fowler, Noll, Vo: offset basis 14695981039346656037, prime 1099511628211), of `bytes`: the
+/// project's one non-cryptographic hash of short texts (a config's, a path's, a layout's), compared between ranks or
+/// runs, never stored as a checksum of data.
+inline uint64_t fnv1a64(std::string_view bytes) {
+  uint64_t h = 14695981039346656037ull;
+  for (const unsigned char ch : bytes) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
 
 /// The block a checkpoint file's CRC-32s are recorded for (its last block may be shorter).
 inline constexpr uint64_t kChecksumBlockBytes = uint64_t(64) << 20;

@@ -25,6 +25,7 @@
 
 #include "core/errors.h"
 #include "core/interrupt.h"
+#include "io/checksum.h"
 
 namespace trainer {
 namespace fs = std::filesystem;
@@ -133,8 +134,7 @@ RecordLock& record_lock() {
 std::string record_lock_path(const std::string& path) {
   std::error_code ec;
   const std::string canonical = fs::weakly_canonical(output_target(path), ec).string();
-  uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bits, of the record's canonical path
-  for (const unsigned char ch : ec ? output_target(path) : canonical) h = (h ^ ch) * 1099511628211ull;
+  const uint64_t h = fnv1a64(ec ? output_target(path) : canonical);  // of the record's canonical path
   const char* tmp = std::getenv("TMPDIR");
   const fs::path dir = fs::path(tmp && *tmp ? tmp : "/tmp") / fmt::format("trainer-locks-{}", ::getuid());
   return (dir / fmt::format("{}.{:016x}.lock", fs::path(canonical).filename().string(), h)).string();

@@ -8,6 +8,7 @@
 
 #include "core/test_hooks.h"
 #include "io/checkpoint.h"
+#include "io/checksum.h"
 #include "io/safetensors.h"
 #include "optim/adamw.h"
 
@@ -26,11 +27,9 @@ void agree_on_resumed_step(Communicator& comm, const std::string& step_dir, cons
   // the step and the directory (a directory may hold two checkpoints of one step: step-N and step-N.1)
   struct Resolved {
     int64_t step;
-    uint64_t dir_hash;  // FNV-1a 64 of the path (every rank has the same init.resume text)
+    uint64_t dir_hash;  // of the path (every rank has the same init.resume text)
   };
-  uint64_t h = 14695981039346656037ull;
-  for (const unsigned char ch : step_dir) h = (h ^ ch) * 1099511628211ull;
-  const Resolved mine{manifest.value("step", int64_t(-1)), h};
+  const Resolved mine{manifest.value("step", int64_t(-1)), fnv1a64(step_dir)};
   std::vector<Resolved> all(size_t(comm.size()));
   comm.all_gather_host(&mine, sizeof mine, all.data());
   for (int r = 0; r < comm.size(); ++r)

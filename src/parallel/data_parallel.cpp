@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/errors.h"
+#include "io/checksum.h"
 
 namespace trainer {
 
@@ -14,17 +15,10 @@ void broadcast_weights(Model& model, Communicator& comm) {
 }
 
 void check_same_layout(Communicator& comm, const std::string& what, const std::vector<int64_t>& layout) {
-  // FNV-1a, 64-bit (offset basis 14695981039346656037, prime 1099511628211), over the bytes of each integer and of
-  // the count, so [1, 2] and [1, 2, 0] differ.
-  uint64_t h = 14695981039346656037ull;
-  auto mix = [&h](uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= (v >> (8 * i)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  };
-  mix(layout.size());
-  for (int64_t v : layout) mix(uint64_t(v));
+  // FNV-1a over the count and the integers' bytes, so [1, 2] and [1, 2, 0] differ
+  std::vector<int64_t> words{int64_t(layout.size())};
+  words.insert(words.end(), layout.begin(), layout.end());
+  const uint64_t h = fnv1a64({reinterpret_cast<const char*>(words.data()), words.size() * sizeof(int64_t)});
   const int size = comm.size();
   std::vector<uint64_t> all(size_t(size), 0);
   comm.all_gather_host(&h, sizeof h, all.data());

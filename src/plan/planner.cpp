@@ -40,8 +40,6 @@ nlohmann::json categories_json(const std::array<size_t, kNumCategories>& a) {
   return j;
 }
 
-std::string fmt_time(double s) { return format_seconds(s); }
-
 }  // namespace
 
 std::string format_seconds(double s, int decimals) {
@@ -237,12 +235,13 @@ std::string Plan::summary_line() const {
   return fmt::format("plan (rank {} of {}, {}): peak {} in {}{} ({}); step {} predicted ({} compute, {} memory{}; "
                      "{:.3g} TFLOP)",
                      rank, world_size, rates.device, format_bytes(peak_bytes), peak_phase,
-                     peak_block.empty() ? "" : " / " + peak_block, cats, fmt_time(time_s), fmt_time(compute_s),
-                     fmt_time(memory_s),
+                     peak_block.empty() ? "" : " / " + peak_block, cats, format_seconds(time_s),
+                     format_seconds(compute_s), format_seconds(memory_s),
                      !collectives ? ""
-                     : fmt::format(", {} comm exposed of {}{}", fmt_time(comm_exposed_s), fmt_time(comm_s),
-                                   overlap_slowdown_s > 0 ? fmt::format(", {} slowed", fmt_time(overlap_slowdown_s))
-                                                          : ""),
+                     : fmt::format(", {} comm exposed of {}{}", format_seconds(comm_exposed_s), format_seconds(comm_s),
+                                   overlap_slowdown_s > 0
+                                       ? fmt::format(", {} slowed", format_seconds(overlap_slowdown_s))
+                                       : ""),
                      flops / 1e12);
 }
 
@@ -295,16 +294,16 @@ std::string Plan::table() const {
   const double hidden = std::max(0.0, comm_s - comm_exposed_s);
   t += fmt::format("predicted step: {} = {} compute + {} memory-bound{}{} (ops in sequence, each at the slower of its "
                    "FLOPs and bytes)\n",
-                   fmt_time(time_s), fmt_time(compute_s), fmt_time(memory_s),
-                   collectives ? fmt::format(" + {} communication exposed", fmt_time(comm_exposed_s)) : "",
+                   format_seconds(time_s), format_seconds(compute_s), format_seconds(memory_s),
+                   collectives ? fmt::format(" + {} communication exposed", format_seconds(comm_exposed_s)) : "",
                    overlap_slowdown_s > 0 ? fmt::format(" + {} by which collectives running under the ops slow them",
-                                                        fmt_time(overlap_slowdown_s))
+                                                        format_seconds(overlap_slowdown_s))
                                           : "");
   if (collectives)
     t += fmt::format("collectives: {} taking {} ({} at {:.4g} GB/s bus bandwidth, {:.3g} us each to start), {} of it "
                      "under the ops{}\n",
-                     collectives, fmt_time(comm_s), format_bytes(size_t(comm_bytes)), bus_bandwidth / 1e9,
-                     comm_latency * 1e6, fmt_time(hidden),
+                     collectives, format_seconds(comm_s), format_bytes(size_t(comm_bytes)), bus_bandwidth / 1e9,
+                     comm_latency * 1e6, format_seconds(hidden),
                      comm != "nccl" ? " (mpi: none overlaps)"
                      : hidden > 0   ? fmt::format(" (asynchronous ones, on NCCL's stream; they slow the ops by {:.2g} "
                                                   "of that)", comm_overlap_slowdown)

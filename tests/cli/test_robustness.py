@@ -225,7 +225,7 @@ def record_lock(results):
     """The lock file of a record path (io/result_record.h record_lock_path): $TMPDIR or /tmp, trainer-locks-UID,
     NAME.HASH.lock with HASH the FNV-1a 64 of the canonical path."""
     canonical = os.path.realpath(results)
-    h = 1469598103934665603
+    h = 14695981039346656037  # FNV-1a 64 offset basis (the trainer had lost a digit of it before v44)
     for b in canonical.encode():
         h = ((h ^ b) * 1099511628211) % 2 ** 64
     tmp = os.environ.get("TMPDIR") or "/tmp"

@@ -221,7 +221,7 @@ def test_ranks_that_resolve_latest_to_different_steps_stop(tmp_path):
     checkpoint of the same step (step-N.1, as a run restarted from scratch writes it): the directories differ."""
     _, ck, step2, step4 = two_steps_in_one_directory(tmp_path)
     hook = {"TRAINER_TEST_RESOLVE_PAUSE_S": "3"}
-    seen = ("rank 1 pausing 3 s before reading the config", "rank 0 has read the config")
+    seen = ("pausing 3 s before reading the config", "rank 0 has read the config")  # (rank 1 pauses)
     rc, err = resume_moving_latest(tmp_path, ck, step4, hook, *seen, steps=6)
     assert rc != 0, err[-3000:]
     assert (f"trainer: error: init.resume: rank 0 resolved it to '{ck / step2}' (step 2) and rank 1 to another "
