@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <csignal>
@@ -198,24 +199,22 @@ std::string in_gemm_summary(const RunConfig& cfg) {
                          : "");
 }
 
-/// " at KEY (rank 0 has A, rank R has B)" for the first dotted key where the resolved configs `a` (rank 0's) and `b`
-/// (rank r's) differ, values cut to 120 characters; "" when they are equal.
-std::string first_difference(const nlohmann::json& a, const nlohmann::json& b, int r, const std::string& key = "") {
-  if (a == b) return "";
-  if (a.is_object() && b.is_object()) {
-    for (const auto& [k, v] : a.items()) {
-      const std::string sub = key.empty() ? k : key + "." + k;
-      if (!b.contains(k)) return fmt::format(" at {} (rank {} has no such key)", sub, r);
-      if (std::string d = first_difference(v, b[k], r, sub); !d.empty()) return d;
-    }
-    for (const auto& [k, v] : b.items())
-      if (!a.contains(k)) return fmt::format(" at {} (rank 0 has no such key)", key.empty() ? k : key + "." + k);
-  }
-  auto cut = [](const nlohmann::json& v) {
-    const std::string t = v.dump();
+/// " at KEY (rank 0 has A, rank R has B)" for the first key where the resolved configs `a` (rank 0's) and `b` (rank
+/// r's) differ (nlohmann's json::diff, RFC 6902 paths, as check_resume reads them), values cut to 120 characters;
+/// "" when they are equal.
+std::string first_difference(const nlohmann::json& a, const nlohmann::json& b, int r) {
+  const nlohmann::json ops = nlohmann::json::diff(a, b);
+  if (ops.empty()) return "";
+  const std::string path = ops[0].value("path", "");
+  std::string key = path.empty() ? "the top" : path.substr(1);
+  std::replace(key.begin(), key.end(), '/', '.');
+  const nlohmann::json::json_pointer ptr(path);
+  auto shown = [&ptr](const nlohmann::json& j) {
+    if (!j.contains(ptr)) return std::string("no such key");
+    const std::string t = j[ptr].dump();
     return t.size() > 120 ? t.substr(0, 117) + "..." : t;
   };
-  return fmt::format(" at {} (rank 0 has {}, rank {} has {})", key.empty() ? "the top" : key, cut(a), r, cut(b));
+  return fmt::format(" at {} (rank 0 has {}, rank {} has {})", key, shown(a), r, shown(b));
 }
 
 int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool as_json, bool fit,
