@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -23,6 +25,13 @@ inline bool test_pause(const char* var, const char* where, bool early = false) {
     spdlog::warn("test hook {}: pausing {} s {}", var, s, where);
   std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(s)));
   return true;
+}
+
+/// When the environment variable `var` equals `what`: throws std::runtime_error naming both, as a failure there
+/// would (tests/mpi/test_mpi_resume.py: rank 0 failing to hold a weight in the middle of a checkpoint's gathers).
+inline void test_fail(const char* var, const std::string& what) {
+  const char* s = std::getenv(var);
+  if (s && what == s) throw std::runtime_error(std::string("test hook ") + var + ": failing at " + what);
 }
 
 }  // namespace trainer

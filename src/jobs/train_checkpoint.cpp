@@ -219,7 +219,9 @@ void TrainCheckpointer::write(int64_t steps_done) {
   uint64_t bytes = 0;
   FileDigest weights_digest;  // rank 0's: size and CRC-32 of what it wrote (the manifest's "files")
 
-  // Weights: every rank joins download_param where it is collective (sharded weights); rank 0 writes the file.
+  // Weights: every rank joins gathered_param where it is collective (sharded weights); rank 0 copies each to the host
+  // and writes the file. After a failure rank 0 goes on joining the gathers, so the others do not wait for one that
+  // never comes (they would stop at comm_timeout_s with no word of the cause): the error is agreed below.
   strategy_.gather_params();
   if (root || !strategy_.full_params()) {
     // bf16_pure weights are saved as BF16 (exactly what the model holds), others as F32.
@@ -230,20 +232,32 @@ void TrainCheckpointer::write(int64_t steps_done) {
     host.reserve(model_.layout().params().size());
     host16.reserve(model_.layout().params().size());
     for (const ParamInfo& p : model_.layout().params()) {  // make_plan reads them so too (its checkpoint phase)
-      std::vector<float> v = strategy_.download_param(p);
-      if (!root) continue;
-      if (bf16) {
-        std::vector<uint16_t> h(v.size());
-        for (size_t i = 0; i < v.size(); ++i) h[i] = bf16_bits::from_f32(v[i]);  // exact: v holds bf16 values
-        host16.push_back(std::move(h));
-        named.push_back({p.name, DType::bf16, p.shape, host16.back().data()});
-      } else {
-        host.push_back(std::move(v));
-        named.push_back({p.name, DType::f32, p.shape, host.back().data()});
+      if (!root || !err.empty()) {  // a gather joined, its data not needed here
+        try {
+          (void)strategy_.gathered_param(p);
+        } catch (const std::exception& e) {
+          if (err.empty()) err = e.what();
+        }
+        continue;
       }
-      bytes += uint64_t(p.numel) * dtype_size(named.back().dtype);
+      try {
+        test_fail("TRAINER_TEST_WEIGHT_READ_FAIL", p.name);
+        std::vector<float> v = strategy_.download_param(p);
+        if (bf16) {
+          std::vector<uint16_t> h(v.size());
+          for (size_t i = 0; i < v.size(); ++i) h[i] = bf16_bits::from_f32(v[i]);  // exact: v holds bf16 values
+          host16.push_back(std::move(h));
+          named.push_back({p.name, DType::bf16, p.shape, host16.back().data()});
+        } else {
+          host.push_back(std::move(v));
+          named.push_back({p.name, DType::f32, p.shape, host.back().data()});
+        }
+        bytes += uint64_t(p.numel) * dtype_size(named.back().dtype);
+      } catch (const std::exception& e) {  // e.g. std::bad_alloc holding the 8B's 32 GB
+        err = fmt::format("reading weight {}: {}", p.name, e.what());
+      }
     }
-    if (root) try {
+    if (root && err.empty()) try {
         test_pause("TRAINER_TEST_IO_PAUSE_S", "before writing the weights");  // rank 0's write held up
         weights_digest =
             write_safetensors(w->file("model.safetensors"), named,

@@ -17,7 +17,8 @@
 // j % (prefetch_layers + 1) (Category::communication, each the size of the largest padded unit; at most two per unit
 // are allocated, a microbatch's most gathers), asynchronously.
 // Gathers 0 .. prefetch_layers are issued at begin_schedule; gather j + prefetch_layers + 1 is issued when gather j's
-// last use is released, so `prefetch_layers` gathers are in flight or ready ahead of the one in use, and a buffer is
+// last use is released (before that use's reduce_scatter, which nothing reads before the backward ends: on the one
+// collective stream the gather would otherwise wait for it), so `prefetch_layers` gathers are in flight or ready ahead of the one in use, and a buffer is
 // written again only after every reader of its previous contents was enqueued on the compute stream. The
 // communicator orders its stream after the compute stream at issue time (NCCL: an event recorded on the compute
 // stream, waited for on the comm stream; nccl_communicator.cpp), so the overwrite runs after those readers, and after
@@ -198,6 +199,13 @@ class Fsdp final : public Strategy {
   void release(int unit, UnitPass pass) override {
     const size_t i = expect_use(unit, pass, "release");
     const Unit& x = units_[size_t(unit)];
+    // The next gather goes first: on the one collective stream it would otherwise wait for this use's reduce_scatter
+    // (fp32, twice a bf16 gather's bytes), which nothing needs before the backward's end.
+    const int gj = use_gather_[i];
+    if (gj >= 0 && gathers_[size_t(gj)].last == i) {  // the gather's buffer is free once this use's reads run
+      const size_t next = size_t(gj) + gather_bufs_.size();
+      if (next < gathers_.size()) issue_gather(next);
+    }
     if (reads_grads(pass)) {
       Slot& s = slots_[next_slot_];
       next_slot_ = (next_slot_ + 1) % slots_.size();
@@ -211,11 +219,6 @@ class Fsdp final : public Strategy {
       }
       timer_.touch();
       s.work = comm_.reduce_scatter(out, in, ReduceOp::sum, /*async=*/true);
-    }
-    const int gj = use_gather_[i];
-    if (gj >= 0 && gathers_[size_t(gj)].last == i) {  // the gather's buffer is free once this use's reads run
-      const size_t next = size_t(gj) + gather_bufs_.size();
-      if (next < gathers_.size()) issue_gather(next);
     }
     ++cursor_;
   }

@@ -11,6 +11,7 @@
 - A checkpoint write that holds rank 0 past parallel.comm_timeout_s, or a resume's read that holds rank 1, is waited
   for up to parallel.checkpoint_timeout_s (or comm_timeout_s, where longer); past that, the job ends with a message
   naming the key.
+- A weight rank 0 fails to read in the middle of an fsdp checkpoint's gathers ends the job at once, naming it.
 
 Environment (set by tests/mpi/CMakeLists.txt): TRAINER_BIN, TRAINER_SOURCE_DIR, MPIEXEC.
 """
@@ -20,6 +21,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import time
 import zlib
 
 import numpy as np
@@ -259,6 +261,25 @@ def test_a_checkpoint_write_past_checkpoint_timeout_s_ends_the_job_naming_the_ke
     assert "(parallel.checkpoint_timeout_s = 3 s)" in p.stderr, p.stderr[-3000:]
     r = json.loads((tmp_path / "b.json").read_text())
     assert r["status"] == "error" and "parallel.checkpoint_timeout_s = 3 s" in r["error"], r
+
+
+def test_a_weight_rank_0_fails_to_read_mid_checkpoint_ends_the_job_at_once_with_its_cause(tmp_path):
+    """fsdp on 2 ranks: rank 0 fails to hold one weight halfway through a checkpoint's gathers (a test hook, as
+    std::bad_alloc would). It goes on joining the remaining gathers, so rank 1 is not left waiting for
+    comm_timeout_s (60 s here): the job ends within seconds, its message names the weight, and no checkpoint is
+    committed."""
+    t0 = time.monotonic()
+    p = run_trainer(tmp_path, "f", 2, 2, "parallel.strategy=fsdp", "parallel.comm_timeout_s=60",
+                    "parallel.checkpoint_timeout_s=60", f"output.checkpoint={tmp_path / 'ck'}",
+                    env=dict(ENV, TRAINER_TEST_WEIGHT_READ_FAIL="layers.0.attn.output_proj.weight"))
+    wall = time.monotonic() - t0
+    assert p.returncode != 0, p.stderr[-3000:]
+    assert "reading weight layers.0.attn.output_proj.weight: test hook" in p.stderr, p.stderr[-3000:]
+    assert "timeout" not in p.stderr, p.stderr[-3000:]
+    r = json.loads((tmp_path / "f.json").read_text())
+    assert r["status"] == "error" and "layers.0.attn.output_proj.weight" in r["error"], r
+    assert wall < 40, wall
+    assert not (tmp_path / "ck" / "latest").exists()
 
 
 def test_a_slow_read_of_one_rank_is_waited_for_up_to_checkpoint_timeout_s(tmp_path):
