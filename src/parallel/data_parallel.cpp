@@ -2,6 +2,7 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/errors.h"
@@ -57,7 +58,7 @@ void CommTimer::end_exposed() {
 double CommTimer::exposed_ms() const {
   double ms = 0;
   for (size_t i = 0; i + 1 < used_; i += 2) ms += be_.elapsed_ms(*events_[i], *events_[i + 1]);
-  return ms;
+  return std::min(ms, comm_ms());
 }
 
 // ---- DdpStrategy ------------------------------------------------------------------------------------------------

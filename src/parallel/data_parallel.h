@@ -33,7 +33,10 @@ void check_same_layout(Communicator& comm, const std::string& what, const std::v
 ///    bracketed by begin_exposed() / end_exposed() (around every wait() and synchronous collective), of the compute
 ///    stream's elapsed time between an event recorded before and one after. On the CPU the events are host clock
 ///    readings, so this is the host time spent blocked in collectives; on a GPU it is how long the compute stream
-///    stalled (a collective that finished behind compute costs ~0).
+///    stalled (a collective that finished behind compute costs ~0). At most comm_ms: a synchronous collective's
+///    bracket also holds the call's own microseconds around its timed span, which are not counted.
+/// Both count the tensor collectives only: the host-side scalar sums (zero1's and fsdp's gradient norm) are in
+/// neither, as Communicator::busy_ms() leaves them out.
 /// A step opens at begin_step() (or the first touch()) and closes at end_step(); the values stay readable until the
 /// next step opens. Reading them syncs on the recorded events.
 class CommTimer {

@@ -67,9 +67,7 @@ class Zero1 final : public Strategy {
 
   double grad_norm() override {
     double total = be_.sum_squares(shard());
-    timer_.begin_exposed();
-    comm_.all_reduce_host(&total, 1, HostOp::sum);
-    timer_.end_exposed();
+    comm_.all_reduce_host(&total, 1, HostOp::sum);  // host-side: in neither comm nor comm_exposed (CommTimer)
     return std::sqrt(total);
   }
 
@@ -84,9 +82,7 @@ class Zero1 final : public Strategy {
     double total = std::nan("");
     if (want_norm) {
       total = local;
-      timer_.begin_exposed();
       comm_.all_reduce_host(&total, 1, HostOp::sum);
-      timer_.end_exposed();
       total = std::sqrt(total);
     }
     timer_.begin_exposed();

@@ -127,6 +127,10 @@ def test_strategy_matches_one_process(tmp_path, one_process, strategy, np_):
     for key in ("comm", "comm_exposed"):
         t = r["timing"][key]
         assert len(t["samples"]) == 5 and t["min_ms"] >= 0, t
+    # exposed is the part of comm the compute stood still for: never more, step by step (zero1 at 4 ranks counted its
+    # gradient norm's host-side sum as exposed but not as comm, and exceeded it in every step)
+    comm, exposed = r["timing"]["comm"]["samples"], r["timing"]["comm_exposed"]["samples"]
+    assert all(0 <= e <= c for e, c in zip(exposed, comm)) and sum(comm) > 0, (comm, exposed)
     # timing.step is per step the slowest rank's time: its mean is at least every rank's own mean
     per_rank = r["timing"]["per_rank"]
     assert [p["rank"] for p in per_rank] == list(range(np_)), per_rank
