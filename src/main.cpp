@@ -570,12 +570,13 @@ int main(int argc, char** argv) {
   // What the path held before (an earlier record, a symlink's target, /dev/null), put back if the run ends without a
   // record (kept in memory only).
   std::optional<PriorOutput> prior;
+  std::string marker_error;  // rank 0: the marker's write failed (a full disk): the run stops before its job
   if (rank == 0) {
     prior.emplace(results_path);
     try {
       write_running_marker();
     } catch (const std::exception& e) {
-      spdlog::error("the result record could not be marked running: {}", e.what());
+      marker_error = e.what();
     }
   }
   // Bad input found once the job started ends without a record: what output.results held is put back, and the
@@ -654,6 +655,9 @@ int main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   MemoryTimeline timeline;  // attached to the job's backend only with profile.memory_timeline
   try {
+    if (!marker_error.empty())  // a run whose record cannot be written would train for nothing
+      throw RuntimeError(fmt::format("the result record could not be marked running, so the job did not start: {}",
+                                     marker_error));
     RunContext ctx{rank, world, mpi.local_rank(), mpi.local_size(),
                    cfg.profile.memory_timeline ? &timeline : nullptr};
     if (cfg.job == "train") {  // the prediction goes into the record beside the measurement (and into an OOM record)
@@ -781,7 +785,10 @@ int main(int argc, char** argv) {
       spdlog::info("result record: {} (status {})", results_path, record["status"].get<std::string>());
     } catch (const std::exception& e) {  // the checks passed but the write failed (disk full, a device error)
       spdlog::error("the result record could not be written: {}", e.what());
-      if (code == 0) code = 1;
+      if (code == 0) {
+        code = 1;
+        record["status"] = "error";  // for the line below: the run failed after all
+      }
     }
   }
   if (code != 0 && world > 1 && rank == 0)  // Open MPI then waits for its kill timeout before it returns: say so

@@ -429,7 +429,11 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                  tune.shapes, tune.changed, tune.heuristic_ms, tune.tuned_ms);
   if (profiler.tracing()) {
     r["profile"] = profiler.summary();
-    write_trace(*cfg.profile.trace, profiler, *comm);
+    try {
+      write_trace(*cfg.profile.trace, profiler, *comm);
+    } catch (const std::exception& e) {  // the record keeps the run's measurements, with status error
+      throw PartialRunError(fmt::format("profile.trace: the trace could not be written: {}", e.what()), r);
+    }
     r["profile"]["trace"] = *cfg.profile.trace;
     if (ctx.rank == 0)  // rank 0 writes the one file of all ranks
       spdlog::info("trace of {} step(s) written to {} (open in chrome://tracing or ui.perfetto.dev)",

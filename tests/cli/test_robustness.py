@@ -192,6 +192,29 @@ def test_a_closed_output_pipe_does_not_end_the_run(trainer_bin, tmp_path):
     assert rec["status"] == "ok" and rec["steps"]["done"] == 9
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+def test_a_record_that_cannot_be_marked_running_stops_the_run_before_its_job(trainer_bin, tmp_path):
+    """output.results on a full disk (/dev/full: writable, every write fails with ENOSPC): the running marker's write
+    fails, so the job does not start (it once trained to the end and then failed to write its record), exit 1."""
+    cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path, output={"results": "/dev/full"},
+                                                      bench={"measure_steps": 3}))
+    r = run(trainer_bin, [cfg], tmp_path)
+    assert r.returncode == 1, r.stderr
+    assert "the result record could not be marked running, so the job did not start" in r.stderr, r.stderr
+    assert "step " not in r.stderr and "No space left on device" in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+def test_a_trace_that_cannot_be_written_is_named_and_the_record_keeps_the_measurements(trainer_bin, tmp_path):
+    cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path, profile={"trace": "/dev/full"},
+                                                      bench={"measure_steps": 2}))
+    r = run(trainer_bin, [cfg], tmp_path)
+    assert r.returncode == 1, r.stderr
+    rec = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert rec["status"] == "error" and rec["error"].startswith("profile.trace: the trace could not be written: ")
+    assert len(rec["timing"]["step"]["samples"]) == 2 and len(rec["loss"]["per_step"]) == 2, rec
+
+
 def test_a_finished_run_replaces_the_running_marker(trainer_bin, tmp_path):
     cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path))
     r = run(trainer_bin, [cfg], tmp_path)
