@@ -715,6 +715,9 @@ TEST_CASE("output paths: trailing slash, '..', FIFOs, devices and symbolic links
 TEST_CASE("default_results_path and machine_info", "[io][record]") {
   CHECK(std::regex_match(default_results_path("xl_fsdp"), std::regex(R"(results/runs/xl_fsdp-\d{8}-\d{6}-\d+\.json)")));
   CHECK(std::regex_match(default_results_path("a b/c"), std::regex(R"(results/runs/a_b_c-\d{8}-\d{6}-\d+\.json)")));
+  // a name starting with '.' would make a hidden file that `ls` and `*.json` miss
+  CHECK(std::regex_match(default_results_path("../../x"),
+                         std::regex(R"(results/runs/_\._\.\._x-\d{8}-\d{6}-\d+\.json)")));
   CHECK(std::regex_match(default_results_path(""), std::regex(R"(results/runs/run-\d{8}-\d{6}-\d+\.json)")));
 
   const json m = machine_info("cpu (OpenBLAS)");

@@ -425,6 +425,7 @@ std::string default_results_path(const std::string& name) {
   std::string clean = name.empty() ? std::string("run") : name;
   for (char& c : clean)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) c = '_';
+  if (clean.front() == '.') clean.front() = '_';  // not a hidden file (name "../x" gave ".._x-...json")
   const std::time_t now = std::time(nullptr);
   std::tm tm {};
   ::localtime_r(&now, &tm);

@@ -14,17 +14,17 @@
 // consecutive uses of one unit that read weights share one "gather" (recompute of block l followed by its backward),
 // uses that read no weights (the embedding's backward) have none. Gather j all-gathers the unit's shards in the
 // compute dtype (bf16 working copy in mixed precision, the fp32 master in fp32 runs) into rotating buffer
-// j % (prefetch_layers + 1) (Category::communication, each the size of the largest padded unit; at most two per unit
-// are allocated, a microbatch's most gathers), asynchronously.
+// j % (prefetch_layers + 1) (Category::communication, each the size of the largest padded unit; no more buffers than
+// the training schedule has gathers, 2 x layers + 2: more would stay unused), asynchronously.
 // Gathers 0 .. prefetch_layers are issued at begin_schedule; gather j + prefetch_layers + 1 is issued when gather j's
 // last use is released (before that use's reduce_scatter, which nothing reads before the backward ends: on the one
-// collective stream the gather would otherwise wait for it), so `prefetch_layers` gathers are in flight or ready ahead of the one in use, and a buffer is
-// written again only after every reader of its previous contents was enqueued on the compute stream. The
-// communicator orders its stream after the compute stream at issue time (NCCL: an event recorded on the compute
-// stream, waited for on the comm stream; nccl_communicator.cpp), so the overwrite runs after those readers, and after
-// the optimizer step that updated the shards: events, no host sync. acquire() waits for its gather: with NCCL the
-// compute stream waits for the gather's end event (the host goes on); with MPI the host blocks in wait() (MPI
-// progresses and completes on the host; CPU runs and ranks sharing a GPU).
+// collective stream the gather would otherwise wait for it), so `prefetch_layers` gathers are in flight or ready
+// ahead of the one in use, and a buffer is written again only after every reader of its previous contents was
+// enqueued on the compute stream. The communicator orders its stream after the compute stream at issue time (NCCL:
+// an event recorded on the compute stream, waited for on the comm stream; nccl_communicator.cpp), so the overwrite
+// runs after those readers, and after the optimizer step that updated the shards: events, no host sync. acquire()
+// waits for its gather: with NCCL the compute stream waits for the gather's end event (the host goes on); with MPI
+// the host blocks in wait() (MPI progresses and completes on the host; CPU runs and ranks sharing a GPU).
 //
 // Gradients. A backward (or the head's forward_backward) use gets a staging buffer f32 [padded unit] (two, rotating,
 // made at their first use; Category::gradients: they hold the backward's full-size unit gradient, the role of DDP's
@@ -58,6 +58,19 @@ namespace {
 
 int64_t round_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 bool reads_grads(UnitPass p) { return p == UnitPass::backward || p == UnitPass::forward_backward; }
+
+/// The gather serving each use of a schedule (-1: the use reads no weights): consecutive uses of one unit that read
+/// weights share one (a block's recompute and its backward; the head's forward and backward).
+std::vector<int> gather_of_uses(const std::vector<UnitUse>& uses) {
+  std::vector<int> g(uses.size(), -1);
+  int n = 0;
+  for (size_t i = 0; i < uses.size(); ++i) {
+    if (!uses[i].weights) continue;
+    const bool shared = i > 0 && g[i - 1] >= 0 && uses[i - 1].unit == uses[i].unit;
+    g[i] = shared ? g[i - 1] : n++;
+  }
+  return g;
+}
 
 class Fsdp final : public Strategy {
  public:
@@ -126,8 +139,11 @@ class Fsdp final : public Strategy {
     }
     adamw_ = std::make_unique<AdamW>(be_, shard_total_, optimizer_);
 
-    // A microbatch has at most two gathers per unit (forward; recompute + backward): more buffers would stay unused.
-    const int nbuf = int(std::min<int64_t>(int64_t(parallel_.prefetch_layers) + 1, 2 * lay.num_units()));
+    // No more buffers than a training microbatch has gathers (2 x layers + 2): more would stay unused.
+    const std::vector<int> train_gathers = gather_of_uses(model.unit_schedule(/*backward_next=*/true));
+    int64_t max_gathers = 1;
+    for (int g : train_gathers) max_gathers = std::max<int64_t>(max_gathers, g + 1);
+    const int nbuf = int(std::min<int64_t>(int64_t(parallel_.prefetch_layers) + 1, max_gathers));
     gather_bufs_.clear();
     for (int i = 0; i < nbuf; ++i)
       gather_bufs_.push_back(be_.alloc(size_t(largest_) * dtype_size(cdtype_), Category::communication));
@@ -151,18 +167,16 @@ class Fsdp final : public Strategy {
     uses_ = uses;
     cursor_ = 0;
     gathers_.clear();
-    use_gather_.assign(uses.size(), -1);
+    use_gather_ = gather_of_uses(uses);
     for (size_t i = 0; i < uses.size(); ++i) {
       const UnitUse& u = uses[i];
       TRAINER_CHECK(u.unit >= 0 && size_t(u.unit) < units_.size(), "fsdp: schedule names unit {} of {}", u.unit,
                     units_.size());
-      if (!u.weights) continue;
-      if (!gathers_.empty() && gathers_.back().unit == u.unit && gathers_.back().last + 1 == i) {
-        gathers_.back().last = i;  // consecutive uses of one unit share the gather
-      } else {
+      if (use_gather_[i] < 0) continue;
+      if (size_t(use_gather_[i]) < gathers_.size())
+        gathers_.back().last = i;
+      else
         gathers_.push_back({u.unit, i, i, nullptr, false, false});
-      }
-      use_gather_[i] = int(gathers_.size()) - 1;
     }
     const size_t ahead = std::min(gathers_.size(), gather_bufs_.size());
     for (size_t j = 0; j < ahead; ++j) issue_gather(j);
