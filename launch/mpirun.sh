@@ -27,7 +27,8 @@
 # then says "running" unless it was already written). A signal before any rank has started stops mpirun; one while
 # the ranks start is held by the trainer until its job is known (a train run then stops after its first step, with
 # its record; the benchmark jobs end). Only the few milliseconds between a rank's exec and its main() are uncovered
-# (SIGUSR1's default action ends it with no record). Open MPI's
+# (SIGUSR1's default action ends it with no record). Started with `&` from a script, this script begins with
+# SIGINT ignored, which bash cannot trap: use SIGTERM (`kill`) there. Open MPI's
 # kill timeout (odls_base_sigkill_timeout) stays at its default 1 s, so a rank's non-zero exit (bad input 2, error 1,
 # interrupted 4) returns within about 2 s. (Until v40 this script raised it to 10 s for a graceful Ctrl-C, and then
 # every non-zero exit took about 20 s to return.)
