@@ -465,6 +465,8 @@ int main(int argc, char** argv) {
         check_record_not_in_use(*cfg.output.results, "output.results");
         if (rank == 0) lock_record_path(*cfg.output.results, "output.results");  // nor one still starting
       }
+      if (!args.print_config && cfg.job == "train" && cfg.output.checkpoint && rank == 0)
+        check_checkpoint_dir_not_in_use(*cfg.output.checkpoint);  // nor a checkpoint directory another run writes
       if (!args.print_config && cfg.job == "train")  // before anything is allocated (plan/host_memory.h)
         check_host_memory(cfg, world, mpi.local_size(), /*dry_run=*/false);
       if (!args.print_config && cfg.job == "collective_bench")

@@ -42,6 +42,11 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx);
 /// lock. A process that holds no lock (another run has it: this one was refused) removes nothing. Idempotent.
 void remove_new_checkpoint_dir();
 
+/// Before the job (main, rank 0 of a train run with output.checkpoint): ConfigError, as the checkpointer's own lock
+/// would give later, when another run holds DIR/.lock now, so that the refusal is one line before the run's start-up
+/// log. Takes no lock and creates nothing; the checkpointer's lock still decides a race between two starts.
+void check_checkpoint_dir_not_in_use(const std::string& dir);
+
 /// job = "collective_bench": times collective.ops over collective.sizes_mb through parallel.comm on every rank, prints
 /// an nccl-tests style table on rank 0 and returns {collective_bench: {comm, nranks, results[...]}, backend}.
 /// Raises RuntimeError when the closed-form check finds a wrong element; ConfigError for an unavailable comm.

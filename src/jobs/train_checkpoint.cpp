@@ -67,7 +67,33 @@ HeldLock& held_lock() {
   return h;
 }
 
+/// Who holds the lock open at fd, from the pid its holder wrote there: "the run of pid N", or "another run".
+std::string lock_holder(int fd) {
+  char buf[32] = {};
+  if (::pread(fd, buf, sizeof buf - 1, 0) > 0) {
+    std::string pid(buf);
+    while (!pid.empty() && std::isspace(static_cast<unsigned char>(pid.back()))) pid.pop_back();
+    if (!pid.empty()) return fmt::format("the run of pid {}", pid);
+  }
+  return "another run";
+}
+
+std::string in_use_message(const std::string& dir, const std::string& holder, const std::string& lock) {
+  return fmt::format("output.checkpoint: '{}' is being written by {} (it holds {}); wait for it to end or give "
+                     "another directory", dir, holder, lock);
+}
+
 }  // namespace
+
+void check_checkpoint_dir_not_in_use(const std::string& dir) {
+  const std::string lock = (fs::path(dir) / ".lock").string();
+  const int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;  // no lock file (or none readable): the checkpointer decides
+  const bool busy = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  const std::string holder = busy ? lock_holder(fd) : std::string();
+  ::close(fd);  // (drops the probe's lock where it got one)
+  if (busy) throw ConfigError(in_use_message(dir, holder, lock));
+}
 
 void remove_new_checkpoint_dir() {
   HeldLock& h = held_lock();
@@ -112,12 +138,7 @@ TrainCheckpointer::TrainCheckpointer(const RunConfig& cfg, Backend& be, Model& m
         ::close(fd);
         fd = -1;
       } else if (locked != 0) {
-        char buf[32] = {};
-        if (::pread(fd, buf, sizeof buf - 1, 0) > 0) {
-          std::string pid(buf);
-          while (!pid.empty() && std::isspace(static_cast<unsigned char>(pid.back()))) pid.pop_back();
-          if (!pid.empty()) holder = fmt::format("the run of pid {}", pid);
-        }
+        holder = lock_holder(fd);
         ::close(fd);
         fd = -1;
         busy = 1;
@@ -169,8 +190,7 @@ TrainCheckpointer::TrainCheckpointer(const RunConfig& cfg, Backend& be, Model& m
     }
   }
   comm.all_reduce_host(&busy, 1, HostOp::sum);
-  CONFIG_CHECK(busy == 0, "output.checkpoint: '{}' is being written by {} (it holds {}); wait for it to end or give "
-               "another directory", dir, holder, lock);
+  if (busy != 0) throw ConfigError(in_use_message(dir, holder, lock));
 }
 
 TrainCheckpointer::~TrainCheckpointer() {
