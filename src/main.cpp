@@ -781,7 +781,9 @@ int main(int argc, char** argv) {
   set_fatal_hook(nullptr);
   record["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   record["machine"] = machine_info(record.value("backend", std::string()));
-  if (rank == 0) {
+  if (rank == 0 && !marker_error.empty()) {  // the job never started: no second try at the record (the failed atomic
+    remove_created_dirs(results_dir, created_dir);  // write left the path as it was), nor a directory made for it
+  } else if (rank == 0) {
     try {
       write_json_atomic(results_path, record);
       spdlog::info("result record: {} (status {})", results_path, record["status"].get<std::string>());

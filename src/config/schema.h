@@ -116,7 +116,8 @@ void fields(S& p, F&& f) {
     "ddp_*: dtype of the gradients summed over ranks; bf16 halves the bytes (needs comm nccl)"});
   f("prefetch_layers", p.prefetch_layers, {{"integer >= 0"},
     "fsdp: units (embedding, blocks, head) whose weight shards are all-gathered ahead of their use; "
-    "prefetch_layers + 1 gather buffers, at most the 2 x layers + 2 gathers of a microbatch"});
+    "prefetch_layers + 1 gather buffers, at most a training microbatch's gathers (2 x layers + 2, more where a "
+    "recomputed segment spans several blocks)"});
   f("comm_timeout_s", p.comm_timeout_s, {{"number >= 1, <= 1e7"},
     "a collective not done after this many seconds aborts every rank (waits on a checkpoint's writes and reads: "
     "checkpoint_timeout_s, where longer)"});

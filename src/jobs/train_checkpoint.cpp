@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "backend/bf16.h"
 #include "build_info.h"
@@ -87,7 +88,7 @@ std::string in_use_message(const std::string& dir, const std::string& holder, co
 
 void check_checkpoint_dir_not_in_use(const std::string& dir) {
   const std::string lock = (fs::path(dir) / ".lock").string();
-  const int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // (a FIFO there must not block)
   if (fd < 0) return;  // no lock file (or none readable): the checkpointer decides
   const bool busy = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
   const std::string holder = busy ? lock_holder(fd) : std::string();
@@ -131,10 +132,16 @@ TrainCheckpointer::TrainCheckpointer(const RunConfig& cfg, Backend& be, Model& m
     for (int attempt = 0; attempt < 5; ++attempt) {  // again while the file we locked is no longer DIR/.lock
       fs::create_directories(dir, ec);  // a failure shows at the open below (or at the first write)
       fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-      const int locked = fd >= 0 ? ::flock(fd, LOCK_EX | LOCK_NB) : 0;
-      if (locked != 0 && errno != EWOULDBLOCK) {  // a filesystem without flock (some NFS): run unguarded, say so
+      int locked = fd >= 0 ? ::flock(fd, LOCK_EX | LOCK_NB) : 0, why = locked != 0 ? errno : 0;
+      // Held: again for 0.2 s, past another starting run's probe (check_checkpoint_dir_not_in_use: microseconds)
+      for (int i = 0; locked != 0 && why == EWOULDBLOCK && i < 10; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        locked = ::flock(fd, LOCK_EX | LOCK_NB);
+        why = locked != 0 ? errno : 0;
+      }
+      if (locked != 0 && why != EWOULDBLOCK) {  // a filesystem without flock (some NFS): run unguarded, say so
         spdlog::warn("output.checkpoint: cannot lock '{}' ({}); nothing keeps a second run out of this directory",
-                     lock, std::strerror(errno));
+                     lock, std::strerror(why));
         ::close(fd);
         fd = -1;
       } else if (locked != 0) {
@@ -209,12 +216,14 @@ bool TrainCheckpointer::due(int64_t steps_done) const {
   return cfg_.output.checkpoint && every > 0 && steps_done % every == 0 && !written(steps_done);
 }
 
-void TrainCheckpointer::agree(const std::string& err, const char* what) {
-  int64_t bad = err.empty() ? 0 : 1;
-  comm_.all_reduce_host(&bad, 1, HostOp::sum);
-  if (bad == 0) return;
-  throw RuntimeError(err.empty() ? fmt::format("checkpoint: {} failed on another rank (see its log)", what)
-                                 : fmt::format("checkpoint: {} failed: {}", what, err));
+void TrainCheckpointer::agree(const std::string& err, const char* what, bool oom) {
+  int64_t bad[2] = {err.empty() ? 0 : 1, oom ? 1 : 0};
+  comm_.all_reduce_host(bad, 2, HostOp::sum);
+  if (bad[0] == 0) return;
+  const std::string msg = err.empty() ? fmt::format("checkpoint: {} failed on another rank (see its log)", what)
+                                      : fmt::format("checkpoint: {} failed: {}", what, err);
+  if (bad[1] > 0) throw OutOfMemory(msg);
+  throw RuntimeError(msg);
 }
 
 void TrainCheckpointer::write(int64_t steps_done) {
@@ -239,10 +248,20 @@ void TrainCheckpointer::write(int64_t steps_done) {
   uint64_t bytes = 0;
   FileDigest weights_digest;  // rank 0's: size and CRC-32 of what it wrote (the manifest's "files")
 
-  // Weights: every rank joins gathered_param where it is collective (sharded weights); rank 0 copies each to the host
-  // and writes the file. After a failure rank 0 goes on joining the gathers, so the others do not wait for one that
-  // never comes (they would stop at comm_timeout_s with no word of the cause): the error is agreed below.
-  strategy_.gather_params();
+  // Weights: every rank joins gathered_param where it is collective (sharded weights), for every parameter, whatever
+  // happens to rank 0's copies; rank 0 copies each to the host and writes the file. gather_params() makes what the
+  // gathers need (fsdp: its buffer), so that nothing between two gathers can fail on one rank and leave the others
+  // waiting in the next (for comm_timeout_s, with no word of the cause); its failure is agreed before any gather.
+  bool oom = false;  // this rank's failure is out of (device) memory: the run ends as such (status oom, exit 3)
+  try {
+    strategy_.gather_params();
+  } catch (const OutOfMemory& e) {
+    err = e.what();
+    oom = true;
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  agree(err, "gathering the weights", oom);
   if (root || !strategy_.full_params()) {
     // bf16_pure weights are saved as BF16 (exactly what the model holds), others as F32.
     const bool bf16 = model_.param_dtype() == DType::bf16;
@@ -252,17 +271,11 @@ void TrainCheckpointer::write(int64_t steps_done) {
     host.reserve(model_.layout().params().size());
     host16.reserve(model_.layout().params().size());
     for (const ParamInfo& p : model_.layout().params()) {  // make_plan reads them so too (its checkpoint phase)
-      if (!root || !err.empty()) {  // a gather joined, its data not needed here
-        try {
-          (void)strategy_.gathered_param(p);
-        } catch (const std::exception& e) {
-          if (err.empty()) err = e.what();
-        }
-        continue;
-      }
+      const Tensor t = strategy_.gathered_param(p);  // every rank, every parameter (a collective's failure is fatal)
+      if (!root || !err.empty()) continue;
       try {
         test_fail("TRAINER_TEST_WEIGHT_READ_FAIL", p.name);
-        std::vector<float> v = strategy_.download_param(p);
+        std::vector<float> v = download_f32(be_, t);
         if (bf16) {
           std::vector<uint16_t> h(v.size());
           for (size_t i = 0; i < v.size(); ++i) h[i] = bf16_bits::from_f32(v[i]);  // exact: v holds bf16 values
@@ -273,8 +286,12 @@ void TrainCheckpointer::write(int64_t steps_done) {
           named.push_back({p.name, DType::f32, p.shape, host.back().data()});
         }
         bytes += uint64_t(p.numel) * dtype_size(named.back().dtype);
-      } catch (const std::exception& e) {  // e.g. std::bad_alloc holding the 8B's 32 GB
+      } catch (const std::exception& e) {  // e.g. std::bad_alloc holding the 8B's 32 GB on the host
         err = fmt::format("reading weight {}: {}", p.name, e.what());
+        oom = dynamic_cast<const OutOfMemory*>(&e) != nullptr;
+        named.clear();  // what was copied is not needed any more
+        host.clear();
+        host16.clear();
       }
     }
     if (root && err.empty()) try {
@@ -319,7 +336,7 @@ void TrainCheckpointer::write(int64_t steps_done) {
   // This rank is past its writes, and agree() returns or throws only once every rank is: a failure from here on
   // may remove the temporary directory (an exception that skips this leaves it for the next commit's pruning)
   if (w) w->files_done();
-  agree(err, "writing the files");
+  agree(err, "writing the files", oom);
 
   // Rank 0 completes it: manifest, rename, `latest`; the others wait, so nobody runs on before it exists.
   std::string final_dir;

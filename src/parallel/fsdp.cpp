@@ -15,7 +15,8 @@
 // uses that read no weights (the embedding's backward) have none. Gather j all-gathers the unit's shards in the
 // compute dtype (bf16 working copy in mixed precision, the fp32 master in fp32 runs) into rotating buffer
 // j % (prefetch_layers + 1) (Category::communication, each the size of the largest padded unit; no more buffers than
-// the training schedule has gathers, 2 x layers + 2: more would stay unused), asynchronously.
+// the training schedule has gathers, 2 x layers + 2 unless a recomputed segment spans several blocks: more would
+// stay unused), asynchronously.
 // Gathers 0 .. prefetch_layers are issued at begin_schedule; gather j + prefetch_layers + 1 is issued when gather j's
 // last use is released (before that use's reduce_scatter, which nothing reads before the backward ends: on the one
 // collective stream the gather would otherwise wait for it), so `prefetch_layers` gathers are in flight or ready
@@ -38,7 +39,7 @@
 // Norm and step: grad_norm() is sqrt(sum over ranks of the shard's sum of squares) (the global norm over all shards,
 // equal to one process's); optimizer_step() runs AdamW on the shards only: there is no gather after it, the next
 // forward's gathers read the updated shards. The full parameters exist only gathered: gathered_param() all-gathers a
-// unit's master (or gradient) shards (collective), gather_params() has nothing to do.
+// unit's master (or gradient) shards (collective) into one buffer, which gather_params() makes.
 //
 // Not done (issue 16): reduce_dtype bf16 (the communicators have no bf16 reduce-scatter yet; config refuses it);
 // prefetch across microbatches (the next microbatch's first gathers are issued at its begin_schedule).
@@ -139,7 +140,8 @@ class Fsdp final : public Strategy {
     }
     adamw_ = std::make_unique<AdamW>(be_, shard_total_, optimizer_);
 
-    // No more buffers than a training microbatch has gathers (2 x layers + 2): more would stay unused.
+    // No more buffers than a training microbatch has gathers (2 x layers + 2, more where a recomputed segment spans
+    // several blocks: its recompute and each block's backward are apart): more would stay unused.
     const std::vector<int> train_gathers = gather_of_uses(model.unit_schedule(/*backward_next=*/true));
     int64_t max_gathers = 1;
     for (int g : train_gathers) max_gathers = std::max<int64_t>(max_gathers, g + 1);
@@ -260,6 +262,13 @@ class Fsdp final : public Strategy {
     full_unit_ = -1;
     timer_.end_step();
     step_norm_ = norm;
+  }
+
+  /// The buffer gathered_param gathers into, made here: its allocation (near the peak: it is freed at every step)
+  /// fails before any of the gathers every rank must join, not between two of them.
+  void gather_params() override {
+    if (!full_) full_ = be_.alloc(size_t(largest_) * 4, Category::communication);
+    full_unit_ = -1;
   }
 
   Tensor gathered_param(const ParamInfo& p, bool grad) override {

@@ -93,7 +93,7 @@ class Strategy : public ParamResidency {
   virtual void clipped_optimizer_step(double lr, std::optional<double> max_grad_norm);
   /// Makes every rank's fp32 master weights complete (collective). Only zero1 in mixed precision needs it: it keeps
   /// just its shard of the master weights current and gathers the bf16 working copy. Call before reading the
-  /// weights on the host (checkpoints).
+  /// weights on the host (checkpoints). fsdp makes gathered_param's buffer here (OutOfMemory before any gather).
   virtual void gather_params() {}
   /// One parameter (or its gradient), complete, on the device in its stored dtype (fp32, or bf16 where the model
   /// keeps bf16 weights), valid until the next call or the next step; after gather_params(). Collective where the

@@ -94,10 +94,14 @@ def test_plan_fsdp_prefetch_beyond_the_units(trainer_bin, tmp_path):
     some = plan_json(trainer_bin, tmp_path, *base, "--set", "parallel.prefetch_layers=100")
     assert most["memory"]["peak_bytes"] == some["memory"]["peak_bytes"] > 0
     # and no more buffers than a training microbatch has gathers: tiny's 2 layers make 2 x 2 + 2 = 6 (embedding,
-    # 2 blocks, the head with its backward, 2 blocks' backward with any recompute), each of the largest unit
+    # 2 blocks, the head with its backward, 2 blocks' backward: nothing recomputed), each of the largest unit
     comm = {k: plan_json(trainer_bin, tmp_path, *base, "--set", f"parallel.prefetch_layers={k}")["memory"]
             ["category_peaks"]["communication"] for k in (0, 4, 5)}
     assert comm[4] == 5 * comm[0] and comm[5] == 6 * comm[0] == most["memory"]["category_peaks"]["communication"]
+    # a segment of 2 blocks recomputed (every_k 2): its recompute and each block's backward are apart, 7 gathers
+    k2 = plan_json(trainer_bin, tmp_path, *base, "--set", "parallel.prefetch_layers=100", "--set",
+                   "checkpointing.policy=every_k", "--set", "checkpointing.k=2")
+    assert k2["memory"]["category_peaks"]["communication"] == 7 * comm[0]
 
 
 def test_plan_world_size_zero1(trainer_bin, tmp_path):

@@ -492,6 +492,18 @@ def test_a_failure_after_the_job_while_rank_0_is_still_in_its_job_keeps_its_meas
     assert 3 <= wall < 40, f"took {wall:.1f} s"  # rank 0's trace waited for the terminal
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+def test_a_record_that_cannot_be_marked_running_stops_every_rank_before_the_job(tmp_path):
+    """output.results on a full disk under 2 ranks: rank 0's running marker fails, so the job does not start; every
+    rank ends within seconds with exit code 1 and one cause, and no second try at writing the record."""
+    p, wall = run(MPIRUN + ["-np", "2", BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu",
+                            "--set", "bench.measure_steps=50", "--set", "parallel.strategy=ddp_flat",
+                            "--set", "output.results=/dev/full"])
+    assert p.returncode == 1 and wall < 60, (p.returncode, wall, p.stderr[-3000:])
+    assert p.stderr.count("the result record could not be marked running, so the job did not start") == 1
+    assert "step    1/" not in p.stderr and "the result record could not be written" not in p.stderr, p.stderr[-3000:]
+
+
 def test_nccl_on_cpu_is_a_config_error(tmp_path):
     p, _ = run(MPIRUN + ["-np", "2"] + train_args(tmp_path, "nccl", "parallel.strategy=ddp_flat",
                                                   "parallel.comm=nccl"), timeout=60)
