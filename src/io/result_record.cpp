@@ -113,6 +113,12 @@ bool is_file_at(int fd, const std::string& path) {
   return ::fstat(fd, &a) == 0 && ::stat(path.c_str(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
+std::string lock_holder(int fd) {
+  char buf[32] = {};
+  if (::pread(fd, buf, sizeof buf - 1, 0) > 0 && !trim(buf).empty()) return "the run of pid " + trim(buf);
+  return "another run";
+}
+
 namespace {
 // The record lock this process holds (lock_record_path), released and its file removed at exit: unlinked while
 // still locked, so that a run that opened it meanwhile finds it taken and one that opens it later makes a new one.
@@ -156,9 +162,7 @@ void lock_record_path(const std::string& path, const std::string& key) {
     if (fd < 0) return;  // no lock directory: unguarded, as before
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
-      char buf[32] = {};
-      std::string holder = "another run";
-      if (::pread(fd, buf, sizeof buf - 1, 0) > 0 && !trim(buf).empty()) holder = "the run of pid " + trim(buf);
+      const std::string holder = lock_holder(fd);
       ::close(fd);
       if (err != EWOULDBLOCK) return;  // no flock on this filesystem
       throw ConfigError(fmt::format("{}: '{}' is the record of a run still starting or going ({}; lock '{}'); "

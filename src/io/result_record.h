@@ -37,6 +37,9 @@ std::string record_lock_path(const std::string& path);
 /// Whether descriptor fd is still the file at `path` (another process may have unlinked it and made a new one
 /// between an open and a flock: a lock on the unlinked file would keep nobody out).
 bool is_file_at(int fd, const std::string& path);
+/// Who holds the lock file open at fd (a record's start-up lock, a checkpoint directory's .lock), from the pid its
+/// holder wrote there: "the run of pid N", or "another run" where it wrote none.
+std::string lock_holder(int fd);
 
 /// One contiguous piece of a file written by write_file_atomic.
 struct FilePart {

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <chrono>
@@ -66,17 +65,6 @@ struct HeldLock {
 HeldLock& held_lock() {
   static HeldLock h;
   return h;
-}
-
-/// Who holds the lock open at fd, from the pid its holder wrote there: "the run of pid N", or "another run".
-std::string lock_holder(int fd) {
-  char buf[32] = {};
-  if (::pread(fd, buf, sizeof buf - 1, 0) > 0) {
-    std::string pid(buf);
-    while (!pid.empty() && std::isspace(static_cast<unsigned char>(pid.back()))) pid.pop_back();
-    if (!pid.empty()) return fmt::format("the run of pid {}", pid);
-  }
-  return "another run";
 }
 
 std::string in_use_message(const std::string& dir, const std::string& holder, const std::string& lock) {
@@ -255,11 +243,9 @@ void TrainCheckpointer::write(int64_t steps_done) {
   bool oom = false;  // this rank's failure is out of (device) memory: the run ends as such (status oom, exit 3)
   try {
     strategy_.gather_params();
-  } catch (const OutOfMemory& e) {
-    err = e.what();
-    oom = true;
   } catch (const std::exception& e) {
     err = e.what();
+    oom = dynamic_cast<const OutOfMemory*>(&e) != nullptr;
   }
   agree(err, "gathering the weights", oom);
   if (root || !strategy_.full_params()) {
