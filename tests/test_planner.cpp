@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "plan/fit.h"
 #include "plan/host_memory.h"
+#include "parallel/fsdp_buffers.h"
 #include "plan/planner.h"
 
 using namespace trainer;
@@ -522,4 +523,44 @@ TEST_CASE("planner: the plan lists a block's saved tensors, what a stored and a 
     CHECK(r.stored);
     CHECK(r.checkpointed == (r.name == "x_in"));
   }
+}
+
+TEST_CASE("fsdp buffers: size classes and counts worked out by hand; a gather never overwrites one in use",
+          "[planner][fsdp]") {
+  // embedding 10, three blocks of 4, head 12 (padded elements); the training microbatch's uses (residency.h) and the
+  // forward-only ones
+  const std::vector<int64_t> padded = {10, 4, 4, 4, 12};
+  const std::vector<UnitUse> train = {{0, UnitPass::forward},  {1, UnitPass::forward},
+                                      {2, UnitPass::forward},  {3, UnitPass::forward},
+                                      {4, UnitPass::forward_backward}, {3, UnitPass::backward},
+                                      {2, UnitPass::backward}, {1, UnitPass::backward},
+                                      {0, UnitPass::backward, false}};
+  const std::vector<UnitUse> forward = {
+      {0, UnitPass::forward}, {1, UnitPass::forward}, {2, UnitPass::forward}, {3, UnitPass::forward},
+      {4, UnitPass::forward}};
+  // prefetch 2 (3 gathers ahead): gathers e b b b h b b b; any 3 in a row hold at most 3 blocks and 1 of e / h.
+  // Bytes (2-byte gathers, f32 staging): split 4: 3 x 4 x 2 + 12 x 2 + (2 x 4 + 12) x 4 = 128; one class (split 12):
+  // 3 x 12 x 2 + 2 x 12 x 4 = 168; split 10: 3 x 10 x 2 + 12 x 2 + (2 x 10 + 12) x 4 = 212.
+  FsdpBuffers b = plan_fsdp_buffers(padded, {train, forward}, 2, 2);
+  CHECK(b.split == 4);
+  CHECK(b.largest == 12);
+  CHECK(b.distance == 3);
+  CHECK((b.gathers[0] == 3 && b.gathers[1] == 1));
+  CHECK((b.staging[0] == 2 && b.staging[1] == 1));  // blocks' backwards follow each other; the head's and e's do not
+  CHECK(b.bytes(2) == 128);
+  CHECK(fsdp_gather_slots(b, padded, train) == std::vector<int>{0, 0, 1, 2, 0, 0, 1, 2});
+  CHECK(fsdp_gather_slots(b, padded, forward) == std::vector<int>{0, 0, 1, 2, 0});
+  // prefetch 0: one gather of each class: split 4: 4 x 2 + 12 x 2 + 80 = 112 against one class's 24 + 96 = 120
+  b = plan_fsdp_buffers(padded, {train, forward}, 0, 2);
+  CHECK((b.split == 4 && b.distance == 1 && b.gathers[0] == 1 && b.gathers[1] == 1 && b.bytes(2) == 112));
+  // prefetch past the 8 gathers: 8 ahead, and the one window of all 8 holds 6 blocks, e and h
+  b = plan_fsdp_buffers(padded, {train, forward}, 100, 2);
+  CHECK((b.distance == 8 && b.gathers[0] == 6 && b.gathers[1] == 2));
+  // every unit one size: one class, the tie going to it
+  b = plan_fsdp_buffers({4, 4, 4, 4, 4}, {train, forward}, 2, 2);
+  CHECK((b.split == 4 && b.gathers[0] == 3 && b.gathers[1] == 0 && b.staging[0] == 2 && b.staging[1] == 0));
+  // a schedule the buffers were not planned for: two large gathers in a row with one large buffer, 3 ahead
+  b = plan_fsdp_buffers(padded, {train, forward}, 2, 2);
+  const std::vector<UnitUse> odd = {{0, UnitPass::forward}, {4, UnitPass::forward}, {1, UnitPass::forward}};
+  CHECK_THROWS_WITH(fsdp_gather_slots(b, padded, odd), Catch::Contains("would overwrite gather 0 still in use"));
 }

@@ -38,7 +38,7 @@ struct ParallelCfg {
   std::string comm = "auto";      // auto (nccl on cuda, else mpi) | nccl | mpi
   double bucket_mb = 25.0;        // ddp_bucketed bucket size, MiB of fp32 gradients
   std::string reduce_dtype = "fp32";  // fp32 | bf16: dtype in which DDP sums gradients over ranks (bf16: nccl)
-  int prefetch_layers = 2;         // fsdp: units gathered ahead of use (prefetch_layers + 1 gather buffers, capped)
+  int prefetch_layers = 2;         // fsdp: units gathered ahead of use (parallel/fsdp_buffers.h)
   double comm_timeout_s = 300.0;  // a collective not done after this aborts every rank
   double startup_timeout_s = 600.0;  // how long the ranks wait for each other at start-up (loading configs, data)
   double checkpoint_timeout_s = 3600.0;  // how long the ranks wait for each other around checkpoint writes and reads

@@ -422,7 +422,7 @@ UnitView Model::full_view(int unit, UnitPass pass) {
   const int64_t b = layout_.unit_begin(unit), n = layout_.unit_end(unit) - b;
   UnitView v;
   v.weights = params_work().slice(b, {n});
-  if (pass == UnitPass::backward || pass == UnitPass::forward_backward) {
+  if (writes_grads(pass)) {
     if (grads_) v.grads = grads().slice(b, {n});  // else the strategy supplies them (ParamStorage::full_grads)
     v.accumulate = unit_written_[size_t(unit)];
   }
@@ -430,7 +430,7 @@ UnitView Model::full_view(int unit, UnitPass pass) {
 }
 
 void Model::full_release(int unit, UnitPass pass) {
-  if (pass == UnitPass::backward || pass == UnitPass::forward_backward) unit_written_[size_t(unit)] = true;
+  if (writes_grads(pass)) unit_written_[size_t(unit)] = true;
 }
 
 void Model::zero_grads() { unit_written_.assign(size_t(layout_.num_units()), false); }
@@ -445,7 +445,7 @@ void Model::release(int unit, UnitPass pass) {
     return;
   }
   full_release(unit, pass);
-  if (pass == UnitPass::backward || pass == UnitPass::forward_backward) {
+  if (writes_grads(pass)) {
     if (on_unit_ready_) on_unit_ready_(unit);
     else if (pass == UnitPass::forward_backward) head_ready_pending_ = true;  // reported when backward() starts
   }

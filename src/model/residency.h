@@ -37,6 +37,8 @@ namespace trainer {
 /// (chunked logits, loss and gradients in one pass during the forward), weights and gradient.
 enum class UnitPass : uint8_t { forward, recompute, backward, forward_backward };
 const char* unit_pass_name(UnitPass p);
+/// Whether a use of pass `p` writes the unit's gradient (UnitView::grads): backward and forward_backward.
+inline bool writes_grads(UnitPass p) { return p == UnitPass::backward || p == UnitPass::forward_backward; }
 
 /// One use of a unit in a step's order of uses.
 struct UnitUse {

@@ -1,40 +1,42 @@
-// Strategy "fsdp": fully sharded data parallelism (ZeRO stage 3: Rajbhandari et al., "ZeRO: Memory Optimizations
-// Toward Training Trillion Parameter Models", SC 2020, Sec. 5.3; PyTorch FSDP: Zhao et al., "PyTorch FSDP:
-// Experiences on Scaling Fully Sharded Data Parallel", VLDB 2023, Sec. 3-4; CS336 assignment 2, "fsdp").
+// Strategy "fsdp": fully sharded data parallelism (ZeRO stage 3: Rajbhandari et al., "ZeRO: Memory Optimizations Toward
+// Training Trillion Parameter Models", SC 2020, Sec. 5.3; PyTorch FSDP: Zhao et al., "PyTorch FSDP: Experiences on
+// Scaling Fully Sharded Data Parallel", VLDB 2023, Sec. 3-4; CS336 assignment 2, "fsdp").
 //
-// Shards. Every unit of the flat layout (model.h: the embedding, each block, the head) is padded to a multiple of
-// N * ParamLayout::kAlign elements and cut into N equal shards; rank r keeps shard r of every unit, concatenated in
-// unit order into one flat shard buffer [S] (S = sum of the units' padded sizes / N): the fp32 master weights
+// Shards. Every unit of the flat layout (model.h: the embedding, each block, the head) is padded to a multiple of N *
+// ParamLayout::kAlign elements and cut into N equal shards; rank r keeps shard r of every unit, concatenated in unit
+// order into one flat shard buffer [S] (S = sum of the units' padded sizes / N): the fp32 master weights
 // (Category::parameters), the fp32 gradient accumulator (Category::gradients), AdamW's m and v (one AdamW over the
 // whole [S]) and, in mixed precision, the bf16 working copy that AdamW writes in its own pass. The padding is zero in
-// the weights and in every gradient that reaches it, so AdamW leaves it zero (m = v = 0, weight decay of 0 is 0).
-// The RMSNorm gains are sharded like everything else (one collective per unit either way).
+// the weights and in every gradient that reaches it, so AdamW leaves it zero (m = v = 0, weight decay of 0 is 0). The
+// RMSNorm gains are sharded like everything else (one collective per unit either way).
 //
 // Weights (the model's ParamResidency: model/residency.h). begin_schedule() gives the microbatch's uses in order;
 // consecutive uses of one unit that read weights share one "gather" (recompute of block l followed by its backward),
-// uses that read no weights (the embedding's backward) have none. Gather j all-gathers the unit's shards in the
-// compute dtype (bf16 working copy in mixed precision, the fp32 master in fp32 runs) into rotating buffer
-// j % (prefetch_layers + 1) (Category::communication, each the size of the largest padded unit; no more buffers than
-// the training schedule has gathers, 2 x layers + 2 unless a recomputed segment spans several blocks: more would
-// stay unused), asynchronously.
-// Gathers 0 .. prefetch_layers are issued at begin_schedule; gather j + prefetch_layers + 1 is issued when gather j's
-// last use is released (before that use's reduce_scatter, which nothing reads before the backward ends: on the one
-// collective stream the gather would otherwise wait for it), so `prefetch_layers` gathers are in flight or ready
-// ahead of the one in use, and a buffer is written again only after every reader of its previous contents was
-// enqueued on the compute stream. The communicator orders its stream after the compute stream at issue time (NCCL:
-// an event recorded on the compute stream, waited for on the comm stream; nccl_communicator.cpp), so the overwrite
-// runs after those readers, and after the optimizer step that updated the shards: events, no host sync. acquire()
-// waits for its gather: with NCCL the compute stream waits for the gather's end event (the host goes on); with MPI
-// the host blocks in wait() (MPI progresses and completes on the host; CPU runs and ranks sharing a GPU).
+// uses that read no weights (the embedding's backward) have none. Gather j all-gathers the unit's shards in the compute
+// dtype (bf16 working copy in mixed precision, the fp32 master in fp32 runs) into a buffer of its unit's size class
+// (fsdp_buffers.h: block-sized and vocabulary-sized buffers, Category::communication, held for the run; each class's
+// gathers rotate through its buffers), asynchronously. With D = prefetch_layers + 1 (at most the training schedule's
+// gathers, 2 x layers + 2 unless a recomputed segment spans several blocks: more would stay unused), gathers 0 .. D - 1
+// are issued at begin_schedule; gather j + D is issued when gather j's last use is released (before that use's
+// reduce_scatter, which nothing reads before the backward ends: on the one collective stream the gather would otherwise
+// wait for it), so `prefetch_layers` gathers are in flight or ready ahead of the one in use, and a buffer is written
+// again only after every reader of its previous contents was enqueued on the compute stream (each class has as many
+// buffers as it has gathers in any D consecutive ones; fsdp_gather_slots checks it). The communicator orders its stream
+// after the compute stream at issue time (NCCL: an event recorded on the compute stream, waited for on the comm stream;
+// nccl_communicator.cpp), so the overwrite runs after those readers, and after the optimizer step that updated the
+// shards: events, no host sync. acquire() waits for its gather: with NCCL the compute stream waits for the gather's end
+// event (the host goes on); with MPI the host blocks in wait() (MPI progresses and completes on the host; CPU runs and
+// ranks sharing a GPU).
 //
-// Gradients. A backward (or the head's forward_backward) use gets a staging buffer f32 [padded unit] (two, rotating,
-// made at their first use; Category::gradients: they hold the backward's full-size unit gradient, the role of DDP's
-// flat gradient buffer) with accumulate = false; the elements no parameter covers (alignment gaps, padding) are zeroed
-// at acquire, since the buffer may hold another unit's gradient there. release() issues the asynchronous reduce_scatter
-// (sum) of it: on the step's first microbatch straight into the unit's slice of the accumulator, on later microbatches
-// into a shard-sized temporary (one per staging buffer) that is added to the accumulator once the reduce-scatter is
-// done (when the staging buffer is next acquired, or in finish_backward). Memory stays sharded: nothing full-size
-// outlives a use. finish_backward() waits for the outstanding reduce-scatters.
+// Gradients. A backward (or the head's forward_backward) use gets a staging buffer f32 [padded unit] of its size class
+// (two rotating in a class whose backward uses follow each other, the blocks', else one; made at their first use;
+// Category::gradients: they hold the backward's full-size unit gradient, the role of DDP's flat gradient buffer) with
+// accumulate = false; the elements no parameter covers (alignment gaps, padding) are zeroed at acquire, since the
+// buffer may hold another unit's gradient there. release() issues the asynchronous reduce_scatter (sum) of it: on the
+// step's first microbatch straight into the unit's slice of the accumulator, on later microbatches into a shard-sized
+// temporary (one per staging buffer) that is added to the accumulator once the reduce-scatter is done (when the staging
+// buffer is next acquired, or in finish_backward). Memory stays sharded: nothing full-size outlives a use.
+// finish_backward() waits for the outstanding reduce-scatters.
 //
 // Norm and step: grad_norm() is sqrt(sum over ranks of the shard's sum of squares) (the global norm over all shards,
 // equal to one process's); optimizer_step() runs AdamW on the shards only: there is no gather after it, the next
@@ -52,26 +54,13 @@
 #include <vector>
 
 #include "parallel/data_parallel.h"
+#include "parallel/fsdp_buffers.h"
 
 namespace trainer {
 
 namespace {
 
 int64_t round_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
-bool reads_grads(UnitPass p) { return p == UnitPass::backward || p == UnitPass::forward_backward; }
-
-/// The gather serving each use of a schedule (-1: the use reads no weights): consecutive uses of one unit that read
-/// weights share one (a block's recompute and its backward; the head's forward and backward).
-std::vector<int> gather_of_uses(const std::vector<UnitUse>& uses) {
-  std::vector<int> g(uses.size(), -1);
-  int n = 0;
-  for (size_t i = 0; i < uses.size(); ++i) {
-    if (!uses[i].weights) continue;
-    const bool shared = i > 0 && g[i - 1] >= 0 && uses[i - 1].unit == uses[i].unit;
-    g[i] = shared ? g[i - 1] : n++;
-  }
-  return g;
-}
 
 class Fsdp final : public Strategy {
  public:
@@ -140,21 +129,30 @@ class Fsdp final : public Strategy {
     }
     adamw_ = std::make_unique<AdamW>(be_, shard_total_, optimizer_);
 
-    // No more buffers than a training microbatch has gathers (2 x layers + 2, more where a recomputed segment spans
-    // several blocks: its recompute and each block's backward are apart): more would stay unused.
-    const std::vector<int> train_gathers = gather_of_uses(model.unit_schedule(/*backward_next=*/true));
-    int64_t max_gathers = 1;
-    for (int g : train_gathers) max_gathers = std::max<int64_t>(max_gathers, g + 1);
-    const int nbuf = int(std::min<int64_t>(int64_t(parallel_.prefetch_layers) + 1, max_gathers));
-    gather_bufs_.clear();
-    for (int i = 0; i < nbuf; ++i)
-      gather_bufs_.push_back(be_.alloc(size_t(largest_) * dtype_size(cdtype_), Category::communication));
-    for (Slot& s : slots_) s.staging.reset();  // made at the first backward use: a forward-only run has none
-    spdlog::info("fsdp: each of {} ranks keeps {} of {} parameters' elements ({} units, padded; fp32 {}); {} gather "
-                 "buffers of {} ({}); AdamW state {} per rank (one process: {})",
-                 n, shard_total_, lay.count(), units_.size(), format_bytes(size_t(shard_total_) * 4), nbuf,
-                 format_bytes(size_t(largest_) * dtype_size(cdtype_)), dtype_name(cdtype_),
-                 format_bytes(adamw_->full_state_bytes()), format_bytes(size_t(lay.total()) * 8));
+    // The gather and staging buffers in their size classes (fsdp_buffers.h), counted over the training and the
+    // forward-only microbatch: no more gathers ahead than a training microbatch has (2 x layers + 2, more where a
+    // recomputed segment spans several blocks: its recompute and each block's backward are apart).
+    padded_.clear();
+    for (const Unit& x : units_) padded_.push_back(x.padded);
+    bufs_ = plan_fsdp_buffers(padded_, {model.unit_schedule(/*backward_next=*/true), model.unit_schedule(false)},
+                              parallel_.prefetch_layers, dtype_size(cdtype_));
+    std::string held;
+    for (int c = 0; c < 2; ++c) {
+      gather_bufs_[c].clear();
+      for (int i = 0; i < bufs_.gathers[c]; ++i)
+        gather_bufs_[c].push_back(be_.alloc(size_t(bufs_.elems(c)) * dtype_size(cdtype_), Category::communication));
+      staging_[c].clear();
+      staging_[c].resize(size_t(bufs_.staging[c]));  // made at the first backward use (forward-only: none)
+      next_slot_[c] = 0;
+      if (bufs_.gathers[c] + bufs_.staging[c] > 0)
+        held += fmt::format("{}{} gather ({}) and {} staging (f32) buffer(s) of {} elements", held.empty() ? "" : "; ",
+                            bufs_.gathers[c], dtype_name(cdtype_), bufs_.staging[c], bufs_.elems(c));
+    }
+    spdlog::info("fsdp: each of {} ranks keeps {} of {} parameters' elements ({} units, padded; fp32 {}); AdamW "
+                 "state {} per rank (one process: {}); {} gathers ahead; {} ({})",
+                 n, shard_total_, lay.count(), units_.size(), format_bytes(size_t(shard_total_) * 4),
+                 format_bytes(adamw_->full_state_bytes()), format_bytes(size_t(lay.total()) * 8), bufs_.distance - 1,
+                 held, format_bytes(bufs_.bytes(dtype_size(cdtype_))));
   }
 
   void begin_microbatch(int m, int n_micro) override {
@@ -170,6 +168,7 @@ class Fsdp final : public Strategy {
     cursor_ = 0;
     gathers_.clear();
     use_gather_ = gather_of_uses(uses);
+    const std::vector<int> slots = fsdp_gather_slots(bufs_, padded_, uses);
     for (size_t i = 0; i < uses.size(); ++i) {
       const UnitUse& u = uses[i];
       TRAINER_CHECK(u.unit >= 0 && size_t(u.unit) < units_.size(), "fsdp: schedule names unit {} of {}", u.unit,
@@ -178,9 +177,9 @@ class Fsdp final : public Strategy {
       if (size_t(use_gather_[i]) < gathers_.size())
         gathers_.back().last = i;
       else
-        gathers_.push_back({u.unit, i, i, nullptr, false, false});
+        gathers_.push_back({u.unit, i, i, slots[gathers_.size()], nullptr, false, false});
     }
-    const size_t ahead = std::min(gathers_.size(), gather_bufs_.size());
+    const size_t ahead = std::min(gathers_.size(), size_t(bufs_.distance));
     for (size_t j = 0; j < ahead; ++j) issue_gather(j);
   }
 
@@ -199,11 +198,12 @@ class Fsdp final : public Strategy {
       }
       v.weights = gather_buf(size_t(use_gather_[i])).slice(0, {x.len});
     }
-    if (reads_grads(pass)) {
-      Slot& s = slots_[next_slot_];
+    if (writes_grads(pass)) {
+      const int c = bufs_.klass(x.padded);
+      Slot& s = staging_[c][next_slot_[c]];
       drain(s);  // its previous reduce-scatter has read it (and its temporary is added)
-      if (!s.staging) s.staging = be_.alloc(size_t(largest_) * 4, Category::gradients);
-      const Tensor st = s.staging.view(DType::f32, {largest_});
+      if (!s.staging) s.staging = be_.alloc(size_t(bufs_.elems(c)) * 4, Category::gradients);
+      const Tensor st = s.staging.view(DType::f32, {x.padded});
       // The backward writes only the parameters' elements: zero the rest, which may hold another unit's gradient.
       for (const auto& [at, n] : x.gaps) be_.fill(st.slice(at, {n}), 0.f);
       v.grads = st.slice(0, {x.len});
@@ -219,17 +219,17 @@ class Fsdp final : public Strategy {
     // (fp32, twice a bf16 gather's bytes), which nothing needs before the backward's end.
     const int gj = use_gather_[i];
     if (gj >= 0 && gathers_[size_t(gj)].last == i) {  // the gather's buffer is free once this use's reads run
-      const size_t next = size_t(gj) + gather_bufs_.size();
+      const size_t next = size_t(gj) + size_t(bufs_.distance);
       if (next < gathers_.size()) issue_gather(next);
     }
-    if (reads_grads(pass)) {
-      Slot& s = slots_[next_slot_];
-      next_slot_ = (next_slot_ + 1) % slots_.size();
-      const Tensor in = s.staging.view(DType::f32, {largest_}).slice(0, {x.padded});
+    if (writes_grads(pass)) {
+      const int c = bufs_.klass(x.padded);
+      Slot& s = staging_[c][next_slot_[c]];
+      next_slot_[c] = (next_slot_[c] + 1) % staging_[c].size();
+      const Tensor in = s.staging.view(DType::f32, {x.padded});
       Tensor out = grads().slice(x.shard_off, {x.shard});
       if (micro_ > 0) {  // later microbatches: into the temporary, added to the accumulator when done
-        if (!s.temp || s.temp.bytes() < size_t(x.shard) * 4)
-          s.temp = be_.alloc(size_t(largest_ / comm_.size()) * 4, Category::gradients);
+        if (!s.temp) s.temp = be_.alloc(size_t(bufs_.elems(c) / comm_.size()) * 4, Category::gradients);
         s.add_to = out;
         out = s.temp.view(DType::f32, {x.shard});
       }
@@ -242,7 +242,8 @@ class Fsdp final : public Strategy {
   void finish_backward() override {
     timer_.touch();
     full_unit_ = -1;
-    for (Slot& s : slots_) drain(s);
+    for (auto& pool : staging_)
+      for (Slot& s : pool) drain(s);
   }
 
   void begin_step(double lr, bool optimizer) override {
@@ -308,12 +309,13 @@ class Fsdp final : public Strategy {
   struct Gather {  // one all-gather serving uses [first, last] of the schedule
     int unit;
     size_t first, last;
+    int slot;  // the buffer of its size class it gathers into (fsdp_gather_slots)
     std::unique_ptr<Work> work;
     bool issued, waited;
   };
   struct Slot {  // a gradient staging buffer and the reduce-scatter reading it
-    Buffer staging;             // f32 [largest padded unit]
-    Buffer temp;                // f32 [largest shard]: later microbatches' reduce-scatter output
+    Buffer staging;             // f32 [its class's elements]
+    Buffer temp;                // f32 [its class's elements / N]: later microbatches' reduce-scatter output
     std::unique_ptr<Work> work;  // the reduce-scatter in flight, or null
     Tensor add_to;              // accumulator slice temp is added to once work is done (empty: written directly)
   };
@@ -327,8 +329,11 @@ class Fsdp final : public Strategy {
   Tensor work() const { return work_.view(cdtype_, {shard_total_}); }
   /// The shards the gathers read: the compute-dtype copy (bf16) or the fp32 master.
   Tensor compute_shards() const { return cdtype_ == DType::f32 ? master() : work(); }
+  /// Gather j's buffer, [its unit's padded size].
   Tensor gather_buf(size_t j) const {
-    return gather_bufs_[j % gather_bufs_.size()].view(cdtype_, {largest_});
+    const Gather& g = gathers_[j];
+    const int64_t n = units_[size_t(g.unit)].padded;
+    return gather_bufs_[bufs_.klass(n)][size_t(g.slot)].view(cdtype_, {n});
   }
 
 
@@ -336,7 +341,7 @@ class Fsdp final : public Strategy {
     Gather& g = gathers_[j];
     const Unit& x = units_[size_t(g.unit)];
     timer_.touch();
-    g.work = comm_.all_gather(gather_buf(j).slice(0, {x.padded}), compute_shards().slice(x.shard_off, {x.shard}),
+    g.work = comm_.all_gather(gather_buf(j), compute_shards().slice(x.shard_off, {x.shard}),
                               /*async=*/true);
     g.issued = true;
   }
@@ -381,9 +386,11 @@ class Fsdp final : public Strategy {
   int64_t shard_total_ = 0, largest_ = 0;  // elements of this rank's shards; of the largest padded unit
   Buffer master_, grad_, work_;            // f32, f32, compute dtype [shard_total] (work_ only in mixed precision)
   std::unique_ptr<AdamW> adamw_;           // m, v [shard_total]
-  std::vector<Buffer> gather_bufs_;        // prefetch_layers + 1 x compute dtype [largest]
-  std::array<Slot, 2> slots_;
-  size_t next_slot_ = 0;
+  std::vector<int64_t> padded_;            // [units] each unit's padded size
+  FsdpBuffers bufs_;                       // the size classes and their buffer counts
+  std::vector<Buffer> gather_bufs_[2];     // per class: compute dtype [bufs_.elems(class)], held for the run
+  std::vector<Slot> staging_[2];           // per class: gradient staging slots, rotating
+  size_t next_slot_[2] = {0, 0};
   Buffer full_;          // f32 [largest]: gathered_param's unit (freed when the next step starts)
   int full_unit_ = -1;    // the unit full_ holds, -1 none
   bool full_grad_ = false;  // ... its gradient rather than its weights

@@ -25,8 +25,7 @@ std::vector<float> Strategy::download_param(const ParamInfo& p, bool grad) {
 
 void Strategy::release(int unit, UnitPass pass) {
   attached_->full_release(unit, pass);
-  if ((pass == UnitPass::backward || pass == UnitPass::forward_backward) && micro_ == n_micro_ - 1)
-    on_unit_ready(unit);
+  if (writes_grads(pass) && micro_ == n_micro_ - 1) on_unit_ready(unit);
 }
 
 void Strategy::clipped_optimizer_step(double lr, std::optional<double> max_grad_norm) {

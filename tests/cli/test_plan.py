@@ -93,15 +93,27 @@ def test_plan_fsdp_prefetch_beyond_the_units(trainer_bin, tmp_path):
     most = plan_json(trainer_bin, tmp_path, *base, "--set", "parallel.prefetch_layers=2147483647")
     some = plan_json(trainer_bin, tmp_path, *base, "--set", "parallel.prefetch_layers=100")
     assert most["memory"]["peak_bytes"] == some["memory"]["peak_bytes"] > 0
-    # and no more buffers than a training microbatch has gathers: tiny's 2 layers make 2 x 2 + 2 = 6 (embedding,
-    # 2 blocks, the head with its backward, 2 blocks' backward: nothing recomputed), each of the largest unit
-    comm = {k: plan_json(trainer_bin, tmp_path, *base, "--set", f"parallel.prefetch_layers={k}")["memory"]
-            ["category_peaks"]["communication"] for k in (0, 4, 5)}
-    assert comm[4] == 5 * comm[0] and comm[5] == 6 * comm[0] == most["memory"]["category_peaks"]["communication"]
+    # and no more gathers ahead than a training microbatch has: tiny's 2 layers make 2 x 2 + 2 = 6 (embedding, 2
+    # blocks, the head with its backward, 2 blocks' backward: nothing recomputed). fsdp's buffers (fp32 on the cpu,
+    # src/parallel/fsdp_buffers.h) by hand, units padded to multiples of 2 x 64 elements: a block B = 4 x 64^2 +
+    # 3 x 64 x 172 + 2 x 64 = 49536, the head V = 64 + 256 x 64 = 16448 -> 16512 (the embedding, 16384, shares its
+    # class). One class of B-sized buffers: D gather (D = prefetch + 1 ahead) and 2 staging buffers; two classes: as
+    # many B and V gather buffers as D gathers in a row hold of each (e b b h b b), 2 B and 1 V staging buffers.
+    B, V = 49536, 16512
+
+    def buffers(k):
+        p = plan_json(trainer_bin, tmp_path, *base, "--set", f"parallel.prefetch_layers={k}")["memory"]
+        return p["category_peaks"]["communication"]
+
+    assert buffers(0) == 1 * B * 4                # one class: B + 2 B against two classes' B + V + 2 B + V
+    assert buffers(4) == 5 * B * 4                # D 5: 7 B in one class, (4 B + 2 V) + (2 B + V) = 7 B in two: a tie
+    assert buffers(5) == (4 * B + 2 * V) * 4      # D 6: 8 B in one class against 7 B in two
+    assert most["memory"]["category_peaks"]["communication"] == buffers(5)
     # a segment of 2 blocks recomputed (every_k 2): its recompute and each block's backward are apart, 7 gathers
+    # (e b1 b2 h b1 b2 b1), D 7: 5 B and 2 V gather buffers
     k2 = plan_json(trainer_bin, tmp_path, *base, "--set", "parallel.prefetch_layers=100", "--set",
                    "checkpointing.policy=every_k", "--set", "checkpointing.k=2")
-    assert k2["memory"]["category_peaks"]["communication"] == 7 * comm[0]
+    assert k2["memory"]["category_peaks"]["communication"] == (5 * B + 2 * V) * 4
 
 
 def test_plan_world_size_zero1(trainer_bin, tmp_path):

@@ -623,11 +623,12 @@ TEST_CASE("zero1: parameter count not divisible by N; optimizer state ~1/N per r
 // ---- fsdp ------------------------------------------------------------------------------------------------------
 
 /// A model whose vocab and widths are divisible by none of 2, 3, 4 (d_head 2): every unit is padded differently for
-/// each N, and shard boundaries fall inside tensors.
+/// each N, and shard boundaries fall inside tensors. The embedding and the head (4010, 4020 elements) are over three
+/// times a block (1080), so fsdp gives them buffers of their own size class (parallel/fsdp_buffers.h).
 ModelCfg odd_model() {
   ModelCfg m;
   m.preset = "";
-  m.vocab_size = 53;
+  m.vocab_size = 401;
   m.context_length = 8;
   m.d_model = 10;
   m.d_ff = 22;
@@ -865,28 +866,54 @@ TEST_CASE("fsdp: training on N ranks equals one process (odd widths, microbatche
 TEST_CASE("fsdp: optimizer state, parameters and gradients are 1/N per rank plus the gather and staging buffers",
           "[dist][fsdp]") {
   const int R = world_size();
+  // tiny: the blocks are the largest units (3 x the embedding); odd_model: the embedding and the head are (3.7 x a
+  // block)
+  const bool wide_vocab = GENERATE(false, true);
+  const int prefetch = GENERATE(0, 2, 7);
+  CAPTURE(wide_vocab, prefetch);
   RunSpec t;
   t.strategy = "fsdp";
   t.steps = 1;
-  t.prefetch_layers = 2;
+  t.prefetch_layers = prefetch;
+  if (wide_vocab) t.model = odd_model();
   const RunOut one = run(t, false), dist = run(t, true);
   // The shard layout, computed here: each unit padded to a multiple of R * kAlign, 1/R of it per rank.
   const ParamLayout layout(model_dims(t.model));
-  int64_t shard = 0, largest = 0;
+  const int L = layout.num_units() - 2;
+  REQUIRE(L >= 2);
+  int64_t shard = 0, largest = 0, block = 0, vocab = 0;  // padded: the largest unit, a block, the larger of e and h
   for (int u = 0; u < layout.num_units(); ++u) {
     const int64_t n = layout.unit_end(u) - layout.unit_begin(u);
     const int64_t padded = (n + R * ParamLayout::kAlign - 1) / (R * ParamLayout::kAlign) * (R * ParamLayout::kAlign);
     shard += padded / R;
     largest = std::max(largest, padded);
+    if (u == 1) block = padded;
+    if (u == 0 || u == L + 1) vocab = std::max(vocab, padded);
   }
+  // The buffers (fp32 run: f32 gathers) in closed form for the gathers e b_1 .. b_L h b_L .. b_1, D = prefetch + 1
+  // of them ahead (at most all 2 L + 2), and the gradient-writing uses h b_L .. b_1 e: one size class of the largest
+  // unit (D gather buffers, 2 staging: the blocks' backwards follow each other), or the blocks in one class and the
+  // embedding and the head in the other (the smaller of the two classes sized by its own units): as many gather
+  // buffers as the most gathers of the class among D in a row (blocks: D while D <= L, else D - 1 around the head,
+  // at most 2 L; e and h: 1 while D <= L + 1, as they are L + 1 apart, else 2) and 2 block staging buffers beside one
+  // for e and h (their backwards are a backward apart). fsdp holds the fewer bytes of the two (a split between e and
+  // h, the third it tries, would put h among the blocks' class: never fewer for these models).
+  const int64_t D = std::min<int64_t>(prefetch + 1, 2 * L + 2);
+  const int64_t blocks_in_d = D <= L ? D : std::min<int64_t>(D - 1, 2 * L), vocab_in_d = D <= L + 1 ? 1 : 2;
+  const size_t gathers_one = size_t(D * largest * 4), staging_one = size_t(2 * largest * 4),
+               gathers_two = size_t((blocks_in_d * block + vocab_in_d * vocab) * 4),
+               staging_two = size_t((2 * block + vocab) * 4);
+  const bool two = block != vocab && gathers_two + staging_two < gathers_one + staging_one;
+  if (wide_vocab) CHECK(two);
   INFO("one process: params + grads " << one.param_grad_bytes << " B, optimizer " << one.optimizer_bytes
        << " B; per rank: params + grads " << dist.param_grad_bytes << " B, optimizer " << dist.optimizer_bytes
-       << " B, gather buffers " << dist.comm_bytes << " B; shard " << shard << ", largest unit " << largest);
-  // fp32 master + gradient accumulator over the shard, two f32 staging buffers of the largest unit.
-  CHECK(dist.param_grad_bytes == size_t(shard) * 8 + size_t(largest) * 8);
+       << " B, gather buffers " << dist.comm_bytes << " B; shard " << shard << ", units: largest " << largest
+       << ", block " << block << ", embedding / head " << vocab << "; two classes " << two);
+  // fp32 master + gradient accumulator over the shard, and the staging buffers.
+  CHECK(dist.param_grad_bytes == size_t(shard) * 8 + (two ? staging_two : staging_one));
   CHECK(max_ranks(std::fabs(double(shard) * 8 - double(one.param_grad_bytes) / R) / (double(one.param_grad_bytes) / R))
         < 0.10);
-  CHECK(dist.comm_bytes == size_t(t.prefetch_layers + 1) * size_t(largest) * 4);  // fp32 run: f32 gathers
+  CHECK(dist.comm_bytes == (two ? gathers_two : gathers_one));
   const double ideal = double(one.optimizer_bytes) / R;
   CHECK(max_ranks(std::fabs(double(dist.optimizer_bytes) - ideal) / ideal) < 0.10);
   CHECK(dist.optimizer_bytes * size_t(R) >= size_t(one.param_count) * 8);  // all state is somewhere
