@@ -234,6 +234,14 @@ TEST_CASE("config: resolution of auto values, name and microbatch", "[config]") 
     CHECK(load_doc(dir, doc).optimizer.in_backward == true);  // strategy none, no clipping, train_step
     CHECK(load_doc(dir, doc, {"optimizer.max_grad_norm=1.0"}).optimizer.in_backward == false);
     CHECK(load_doc(dir, doc, {"parallel.strategy=ddp_flat"}, 2).optimizer.in_backward == false);
+    CHECK(load_doc(dir, doc, {"parallel.strategy=zero1"}, 2).optimizer.in_backward == false);
+    // fsdp: each unit's shards once its reduce_scatter lands; in_gemm (the whole weight in one product) stays off
+    const RunConfig fsdp = load_doc(dir, doc, {"parallel.strategy=fsdp", "device=cuda", "precision=bf16"}, 2);
+    CHECK((fsdp.optimizer.in_backward == true && fsdp.optimizer.in_gemm == false));
+    CHECK(load_doc(dir, doc, {"device=cuda", "precision=bf16"}).optimizer.in_gemm == true);  // strategy none
+    CHECK_THROWS_WITH(load_doc(dir, doc, {"optimizer.in_backward=true", "parallel.strategy=zero1"}, 2),
+                      Catch::Contains("in_backward is implemented for parallel.strategy 'none' and 'fsdp', got "
+                                      "'zero1'"));
     CHECK(load_doc(dir, doc, {"bench.phase=forward_backward"}).optimizer.in_backward == false);
     CHECK(load_doc(dir, doc, {"optimizer.in_backward=false"}).optimizer.in_backward == false);  // explicit: kept
     // explicit true where no update runs: refused (it had been kept and the record said true while nothing moved)

@@ -62,17 +62,19 @@ void resolve(RunConfig& c, const std::string& path, int world_size, bool cuda_av
         "full length",
         c.optimizer.warmup_steps, run_steps));
   if (c.name.empty()) c.name = path.empty() ? "default" : fs::path(path).stem().string();
-  // optimizer.in_backward null (auto): on wherever it can run (the update needs no global norm, one process owns
-  // every unit) and a step has an update; it changes no weight and drops the flat gradient buffer (xl bf16: 12.4
-  // GiB of the peak)
+  // optimizer.in_backward null (auto): on wherever it can run (the update needs no global norm; one process owns
+  // every unit, or fsdp's rank its shards of it) and a step has an update; it changes no weight and drops the flat
+  // gradient buffer (xl bf16: 12.4 GiB of the peak; fsdp: the fp32 accumulator of the shards, 15 GiB a rank for
+  // the 8B on 2 ranks, where a step has one microbatch)
   if (!c.optimizer.in_backward)
-    c.optimizer.in_backward = c.parallel.strategy == "none" && !c.optimizer.max_grad_norm &&
-                              c.bench.phase == "train_step";
+    c.optimizer.in_backward = (c.parallel.strategy == "none" || c.parallel.strategy == "fsdp") &&
+                              !c.optimizer.max_grad_norm && c.bench.phase == "train_step";
   // optimizer.in_gemm null (auto): on for cuda bf16 (fp32 state, the fused dW + AdamW kernel's case; a build or GPU
   // without sm_90 runs its fallback, the product into a temporary, then AdamW) where in_backward is on;
   // in_gemm_min_elements keeps it to the products where the kernel wins
   if (!c.optimizer.in_gemm)
-    c.optimizer.in_gemm = *c.optimizer.in_backward && c.device == "cuda" && c.precision == "bf16";
+    c.optimizer.in_gemm =
+        *c.optimizer.in_backward && c.parallel.strategy == "none" && c.device == "cuda" && c.precision == "bf16";
   if (c.data.microbatch_size == 0 && world_size > 0) c.data.microbatch_size = c.data.batch_size / world_size;
 }
 

@@ -145,17 +145,18 @@ void fields(S& o, F&& f) {
     "torch.nn.utils.clip_grad_norm_; the record's grad_norm is n, before clipping; null: no clipping"});
   f("in_backward", o.in_backward, {{"null | true | false"},
     "AdamW updates each unit (embedding, block, head) as soon as its gradient is final, during the backward; each "
-    "unit's gradient then exists only from its backward to its update, so no flat gradient buffer (strategy none, "
-    "no clipping; changes no weight). null (auto): true for a train_step run of strategy none without clipping, "
-    "else false"});
+    "unit's gradient then exists only from its backward to its update, so no flat gradient buffer (strategy none; "
+    "fsdp: each unit's shards once its reduce_scatter lands, and no gradient accumulator where a step has one "
+    "microbatch; no clipping; changes no weight). null (auto): true for a train_step run of strategy none or fsdp "
+    "without clipping, else false"});
   f("in_gemm", o.in_gemm, {{"null | true | false"},
-    "with in_backward (a train_step run): the weight matrices of the blocks and the LM head whose gradient product "
+    "with in_backward (a train_step run, strategy none): the weight matrices of the blocks and the LM head whose gradient product "
     "[M, N] has at least in_gemm_min_elements elements are updated inside that product on the step's last "
     "microbatch (adding the earlier microbatches' sum; the head's in its last chunk); with one microbatch their "
     "gradients never exist. On an sm_90 GPU with precision bf16 (no stochastic rounding) one fused kernel "
     "(kernels/dw_adamw) takes dW = dYᵀX from the GEMM's accumulators straight into AdamW; elsewhere the product goes "
     "to a one-matrix temporary (or the earlier sum), then AdamW. The same update up to the product's summation order. "
-    "null (auto): true for device cuda, precision bf16 and in_backward on, else false. On an H100 (v31, every matrix) "
+    "null (auto): true for strategy none, device cuda, precision bf16 and in_backward on, else false. On an H100 (v31, every matrix) "
     "xl bf16 ran 5% faster with it (98.9-100.3 against 104.8-105.6 ms a step), small bf16 13% slower (6.30-6.41 "
     "against 5.57-5.60), hence the size bound; at the bound (v32, H100) xl 98.5-100.1 against 104.0-104.6 ms, "
     "small 5.58 against 5.56-5.57; kernels/dw_adamw/NOTES.md"});

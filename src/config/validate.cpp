@@ -252,8 +252,11 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
                "optimizer: {} updates each unit before the global gradient norm is known, so it cannot clip "
                "(optimizer.max_grad_norm {}); set max_grad_norm null or {} false",
                what, o.max_grad_norm.value_or(0.0), o.in_backward.value_or(false) ? "in_backward" : "in_gemm");
-  CONFIG_CHECK(!wants_in_backward || c.parallel.strategy == "none",
-               "optimizer: {} is implemented for parallel.strategy 'none', got '{}'", what, c.parallel.strategy);
+  CONFIG_CHECK(!o.in_backward.value_or(false) || c.parallel.strategy == "none" || c.parallel.strategy == "fsdp",
+               "optimizer: in_backward is implemented for parallel.strategy 'none' and 'fsdp', got '{}'",
+               c.parallel.strategy);
+  CONFIG_CHECK(!o.in_gemm.value_or(false) || c.parallel.strategy == "none",
+               "optimizer: in_gemm is implemented for parallel.strategy 'none', got '{}'", c.parallel.strategy);
   CONFIG_CHECK(!wants_in_backward || c.job != "train" || c.bench.phase == "train_step",
                "optimizer: {} updates weights inside the backward, but bench.phase '{}' runs no update (use phase "
                "'train_step', or leave optimizer.in_backward and in_gemm null)",

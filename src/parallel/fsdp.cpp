@@ -38,6 +38,15 @@
 // buffer is next acquired, or in finish_backward). Memory stays sharded: nothing full-size outlives a use.
 // finish_backward() waits for the outstanding reduce-scatters.
 //
+// With optimizer.in_backward (no clipping; the default then), on the step's last microbatch each gradient-writing use's
+// slot also carries an update: once its reduce_scatter is done (drain) AdamW::step_range updates the unit's shards
+// (master, m, v and the bf16 working copy) from the reduce_scatter's output, the slot's temporary where a step has one
+// microbatch (then no fp32 accumulator exists: 4 bytes a shard element less) or the accumulator after the temporary's
+// add; each unit's sum of g^2 goes to its slot of a small device buffer for the step's norm. Safe without events of its
+// own: the update is enqueued on the compute stream after the reduce_scatter's wait, the unit's backward is its last
+// use in the step (no later gather reads the shards it writes), and the next step's gathers are ordered after it as
+// after the optimizer step.
+//
 // Norm and step: grad_norm() is sqrt(sum over ranks of the shard's sum of squares) (the global norm over all shards,
 // equal to one process's); optimizer_step() runs AdamW on the shards only: there is no gather after it, the next
 // forward's gathers read the updated shards. The full parameters exist only gathered: gathered_param() all-gathers a
@@ -65,7 +74,12 @@ int64_t round_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 class Fsdp final : public Strategy {
  public:
   Fsdp(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be, Communicator* comm)
-      : parallel_(parallel), optimizer_(optimizer), be_(be), comm_(checked(comm)), timer_(be, *comm) {
+      : parallel_(parallel),
+        optimizer_(optimizer),
+        be_(be),
+        comm_(checked(comm)),
+        timer_(be, *comm),
+        in_backward_(optimizer.in_backward.value_or(false)) {
     CONFIG_CHECK(parallel.prefetch_layers >= 0, "parallel.prefetch_layers must be >= 0, got {}",
                  parallel.prefetch_layers);
     CONFIG_CHECK(parallel.reduce_dtype == "fp32",
@@ -109,8 +123,12 @@ class Fsdp final : public Strategy {
 
     master_ = be_.alloc(size_t(shard_total_) * 4, Category::parameters);
     be_.fill(master(), 0.f);
-    grad_ = be_.alloc(size_t(shard_total_) * 4, Category::gradients);
-    be_.fill(grads(), 0.f);
+    grad_.reset();
+    if (!in_backward_) make_accumulator();  // in_backward: only for steps of several microbatches
+    if (in_backward_) {  // each unit's sum of g^2 from its update, for the step's norm
+      sumsq_ = be_.alloc(units_.size() * 8, Category::optimizer);
+      be_.fill(Tensor(sumsq_.data(), DType::f32, be_.device(), {int64_t(units_.size()) * 2}), 0.f);
+    }
     // This rank's piece of every parameter, from the model's weight source (the same on every rank: init_random's
     // seed or the loaded file), written at its place in the shard; the rest (padding) stays zero.
     for (const ParamInfo& p : lay.params()) {
@@ -158,6 +176,7 @@ class Fsdp final : public Strategy {
   void begin_microbatch(int m, int n_micro) override {
     Strategy::begin_microbatch(m, n_micro);
     if (m == 0) timer_.begin_step();
+    if (!grad_ && (n_micro > 1 || !update_now_)) make_accumulator();  // in_backward: the sum over microbatches
     full_.reset();  // gathered_param's buffer lives only between steps
     full_unit_ = -1;
   }
@@ -227,10 +246,14 @@ class Fsdp final : public Strategy {
       Slot& s = staging_[c][next_slot_[c]];
       next_slot_[c] = (next_slot_[c] + 1) % staging_[c].size();
       const Tensor in = s.staging.view(DType::f32, {x.padded});
-      Tensor out = grads().slice(x.shard_off, {x.shard});
-      if (micro_ > 0) {  // later microbatches: into the temporary, added to the accumulator when done
+      // in_backward, on the step's last microbatch: AdamW updates the unit's shards once the reduce_scatter is done
+      // (drain); with one microbatch the gradient goes to the temporary only (there is no accumulator)
+      const bool update = in_backward_ && update_now_ && micro_ + 1 == n_micro_;
+      s.update_unit = update ? unit : -1;
+      Tensor out = grad_ ? grads().slice(x.shard_off, {x.shard}) : Tensor();
+      if (micro_ > 0 || !grad_) {  // into the temporary (added to the accumulator, if any, when done)
         if (!s.temp) s.temp = be_.alloc(size_t(bufs_.elems(c) / comm_.size()) * 4, Category::gradients);
-        s.add_to = out;
+        s.add_to = micro_ > 0 ? out : Tensor();
         out = s.temp.view(DType::f32, {x.shard});
       }
       timer_.touch();
@@ -248,15 +271,24 @@ class Fsdp final : public Strategy {
 
   void begin_step(double lr, bool optimizer) override {
     if (optimizer) adamw_->begin_step(lr);  // AdamW's step values to the device, before the step's work
+    update_now_ = optimizer;
   }
 
   double grad_norm() override {
+    if (in_backward_ && update_now_) return std::sqrt(sum_over_ranks(slots_sum()));  // (no clipping: config)
     const double local = be_.sum_squares(grads());
     return std::sqrt(sum_over_ranks(local));
   }
 
   void optimizer_step(double lr, double grad_scale, bool want_norm) override {
     (void)lr;  // begin_step uploaded it
+    if (in_backward_ && update_now_) {  // every unit was updated as its reduce_scatter landed (drain)
+      TRAINER_CHECK(grad_scale == 1.0, "fsdp: optimizer.in_backward cannot scale (clip) the gradients");
+      full_unit_ = -1;
+      timer_.end_step();
+      step_norm_ = want_norm ? std::sqrt(sum_over_ranks(slots_sum())) : std::nan("");
+      return;
+    }
     const double local =
         adamw_->update(master(), grads(), cdtype_ == DType::f32 ? Tensor() : work(), grad_scale, want_norm);
     const double norm = want_norm ? std::sqrt(sum_over_ranks(local)) : std::nan("");
@@ -276,6 +308,8 @@ class Fsdp final : public Strategy {
     const Unit& x = units_[size_t(p.unit)];
     if (!full_) full_ = be_.alloc(size_t(largest_) * 4, Category::communication);
     const Tensor full = full_.view(DType::f32, {largest_}).slice(0, {x.padded});
+    TRAINER_CHECK(!grad || grad_, "fsdp: {}'s gradient is not kept (optimizer.in_backward updates each unit from its "
+                  "reduce_scatter's output)", p.name);
     if (full_unit_ != p.unit || full_grad_ != grad) {  // one gather serves every parameter of the unit
       comm_.all_gather(full, (grad ? grads() : master()).slice(x.shard_off, {x.shard}))->wait();
       full_unit_ = p.unit;
@@ -315,9 +349,11 @@ class Fsdp final : public Strategy {
   };
   struct Slot {  // a gradient staging buffer and the reduce-scatter reading it
     Buffer staging;             // f32 [its class's elements]
-    Buffer temp;                // f32 [its class's elements / N]: later microbatches' reduce-scatter output
+    Buffer temp;                // f32 [its class's elements / N]: the reduce-scatter's output where it is not the
+                                // accumulator (later microbatches; in_backward with one microbatch)
     std::unique_ptr<Work> work;  // the reduce-scatter in flight, or null
-    Tensor add_to;              // accumulator slice temp is added to once work is done (empty: written directly)
+    Tensor add_to;              // accumulator slice temp is added to once work is done (empty: none)
+    int update_unit = -1;       // in_backward: the unit AdamW updates once work is done, -1 none
   };
 
   static Communicator& checked(Communicator* comm) {
@@ -363,10 +399,34 @@ class Fsdp final : public Strategy {
     s.work->wait();
     timer_.end_exposed();
     s.work.reset();
+    Tensor g = s.add_to;  // where the unit's gradient (its sum over the step's microbatches) now is
     if (s.add_to.data) {
       be_.add_inplace(s.add_to, s.temp.view(DType::f32, {s.add_to.numel()}));
       s.add_to = Tensor();
     }
+    if (s.update_unit >= 0) {
+      const Unit& x = units_[size_t(s.update_unit)];
+      if (!g.data) g = grad_ ? grads().slice(x.shard_off, {x.shard}) : s.temp.view(DType::f32, {x.shard});
+      adamw_->step_range(x.shard_off, master().slice(x.shard_off, {x.shard}), g,
+                         cdtype_ == DType::f32 ? Tensor() : work().slice(x.shard_off, {x.shard}),
+                         static_cast<double*>(sumsq_.data()) + s.update_unit);
+      s.update_unit = -1;
+    }
+  }
+
+  /// The fp32 gradient accumulator over the shards (zeroed; held for the run once made).
+  void make_accumulator() {
+    grad_ = be_.alloc(size_t(shard_total_) * 4, Category::gradients);
+    be_.fill(grads(), 0.f);
+  }
+
+  /// (syncs) This rank's sum of g^2 over the step's unit updates (in_backward), added in unit order.
+  double slots_sum() {
+    std::vector<double> h(units_.size());
+    be_.copy_to_host(h.data(), sumsq_.data(), h.size() * 8);
+    double s = 0;
+    for (double x : h) s += x;
+    return s;
   }
 
   double sum_over_ranks(double local) {
@@ -384,7 +444,11 @@ class Fsdp final : public Strategy {
   DType cdtype_ = DType::f32;
   std::vector<Unit> units_;
   int64_t shard_total_ = 0, largest_ = 0;  // elements of this rank's shards; of the largest padded unit
-  Buffer master_, grad_, work_;            // f32, f32, compute dtype [shard_total] (work_ only in mixed precision)
+  Buffer master_, grad_, work_;            // f32, f32, compute dtype [shard_total] (work_ only in mixed precision;
+                                           // grad_ with in_backward only for steps of several microbatches)
+  const bool in_backward_;                 // optimizer.in_backward: AdamW per unit as its reduce_scatter lands
+  bool update_now_ = true;                 // this step ends with an update (begin_step)
+  Buffer sumsq_;                           // in_backward: f64 [units], each unit's sum of g^2 in its update
   std::unique_ptr<AdamW> adamw_;           // m, v [shard_total]
   std::vector<int64_t> padded_;            // [units] each unit's padded size
   FsdpBuffers bufs_;                       // the size classes and their buffer counts

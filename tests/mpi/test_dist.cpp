@@ -298,6 +298,7 @@ struct RunSpec {
   std::string comm = "mpi";  // nccl: one GPU per rank (cuda_bf16)
   std::string reduce_dtype = "fp32";
   int prefetch_layers = 2;  // fsdp
+  std::optional<bool> in_backward;  // optimizer.in_backward (none and fsdp; needs max_grad_norm null)
   CheckpointingCfg checkpointing;  // the activation policy (default: selective)
 };
 
@@ -323,6 +324,7 @@ RunConfig config_for(const RunSpec& s) {
   c.parallel.prefetch_layers = s.prefetch_layers;
   c.checkpointing = s.checkpointing;
   c.optimizer.max_grad_norm = s.max_grad_norm;
+  c.optimizer.in_backward = s.in_backward;
   c.data.batch_size = s.batch;
   return c;
 }
@@ -917,6 +919,56 @@ TEST_CASE("fsdp: optimizer state, parameters and gradients are 1/N per rank plus
   const double ideal = double(one.optimizer_bytes) / R;
   CHECK(max_ranks(std::fabs(double(dist.optimizer_bytes) - ideal) / ideal) < 0.10);
   CHECK(dist.optimizer_bytes * size_t(R) >= size_t(one.param_count) * 8);  // all state is somewhere
+}
+
+TEST_CASE("fsdp: optimizer.in_backward updates each unit from its reduce_scatter: the weights of the update after "
+          "the backward, bit for bit, and no gradient accumulator with one microbatch", "[dist][fsdp]") {
+  const int microbatch = GENERATE(0, 1);  // 1: 2 microbatches per rank (the accumulator is kept)
+  const int prefetch = GENERATE(0, 2);
+  const std::string policy = GENERATE(as<std::string>{}, "selective", "full");
+  CAPTURE(microbatch, prefetch, policy);
+  const int R = world_size();
+  RunSpec s;
+  s.strategy = "fsdp";
+  s.model = odd_model();  // two size classes of buffers, a staging buffer shared by the head and the embedding
+  s.batch = 2 * R;
+  s.microbatch = microbatch;
+  s.prefetch_layers = prefetch;
+  s.checkpointing.policy = policy;
+  s.max_grad_norm = std::nullopt;
+  s.in_backward = false;
+  const RunOut after = run(s, true);
+  s.in_backward = true;
+  const RunOut got = check_matches_one_process(s);  // (the one process runs strategy none with in_backward)
+  long long differ = 0;
+  for (size_t i = 0; i < got.params.size(); ++i) differ += got.params[i] != after.params[i];
+  CHECK(sum_ranks(differ) == 0);
+  double loss_diff = 0, norm_rel = 0;
+  for (size_t i = 0; i < got.losses.size(); ++i) {
+    loss_diff = std::max(loss_diff, std::fabs(got.losses[i] - after.losses[i]));
+    norm_rel = std::max(norm_rel, std::fabs(got.gnorms[i] - after.gnorms[i]) / after.gnorms[i]);
+  }
+  CHECK(max_ranks(loss_diff) == 0);
+  CHECK(max_ranks(norm_rel) < 1e-12);  // the norm sums per unit first: its last bits may differ
+  // Memory: with one microbatch the fp32 accumulator (4 bytes a shard element) is gone, and each staging buffer has
+  // a shard-sized temporary for its reduce_scatter's output instead: 2 of a block's and 1 of the embedding / head's
+  // (odd_model's classes); with two microbatches both runs hold the accumulator and the temporaries.
+  const ParamLayout layout(model_dims(s.model));
+  const int L = layout.num_units() - 2;
+  int64_t shard = 0, block = 0, vocab = 0;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const int64_t n = layout.unit_end(u) - layout.unit_begin(u);
+    const int64_t padded = (n + R * ParamLayout::kAlign - 1) / (R * ParamLayout::kAlign) * (R * ParamLayout::kAlign);
+    shard += padded / R;
+    if (u == 1) block = padded;
+    if (u == 0 || u == L + 1) vocab = std::max(vocab, padded);
+  }
+  INFO("params + grads: in_backward " << got.param_grad_bytes << " B, after the backward " << after.param_grad_bytes
+       << " B; shard " << shard << ", block " << block << ", embedding / head " << vocab);
+  if (microbatch == 0)
+    CHECK(after.param_grad_bytes - got.param_grad_bytes == size_t(shard * 4 - (2 * block + vocab) / R * 4));
+  else
+    CHECK(got.param_grad_bytes == after.param_grad_bytes);
 }
 
 TEST_CASE("fsdp: a use out of the schedule's order is an error", "[dist][fsdp]") {
