@@ -563,4 +563,8 @@ TEST_CASE("fsdp buffers: size classes and counts worked out by hand; a gather ne
   b = plan_fsdp_buffers(padded, {train, forward}, 2, 2);
   const std::vector<UnitUse> odd = {{0, UnitPass::forward}, {4, UnitPass::forward}, {1, UnitPass::forward}};
   CHECK_THROWS_WITH(fsdp_gather_slots(b, padded, odd), Catch::Contains("would overwrite gather 0 still in use"));
+  // planned for a forward alone: no staging buffer for the training microbatch's gradients
+  b = plan_fsdp_buffers(padded, {forward}, 2, 2);
+  CHECK((b.staging[0] == 0 && b.staging[1] == 0));
+  CHECK_THROWS_WITH(fsdp_gather_slots(b, padded, train), Catch::Contains("has no staging buffer of its size class"));
 }

@@ -117,7 +117,7 @@ void fields(S& p, F&& f) {
   f("prefetch_layers", p.prefetch_layers, {{"integer >= 0"},
     "fsdp: units (embedding, blocks, head) whose weight shards are all-gathered ahead of their use, at most a "
     "training microbatch's gathers (2 x layers + 2, more where a recomputed segment spans several blocks); gather "
-    "buffers in two size classes, as many of each as prefetch_layers + 1 gathers in a row hold"});
+    "buffers in up to two size classes, as many of each as prefetch_layers + 1 gathers in a row hold"});
   f("comm_timeout_s", p.comm_timeout_s, {{"number >= 1, <= 1e7"},
     "a collective not done after this many seconds aborts every rank (waits on a checkpoint's writes and reads: "
     "checkpoint_timeout_s, where longer)"});

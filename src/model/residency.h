@@ -9,9 +9,10 @@
 //
 //   none / ddp_* / zero1   views of the full flat buffers the Model owns (Model::full_view); release of a backward
 //                          use on the last microbatch is the moment a unit's gradient is complete (on_unit_ready).
-//   fsdp                   weights all-gathered into one of prefetch_layers + 1 rotating buffers, `prefetch_layers`
-//                          uses ahead of the model (begin_schedule tells it the order); gradients written into a
-//                          unit-sized staging buffer and reduce-scattered into the shard at release.
+//   fsdp                   weights all-gathered into buffers of their unit's size class (parallel/fsdp_buffers.h),
+//                          `prefetch_layers` uses ahead of the model (begin_schedule tells it the order); gradients
+//                          written into a staging buffer of that class and reduce-scattered into the shard at
+//                          release (with optimizer.in_backward the shard's AdamW step follows once it lands).
 //   tensor parallel (next) the view's weights are this rank's slices (columns of Wqkv / W13, rows of Wo / W2); the
 //                          model asks UnitView::tp_size and all-reduces the partial outputs before the residual add.
 //   pipeline stage (next)  a strategy owning a range of units refuses acquire() outside it; the model's schedule

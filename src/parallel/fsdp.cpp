@@ -183,15 +183,16 @@ class Fsdp final : public Strategy {
 
   void begin_schedule(const std::vector<UnitUse>& uses) override {
     TRAINER_CHECK(model_ != nullptr, "fsdp: begin_schedule before setup");
+    for (const UnitUse& u : uses)
+      TRAINER_CHECK(u.unit >= 0 && size_t(u.unit) < units_.size(), "fsdp: schedule names unit {} of {}", u.unit,
+                    units_.size());
+    const std::vector<int> slots = fsdp_gather_slots(bufs_, padded_, uses);  // (throws before anything changes)
     uses_ = uses;
     cursor_ = 0;
     gathers_.clear();
     use_gather_ = gather_of_uses(uses);
-    const std::vector<int> slots = fsdp_gather_slots(bufs_, padded_, uses);
     for (size_t i = 0; i < uses.size(); ++i) {
       const UnitUse& u = uses[i];
-      TRAINER_CHECK(u.unit >= 0 && size_t(u.unit) < units_.size(), "fsdp: schedule names unit {} of {}", u.unit,
-                    units_.size());
       if (use_gather_[i] < 0) continue;
       if (size_t(use_gather_[i]) < gathers_.size())
         gathers_.back().last = i;

@@ -2,6 +2,7 @@
 #include "parallel/fsdp_buffers.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "core/errors.h"
 
@@ -79,6 +80,13 @@ FsdpBuffers plan_fsdp_buffers(const std::vector<int64_t>& padded, const std::vec
 
 std::vector<int> fsdp_gather_slots(const FsdpBuffers& b, const std::vector<int64_t>& padded,
                                    const std::vector<UnitUse>& uses) {
+  for (const UnitUse& u : uses) {
+    TRAINER_CHECK(u.unit >= 0 && size_t(u.unit) < padded.size(), "fsdp: schedule names unit {} of {}", u.unit,
+                  padded.size());
+    TRAINER_CHECK(!writes_grads(u.pass) || b.staging[b.klass(padded[size_t(u.unit)])] > 0,
+                  "fsdp: a {} use of unit {} has no staging buffer of its size class: the schedule is not one the "
+                  "buffers were planned for", unit_pass_name(u.pass), u.unit);
+  }
   const std::vector<int> units = gathered_units(uses);
   std::vector<int> slot(units.size());
   std::vector<size_t> of_class[2];  // each class's gathers so far

@@ -4,16 +4,18 @@
 // caching allocator never sees a freed buffer asked for at another size: v45's per-use buffers reserved ~2 GiB above
 // their plan on the 8B).
 //
-// Two size classes. The split is one of the units' padded sizes: units up to it take "small" buffers of `split`
-// elements, larger ones "large" buffers of the largest padded unit. Which split holds the fewest bytes is tried, one
-// class (split = largest) winning ties: the 8B's embedding and head (vocab x d_model, 1.16 GiB of bf16 each)
-// are large and its blocks (0.38 GiB) small; tiny's blocks are its largest units, its embedding and head small; xl
-// keeps one class (its blocks, 4x the embedding, fill every D gathers in a row). A class's buffers rotate among its
-// own gathers (or gradient-writing uses) in schedule order.
+// Up to two size classes. The split is one of the units' padded sizes: units up to it take "small" buffers of `split`
+// elements, larger ones "large" buffers of the largest padded unit. The split whose buffers (gather and staging, as a
+// training run holds them) take the fewest bytes wins, one class (split = largest) on a tie: the 8B's embedding and
+// head (vocab x d_model, 1.16 GiB of bf16 each) are large and its blocks (0.38 GiB) small; tiny's blocks are its
+// largest units, its embedding and head small from prefetch_layers 1 on (at 0 one class is smaller); xl keeps one
+// class while D <= its 32 layers (every D gathers in a row are then blocks, 4x its embedding). A class's buffers
+// rotate among its own gathers (or gradient-writing uses) in schedule order. Not counted in the choice: the
+// shard-sized temporaries of the staging buffers (1/N of them) and that a forward-only run makes no staging buffer.
 //
 // Gather counts. Gather j is issued when gather j - D's last use is released (D = `distance`, fsdp's prefetch_layers
-// + 1 capped at the gathers of a training microbatch), so from its issue to its last use's release, gathers
-// j - D + 1 .. j are the ones in flight or in use. A class with as many buffers as the most gathers of that class in
+// + 1 capped at the gathers of a training microbatch), so when it is issued, gathers j - D + 1 .. j are the ones in
+// flight or in use (every earlier one released). A class with as many buffers as the most gathers of that class in
 // any D consecutive gathers of a schedule therefore finds gather j's buffer free at its issue: its previous occupant
 // is the class's gather n_c earlier, which lies at j - D or before (else D consecutive gathers would hold n_c + 1 of
 // the class). Staging counts: 2 where two gradient-writing uses of the class follow each other in a schedule (the
@@ -53,8 +55,9 @@ FsdpBuffers plan_fsdp_buffers(const std::vector<int64_t>& padded, const std::vec
                               int prefetch_layers, size_t gather_bytes);
 
 /// For each gather of `uses` (gather_of_uses order), the buffer of its class it takes: the class's gathers rotate
-/// through its buffers. Throws RuntimeError if a gather would find its buffer still in use (a schedule unlike those
-/// `b` was planned for).
+/// through its buffers. Throws RuntimeError if a gather would find its buffer still in use, a gradient-writing use
+/// has no staging buffer of its class or a use names a unit outside `padded` (a schedule unlike those `b` was
+/// planned for).
 std::vector<int> fsdp_gather_slots(const FsdpBuffers& b, const std::vector<int64_t>& padded,
                                    const std::vector<UnitUse>& uses);
 

@@ -87,7 +87,7 @@ def test_cpu_plan_says_whether_it_fits_the_host(trainer_bin, tmp_path):
 
 
 def test_plan_fsdp_prefetch_beyond_the_units(trainer_bin, tmp_path):
-    # prefetch_layers at the int32 maximum: one gather buffer per use at most, as any value past the schedule's length
+    # prefetch_layers at the int32 maximum: no more gathers ahead than a microbatch has, as any value past its length
     # (prefetch_layers + 1 had overflowed: a divide-by-zero crash)
     base = [TINY, "--set", "device=cpu", "--set", "parallel.strategy=fsdp", "--world-size", "2"]
     most = plan_json(trainer_bin, tmp_path, *base, "--set", "parallel.prefetch_layers=2147483647")

@@ -850,11 +850,13 @@ TEST_CASE("fsdp: training on N ranks equals one process (odd widths, microbatche
           "[dist][fsdp]") {
   const int microbatch = GENERATE(0, 1);  // 1: 2 microbatches per rank
   const int prefetch = GENERATE(0, 2);
-  // full: every block recomputed in backward (a recompute and the backward of a block share one gather)
-  const std::string policy = GENERATE(as<std::string>{}, "selective", "full");
+  // full: every block recomputed in backward (a recompute and the backward of a block share one gather); every_k 2:
+  // segments of two blocks, whose recompute and backwards are apart (more gathers than uses of a block)
+  const std::string policy = GENERATE(as<std::string>{}, "selective", "full", "every_k");
   CAPTURE(microbatch, prefetch, policy);
   RunSpec s;
   s.checkpointing.policy = policy;
+  s.checkpointing.k = 2;
   s.strategy = "fsdp";
   s.model = odd_model();
   s.batch = 2 * world_size();
@@ -872,11 +874,14 @@ TEST_CASE("fsdp: optimizer state, parameters and gradients are 1/N per rank plus
   // block)
   const bool wide_vocab = GENERATE(false, true);
   const int prefetch = GENERATE(0, 2, 7);
-  CAPTURE(wide_vocab, prefetch);
+  const int microbatch = GENERATE(0, 1);  // 1: two microbatches, each staging buffer with its temporary
+  CAPTURE(wide_vocab, prefetch, microbatch);
   RunSpec t;
   t.strategy = "fsdp";
   t.steps = 1;
   t.prefetch_layers = prefetch;
+  t.batch = 2 * R;
+  t.microbatch = microbatch;
   if (wide_vocab) t.model = odd_model();
   const RunOut one = run(t, false), dist = run(t, true);
   // The shard layout, computed here: each unit padded to a multiple of R * kAlign, 1/R of it per rank.
@@ -911,8 +916,10 @@ TEST_CASE("fsdp: optimizer state, parameters and gradients are 1/N per rank plus
        << " B; per rank: params + grads " << dist.param_grad_bytes << " B, optimizer " << dist.optimizer_bytes
        << " B, gather buffers " << dist.comm_bytes << " B; shard " << shard << ", units: largest " << largest
        << ", block " << block << ", embedding / head " << vocab << "; two classes " << two);
-  // fp32 master + gradient accumulator over the shard, and the staging buffers.
-  CHECK(dist.param_grad_bytes == size_t(shard) * 8 + (two ? staging_two : staging_one));
+  // fp32 master + gradient accumulator over the shard, the staging buffers and, with microbatches, a shard-sized
+  // (1/R) temporary for each staging buffer.
+  const size_t temps = microbatch == 0 ? 0 : (two ? staging_two : staging_one) / size_t(R);
+  CHECK(dist.param_grad_bytes == size_t(shard) * 8 + (two ? staging_two : staging_one) + temps);
   CHECK(max_ranks(std::fabs(double(shard) * 8 - double(one.param_grad_bytes) / R) / (double(one.param_grad_bytes) / R))
         < 0.10);
   CHECK(dist.comm_bytes == (two ? gathers_two : gathers_one));
