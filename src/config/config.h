@@ -50,12 +50,12 @@ struct OptimizerCfg {
   double eps = 1e-8;
   double weight_decay = 0.01;
   std::optional<double> max_grad_norm;  // null: no clipping
-  std::optional<bool> in_backward;      // AdamW for each unit as soon as its gradient is final (strategy none,
-                                        //   no clipping); gradients then live per unit, never all at once;
+  std::optional<bool> in_backward;      // AdamW for each unit as soon as its gradient is final (strategy none or
+                                        //   fsdp, no clipping); gradients then live per unit, never all at once;
                                         //   null (auto): resolve.cpp turns it on wherever it can run
-  std::optional<bool> in_gemm;          // with in_backward: each weight matrix's AdamW in the epilogue of its weight-
+  std::optional<bool> in_gemm;          // with in_backward (strategy none): each weight matrix's AdamW in the epilogue of its weight-
                                         //   gradient product on the step's last microbatch (Backend::matmul_dw_adamw);
-                                        //   null (auto): resolve.cpp turns it on for cuda bf16 with in_backward
+                                        //   null (auto): resolve.cpp turns it on for none, cuda bf16, in_backward
   int in_gemm_min_elements = 1 << 23;   // in_gemm: only products [M, N] of at least this many elements
                                         //   (smaller ones lose: kernels/dw_adamw/NOTES.md)
   bool stochastic_rounding = false;     // bf16_pure: round the updated weights stochastically (else to nearest)

@@ -5,8 +5,8 @@
 // Shards. Every unit of the flat layout (model.h: the embedding, each block, the head) is padded to a multiple of N *
 // ParamLayout::kAlign elements and cut into N equal shards; rank r keeps shard r of every unit, concatenated in unit
 // order into one flat shard buffer [S] (S = sum of the units' padded sizes / N): the fp32 master weights
-// (Category::parameters), the fp32 gradient accumulator (Category::gradients), AdamW's m and v (one AdamW over the
-// whole [S]) and, in mixed precision, the bf16 working copy that AdamW writes in its own pass. The padding is zero in
+// (Category::parameters), the fp32 gradient accumulator (Category::gradients; with optimizer.in_backward only where a
+// step has several microbatches, below), AdamW's m and v (one AdamW over the whole [S]) and, in mixed precision, the bf16 working copy that AdamW writes in its own pass. The padding is zero in
 // the weights and in every gradient that reaches it, so AdamW leaves it zero (m = v = 0, weight decay of 0 is 0). The
 // RMSNorm gains are sharded like everything else (one collective per unit either way).
 //
@@ -33,8 +33,8 @@
 // Category::gradients: they hold the backward's full-size unit gradient, the role of DDP's flat gradient buffer) with
 // accumulate = false; the elements no parameter covers (alignment gaps, padding) are zeroed at acquire, since the
 // buffer may hold another unit's gradient there. release() issues the asynchronous reduce_scatter (sum) of it: on the
-// step's first microbatch straight into the unit's slice of the accumulator, on later microbatches into a shard-sized
-// temporary (one per staging buffer) that is added to the accumulator once the reduce-scatter is done (when the staging
+// step's first microbatch straight into the unit's slice of the accumulator (in_backward with one microbatch: into the
+// temporary below), on later microbatches into a shard-sized temporary (one per staging buffer) that is added to the accumulator once the reduce-scatter is done (when the staging
 // buffer is next acquired, or in finish_backward). Memory stays sharded: nothing full-size outlives a use.
 // finish_backward() waits for the outstanding reduce-scatters.
 //
@@ -43,13 +43,16 @@
 // (master, m, v and the bf16 working copy) from the reduce_scatter's output, the slot's temporary where a step has one
 // microbatch (then no fp32 accumulator exists: 4 bytes a shard element less) or the accumulator after the temporary's
 // add; each unit's sum of g^2 goes to its slot of a small device buffer for the step's norm. Safe without events of its
-// own: the update is enqueued on the compute stream after the reduce_scatter's wait, the unit's backward is its last
-// use in the step (no later gather reads the shards it writes), and the next step's gathers are ordered after it as
-// after the optimizer step.
+// own: the update is enqueued on the compute stream after the reduce_scatter's wait; every earlier gather of the unit
+// has read its shards before (waited for at acquire with NCCL; copied at issue with MPI); the unit's backward is its
+// last use in the step (no later gather reads the shards it writes); the next step's gathers are ordered after it as
+// after the optimizer step. The constructor refuses in_backward with clipping (max_grad_norm), which needs the norm
+// of every unit's gradient before any update.
 //
 // Norm and step: grad_norm() is sqrt(sum over ranks of the shard's sum of squares) (the global norm over all shards,
-// equal to one process's); optimizer_step() runs AdamW on the shards only: there is no gather after it, the next
-// forward's gathers read the updated shards. The full parameters exist only gathered: gathered_param() all-gathers a
+// equal to one process's); optimizer_step() runs AdamW on the shards only (with in_backward: nothing but the norm,
+// the sum over ranks of the updates' sums of g^2): there is no gather after it, the next forward's gathers read the
+// updated shards. The full parameters exist only gathered: gathered_param() all-gathers a
 // unit's master (or gradient) shards (collective) into one buffer, which gather_params() makes.
 //
 // Not done (issue 16): reduce_dtype bf16 (the communicators have no bf16 reduce-scatter yet; config refuses it);
@@ -82,6 +85,9 @@ class Fsdp final : public Strategy {
         in_backward_(optimizer.in_backward.value_or(false)) {
     CONFIG_CHECK(parallel.prefetch_layers >= 0, "parallel.prefetch_layers must be >= 0, got {}",
                  parallel.prefetch_layers);
+    CONFIG_CHECK(!in_backward_ || !optimizer.max_grad_norm,
+                 "optimizer: in_backward updates each unit before the global gradient norm is known, so it cannot clip "
+                 "(optimizer.max_grad_norm {})", optimizer.max_grad_norm.value_or(0.0));
     CONFIG_CHECK(parallel.reduce_dtype == "fp32",
                  "parallel: reduce_dtype '{}' is not supported by fsdp (its gradients are reduce-scattered in fp32)",
                  parallel.reduce_dtype);
@@ -176,7 +182,8 @@ class Fsdp final : public Strategy {
   void begin_microbatch(int m, int n_micro) override {
     Strategy::begin_microbatch(m, n_micro);
     if (m == 0) timer_.begin_step();
-    if (!grad_ && (n_micro > 1 || !update_now_)) make_accumulator();  // in_backward: the sum over microbatches
+    // in_backward: the sum over microbatches, or a step without an update (begin_step(lr, false), or none called)
+    if (!grad_ && (n_micro > 1 || !update_now_)) make_accumulator();
     full_.reset();  // gathered_param's buffer lives only between steps
     full_unit_ = -1;
   }
@@ -448,7 +455,7 @@ class Fsdp final : public Strategy {
   Buffer master_, grad_, work_;            // f32, f32, compute dtype [shard_total] (work_ only in mixed precision;
                                            // grad_ with in_backward only for steps of several microbatches)
   const bool in_backward_;                 // optimizer.in_backward: AdamW per unit as its reduce_scatter lands
-  bool update_now_ = true;                 // this step ends with an update (begin_step)
+  bool update_now_ = false;                // this step ends with an update (begin_step): without one, the accumulator
   Buffer sumsq_;                           // in_backward: f64 [units], each unit's sum of g^2 in its update
   std::unique_ptr<AdamW> adamw_;           // m, v [shard_total]
   std::vector<int64_t> padded_;            // [units] each unit's padded size

@@ -50,6 +50,7 @@ HostNeed host_memory_needed(const RunConfig& cfg, int world_size, int local_rank
   const double p = model_param_count(cfg.model), w = world_size;
   const std::string& s = cfg.parallel.strategy;
   // bytes of an element: bf16_pure keeps weights, gradients and m, v in bf16; in_backward has no flat gradients
+  // (fsdp's accumulator exists where a step has several microbatches: this stays a lower bound)
   const double e = cfg.precision == "bf16_pure" ? 2 : 4;
   const double weights = e * p / (s == "fsdp" ? w : 1);
   const double grads = cfg.optimizer.in_backward.value_or(false) ? 0 : e * p / (s == "fsdp" ? w : 1);

@@ -978,6 +978,32 @@ TEST_CASE("fsdp: optimizer.in_backward updates each unit from its reduce_scatter
     CHECK(got.param_grad_bytes == after.param_grad_bytes);
 }
 
+TEST_CASE("fsdp (GPU, comm mpi): optimizer.in_backward gives the weights of the update after the backward, bit for "
+          "bit (the bf16 working copy refreshed per unit)", "[dist][fsdp][cuda]") {
+  if (!cuda_available()) {
+    WARN("no GPU: skipped");
+    return;
+  }
+  const int microbatch = GENERATE(0, 1);  // 1: 2 microbatches per rank (the accumulator is kept)
+  CAPTURE(microbatch);
+  RunSpec s;
+  s.cuda_bf16 = true;
+  s.strategy = "fsdp";
+  s.max_grad_norm = std::nullopt;
+  s.batch = 2 * world_size();
+  s.microbatch = microbatch;
+  s.in_backward = false;
+  const RunOut after = run(s, true);
+  s.in_backward = true;
+  const RunOut got = run(s, true);
+  // The same reduce-scatters (mpi: summed on the host, in rank order) and the same elementwise AdamW per element; the
+  // next step's gathers read the working copy each unit's update refreshed, so the losses show a stale one.
+  CHECK(got.losses == after.losses);
+  CHECK(got.params == after.params);
+  if (microbatch == 0) CHECK(got.param_grad_bytes < after.param_grad_bytes);  // no accumulator
+  CHECK(rel_diff(got.params, run(RunSpec{.steps = 0, .cuda_bf16 = true}, true).params, got.params.size()) > 1e-4);
+}
+
 TEST_CASE("fsdp: a use out of the schedule's order is an error", "[dist][fsdp]") {
   RunSpec spec;
   spec.strategy = "fsdp";

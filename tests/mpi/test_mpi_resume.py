@@ -85,13 +85,19 @@ def same(a, b):
         assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and bool((a[k] == b[k]).all()), k
 
 
-@pytest.mark.parametrize("strategy", ["zero1", "ddp_bucketed", "fsdp"])
-def test_two_ranks_resume_bitwise(tmp_path, strategy):
-    ps = f"parallel.strategy={strategy}"
-    ref = trainer(tmp_path, "s", 4, 2, ps, f"output.checkpoint={tmp_path / 's'}")
+@pytest.mark.parametrize("strategy,sets", [
+    ("zero1", []), ("ddp_bucketed", []), ("fsdp", []),
+    # without clipping fsdp resolves optimizer.in_backward on (each unit updated as its reduce_scatter lands; with one
+    # microbatch no gradient accumulator), with two microbatches the accumulator is kept
+    ("fsdp", ["optimizer.max_grad_norm=null"]), ("fsdp", ["optimizer.max_grad_norm=null", "data.microbatch_size=1"]),
+])
+def test_two_ranks_resume_bitwise(tmp_path, strategy, sets):
+    ps = [f"parallel.strategy={strategy}", *sets]
+    ref = trainer(tmp_path, "s", 4, 2, *ps, f"output.checkpoint={tmp_path / 's'}")
+    assert ref["config"]["optimizer"]["in_backward"] == ("optimizer.max_grad_norm=null" in sets)
     ck = tmp_path / "ck"
-    a = trainer(tmp_path, "a", 2, 2, ps, f"output.checkpoint={ck}")
-    b = trainer(tmp_path, "b", 4, 2, ps, f"output.checkpoint={ck}", f"init.resume={ck}")
+    a = trainer(tmp_path, "a", 2, 2, *ps, f"output.checkpoint={ck}")
+    b = trainer(tmp_path, "b", 4, 2, *ps, f"output.checkpoint={ck}", f"init.resume={ck}")
     assert a["loss"]["per_step"] + b["loss"]["per_step"] == ref["loss"]["per_step"]
     assert a["grad_norm"]["per_step"] + b["grad_norm"]["per_step"] == ref["grad_norm"]["per_step"]
     w, shards, m = newest(ck)
