@@ -6,9 +6,10 @@
 // ParamLayout::kAlign elements and cut into N equal shards; rank r keeps shard r of every unit, concatenated in unit
 // order into one flat shard buffer [S] (S = sum of the units' padded sizes / N): the fp32 master weights
 // (Category::parameters), the fp32 gradient accumulator (Category::gradients; with optimizer.in_backward only where a
-// step has several microbatches, below), AdamW's m and v (one AdamW over the whole [S]) and, in mixed precision, the bf16 working copy that AdamW writes in its own pass. The padding is zero in
-// the weights and in every gradient that reaches it, so AdamW leaves it zero (m = v = 0, weight decay of 0 is 0). The
-// RMSNorm gains are sharded like everything else (one collective per unit either way).
+// step has several microbatches, below), AdamW's m and v (one AdamW over the whole [S]) and, in mixed precision, the
+// bf16 working copy that AdamW writes in its own pass. The padding is zero in the weights and in every gradient that
+// reaches it, so AdamW leaves it zero (m = v = 0, weight decay of 0 is 0). The RMSNorm gains are sharded like
+// everything else (one collective per unit either way).
 //
 // Weights (the model's ParamResidency: model/residency.h). begin_schedule() gives the microbatch's uses in order;
 // consecutive uses of one unit that read weights share one "gather" (recompute of block l followed by its backward),
@@ -34,9 +35,9 @@
 // accumulate = false; the elements no parameter covers (alignment gaps, padding) are zeroed at acquire, since the
 // buffer may hold another unit's gradient there. release() issues the asynchronous reduce_scatter (sum) of it: on the
 // step's first microbatch straight into the unit's slice of the accumulator (in_backward with one microbatch: into the
-// temporary below), on later microbatches into a shard-sized temporary (one per staging buffer) that is added to the accumulator once the reduce-scatter is done (when the staging
-// buffer is next acquired, or in finish_backward). Memory stays sharded: nothing full-size outlives a use.
-// finish_backward() waits for the outstanding reduce-scatters.
+// temporary below), on later microbatches into a shard-sized temporary (one per staging buffer) that is added to the
+// accumulator once the reduce-scatter is done (when the staging buffer is next acquired, or in finish_backward). Memory
+// stays sharded: nothing full-size outlives a use. finish_backward() waits for the outstanding reduce-scatters.
 //
 // With optimizer.in_backward (no clipping; the default then), on the step's last microbatch each gradient-writing use's
 // slot also carries an update: once its reduce_scatter is done (drain) AdamW::step_range updates the unit's shards
@@ -46,14 +47,14 @@
 // own: the update is enqueued on the compute stream after the reduce_scatter's wait; every earlier gather of the unit
 // has read its shards before (waited for at acquire with NCCL; copied at issue with MPI); the unit's backward is its
 // last use in the step (no later gather reads the shards it writes); the next step's gathers are ordered after it as
-// after the optimizer step. The constructor refuses in_backward with clipping (max_grad_norm), which needs the norm
-// of every unit's gradient before any update.
+// after the optimizer step. The constructor refuses in_backward with clipping (max_grad_norm), which needs the norm of
+// every unit's gradient before any update.
 //
 // Norm and step: grad_norm() is sqrt(sum over ranks of the shard's sum of squares) (the global norm over all shards,
-// equal to one process's); optimizer_step() runs AdamW on the shards only (with in_backward: nothing but the norm,
-// the sum over ranks of the updates' sums of g^2): there is no gather after it, the next forward's gathers read the
-// updated shards. The full parameters exist only gathered: gathered_param() all-gathers a
-// unit's master (or gradient) shards (collective) into one buffer, which gather_params() makes.
+// equal to one process's); optimizer_step() runs AdamW on the shards only (with in_backward: nothing but the norm, the
+// sum over ranks of the updates' sums of g^2): there is no gather after it, the next forward's gathers read the updated
+// shards. The full parameters exist only gathered: gathered_param() all-gathers a unit's master (or gradient) shards
+// (collective) into one buffer, which gather_params() makes.
 //
 // Not done (issue 16): reduce_dtype bf16 (the communicators have no bf16 reduce-scatter yet; config refuses it);
 // prefetch across microbatches (the next microbatch's first gathers are issued at its begin_schedule).
@@ -169,7 +170,8 @@ class Fsdp final : public Strategy {
       staging_[c].resize(size_t(bufs_.staging[c]));  // made at the first backward use (forward-only: none)
       next_slot_[c] = 0;
       if (bufs_.gathers[c] + bufs_.staging[c] > 0)
-        held += fmt::format("{}{} gather ({}) and {} staging (f32) buffer(s) of {} elements", held.empty() ? "" : "; ",
+        held += fmt::format("{}{} gather ({}) and {} staging (f32, made at the first backward) buffer(s) of {} "
+                            "elements", held.empty() ? "" : "; ",
                             bufs_.gathers[c], dtype_name(cdtype_), bufs_.staging[c], bufs_.elems(c));
     }
     spdlog::info("fsdp: each of {} ranks keeps {} of {} parameters' elements ({} units, padded; fp32 {}); AdamW "

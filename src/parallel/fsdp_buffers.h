@@ -8,10 +8,11 @@
 // elements, larger ones "large" buffers of the largest padded unit. The split whose buffers (gather and staging, as a
 // training run holds them) take the fewest bytes wins, one class (split = largest) on a tie: the 8B's embedding and
 // head (vocab x d_model, 1.16 GiB of bf16 each) are large and its blocks (0.38 GiB) small; tiny's blocks are its
-// largest units, its embedding and head small from prefetch_layers 1 on (at 0 one class is smaller); xl keeps one
-// class while D <= its 32 layers (every D gathers in a row are then blocks, 4x its embedding). A class's buffers
-// rotate among its own gathers (or gradient-writing uses) in schedule order. Not counted in the choice: the
-// shard-sized temporaries of the staging buffers (1/N of them) and that a forward-only run makes no staging buffer.
+// largest units, its embedding and head small at prefetch_layers 2 and from 5 on (2 ranks; one class is smaller at 0
+// and 1 and ties at 3 and 4); xl keeps one class while D <= its 32 layers (every D gathers in a row are then blocks, 4x
+// its embedding). A class's buffers rotate among its own gathers (or gradient-writing uses) in schedule order. Not
+// counted in the choice: the shard-sized temporaries of the staging buffers (1/N of them) and that a forward-only run
+// makes no staging buffer.
 //
 // Gather counts. Gather j is issued when gather j - D's last use is released (D = `distance`, fsdp's prefetch_layers
 // + 1 capped at the gathers of a training microbatch), so when it is issued, gathers j - D + 1 .. j are the ones in
