@@ -133,8 +133,7 @@ class Fsdp final : public Strategy {
     grad_.reset();
     if (!in_backward_) make_accumulator();  // in_backward: only for steps of several microbatches
     if (in_backward_) {  // each unit's sum of g^2 from its update, for the step's norm
-      sumsq_ = be_.alloc(units_.size() * 8, Category::optimizer);
-      be_.fill(Tensor(sumsq_.data(), DType::f32, be_.device(), {int64_t(units_.size()) * 2}), 0.f);
+      sumsq_ = make_sumsq_slots(be_, int64_t(units_.size()));
     }
     // This rank's piece of every parameter, from the model's weight source (the same on every rank: init_random's
     // seed or the loaded file), written at its place in the shard; the rest (padding) stays zero.
@@ -192,10 +191,8 @@ class Fsdp final : public Strategy {
 
   void begin_schedule(const std::vector<UnitUse>& uses) override {
     TRAINER_CHECK(model_ != nullptr, "fsdp: begin_schedule before setup");
-    for (const UnitUse& u : uses)
-      TRAINER_CHECK(u.unit >= 0 && size_t(u.unit) < units_.size(), "fsdp: schedule names unit {} of {}", u.unit,
-                    units_.size());
-    const std::vector<int> slots = fsdp_gather_slots(bufs_, padded_, uses);  // (throws before anything changes)
+    // checks the units and the buffers' fit (throws before anything changes)
+    const std::vector<int> slots = fsdp_gather_slots(bufs_, padded_, uses);
     uses_ = uses;
     cursor_ = 0;
     gathers_.clear();
@@ -431,13 +428,7 @@ class Fsdp final : public Strategy {
   }
 
   /// (syncs) This rank's sum of g^2 over the step's unit updates (in_backward), added in unit order.
-  double slots_sum() {
-    std::vector<double> h(units_.size());
-    be_.copy_to_host(h.data(), sumsq_.data(), h.size() * 8);
-    double s = 0;
-    for (double x : h) s += x;
-    return s;
-  }
+  double slots_sum() { return sum_sumsq_slots(be_, sumsq_, units_.size()); }
 
   double sum_over_ranks(double local) {
     double total = local;

@@ -40,8 +40,7 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
     // The sums of g^2 of the step's updates, read by step_grad_norm(): with in_backward one per unit, then (in_gemm)
     // one per parameter (a matrix's update, or a run of others starting there); else the sum and the clip factor.
     const int64_t slots = in_backward_ ? lay.num_units() + int64_t(lay.params().size()) : 2;
-    sumsq_ = be_.alloc(size_t(slots) * 8, Category::optimizer);
-    be_.fill(Tensor(sumsq_.data(), DType::f32, be_.device(), {slots * 2}), 0.f);
+    sumsq_ = make_sumsq_slots(be_, slots);
     if (!in_backward_) return;
     unit_grads_.resize(size_t(lay.num_units()));
     gaps_.resize(size_t(lay.num_units()));
@@ -221,11 +220,7 @@ class NoneStrategy final : public Strategy, public WeightUpdate {
     return model_->params_work().data == model_->params().data ? Tensor() : model_->params_work();
   }
   double slots_sum() {  // (syncs) the updates' sums of g^2, added in unit order
-    std::vector<double> h(in_backward_ ? sumsq_.bytes() / 8 : 1);
-    be_.copy_to_host(h.data(), sumsq_.data(), h.size() * 8);
-    double s = 0;
-    for (double x : h) s += x;
-    return s;
+    return sum_sumsq_slots(be_, sumsq_, in_backward_ ? sumsq_.bytes() / 8 : 1);
   }
   const OptimizerCfg optimizer_;  // the config section this strategy reads (a copy)
   const uint64_t seed_;           // init.seed (stochastic rounding)

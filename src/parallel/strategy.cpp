@@ -15,6 +15,20 @@ void Strategy::attach(Model& model) {
 
 UnitView Strategy::acquire(int unit, UnitPass pass) { return attached_->full_view(unit, pass); }
 
+Buffer make_sumsq_slots(Backend& be, int64_t n) {
+  Buffer b = be.alloc(size_t(n) * 8, Category::optimizer);
+  be.fill(Tensor(b.data(), DType::f32, be.device(), {n * 2}), 0.f);  // (f64 zero: all-zero bits, as f32's)
+  return b;
+}
+
+double sum_sumsq_slots(Backend& be, const Buffer& slots, size_t n) {
+  std::vector<double> h(n);
+  be.copy_to_host(h.data(), slots.data(), n * 8);
+  double s = 0;
+  for (double x : h) s += x;
+  return s;
+}
+
 Tensor Strategy::gathered_param(const ParamInfo& p, bool grad) {
   return (grad ? attached_->grads() : attached_->params()).slice(p.offset, {p.numel});
 }

@@ -125,6 +125,12 @@ std::vector<char> in_gemm_fused(const ParamLayout& layout, int64_t min_elements)
 /// The products it so fuses, and all products of the blocks and the head (the plan's and the log's "N of M").
 std::pair<int, int> in_gemm_fused_products(const ParamLayout& layout, int64_t min_elements);
 
+/// `n` f64 slots on the device (Category::optimizer), zeroed: where AdamW writes each update's sum of g^2
+/// (AdamW::step_range's sumsq_to; optimizer.in_backward's per-unit updates, none and fsdp).
+Buffer make_sumsq_slots(Backend& be, int64_t n);
+/// (syncs) The sum of slots [0, n) of such a buffer, added in slot order (unit order: the same on every run).
+double sum_sumsq_slots(Backend& be, const Buffer& slots, size_t n);
+
 /// The strategy named by cfg.parallel.strategy. comm may be null only for "none".
 std::unique_ptr<Strategy> make_strategy(const RunConfig& cfg, Backend& be, Communicator* comm);
 

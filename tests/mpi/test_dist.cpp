@@ -867,6 +867,25 @@ TEST_CASE("fsdp: training on N ranks equals one process (odd widths, microbatche
   CHECK(got.gnorms.front() > 0.05);  // clipping is active
 }
 
+/// fsdp's unit sizes on R ranks, computed here: each unit padded to a multiple of R * kAlign, 1/R of it per rank.
+struct FsdpUnits {
+  int layers;  // L: units 1 .. L are the blocks, 0 the embedding, L + 1 the head
+  int64_t shard, largest, block, vocab;  // elements: a rank's shards; padded: the largest unit, a block, max(e, h)
+};
+FsdpUnits fsdp_units(const ModelCfg& model, int R) {
+  const ParamLayout layout(model_dims(model));
+  FsdpUnits f{layout.num_units() - 2, 0, 0, 0, 0};
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const int64_t n = layout.unit_end(u) - layout.unit_begin(u);
+    const int64_t padded = (n + R * ParamLayout::kAlign - 1) / (R * ParamLayout::kAlign) * (R * ParamLayout::kAlign);
+    f.shard += padded / R;
+    f.largest = std::max(f.largest, padded);
+    if (u == 1) f.block = padded;
+    if (u == 0 || u == f.layers + 1) f.vocab = std::max(f.vocab, padded);
+  }
+  return f;
+}
+
 TEST_CASE("fsdp: optimizer state, parameters and gradients are 1/N per rank plus the gather and staging buffers",
           "[dist][fsdp]") {
   const int R = world_size();
@@ -884,19 +903,8 @@ TEST_CASE("fsdp: optimizer state, parameters and gradients are 1/N per rank plus
   t.microbatch = microbatch;
   if (wide_vocab) t.model = odd_model();
   const RunOut one = run(t, false), dist = run(t, true);
-  // The shard layout, computed here: each unit padded to a multiple of R * kAlign, 1/R of it per rank.
-  const ParamLayout layout(model_dims(t.model));
-  const int L = layout.num_units() - 2;
+  const auto [L, shard, largest, block, vocab] = fsdp_units(t.model, R);
   REQUIRE(L >= 2);
-  int64_t shard = 0, largest = 0, block = 0, vocab = 0;  // padded: the largest unit, a block, the larger of e and h
-  for (int u = 0; u < layout.num_units(); ++u) {
-    const int64_t n = layout.unit_end(u) - layout.unit_begin(u);
-    const int64_t padded = (n + R * ParamLayout::kAlign - 1) / (R * ParamLayout::kAlign) * (R * ParamLayout::kAlign);
-    shard += padded / R;
-    largest = std::max(largest, padded);
-    if (u == 1) block = padded;
-    if (u == 0 || u == L + 1) vocab = std::max(vocab, padded);
-  }
   // The buffers (fp32 run: f32 gathers) in closed form for the gathers e b_1 .. b_L h b_L .. b_1, D = prefetch + 1
   // of them ahead (at most all 2 L + 2), and the gradient-writing uses h b_L .. b_1 e: one size class of the largest
   // unit (D gather buffers, 2 staging: the blocks' backwards follow each other), or the blocks in one class and the
@@ -960,16 +968,7 @@ TEST_CASE("fsdp: optimizer.in_backward updates each unit from its reduce_scatter
   // Memory: with one microbatch the fp32 accumulator (4 bytes a shard element) is gone, and each staging buffer has
   // a shard-sized temporary for its reduce_scatter's output instead: 2 of a block's and 1 of the embedding / head's
   // (odd_model's classes); with two microbatches both runs hold the accumulator and the temporaries.
-  const ParamLayout layout(model_dims(s.model));
-  const int L = layout.num_units() - 2;
-  int64_t shard = 0, block = 0, vocab = 0;
-  for (int u = 0; u < layout.num_units(); ++u) {
-    const int64_t n = layout.unit_end(u) - layout.unit_begin(u);
-    const int64_t padded = (n + R * ParamLayout::kAlign - 1) / (R * ParamLayout::kAlign) * (R * ParamLayout::kAlign);
-    shard += padded / R;
-    if (u == 1) block = padded;
-    if (u == 0 || u == L + 1) vocab = std::max(vocab, padded);
-  }
+  const auto [L, shard, largest, block, vocab] = fsdp_units(s.model, R);
   INFO("params + grads: in_backward " << got.param_grad_bytes << " B, after the backward " << after.param_grad_bytes
        << " B; shard " << shard << ", block " << block << ", embedding / head " << vocab);
   if (microbatch == 0)
