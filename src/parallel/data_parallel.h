@@ -103,7 +103,9 @@ class DdpStrategy : public Strategy {
 
 /// The data-parallel strategies and fsdp (one file each; make_strategy picks one): `comm` is the run's Communicator
 /// over every rank (not null; owned by the caller, alive as long as the strategy); `be` runs the model and the
-/// optimizer. They raise ConfigError for a parallel section they cannot serve (fsdp: reduce_dtype bf16).
+/// optimizer. They raise ConfigError for a parallel section they cannot serve (fsdp: reduce_dtype bf16). fsdp's
+/// `backward`: whether the run's microbatches go backward (false: bench.phase forward; no gradient accumulator or
+/// staging buffer, gather buffers for the forward-only schedule only).
 std::unique_ptr<Strategy> make_ddp_naive_strategy(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be,
                                                   Communicator* comm);
 std::unique_ptr<Strategy> make_ddp_flat_strategy(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be,
@@ -115,6 +117,6 @@ std::unique_ptr<Strategy> make_ddp_bucketed_strategy(const ParallelCfg& parallel
 std::unique_ptr<Strategy> make_zero1_strategy(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be,
                                               Communicator* comm);
 std::unique_ptr<Strategy> make_fsdp_strategy(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be,
-                                             Communicator* comm);
+                                             Communicator* comm, bool backward);
 
 }  // namespace trainer

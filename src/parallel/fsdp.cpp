@@ -6,7 +6,7 @@
 // ParamLayout::kAlign elements and cut into N equal shards; rank r keeps shard r of every unit, concatenated in unit
 // order into one flat shard buffer [S] (S = sum of the units' padded sizes / N): the fp32 master weights
 // (Category::parameters), the fp32 gradient accumulator (Category::gradients; with optimizer.in_backward only where a
-// step has several microbatches, below), AdamW's m and v (one AdamW over the whole [S]) and, in mixed precision, the
+// step has several microbatches, below; none in a run whose microbatches have no backward), AdamW's m and v (one AdamW over the whole [S]) and, in mixed precision, the
 // bf16 working copy that AdamW writes in its own pass. The padding is zero in the weights and in every gradient that
 // reaches it, so AdamW leaves it zero (m = v = 0, weight decay of 0 is 0). The RMSNorm gains are sharded like
 // everything else (one collective per unit either way).
@@ -16,8 +16,9 @@
 // uses that read no weights (the embedding's backward) have none. Gather j all-gathers the unit's shards in the compute
 // dtype (bf16 working copy in mixed precision, the fp32 master in fp32 runs) into a buffer of its unit's size class
 // (fsdp_buffers.h: block-sized and vocabulary-sized buffers, Category::communication, held for the run; each class's
-// gathers rotate through its buffers), asynchronously. With D = prefetch_layers + 1 (at most the training schedule's
-// gathers, 2 x layers + 2 unless a recomputed segment spans several blocks: more would stay unused), gathers 0 .. D - 1
+// gathers rotate through its buffers; sized for the run's schedule: the training one, or the forward-only one in a
+// run without a backward), asynchronously. With D = prefetch_layers + 1 (at most the schedule's gathers: a training
+// one has 2 x layers + 2 unless a recomputed segment spans several blocks; more would stay unused), gathers 0 .. D - 1
 // are issued at begin_schedule; gather j + D is issued when gather j's last use is released (before that use's
 // reduce_scatter, which nothing reads before the backward ends: on the one collective stream the gather would otherwise
 // wait for it), so `prefetch_layers` gathers are in flight or ready ahead of the one in use, and a buffer is written
@@ -77,13 +78,14 @@ int64_t round_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
 class Fsdp final : public Strategy {
  public:
-  Fsdp(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be, Communicator* comm)
+  Fsdp(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be, Communicator* comm, bool backward)
       : parallel_(parallel),
         optimizer_(optimizer),
         be_(be),
         comm_(checked(comm)),
         timer_(be, *comm),
-        in_backward_(optimizer.in_backward.value_or(false)) {
+        in_backward_(optimizer.in_backward.value_or(false)),
+        backward_(backward) {
     CONFIG_CHECK(parallel.prefetch_layers >= 0, "parallel.prefetch_layers must be >= 0, got {}",
                  parallel.prefetch_layers);
     CONFIG_CHECK(!in_backward_ || !optimizer.max_grad_norm,
@@ -131,7 +133,7 @@ class Fsdp final : public Strategy {
     master_ = be_.alloc(size_t(shard_total_) * 4, Category::parameters);
     be_.fill(master(), 0.f);
     grad_.reset();
-    if (!in_backward_) make_accumulator();  // in_backward: only for steps of several microbatches
+    if (!in_backward_ && backward_) make_accumulator();  // in_backward: only for steps of several microbatches
     if (in_backward_) {  // each unit's sum of g^2 from its update, for the step's norm
       sumsq_ = make_sumsq_slots(be_, int64_t(units_.size()));
     }
@@ -153,13 +155,14 @@ class Fsdp final : public Strategy {
     }
     adamw_ = std::make_unique<AdamW>(be_, shard_total_, optimizer_);
 
-    // The gather and staging buffers in their size classes (fsdp_buffers.h), counted over the training and the
-    // forward-only microbatch: no more gathers ahead than a training microbatch has (2 x layers + 2, more where a
-    // recomputed segment spans several blocks: its recompute and each block's backward are apart).
+    // The gather and staging buffers in their size classes (fsdp_buffers.h), counted over the run's microbatch
+    // schedule (a training one serves a forward-only microbatch too: its gathers begin the same): no more gathers
+    // ahead than it has (training: 2 x layers + 2, more where a recomputed segment spans several blocks, its
+    // recompute and each block's backward apart; forward-only: layers + 2, and no staging buffer).
     padded_.clear();
     for (const Unit& x : units_) padded_.push_back(x.padded);
-    bufs_ = plan_fsdp_buffers(padded_, {model.unit_schedule(/*backward_next=*/true), model.unit_schedule(false)},
-                              parallel_.prefetch_layers, dtype_size(cdtype_));
+    bufs_ = plan_fsdp_buffers(padded_, {model.unit_schedule(/*backward_next=*/backward_)}, parallel_.prefetch_layers,
+                              dtype_size(cdtype_));
     std::string held;
     for (int c = 0; c < 2; ++c) {
       gather_bufs_[c].clear();
@@ -184,7 +187,7 @@ class Fsdp final : public Strategy {
     Strategy::begin_microbatch(m, n_micro);
     if (m == 0) timer_.begin_step();
     // in_backward: the sum over microbatches, or a step without an update (begin_step(lr, false), or none called)
-    if (!grad_ && (n_micro > 1 || !update_now_)) make_accumulator();
+    if (backward_ && !grad_ && (n_micro > 1 || !update_now_)) make_accumulator();
     full_.reset();  // gathered_param's buffer lives only between steps
     full_unit_ = -1;
   }
@@ -448,6 +451,7 @@ class Fsdp final : public Strategy {
   Buffer master_, grad_, work_;            // f32, f32, compute dtype [shard_total] (work_ only in mixed precision;
                                            // grad_ with in_backward only for steps of several microbatches)
   const bool in_backward_;                 // optimizer.in_backward: AdamW per unit as its reduce_scatter lands
+  const bool backward_;                    // the run's microbatches go backward (else: no gradient buffers at all)
   bool update_now_ = false;                // this step ends with an update (begin_step): without one, the accumulator
   Buffer sumsq_;                           // in_backward: f64 [units], each unit's sum of g^2 in its update
   std::unique_ptr<AdamW> adamw_;           // m, v [shard_total]
@@ -469,8 +473,8 @@ class Fsdp final : public Strategy {
 }  // namespace
 
 std::unique_ptr<Strategy> make_fsdp_strategy(const ParallelCfg& parallel, const OptimizerCfg& optimizer, Backend& be,
-                                             Communicator* comm) {
-  return std::make_unique<Fsdp>(parallel, optimizer, be, comm);
+                                             Communicator* comm, bool backward) {
+  return std::make_unique<Fsdp>(parallel, optimizer, be, comm, backward);
 }
 
 }  // namespace trainer

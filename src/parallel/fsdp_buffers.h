@@ -11,8 +11,8 @@
 // largest units, its embedding and head small at prefetch_layers 2 and from 5 on (2 ranks; one class is smaller at 0
 // and 1 and ties at 3 and 4); xl keeps one class while D <= its 32 layers (every D gathers in a row are then blocks, 4x
 // its embedding). A class's buffers rotate among its own gathers (or gradient-writing uses) in schedule order. Not
-// counted in the choice: the shard-sized temporaries of the staging buffers (1/N of them) and that a forward-only run
-// makes no staging buffer.
+// counted in the choice: the shard-sized temporaries of the staging buffers (1/N of them). A forward-only run plans
+// from its own schedule: no staging buffers, at most layers + 2 gathers ahead.
 //
 // Gather counts. Gather j is issued when gather j - D's last use is released (D = `distance`, fsdp's prefetch_layers
 // + 1 capped at the gathers of a training microbatch), so when it is issued, gathers j - D + 1 .. j are the ones in
@@ -49,7 +49,7 @@ struct FsdpBuffers {
 std::vector<int> gather_of_uses(const std::vector<UnitUse>& uses);
 
 /// fsdp's buffer classes for units of padded sizes `padded` [units] (elements) used in `schedules` (the model's
-/// training and forward-only microbatch orders; schedules[0] is the training one, whose gathers cap the distance),
+/// microbatch orders the run uses: the training one, or a forward-only run's; schedules[0]'s gathers cap the distance),
 /// with `prefetch_layers` >= 0 and gather elements of `gather_bytes`: the split (one of the padded sizes) whose
 /// buffers take the fewest bytes, the larger split (one class) on a tie. Schedules name units < padded.size().
 FsdpBuffers plan_fsdp_buffers(const std::vector<int64_t>& padded, const std::vector<std::vector<UnitUse>>& schedules,

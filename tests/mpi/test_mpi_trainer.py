@@ -348,6 +348,26 @@ def test_fsdp_peak_is_the_plans_with_a_checkpoint_and_in_a_one_step_run(tmp_path
     assert m["peak_bytes"] == m["predicted"]["peak_bytes"], (m["peak_bytes"], m["predicted"]["peak_bytes"])
 
 
+def test_fsdp_forward_only_run_holds_only_what_its_schedule_uses(tmp_path):
+    """A run of bench.phase forward makes no gradient buffer (accumulator, staging) and sizes its gather buffers from
+    the forward-only schedule (e b_1 b_2 h: at most 4 gathers ahead on tiny), where it had taken the training one's
+    (6 gathers: at prefetch 1000, 4 block buffers where 2 are used). Each peak is its plan's."""
+    comm = {}
+    for tag, sets in [("fwd_p1000", ["bench.phase=forward", "parallel.prefetch_layers=1000"]),
+                      ("fwd_p3", ["bench.phase=forward", "parallel.prefetch_layers=3"]),
+                      ("train_p1000", ["parallel.prefetch_layers=1000"])]:
+        p, _ = run(MPIRUN + ["-np", "2"] + train_args(tmp_path, tag, "parallel.strategy=fsdp", "output.checkpoint=null",
+                                                      *sets))
+        assert p.returncode == 0, p.stderr[-3000:]
+        m = json.loads((tmp_path / (tag + ".json")).read_text())["memory"]
+        assert m["peak_bytes"] == m["predicted"]["peak_bytes"], (tag, m["peak_bytes"], m["predicted"]["peak_bytes"])
+        if tag.startswith("fwd"):
+            assert m["category_peaks"]["gradients"] == 0, (tag, m["category_peaks"])
+        comm[tag] = m["category_peaks"]["communication"]
+    # prefetch 1000 and 3 both keep the whole forward schedule in flight (D = 4 gathers); training holds more
+    assert comm["fwd_p1000"] == comm["fwd_p3"] < comm["train_p1000"], comm
+
+
 class SlowTerminal:
     """A pseudo-terminal whose slave side (a character device, which write_file_atomic writes directly: no temporary
     file, no fsync) stands in for an output file: a write larger than what the terminal buffers (some 10s of KiB; the
