@@ -80,7 +80,9 @@ def gemm_summary(r):
     if not isinstance(g, dict):
         return "-"
     if not g.get("enabled"):
-        return "off" if get(r, "config", "gemm_autotune") is False else "- (cpu)"
+        if get(r, "config", "gemm_autotune") is not False:
+            return "- (cpu)"
+        return "off (deterministic)" if get(r, "config", "deterministic") is True else "off"
     if g.get("shapes") is None:
         return "on"
     ms = lambda k: "?" if g.get(k) is None else f"{g[k]:.2f}"

@@ -230,6 +230,14 @@ TEST_CASE("config: resolution of auto values, name and microbatch", "[config]") 
     CHECK(c.parallel.comm == "mpi");
     CHECK(c.name == "abc");
   }
+  SECTION("gemm_autotune null (auto): on unless deterministic; an explicit true with deterministic is refused") {
+    CHECK(load_doc(dir, doc).gemm_autotune == true);
+    CHECK(load_doc(dir, doc, {"deterministic=true"}).gemm_autotune == false);
+    CHECK(load_doc(dir, doc, {"deterministic=true", "gemm_autotune=false"}).gemm_autotune == false);
+    CHECK(load_doc(dir, doc, {"gemm_autotune=false"}).gemm_autotune == false);  // explicit: kept
+    CHECK_THROWS_WITH(load_doc(dir, doc, {"deterministic=true", "gemm_autotune=true"}),
+                      Catch::Contains("with deterministic true leave gemm_autotune null (auto: off) or false"));
+  }
   SECTION("optimizer.in_backward null (auto): on wherever it can run") {
     CHECK(load_doc(dir, doc).optimizer.in_backward == true);  // strategy none, no clipping, train_step
     CHECK(load_doc(dir, doc, {"optimizer.max_grad_norm=1.0"}).optimizer.in_backward == false);
@@ -715,6 +723,8 @@ TEST_CASE("config: to_json and from_json round-trip; optionals are null", "[conf
   const json d = RunConfig{};
   CHECK(d["optimizer"]["max_grad_norm"].is_null());
   CHECK(d["optimizer"]["in_backward"].is_null());  // auto
+  CHECK(d["gemm_autotune"].is_null());             // auto
+  CHECK(d["deterministic"] == false);
   CHECK(d["data"]["path"].is_null());
   CHECK(d["output"]["results"].is_null());
   CHECK(d["init"]["weights"].is_null());

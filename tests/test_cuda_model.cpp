@@ -182,8 +182,9 @@ TEST_CASE("cuda model: steps replayed from a CUDA graph equal uncaptured steps",
     return;
   }
   // The same run with cuda_graph false and true: the graph (captured at step 2, replayed from step 3) must give the
-  // same losses and gradient norms bit for bit where the kernels are deterministic (naive attention), and to
-  // rounding with flash2 (its backward sums dQ with atomics, so two uncaptured runs differ too). The cosine schedule
+  // same losses and gradient norms bit for bit where the kernels are deterministic (naive attention; flash2 with
+  // deterministic true, its dQ pass), and to rounding with flash2's default backward (it sums dQ with atomics, so two
+  // uncaptured runs differ too). The cosine schedule
   // with warm-up changes lr every step and bf16_pure's stochastic rounding changes its key every step: both reach
   // the replayed kernels through AdamW's device copy of the step values, so a stale capture would show here.
   struct Case {
@@ -194,7 +195,8 @@ TEST_CASE("cuda model: steps replayed from a CUDA graph equal uncaptured steps",
       "model.preset=tiny",         "device=cuda",         "data.source=random",
       "data.batch_size=4",         "bench.warmup_steps=1", "bench.measure_steps=6",
       "bench.log_every=0",         "optimizer.schedule=cosine", "optimizer.warmup_steps=3",
-      "optimizer.max_grad_norm=null", "gemm_autotune=false", "output.results=/tmp/trainer_test_graph.json"};
+      "optimizer.max_grad_norm=null", "gemm_autotune=false", "deterministic=true",
+      "output.results=/tmp/trainer_test_graph.json"};
   // gemm_autotune false: the tuning times candidates, so two runs may keep different algorithms (other summation
   // orders: fp32 losses then differ from step 1, which runs uncaptured in both).
   const std::vector<Case> cases = {
@@ -206,15 +208,18 @@ TEST_CASE("cuda model: steps replayed from a CUDA graph equal uncaptured steps",
       {{"precision=bf16_pure", "attention=naive", "optimizer.stochastic_rounding=true", "optimizer.in_backward=true"},
        0.0},
       {{"model.preset=small", "model.num_layers=2", "model.context_length=256", "precision=bf16", "attention=flash2",
-        "optimizer.in_backward=true", "checkpointing.policy=full"},
+        "optimizer.in_backward=true", "checkpointing.policy=full", "deterministic=false"},
        1e-4},  // d_head 64: the Hopper kernels (TMA descriptors are kernel arguments, captured by value)
       {{"model.preset=small", "model.num_layers=2", "model.context_length=256", "precision=bf16", "attention=flash2",
+        "optimizer.in_backward=true", "checkpointing.policy=full"},
+       0.0},  // the Hopper forward, the dQ pass's backward
+      {{"model.preset=small", "model.num_layers=2", "model.context_length=256", "precision=bf16", "attention=flash2",
         "optimizer.in_backward=true", "optimizer.in_gemm=true", "optimizer.in_gemm_min_elements=0"},
-       1e-4},  // the blocks' matrices updated inside their weight-gradient products (kernels/dw_adamw on sm_90)
+       0.0},  // the blocks' matrices updated inside their weight-gradient products (kernels/dw_adamw on sm_90)
       {{"model.preset=small", "model.num_layers=2", "model.context_length=256", "precision=bf16", "attention=flash2",
         "optimizer.in_backward=true", "optimizer.in_gemm=true", "optimizer.in_gemm_min_elements=0",
         "data.microbatch_size=2"},
-       1e-4},  // ... on the second microbatch, adding the first one's gradient (g_buf: a pointer the capture keeps)
+       0.0},  // ... on the second microbatch, adding the first one's gradient (g_buf: a pointer the capture keeps)
   };
   for (const Case& k : cases) {
     auto run = [&](bool graph) {
@@ -247,6 +252,38 @@ TEST_CASE("cuda model: steps replayed from a CUDA graph equal uncaptured steps",
     if (name.find("max_grad_norm") != std::string::npos)
       for (double g : graph["grad_norm"]["per_step"].get<std::vector<double>>()) CHECK(g > 0.05);
   }
+}
+
+TEST_CASE("cuda model: deterministic true repeats a flash2 run bit for bit", "[cuda][model][deterministic]") {
+  if (!cuda_available()) {
+    WARN("no CUDA device: skipped");
+    return;
+  }
+  // Two runs of one config with deterministic true: the same losses and gradient norms, bit for bit, at every step
+  // (the flash backward's dQ pass instead of its atomic adds; cuBLASLt's heuristic algorithms, gemm_autotune auto off).
+  // d_head 64 (small: the Hopper forward) and 80 (xl's); in_gemm auto (on: the fused dW + AdamW kernel on sm_90);
+  // full recompute too (the attention forward twice a step).
+  struct Width {
+    const char* d_model;
+    const char* heads;
+  };
+  for (Width w : {Width{"model.d_model=768", "model.num_heads=12"}, Width{"model.d_model=640", "model.num_heads=8"}})
+    for (const char* policy : {"checkpointing.policy=none", "checkpointing.policy=full"}) {
+      CAPTURE(w.d_model, policy);
+      const std::vector<std::string> set = {
+          "model.preset=small", "model.num_layers=2", "model.context_length=256", w.d_model, w.heads, policy,
+          "device=cuda",
+          "precision=bf16", "attention=flash2", "deterministic=true", "data.source=random", "data.batch_size=4",
+          "bench.warmup_steps=1", "bench.measure_steps=5", "bench.log_every=0", "optimizer.lr=1e-3",
+          "optimizer.max_grad_norm=null", "output.results=/tmp/trainer_test_deterministic.json"};
+      const auto a = run_train(load_config("", set, 1, true), RunContext{});
+      const auto b = run_train(load_config("", set, 1, true), RunContext{});
+      CHECK_FALSE(a["gemm_autotune"]["enabled"].get<bool>());
+      CHECK_THAT(a["gemm_autotune"]["why_not"].get<std::string>(), Catch::Contains("deterministic is true"));
+      for (const char* key : {"loss", "grad_norm"}) check_per_step(a, b, key, 6, 0.0, "first run", "second run");
+      const auto loss = a["loss"]["per_step"].get<std::vector<double>>();
+      CHECK(loss.back() != loss.front());  // the weights moved
+    }
 }
 
 TEST_CASE("cuda model: optimizer.in_gemm trains as in_backward does", "[cuda][model][dw_adamw]") {

@@ -220,7 +220,9 @@ TEST_CASE("flash2 backward workspace: the planner's H200 sizes equal the kernels
       s.B = sh.B, s.T = sh.T, s.H = sh.H, s.d_head = sh.d, s.causal = causal;
       CAPTURE(sh.B, sh.H, sh.T, sh.d, causal);
       const size_t kernels = flash::bwd_workspace_bytes(s, DType::bf16, false);
-      CHECK(cuda_sizes::flash_bwd_workspace_bytes_h200(s, DType::bf16) == kernels);
+      CHECK(cuda_sizes::flash_bwd_workspace_bytes_h200(s, DType::bf16, false) == kernels);
+      CHECK(cuda_sizes::flash_bwd_workspace_bytes_h200(s, DType::bf16, true) ==
+            flash::bwd_workspace_bytes(s, DType::bf16, true));
       // D, the dQ accumulators and their tile words; a split adds dK / dV's
       const size_t rows = size_t(s.B) * s.H * s.T, words = size_t(s.B) * s.H * size_t(cuda_sizes::flash_dq_tile_words_per_head(s.T));
       splits += kernels > cuda_sizes::align256(rows * 4) + cuda_sizes::align256(rows * s.d_head * 4) +

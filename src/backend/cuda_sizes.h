@@ -155,13 +155,14 @@ inline size_t flash_fwd_workspace_bytes_h200(const AttnShape& s, DType dtype) {
   const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T);
   return align256(splits * rows * size_t(s.d_head) * 4) + align256(splits * rows * 4);
 }
-/// FlashAttention-2 backward workspace on an H200 (approximation of flash::bwd_workspace_bytes, atomic mode): D
+/// FlashAttention-2 backward workspace on an H200 (approximation of flash::bwd_workspace_bytes). Atomic mode: D
 /// [B, H, T], the dQ accumulators [B, H, T, d] f32 and their tile words [B, H, ceil(T / 64)] u32, plus dK / dV
 /// accumulators where the dK/dV pass splits its query loop (flash_dkdv_chunk; for the Hopper kernel's tiles, 128 keys
 /// x 64 or 128 queries, and its rule where it runs; elsewhere taken as the same tiles under the mma.sync kernels'
-/// rule).
-inline size_t flash_bwd_workspace_bytes_h200(const AttnShape& s, DType dtype) {
+/// rule). Deterministic mode (dQ by a pass of its own): D only.
+inline size_t flash_bwd_workspace_bytes_h200(const AttnShape& s, DType dtype, bool deterministic) {
   const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T);
+  if (deterministic) return align256(rows * 4);
   size_t bytes = align256(rows * 4) + align256(rows * size_t(s.d_head) * 4) +
                  align256(size_t(s.B) * size_t(s.H) * size_t(flash_dq_tile_words_per_head(s.T)) * 4);
   const bool hopper = flash_bwd_uses_hopper_h200(s, dtype);

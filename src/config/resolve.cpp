@@ -1,5 +1,5 @@
 // Resolution of a read config: the preset's dims and every "auto" / 0 / null-for-auto value (device, attention,
-// parallel.comm, name, data.microbatch_size, optimizer.in_backward and in_gemm), before validation.
+// parallel.comm, name, data.microbatch_size, optimizer.in_backward and in_gemm, gemm_autotune), before validation.
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -75,6 +75,8 @@ void resolve(RunConfig& c, const std::string& path, int world_size, bool cuda_av
   if (!c.optimizer.in_gemm)
     c.optimizer.in_gemm =
         *c.optimizer.in_backward && c.parallel.strategy == "none" && c.device == "cuda" && c.precision == "bf16";
+  // gemm_autotune null (auto): on unless the run asks for repeatable bits (a timed choice can differ between runs)
+  if (!c.gemm_autotune) c.gemm_autotune = !c.deterministic;
   if (c.data.microbatch_size == 0 && world_size > 0) c.data.microbatch_size = c.data.batch_size / world_size;
 }
 

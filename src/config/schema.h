@@ -289,8 +289,16 @@ void fields(S& c, F&& f) {
     "model's GEMMs as three TF32 products of operands split into high and low parts (fp32-order error, about 2x "
     "the ieee GEMM rate on an H200; a workspace holds the split operands of the largest product; naive attention's "
     "products stay IEEE)"});
-  f("gemm_autotune", c.gemm_autotune, {{"true | false"},
-    "cuda: on the first call of each GEMM shape, time cuBLASLt's candidate algorithms and keep the fastest"});
+  f("gemm_autotune", c.gemm_autotune, {{"null | true | false"},
+    "cuda: on the first call of each GEMM shape, time cuBLASLt's candidate algorithms and keep the fastest (which "
+    "one wins can differ between runs); null (auto): true unless deterministic"});
+  f("deterministic", c.deterministic, {{"true | false"},
+    "cuda: two runs of one config on one GPU type give the same bits (losses, weights): the flash attention "
+    "backward sums dQ in a pass of its own instead of with fp32 atomic adds (the mma.sync kernels, not the Hopper "
+    "ones: slower), and gemm_autotune auto is off (cuBLASLt's heuristic algorithm, not a timed choice). false: "
+    "runs differ from the first update on in the last bits (the loss's ~6th digit). The cpu backend repeats at one "
+    "OpenBLAS thread count either way. Several GPUs add NCCL's reductions, whose repeatability this was not checked "
+    "for"});
   f("attention", c.attention, {{"{}", &kAttention},
     "auto: flash2 for bf16 on cuda, else naive (materialised scores)"});
   f("cuda_graph", c.cuda_graph, {{"true | false"},

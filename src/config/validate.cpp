@@ -177,6 +177,9 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
   check_enum(c.precision, kPrecisions, "precision");
   check_enum(c.attention, kAttention, "attention");
   check_enum(c.fp32_matmul, kFp32Matmul, "fp32_matmul");
+  CONFIG_CHECK(!c.deterministic || !c.gemm_autotune.value_or(false),
+               "gemm_autotune: true keeps the fastest of cuBLASLt's algorithms by timing, which can pick another one "
+               "in another run; with deterministic true leave gemm_autotune null (auto: off) or false");
   CONFIG_CHECK(c.precision != "bf16" || c.device == "cuda",
                "precision: bf16 needs device 'cuda' (the CPU backend is the fp32 reference; bf16_pure runs there with "
                "fp32 activations)");

@@ -211,9 +211,7 @@ nlohmann::json run_attention_bench(const RunConfig& cfg, const RunContext& ctx) 
 
 nlohmann::json run_attention_bench(const RunConfig& cfg, const RunContext& ctx, const AttentionBenchOptions& o) {
   const Device dev = cfg.device == "cuda" ? Device::cuda : Device::cpu;
-  BackendOptions bopts;
-  bopts.fp32_matmul = parse_fp32_matmul(cfg.fp32_matmul);
-  bopts.gemm_autotune = cfg.gemm_autotune;
+  const BackendOptions bopts = backend_options(cfg);
   const std::string description = make_backend(dev, ctx.local_rank, bopts)->description();
   spdlog::info("attention_bench on {}: grids {}, warm-up {}, iterations {}", description, o.grids.size(),
                o.warmup, o.iters);

@@ -25,6 +25,11 @@ struct PartialRunError : RuntimeError {
 };
 
 struct GemmTuning;
+struct BackendOptions;
+
+/// The backend options a run config asks for (fp32_matmul, gemm_autotune, deterministic; resolved config), for every
+/// backend a job or the planner makes. memory_timeline is left null.
+BackendOptions backend_options(const RunConfig& cfg);
 
 /// The record's gemm_autotune section: whether cuBLASLt autotuning ran (and why not), and the totals of `t` when
 /// given (shapes tuned, shapes that left the heuristic's first choice, one call of each shape with that first choice

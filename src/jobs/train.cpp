@@ -91,12 +91,21 @@ std::string cuda_graph_why_not(const RunConfig& c, int steps) {
 
 }  // namespace
 
+BackendOptions backend_options(const RunConfig& cfg) {
+  BackendOptions o;
+  o.fp32_matmul = parse_fp32_matmul(cfg.fp32_matmul);
+  o.gemm_autotune = cfg.gemm_autotune.value_or(!cfg.deterministic);
+  o.deterministic = cfg.deterministic;
+  return o;
+}
+
 nlohmann::json gemm_autotune_record(const RunConfig& cfg, const GemmTuning* t) {
-  const bool on = cfg.gemm_autotune && cfg.device == "cuda";
+  const bool wanted = backend_options(cfg).gemm_autotune, on = wanted && cfg.device == "cuda";
   nlohmann::json j = {{"enabled", on}};
   if (!on) {
-    j["why_not"] = cfg.gemm_autotune ? "the cpu backend (OpenBLAS) has no algorithms to choose from"
-                                     : "gemm_autotune is false: cuBLASLt's first (heuristic) algorithm is used";
+    j["why_not"] = wanted             ? "the cpu backend (OpenBLAS) has no algorithms to choose from"
+                   : cfg.deterministic ? "deterministic is true: cuBLASLt's first (heuristic) algorithm is used"
+                                       : "gemm_autotune is false: cuBLASLt's first (heuristic) algorithm is used";
     return j;
   }
   if (!t) {
@@ -117,9 +126,7 @@ nlohmann::json gemm_autotune_record(const RunConfig& cfg, const GemmTuning* t) {
 nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   using nlohmann::json;
   const Device dev = cfg.device == "cuda" ? Device::cuda : Device::cpu;
-  BackendOptions bopts;
-  bopts.fp32_matmul = parse_fp32_matmul(cfg.fp32_matmul);
-  bopts.gemm_autotune = cfg.gemm_autotune;
+  BackendOptions bopts = backend_options(cfg);
   bopts.memory_timeline = ctx.memory_timeline;  // before anything is allocated; main() writes it
   auto be = make_backend(dev, ctx.local_rank, bopts);
   if (ctx.plan) {

@@ -9,6 +9,7 @@
 
 #include "dist/meta_communicator.h"
 #include "io/checkpoint.h"
+#include "jobs/job.h"
 #include "jobs/train_setup.h"
 #include "jobs/train_step.h"
 #include "optim/schedule.h"
@@ -65,7 +66,7 @@ Plan make_plan(const RunConfig& cfg, int world_size, int rank, const std::string
   p.device_memory_bytes = dev == Device::cuda ? spec.memory_bytes : 0;
 
   QuietLog quiet;
-  MetaBackend be(dev, parse_fp32_matmul(cfg.fp32_matmul), gpu);
+  MetaBackend be(dev, backend_options(cfg), gpu);
   MetaCommunicator comm(rank, world_size, p.comm, p.bus_bandwidth, &be);
   TrainSetup s = setup_training(cfg, be, &comm, world_size, /*init_weights=*/false);
   p.tokens_per_step = s.shape.global_tokens;

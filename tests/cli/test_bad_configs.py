@@ -20,7 +20,8 @@ SOURCE_DIR = pathlib.Path(os.environ.get("TRAINER_SOURCE_DIR", pathlib.Path(__fi
 CONFIGS = SOURCE_DIR / "configs"
 
 TOP_LEVEL_KEYS = {
-    "job", "name", "model", "device", "precision", "fp32_matmul", "gemm_autotune", "attention", "cuda_graph",
+    "job", "name", "model", "device", "precision", "fp32_matmul", "gemm_autotune", "deterministic", "attention",
+    "cuda_graph",
     "checkpointing", "parallel", "optimizer", "data", "bench", "init", "output", "profile", "collective",
     "attention_bench",
 }

@@ -115,8 +115,8 @@ void CudaBackend::attention_bwd(AttnImpl impl, const AttnShape& s, Tensor dqkv, 
                                 const Tensor& out, const Tensor& lse, const Tensor& probs) {
   ScopedRange range(*this, impl == AttnImpl::flash2 ? "attention_bwd flash2" : "attention_bwd naive", "attention");
   if (impl == AttnImpl::flash2 && flash::supports_head_dim(s.d_head)) {  // kernels/flash_attn (FlashAttention-2)
-    const size_t ws = flash::bwd_workspace_bytes(s, qkv.dtype, /*deterministic=*/false);
-    return flash::attention_bwd(s, dqkv, dout, qkv, out, lse, scratch(ws), ws, /*deterministic=*/false, stream_);
+    const size_t ws = flash::bwd_workspace_bytes(s, qkv.dtype, opts_.deterministic);
+    return flash::attention_bwd(s, dqkv, dout, qkv, out, lse, scratch(ws), ws, opts_.deterministic, stream_);
   }
   (void)out;  // rowsum(dO o O) is taken as rowsum(P o dP), which needs no O
   TRAINER_CHECK(dqkv.data && dout.data && qkv.data && lse.data, "attention_bwd: dqkv, dout, qkv and lse must be given");

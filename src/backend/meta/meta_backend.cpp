@@ -66,6 +66,9 @@ MetaRates MetaRates::for_target(Device d, Fp32Matmul fp32_matmul, const std::str
     // 120 / 262 at these rates).
     r.attention_sm90_fwd_t0 = 2300;
     r.attention_sm90_bwd_t0 = 1330;
+    // deterministic's backward at xl's T 512: 0.202 ms a call on an H100 (results/h100/2026-12-07/v47/call2, traced),
+    // 93 TFLOP/s of its 3.5x the forward's executed FLOPs: t0 fitted to that point and attention_bf16 at T 16384
+    r.attention_det_bwd_t0 = 724;
     r.attention_f32 = 100e12;  // flash2 fp32 runs as 3xTF32: assumed ~1/4 of the bf16 kernel
     r.memory_bandwidth = 4.2e12;
     // The fused dW + AdamW kernel's product runs at 0.83 of cuBLASLt's on an H200 (an xl block's four products 0.70
@@ -101,8 +104,9 @@ double MetaRates::sm90_seq_len_factor(int64_t seq_len, double t0) const {
   return t0 <= 0 || T >= L ? 1.0 : T * (L + t0) / (L * (T + t0));
 }
 
-MetaBackend::MetaBackend(Device target, Fp32Matmul fp32_matmul, const std::string& gpu)
-    : target_(target), rates_(MetaRates::for_target(target, fp32_matmul, gpu)) {
+MetaBackend::MetaBackend(Device target, const BackendOptions& opts, const std::string& gpu)
+    : target_(target), deterministic_(opts.deterministic),
+      rates_(MetaRates::for_target(target, opts.fp32_matmul, gpu)) {
   if (cuda()) {  // what CudaBackend allocates at construction (cuda_backend.cpp)
     workspace_ = alloc(cuda_sizes::kCublasWorkspaceBytes, Category::workspace);
     reduce_partials_ = alloc(cuda_sizes::reduce_partials_bytes(), Category::workspace);
@@ -232,15 +236,17 @@ void MetaBackend::attention_bwd(AttnImpl impl, const AttnShape& s, Tensor dqkv, 
                                 const Tensor& out, const Tensor& lse, const Tensor& probs) {
   const double f = 2 * attn_model_flops(s);
   const bool flash = impl == AttnImpl::flash2 && (!cuda() || cuda_sizes::flash_supports_head_dim(s.d_head));
-  if (flash) {  // recomputes S and P: 2.5x the forward's executed FLOPs
-    if (cuda()) scratch(cuda_sizes::flash_bwd_workspace_bytes_h200(s, qkv.dtype));
+  if (flash) {  // recomputes S and P: 2.5x the forward's executed FLOPs (5 products against its 2)
+    if (cuda()) scratch(cuda_sizes::flash_bwd_workspace_bytes_h200(s, qkv.dtype, deterministic_));
     const double fwd_exec = s.causal ? f / 4 : f / 2;
     const double sm90_bwd = (s.d_head == 128 ? rates_.attention_bf16_bwd_sm90_d128 : rates_.attention_bf16_bwd_sm90) *
                             rates_.sm90_seq_len_factor(s.T, rates_.attention_sm90_bwd_t0);
-    const double rate = cuda_sizes::flash_bwd_uses_hopper_h200(s, qkv.dtype) ? sm90_bwd
-                        : qkv.dtype == DType::bf16                          ? rates_.attention_bf16
-                                                                            : rates_.attention_f32;
-    account(f, 2.5 * fwd_exec, rate, b(qkv) + b(dout) + b(out) + b(lse) + b(dqkv));
+    // deterministic: the mma.sync kernels' dK/dV pass, then a dQ pass that recomputes S and dP again (3 products)
+    const double mma_sync = (qkv.dtype == DType::bf16 ? rates_.attention_bf16 : rates_.attention_f32) *
+                            (deterministic_ ? rates_.sm90_seq_len_factor(s.T, rates_.attention_det_bwd_t0) : 1.0);
+    const double rate =
+        !deterministic_ && cuda_sizes::flash_bwd_uses_hopper_h200(s, qkv.dtype) ? sm90_bwd : mma_sync;
+    account(f, (deterministic_ ? 3.5 : 2.5) * fwd_exec, rate, b(qkv) + b(dout) + b(out) + b(lse) + b(dqkv));
   } else {
     const bool stored = probs.data != nullptr;
     if (cuda()) scratch(cuda_sizes::naive_attention_bwd_scratch_bytes(s, qkv.dtype, stored));

@@ -51,6 +51,8 @@ struct MetaRates {
   double sm90_rate_seq_len = 16384;
   double attention_sm90_fwd_t0 = 0;  // t0 of the forward, keys
   double attention_sm90_bwd_t0 = 0;  // t0 of the backward, keys
+  double attention_det_bwd_t0 = 0;   // t0 of the deterministic backward (mma.sync kernels: dK/dV pass, dQ pass) on
+                                     //   attention_bf16 / attention_f32, the same form
   double attention_f32 = 0;
   double memory_bandwidth = 0;     // bytes read + written per second
   double dw_adamw_gemm = 0;        // the fused dW + AdamW kernel's product (kernels/dw_adamw), FLOPs per second; its
@@ -79,9 +81,9 @@ struct MetaCost {
 
 class MetaBackend final : public Backend {
  public:
-  /// A meta backend standing in for `target` (device() returns it, so tensors look as in a run); `gpu` (known_gpus)
-  /// picks the cuda rates.
-  explicit MetaBackend(Device target, Fp32Matmul fp32_matmul = Fp32Matmul::ieee, const std::string& gpu = "h200");
+  /// A meta backend standing in for `target` (device() returns it, so tensors look as in a run) with `opts` (those
+  /// that change bytes or rates: fp32_matmul, deterministic); `gpu` (known_gpus) picks the cuda rates.
+  explicit MetaBackend(Device target, const BackendOptions& opts = {}, const std::string& gpu = "h200");
   ~MetaBackend() override;
   Device device() const override { return target_; }
   std::string name() const override { return target_ == Device::cuda ? "meta:cuda" : "meta:cpu"; }
@@ -153,6 +155,7 @@ class MetaBackend final : public Backend {
   bool cuda() const { return target_ == Device::cuda; }
 
   Device target_;
+  bool deterministic_;  // BackendOptions::deterministic: the flash backward's dQ pass instead of its atomic adds
   MetaRates rates_;
   MetaCost cost_;
   uintptr_t next_ = uintptr_t(1) << 46;  // fake addresses: far from any real mapping, 256-byte steps
