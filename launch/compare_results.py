@@ -80,9 +80,9 @@ def gemm_summary(r):
     if not isinstance(g, dict):
         return "-"
     if not g.get("enabled"):
-        if get(r, "config", "gemm_autotune") is not False:
-            return "- (cpu)"
-        return "off (deterministic)" if get(r, "config", "deterministic") is True else "off"
+        if get(r, "config", "device") != "cpu" and get(r, "config", "gemm_autotune") is False:
+            return "off (deterministic)" if get(r, "config", "deterministic") is True else "off"
+        return "- (cpu)"
     if g.get("shapes") is None:
         return "on"
     ms = lambda k: "?" if g.get(k) is None else f"{g[k]:.2f}"

@@ -325,7 +325,9 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
             << fmt::format(" (d_model {}, {} layers, context {}), batch {}, microbatch {}, precision {}, attention {}, "
                            "checkpointing {}, phase {}{}\n",
                            cfg.model.d_model, cfg.model.num_layers, cfg.model.context_length, cfg.data.batch_size,
-                           cfg.data.microbatch_size, cfg.precision, cfg.attention, cfg.checkpointing.policy,
+                           cfg.data.microbatch_size, cfg.precision,
+                           cfg.attention + (cfg.deterministic && cfg.device == "cuda" ? " (deterministic)" : ""),
+                           cfg.checkpointing.policy,
                            cfg.bench.phase,
                            !cfg.optimizer.in_backward.value_or(false) ? ""
                            : !cfg.optimizer.in_gemm.value_or(false)   ? ", optimizer in_backward"

@@ -17,6 +17,7 @@
 #include "build_info.h"
 #include "config/config.h"
 #include "core/errors.h"
+#include "jobs/job.h"
 
 using trainer::ConfigError;
 using trainer::json;
@@ -237,6 +238,15 @@ TEST_CASE("config: resolution of auto values, name and microbatch", "[config]") 
     CHECK(load_doc(dir, doc, {"gemm_autotune=false"}).gemm_autotune == false);  // explicit: kept
     CHECK_THROWS_WITH(load_doc(dir, doc, {"deterministic=true", "gemm_autotune=true"}),
                       Catch::Contains("with deterministic true leave gemm_autotune null (auto: off) or false"));
+    // the record's section says why it is off: the cpu first (it has no algorithms either way)
+    auto why_not = [&](std::vector<std::string> sets, bool cuda) {
+      const nlohmann::json j = trainer::gemm_autotune_record(load_doc(dir, doc, sets, 1, cuda), nullptr);
+      return j["enabled"].get<bool>() ? std::string("enabled") : j["why_not"].get<std::string>();
+    };
+    CHECK_THAT(why_not({"deterministic=true"}, false), Contains("the cpu backend"));
+    CHECK_THAT(why_not({"deterministic=true", "device=cuda"}, true), Contains("deterministic is true"));
+    CHECK_THAT(why_not({"gemm_autotune=false", "device=cuda"}, true), Contains("gemm_autotune is false"));
+    CHECK(why_not({"device=cuda"}, true) == "enabled");
   }
   SECTION("optimizer.in_backward null (auto): on wherever it can run") {
     CHECK(load_doc(dir, doc).optimizer.in_backward == true);  // strategy none, no clipping, train_step

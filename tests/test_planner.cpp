@@ -378,9 +378,24 @@ TEST_CASE("meta backend: deterministic's attention backward: its dQ pass's FLOPs
     CHECK(secs[1] > 1.5 * secs[0]);  // v47 on an H100 at T 512: 0.202 against 0.114 ms a call
     const size_t rows = size_t(s.B) * s.H * size_t(s.T);  // the scratch buffer grows in rounded steps
     CHECK(scratch[1] == cuda_sizes::scratch_grown(0, cuda_sizes::align256(rows * 4)));
-    CHECK(scratch[0] == cuda_sizes::scratch_grown(0, cuda_sizes::flash_bwd_workspace_bytes_h200(s, DType::bf16, false)));
+    CHECK(scratch[0] ==
+          cuda_sizes::scratch_grown(0, cuda_sizes::flash_bwd_workspace_bytes_h200(s, DType::bf16, false)));
     CHECK(scratch[0] > scratch[1]);
   }
+  // a cpu plan: the cpu backend has no such mode (BackendOptions::deterministic is the CUDA backend's)
+  BackendOptions det_opts;
+  det_opts.deterministic = true;
+  double exec[2];
+  for (int i = 0; i < 2; ++i) {
+    MetaBackend be(Device::cpu, i ? det_opts : BackendOptions{});
+    const AttnShape s{2, 64, 4, 16, true, 0.25f};
+    Buffer buf = be.alloc(size_t(2 * 64 * 3 * 64 * 4), Category::activations);
+    const Tensor qkv(buf.data(), DType::f32, Device::cpu, {128, 192}),
+        out(buf.data(), DType::f32, Device::cpu, {128, 64}), lse(buf.data(), DType::f32, Device::cpu, {2, 4, 64});
+    be.attention_bwd(AttnImpl::flash2, s, qkv, out, qkv, out, lse, Tensor());
+    exec[i] = be.cost().executed_flops;
+  }
+  CHECK(exec[1] == exec[0]);
 }
 
 TEST_CASE("flash backward split rule: chunks worked out by hand on 132 SMs", "[planner][flash]") {

@@ -146,6 +146,12 @@ struct RunConfig {
   AttentionBenchCfg attention_bench;
 };
 
+/// gemm_autotune as resolved (resolve.cpp fills it so; a config built in code may leave it null): the key's value,
+/// or, null (auto), on unless deterministic.
+inline bool gemm_autotune_on(const RunConfig& c) { return c.gemm_autotune.value_or(!c.deterministic); }
+/// Whether the run's microbatches go backward: bench.phase forward_backward or train_step, not forward.
+inline bool phase_has_backward(const BenchCfg& b) { return b.phase != "forward"; }
+
 /// JSON (de)serialisation. to_json writes every key (std::optional fields as null). from_json overlays the keys
 /// present in `j` on the struct's current values (absent keys keep them) and raises ConfigError naming the dotted key
 /// for an unknown key ("config: unknown key 'optimizer.lrr'") or a wrong type ("config: 'data.batch_size' must be an

@@ -76,7 +76,7 @@ void resolve(RunConfig& c, const std::string& path, int world_size, bool cuda_av
     c.optimizer.in_gemm =
         *c.optimizer.in_backward && c.parallel.strategy == "none" && c.device == "cuda" && c.precision == "bf16";
   // gemm_autotune null (auto): on unless the run asks for repeatable bits (a timed choice can differ between runs)
-  if (!c.gemm_autotune) c.gemm_autotune = !c.deterministic;
+  c.gemm_autotune = gemm_autotune_on(c);
   if (c.data.microbatch_size == 0 && world_size > 0) c.data.microbatch_size = c.data.batch_size / world_size;
 }
 

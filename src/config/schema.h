@@ -116,8 +116,9 @@ void fields(S& p, F&& f) {
     "ddp_*: dtype of the gradients summed over ranks; bf16 halves the bytes (needs comm nccl)"});
   f("prefetch_layers", p.prefetch_layers, {{"integer >= 0"},
     "fsdp: units (embedding, blocks, head) whose weight shards are all-gathered ahead of their use, at most a "
-    "training microbatch's gathers (2 x layers + 2, more where a recomputed segment spans several blocks); gather "
-    "buffers in up to two size classes, as many of each as prefetch_layers + 1 gathers in a row hold"});
+    "microbatch's gathers (training: 2 x layers + 2, more where a recomputed segment spans several blocks; "
+    "bench.phase forward: layers + 2); gather buffers in up to two size classes, as many of each as "
+    "prefetch_layers + 1 gathers in a row of the run's schedule hold"});
   f("comm_timeout_s", p.comm_timeout_s, {{"number >= 1, <= 1e7"},
     "a collective not done after this many seconds aborts every rank (waits on a checkpoint's writes and reads: "
     "checkpoint_timeout_s, where longer)"});
@@ -204,7 +205,7 @@ void fields(S& b, F&& f) {
   f("phase", b.phase, {{"{}", &kPhases},
     "what each timed step runs. forward: inference (no gradient buffer, no AdamW state, a block's activations freed "
     "once its output exists); forward_backward: no AdamW state; train_step: the whole step. fsdp keeps its "
-    "gradient shard (1/N of the fp32 gradients) in every phase"});
+    "gradient shard (1/N of the fp32 gradients) in forward_backward and train_step, none in forward"});
   f("warmup_steps", b.warmup_steps, {{"integer >= 0"},
     "steps before timing starts (they train too); attention_bench: untimed calls a point"});
   f("measure_steps", b.measure_steps, {{"integer >= 0 (warmup + measure >= 1)"},
@@ -295,10 +296,10 @@ void fields(S& c, F&& f) {
   f("deterministic", c.deterministic, {{"true | false"},
     "cuda: two runs of one config on one GPU type give the same bits (losses, weights): the flash attention "
     "backward sums dQ in a pass of its own instead of with fp32 atomic adds (the mma.sync kernels, not the Hopper "
-    "ones: slower), and gemm_autotune auto is off (cuBLASLt's heuristic algorithm, not a timed choice). false: "
-    "runs differ from the first update on in the last bits (the loss's ~6th digit). The cpu backend repeats at one "
-    "OpenBLAS thread count either way. Several GPUs add NCCL's reductions, whose repeatability this was not checked "
-    "for"});
+    "ones: slower, see the README), and gemm_autotune null (auto) is off (cuBLASLt's heuristic algorithm, not a "
+    "timed choice; an explicit gemm_autotune true is refused). false: GPU runs with flash2 differ from the first "
+    "update on in the last bits (the loss's ~6th digit). The cpu backend repeats at one OpenBLAS thread count "
+    "either way. Several GPUs add NCCL's reductions, whose repeatability this was not checked for"});
   f("attention", c.attention, {{"{}", &kAttention},
     "auto: flash2 for bf16 on cuda, else naive (materialised scores)"});
   f("cuda_graph", c.cuda_graph, {{"true | false"},

@@ -126,8 +126,7 @@ int64_t collective_elements(const std::string& op, double size_mb, int ranks) {
 nlohmann::json run_collective_bench(const RunConfig& cfg, const RunContext& ctx) {
   const CollectiveCfg& cc = cfg.collective;
   const Device dev = cfg.device == "cuda" ? Device::cuda : Device::cpu;
-  BackendOptions bopts;
-  auto be = make_backend(dev, ctx.local_rank, bopts);
+  auto be = make_backend(dev, ctx.local_rank, backend_options(cfg));
   auto comm = make_world_communicator(cfg.parallel.comm, cfg.parallel.comm_timeout_s, *be);
   const int n = comm->size();
   spdlog::info("collective_bench on {}: comm {}, {} rank(s), ops {}, sizes {} MiB, warm-up {}, iterations {}",

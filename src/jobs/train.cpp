@@ -94,18 +94,18 @@ std::string cuda_graph_why_not(const RunConfig& c, int steps) {
 BackendOptions backend_options(const RunConfig& cfg) {
   BackendOptions o;
   o.fp32_matmul = parse_fp32_matmul(cfg.fp32_matmul);
-  o.gemm_autotune = cfg.gemm_autotune.value_or(!cfg.deterministic);
+  o.gemm_autotune = gemm_autotune_on(cfg);
   o.deterministic = cfg.deterministic;
   return o;
 }
 
 nlohmann::json gemm_autotune_record(const RunConfig& cfg, const GemmTuning* t) {
-  const bool wanted = backend_options(cfg).gemm_autotune, on = wanted && cfg.device == "cuda";
+  const bool on = gemm_autotune_on(cfg) && cfg.device == "cuda";
   nlohmann::json j = {{"enabled", on}};
   if (!on) {
-    j["why_not"] = wanted             ? "the cpu backend (OpenBLAS) has no algorithms to choose from"
-                   : cfg.deterministic ? "deterministic is true: cuBLASLt's first (heuristic) algorithm is used"
-                                       : "gemm_autotune is false: cuBLASLt's first (heuristic) algorithm is used";
+    j["why_not"] = cfg.device != "cuda" ? "the cpu backend (OpenBLAS) has no algorithms to choose from"
+                   : cfg.deterministic  ? "deterministic is true: cuBLASLt's first (heuristic) algorithm is used"
+                                        : "gemm_autotune is false: cuBLASLt's first (heuristic) algorithm is used";
     return j;
   }
   if (!t) {

@@ -57,7 +57,7 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
   s.shape.micro = micro;
   s.shape.seq_len = T;
   s.shape.global_tokens = int64_t(cfg.data.batch_size) * T;
-  s.shape.backward = cfg.bench.phase != "forward";
+  s.shape.backward = phase_has_backward(cfg.bench);
   s.shape.optimizer = cfg.bench.phase == "train_step";
 
   s.strategy = make_strategy(cfg, be, comm);

@@ -6,10 +6,10 @@
 // ParamLayout::kAlign elements and cut into N equal shards; rank r keeps shard r of every unit, concatenated in unit
 // order into one flat shard buffer [S] (S = sum of the units' padded sizes / N): the fp32 master weights
 // (Category::parameters), the fp32 gradient accumulator (Category::gradients; with optimizer.in_backward only where a
-// step has several microbatches, below; none in a run whose microbatches have no backward), AdamW's m and v (one AdamW over the whole [S]) and, in mixed precision, the
-// bf16 working copy that AdamW writes in its own pass. The padding is zero in the weights and in every gradient that
-// reaches it, so AdamW leaves it zero (m = v = 0, weight decay of 0 is 0). The RMSNorm gains are sharded like
-// everything else (one collective per unit either way).
+// step has several microbatches, below; none in a run whose microbatches have no backward), AdamW's m and v (one AdamW
+// over the whole [S]) and, in mixed precision, the bf16 working copy that AdamW writes in its own pass. The padding is
+// zero in the weights and in every gradient that reaches it, so AdamW leaves it zero (m = v = 0, weight decay of 0 is
+// 0). The RMSNorm gains are sharded like everything else (one collective per unit either way).
 //
 // Weights (the model's ParamResidency: model/residency.h). begin_schedule() gives the microbatch's uses in order;
 // consecutive uses of one unit that read weights share one "gather" (recompute of block l followed by its backward),
@@ -172,15 +172,20 @@ class Fsdp final : public Strategy {
       staging_[c].resize(size_t(bufs_.staging[c]));  // made at the first backward use (forward-only: none)
       next_slot_[c] = 0;
       if (bufs_.gathers[c] + bufs_.staging[c] > 0)
-        held += fmt::format("{}{} gather ({}) and {} staging (f32, made at the first backward) buffer(s) of {} "
-                            "elements", held.empty() ? "" : "; ",
-                            bufs_.gathers[c], dtype_name(cdtype_), bufs_.staging[c], bufs_.elems(c));
+        held += fmt::format("{}{} gather ({}){} buffer(s) of {} elements", held.empty() ? "" : "; ",
+                            bufs_.gathers[c], dtype_name(cdtype_),
+                            bufs_.staging[c] > 0 ? fmt::format(" and {} staging (f32, made at the first backward)",
+                                                               bufs_.staging[c])
+                                                 : "",
+                            bufs_.elems(c));
     }
-    spdlog::info("fsdp: each of {} ranks keeps {} of {} parameters' elements ({} units, padded; fp32 {}); AdamW "
-                 "state {} per rank (one process: {}); {} gathers ahead; {} ({})",
+    spdlog::info("fsdp: each of {} ranks keeps {} of {} parameters' elements ({} units, padded; fp32 {}); {}; {} "
+                 "gathers ahead; {} ({})",
                  n, shard_total_, lay.count(), units_.size(), format_bytes(size_t(shard_total_) * 4),
-                 format_bytes(adamw_->full_state_bytes()), format_bytes(size_t(lay.total()) * 8), bufs_.distance - 1,
-                 held, format_bytes(bufs_.bytes(dtype_size(cdtype_))));
+                 backward_ ? fmt::format("AdamW state {} per rank from its first update (one process: {})",
+                                         format_bytes(adamw_->full_state_bytes()), format_bytes(size_t(lay.total()) * 8))
+                           : std::string("no gradients or AdamW state (bench.phase forward)"),
+                 bufs_.distance - 1, held, format_bytes(bufs_.bytes(dtype_size(cdtype_))));
   }
 
   void begin_microbatch(int m, int n_micro) override {
@@ -319,7 +324,7 @@ class Fsdp final : public Strategy {
     if (!full_) full_ = be_.alloc(size_t(largest_) * 4, Category::communication);
     const Tensor full = full_.view(DType::f32, {largest_}).slice(0, {x.padded});
     TRAINER_CHECK(!grad || grad_, "fsdp: {}'s gradient is not kept (optimizer.in_backward updates each unit from its "
-                  "reduce_scatter's output)", p.name);
+                  "reduce_scatter's output; a run without a backward has none)", p.name);
     if (full_unit_ != p.unit || full_grad_ != grad) {  // one gather serves every parameter of the unit
       comm_.all_gather(full, (grad ? grads() : master()).slice(x.shard_off, {x.shard}))->wait();
       full_unit_ = p.unit;

@@ -45,7 +45,7 @@ FsdpBuffers plan_fsdp_buffers(const std::vector<int64_t>& padded, const std::vec
                 padded.size(), schedules.size());
   FsdpBuffers best;
   best.largest = *std::max_element(padded.begin(), padded.end());
-  // No more gathers ahead than a training microbatch has (more would stay unused).
+  // No more gathers ahead than the run's microbatch has (more would stay unused).
   best.distance = int(std::clamp<int64_t>(int64_t(gathered_units(schedules[0]).size()), 1,
                                           int64_t(prefetch_layers) + 1));
   std::vector<int64_t> splits = padded;

@@ -60,7 +60,8 @@ std::unique_ptr<Strategy> make_strategy(const RunConfig& cfg, Backend& be, Commu
   if (s == "ddp_overlap") return make_ddp_overlap_strategy(cfg.parallel, cfg.optimizer, be, comm);
   if (s == "ddp_bucketed") return make_ddp_bucketed_strategy(cfg.parallel, cfg.optimizer, be, comm);
   if (s == "zero1") return make_zero1_strategy(cfg.parallel, cfg.optimizer, be, comm);
-  if (s == "fsdp") return make_fsdp_strategy(cfg.parallel, cfg.optimizer, be, comm, cfg.bench.phase != "forward");
+  if (s == "fsdp") return make_fsdp_strategy(cfg.parallel, cfg.optimizer, be, comm,
+                                                  phase_has_backward(cfg.bench));
   throw ConfigError(fmt::format("parallel.strategy: '{}' is not available in this build", s));
 }
 

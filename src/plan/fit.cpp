@@ -125,7 +125,7 @@ FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes, 
   };
   if (s.fits(as_is)) consider("as configured", {{}, "as configured", as_is->peak, as_is->time_s}, cfg);
   if (out.state_bytes <= budget_bytes) {
-    const bool backward = cfg.bench.phase != "forward";  // a forward keeps nothing for a backward: no recompute
+    const bool backward = phase_has_backward(cfg.bench);  // a forward keeps nothing for a backward: no recompute
     for (int micro = cfg.data.microbatch_size; micro >= 1; micro = micro > 1 ? std::max(1, micro / 2) : 0) {
       if (per_rank % micro != 0) continue;  // the train job needs the per-rank batch divisible
       RunConfig base = cfg;
@@ -192,7 +192,7 @@ FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes, 
   // The LM head's chunk: each chunk after the first reads and writes the head's fp32 weight gradient once more, so
   // fewer, larger chunks are faster where their buffers fit. For each option, the largest chunk that fits: the
   // microbatch's tokens, then halvings down to the chunk it has (lm_head_chunk_rows), the first fit kept if faster.
-  if (cfg.bench.phase != "forward")
+  if (phase_has_backward(cfg.bench))
     for (auto& [family, e] : best) {
       const RunConfig& c = e.cfg;
       const int64_t tokens = int64_t(c.data.microbatch_size) * c.model.context_length;

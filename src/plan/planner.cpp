@@ -60,6 +60,7 @@ Plan make_plan(const RunConfig& cfg, int world_size, int rank, const std::string
   p.world_size = world_size;
   p.rank = rank;
   p.device = cfg.device;
+  p.deterministic = cfg.deterministic && dev == Device::cuda;
   p.strategy = cfg.parallel.strategy;
   p.comm = cfg.parallel.comm;
   p.bus_bandwidth = MetaCommunicator::default_bus_bandwidth(p.comm);
@@ -210,6 +211,8 @@ nlohmann::json Plan::to_json() const {
             {"attention_sm90_rate_seq_len", rates.sm90_rate_seq_len},
             {"attention_sm90_fwd_t0", rates.attention_sm90_fwd_t0},
             {"attention_sm90_bwd_t0", rates.attention_sm90_bwd_t0},
+            {"deterministic", deterministic},
+            {"attention_det_bwd_t0", rates.attention_det_bwd_t0},
             {"attention_f32_flops_per_s", rates.attention_f32},
             {"memory_bandwidth_bytes_per_s", rates.memory_bandwidth},
             {"comm_bus_bandwidth_bytes_per_s", bus_bandwidth},
@@ -320,7 +323,7 @@ std::string Plan::table() const {
                    "epilogue's memory time after it), fp32{} {:.4g} "
                    "(efficiency {:.2f} of peak), attention "
                    "bf16 {:.4g} TFLOP/s (Hopper kernels at T {:.0f}: forward {:.4g}, backward {:.4g}, at d 128 "
-                   "{:.4g}; at T keys x T ({:.0f} + t0) / ({:.0f} (T + t0)), t0 {:.0f} / {:.0f}), fp32 {:.4g}, "
+                   "{:.4g}; at T keys x T ({:.0f} + t0) / ({:.0f} (T + t0)), t0 {:.0f} / {:.0f}{}), fp32 {:.4g}, "
                    "memory {:.4g} TB/s, collectives {:.4g} GB/s bus bandwidth\n",
                    rates.device, rates.gemm_bf16 / 1e12, rates.dw_adamw_gemm / 1e12, rates.dw_adamw_epilogue_exposed,
                    rates.gemm_f32_mode.empty() ? "" : fmt::format(" ({})", rates.gemm_f32_mode), rates.gemm_f32 / 1e12,
@@ -329,6 +332,10 @@ std::string Plan::table() const {
                    rates.attention_bf16_bwd_sm90 / 1e12, rates.attention_bf16_bwd_sm90_d128 / 1e12,
                    rates.sm90_rate_seq_len, rates.sm90_rate_seq_len, rates.attention_sm90_fwd_t0,
                    rates.attention_sm90_bwd_t0,
+                   deterministic ? fmt::format("; deterministic: the backward on the mma.sync kernels, 3.5x the "
+                                               "forward's FLOPs at bf16's rate with t0 {:.0f}",
+                                               rates.attention_det_bwd_t0)
+                                 : "",
                    rates.attention_f32 / 1e12, rates.memory_bandwidth / 1e12,
                    bus_bandwidth / 1e9);
   return t;

@@ -159,19 +159,20 @@ def test_one_sample_has_no_std(tmp_path):
 
 def test_gemm_autotune_row_says_why_it_is_off(tmp_path):
     """The 'gemm autotune' row: off by gemm_autotune false, off by deterministic true (gemm_autotune null resolves to
-    false there), and a cpu record's '- (cpu)'."""
+    false there), and a cpu record's '- (cpu)', with deterministic too."""
     files = []
     for name, cfg, section in (
-            ("plain", {"gemm_autotune": False, "deterministic": False}, {"enabled": False}),
-            ("det", {"gemm_autotune": False, "deterministic": True}, {"enabled": False}),
-            ("cpu", {"gemm_autotune": True, "deterministic": False}, {"enabled": False})):
+            ("plain", {"device": "cuda", "gemm_autotune": False, "deterministic": False}, {"enabled": False}),
+            ("det", {"device": "cuda", "gemm_autotune": False, "deterministic": True}, {"enabled": False}),
+            ("cpu", {"device": "cpu", "gemm_autotune": True, "deterministic": False}, {"enabled": False}),
+            ("cpu_det", {"device": "cpu", "gemm_autotune": False, "deterministic": True}, {"enabled": False})):
         r = trainer_record(gemm_autotune=section)
         r["config"].update(cfg)
         files.append(tmp_path / (name + ".json"))
         files[-1].write_text(json.dumps(r))
     out = run(*files)
     assert out.returncode == 0, out.stderr
-    assert row(out.stdout, "gemm autotune") == ["off", "off (deterministic)", "- (cpu)"]
+    assert row(out.stdout, "gemm autotune") == ["off", "off (deterministic)", "- (cpu)", "- (cpu)"]
 
 
 def test_records_of_the_same_file_name_are_named_by_their_folders(tmp_path):

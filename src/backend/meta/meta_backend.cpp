@@ -105,7 +105,7 @@ double MetaRates::sm90_seq_len_factor(int64_t seq_len, double t0) const {
 }
 
 MetaBackend::MetaBackend(Device target, const BackendOptions& opts, const std::string& gpu)
-    : target_(target), deterministic_(opts.deterministic),
+    : target_(target), deterministic_(opts.deterministic && target == Device::cuda),  // (the cpu backend ignores it)
       rates_(MetaRates::for_target(target, opts.fp32_matmul, gpu)) {
   if (cuda()) {  // what CudaBackend allocates at construction (cuda_backend.cpp)
     workspace_ = alloc(cuda_sizes::kCublasWorkspaceBytes, Category::workspace);
@@ -242,8 +242,10 @@ void MetaBackend::attention_bwd(AttnImpl impl, const AttnShape& s, Tensor dqkv, 
     const double sm90_bwd = (s.d_head == 128 ? rates_.attention_bf16_bwd_sm90_d128 : rates_.attention_bf16_bwd_sm90) *
                             rates_.sm90_seq_len_factor(s.T, rates_.attention_sm90_bwd_t0);
     // deterministic: the mma.sync kernels' dK/dV pass, then a dQ pass that recomputes S and dP again (3 products)
-    const double mma_sync = (qkv.dtype == DType::bf16 ? rates_.attention_bf16 : rates_.attention_f32) *
-                            (deterministic_ ? rates_.sm90_seq_len_factor(s.T, rates_.attention_det_bwd_t0) : 1.0);
+    // (its per-tile cost is fitted to bf16; fp32's mma.sync kernels keep their constant rate in both modes)
+    double mma_sync = qkv.dtype == DType::bf16 ? rates_.attention_bf16 : rates_.attention_f32;
+    if (deterministic_ && qkv.dtype == DType::bf16)
+      mma_sync *= rates_.sm90_seq_len_factor(s.T, rates_.attention_det_bwd_t0);
     const double rate =
         !deterministic_ && cuda_sizes::flash_bwd_uses_hopper_h200(s, qkv.dtype) ? sm90_bwd : mma_sync;
     account(f, (deterministic_ ? 3.5 : 2.5) * fwd_exec, rate, b(qkv) + b(dout) + b(out) + b(lse) + b(dqkv));

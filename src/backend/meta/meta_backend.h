@@ -51,8 +51,8 @@ struct MetaRates {
   double sm90_rate_seq_len = 16384;
   double attention_sm90_fwd_t0 = 0;  // t0 of the forward, keys
   double attention_sm90_bwd_t0 = 0;  // t0 of the backward, keys
-  double attention_det_bwd_t0 = 0;   // t0 of the deterministic backward (mma.sync kernels: dK/dV pass, dQ pass) on
-                                     //   attention_bf16 / attention_f32, the same form
+  double attention_det_bwd_t0 = 0;   // t0 of the deterministic bf16 backward (mma.sync kernels: dK/dV pass, dQ
+                                     //   pass) on attention_bf16, the same form
   double attention_f32 = 0;
   double memory_bandwidth = 0;     // bytes read + written per second
   double dw_adamw_gemm = 0;        // the fused dW + AdamW kernel's product (kernels/dw_adamw), FLOPs per second; its
