@@ -550,6 +550,14 @@ TEST_CASE("planner: a forward-only run keeps no gradients, AdamW state or stores
   two.model.num_layers = 8;
   CHECK(make_plan(two, 1).category_peaks[size_t(Category::activations)] ==
         make_plan(fwd, 1).category_peaks[size_t(Category::activations)]);
+  // ... whatever the policy: none's elementwise tensors (kept for a backward) are temporaries here too, measured
+  for (const char* policy : {"checkpointing.policy=none", "checkpointing.policy=full"}) {
+    RunConfig other = run_config(model, {policy}, 4, 4);
+    other.bench.phase = "forward";
+    INFO(policy);
+    CHECK(measure(other, 2).peak_total == measure(fwd, 2).peak_total);
+    CHECK(make_plan(other, 1).peak_bytes == make_plan(fwd, 1).peak_bytes);
+  }
 }
 
 TEST_CASE("planner: the plan lists a block's saved tensors, what a stored and a recomputed block keep", "[planner]") {

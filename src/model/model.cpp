@@ -540,7 +540,8 @@ void Model::block_forward(int l, UnitPass pass, Store store, bool need_output) {
   }
   ScopedRange range(be_, pass == UnitPass::recompute ? "recompute" : "block", "block", l);
   const AttnShape s{rows_, T_, dims_.num_heads, dims_.d_head(), true, float(1.0 / std::sqrt(dims_.d_head()))};
-  const bool elementwise = policy_.keep_elementwise();
+  // a forward with no backward after it keeps nothing for one: policy none's elementwise tensors go to temporaries
+  const bool elementwise = policy_.keep_elementwise() && store != Store::inference;
   const std::vector<SavedTensorSpec> tab = table(rows_, T_);
   Buffer st = be_.alloc(store_bytes(tab, false, elementwise), Category::activations);
   BlockActs a = carve(static_cast<char*>(st.data()), x(l), rows_, T_, elementwise);
