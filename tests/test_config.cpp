@@ -328,6 +328,23 @@ TEST_CASE("config: resolution of auto values, name and microbatch", "[config]") 
     CHECK(c.model.num_heads == 12);
     CHECK(c.model.vocab_size == 10000);
   }
+  SECTION("--set model.preset takes every dim from the preset but those also given with --set") {
+    json d = doc;  // explicit dims in the file, as in the embedded default
+    d["model"] = {{"preset", ""}, {"vocab_size", 50}, {"context_length", 8}, {"d_model", 24}, {"d_ff", 40},
+                  {"num_layers", 1}, {"num_heads", 3}};
+    const RunConfig c = load_doc(dir, d, {"model.num_layers=2", "model.preset=small"});
+    CHECK(c.model.d_model == 768);
+    CHECK(c.model.d_ff == 3072);
+    CHECK(c.model.num_heads == 12);
+    CHECK(c.model.vocab_size == 10000);
+    CHECK(c.model.context_length == 512);
+    CHECK(c.model.num_layers == 2);  // given with --set (before the preset, too)
+    CHECK(load_doc(dir, d, {"model.preset=\"\""}).model.d_model == 24);  // no preset: the file's dims
+    d["model"]["preset"] = "small";  // a preset in the file fills only the dims it leaves at 0
+    CHECK(load_doc(dir, d).model.d_model == 24);
+    const RunConfig e = load_config("", {"model.preset=xl", "data.source=random"}, 1, false);  // the default's
+    CHECK((e.model.d_model == 2560 && e.model.num_layers == 32 && e.model.vocab_size == 10000));
+  }
   SECTION("explicit dims without a preset") {
     json d = doc;
     d["model"] = {{"preset", ""}, {"vocab_size", 50}, {"context_length", 8}, {"d_model", 24}, {"d_ff", 40},

@@ -68,22 +68,6 @@ void compare(const ModelDims& d, int rows, int T, AttnImpl attn) {
   CHECK(std::fabs(bf.loss - ref.loss) / ref.loss < 1e-2);
 }
 
-/// A cuda run config: the embedded default with `set` applied, where a "model.preset=NAME" in `set` gives every model
-/// dim `set` does not name (the default config's dims are explicit, and a preset fills only dims left at 0).
-RunConfig cuda_config(std::vector<std::string> set) {
-  auto names = [&set](const std::string& prefix) {
-    for (const std::string& x : set)
-      if (x.rfind(prefix, 0) == 0) return true;
-    return false;
-  };
-  if (names("model.preset="))
-    for (const char* dim : {"vocab_size", "context_length", "d_model", "d_ff", "num_layers", "num_heads"}) {
-      const std::string key = std::string("model.") + dim + "=";
-      if (!names(key)) set.push_back(key + "0");
-    }
-  return load_config("", set, 1, true);
-}
-
 /// Each step's `key` (loss, grad_norm) of two result records: `steps` values each, equal (rel_tol 0) or within rel_tol
 /// of ref's; names label the two runs in the failure message.
 void check_per_step(const nlohmann::json& ref, const nlohmann::json& got, const char* key, size_t steps,
@@ -132,11 +116,12 @@ TEST_CASE("cuda model: 20 bf16 steps of small track the fp32 loss curve within 2
   const bool text = std::filesystem::exists("build/data/fortunes.u16");
   if (!text) WARN("build/data/fortunes.u16 missing: random tokens (a flat curve)");
   auto curve = [&](const std::string& precision) {
-    RunConfig c = cuda_config({"model.preset=small", "device=cuda", "precision=" + precision, "attention=naive",
-                               text ? "data.source=tokens" : "data.source=random", "data.path=build/data/fortunes.u16",
-                               "data.batch_size=4", "bench.warmup_steps=0", "bench.measure_steps=20",
-                               "bench.log_every=0", "optimizer.schedule=constant",
-                               "output.results=/tmp/trainer_test_curve.json"});
+    RunConfig c = load_config("", {"model.preset=small", "device=cuda", "precision=" + precision, "attention=naive",
+                                   text ? "data.source=tokens" : "data.source=random",
+                                   "data.path=build/data/fortunes.u16", "data.batch_size=4", "bench.warmup_steps=0",
+                                   "bench.measure_steps=20", "bench.log_every=0", "optimizer.schedule=constant",
+                                   "output.results=/tmp/trainer_test_curve.json"},
+                              1, true);
     auto r = run_train(c, RunContext{});
     return r["loss"]["per_step"].get<std::vector<double>>();
   };
@@ -245,7 +230,7 @@ TEST_CASE("cuda model: steps replayed from a CUDA graph equal uncaptured steps",
       std::vector<std::string> set = base;
       set.insert(set.end(), k.set.begin(), k.set.end());
       set.push_back(graph ? "cuda_graph=true" : "cuda_graph=false");
-      return run_train(cuda_config(set), RunContext{});
+      return run_train(load_config("", set, 1, true), RunContext{});
     };
     const auto eager = run(false), graph = run(true);
     std::string name;
@@ -295,8 +280,8 @@ TEST_CASE("cuda model: deterministic true repeats a flash2 run bit for bit", "[c
           "precision=bf16", "attention=flash2", "deterministic=true", "data.source=random", "data.batch_size=4",
           "bench.warmup_steps=1", "bench.measure_steps=5", "bench.log_every=0", "optimizer.lr=1e-3",
           "optimizer.max_grad_norm=null", "output.results=/tmp/trainer_test_deterministic.json"};
-      const auto a = run_train(cuda_config(set), RunContext{});
-      const auto b = run_train(cuda_config(set), RunContext{});
+      const auto a = run_train(load_config("", set, 1, true), RunContext{});
+      const auto b = run_train(load_config("", set, 1, true), RunContext{});
       CHECK_FALSE(a["gemm_autotune"]["enabled"].get<bool>());
       CHECK_THAT(a["gemm_autotune"]["why_not"].get<std::string>(), Catch::Contains("deterministic is true"));
       for (const char* key : {"loss", "grad_norm"}) check_per_step(a, b, key, 6, 0.0, "first run", "second run");
@@ -327,7 +312,7 @@ TEST_CASE("cuda model: optimizer.in_gemm trains as in_backward does", "[cuda][mo
       set.push_back(in_gemm ? "optimizer.in_gemm=true" : "optimizer.in_gemm=false");
       set.push_back("optimizer.in_gemm_min_elements=0");  // every matrix (small's are below the default)
       if (in_gemm) set.push_back("profile.trace=/tmp/trainer_test_in_gemm_trace.json");  // the record's range summary
-      return run_train(cuda_config(set), RunContext{});
+      return run_train(load_config("", set, 1, true), RunContext{});
     };
     const auto plain = run(false), fused = run(true);
     // in_gemm took effect: 4 fused products a block, 2 blocks, the head's, once a step; on an H100 / H200 the fused

@@ -561,9 +561,8 @@ TEST_CASE("planner: a forward-only run keeps no gradients, AdamW state or stores
 }
 
 TEST_CASE("planner: the plan lists a block's saved tensors, what a stored and a recomputed block keep", "[planner]") {
-  // the embedded default's dims (d 128, d_ff 344, 4 heads, T 128; run_config starts from it) at microbatch 2, naive
-  // attention on the cpu: the shapes by hand
-  const int64_t N = 2 * 128, D = 128, F = 344, H = 4, T = 128;
+  // tiny's dims (d 64, d_ff 172, 4 heads, T 64) at microbatch 2, naive attention on the cpu: the shapes by hand
+  const int64_t N = 2 * 64, D = 64, F = 172, H = 4, T = 64;
   RunConfig cfg = run_config({"model.preset=tiny"}, {"checkpointing.policy=full", "checkpointing.keep_attention=true"},
                              2, 2);
   const Plan p = make_plan(cfg, 1);

@@ -24,6 +24,12 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
   from_json(doc, c);  // unknown keys and wrong types in the file
   if (!overrides.empty()) {
     json full = c;  // every key present, so an override path that does not exist is an unknown key
+    // --set model.preset=NAME: NAME's model, whatever dims the file gives (a preset fills only dims left at 0, so the
+    // embedded default's explicit d_model 128 would stay under "xl"); dims given with --set apply after it
+    for (const auto& o : overrides)
+      if (o.rfind("model.preset=", 0) == 0 && o != "model.preset=" && o != "model.preset=\"\"")
+        for (const char* dim : {"vocab_size", "context_length", "d_model", "d_ff", "num_layers", "num_heads"})
+          full["model"][dim] = 0;
     for (const auto& o : overrides) apply_override(full, o);
     RunConfig overridden;
     from_json(full, overridden);  // wrong types given by an override

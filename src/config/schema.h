@@ -70,7 +70,8 @@ concept Is = std::same_as<std::remove_const_t<S>, T>;
 template <Is<ModelCfg> S, class F>
 void fields(S& m, F&& f) {
   f("preset", m.preset, {{"\"\" | {}", &preset_name_list()},
-    "named model size (table below); fills every model dim left at 0. \"\": give all dims explicitly (job train; "
+    "named model size (table below); fills every model dim left at 0 (given with --set: every dim not also given "
+    "with --set). \"\": give all dims explicitly (job train; "
     "the benchmark jobs build no model and need none)"});
   f("vocab_size", m.vocab_size, {{"integer > 0 (0: preset)"}, "vocabulary size; token ids are in [0, vocab_size)"});
   f("context_length", m.context_length, {{"integer > 0 (0: preset)"}, "sequence length T of every row, in tokens"});
