@@ -344,6 +344,11 @@ TEST_CASE("config: resolution of auto values, name and microbatch", "[config]") 
     CHECK(load_doc(dir, d).model.d_model == 24);
     const RunConfig e = load_config("", {"model.preset=xl", "data.source=random"}, 1, false);  // the default's
     CHECK((e.model.d_model == 2560 && e.model.num_layers == 32 && e.model.vocab_size == 10000));
+    // the last preset given wins, in either form: cleared again, the file's dims
+    CHECK(load_doc(dir, d, {"model.preset=xl", "model.preset="}).model.d_model == 24);
+    CHECK(load_doc(dir, d, {"model={\"preset\": \"small\"}"}).model.d_model == 768);
+    const RunConfig f = load_doc(dir, d, {"model={\"preset\": \"small\", \"d_model\": 384}", "model.num_heads=6"});
+    CHECK((f.model.d_model == 384 && f.model.num_heads == 6 && f.model.d_ff == 3072));
   }
   SECTION("explicit dims without a preset") {
     json d = doc;

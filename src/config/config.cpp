@@ -24,13 +24,19 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
   from_json(doc, c);  // unknown keys and wrong types in the file
   if (!overrides.empty()) {
     json full = c;  // every key present, so an override path that does not exist is an unknown key
-    // --set model.preset=NAME: NAME's model, whatever dims the file gives (a preset fills only dims left at 0, so the
-    // embedded default's explicit d_model 128 would stay under "xl"); dims given with --set apply after it
-    for (const auto& o : overrides)
-      if (o.rfind("model.preset=", 0) == 0 && o != "model.preset=" && o != "model.preset=\"\"")
-        for (const char* dim : {"vocab_size", "context_length", "d_model", "d_ff", "num_layers", "num_heads"})
-          full["model"][dim] = 0;
     for (const auto& o : overrides) apply_override(full, o);
+    // A preset given with --set (the last one given, in any form) is the model: every dim the overrides do not give
+    // is the preset's, whatever the file says (a preset fills only dims left at 0, so the embedded default's explicit
+    // d_model 128 would otherwise stay under "xl"). Which model keys the overrides give: each override applied to a
+    // copy whose model keys hold a marker.
+    json probe = full;
+    const json marker = "\x01 not given";
+    for (auto& item : probe["model"].items()) item.value() = marker;
+    for (const auto& o : overrides) apply_override(probe, o);
+    const json& preset = full["model"]["preset"];
+    if (probe["model"]["preset"] != marker && preset.is_string() && !preset.get<std::string>().empty())
+      for (const char* dim : {"vocab_size", "context_length", "d_model", "d_ff", "num_layers", "num_heads"})
+        if (probe["model"][dim] == marker) full["model"][dim] = 0;
     RunConfig overridden;
     from_json(full, overridden);  // wrong types given by an override
     c = std::move(overridden);

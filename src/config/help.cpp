@@ -86,7 +86,8 @@ std::string help_text() {
     s += fmt::format("  {:<16} {:>6} {:>6} {:>5} {:>6} {:>3} {:>3}\n", name, p.vocab_size, p.context_length, p.d_model,
                      p.d_ff, p.num_layers, p.num_heads);
   }
-  s += "\nresolution: device auto -> cuda if available else cpu; attention auto -> flash2 for bf16 on cuda else\n"
+  s += "\nresolution: model.preset fills the model dims left at 0 (a preset given with --set: every dim not also\n"
+       "given with --set); device auto -> cuda if available else cpu; attention auto -> flash2 for bf16 on cuda else\n"
        "naive; parallel.comm auto -> nccl on cuda with a GPU per rank in a build with NCCL, else mpi (with a\n"
        "warning when ranks share a GPU or NCCL is absent: trainer --version says); name \"\" -> config file stem; data.microbatch_size 0 ->\n"
        "batch_size / world_size; optimizer.in_backward null -> true for a train_step run of strategy none or\n"
