@@ -184,9 +184,9 @@ TEST_CASE("cuda model: steps replayed from a CUDA graph equal uncaptured steps",
   // The same run with cuda_graph false and true: the graph (captured at step 2, replayed from step 3) must give the
   // same losses and gradient norms bit for bit where the kernels are deterministic (naive attention; flash2 with
   // deterministic true, its dQ pass), and to rounding with flash2's default backward (it sums dQ with atomics, so two
-  // uncaptured runs differ too). The cosine schedule
-  // with warm-up changes lr every step and bf16_pure's stochastic rounding changes its key every step: both reach
-  // the replayed kernels through AdamW's device copy of the step values, so a stale capture would show here.
+  // uncaptured runs differ too). The cosine schedule with warm-up changes lr every step and bf16_pure's stochastic
+  // rounding changes its key every step: both reach the replayed kernels through AdamW's device copy of the step
+  // values, so a stale capture would show here.
   struct Case {
     std::vector<std::string> set;
     double tol;  // relative; 0: bitwise
@@ -276,8 +276,8 @@ TEST_CASE("cuda model: deterministic true repeats a flash2 run bit for bit", "[c
       CAPTURE(w.d_model, policy);
       const std::vector<std::string> set = {
           "model.preset=small", "model.num_layers=2", "model.context_length=256", w.d_model, w.heads, policy,
-          "device=cuda",
-          "precision=bf16", "attention=flash2", "deterministic=true", "data.source=random", "data.batch_size=4",
+          "device=cuda", "precision=bf16", "attention=flash2", "deterministic=true", "data.source=random",
+          "data.batch_size=4",
           "bench.warmup_steps=1", "bench.measure_steps=5", "bench.log_every=0", "optimizer.lr=1e-3",
           "optimizer.max_grad_norm=null", "output.results=/tmp/trainer_test_deterministic.json"};
       const auto a = run_train(load_config("", set, 1, true), RunContext{});
