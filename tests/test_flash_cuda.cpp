@@ -6,10 +6,11 @@
 // issue 5: O and L < 1e-2 (bf16) / 1e-4 (fp32); dQ, dK, dV < 2e-2 / 1e-3. The backward starts from the GPU's own O
 // and L (so a bf16 O does not feed the CPU reference), against the CPU gradient from its own fp32 forward: the
 // difference is what the flash backward adds.
-// Shapes: d_head 16/32/64/96/128 (and 80, the xl preset's), causal and not, T in {1, 17, 100, 128, 1000, 4097} (the large
-// ones for fewer head dims), batch·heads 1 and 40. Also: the deterministic backward is bitwise reproducible and close
-// to the atomic one (bf16 and fp32); bf16 inputs with f32 out / gradients. fp32 runs the 3xTF32 tensor-core kernels:
-// the 1e-4 limit on O would fail plain TF32 (about 1e-3), so these cases also check that the split products are there.
+// Shapes: d_head 16/32/64/96/128 (and 80, the xl preset's), causal and not, T in {1, 17, 100, 128, 1000, 4097}
+// (the large ones for fewer head dims), batch·heads 1 and 40. Also: the deterministic backward is bitwise
+// reproducible, close to the atomic one (bf16 and fp32) and matches naive attention (the Hopper kernel's ordered dQ);
+// bf16 inputs with f32 out / gradients. fp32 runs the 3xTF32 tensor-core kernels: the 1e-4 limit on O would fail
+// plain TF32 (about 1e-3), so these cases also check that the split products are there.
 //
 // Tagged [cuda]; every case returns with a warning when no GPU is visible (Catch2 2.13 has no SKIP).
 #include <catch2/catch.hpp>
@@ -78,10 +79,23 @@ uint64_t fresh_seed() {
   return (uint64_t(rd()) << 32) ^ rd();
 }
 
-/// One case: flash2 on the GPU (through Backend::attention_fwd/bwd) against naive attention on the CPU.
-void flash_case(DType dt, int B, int T, int H, int dh, bool causal, DType out_t, DType dqkv_t) {
+/// A CUDA backend with BackendOptions::deterministic (the flash backward's bitwise reproducible mode).
+Backend& gpu_deterministic() {
+  static std::unique_ptr<Backend> b = [] {
+    BackendOptions o;
+    o.deterministic = true;
+    return make_backend(Device::cuda, 0, o);
+  }();
+  return *b;
+}
+
+/// One case: flash2 on the GPU (through Backend::attention_fwd/bwd) against naive attention on the CPU; with
+/// `deterministic`, on gpu_deterministic().
+void flash_case(DType dt, int B, int T, int H, int dh, bool causal, DType out_t, DType dqkv_t,
+                bool deterministic = false) {
+  Backend& gpu = deterministic ? gpu_deterministic() : testing::gpu();
   const uint64_t seed = fresh_seed();
-  CAPTURE(dtype_name(dt), dtype_name(out_t), dtype_name(dqkv_t), B, T, H, dh, causal, seed);
+  CAPTURE(dtype_name(dt), dtype_name(out_t), dtype_name(dqkv_t), B, T, H, dh, causal, deterministic, seed);
   std::mt19937_64 g(seed);
   AttnShape s;
   s.B = B, s.T = T, s.H = H, s.d_head = dh, s.causal = causal, s.scale = 1.f / std::sqrt(float(dh));
@@ -99,19 +113,19 @@ void flash_case(DType dt, int B, int T, int H, int dh, bool causal, DType out_t,
   cpu().attention_fwd(AttnImpl::naive, s, co.t, cl.t, cp.t, cq.t);
   cpu().attention_bwd(AttnImpl::naive, s, cdq.t, cdo.t, cq.t, co.t, cl.t, cp.t);
 
-  Dev gq = make(gpu(), dt, {N, 3 * D}), go = make(gpu(), out_t, {N, D}), gl = make(gpu(), DType::f32, {B, H, T});
-  Dev gdo = make(gpu(), dt, {N, D}), gdq = make(gpu(), dqkv_t, {N, 3 * D});
-  upload(gpu(), gq.t, qkv);
-  upload(gpu(), gdo.t, dout);
-  gpu().fill(go.t, nan);
-  gpu().fill(gl.t, nan);
-  gpu().fill(gdq.t, nan);
-  gpu().attention_fwd(AttnImpl::flash2, s, go.t, gl.t, Tensor{}, gq.t);
-  gpu().attention_bwd(AttnImpl::flash2, s, gdq.t, gdo.t, gq.t, go.t, gl.t, Tensor{});
+  Dev gq = make(gpu, dt, {N, 3 * D}), go = make(gpu, out_t, {N, D}), gl = make(gpu, DType::f32, {B, H, T});
+  Dev gdo = make(gpu, dt, {N, D}), gdq = make(gpu, dqkv_t, {N, 3 * D});
+  upload(gpu, gq.t, qkv);
+  upload(gpu, gdo.t, dout);
+  gpu.fill(go.t, nan);
+  gpu.fill(gl.t, nan);
+  gpu.fill(gdq.t, nan);
+  gpu.attention_fwd(AttnImpl::flash2, s, go.t, gl.t, Tensor{}, gq.t);
+  gpu.attention_bwd(AttnImpl::flash2, s, gdq.t, gdo.t, gq.t, go.t, gl.t, Tensor{});
 
-  const double eo = rel_err(download(gpu(), go.t), download(cpu(), co.t));
-  const double el = lse_err(download(gpu(), gl.t), download(cpu(), cl.t));
-  const Vec gg = download(gpu(), gdq.t), cg = download(cpu(), cdq.t);
+  const double eo = rel_err(download(gpu, go.t), download(cpu(), co.t));
+  const double el = lse_err(download(gpu, gl.t), download(cpu(), cl.t));
+  const Vec gg = download(gpu, gdq.t), cg = download(cpu(), cdq.t);
   const double eq = rel_err(columns(gg, 3 * D, 0, D), columns(cg, 3 * D, 0, D));
   const double ek = rel_err(columns(gg, 3 * D, D, D), columns(cg, 3 * D, D, D));
   const double ev = rel_err(columns(gg, 3 * D, 2 * D, D), columns(cg, 3 * D, 2 * D, D));
@@ -253,37 +267,64 @@ TEST_CASE("flash2 with bf16 inputs and f32 outputs or gradients", "[cuda][flash]
 
 #ifdef TRAINER_HAVE_CUDA
 TEST_CASE("flash2 deterministic backward is bitwise reproducible and matches the atomic one", "[cuda][flash]") {
+  // bf16 on an H100 / H200 takes the Hopper backward with its dQ contributions in key-tile order (bwd_sm90.cuh,
+  // dq_tile_wait_turn), elsewhere and in fp32 the mma.sync kernels' dQ pass. Shapes: 2 x 3 heads at T 700 (6 key
+  // tiles of 128, the last ragged) for each Hopper head dim, and 2 x 8 heads at T 4096 (32 key tiles: up to 32
+  // contributions a dQ tile, 512 CTAs, several waves) where the waits would show.
   REQUIRE_GPU();
-  for (DType dt : {DType::bf16, DType::f32}) {
-    const uint64_t seed = fresh_seed();
-    CAPTURE(dtype_name(dt), seed);
-    std::mt19937_64 g(seed);
-    AttnShape s;
-    s.B = 2, s.T = 700, s.H = 3, s.d_head = 64, s.causal = true, s.scale = 0.125f;
-    const int64_t N = int64_t(s.B) * s.T, D = int64_t(s.H) * s.d_head;
-    Dev q = make(gpu(), dt, {N, 3 * D}), o = make(gpu(), dt, {N, D}), l = make(gpu(), DType::f32, {s.B, s.H, s.T}),
-        dO = make(gpu(), dt, {N, D});
-    upload(gpu(), q.t, random_values(g, size_t(N * 3 * D), dt));
-    upload(gpu(), dO.t, random_values(g, size_t(N * D), dt));
-    gpu().attention_fwd(AttnImpl::flash2, s, o.t, l.t, Tensor{}, q.t);
-    auto stream = static_cast<cudaStream_t>(gpu().stream());
-    auto run = [&](bool det) {
-      const size_t ws = flash::bwd_workspace_bytes(s, dt, det);
-      Buffer w = gpu().alloc(ws, Category::workspace);
-      // NaN in every f32 of the workspace: whatever the passes read must have been written by them (the Hopper
-      // backward stores each dQ tile's first contribution instead of adding it to zeros)
-      REQUIRE(cudaMemsetAsync(w.data(), 0xFF, ws, stream) == cudaSuccess);
-      Dev dq = make(gpu(), dt, {N, 3 * D});
-      gpu().fill(dq.t, std::numeric_limits<float>::quiet_NaN());
-      flash::attention_bwd(s, dq.t, dO.t, q.t, o.t, l.t, w.data(), ws, det, stream);
-      return download(gpu(), dq.t);
-    };
-    const Vec a = run(true), b = run(true), c = run(false);
-    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-    const double e = rel_err(c, a);
-    CAPTURE(e);
-    // The two dQ orders differ by fp32 summation order (and, in bf16, one rounding of dQ).
-    CHECK(e < (dt == DType::bf16 ? 1e-2 : 1e-5));
-  }
+  struct Shape {
+    int B, T, H, d;
+  };
+  for (DType dt : {DType::bf16, DType::f32})
+    for (bool causal : {true, false})
+      for (Shape sh : {Shape{2, 700, 3, 64}, Shape{2, 700, 3, 80}, Shape{2, 700, 3, 96}, Shape{2, 700, 3, 128},
+                       Shape{2, 4096, 8, 64}, Shape{2, 4096, 8, 128}}) {
+        if (dt == DType::f32 && (sh.d != 64 || sh.T > 700)) continue;  // fp32: the mma.sync kernels only
+        const uint64_t seed = fresh_seed();
+        CAPTURE(dtype_name(dt), causal, sh.B, sh.T, sh.H, sh.d, seed);
+        std::mt19937_64 g(seed);
+        AttnShape s;
+        s.B = sh.B, s.T = sh.T, s.H = sh.H, s.d_head = sh.d, s.causal = causal;
+        s.scale = 1.f / std::sqrt(float(sh.d));
+        const int64_t N = int64_t(s.B) * s.T, D = int64_t(s.H) * s.d_head;
+        Dev q = make(gpu(), dt, {N, 3 * D}), o = make(gpu(), dt, {N, D}),
+            l = make(gpu(), DType::f32, {s.B, s.H, s.T}), dO = make(gpu(), dt, {N, D});
+        upload(gpu(), q.t, random_values(g, size_t(N * 3 * D), dt));
+        upload(gpu(), dO.t, random_values(g, size_t(N * D), dt));
+        gpu().attention_fwd(AttnImpl::flash2, s, o.t, l.t, Tensor{}, q.t);
+        auto stream = static_cast<cudaStream_t>(gpu().stream());
+        auto run = [&](bool det) {
+          const size_t ws = flash::bwd_workspace_bytes(s, dt, det);
+          Buffer w = gpu().alloc(ws, Category::workspace);
+          // NaN in every f32 of the workspace: whatever the passes read must have been written by them (the Hopper
+          // backward stores each dQ tile's first contribution instead of adding it to zeros)
+          REQUIRE(cudaMemsetAsync(w.data(), 0xFF, ws, stream) == cudaSuccess);
+          Dev dq = make(gpu(), dt, {N, 3 * D});
+          gpu().fill(dq.t, std::numeric_limits<float>::quiet_NaN());
+          flash::attention_bwd(s, dq.t, dO.t, q.t, o.t, l.t, w.data(), ws, det, stream);
+          return download(gpu(), dq.t);
+        };
+        const Vec a = run(true), b = run(true), c = run(false);
+        CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+        const double e = rel_err(c, a);
+        CAPTURE(e);
+        // The two orders differ by fp32 summation order (and, in bf16, one rounding of dQ, dK and dV).
+        CHECK(e < (dt == DType::bf16 ? 1e-2 : 1e-5));
+      }
 }
 #endif
+
+TEST_CASE("flash2 deterministic backward matches naive attention", "[cuda][flash][deterministic]") {
+  // The deterministic mode through the Backend (BackendOptions::deterministic) against the CPU's naive attention:
+  // ragged lengths down to one key, one head at T 1000 and 4097 (where the atomic mode splits the Hopper backward's
+  // query loop, which the deterministic mode never does), and the Hopper shapes of the case above.
+  REQUIRE_GPU();
+  for (bool causal : {false, true}) {
+    for (int dh : {64, 80, 96, 128})
+      for (int T : {1, 17, 129, 1000}) flash_case(DType::bf16, 1, T, 1, dh, causal, DType::bf16, DType::bf16, true);
+    flash_case(DType::bf16, 1, 4097, 1, 128, causal, DType::bf16, DType::bf16, true);
+    flash_case(DType::bf16, 2, 897, 20, 80, causal, DType::bf16, DType::bf16, true);
+    flash_case(DType::bf16, 2, 897, 20, 64, causal, DType::f32, DType::f32, true);
+    flash_case(DType::f32, 1, 1000, 1, 64, causal, DType::f32, DType::f32, true);  // the mma.sync dQ pass
+  }
+}

@@ -145,6 +145,30 @@ __device__ __forceinline__ void dq_tile_wait_ready(const unsigned* w) {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 
+/// The ordered form of the protocol (FlashBwdParams::dq_ordered, the deterministic mode): the contributions to a dQ
+/// tile go in in key-tile order, so dq_accum's fp32 sums are the same every run. The tile's word counts the
+/// contributions in: key tile n (its n-th contributor, for every mask: key tiles 0 .. n - 1 all reach the query tiles
+/// that key tile n reaches) waits until the word is n, stores (n = 0) or adds its tile, waits for that operation to
+/// complete and adds 1 to the word. A CTA waits only for CTAs of the same head with lower key tiles, which start
+/// before it (tile_coord: tile t of a group of heads before tile t + 1; CTAs start in blockIdx order, which
+/// FlashAttention-3's deterministic backward relies on as well), and those wait only for lower ones: no cycle.
+/// Waits (acquire) until w holds `turn`, then orders this thread's later bulk operations (async proxy) after it.
+__device__ __forceinline__ void dq_tile_wait_turn(const unsigned* w, unsigned turn) {
+  for (;;) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(w) : "memory");
+    if (v == turn) break;
+    __nanosleep(32);
+  }
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+/// After this thread's bulk store or reduction of a tile is complete (bulk_wait_all): its writes (async proxy)
+/// ordered before the release of the next turn on w.
+__device__ __forceinline__ void dq_tile_pass_turn(unsigned* w) {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(w) : "memory");
+}
+
 /// Epilogue of the Hopper backward kernel: this thread's dK = scale · dk and dV = dv accumulators (the m64nkD
 /// layout of its warpgroup: rows key0 and key0 + 8, columns 8j + 2t, +1) into the gradients' dtype; kSplit: added
 /// into the f32 accumulators p.dkv_accum instead. Rows >= T are skipped.
@@ -248,6 +272,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     m_hi = min(m_hi, m_lo + p.dkdv_chunk);
   }
   const int n_tiles = m_hi - m_lo;
+  // the deterministic mode (p.dq_ordered; never split): the query tiles from the last down, so that every key tile
+  // of a head reaches a query tile at about the same step and its contributions, which go in in key-tile order, wait
+  // about one bulk reduction each (ascending, key tile n would reach query tile n at its first step and key tile 0 at
+  // its n-th: n tiles of waiting)
+  const bool ordered = !kSplit && p.dq_ordered;
+  auto tile_m = [&](int i) { return ordered ? m_hi - 1 - i : m_lo + i; };
   const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
   const int64_t bh = int64_t(b) * p.num_heads + h;
   if (tid == 0) {
@@ -273,7 +303,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       const float* glse = p.lse + bh * T;
       const float* gdsum = p.dsum + bh * T;
       for (int i = 0; i < n_tiles; ++i) {
-        const int s = i % kStages, m = m_lo + i;
+        const int s = i % kStages, m = tile_m(i);
         mbar_wait(empty + s, ((i / kStages) & 1) ^ 1);  // released by the consumers (free before its first use)
         if (lane == 0) {  // K, V (with the first tile), Q, dO by TMA: rows past T arrive as zeros
           mbar_arrive_expect_tx(full + s, uint32_t(2 * Tr::kQBytes + (i == 0 ? 2 * Tr::kKBytes : 0)));
@@ -301,11 +331,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
       unsigned* words =
           p.dq_tile_state ? p.dq_tile_state + bh * cuda_sizes::flash_dq_tile_words_per_head(T) : nullptr;
       for (int i = 0; i < n_tiles; ++i) {
-        const int j = i % kDqStages, m = m_lo + i;
+        const int j = i % kDqStages, m = tile_m(i);
         float* dst = gdq + int64_t(m) * kBM * kD;
         const float* src = sdQ + j * kBM * kD;
         const uint32_t bytes = uint32_t(min(kBM, T - m * kBM) * kD * 4);
         mbar_wait(dq_full + j, (i / kDqStages) & 1);
+        if (ordered) {  // this key tile's turn on the tile (words non-null: the launcher binds them)
+          dq_tile_wait_turn(words + m, unsigned(n_block));
+          if (n_block == 0) bulk_store_f32(dst, src, bytes);
+          else bulk_reduce_add_f32(dst, src, bytes);
+          bulk_wait_read<0>();
+          mbar_arrive(dq_empty + j);
+          bulk_wait_all();
+          dq_tile_pass_turn(words + m);
+          continue;
+        }
         const bool first = words && dq_tile_ticket(words + m) == 0u;
         if (first) {
           bulk_store_f32(dst, src, bytes);
@@ -450,7 +490,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
   };
 
   for (int i = 0; i < n_tiles; ++i) {
-    const int m = m_lo + i, s = i % kStages, q0 = m * kBM;
+    const int m = tile_m(i), s = i % kStages, q0 = m * kBM;
     const uint32_t stage = uint32_t(s * Tr::kQBytes);
     mbar_wait(full + s, (i / kStages) & 1);
     // -L·log2(e) of this thread's query columns 8j + 2t, +1, read before the products so that the loads overlap them

@@ -16,7 +16,7 @@ namespace trainer::flash {
 /// Head dimensions with a kernel (bf16 and fp32): 16, 32, 64, 80, 96, 128.
 bool supports_head_dim(int d_head);
 
-/// True when attention_fwd (backward = false) or the non-deterministic attention_bwd (backward = true) runs the
+/// True when attention_fwd (backward = false) or attention_bwd (backward = true; either mode) runs the
 /// Hopper kernels (sm_90a, wgmma: fwd_sm90.cuh, bwd_sm90.cuh) for this problem: bf16, d_head 64, 80, 96 or 128, a
 /// build for sm_90a running on a compute capability 9.0 device, and for the forward at least one query tile for every
 /// third SM (tiles of 192 rows at d 64 / 80 / 96, 128 at d 128; the backward splits its query loop instead).
@@ -32,14 +32,15 @@ bool sm90_kernels_available();
 void run_fwd(const FlashParams& p, cudaStream_t s);
 
 /// Backward on raw parameters: dq, dk, dv (overwritten) from dout, q, k, v, o and lse. p.dsum must hold B*H*T
-/// floats; p.dq_accum B*H*T*d floats, 16-byte aligned, in the non-deterministic mode (both from
-/// bwd_workspace_bytes; bind_bwd_workspace sets them). Same checks as run_fwd.
+/// floats; p.dq_accum B*H*T*d floats, 16-byte aligned, in the non-deterministic mode and on the Hopper backward (both
+/// from bwd_workspace_bytes; bind_bwd_workspace sets them). Same checks as run_fwd.
 void run_bwd(const FlashBwdParams& p, cudaStream_t s);
 
 /// Bytes of workspace attention_bwd needs: D [B, H, T] f32, plus dQ accumulators [B, H, T, d] f32 and their tile
-/// words [B, H, ceil(T / 64)] u32 in the (default) non-deterministic mode, plus dK and dV accumulators (2 x [B, H, T,
-/// d] f32) there when the problem has so few key tiles that the dK/dV pass splits its query loop. 256-byte aligned
-/// parts.
+/// words [B, H, ceil(T / 64)] u32 in the (default) non-deterministic mode and wherever the Hopper backward runs (its
+/// deterministic mode adds dQ in key-tile order), plus dK and dV accumulators (2 x [B, H, T, d] f32) in the
+/// non-deterministic mode when the problem has so few key tiles that the dK/dV pass splits its query loop. 256-byte
+/// aligned parts.
 size_t bwd_workspace_bytes(const AttnShape& s, DType dtype, bool deterministic);
 
 /// Bytes of workspace attention_fwd needs: 0, or for problems with few query tiles (split keys) the partial
@@ -62,7 +63,8 @@ void attention_fwd(const AttnShape& s, Tensor out, Tensor lse, const Tensor& qkv
 
 /// dqkv [B*T, 3D] (qkv's dtype or f32; overwritten) from dout [B*T, D] (qkv's dtype), qkv, out and lse of the
 /// forward. `workspace` holds at least bwd_workspace_bytes(s, qkv.dtype, deterministic) bytes of device memory.
-/// deterministic: dQ by a separate pass instead of fp32 atomics (bitwise reproducible).
+/// deterministic: bitwise reproducible; the Hopper backward adds each dQ tile's contributions in key-tile order
+/// (bwd_sm90.cuh), the mma.sync kernels take dQ by a separate pass, instead of fp32 atomic adds in any order.
 void attention_bwd(const AttnShape& s, Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                    const Tensor& lse, void* workspace, size_t workspace_bytes, bool deterministic, cudaStream_t st);
 

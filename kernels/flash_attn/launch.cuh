@@ -144,7 +144,7 @@ template <int kD, bool kCausal, bool kF32>
 void bwd_launch(const FlashBwdParams& p, cudaStream_t s) {
 #ifdef TRAINER_SM90
   if constexpr (!kF32 && cuda_sizes::flash_sm90_head_dim(kD))
-    if (!p.deterministic && uses_sm90_bwd(kD)) return bwd_sm90_launch<kD, kCausal>(p, s);
+    if (uses_sm90_bwd(kD)) return bwd_sm90_launch<kD, kCausal>(p, s);  // deterministic: its ordered dQ
 #endif
   using C = Config<kD, kF32>;
   if (p.deterministic) return launch_bwd<typename C::DkdvDet, typename C::Dq, kCausal>(p, s);

@@ -74,8 +74,9 @@ void bwd_sm90_launch(const FlashBwdParams& p, cudaStream_t s);
 /// True when fwd_launch takes the Hopper kernel for this problem: built and available, d_head 64, 80, 96 or 128, and at
 /// least one query tile for every third SM (cuda_sizes::flash_sm90_fwd_enough_tiles, with the measurements; fewer
 /// tiles take the mma.sync kernel and its split keys).
-/// bwd_launch (deterministic = false) takes the Hopper backward for every problem with d_head 64, 80, 96 or 128 when
-/// built and available (uses_sm90_bwd): with few key tiles it splits the query loop itself.
+/// bwd_launch takes the Hopper backward for every problem with d_head 64, 80, 96 or 128 when built and available
+/// (uses_sm90_bwd): with few key tiles it splits the query loop itself (not in deterministic mode, whose dQ goes in in
+/// key-tile order).
 bool uses_sm90_fwd(int d_head, int64_t seq_len, int64_t heads, int64_t batch);
 bool uses_sm90_bwd(int d_head);
 

@@ -66,8 +66,12 @@ template <class Tr, bool kCausal>
 void launch_bwd(const FlashBwdParams& p_in, cudaStream_t s) {
   FlashBwdParams p = p_in;
   p.dq_accum_swizzled = true;
-  p.dkdv_chunk =
-      p.dkv_accum ? dkdv_chunk(p.seq_len, Tr::kBN, Tr::kBM, int64_t(p.batch) * p.num_heads, kCausal, true) : 0;
+  p.dq_ordered = p.deterministic;  // dQ's contributions in key-tile order (the tile words count them), never split
+  TRAINER_CHECK(!p.dq_ordered || p.dq_tile_state, "flash2 bwd: the deterministic Hopper backward needs the dQ tile "
+                "words (bind_bwd_workspace)");
+  p.dkdv_chunk = p.dkv_accum && !p.dq_ordered
+                     ? dkdv_chunk(p.seq_len, Tr::kBN, Tr::kBM, int64_t(p.batch) * p.num_heads, kCausal, true)
+                     : 0;
   const int splits = p.dkdv_chunk > 0 ? int(ceil_div(ceil_div(p.seq_len, Tr::kBM), p.dkdv_chunk)) : 1;
   launch_bwd_preprocess(p, true, s);
   auto kernel = splits > 1 ? flash_bwd_sm90_kernel<Tr, kCausal, true> : flash_bwd_sm90_kernel<Tr, kCausal>;

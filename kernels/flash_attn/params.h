@@ -41,8 +41,10 @@ struct FlashBwdParams : FlashParams {
   int64_t dqkv_batch_stride = 0, dqkv_row_stride = 0, dqkv_head_stride = 0;
   bool dqkv_f32 = false;                       // gradients stored as f32 (always so when !is_bf16)
   float* dsum = nullptr;                       // workspace [B, H, T]: D = rowsum(dO o O)
-  float* dq_accum = nullptr;                   // workspace [B, H, T, d] f32 (non-deterministic mode only)
-  bool deterministic = false;                  // dQ by a separate pass (no atomics) instead of fp32 atomics
+  float* dq_accum = nullptr;  // workspace [B, H, T, d] f32 (atomic mode; deterministic on the Hopper backward too)
+  // bitwise reproducible: the Hopper backward (bf16, d 64 / 80 / 96 / 128 on compute capability 9.0) adds each dQ
+  // tile's contributions in key-tile order (dq_ordered); the mma.sync kernels take dQ by a separate pass
+  bool deterministic = false;
   float* dkv_accum = nullptr;  // workspace [2][B, H, T, d] f32 (dK then dV) where the problem has few key tiles
                                // (bwd_workspace_bytes); lets the launcher split each key tile's query loop
   int dkdv_chunk = 0;          // set by the launcher: query tiles per CTA of the dK/dV pass (0: all of them)
@@ -55,6 +57,10 @@ struct FlashBwdParams : FlashParams {
   // kernel must follow the preprocess that zeroed these words, with no other backward on the same workspace at once
   // (else it may hang, not only be wrong).
   unsigned* dq_tile_state = nullptr;
+  // set by the Hopper launcher in deterministic mode: each dQ tile's contributions go in in key-tile order, counted by
+  // its dq_tile_state word (bwd_sm90.cuh, dq_tile_wait_turn), the query loop runs from the last tile down and the
+  // dK / dV loop never splits
+  bool dq_ordered = false;
 };
 
 #ifdef __CUDACC__

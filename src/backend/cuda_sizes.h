@@ -159,15 +159,16 @@ inline size_t flash_fwd_workspace_bytes_h200(const AttnShape& s, DType dtype) {
 /// [B, H, T], the dQ accumulators [B, H, T, d] f32 and their tile words [B, H, ceil(T / 64)] u32, plus dK / dV
 /// accumulators where the dK/dV pass splits its query loop (flash_dkdv_chunk; for the Hopper kernel's tiles, 128 keys
 /// x 64 or 128 queries, and its rule where it runs; elsewhere taken as the same tiles under the mma.sync kernels'
-/// rule). Deterministic mode (dQ by a pass of its own): D only.
+/// rule). Deterministic mode: on the Hopper kernel (its dQ in key-tile order) the atomic mode's parts without the
+/// split's; on the mma.sync kernels (dQ by a pass of its own) D only.
 inline size_t flash_bwd_workspace_bytes_h200(const AttnShape& s, DType dtype, bool deterministic) {
   const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T);
-  if (deterministic) return align256(rows * 4);
+  const bool hopper = flash_bwd_uses_hopper_h200(s, dtype);
+  if (deterministic && !hopper) return align256(rows * 4);
   size_t bytes = align256(rows * 4) + align256(rows * size_t(s.d_head) * 4) +
                  align256(size_t(s.B) * size_t(s.H) * size_t(flash_dq_tile_words_per_head(s.T)) * 4);
-  const bool hopper = flash_bwd_uses_hopper_h200(s, dtype);
-  if (flash_dkdv_chunk(int(s.T), kFlashSm90BwdKeyTile, flash_sm90_bwd_query_rows(s.d_head), int64_t(s.B) * s.H,
-                       s.causal, hopper, kH200SmCount) > 0)
+  if (!deterministic && flash_dkdv_chunk(int(s.T), kFlashSm90BwdKeyTile, flash_sm90_bwd_query_rows(s.d_head),
+                                         int64_t(s.B) * s.H, s.causal, hopper, kH200SmCount) > 0)
     bytes += align256(2 * rows * size_t(s.d_head) * 4);
   return bytes;
 }
