@@ -183,8 +183,8 @@ TEST_CASE("cuda model: steps replayed from a CUDA graph equal uncaptured steps",
   }
   // The same run with cuda_graph false and true: the graph (captured at step 2, replayed from step 3) must give the
   // same losses and gradient norms bit for bit where the kernels are deterministic (naive attention; flash2 with
-  // deterministic true, its dQ pass), and to rounding with flash2's default backward (it sums dQ with atomics, so two
-  // uncaptured runs differ too). The cosine schedule with warm-up changes lr every step and bf16_pure's stochastic
+  // deterministic true, its dQ in a fixed order), and to rounding with flash2's default backward (it sums dQ with
+  // atomics, so two uncaptured runs differ too). The cosine schedule with warm-up changes lr every step and bf16_pure's stochastic
   // rounding changes its key every step: both reach the replayed kernels through AdamW's device copy of the step
   // values, so a stale capture would show here.
   struct Case {
@@ -212,7 +212,7 @@ TEST_CASE("cuda model: steps replayed from a CUDA graph equal uncaptured steps",
        1e-4},  // d_head 64: the Hopper kernels (TMA descriptors are kernel arguments, captured by value)
       {{"model.preset=small", "model.num_layers=2", "model.context_length=256", "precision=bf16", "attention=flash2",
         "optimizer.in_backward=true", "checkpointing.policy=full"},
-       0.0},  // the Hopper forward, the dQ pass's backward
+       0.0},  // the Hopper forward, the Hopper backward with its dQ in key-tile order
       {{"model.preset=small", "model.num_layers=2", "model.context_length=256", "precision=bf16", "attention=flash2",
         "optimizer.in_backward=true", "optimizer.in_gemm=true", "optimizer.in_gemm_min_elements=0"},
        0.0},  // the blocks' matrices updated inside their weight-gradient products (kernels/dw_adamw on sm_90)
@@ -264,7 +264,8 @@ TEST_CASE("cuda model: deterministic true repeats a flash2 run bit for bit", "[c
     return;
   }
   // Two runs of one config with deterministic true: the same losses and gradient norms, bit for bit, at every step
-  // (the flash backward's dQ pass instead of its atomic adds; cuBLASLt's heuristic algorithms, gemm_autotune auto off).
+  // (the flash backward's dQ in a fixed order instead of atomic adds in any order; cuBLASLt's heuristic algorithms,
+  // gemm_autotune auto off).
   // d_head 64 (small: the Hopper forward) and 80 (xl's); in_gemm auto (on: the fused dW + AdamW kernel on sm_90);
   // full recompute too (the attention forward twice a step).
   struct Width {

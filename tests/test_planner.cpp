@@ -341,47 +341,58 @@ TEST_CASE("meta backend: the Hopper attention rates by sequence length, against 
   CHECK(r.sm90_seq_len_factor(512, r.attention_sm90_fwd_t0) < r.sm90_seq_len_factor(2048, r.attention_sm90_fwd_t0));
 }
 
-TEST_CASE("meta backend: deterministic's attention backward: its dQ pass's FLOPs at the mma.sync rate, D alone in its "
-          "workspace", "[planner]") {
-  // xl's attention at T 512 and 2048 (4 x 32 heads of 80, causal, bf16). Atomic mode: the Hopper backward (5
-  // products, 2.5x the forward's executed FLOPs) and the dQ accumulators in the workspace; deterministic: the
-  // mma.sync dK/dV pass and a dQ pass that recomputes S and dP (7 products: 3.5x) at the mma.sync kernels' bf16 rate
-  // (fitted to T 512), and only D [B, H, T] f32 in the workspace (flash_api.cu's bwd_workspace_bytes).
-  for (int T : {512, 2048}) {
-    CAPTURE(T);
-    const AttnShape s{4, T, 32, 80, true, 1.f / std::sqrt(80.f)};
-    BackendOptions det_opts;
-    det_opts.deterministic = true;
-    MetaBackend atomic(Device::cuda), det(Device::cuda, det_opts);
-    double exec[2], secs[2];
-    size_t scratch[2];
-    for (int i = 0; i < 2; ++i) {
-      MetaBackend& be = i ? det : atomic;
-      const int64_t rows = int64_t(s.B) * s.T, D = int64_t(s.H) * s.d_head;
-      Buffer buf = be.alloc(size_t(rows * 3 * D * 2), Category::activations);  // shapes only: nothing is read
-      const Tensor qkv(buf.data(), DType::bf16, Device::cuda, {rows, 3 * D}),
-          out(buf.data(), DType::bf16, Device::cuda, {rows, D}),
-          lse(buf.data(), DType::f32, Device::cuda, {int64_t(s.B), int64_t(s.H), int64_t(s.T)});
-      const size_t before = be.memory().current[size_t(Category::workspace)];  // cuBLASLt's, no scratch yet
-      be.reset_cost();
-      be.attention_bwd(AttnImpl::flash2, s, qkv, out, qkv, out, lse, Tensor());
-      exec[i] = be.cost().executed_flops;
-      secs[i] = be.cost().compute_s;
-      scratch[i] = be.memory().current[size_t(Category::workspace)] - before;
+TEST_CASE("meta backend: deterministic's attention backward: the Hopper kernel's ordered dQ, or the mma.sync dQ pass",
+          "[planner]") {
+  // xl's attention at T 512 and 2048 (4 x 32 heads of 80, causal, bf16) takes the Hopper backward in both modes (5
+  // products, 2.5x the forward's executed FLOPs; deterministic: its dQ contributions in key-tile order, the time
+  // attention_det_bwd_sm90 times the default's) with the same workspace (D, the dQ accumulators and their tile words;
+  // xl's shapes never split). d_head 32, which has no Hopper kernel: the mma.sync dK/dV pass and a dQ pass that
+  // recomputes S and dP (7 products: 3.5x) at the mma.sync kernels' bf16 rate (fitted to T 512), and only D [B, H, T]
+  // f32 in the workspace (flash_api.cu's bwd_workspace_bytes).
+  for (int d : {80, 32})
+    for (int T : {512, 2048}) {
+      CAPTURE(d, T);
+      const AttnShape s{4, T, 32, d, true, 1.f / std::sqrt(float(d))};
+      BackendOptions det_opts;
+      det_opts.deterministic = true;
+      MetaBackend atomic(Device::cuda), det(Device::cuda, det_opts);
+      double exec[2], secs[2];
+      size_t scratch[2];
+      for (int i = 0; i < 2; ++i) {
+        MetaBackend& be = i ? det : atomic;
+        const int64_t rows = int64_t(s.B) * s.T, D = int64_t(s.H) * s.d_head;
+        Buffer buf = be.alloc(size_t(rows * 3 * D * 2), Category::activations);  // shapes only: nothing is read
+        const Tensor qkv(buf.data(), DType::bf16, Device::cuda, {rows, 3 * D}),
+            out(buf.data(), DType::bf16, Device::cuda, {rows, D}),
+            lse(buf.data(), DType::f32, Device::cuda, {int64_t(s.B), int64_t(s.H), int64_t(s.T)});
+        const size_t before = be.memory().current[size_t(Category::workspace)];  // cuBLASLt's, no scratch yet
+        be.reset_cost();
+        be.attention_bwd(AttnImpl::flash2, s, qkv, out, qkv, out, lse, Tensor());
+        exec[i] = be.cost().executed_flops;
+        secs[i] = be.cost().compute_s;
+        scratch[i] = be.memory().current[size_t(Category::workspace)] - before;
+      }
+      // model FLOPs of the backward: 2 x the forward's 4 B T^2 H d; causal executes a quarter of them in the forward
+      const double fwd_exec = 4.0 * s.B * s.H * double(s.T) * s.T * s.d_head / 2;
+      const MetaRates& r = det.rates();
+      const size_t rows = size_t(s.B) * s.H * size_t(s.T);  // the scratch buffer grows in rounded steps
+      CHECK(exec[0] == Approx(2.5 * fwd_exec));
+      CHECK(scratch[0] ==
+            cuda_sizes::scratch_grown(0, cuda_sizes::flash_bwd_workspace_bytes_h200(s, DType::bf16, false)));
+      if (d == 80) {
+        CHECK(exec[1] == Approx(exec[0]));
+        CHECK(secs[1] == Approx(secs[0] * r.attention_det_bwd_sm90));
+        CHECK(r.attention_det_bwd_sm90 > 1.0);
+        CHECK(scratch[1] == scratch[0]);
+        CHECK(scratch[1] > cuda_sizes::scratch_grown(0, cuda_sizes::align256(rows * 4)));
+      } else {
+        CHECK(exec[1] == Approx(3.5 * fwd_exec));
+        CHECK(secs[1] == Approx(exec[1] / (r.attention_bf16 * r.sm90_seq_len_factor(T, r.attention_det_bwd_t0))));
+        CHECK(secs[1] > 1.5 * secs[0]);  // v47 on an H100 at T 512 (d 80, then on these kernels): 0.202 against 0.114
+        CHECK(scratch[1] == cuda_sizes::scratch_grown(0, cuda_sizes::align256(rows * 4)));
+        CHECK(scratch[0] > scratch[1]);
+      }
     }
-    // model FLOPs of the backward: 2 x the forward's 4 B T^2 H d; causal executes a quarter of them in the forward
-    const double fwd_exec = 4.0 * s.B * s.H * double(s.T) * s.T * s.d_head / 2;
-    CHECK(exec[0] == Approx(2.5 * fwd_exec));
-    CHECK(exec[1] == Approx(3.5 * fwd_exec));
-    const MetaRates& r = det.rates();
-    CHECK(secs[1] == Approx(exec[1] / (r.attention_bf16 * r.sm90_seq_len_factor(T, r.attention_det_bwd_t0))));
-    CHECK(secs[1] > 1.5 * secs[0]);  // v47 on an H100 at T 512: 0.202 against 0.114 ms a call
-    const size_t rows = size_t(s.B) * s.H * size_t(s.T);  // the scratch buffer grows in rounded steps
-    CHECK(scratch[1] == cuda_sizes::scratch_grown(0, cuda_sizes::align256(rows * 4)));
-    CHECK(scratch[0] ==
-          cuda_sizes::scratch_grown(0, cuda_sizes::flash_bwd_workspace_bytes_h200(s, DType::bf16, false)));
-    CHECK(scratch[0] > scratch[1]);
-  }
   // a cpu plan: the cpu backend has no such mode (BackendOptions::deterministic is the CUDA backend's)
   BackendOptions det_opts;
   det_opts.deterministic = true;

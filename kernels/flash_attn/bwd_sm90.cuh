@@ -16,7 +16,8 @@
 //    done); lane 0 of its warp 1 adds each finished f32 dQ tile into dq_accum with one bulk reduction
 //    (cp.reduce.async.bulk .add.f32; dq_full / dq_empty), or, where p.dq_tile_state is given and the tile's first
 //    contribution is this CTA's, stores it (cp.async.bulk), so that dq_accum needs no zeroing (the dQ tile words'
-//    protocol below, twenty-fifth session);
+//    protocol below, twenty-fifth session); in deterministic mode (p.dq_ordered, forty-eighth session) it adds in
+//    key-tile order instead, each tile's word counting the contributions in (dq_tile_wait_turn);
 //  - warpgroups 1 and 2 are the consumers (setmaxnreg up to kRegsConsumer): consumer c owns keys 64c .. 64c+63 of
 //    the tile and accumulates their dK, dV in registers over the query tiles. Per query tile: Sᵀ and dPᵀ as two wgmma
 //    groups, so that Pᵀ is computed while dPᵀ runs; dV += Pᵀ dO issued before dSᵀ is computed; dK += dSᵀ Q. dQ of a

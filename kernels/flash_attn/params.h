@@ -50,10 +50,11 @@ struct FlashBwdParams : FlashParams {
   int dkdv_chunk = 0;          // set by the launcher: query tiles per CTA of the dK/dV pass (0: all of them)
   bool dq_accum_swizzled = false;  // set by the launcher: dq_accum rows hold 16-byte chunks swizzled (dq_swizzle
                                    // below; the Hopper backward writes them so)
-  // workspace [B, H, ceil(T / 64)] u32 (atomic mode; cuda_sizes::flash_dq_tile_words_per_head), one word per dQ tile
-  // of the Hopper backward: its contributions' tickets (bits 0-30) and bit 31 once the first contribution, stored
-  // rather than added, is in dq_accum. Zeroed by the preprocess instead of dq_accum. Null (the mma.sync kernels, the flash bench's variants): the preprocess
-  // zeroes dq_accum and every contribution is added. Later contributions spin until the first is in: the Hopper
+  // workspace [B, H, ceil(T / 64)] u32 (cuda_sizes::flash_dq_tile_words_per_head), one word per dQ tile of the
+  // Hopper backward: its contributions' tickets (bits 0-30) and bit 31 once the first contribution, stored rather than
+  // added, is in dq_accum (with dq_ordered: the count of contributions in). Zeroed by the preprocess instead of
+  // dq_accum. Null (the mma.sync kernels, the flash bench's variants): the preprocess zeroes dq_accum and every
+  // contribution is added. Later contributions spin until the first is in: the Hopper
   // kernel must follow the preprocess that zeroed these words, with no other backward on the same workspace at once
   // (else it may hang, not only be wrong).
   unsigned* dq_tile_state = nullptr;

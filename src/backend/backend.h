@@ -323,7 +323,7 @@ Fp32Matmul parse_fp32_matmul(const std::string& name);
 struct BackendOptions {
   Fp32Matmul fp32_matmul = Fp32Matmul::ieee;  // fp32 matrix products (cuda)
   bool gemm_autotune = false;  // time cuBLASLt's candidate algorithms per shape on first use, keep the fastest (cuda)
-  bool deterministic = false;  // flash attention backward: dQ by a pass of its own, not fp32 atomic adds (cuda)
+  bool deterministic = false;  // flash attention backward: dQ summed in a fixed order, not by atomic adds (cuda)
   /// Logs every allocation and free from the backend's construction on (profile.memory_timeline); owned by the
   /// caller, who keeps it alive past the backend (the backend's own buffers are freed in its destructor).
   MemoryTimeline* memory_timeline = nullptr;

@@ -130,8 +130,8 @@ struct RunConfig {
   std::string fp32_matmul = "ieee";  // ieee | tf32 | 3xtf32 (cuda; see schema.h)
   std::optional<bool> gemm_autotune;  // cuda: time cuBLASLt's candidate algorithms per GEMM shape once, keep the
                                       //   fastest; null (auto): true unless deterministic
-  bool deterministic = false;  // cuda: bitwise repeatable steps (no atomic adds in the attention backward, no timed
-                               //   algorithm choice); see schema.h
+  bool deterministic = false;  // cuda: bitwise repeatable steps (the attention backward's dQ summed in a fixed order,
+                               //   no timed algorithm choice); see schema.h
   std::string attention = "auto";  // auto (flash2 for bf16 on cuda, else naive) | naive | flash2
   bool cuda_graph = true;  // capture the train step in a CUDA graph where it can be (jobs/train.cpp; schema.h)
   CheckpointingCfg checkpointing;

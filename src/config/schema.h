@@ -296,8 +296,9 @@ void fields(S& c, F&& f) {
     "one wins can differ between runs); null (auto): true unless deterministic"});
   f("deterministic", c.deterministic, {{"true | false"},
     "cuda: two runs of one config on one GPU type give the same bits (losses, weights): the flash attention "
-    "backward sums dQ in a pass of its own instead of with fp32 atomic adds (the mma.sync kernels, not the Hopper "
-    "ones: slower, see the README), and gemm_autotune null (auto) is off (cuBLASLt's heuristic algorithm, not a "
+    "backward adds dQ in a fixed order instead of with fp32 atomic adds in any order (the Hopper kernels: each dQ "
+    "tile's contributions in key-tile order, about 1-3% of a step, see the README; the mma.sync kernels: a dQ pass "
+    "of its own), and gemm_autotune null (auto) is off (cuBLASLt's heuristic algorithm, not a "
     "timed choice; an explicit gemm_autotune true is refused). false: GPU runs with flash2 differ from the first "
     "update on in the last bits (the loss's ~6th digit). The cpu backend repeats at one OpenBLAS thread count "
     "either way. Several GPUs add NCCL's reductions, whose repeatability this was not checked for"});

@@ -66,7 +66,7 @@ struct Plan {
   double comm_latency = 0;    // seconds assumed per collective (MetaCommunicator::default_latency)
   double comm_overlap_slowdown = 0;  // MetaCommunicator::overlap_slowdown
   MetaRates rates;
-  bool deterministic = false;  // cuda, config deterministic: the attention backward's rate is the mma.sync kernels'
+  bool deterministic = false;  // cuda, config deterministic: the attention backward's dQ in key-tile order (Hopper)
   double bus_bandwidth = 0;   // bytes/s assumed for collectives
 
   /// {"world_size", "rank", "device", "strategy", "comm", "tokens_per_step", "rank_tokens_per_step", "memory":

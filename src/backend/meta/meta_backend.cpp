@@ -66,9 +66,16 @@ MetaRates MetaRates::for_target(Device d, Fp32Matmul fp32_matmul, const std::str
     // 120 / 262 at these rates).
     r.attention_sm90_fwd_t0 = 2300;
     r.attention_sm90_bwd_t0 = 1330;
-    // deterministic's backward at xl's T 512: 0.202 ms a call on an H100 (results/h100/2026-12-07/v47/call2, traced),
-    // 93 TFLOP/s of its 3.5x the forward's executed FLOPs: t0 fitted to that point and attention_bf16 at T 16384
+    // deterministic's backward on the mma.sync kernels (d_head 16 / 32 since v48; until then every head dim) at xl's
+    // T 512: 0.202 ms a call on an H100 (results/h100/2026-12-07/v47/call2, traced), 93 TFLOP/s of its 3.5x the
+    // forward's executed FLOPs: t0 fitted to that point and attention_bf16 at T 16384
     r.attention_det_bwd_t0 = 724;
+    // deterministic on the Hopper backward (its dQ contributions in key-tile order), over the default, one H100 in
+    // rounds alternating the two (results/h100/2026-12-07/v48/call2): 16 heads T 16384 causal d 64 1.040, d 128
+    // 1.033, d 64 non-causal 1.013; xl's 4 x 32 x 80 T 512 1.033 (1.016 traced in the step, call1), T 2048 1.039.
+    // small's 4 x 12 x 64 at T 512 (few query tiles a CTA and one dQ stage: each wait for a turn stalls the
+    // consumers) 1.138: that one is underestimated (about 0.07 ms of its 5.7 ms step)
+    r.attention_det_bwd_sm90 = 1.04;
     r.attention_f32 = 100e12;  // flash2 fp32 runs as 3xTF32: assumed ~1/4 of the bf16 kernel
     r.memory_bandwidth = 4.2e12;
     // The fused dW + AdamW kernel's product runs at 0.83 of cuBLASLt's on an H200 (an xl block's four products 0.70
@@ -241,14 +248,17 @@ void MetaBackend::attention_bwd(AttnImpl impl, const AttnShape& s, Tensor dqkv, 
     const double fwd_exec = s.causal ? f / 4 : f / 2;
     const double sm90_bwd = (s.d_head == 128 ? rates_.attention_bf16_bwd_sm90_d128 : rates_.attention_bf16_bwd_sm90) *
                             rates_.sm90_seq_len_factor(s.T, rates_.attention_sm90_bwd_t0);
-    // deterministic: the mma.sync kernels' dK/dV pass, then a dQ pass that recomputes S and dP again (3 products)
-    // (its per-tile cost is fitted to bf16; fp32's mma.sync kernels keep their constant rate in both modes)
-    double mma_sync = qkv.dtype == DType::bf16 ? rates_.attention_bf16 : rates_.attention_f32;
-    if (deterministic_ && qkv.dtype == DType::bf16)
-      mma_sync *= rates_.sm90_seq_len_factor(s.T, rates_.attention_det_bwd_t0);
-    const double rate =
-        !deterministic_ && cuda_sizes::flash_bwd_uses_hopper_h200(s, qkv.dtype) ? sm90_bwd : mma_sync;
-    account(f, (deterministic_ ? 3.5 : 2.5) * fwd_exec, rate, b(qkv) + b(dout) + b(out) + b(lse) + b(dqkv));
+    if (cuda_sizes::flash_bwd_uses_hopper_h200(s, qkv.dtype)) {  // deterministic: dQ in key-tile order (waits)
+      const double rate = sm90_bwd / (deterministic_ ? rates_.attention_det_bwd_sm90 : 1.0);
+      account(f, 2.5 * fwd_exec, rate, b(qkv) + b(dout) + b(out) + b(lse) + b(dqkv));
+    } else {
+      // deterministic: the mma.sync kernels' dK/dV pass, then a dQ pass that recomputes S and dP again (3 products)
+      // (its per-tile cost is fitted to bf16; fp32's mma.sync kernels keep their constant rate in both modes)
+      double mma_sync = qkv.dtype == DType::bf16 ? rates_.attention_bf16 : rates_.attention_f32;
+      if (deterministic_ && qkv.dtype == DType::bf16)
+        mma_sync *= rates_.sm90_seq_len_factor(s.T, rates_.attention_det_bwd_t0);
+      account(f, (deterministic_ ? 3.5 : 2.5) * fwd_exec, mma_sync, b(qkv) + b(dout) + b(out) + b(lse) + b(dqkv));
+    }
   } else {
     const bool stored = probs.data != nullptr;
     if (cuda()) scratch(cuda_sizes::naive_attention_bwd_scratch_bytes(s, qkv.dtype, stored));

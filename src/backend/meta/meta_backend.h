@@ -51,8 +51,10 @@ struct MetaRates {
   double sm90_rate_seq_len = 16384;
   double attention_sm90_fwd_t0 = 0;  // t0 of the forward, keys
   double attention_sm90_bwd_t0 = 0;  // t0 of the backward, keys
-  double attention_det_bwd_t0 = 0;   // t0 of the deterministic bf16 backward (mma.sync kernels: dK/dV pass, dQ
-                                     //   pass) on attention_bf16, the same form
+  double attention_det_bwd_t0 = 0;   // t0 of the deterministic bf16 backward on the mma.sync kernels (dK/dV pass,
+                                     //   dQ pass; head dims without a Hopper kernel) on attention_bf16, the same form
+  double attention_det_bwd_sm90 = 1;  // the deterministic Hopper backward's time over the default one's (its dQ
+                                      //   contributions in key-tile order: the waits)
   double attention_f32 = 0;
   double memory_bandwidth = 0;     // bytes read + written per second
   double dw_adamw_gemm = 0;        // the fused dW + AdamW kernel's product (kernels/dw_adamw), FLOPs per second; its
@@ -155,7 +157,8 @@ class MetaBackend final : public Backend {
   bool cuda() const { return target_ == Device::cuda; }
 
   Device target_;
-  bool deterministic_;  // BackendOptions::deterministic: the flash backward's dQ pass instead of its atomic adds
+  bool deterministic_;  // BackendOptions::deterministic: the flash backward's dQ in key-tile order (Hopper) or its
+                        // dQ pass (mma.sync), instead of atomic adds in any order
   MetaRates rates_;
   MetaCost cost_;
   uintptr_t next_ = uintptr_t(1) << 46;  // fake addresses: far from any real mapping, 256-byte steps
