@@ -144,7 +144,8 @@ void fields(S& o, F&& f) {
     "decoupled weight decay (p -= lr*wd*p), applied to every parameter"});
   f("max_grad_norm", o.max_grad_norm, {{"null | number > 0"},
     "clip the global gradient L2 norm n to this: every gradient times min(1, max_grad_norm / (n + 1e-6)), as "
-    "torch.nn.utils.clip_grad_norm_; the record's grad_norm is n, before clipping; null: no clipping"});
+    "torch.nn.utils.clip_grad_norm_; the record's grad_norm is n, before clipping; null: no clipping. Ignored, "
+    "with a warning, where bench.phase takes no optimizer step"});
   f("in_backward", o.in_backward, {{"null | true | false"},
     "AdamW updates each unit (embedding, block, head) as soon as its gradient is final, during the backward; each "
     "unit's gradient then exists only from its backward to its update, so no flat gradient buffer (strategy none; "

@@ -168,6 +168,9 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   if (cfg.data.source != "tokens" && cfg.data.path)
     spdlog::warn("data.path '{}' is ignored: data.source is '{}' (set data.source=tokens to train on the file)",
                  *cfg.data.path, cfg.data.source);
+  if (!do_step && cfg.optimizer.max_grad_norm)  // (its default is null: a value here was asked for)
+    spdlog::warn("optimizer.max_grad_norm {} is ignored: bench.phase '{}' takes no optimizer step (nothing is "
+                 "clipped; set bench.phase=train_step to clip)", *cfg.optimizer.max_grad_norm, cfg.bench.phase);
   spdlog::info("{} on {}: data {}, phase {}, precision {}, attention {}, strategy {}, {} rank(s), batch {} = {} x {} "
                "x {} (ranks x microbatches x rows), {} steps ({} warm-up); set-up memory {}",
                cfg.job, be->description(),

@@ -75,3 +75,19 @@ def test_diverged_run_keeps_its_loss_curve(tmp_path):
     assert len(losses) == step and losses[-1] is None and r["loss"]["final"] is None
     assert all(isinstance(x, float) for x in losses[:-1]) and losses[0] > 5.0  # finite before, near ln(vocab)
     assert f"step {step - 1:4d}/10" in p.stdout + p.stderr or step == 1  # the log's last line is the step before
+
+
+@pytest.mark.skipif(not BIN, reason="TRAINER_BIN is not set")
+def test_max_grad_norm_without_an_optimizer_step_is_named_as_ignored(tmp_path):
+    """bench.phase forward / forward_backward take no optimizer step: a max_grad_norm asked for (its default is null)
+    clips nothing, and the log says so once; a train_step run (which clips) and a run without the key say nothing."""
+    base = [BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set", "bench.warmup_steps=0",
+            "--set", "bench.measure_steps=1"]
+    for phase, norm, warned in [("forward", "0.5", True), ("forward_backward", "0.5", True),
+                                ("train_step", "0.5", False), ("forward", "null", False)]:
+        p = subprocess.run(base + ["--set", f"bench.phase={phase}", "--set", f"optimizer.max_grad_norm={norm}",
+                                   "--set", f"output.results={tmp_path / (phase + norm + '.json')}"],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr[-2000:]
+        line = f"optimizer.max_grad_norm 0.5 is ignored: bench.phase '{phase}' takes no optimizer step"
+        assert (line in p.stderr + p.stdout) == warned, (phase, norm, p.stderr[-2000:])
