@@ -61,8 +61,8 @@ int dkdv_chunk(int seq_len, int kbn, int kbm, int64_t bh, bool causal, bool hopp
 /// Hopper kernels (sm90.cu, built only for sm_90a: TRAINER_SM90): bf16, d_head 64, 80, 96 and 128, tiles of
 /// sm90_fwd_rows(d_head) query rows (forward) and kSm90BwdKeyTile keys x sm90_bwd_query_rows(d_head) queries (backward).
 /// sm90_flash_available(): this device runs them (compute capability 9.0). The backward includes its preprocess and
-/// convert passes (atomic-mode workspace: dsum, dq_accum, dq_tile_state, and dkv_accum when it splits its query
-/// loop: dkdv_chunk with these tiles > 0).
+/// convert passes (workspace in both modes: dsum, dq_accum, dq_tile_state; dkv_accum when it splits its query loop,
+/// atomic mode only: dkdv_chunk with these tiles > 0).
 constexpr int kSm90BwdKeyTile = cuda_sizes::kFlashSm90BwdKeyTile;
 constexpr int sm90_bwd_query_rows(int d_head) { return cuda_sizes::flash_sm90_bwd_query_rows(d_head); }
 constexpr int sm90_fwd_rows(int d_head) { return cuda_sizes::flash_sm90_fwd_rows(d_head); }

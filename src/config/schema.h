@@ -298,11 +298,12 @@ void fields(S& c, F&& f) {
   f("deterministic", c.deterministic, {{"true | false"},
     "cuda: two runs of one config on one GPU type give the same bits (losses, weights): the flash attention "
     "backward adds dQ in a fixed order instead of with fp32 atomic adds in any order (the Hopper kernels: each dQ "
-    "tile's contributions in key-tile order, about 1-3% of a step, see the README; the mma.sync kernels: a dQ pass "
-    "of its own), and gemm_autotune null (auto) is off (cuBLASLt's heuristic algorithm, not a "
-    "timed choice; an explicit gemm_autotune true is refused). false: GPU runs with flash2 differ from the first "
-    "update on in the last bits (the loss's ~6th digit). The cpu backend repeats at one OpenBLAS thread count "
-    "either way. Several GPUs add NCCL's reductions, whose repeatability this was not checked for"});
+    "tile's contributions in key-tile order; the mma.sync kernels: a dQ pass of its own), and gemm_autotune null "
+    "(auto) is off (cuBLASLt's heuristic algorithm, not a timed choice; an explicit gemm_autotune true is "
+    "refused). false: GPU runs with flash2 differ from the first update on in the last bits (the loss's ~6th "
+    "digit). The mode costs 0-3% of a step on an H100 (v48, see the README). The cpu backend repeats at one "
+    "OpenBLAS thread count either way. Several GPUs add NCCL's reductions, whose repeatability this was not checked "
+    "for"});
   f("attention", c.attention, {{"{}", &kAttention},
     "auto: flash2 for bf16 on cuda, else naive (materialised scores)"});
   f("cuda_graph", c.cuda_graph, {{"true | false"},

@@ -213,7 +213,7 @@ nlohmann::json Plan::to_json() const {
             {"attention_sm90_bwd_t0", rates.attention_sm90_bwd_t0},
             {"deterministic", deterministic},
             {"attention_det_bwd_t0", rates.attention_det_bwd_t0},
-            {"attention_det_bwd_sm90", rates.attention_det_bwd_sm90},
+            {"attention_det_bwd_sm90_time_factor", rates.attention_det_bwd_sm90},
             {"attention_f32_flops_per_s", rates.attention_f32},
             {"memory_bandwidth_bytes_per_s", rates.memory_bandwidth},
             {"comm_bus_bandwidth_bytes_per_s", bus_bandwidth},
@@ -333,9 +333,10 @@ std::string Plan::table() const {
                    rates.attention_bf16_bwd_sm90 / 1e12, rates.attention_bf16_bwd_sm90_d128 / 1e12,
                    rates.sm90_rate_seq_len, rates.sm90_rate_seq_len, rates.attention_sm90_fwd_t0,
                    rates.attention_sm90_bwd_t0,
-                   deterministic ? fmt::format("; deterministic: the Hopper backward {:.3g}x its time (dQ in key-tile "
-                                               "order), the mma.sync kernels 3.5x the forward's FLOPs at bf16's rate "
-                                               "with t0 {:.0f}",
+                   deterministic ? fmt::format("; deterministic: the Hopper backward (bf16, d 64-128) at {:.3g}x its "
+                                               "default time (dQ in key-tile order), the mma.sync kernels (d 16 / 32) "
+                                               "3.5x the forward's FLOPs at bf16's rate with t0 {:.0f} (fp32 at its "
+                                               "own rate)",
                                                rates.attention_det_bwd_sm90, rates.attention_det_bwd_t0)
                                  : "",
                    rates.attention_f32 / 1e12, rates.memory_bandwidth / 1e12,

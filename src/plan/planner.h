@@ -66,7 +66,8 @@ struct Plan {
   double comm_latency = 0;    // seconds assumed per collective (MetaCommunicator::default_latency)
   double comm_overlap_slowdown = 0;  // MetaCommunicator::overlap_slowdown
   MetaRates rates;
-  bool deterministic = false;  // cuda, config deterministic: the attention backward's dQ in key-tile order (Hopper)
+  bool deterministic = false;  // cuda, config deterministic: the attention backward's dQ in key-tile order (Hopper;
+                               // the mma.sync dQ pass for d 16 / 32 and fp32)
   double bus_bandwidth = 0;   // bytes/s assumed for collectives
 
   /// {"world_size", "rank", "device", "strategy", "comm", "tokens_per_step", "rank_tokens_per_step", "memory":

@@ -74,7 +74,7 @@ MetaRates MetaRates::for_target(Device d, Fp32Matmul fp32_matmul, const std::str
     // rounds alternating the two (results/h100/2026-12-07/v48/call2): 16 heads T 16384 causal d 64 1.040, d 128
     // 1.033, d 64 non-causal 1.013; xl's 4 x 32 x 80 T 512 1.033 (1.016 traced in the step, call1), T 2048 1.039.
     // small's 4 x 12 x 64 at T 512 (few query tiles a CTA and one dQ stage: each wait for a turn stalls the
-    // consumers) 1.138: that one is underestimated (about 0.07 ms of its 5.7 ms step)
+    // consumers) 1.138: there the mode costs ~0.07 ms of the 5.7 ms step, modelled ~0.02
     r.attention_det_bwd_sm90 = 1.04;
     r.attention_f32 = 100e12;  // flash2 fp32 runs as 3xTF32: assumed ~1/4 of the bf16 kernel
     r.memory_bandwidth = 4.2e12;
