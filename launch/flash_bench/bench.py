@@ -129,10 +129,10 @@ LIM = {torch.bfloat16: (1e-2, 2e-2), torch.float32: (1e-4, 1e-3)}
 failures = []
 # d 80 variants of capi.cu (fa_fwd / fa_bwd variant numbers): FwdTraits<d, kBM, kBN, Q in registers, min CTAs per SM,
 # m16 tiles per warp>, BwdTraits<d, kBN, kBM, atomic dQ, min CTAs per SM, m16 key tiles per warp>.
-XL_FWD = {0: "production: Fwd<80,128,64,smemQ> 8w", 20: "Fwd<80,64,64,regQ> 4w", 21: "Fwd<80,128,64,regQ,1,2> 4wx2",
+XL_FWD = {0: "production (Hopper kernel on sm_90)", 20: "Fwd<80,64,64,regQ> 4w", 21: "Fwd<80,128,64,regQ,1,2> 4wx2",
           22: "Fwd<80,128,32,smemQ,1,2> 4wx2", 23: "Fwd<80,64,64,smemQ> 4w", 24: "Fwd<80,64,32,regQ> 4w",
           25: "Fwd<80,128,32,regQ,1,2> 4wx2", 26: "Fwd<80,64,64,regQ,1,2> 2wx2", 27: "Fwd<80,128,64,regQ> 8w"}
-XL_BWD = {0: "production: Bwd<80,128,32,atomic> 8w", 1: "production deterministic: dQ in key-tile order",
+XL_BWD = {0: "production (Hopper kernel on sm_90)", 1: "production deterministic: dQ in key-tile order",
           20: "Bwd<80,64,32,atomic> 4w", 21: "Bwd<80,64,64,atomic> 4w", 22: "Bwd<80,128,64,atomic> 8w",
           23: "Bwd<80,64,32,atomic,1,2> 2wx2", 24: "Bwd<80,128,32,atomic,1,2> 4wx2", 25: "Bwd<80,32,32,atomic> 2w",
           26: "Bwd<80,128,16,atomic> 8w"}

@@ -35,8 +35,8 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
     for (const auto& o : overrides) apply_override(probe, o);
     const json& preset = full["model"]["preset"];
     if (probe["model"]["preset"] != marker && preset.is_string() && !preset.get<std::string>().empty())
-      for (const char* dim : {"vocab_size", "context_length", "d_model", "d_ff", "num_layers", "num_heads"})
-        if (probe["model"][dim] == marker) full["model"][dim] = 0;
+      for (const PresetDim& d : kPresetDims)
+        if (probe["model"][d.name] == marker) full["model"][d.name] = 0;
     RunConfig overridden;
     from_json(full, overridden);  // wrong types given by an override
     c = std::move(overridden);

@@ -215,7 +215,19 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
 /// links and ./ forms count). Raises ConfigError.
 void validate_config(const RunConfig& c, int world_size, const std::string& config_path = "");
 
-/// The dims of a named preset (vocab, context, d_model, d_ff, layers, heads); raises ConfigError for unknown names.
+/// The dims a preset sets, by their config names (model.<name>) and ModelCfg members, in one list for every rule
+/// that walks them: a preset's fill of the dims left at 0 (resolve), the --set preset's reset (load_config) and
+/// changed_from_preset.
+struct PresetDim {
+  const char* name;
+  int ModelCfg::*field;
+};
+inline constexpr PresetDim kPresetDims[] = {
+    {"vocab_size", &ModelCfg::vocab_size}, {"context_length", &ModelCfg::context_length},
+    {"d_model", &ModelCfg::d_model},       {"d_ff", &ModelCfg::d_ff},
+    {"num_layers", &ModelCfg::num_layers}, {"num_heads", &ModelCfg::num_heads}};
+
+/// The dims of a named preset (kPresetDims); raises ConfigError for unknown names.
 ModelCfg preset_model(const std::string& name);
 
 /// The parameters of DESIGN.md's model with dims `m`, counted in double (no padding, no overflow):

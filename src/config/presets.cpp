@@ -64,12 +64,8 @@ json changed_from_preset(const ModelCfg& m) {
   json out = json::object();
   if (m.preset.empty()) return out;
   const ModelCfg p = preset_model(m.preset);
-  const std::pair<const char*, std::pair<int, int>> fields[] = {
-      {"vocab_size", {p.vocab_size, m.vocab_size}}, {"context_length", {p.context_length, m.context_length}},
-      {"d_model", {p.d_model, m.d_model}},          {"d_ff", {p.d_ff, m.d_ff}},
-      {"num_layers", {p.num_layers, m.num_layers}}, {"num_heads", {p.num_heads, m.num_heads}}};
-  for (const auto& [name, v] : fields)
-    if (v.first != v.second) out[name] = {{"preset", v.first}, {"used", v.second}};
+  for (const PresetDim& d : kPresetDims)
+    if (p.*d.field != m.*d.field) out[d.name] = {{"preset", p.*d.field}, {"used", m.*d.field}};
   return out;
 }
 

@@ -18,13 +18,8 @@ void resolve(RunConfig& c, const std::string& path, int world_size, bool cuda_av
              std::vector<std::string>* warnings) {
   if (!c.model.preset.empty()) {
     const ModelCfg p = preset_model(c.model.preset);
-    auto fill = [](int& v, int from) { v = v == 0 ? from : v; };
-    fill(c.model.vocab_size, p.vocab_size);
-    fill(c.model.context_length, p.context_length);
-    fill(c.model.d_model, p.d_model);
-    fill(c.model.d_ff, p.d_ff);
-    fill(c.model.num_layers, p.num_layers);
-    fill(c.model.num_heads, p.num_heads);
+    for (const PresetDim& d : kPresetDims)  // the dims left at 0
+      if (c.model.*d.field == 0) c.model.*d.field = p.*d.field;
   }
   if (c.device == "auto") c.device = cuda_available ? "cuda" : "cpu";
   if (c.attention == "auto") c.attention = c.device == "cuda" && bf16_precision(c.precision) ? "flash2" : "naive";
