@@ -184,9 +184,9 @@ TEST_CASE("cuda model: steps replayed from a CUDA graph equal uncaptured steps",
   // The same run with cuda_graph false and true: the graph (captured at step 2, replayed from step 3) must give the
   // same losses and gradient norms bit for bit where the kernels are deterministic (naive attention; flash2 with
   // deterministic true, its dQ in a fixed order), and to rounding with flash2's default backward (it sums dQ with
-  // atomics, so two uncaptured runs differ too). The cosine schedule with warm-up changes lr every step and bf16_pure's stochastic
-  // rounding changes its key every step: both reach the replayed kernels through AdamW's device copy of the step
-  // values, so a stale capture would show here.
+  // atomics, so two uncaptured runs differ too). The cosine schedule with warm-up changes lr every step and
+  // bf16_pure's stochastic rounding changes its key every step: both reach the replayed kernels through AdamW's
+  // device copy of the step values, so a stale capture would show here.
   struct Case {
     std::vector<std::string> set;
     double tol;  // relative; 0: bitwise

@@ -65,10 +65,10 @@ bool bwd_dkdv_splits(const AttnShape& s, DType dtype) {
   });
 }
 
-/// True when the deterministic backward of this problem runs the Hopper kernel with its dQ contributions in key-tile
-/// order (FlashBwdParams::dq_ordered: the atomic mode's dq_accum and tile words, never the dK/dV accumulators); else
-/// it is the mma.sync kernels' dK/dV pass and dQ pass (the workspace holds D only).
-bool ordered_dq(const AttnShape& s, DType dtype) { return dtype == DType::bf16 && uses_sm90_bwd(s.d_head); }
+/// True when the deterministic backward of a problem (bf16 or not, d_head) runs the Hopper kernel with its dQ
+/// contributions in key-tile order (FlashBwdParams::dq_ordered: the atomic mode's dq_accum and tile words, never the
+/// dK/dV accumulators); else it is the mma.sync kernels' dK/dV pass and dQ pass (the workspace holds D only).
+bool ordered_dq(bool bf16, int d_head) { return bf16 && uses_sm90_bwd(d_head); }
 
 }  // namespace
 
@@ -88,7 +88,7 @@ void run_bwd(const FlashBwdParams& p, cudaStream_t s) {
   check_common(p);
   TRAINER_CHECK(p.dout && p.dq && p.dk && p.dv && p.dsum, "flash2 bwd: null dout/dq/dk/dv/dsum");
   TRAINER_CHECK(p.is_bf16 || p.dqkv_f32, "flash2 bwd: f32 inputs need f32 gradients");
-  const bool dq_pass = p.deterministic && !(p.is_bf16 && uses_sm90_bwd(p.d_head));  // the mma.sync kernels' dQ pass
+  const bool dq_pass = p.deterministic && !ordered_dq(p.is_bf16, p.d_head);  // the mma.sync kernels' dQ pass
   TRAINER_CHECK(dq_pass || (p.dq_accum && aligned(p.dq_accum, 16)),
                 "flash2 bwd: dq_accum null or not 16-byte aligned (atomic mode and the Hopper backward's bulk "
                 "reduction)");
@@ -152,7 +152,7 @@ size_t fwd_workspace_bytes(const AttnShape& s, DType dtype) {
 size_t bwd_workspace_bytes(const AttnShape& s, DType dtype, bool deterministic) {
   const size_t rows = size_t(s.B) * size_t(s.H) * size_t(s.T);
   size_t bytes = align_up(rows * sizeof(float));
-  if (!deterministic || ordered_dq(s, dtype)) {
+  if (!deterministic || ordered_dq(dtype == DType::bf16, s.d_head)) {
     bytes += align_up(rows * size_t(s.d_head) * sizeof(float));
     if (!deterministic && bwd_dkdv_splits(s, dtype)) bytes += align_up(2 * rows * size_t(s.d_head) * sizeof(float));
     bytes += align_up(size_t(s.B) * size_t(s.H) * size_t(cuda_sizes::flash_dq_tile_words_per_head(s.T)) *
@@ -184,7 +184,7 @@ void bind_bwd_workspace(FlashBwdParams& p, const AttnShape& s, DType dtype, bool
   p.dsum = reinterpret_cast<float*>(base);
   p.dq_accum = p.dkv_accum = nullptr;
   p.dq_tile_state = nullptr;
-  if (deterministic && !ordered_dq(s, dtype)) return;
+  if (deterministic && !ordered_dq(dtype == DType::bf16, s.d_head)) return;
   size_t off = align_up(rows * 4);
   p.dq_accum = reinterpret_cast<float*>(base + off);
   off += align_up(rows * dh * 4);

@@ -80,7 +80,8 @@ def test_diverged_run_keeps_its_loss_curve(tmp_path):
 @pytest.mark.skipif(not BIN, reason="TRAINER_BIN is not set")
 def test_max_grad_norm_without_an_optimizer_step_is_named_as_ignored(tmp_path):
     """bench.phase forward / forward_backward take no optimizer step: a max_grad_norm asked for (its default is null)
-    clips nothing, and the log says so (rank 0 once); a train_step run (which clips) and a run without the key say nothing."""
+    clips nothing, and the log says so (rank 0 once); a train_step run (which clips) and a run without the key say
+    nothing."""
     base = [BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set", "bench.warmup_steps=0",
             "--set", "bench.measure_steps=1"]
     for phase, norm, warned in [("forward", "0.5", True), ("forward_backward", "0.5", True),
