@@ -39,6 +39,7 @@
 #include "git_info.h"
 #include "io/result_record.h"
 #include "jobs/job.h"
+#include "model/model.h"
 #include "parallel/strategy.h"
 #include "plan/fit.h"
 #include "plan/host_memory.h"
@@ -186,6 +187,18 @@ RunConfig load_plan_config(const Args& a, int world, std::string* assumed) {
                          wants_cuda ? "cuda (an H200)" : "cpu",
                          wants_cuda ? "the config asks for bf16, flash2 or nccl" : "the config runs on the CPU");
   return wants_cuda ? on_cuda : *on_cpu;
+}
+
+/// init.weights that do not fit the model (a name missing, another shape or dtype): one line and exit code 2 before
+/// the run writes anything or logs its plan. Reads the file's header only; the job reads the data (and checks again).
+void check_init_weights(const RunConfig& cfg) {
+  std::map<std::string, HostTensor> header;
+  try {
+    header = read_safetensors_header(*cfg.init.weights);
+  } catch (const ConfigError& e) {  // named by its key, as the job's read names it
+    throw ConfigError(fmt::format("init.weights: {}", e.what()));
+  }
+  check_weight_tensors(ParamLayout(model_dims(cfg.model)), header, *cfg.init.weights, "init.weights");
 }
 
 /// trainer --plan: prints rank 0's plan (and every rank's where they differ). Returns the exit code.
@@ -463,6 +476,7 @@ int main(int argc, char** argv) {
                    "device: 'cuda' was asked for but {}", TRAINER_HAVE_CUDA_BUILD
                        ? "no CUDA device is visible"
                        : "this trainer was built without CUDA (no nvcc at build time, or -DTRAINER_CUDA=OFF)");
+      if (!args.print_config && cfg.job == "train" && cfg.init.weights) check_init_weights(cfg);
       if (!args.print_config && cfg.output.results) {  // a live run's record is not taken over
         check_record_not_in_use(*cfg.output.results, "output.results");
         if (rank == 0) lock_record_path(*cfg.output.results, "output.results");  // nor one still starting

@@ -336,6 +336,14 @@ TEST_CASE("safetensors: reads a hand-built file with padding, unordered entries 
   CHECK(std::string(got.at("a").bytes.begin(), got.at("a").bytes.end()) == data.substr(0, 4));
   CHECK(got.at("b").dtype == "U8");
   CHECK(std::string(got.at("b").bytes.begin(), got.at("b").bytes.end()) == "xyz");
+
+  const auto header_only = read_safetensors_header(tmp / "h.safetensors");  // names, dtypes, shapes; no data
+  REQUIRE(header_only.size() == 2);
+  for (const auto& [name, t] : got) {
+    CHECK(header_only.at(name).dtype == t.dtype);
+    CHECK(header_only.at(name).shape == t.shape);
+    CHECK(header_only.at(name).bytes.empty());
+  }
 }
 
 TEST_CASE("safetensors: corrupted files raise ConfigError naming the file and the problem", "[io][safetensors]") {
@@ -386,6 +394,7 @@ TEST_CASE("safetensors: corrupted files raise ConfigError naming the file and th
     const std::string msg = config_error_of([&] { read_safetensors(path); });
     CHECK_THAT(msg, Contains(path));
     CHECK_THAT(msg, Contains(c.expect));
+    CHECK(config_error_of([&] { read_safetensors_header(path); }) == msg);  // the header's checks are the same
   }
   CHECK_THAT(config_error_of([&] { read_safetensors(tmp / "missing.safetensors"); }),
              Contains("missing.safetensors") && Contains("No such file"));

@@ -88,9 +88,11 @@ size_t safetensors_dtype_size(const std::string& name) {
   return it == kSizes.end() ? 0 : it->second;
 }
 
-std::map<std::string, HostTensor> read_safetensors(const std::string& path,
-                                                   std::map<std::string, std::string>* metadata,
-                                                   FileDigest* digest) {
+namespace {
+
+// read_safetensors and read_safetensors_header: with_data false stops after the header's checks.
+std::map<std::string, HostTensor> read_file(const std::string& path, std::map<std::string, std::string>* metadata,
+                                            FileDigest* digest, bool with_data) {
   auto fail = [&](const std::string& why) -> ConfigError {
     return ConfigError(fmt::format("safetensors file '{}': {}", path, why));
   };
@@ -193,6 +195,8 @@ std::map<std::string, HostTensor> read_safetensors(const std::string& path,
     throw fail(fmt::format("{} bytes of data follow the last tensor (data is {} bytes, tensors end at {})",
                            data_len - pos, data_len, pos));
 
+  if (!with_data) return out;
+
   // ---- data ----
   for (const Entry& e : entries) {
     auto& bytes = out[e.name].bytes;
@@ -208,6 +212,18 @@ std::map<std::string, HostTensor> read_safetensors(const std::string& path,
     *digest = {file_size, crc.hex(), 0, {}};
   }
   return out;
+}
+
+}  // namespace
+
+std::map<std::string, HostTensor> read_safetensors(const std::string& path,
+                                                   std::map<std::string, std::string>* metadata,
+                                                   FileDigest* digest) {
+  return read_file(path, metadata, digest, /*with_data=*/true);
+}
+
+std::map<std::string, HostTensor> read_safetensors_header(const std::string& path) {
+  return read_file(path, nullptr, nullptr, /*with_data=*/false);
 }
 
 FileDigest write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,

@@ -59,6 +59,11 @@ std::map<std::string, HostTensor> read_safetensors(const std::string& path,
                                                    std::map<std::string, std::string>* metadata = nullptr,
                                                    FileDigest* digest = nullptr);
 
+/// The tensors' names, dtypes and shapes of the safetensors file `path`, each with empty `bytes`: the header only,
+/// checked as read_safetensors checks it (the same errors, except for reading the data), so a run can refuse a file
+/// that does not fit its model before it starts (main.cpp).
+std::map<std::string, HostTensor> read_safetensors_header(const std::string& path);
+
 /// Writes `tensors` (in the given order, packed without gaps) and `metadata` to `path`. The header is padded with
 /// spaces to a multiple of 8 bytes so every tensor starts 8-byte aligned (as the reference writer does).
 /// Atomic: writes `path.tmp.<pid>.<n>`, fsyncs, then renames over `path`; on failure the temp file is removed and

@@ -378,8 +378,9 @@ void Model::init_random(uint64_t seed) {
   sync_work_copy();
 }
 
-void Model::load(std::map<std::string, HostTensor> tensors, const std::string& source, const std::string& key) {
-  for (const ParamInfo& p : layout_.params()) {
+void check_weight_tensors(const ParamLayout& layout, const std::map<std::string, HostTensor>& tensors,
+                          const std::string& source, const std::string& key) {
+  for (const ParamInfo& p : layout.params()) {
     auto it = tensors.find(p.name);
     CONFIG_CHECK(it != tensors.end(), "{}: '{}' has no tensor '{}'", key, source, p.name);
     const HostTensor& t = it->second;
@@ -389,6 +390,10 @@ void Model::load(std::map<std::string, HostTensor> tensors, const std::string& s
       throw ConfigError(fmt::format("{}: '{}': tensor '{}' has dtype {}; F32, F64 or BF16 expected", key, source,
                                     p.name, t.dtype));
   }
+}
+
+void Model::load(std::map<std::string, HostTensor> tensors, const std::string& source, const std::string& key) {
+  check_weight_tensors(layout_, tensors, source, key);
   for (auto& [name, t] : tensors) {
     bool known = false;
     for (const ParamInfo& p : layout_.params()) known = known || p.name == name;

@@ -67,6 +67,12 @@ class ParamLayout {
   int64_t total_ = 0, count_ = 0;
 };
 
+/// Whether `tensors` (a safetensors file's, data or header only) hold every parameter of `layout` by reference name
+/// at its shape, in F32, F64 or BF16: ConfigError "KEY: 'SOURCE': ..." naming the first that does not (KEY: the
+/// config key that named the file, init.weights or init.resume). Tensors the model lacks are not checked here.
+void check_weight_tensors(const ParamLayout& layout, const std::map<std::string, HostTensor>& tensors,
+                          const std::string& source, const std::string& key);
+
 /// FLOPs per token of the forward pass: 2 * (matmul parameters) + 4 * L * T * D (attention scores and P·V counted in
 /// full, as PaLM's MFU does). A training step is 3x that.
 double forward_flops_per_token(const ModelDims& d);

@@ -460,9 +460,9 @@ def test_peer_script_without_torch(script):
     assert last.startswith(f"{name}: error: ") and "PyTorch" in last and "Traceback" not in r.stderr, r.stderr
 
 
-def test_bad_input_found_by_the_job_leaves_no_marker(trainer_bin, tmp_path):
-    """init.weights of another model is found by the job, after the running marker was written: exit code 2, one
-    line, and neither the marker nor the directory it made is left behind."""
+def test_init_weights_of_another_model_is_one_line_before_the_run(trainer_bin, tmp_path):
+    """init.weights of another model (a tensor of another shape) is refused from the file's header before the run
+    starts: exit code 2, the one line and nothing else (no log line, no plan line), and nothing written."""
     (tmp_path / "w").mkdir()
     make = write_json(tmp_path / "w" / "c.json", tiny_config(tmp_path / "w", output={
         "results": str(tmp_path / "w" / "r.json"), "checkpoint": str(tmp_path / "w" / "ck")}))
@@ -473,8 +473,10 @@ def test_bad_input_found_by_the_job_leaves_no_marker(trainer_bin, tmp_path):
     before = snapshot(tmp_path)
     r = run(trainer_bin, [cfg], tmp_path)
     assert r.returncode == 2, r.stderr
-    last = r.stderr.strip().splitlines()[-1]  # (the job has logged its plan line by then)
-    assert last.startswith("trainer: error: init.weights") and "the model needs [256, 128]" in last, r.stderr
+    weights = tmp_path / "w" / "ck" / "model.safetensors"
+    assert r.stderr.splitlines() == [f"trainer: error: init.weights: '{weights}': tensor 'token_embeddings.weight' "
+                                     "has shape [256, 64], the model needs [256, 128]"], r.stderr
+    assert r.stdout == ""
     assert snapshot(tmp_path) == before  # no out/result.json, no out/
 
 

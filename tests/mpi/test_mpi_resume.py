@@ -165,8 +165,10 @@ def test_two_rank_checkpoint_resumes_on_one_process(one_process, tmp_path):
 
 def test_a_damaged_block_of_another_ranks_file_is_refused_by_the_rank_that_reads_it(tmp_path):
     """A 2-rank zero1 checkpoint with one bit flipped in rank 1's optimizer file: the 2-rank resume stops before any
-    step, rank 1 naming the file and the damaged block's bytes, and no record is written. (Each rank reads only the
-    blocks around its share: rank 0 never reads rank 1's file here.)"""
+    step, rank 1 naming the file and the damaged block's bytes. (Each rank reads only the blocks around its share:
+    rank 0 never reads rank 1's file here.) Only the job finds it, on rank 1, while rank 0 goes on to a collective:
+    rank 0 hears of it, puts back what output.results held (it had stayed "running") and removes the new checkpoint
+    directory it had made for its .lock."""
     trainer(tmp_path, "a", 2, 2, "parallel.strategy=zero1", f"output.checkpoint={tmp_path / 'ck'}")
     d = tmp_path / "ck" / (tmp_path / "ck" / "latest").read_text().strip()
     f = d / "optim-rank00001.safetensors"
@@ -176,12 +178,15 @@ def test_a_damaged_block_of_another_ranks_file_is_refused_by_the_rank_that_reads
     m = json.loads((d / "manifest.json").read_text())
     bb = m["files"][f.name]["block_bytes"]
     k = (len(bad) // 2) // bb
-    p = run_trainer(tmp_path, "b", 4, 2, "parallel.strategy=zero1", f"init.resume={tmp_path / 'ck'}")
-    assert p.returncode != 0
+    (tmp_path / "b.json").write_text('{"earlier": "record"}\n')
+    p = run_trainer(tmp_path, "b", 4, 2, "parallel.strategy=zero1", f"init.resume={tmp_path / 'ck'}",
+                    f"output.checkpoint={tmp_path / 'new' / 'ck'}")
+    assert p.returncode == 2, p.stderr[-3000:]
     assert (f"trainer: error: rank 1: init.resume: '{f}' does not match its checksum in bytes [{k * bb}, "
             f"{min(len(bad), (k + 1) * bb)}) (CRC-32 {zlib.crc32(bytes(bad[k * bb:(k + 1) * bb])):08x}, the manifest "
             f"records {m['files'][f.name]['block_crc32'][k]})") in p.stderr, p.stderr[-3000:]
-    assert not (tmp_path / "b.json").exists()
+    assert (tmp_path / "b.json").read_text() == '{"earlier": "record"}\n'
+    assert not (tmp_path / "new").exists()
 
 
 def two_steps_in_one_directory(tmp_path):
