@@ -190,7 +190,8 @@ RunConfig load_plan_config(const Args& a, int world, std::string* assumed) {
 }
 
 /// init.weights that do not fit the model (a name missing, another shape or dtype): one line and exit code 2 before
-/// the run writes anything or logs its plan. Reads the file's header only; the job reads the data (and checks again).
+/// the run writes anything or logs its plan (and from --plan). Reads the file's header only; the job reads the data
+/// (and checks again).
 void check_init_weights(const RunConfig& cfg) {
   std::map<std::string, HostTensor> header;
   try {
@@ -468,6 +469,7 @@ int main(int argc, char** argv) {
                    "run --plan --world-size {} without mpirun", args.world_size, world, world, args.world_size);
       plan_world = args.world_size > 0 ? args.world_size : world;
       cfg = load_plan_config(args, plan_world, &plan_assumed);
+      if (cfg.job == "train" && cfg.init.weights) check_init_weights(cfg);  // what the run would refuse at once
       check_host_memory(cfg, plan_world, 1, /*dry_run=*/true);  // before the dry run allocates its bookkeeping
     } else if (!args.help && !args.version) {
       cfg = load_config(args.config, args.overrides, world, cuda_available(),

@@ -478,6 +478,8 @@ def test_init_weights_of_another_model_is_one_line_before_the_run(trainer_bin, t
                                      "has shape [256, 64], the model needs [256, 128]"], r.stderr
     assert r.stdout == ""
     assert snapshot(tmp_path) == before  # no out/result.json, no out/
+    p = run(trainer_bin, [cfg, "--plan"], tmp_path)  # the plan of a run that would be refused: the same line
+    assert (p.returncode, p.stdout, p.stderr) == (2, "", r.stderr), p.stderr
 
 
 @pytest.mark.parametrize("shared_parent", [False, True])
