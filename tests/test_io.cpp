@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -387,6 +388,11 @@ TEST_CASE("safetensors: corrupted files raise ConfigError naming the file and th
        "non-negative"},
       {"missing data_offsets", st_file(R"({"w":{"dtype":"F32","shape":[2]}})", good_data), "data_offsets"},
       {"non-string metadata", st_file(R"({"__metadata__":{"n":1}})", ""), "not a string"},
+      {"a tensor twice", st_file(R"({"w":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},)"
+                                 R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", good_data),
+       "tensor 'w' is in the header twice"},
+      {"a key twice in an entry", st_file(R"({"w":{"dtype":"F32","shape":[2],"shape":[1],"data_offsets":[0,8]}})",
+                                          good_data), "gives the key 'shape' twice"},
   };
   for (const Case& c : cases) {
     INFO(c.what);
@@ -398,6 +404,13 @@ TEST_CASE("safetensors: corrupted files raise ConfigError naming the file and th
   }
   CHECK_THAT(config_error_of([&] { read_safetensors(tmp / "missing.safetensors"); }),
              Contains("missing.safetensors") && Contains("No such file"));
+
+  // A header length that runs into the data: the parser quotes the binary byte it stopped at, as \xNN (one printable
+  // line on a terminal).
+  spit(path, le64(good_header.size() + 1) + good_header + "\xf9" + good_data);
+  const std::string msg = config_error_of([&] { read_safetensors(path); });
+  CHECK_THAT(msg, Contains("header is not valid JSON") && Contains("\\xf9"));
+  CHECK(std::all_of(msg.begin(), msg.end(), [](char c) { return c >= 0x20 && c < 0x7f; }));
 }
 
 TEST_CASE("safetensors: writer rejects duplicate names and leaves no temp file when it fails", "[io][safetensors]") {

@@ -11,6 +11,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string>
+#include <string_view>
 
 #include "core/errors.h"
 #include "io/checksum.h"
@@ -90,6 +92,17 @@ size_t safetensors_dtype_size(const std::string& name) {
 
 namespace {
 
+// s with bytes outside printable ASCII as \xNN: the parser's message quotes the bytes it last read (a header length
+// that runs into the data quotes binary), and the error is one line on a terminal.
+std::string printable(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    out += u >= 0x20 && u < 0x7f ? std::string(1, c) : fmt::format("\\x{:02x}", u);
+  }
+  return out;
+}
+
 // read_safetensors and read_safetensors_header: with_data false stops after the header's checks.
 std::map<std::string, HostTensor> read_file(const std::string& path, std::map<std::string, std::string>* metadata,
                                             FileDigest* digest, bool with_data) {
@@ -120,10 +133,21 @@ std::map<std::string, HostTensor> read_file(const std::string& path, std::map<st
   if (!pread_exact(fd, 8, header.data(), header_len))
     throw fail(fmt::format("cannot read the header: {}", errno ? std::strerror(errno) : "short read"));
   json h;
+  std::vector<std::set<std::string>> keys;  // each open object's keys (JSON would keep the last of two: ambiguous)
+  const json::parser_callback_t unique_keys = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) keys.emplace_back();
+    if (event == json::parse_event_t::object_end) keys.pop_back();
+    if (event == json::parse_event_t::key && !keys.back().insert(parsed.get<std::string>()).second) {
+      const std::string key = printable(parsed.get<std::string>());
+      throw fail(depth == 1 ? fmt::format("tensor '{}' is in the header twice", key)
+                            : fmt::format("a header entry gives the key '{}' twice", key));
+    }
+    return true;
+  };
   try {
-    h = json::parse(header);
+    h = json::parse(header, unique_keys);
   } catch (const json::parse_error& e) {
-    throw fail(fmt::format("header is not valid JSON: {}", e.what()));
+    throw fail(fmt::format("header is not valid JSON: {}", printable(e.what())));
   }
   if (!h.is_object()) throw fail("header is not a JSON object");
 
@@ -239,7 +263,8 @@ FileDigest write_safetensors(const std::string& path, const std::vector<NamedTen
     uint64_t nbytes = 0;
     TRAINER_CHECK(checked_nbytes(t.shape, dtype_size(t.dtype), &nbytes), "write_safetensors: '{}' too large", t.name);
     TRAINER_CHECK(nbytes == 0 || t.data != nullptr, "write_safetensors: tensor '{}' has no data", t.name);
-    h[t.name] = {{"dtype", safetensors_dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + nbytes}}};
+    h[t.name] = {{"dtype", safetensors_dtype_name(t.dtype)}, {"shape", t.shape},
+                 {"data_offsets", {offset, offset + nbytes}}};
     parts.push_back({t.data, nbytes});
     offset += nbytes;
   }

@@ -1,11 +1,13 @@
 #include "jobs/train_setup.h"
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
 #include <spdlog/spdlog.h>
 
+#include "core/memory.h"
 #include "core/test_hooks.h"
 #include "io/checkpoint.h"
 #include "io/checksum.h"
@@ -37,6 +39,26 @@ void agree_on_resumed_step(Communicator& comm, const std::string& step_dir, cons
                  "init.resume: rank {} resolved it to '{}' (step {}) and rank {} to another checkpoint (step {}): its "
                  "'latest' changed while the ranks started (is another run writing there?); name the step directory "
                  "to resume", comm.rank(), step_dir, mine.step, r, all[size_t(r)].step);
+}
+
+// Every rank read `path` itself (its own copy where nodes do not share storage): the files must be one. ddp and zero1
+// would take rank 0's weights (broadcast_weights) and fsdp each rank's shard of its own file, a mix that trains
+// without an error. Compares each rank's size and CRC-32 (the read's digest); the same ConfigError on every rank.
+void same_weights_on_every_rank(Communicator& comm, const char* key, const std::string& path,
+                                const FileDigest& digest) {
+  struct Read {
+    uint64_t bytes;
+    char crc32[8];
+  };
+  Read mine{digest.bytes, {}};
+  std::memcpy(mine.crc32, digest.crc32.data(), std::min(digest.crc32.size(), sizeof mine.crc32));
+  std::vector<Read> all(size_t(comm.size()));
+  comm.all_gather_host(&mine, sizeof mine, all.data());
+  const auto text = [](const Read& r) { return fmt::format("{} bytes, CRC-32 {}", r.bytes, std::string(r.crc32, 8)); };
+  for (int r = 1; r < comm.size(); ++r)
+    CONFIG_CHECK(text(all[size_t(r)]) == text(all[0]), "{}: '{}' differs between ranks: rank 0 read {}, rank {} {} "
+                 "(each rank reads the path itself: every node needs the same file)", key, path, text(all[0]), r,
+                 text(all[size_t(r)]));
 }
 
 }  // namespace
@@ -90,6 +112,12 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
         // a checkpoint's file at its recorded size that does not parse was damaged after it was written
         throw ConfigError(fmt::format("{}: {}{}", cfg.init.weights ? "init.weights" : "init.resume", e.what(),
                                       manifest.contains("files") ? kDamagedHint : std::string()));
+      } catch (const std::bad_alloc&) {  // each rank holds the whole file while it loads: an oom record, exit 3
+        std::error_code ec;
+        const uintmax_t bytes = std::filesystem::file_size(path, ec);
+        throw OutOfMemory(fmt::format("host memory: reading {} '{}' ({}), which each rank holds whole while it loads",
+                                      cfg.init.weights ? "init.weights" : "init.resume", path,
+                                      ec ? std::string("size unknown") : format_bytes(size_t(bytes))));
       }
       if (cfg.init.resume)  // the weights as the checkpoint wrote them (its manifest's CRC-32)
         verify_checkpoint_file(manifest, step_dir, std::filesystem::path(path).filename().string(), digest);
@@ -102,7 +130,7 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
         const ScopedHostTimeout wait_for_reads(*comm, checkpoint_wait(cfg.parallel));
         if (comm->rank() == comm->size() - 1)  // the last rank's read held up
           test_pause("TRAINER_TEST_IO_PAUSE_S", "after reading the weights");
-        comm->barrier();
+        same_weights_on_every_rank(*comm, cfg.init.weights ? "init.weights" : "init.resume", path, digest);
       }
     } else {
       s.model->init_random(cfg.init.seed);

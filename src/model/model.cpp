@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -390,14 +391,63 @@ void check_weight_tensors(const ParamLayout& layout, const std::map<std::string,
       throw ConfigError(fmt::format("{}: '{}': tensor '{}' has dtype {}; F32, F64 or BF16 expected", key, source,
                                     p.name, t.dtype));
   }
+  if (tensors.size() == layout.params().size()) return;  // every tensor is a parameter (names are unique)
+  std::vector<std::string> extra;  // as PyTorch's load_state_dict(strict=True): weights of a larger model are refused
+  for (const auto& [name, t] : tensors) {
+    bool known = false;
+    for (const ParamInfo& p : layout.params()) known = known || p.name == name;
+    if (!known) extra.push_back(name);
+  }
+  throw ConfigError(fmt::format("{}: '{}' holds {} tensor{} the model does not have (first: '{}'): weights of another "
+                                "model (more layers?)", key, source, extra.size(), extra.size() == 1 ? "" : "s",
+                                extra.front()));
 }
+
+namespace {
+
+// The first element of t (F32, F64 or BF16; n elements) that is not finite once rounded to fp32 (the value the model
+// takes), or -1. Host threads over the elements, as init_random.
+int64_t first_non_finite(const HostTensor& t, int64_t n) {
+  const char* data = t.bytes.data();
+  const auto scan = [&](int64_t b, int64_t e) -> int64_t {
+    if (t.dtype == "F32") {
+      for (int64_t i = b; i < e; ++i) {
+        float f;
+        std::memcpy(&f, data + i * 4, 4);
+        if (!std::isfinite(f)) return i;
+      }
+    } else if (t.dtype == "F64") {
+      for (int64_t i = b; i < e; ++i) {
+        double d;
+        std::memcpy(&d, data + i * 8, 8);
+        if (!std::isfinite(float(d))) return i;
+      }
+    } else {  // BF16: exponent bits all set
+      for (int64_t i = b; i < e; ++i) {
+        uint16_t h;
+        std::memcpy(&h, data + i * 2, 2);
+        if ((h & 0x7f80) == 0x7f80) return i;
+      }
+    }
+    return -1;
+  };
+  std::atomic<int64_t> first{-1};
+  parallel_for(n, [&](int64_t b, int64_t e) {
+    const int64_t at = scan(b, e);
+    for (int64_t seen = first.load(); at >= 0 && (seen < 0 || at < seen);)
+      if (first.compare_exchange_weak(seen, at)) break;
+  });
+  return first.load();
+}
+
+}  // namespace
 
 void Model::load(std::map<std::string, HostTensor> tensors, const std::string& source, const std::string& key) {
   check_weight_tensors(layout_, tensors, source, key);
-  for (auto& [name, t] : tensors) {
-    bool known = false;
-    for (const ParamInfo& p : layout_.params()) known = known || p.name == name;
-    if (!known) spdlog::warn("{}: '{}': ignoring tensor '{}' (not a model parameter)", key, source, name);
+  for (const ParamInfo& p : layout_.params()) {  // a NaN or inf would end the run at its first loss
+    const int64_t at = first_non_finite(tensors.at(p.name), p.numel);
+    CONFIG_CHECK(at < 0, "{}: '{}': tensor '{}' element {} is {}: the weights must be finite", key, source, p.name,
+                 at, tensors.at(p.name).dtype == "F64" ? "inf or nan in fp32 (or beyond its range)" : "inf or nan");
   }
   init_seed_.reset();
   init_tensors_ = std::make_shared<const std::map<std::string, HostTensor>>(std::move(tensors));

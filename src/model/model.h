@@ -67,9 +67,10 @@ class ParamLayout {
   int64_t total_ = 0, count_ = 0;
 };
 
-/// Whether `tensors` (a safetensors file's, data or header only) hold every parameter of `layout` by reference name
-/// at its shape, in F32, F64 or BF16: ConfigError "KEY: 'SOURCE': ..." naming the first that does not (KEY: the
-/// config key that named the file, init.weights or init.resume). Tensors the model lacks are not checked here.
+/// Whether `tensors` (a safetensors file's, data or header only) are the parameters of `layout` by reference name,
+/// each at its shape, in F32, F64 or BF16, and nothing else: ConfigError "KEY: 'SOURCE' ..." naming the first that
+/// is missing or differs, or the tensors the model does not have (KEY: the config key that named the file,
+/// init.weights or init.resume).
 void check_weight_tensors(const ParamLayout& layout, const std::map<std::string, HostTensor>& tensors,
                           const std::string& source, const std::string& key);
 
@@ -120,8 +121,8 @@ class Model {
   /// seed as the weight source (initial_values) and fills the full buffers when the model has them.
   void init_random(uint64_t seed);
   /// Loads every parameter by reference name; ConfigError starting with `key` (the config key that named the file:
-  /// init.weights, init.resume) and naming the file if a name is missing, a shape differs or a dtype is not
-  /// F32/F64/BF16. Fills the full buffers when the model has them; otherwise keeps the tensors as the weight source
+  /// init.weights, init.resume) and naming the file where check_weight_tensors refuses the tensors or a value is not
+  /// finite in fp32. Fills the full buffers when the model has them; otherwise keeps the tensors as the weight source
   /// until release_weight_source().
   void load(std::map<std::string, HostTensor> tensors, const std::string& source,
             const std::string& key = "init.weights");

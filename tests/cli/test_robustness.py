@@ -482,6 +482,59 @@ def test_init_weights_of_another_model_is_one_line_before_the_run(trainer_bin, t
     assert (p.returncode, p.stdout, p.stderr) == (2, "", r.stderr), p.stderr
 
 
+def test_init_weights_with_tensors_the_model_lacks_or_not_finite_are_refused(trainer_bin, tmp_path):
+    """init.weights holding more than the model (a 2-layer checkpoint for a 1-layer model) is refused from the header
+    before the run (and by --plan), as PyTorch's strict load_state_dict; weights that are not finite once in fp32 (a
+    NaN, an F64 beyond fp32's range) are refused by the job when it reads them: exit code 2, one line, the earlier
+    record left as it was."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "parity"))
+    import safetensors_io
+    import torch
+    (tmp_path / "w").mkdir()
+    make = write_json(tmp_path / "w" / "c.json", tiny_config(tmp_path / "w", output={
+        "results": str(tmp_path / "w" / "r.json"), "checkpoint": str(tmp_path / "w" / "ck")}))
+    r = run(trainer_bin, [make], tmp_path)
+    assert r.returncode == 0, r.stderr
+    ck = tmp_path / "w" / "ck" / "model.safetensors"
+    record = tmp_path / "r.json"
+    record.write_text('{"earlier": "record"}\n')
+
+    def refused(weights, *sets):
+        cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path, init={"weights": str(weights)},
+                                                          output={"results": str(record)}))
+        args = [cfg] + [a for kv in sets for a in ("--set", kv)]
+        p = run(trainer_bin, args, tmp_path)
+        assert p.returncode == 2, p.stderr
+        lines = [line for line in p.stderr.splitlines() if "error" in line]
+        assert len(lines) == 1 and lines[0] == p.stderr.strip().splitlines()[-1], p.stderr
+        assert record.read_text() == '{"earlier": "record"}\n'
+        return lines[0], p.stdout, args
+
+    line, out, args = refused(ck, "model.num_layers=1")
+    extra = sorted(n for n in safetensors_io.load(ck)[0] if n.startswith("layers.1."))
+    assert line == (f"trainer: error: init.weights: '{ck}' holds {len(extra)} tensors the model does not have (first: "
+                    f"'{extra[0]}'): weights of another model (more layers?)"), line
+    assert out == ""  # found before the run: no plan line
+    p = run(trainer_bin, args + ["--plan"], tmp_path)
+    assert (p.returncode, p.stdout, p.stderr.strip()) == (2, "", line)
+
+    weights, _ = safetensors_io.load(ck)
+    bad = dict(weights)
+    w = bad["layers.0.ffn.w2.weight"].clone()
+    w.view(-1)[7] = float("nan")
+    bad["layers.0.ffn.w2.weight"] = w
+    safetensors_io.save(tmp_path / "nan.safetensors", bad)
+    line, _, _ = refused(tmp_path / "nan.safetensors")
+    assert line == (f"trainer: error: init.weights: '{tmp_path / 'nan.safetensors'}': tensor 'layers.0.ffn.w2.weight' "
+                    "element 7 is inf or nan: the weights must be finite"), line
+    big = {k: v.to(torch.float64) for k, v in weights.items()}
+    big["ln_final.weight"][3] = 1e300  # finite in F64, inf in fp32
+    safetensors_io.save(tmp_path / "f64.safetensors", big)
+    line, _, _ = refused(tmp_path / "f64.safetensors")
+    assert line == (f"trainer: error: init.weights: '{tmp_path / 'f64.safetensors'}': tensor 'ln_final.weight' element "
+                    "3 is inf or nan in fp32 (or beyond its range): the weights must be finite"), line
+
+
 @pytest.mark.parametrize("shared_parent", [False, True])
 def test_bad_input_found_after_the_checkpoint_lock_leaves_no_new_directory(trainer_bin, tmp_path, shared_parent):
     """init.resume with a truncated optimizer shard is found once rank 0 holds output.checkpoint's .lock: exit code

@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 import tty
+import zlib
 
 import numpy as np
 import pytest
@@ -194,6 +195,39 @@ def test_bad_input_only_rank_1_finds_is_one_line_before_the_run(tmp_path):
     assert record.read_text() == '{"earlier": "record"}\n'
     assert not (tmp_path / "new").exists()
     assert wall < 30, f"took {wall:.1f} s"
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "ddp_flat"])
+def test_init_weights_that_differ_between_ranks_are_refused(tmp_path, strategy):
+    """Two valid weight files of the model under one relative path, one per rank's directory (nodes without shared
+    storage whose copies differ): fsdp would train a mix (each rank's shard of its own file), ddp rank 0's weights.
+    Every rank compares the size and CRC-32 of its read: exit code 2, one line naming both ranks' reads, the earlier
+    record left as it was, no checkpoint directory."""
+    p, _ = run(train_args(tmp_path, "w", "bench.measure_steps=1"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    weights, _ = safetensors_io.load(tmp_path / "w.ck" / "model.safetensors")
+    reads = []
+    for sub, fill in (("r0", 0.0), ("r1", 0.5)):
+        (tmp_path / sub).mkdir()
+        weights["ln_final.weight"] = np.full(weights["ln_final.weight"].shape, fill, np.float32)
+        safetensors_io.save(tmp_path / sub / "w.safetensors", weights)
+        raw = (tmp_path / sub / "w.safetensors").read_bytes()
+        reads.append(f"{len(raw)} bytes, CRC-32 {zlib.crc32(raw):08x}")
+    record = tmp_path / "earlier.json"
+    record.write_text('{"earlier": "record"}\n')
+    args = [BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set", f"parallel.strategy={strategy}",
+            "--set", "init.weights=w.safetensors", "--set", f"output.results={record}",
+            "--set", f"output.checkpoint={tmp_path / 'new' / 'ck'}"]
+    p, _ = run(MPIRUN + ["-np", "1", "-wdir", str(tmp_path / "r0")] + args +
+               [":", "-np", "1", "-wdir", str(tmp_path / "r1")] + args, timeout=60)
+    assert p.returncode == 2, p.stderr[-3000:]
+    errors = [line for line in p.stderr.splitlines() if "error:" in line or "[error]" in line]
+    line = (f"trainer: error: init.weights: 'w.safetensors' differs between ranks: rank 0 read {reads[0]}, rank 1 "
+            f"{reads[1]} (each rank reads the path itself: every node needs the same file)")
+    assert errors and set(errors) <= {line, line.replace("error: ", "error: rank 1: ", 1)}, p.stderr[-3000:]
+    assert errors[0] == line, p.stderr[-3000:]
+    assert record.read_text() == '{"earlier": "record"}\n'
+    assert not (tmp_path / "new").exists()
 
 
 def mem_available():
