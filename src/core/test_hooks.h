@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -32,6 +33,13 @@ inline bool test_pause(const char* var, const char* where, bool early = false) {
 inline void test_fail(const char* var, const std::string& what) {
   const char* s = std::getenv(var);
   if (s && what == s) throw std::runtime_error(std::string("test hook ") + var + ": failing at " + what);
+}
+
+/// When the environment variable `var` equals `rank`: throws std::bad_alloc, as a host allocation that failed there
+/// would (tests/mpi/test_mpi_trainer.py: one rank out of host memory while it reads init.weights).
+inline void test_bad_alloc(const char* var, int rank) {
+  const char* s = std::getenv(var);
+  if (s && std::to_string(rank) == s) throw std::bad_alloc();
 }
 
 }  // namespace trainer

@@ -139,8 +139,9 @@ std::map<std::string, HostTensor> read_file(const std::string& path, std::map<st
     if (event == json::parse_event_t::object_end) keys.pop_back();
     if (event == json::parse_event_t::key && !keys.back().insert(parsed.get<std::string>()).second) {
       const std::string key = printable(parsed.get<std::string>());
-      throw fail(depth == 1 ? fmt::format("tensor '{}' is in the header twice", key)
-                            : fmt::format("a header entry gives the key '{}' twice", key));
+      throw fail(depth != 1                ? fmt::format("a header entry gives the key '{}' twice", key)
+                 : key == "__metadata__" ? std::string("the header gives __metadata__ twice")
+                                         : fmt::format("tensor '{}' is in the header twice", key));
     }
     return true;
   };

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <vector>
 
@@ -41,19 +42,42 @@ void agree_on_resumed_step(Communicator& comm, const std::string& step_dir, cons
                  "to resume", comm.rank(), step_dir, mine.step, r, all[size_t(r)].step);
 }
 
-// Every rank read `path` itself (its own copy where nodes do not share storage): the files must be one. ddp and zero1
-// would take rank 0's weights (broadcast_weights) and fsdp each rank's shard of its own file, a mix that trains
-// without an error. Compares each rank's size and CRC-32 (the read's digest); the same ConfigError on every rank.
-void same_weights_on_every_rank(Communicator& comm, const char* key, const std::string& path,
-                                const FileDigest& digest) {
+// Collective, after every rank read `path` itself (its own copy where nodes do not share storage). A rank whose read
+// failed (`failed`; `oom`: out of host memory) throws its own error after this; the others throw "rank r: its error"
+// (gathered to rank 0, whose line the user sees; OutOfMemory where it was one), so no rank goes on to a collective
+// the failed one never joins. Where every read succeeded, the copies must be one file: ddp and zero1 would take rank
+// 0's weights (broadcast_weights) and fsdp each rank's shard of its own file, a mix that trains without an error.
+// Compares each rank's size and CRC-32 (the read's digest): the same ConfigError on every rank.
+void same_read_on_every_rank(Communicator& comm, const char* key, const std::string& path,
+                             const std::exception_ptr& failed, bool oom, const FileDigest& digest) {
   struct Read {
+    uint64_t status;  // 0 read, 1 failed, 2 out of memory
     uint64_t bytes;
     char crc32[8];
   };
-  Read mine{digest.bytes, {}};
+  Read mine{failed ? (oom ? 2u : 1u) : 0u, digest.bytes, {}};
   std::memcpy(mine.crc32, digest.crc32.data(), std::min(digest.crc32.size(), sizeof mine.crc32));
   std::vector<Read> all(size_t(comm.size()));
   comm.all_gather_host(&mine, sizeof mine, all.data());
+  int first_failed = -1;
+  for (int r = 0; r < comm.size() && first_failed < 0; ++r)
+    if (all[size_t(r)].status != 0) first_failed = r;
+  if (first_failed >= 0) {
+    std::string why;
+    if (failed) {
+      try {
+        std::rethrow_exception(failed);
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+    }
+    const std::vector<std::string> whys = comm.gather_host(why, 0);
+    if (failed) return;  // this rank's own error follows
+    const std::string msg = comm.rank() == 0 ? fmt::format("rank {}: {}", first_failed, whys[size_t(first_failed)])
+                                             : fmt::format("{}: rank {} could not read '{}'", key, first_failed, path);
+    if (all[size_t(first_failed)].status == 2) throw OutOfMemory(msg);
+    throw ConfigError(msg);
+  }
   const auto text = [](const Read& r) { return fmt::format("{} bytes, CRC-32 {}", r.bytes, std::string(r.crc32, 8)); };
   for (int r = 1; r < comm.size(); ++r)
     CONFIG_CHECK(text(all[size_t(r)]) == text(all[0]), "{}: '{}' differs between ranks: rank 0 read {}, rank {} {} "
@@ -106,32 +130,39 @@ TrainSetup setup_training(const RunConfig& cfg, Backend& be, Communicator* comm,
       FileDigest digest;
       if (manifest.contains("files"))  // info: rank 0's log (every rank's with --log-all-ranks)
         spdlog::info("init.resume: reading {} and checking its CRC-32 ...", path);
+      const char* key = cfg.init.weights ? "init.weights" : "init.resume";
+      std::exception_ptr failed;  // this rank's read's error, thrown once the ranks have compared their reads
+      bool oom = false;
       try {
+        test_bad_alloc("TRAINER_TEST_WEIGHTS_OOM_RANK", comm ? comm->rank() : 0);
         file = read_safetensors(path, nullptr, &digest);
       } catch (const ConfigError& e) {  // name the key, as the loader's and the resume's other errors do
         // a checkpoint's file at its recorded size that does not parse was damaged after it was written
-        throw ConfigError(fmt::format("{}: {}{}", cfg.init.weights ? "init.weights" : "init.resume", e.what(),
-                                      manifest.contains("files") ? kDamagedHint : std::string()));
+        failed = std::make_exception_ptr(ConfigError(fmt::format(
+            "{}: {}{}", key, e.what(), manifest.contains("files") ? kDamagedHint : std::string())));
       } catch (const std::bad_alloc&) {  // each rank holds the whole file while it loads: an oom record, exit 3
         std::error_code ec;
         const uintmax_t bytes = std::filesystem::file_size(path, ec);
-        throw OutOfMemory(fmt::format("host memory: reading {} '{}' ({}), which each rank holds whole while it loads",
-                                      cfg.init.weights ? "init.weights" : "init.resume", path,
-                                      ec ? std::string("size unknown") : format_bytes(size_t(bytes))));
+        failed = std::make_exception_ptr(OutOfMemory(fmt::format(
+            "host memory: reading {} '{}' ({}), which each rank holds whole while it loads", key, path,
+            ec ? std::string("size unknown") : format_bytes(size_t(bytes)))));
+        oom = true;
       }
-      if (cfg.init.resume)  // the weights as the checkpoint wrote them (its manifest's CRC-32)
-        verify_checkpoint_file(manifest, step_dir, std::filesystem::path(path).filename().string(), digest);
-      s.model->load(std::move(file), path, cfg.init.weights ? "init.weights" : "init.resume");
-      s.resume_dir = step_dir;
-      s.resume_manifest = manifest;
-      s.weights_read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (comm) {  // each rank read the whole file: on shared storage they end apart. The slowest is waited for
                    // here, as long as for a checkpoint's write, before any collective that waits comm_timeout_s
         const ScopedHostTimeout wait_for_reads(*comm, checkpoint_wait(cfg.parallel));
         if (comm->rank() == comm->size() - 1)  // the last rank's read held up
           test_pause("TRAINER_TEST_IO_PAUSE_S", "after reading the weights");
-        same_weights_on_every_rank(*comm, cfg.init.weights ? "init.weights" : "init.resume", path, digest);
+        same_read_on_every_rank(*comm, key, path, failed, oom, digest);
       }
+      if (failed) std::rethrow_exception(failed);
+      // From here every rank holds the same bytes, so the checks below end every rank alike
+      if (cfg.init.resume)  // the weights as the checkpoint wrote them (its manifest's CRC-32)
+        verify_checkpoint_file(manifest, step_dir, std::filesystem::path(path).filename().string(), digest);
+      s.model->load(std::move(file), path, key);
+      s.resume_dir = step_dir;
+      s.resume_manifest = manifest;
+      s.weights_read_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     } else {
       s.model->init_random(cfg.init.seed);
     }

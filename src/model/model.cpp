@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <string_view>
 #include <thread>
@@ -398,15 +399,18 @@ void check_weight_tensors(const ParamLayout& layout, const std::map<std::string,
     for (const ParamInfo& p : layout.params()) known = known || p.name == name;
     if (!known) extra.push_back(name);
   }
-  throw ConfigError(fmt::format("{}: '{}' holds {} tensor{} the model does not have (first: '{}'): weights of another "
-                                "model (more layers?)", key, source, extra.size(), extra.size() == 1 ? "" : "s",
-                                extra.front()));
+  std::string names;
+  for (size_t i = 0; i < std::min<size_t>(extra.size(), 3); ++i) names += fmt::format("{}'{}'", i ? ", " : "", extra[i]);
+  if (extra.size() > 3) names += fmt::format(" and {} more", extra.size() - 3);
+  throw ConfigError(fmt::format("{}: '{}' holds {} tensor{} the model does not have ({}): weights of another model?",
+                                key, source, extra.size(), extra.size() == 1 ? "" : "s", names));
 }
 
 namespace {
 
 // The first element of t (F32, F64 or BF16; n elements) that is not finite once rounded to fp32 (the value the model
-// takes), or -1. Host threads over the elements, as init_random.
+// takes), or -1. Host threads over the elements, as init_random. (bf16_pure rounds the fp32 value once more: an F32
+// or F64 value within 0.4% of fp32's largest becomes inf there; not checked.)
 int64_t first_non_finite(const HostTensor& t, int64_t n) {
   const char* data = t.bytes.data();
   const auto scan = [&](int64_t b, int64_t e) -> int64_t {
@@ -420,7 +424,7 @@ int64_t first_non_finite(const HostTensor& t, int64_t n) {
       for (int64_t i = b; i < e; ++i) {
         double d;
         std::memcpy(&d, data + i * 8, 8);
-        if (!std::isfinite(float(d))) return i;
+        if (!(std::fabs(d) <= double(std::numeric_limits<float>::max()))) return i;  // (nan fails the <=)
       }
     } else {  // BF16: exponent bits all set
       for (int64_t i = b; i < e; ++i) {

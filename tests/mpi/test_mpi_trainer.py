@@ -21,6 +21,7 @@ Environment (set by tests/mpi/CMakeLists.txt): TRAINER_BIN, TRAINER_SOURCE_DIR, 
 import json
 import os
 import pathlib
+import re
 import select
 import subprocess
 import sys
@@ -56,9 +57,9 @@ def train_args(tmp, tag, *sets):
     return args
 
 
-def run(cmd, timeout=120):
+def run(cmd, timeout=120, env=None):
     t0 = time.time()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV, cwd=SRC)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env or ENV, cwd=SRC)
     return p, time.time() - t0
 
 
@@ -201,8 +202,9 @@ def test_bad_input_only_rank_1_finds_is_one_line_before_the_run(tmp_path):
 def test_init_weights_that_differ_between_ranks_are_refused(tmp_path, strategy):
     """Two valid weight files of the model under one relative path, one per rank's directory (nodes without shared
     storage whose copies differ): fsdp would train a mix (each rank's shard of its own file), ddp rank 0's weights.
-    Every rank compares the size and CRC-32 of its read: exit code 2, one line naming both ranks' reads, the earlier
-    record left as it was, no checkpoint directory."""
+    Every rank compares the size and CRC-32 of its read: exit code 2, one line naming both ranks' reads (rank 0's; rank
+    1's own copy of it where rank 0's abort reaches it late), the earlier record left as it was, no checkpoint
+    directory."""
     p, _ = run(train_args(tmp_path, "w", "bench.measure_steps=1"))
     assert p.returncode == 0, p.stderr[-3000:]
     weights, _ = safetensors_io.load(tmp_path / "w.ck" / "model.safetensors")
@@ -228,6 +230,27 @@ def test_init_weights_that_differ_between_ranks_are_refused(tmp_path, strategy):
     assert errors[0] == line, p.stderr[-3000:]
     assert record.read_text() == '{"earlier": "record"}\n'
     assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("failing", [1, 0])
+def test_one_rank_out_of_memory_reading_init_weights_ends_every_rank(tmp_path, failing):
+    """One rank runs out of host memory while it reads init.weights (TRAINER_TEST_WEIGHTS_OOM_RANK: a bad_alloc there):
+    the ranks compare their reads before any other collective, so the job ends at once with exit code 3 and an oom
+    record naming the rank and the file, whichever rank it was."""
+    p, _ = run(train_args(tmp_path, "w", "bench.measure_steps=1"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    weights = tmp_path / "w.ck" / "model.safetensors"
+    record = tmp_path / "r.json"
+    args = [BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set", "parallel.strategy=fsdp",
+            "--set", f"init.weights={weights}", "--set", f"output.results={record}"]
+    env = dict(ENV, TRAINER_TEST_WEIGHTS_OOM_RANK=str(failing))
+    p, wall = run(MPIRUN + ["-np", "2", "-x", "TRAINER_TEST_WEIGHTS_OOM_RANK"] + args, timeout=60, env=env)
+    assert p.returncode == 3, p.stderr[-3000:]
+    r = json.loads(record.read_text())
+    why = re.escape(f"host memory: reading init.weights '{weights}' (") + r"[0-9.]+ KiB" + re.escape(
+        "), which each rank holds whole while it loads")
+    assert r["status"] == "oom" and re.fullmatch(why if failing == 0 else "rank 1: " + why, r["error"]), r
+    assert wall < 30, f"took {wall:.1f} s"
 
 
 def mem_available():
