@@ -169,26 +169,40 @@ def test_one_rank_with_a_different_config_stops_every_rank(tmp_path):
     assert wall < 30, f"took {wall:.1f} s"
 
 
+def run_with_per_rank_weights(tmp_path, strategy, edit):
+    """The tiny model on 2 ranks from init.weights=w.safetensors, a relative path, each rank in its own directory
+    (mpirun -wdir) whose file is the tiny model's checkpoint after edit(weights, rank); output.results holds an earlier
+    record and output.checkpoint is a new directory. Returns (the finished mpirun, its wall seconds, each rank's file's
+    bytes, the output.results path)."""
+    p, _ = run(train_args(tmp_path, "w", "bench.measure_steps=1"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    files = []
+    for rank in (0, 1):
+        weights, _ = safetensors_io.load(tmp_path / "w.ck" / "model.safetensors")
+        edit(weights, rank)
+        (tmp_path / f"r{rank}").mkdir()
+        safetensors_io.save(tmp_path / f"r{rank}" / "w.safetensors", weights)
+        files.append((tmp_path / f"r{rank}" / "w.safetensors").read_bytes())
+    record = tmp_path / "earlier.json"
+    record.write_text('{"earlier": "record"}\n')
+    args = [BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set", f"parallel.strategy={strategy}",
+            "--set", "init.weights=w.safetensors", "--set", f"output.results={record}",
+            "--set", f"output.checkpoint={tmp_path / 'new' / 'ck'}"]
+    p, wall = run(MPIRUN + ["-np", "1", "-wdir", str(tmp_path / "r0")] + args +
+                  [":", "-np", "1", "-wdir", str(tmp_path / "r1")] + args, timeout=60)
+    return p, wall, files, record
+
+
 def test_bad_input_only_rank_1_finds_is_one_line_before_the_run(tmp_path):
     """A per-rank file problem: init.weights is a relative path and each rank runs in its own directory (mpirun
     -wdir), where only rank 1's file has another shape. Rank 1 finds it in the file's header before the run starts
     (the ranks' start-up agreement): one line naming rank 1, exit code 2, output.results as it was and no checkpoint
     directory. (A problem only the job finds on one rank, with rank 0 already in a collective, is
     test_mpi_resume.py's damaged block.)"""
-    p, _ = run(train_args(tmp_path, "w", "bench.measure_steps=1"))
-    assert p.returncode == 0, p.stderr[-3000:]
-    weights, _ = safetensors_io.load(tmp_path / "w.ck" / "model.safetensors")
-    for sub, d_model in (("r0", 64), ("r1", 128)):
-        (tmp_path / sub).mkdir()
-        weights["token_embeddings.weight"] = np.zeros((256, d_model), np.float32)
-        safetensors_io.save(tmp_path / sub / "w.safetensors", weights)
-    record = tmp_path / "earlier.json"
-    record.write_text('{"earlier": "record"}\n')
-    args = [BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set", "parallel.strategy=ddp_flat",
-            "--set", "init.weights=w.safetensors", "--set", f"output.results={record}",
-            "--set", f"output.checkpoint={tmp_path / 'new' / 'ck'}"]
-    p, wall = run(MPIRUN + ["-np", "1", "-wdir", str(tmp_path / "r0")] + args +
-                  [":", "-np", "1", "-wdir", str(tmp_path / "r1")] + args, timeout=60)
+    def d_model(weights, rank):
+        weights["token_embeddings.weight"] = np.zeros((256, 64 if rank == 0 else 128), np.float32)
+
+    p, wall, _, record = run_with_per_rank_weights(tmp_path, "ddp_flat", d_model)
     assert p.returncode == 2, p.stderr[-3000:]
     errors = [line for line in p.stderr.splitlines() if "error:" in line or "[error]" in line]
     assert errors == ["trainer: error: [rank 1] init.weights: 'w.safetensors': tensor 'token_embeddings.weight' has "
@@ -205,23 +219,11 @@ def test_init_weights_that_differ_between_ranks_are_refused(tmp_path, strategy):
     Every rank compares the size and CRC-32 of its read: exit code 2, one line naming both ranks' reads (rank 0's; rank
     1's own copy of it where rank 0's abort reaches it late), the earlier record left as it was, no checkpoint
     directory."""
-    p, _ = run(train_args(tmp_path, "w", "bench.measure_steps=1"))
-    assert p.returncode == 0, p.stderr[-3000:]
-    weights, _ = safetensors_io.load(tmp_path / "w.ck" / "model.safetensors")
-    reads = []
-    for sub, fill in (("r0", 0.0), ("r1", 0.5)):
-        (tmp_path / sub).mkdir()
-        weights["ln_final.weight"] = np.full(weights["ln_final.weight"].shape, fill, np.float32)
-        safetensors_io.save(tmp_path / sub / "w.safetensors", weights)
-        raw = (tmp_path / sub / "w.safetensors").read_bytes()
-        reads.append(f"{len(raw)} bytes, CRC-32 {zlib.crc32(raw):08x}")
-    record = tmp_path / "earlier.json"
-    record.write_text('{"earlier": "record"}\n')
-    args = [BIN, str(SRC / "configs/tiny.json"), "--set", "device=cpu", "--set", f"parallel.strategy={strategy}",
-            "--set", "init.weights=w.safetensors", "--set", f"output.results={record}",
-            "--set", f"output.checkpoint={tmp_path / 'new' / 'ck'}"]
-    p, _ = run(MPIRUN + ["-np", "1", "-wdir", str(tmp_path / "r0")] + args +
-               [":", "-np", "1", "-wdir", str(tmp_path / "r1")] + args, timeout=60)
+    def gain(weights, rank):
+        weights["ln_final.weight"] = np.full(weights["ln_final.weight"].shape, 0.5 * rank, np.float32)
+
+    p, _, files, record = run_with_per_rank_weights(tmp_path, strategy, gain)
+    reads = [f"{len(raw)} bytes, CRC-32 {zlib.crc32(raw):08x}" for raw in files]
     assert p.returncode == 2, p.stderr[-3000:]
     errors = [line for line in p.stderr.splitlines() if "error:" in line or "[error]" in line]
     line = (f"trainer: error: init.weights: 'w.safetensors' differs between ranks: rank 0 read {reads[0]}, rank 1 "
