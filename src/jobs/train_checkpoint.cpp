@@ -205,12 +205,15 @@ bool TrainCheckpointer::due(int64_t steps_done) const {
 }
 
 void TrainCheckpointer::agree(const std::string& err, const char* what, bool oom) {
-  int64_t bad[2] = {err.empty() ? 0 : 1, oom ? 1 : 0};
-  comm_.all_reduce_host(bad, 2, HostOp::sum);
-  if (bad[0] == 0) return;
-  const std::string msg = err.empty() ? fmt::format("checkpoint: {} failed on another rank (see its log)", what)
-                                      : fmt::format("checkpoint: {} failed: {}", what, err);
-  if (bad[1] > 0) throw OutOfMemory(msg);
+  const auto f = first_failure(comm_, err, oom);
+  if (!f) return;
+  if (!err.empty()) {  // this rank's own error
+    const std::string msg = fmt::format("checkpoint: {} failed: {}", what, err);
+    if (oom) throw OutOfMemory(msg);
+    throw RuntimeError(msg);
+  }
+  const std::string msg = fmt::format("checkpoint: {} failed on rank {}: {}", what, f->rank, f->message);
+  if (f->oom) throw OutOfMemory(msg);
   throw RuntimeError(msg);
 }
 

@@ -44,40 +44,33 @@ void agree_on_resumed_step(Communicator& comm, const std::string& step_dir, cons
 
 // Collective, after every rank read `path` itself (its own copy where nodes do not share storage). A rank whose read
 // failed (`failed`; `oom`: out of host memory) throws its own error after this; the others throw "rank r: its error"
-// (gathered to rank 0, whose line the user sees; OutOfMemory where it was one), so no rank goes on to a collective
-// the failed one never joins. Where every read succeeded, the copies must be one file: ddp and zero1 would take rank
+// (first_failure; rank 0's line is the one the user sees; OutOfMemory where it was one), so no rank goes on to a
+// collective the failed one never joins. Where every read succeeded, the copies must be one file: ddp and zero1 would take rank
 // 0's weights (broadcast_weights) and fsdp each rank's shard of its own file, a mix that trains without an error.
 // Compares each rank's size and CRC-32 (the read's digest): the same ConfigError on every rank.
 void same_read_on_every_rank(Communicator& comm, const char* key, const std::string& path,
                              const std::exception_ptr& failed, bool oom, const FileDigest& digest) {
+  std::string why;
+  if (failed) try {
+      std::rethrow_exception(failed);
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+  if (const auto f = first_failure(comm, why, oom)) {
+    if (failed) return;  // this rank's own error follows
+    const std::string msg = comm.rank() == 0 ? fmt::format("rank {}: {}", f->rank, f->message)
+                                             : fmt::format("{}: rank {} could not read '{}'", key, f->rank, path);
+    if (f->oom) throw OutOfMemory(msg);
+    throw ConfigError(msg);
+  }
   struct Read {
-    uint64_t status;  // 0 read, 1 failed, 2 out of memory
     uint64_t bytes;
     char crc32[8];
   };
-  Read mine{failed ? (oom ? 2u : 1u) : 0u, digest.bytes, {}};
+  Read mine{digest.bytes, {}};
   std::memcpy(mine.crc32, digest.crc32.data(), std::min(digest.crc32.size(), sizeof mine.crc32));
   std::vector<Read> all(size_t(comm.size()));
   comm.all_gather_host(&mine, sizeof mine, all.data());
-  int first_failed = -1;
-  for (int r = 0; r < comm.size() && first_failed < 0; ++r)
-    if (all[size_t(r)].status != 0) first_failed = r;
-  if (first_failed >= 0) {
-    std::string why;
-    if (failed) {
-      try {
-        std::rethrow_exception(failed);
-      } catch (const std::exception& e) {
-        why = e.what();
-      }
-    }
-    const std::vector<std::string> whys = comm.gather_host(why, 0);
-    if (failed) return;  // this rank's own error follows
-    const std::string msg = comm.rank() == 0 ? fmt::format("rank {}: {}", first_failed, whys[size_t(first_failed)])
-                                             : fmt::format("{}: rank {} could not read '{}'", key, first_failed, path);
-    if (all[size_t(first_failed)].status == 2) throw OutOfMemory(msg);
-    throw ConfigError(msg);
-  }
   const auto text = [](const Read& r) { return fmt::format("{} bytes, CRC-32 {}", r.bytes, std::string(r.crc32, 8)); };
   for (int r = 1; r < comm.size(); ++r)
     CONFIG_CHECK(text(all[size_t(r)]) == text(all[0]), "{}: '{}' differs between ranks: rank 0 read {}, rank {} {} "
