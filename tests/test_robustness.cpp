@@ -227,6 +227,28 @@ TEST_CASE("host memory: one step's token ids count, in a run and in the plan's d
   CHECK_THROWS_WITH(check_host_memory(c, 1, 1, false, gib), Contains("model.context_length = 100000000"));
 }
 
+TEST_CASE("host memory: init.weights counts, read whole by every rank on the host", "[host_memory]") {
+  using trainer::check_host_memory;
+  using trainer::host_memory_needed;
+  namespace fs = std::filesystem;
+  const fs::path file = fs::temp_directory_path() / ("trainer_test_weights_" + std::to_string(getpid()) + ".bin");
+  const size_t mib = size_t(1) << 20;
+  std::ofstream(file, std::ios::binary) << std::string(4 * mib, 'w');
+  RunConfig c = model(2, "cuda");
+  c.init.weights = file.string();
+  CHECK(host_memory_needed(c, 1, 1, false).weights_file == 4 * mib);
+  CHECK(host_memory_needed(c, 2, 2, false).weights_file == 8 * mib);  // two ranks on this host read it
+  CHECK(host_memory_needed(c, 1, 1, /*dry_run=*/true).weights_file == 0);  // --plan reads no weights
+  CHECK_NOTHROW(check_host_memory(c, 1, 1, false, 5 * mib));
+  CHECK_THROWS_WITH(check_host_memory(c, 2, 2, false, 5 * mib),
+                    StartsWith("init.weights: the run needs at least 8.") &&
+                        Contains("for init.weights, read whole by each of the 2 ranks on this host") &&
+                        Contains("holds 4.0 MiB"));
+  c.job = "attention_bench";  // (no model: the file is not read)
+  CHECK(host_memory_needed(c, 1, 1, false).weights_file == 0);
+  fs::remove(file);
+}
+
 TEST_CASE("host memory: on the cpu the plan's peak times the host's ranks must fit", "[host_memory]") {
   using trainer::check_plan_fits_host;
   const size_t gib = size_t(1) << 30;

@@ -2,6 +2,7 @@
 #include "plan/host_memory.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <tuple>
@@ -46,6 +47,11 @@ HostNeed host_memory_needed(const RunConfig& cfg, int world_size, int local_rank
   }
   n.tokens = clamp_bytes((kRunTokenBytes + (cfg.device == "cpu" ? kCpuTokenBytes : 0)) * rank_tokens *
                          std::max(1, local_ranks));
+  if (cfg.init.weights && cfg.job == "train") {  // (unreadable: validate_config says so; nothing counted here)
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(*cfg.init.weights, ec);
+    if (!ec) n.weights_file = clamp_bytes(double(size) * std::max(1, local_ranks));
+  }
   if (cfg.device != "cpu") return n;
   const double p = model_param_count(cfg.model), w = world_size;
   const std::string& s = cfg.parallel.strategy;
@@ -80,7 +86,14 @@ void check_host_memory(const RunConfig& cfg, int world_size, int local_ranks, bo
   const std::string on_host = local_ranks > 1 ? fmt::format(" of {} ranks on this host", local_ranks) : "";
   std::string what, sizes;
   std::pair<const char*, int> key;
-  if (n.tokens >= n.tensors && n.tokens >= n.bookkeeping) {  // one step's token ids (and losses)
+  const bool reading_weights =
+      n.weights_file >= n.tokens && n.weights_file >= n.tensors && n.weights_file >= n.bookkeeping;
+  if (reading_weights) {
+    what = fmt::format("{} for init.weights, read whole {}", format_bytes(n.weights_file),
+                       local_ranks > 1 ? fmt::format("by each of the {} ranks on this host", local_ranks)
+                                       : std::string("while the run loads it"));
+    sizes = fmt::format("'{}' holds {}", *cfg.init.weights, format_bytes(n.weights_file / std::max(1, local_ranks)));
+  } else if (n.tokens >= n.tensors && n.tokens >= n.bookkeeping) {  // one step's token ids (and losses)
     what = fmt::format("{} for one step's token ids{}", format_bytes(n.tokens), on_host);
     sizes = fmt::format("data: batch_size {} over {} rank(s), model: context_length {}", cfg.data.batch_size,
                         world_size, m.context_length);
@@ -99,7 +112,8 @@ void check_host_memory(const RunConfig& cfg, int world_size, int local_ranks, bo
     key = n.tensors > n.bookkeeping ? dominant_key(m) : std::pair("model.num_layers", m.num_layers);
   }
   // The key to blame; a model no larger than the largest preset in any dimension is named as a whole
-  const std::string blamed = key.first ? fmt::format("{} = {}", key.first, key.second)
+  const std::string blamed = reading_weights ? std::string("init.weights")
+                             : key.first     ? fmt::format("{} = {}", key.first, key.second)
                              : m.preset.empty() ? std::string("model")
                                                 : fmt::format("model.preset = {}", m.preset);
   throw ConfigError(fmt::format(
