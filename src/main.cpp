@@ -189,19 +189,6 @@ RunConfig load_plan_config(const Args& a, int world, std::string* assumed) {
   return wants_cuda ? on_cuda : *on_cpu;
 }
 
-/// init.weights that do not fit the model (a name missing, another shape or dtype): one line and exit code 2 before
-/// the run writes anything or logs its plan (and from --plan). Reads the file's header only; the job reads the data
-/// (and checks again).
-void check_init_weights(const RunConfig& cfg) {
-  std::map<std::string, HostTensor> header;
-  try {
-    header = read_safetensors_header(*cfg.init.weights);
-  } catch (const ConfigError& e) {  // named by its key, as the job's read names it
-    throw ConfigError(fmt::format("init.weights: {}", e.what()));
-  }
-  check_weight_tensors(ParamLayout(model_dims(cfg.model)), header, *cfg.init.weights, "init.weights");
-}
-
 /// trainer --plan: prints rank 0's plan (and every rank's where they differ). Returns the exit code.
 /// ", optimizer in_backward + in_gemm (N of M products: those of >= K elements)" (the plan's config line).
 std::string in_gemm_summary(const RunConfig& cfg) {
@@ -469,7 +456,6 @@ int main(int argc, char** argv) {
                    "run --plan --world-size {} without mpirun", args.world_size, world, world, args.world_size);
       plan_world = args.world_size > 0 ? args.world_size : world;
       cfg = load_plan_config(args, plan_world, &plan_assumed);
-      if (cfg.job == "train" && cfg.init.weights) check_init_weights(cfg);  // what the run would refuse at once
       check_host_memory(cfg, plan_world, 1, /*dry_run=*/true);  // before the dry run allocates its bookkeeping
     } else if (!args.help && !args.version) {
       cfg = load_config(args.config, args.overrides, world, cuda_available(),
@@ -478,7 +464,6 @@ int main(int argc, char** argv) {
                    "device: 'cuda' was asked for but {}", TRAINER_HAVE_CUDA_BUILD
                        ? "no CUDA device is visible"
                        : "this trainer was built without CUDA (no nvcc at build time, or -DTRAINER_CUDA=OFF)");
-      if (!args.print_config && cfg.job == "train" && cfg.init.weights) check_init_weights(cfg);
       if (!args.print_config && cfg.output.results) {  // a live run's record is not taken over
         check_record_not_in_use(*cfg.output.results, "output.results");
         if (rank == 0) lock_record_path(*cfg.output.results, "output.results");  // nor one still starting

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -17,7 +18,9 @@
 #include "build_info.h"
 #include "config/config.h"
 #include "core/errors.h"
+#include "io/safetensors.h"
 #include "jobs/job.h"
+#include "model/model.h"
 
 using trainer::ConfigError;
 using trainer::json;
@@ -25,6 +28,7 @@ using trainer::load_config;
 using trainer::RunConfig;
 using Catch::Matchers::Contains;
 using Catch::Matchers::Equals;
+using Catch::Matchers::StartsWith;
 namespace fs = std::filesystem;
 
 namespace {
@@ -49,6 +53,19 @@ struct TempDir {
   std::string write_tokens(const std::string& name, const std::vector<uint16_t>& ids) const {
     std::ofstream f(path(name), std::ios::binary);
     f.write(reinterpret_cast<const char*>(ids.data()), std::streamsize(ids.size() * sizeof(uint16_t)));
+    return path(name);
+  }
+  /// Zero weights of model `m` (every parameter as F32 under its reference name), with `change` applied to the
+  /// tensor list first (to break the file on purpose).
+  std::string write_weights(const std::string& name, const trainer::ModelCfg& m,
+                            const std::function<void(std::vector<trainer::NamedTensor>&)>& change = {}) const {
+    const trainer::ParamLayout layout(trainer::model_dims(m));
+    std::vector<float> zeros(size_t(layout.total()), 0.0f);
+    std::vector<trainer::NamedTensor> ts;
+    for (const trainer::ParamInfo& p : layout.params())
+      ts.push_back({p.name, trainer::DType::f32, p.shape, zeros.data()});
+    if (change) change(ts);
+    trainer::write_safetensors(path(name), ts);
     return path(name);
   }
 };
@@ -727,7 +744,20 @@ TEST_CASE("config: files named by the config are checked", "[config]") {
                         Equals("config: cannot read '" + missing + "' (init.weights): No such file or directory"));
     REQUIRE_THROWS_WITH(load_doc(dir, doc, {"init.weights=" + dir.root.string()}),
                         Contains("(init.weights): not a regular file"));
-    REQUIRE_NOTHROW(load_doc(dir, doc, {"init.weights=" + good}));  // existence only: the format is checked at load
+    // its header is checked against the model (the data at load)
+    const trainer::ModelCfg tiny = trainer::preset_model("tiny");
+    REQUIRE_THROWS_WITH(load_doc(dir, doc, {"init.weights=" + good}),
+                        StartsWith("init.weights: safetensors file '" + good + "': header length"));
+    const std::string w = dir.write_weights("w.safetensors", tiny);
+    REQUIRE_NOTHROW(load_doc(dir, doc, {"init.weights=" + w}));
+    trainer::ModelCfg two = tiny;
+    two.num_layers = tiny.num_layers + 1;
+    REQUIRE_THROWS_WITH(load_doc(dir, doc, {"init.weights=" + dir.write_weights("two.safetensors", two)}),
+                        Contains("the model does not have") && Contains("weights of another model?"));
+    const std::string dropped = dir.write_weights("dropped.safetensors", tiny, [](auto& ts) { ts.pop_back(); });
+    REQUIRE_THROWS_WITH(load_doc(dir, doc, {"init.weights=" + dropped}), Contains("has no tensor"));
+    // the benchmark jobs have no model, and leave the file alone
+    REQUIRE_NOTHROW(load_doc(dir, doc, {"init.weights=" + good, "job=attention_bench"}));
   }
   SECTION("outputs must be writable, and distinct") {
     const std::string plain = dir.write("plain.txt", "x");
@@ -740,7 +770,7 @@ TEST_CASE("config: files named by the config are checked", "[config]") {
     REQUIRE_THROWS_WITH(load_doc(dir, doc, {"output.checkpoint=" + dir.path("result.json")}),
                         Contains("output.results: '" + dir.path("result.json") +
                                  "' lies inside the checkpoint directory"));  // the checkpoints own that directory
-    const std::string init = dir.write("init.safetensors", "x");
+    const std::string init = dir.write_weights("init.safetensors", trainer::preset_model("tiny"));
     REQUIRE_THROWS_WITH(load_doc(dir, doc, {"init.weights=" + init, "output.checkpoint=" + init}),
                         Contains("output.checkpoint: '" + init + "' is also the input init.weights"));
     // A missing parent directory is fine (the writer creates it); validation itself writes nothing.

@@ -21,6 +21,7 @@
 #include "io/checkpoint.h"
 #include "io/result_record.h"
 #include "io/token_data.h"
+#include "model/model.h"
 
 namespace trainer {
 namespace {
@@ -394,7 +395,10 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
     CONFIG_CHECK(d.path && !d.path->empty(), "data: source 'tokens' needs data.path (a flat binary token file)");
     check_token_file(*d.path, d.dtype, m.vocab_size, m.context_length);
   }
-  if (c.init.weights) check_readable_file(*c.init.weights, "init.weights");
+  if (c.init.weights) {
+    check_readable_file(*c.init.weights, "init.weights");
+    if (has_model) check_weights_file(m, *c.init.weights, "init.weights");  // its header: tensors, shapes, dtypes
+  }
   check_non_negative(c.output.checkpoint_every, "output.checkpoint_every");
   CONFIG_CHECK(c.output.checkpoint_every == 0 || c.output.checkpoint,
                "output.checkpoint_every: {} needs output.checkpoint (the directory to write to)",

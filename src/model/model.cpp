@@ -406,25 +406,39 @@ void check_weight_tensors(const ParamLayout& layout, const std::map<std::string,
                                 key, source, extra.size(), extra.size() == 1 ? "" : "s", names));
 }
 
+void check_weights_file(const ModelCfg& m, const std::string& path, const std::string& key) {
+  std::map<std::string, HostTensor> header;
+  try {
+    header = read_safetensors_header(path);
+  } catch (const ConfigError& e) {  // named by its key, as the job's read names it
+    throw ConfigError(fmt::format("{}: {}", key, e.what()));
+  }
+  check_weight_tensors(ParamLayout(model_dims(m)), header, path, key);
+}
+
 namespace {
 
 // The first element of t (F32, F64 or BF16; n elements) that is not finite once rounded to fp32 (the value the model
-// takes), or -1. Host threads over the elements, as init_random. (bf16_pure rounds the fp32 value once more: an F32
-// or F64 value within 0.4% of fp32's largest becomes inf there; not checked.)
-int64_t first_non_finite(const HostTensor& t, int64_t n) {
+// takes) and, where `bf16_storage` (bf16_pure), once more to bf16 (an fp32 value within 0.4% of its largest becomes
+// inf there); -1 if none. Host threads over the elements, as init_random.
+int64_t first_non_finite(const HostTensor& t, int64_t n, bool bf16_storage) {
   const char* data = t.bytes.data();
+  const auto bad = [bf16_storage](float f) {  // (bf16: exponent bits all set)
+    return !std::isfinite(f) || (bf16_storage && (bf16_bits::from_f32(f) & 0x7f80) == 0x7f80);
+  };
   const auto scan = [&](int64_t b, int64_t e) -> int64_t {
     if (t.dtype == "F32") {
       for (int64_t i = b; i < e; ++i) {
         float f;
         std::memcpy(&f, data + i * 4, 4);
-        if (!std::isfinite(f)) return i;
+        if (bad(f)) return i;
       }
     } else if (t.dtype == "F64") {
       for (int64_t i = b; i < e; ++i) {
         double d;
         std::memcpy(&d, data + i * 8, 8);
         if (!(std::fabs(d) <= double(std::numeric_limits<float>::max()))) return i;  // (nan fails the <=)
+        if (bad(float(d))) return i;
       }
     } else {  // BF16: exponent bits all set
       for (int64_t i = b; i < e; ++i) {
@@ -449,9 +463,15 @@ int64_t first_non_finite(const HostTensor& t, int64_t n) {
 void Model::load(std::map<std::string, HostTensor> tensors, const std::string& source, const std::string& key) {
   check_weight_tensors(layout_, tensors, source, key);
   for (const ParamInfo& p : layout_.params()) {  // a NaN or inf would end the run at its first loss
-    const int64_t at = first_non_finite(tensors.at(p.name), p.numel);
+    const HostTensor& t = tensors.at(p.name);
+    const bool bf16_storage = param_dtype_ == DType::bf16;
+    const int64_t at = first_non_finite(t, p.numel, bf16_storage);
+    const char* what = t.dtype == "BF16" ? "inf or nan"
+                       : bf16_storage    ? "beyond bf16's range (bf16_pure's parameter dtype) or inf or nan"
+                       : t.dtype == "F64" ? "inf or nan in fp32 (or beyond its range)"
+                                          : "inf or nan";
     CONFIG_CHECK(at < 0, "{}: '{}': tensor '{}' element {} is {}: the weights must be finite", key, source, p.name,
-                 at, tensors.at(p.name).dtype == "F64" ? "inf or nan in fp32 (or beyond its range)" : "inf or nan");
+                 at, what);
   }
   init_seed_.reset();
   init_tensors_ = std::make_shared<const std::map<std::string, HostTensor>>(std::move(tensors));

@@ -74,6 +74,11 @@ class ParamLayout {
 void check_weight_tensors(const ParamLayout& layout, const std::map<std::string, HostTensor>& tensors,
                           const std::string& source, const std::string& key);
 
+/// check_weight_tensors on the header of the safetensors file `path` (its data is not read): whether the file can be
+/// the weights of model `m`, so that a run refuses one that cannot before it starts (config/validate.cpp). ConfigError
+/// "KEY: ..." as read_safetensors (an unreadable or malformed file) or check_weight_tensors raise it.
+void check_weights_file(const ModelCfg& m, const std::string& path, const std::string& key);
+
 /// FLOPs per token of the forward pass: 2 * (matmul parameters) + 4 * L * T * D (attention scores and P·V counted in
 /// full, as PaLM's MFU does). A training step is 3x that.
 double forward_flops_per_token(const ModelDims& d);

@@ -339,9 +339,20 @@ def test_results_naming_the_config_file(trainer_bin, tmp_path):
                    "the config file")
 
 
+def tiny_weights(trainer_bin, tmp_path, name):
+    """tmp_path/name: the tiny model's weights (a run's checkpoint, under tmp_path/made/), as init.weights needs."""
+    made = tmp_path / "made"
+    made.mkdir(exist_ok=True)
+    cfg = write_json(made / "c.json", tiny_config(made, output={"results": str(made / "r.json"),
+                                                                "checkpoint": str(made / "ck")}))
+    r = run(trainer_bin, [cfg], tmp_path)
+    assert r.returncode == 0, r.stderr
+    shutil.copyfile(made / "ck" / "model.safetensors", tmp_path / name)
+    return tmp_path / name
+
+
 def test_outputs_naming_init_weights_or_the_token_file(trainer_bin, tmp_path):
-    weights = tmp_path / "w.safetensors"
-    weights.write_bytes(b"\0" * 16)  # readable is all validation asks of it before the run
+    weights = tiny_weights(trainer_bin, tmp_path, "w.safetensors")  # its header is checked with the config
     tokens = tmp_path / "t.u16"
     tokens.write_bytes(struct.pack("<4096H", *([1] * 4096)))
     (tmp_path / "d").symlink_to(tmp_path, target_is_directory=True)
@@ -486,7 +497,7 @@ def test_init_weights_with_tensors_the_model_lacks_or_not_finite_are_refused(tra
     """init.weights holding more than the model (a 2-layer checkpoint for a 1-layer model) is refused from the header
     before the run (and by --plan), as PyTorch's strict load_state_dict; weights that are not finite once in fp32 (a
     NaN, an F64 beyond fp32's range) are refused by the job when it reads them: exit code 2, one line, the earlier
-    record left as it was."""
+    record left as it was; so is an fp32 value that bf16_pure's bf16 parameters would round to inf."""
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "parity"))
     import safetensors_io
     import torch
@@ -533,6 +544,13 @@ def test_init_weights_with_tensors_the_model_lacks_or_not_finite_are_refused(tra
     line, _, _ = refused(tmp_path / "f64.safetensors")
     assert line == (f"trainer: error: init.weights: '{tmp_path / 'f64.safetensors'}': tensor 'ln_final.weight' element "
                     "3 is inf or nan in fp32 (or beyond its range): the weights must be finite"), line
+    edge = {k: v.clone() for k, v in weights.items()}
+    edge["ln_final.weight"][3] = 3.4e38  # finite in fp32, inf once rounded to bf16 (above 3.3962e38)
+    safetensors_io.save(tmp_path / "edge.safetensors", edge)
+    line, _, _ = refused(tmp_path / "edge.safetensors", "precision=bf16_pure")
+    assert line == (f"trainer: error: init.weights: '{tmp_path / 'edge.safetensors'}': tensor 'ln_final.weight' "
+                    "element 3 is beyond bf16's range (bf16_pure's parameter dtype) or inf or nan: the weights must "
+                    "be finite"), line
 
 
 @pytest.mark.parametrize("shared_parent", [False, True])
