@@ -227,11 +227,13 @@ TEST_CASE("host memory: one step's token ids count, in a run and in the plan's d
   CHECK_THROWS_WITH(check_host_memory(c, 1, 1, false, gib), Contains("model.context_length = 100000000"));
 }
 
-TEST_CASE("host memory: init.weights counts, read whole by every rank on the host", "[host_memory]") {
+TEST_CASE("host memory: the weights file counts, read whole by every rank on the host", "[host_memory]") {
   using trainer::check_host_memory;
   using trainer::host_memory_needed;
   namespace fs = std::filesystem;
-  const fs::path file = fs::temp_directory_path() / ("trainer_test_weights_" + std::to_string(getpid()) + ".bin");
+  const fs::path dir = fs::temp_directory_path() / ("trainer_test_host_weights_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const fs::path file = dir / "w.safetensors";
   const size_t mib = size_t(1) << 20;
   std::ofstream(file, std::ios::binary) << std::string(4 * mib, 'w');
   RunConfig c = model(2, "cuda");
@@ -242,11 +244,22 @@ TEST_CASE("host memory: init.weights counts, read whole by every rank on the hos
   CHECK_NOTHROW(check_host_memory(c, 1, 1, false, 5 * mib));
   CHECK_THROWS_WITH(check_host_memory(c, 2, 2, false, 5 * mib),
                     StartsWith("init.weights: the run needs at least 8.") &&
-                        Contains("for init.weights, read whole by each of the 2 ranks on this host") &&
+                        Contains("(init.weights), read whole by each of the 2 ranks on this host") &&
                         Contains("holds 4.0 MiB"));
   c.job = "attention_bench";  // (no model: the file is not read)
   CHECK(host_memory_needed(c, 1, 1, false).weights_file == 0);
-  fs::remove(file);
+  // init.resume's weights, STEP/model.safetensors of the step load_config resolved, count the same way
+  c.job = "train";
+  c.init.weights.reset();
+  c.init.resume = dir.string();
+  c.init.resume_step_dir = (dir / "step-00000001").string();
+  fs::create_directories(c.init.resume_step_dir);
+  fs::rename(file, fs::path(c.init.resume_step_dir) / "model.safetensors");
+  CHECK(host_memory_needed(c, 1, 3, false).weights_file == 12 * mib);
+  CHECK_THROWS_WITH(check_host_memory(c, 1, 1, false, 3 * mib),
+                    StartsWith("init.resume: the run needs at least 4.") &&
+                        Contains("for the weights file (init.resume), read whole while the run loads it"));
+  fs::remove_all(dir);
 }
 
 TEST_CASE("host memory: on the cpu the plan's peak times the host's ranks must fit", "[host_memory]") {

@@ -218,8 +218,8 @@ template <Is<InitCfg> S, class F>
 void fields(S& i, F&& f) {
   f("weights", i.weights, {{"null | readable file"},
     "safetensors file to start from: the model's parameters by reference name and nothing else, each at its shape "
-    "(F32, F64 or BF16; checked from its header before the run starts), finite; every rank reads it, and the ranks' "
-    "copies must agree (size and CRC-32); null: random init with init.seed"});
+    "(F32, F64 or BF16; checked from its header before the run starts), finite (in bf16 too under bf16_pure); "
+    "every rank reads it, and the ranks' copies must agree (size and CRC-32); null: random init with init.seed"});
   f("resume", i.resume, {{"null | checkpoint directory"},
     "continue the run saved in this output.checkpoint directory (its 'latest' checkpoint, read once with the "
     "config, every rank the same one, or a step-N directory inside it): weights, AdamW state, step, learning-rate "

@@ -12,6 +12,7 @@ std::optional<RankFailure> first_failure(Communicator& comm, const std::string& 
     if (all[size_t(r)] != 0) f.rank = r;
   if (f.rank < 0) return std::nullopt;
   f.oom = all[size_t(f.rank)] == 2;
+  for (const uint8_t s : all) f.any_oom = f.any_oom || s == 2;
   uint64_t n = comm.rank() == f.rank ? error.size() : 0;
   comm.broadcast_host(&n, sizeof n, f.rank);
   f.message = comm.rank() == f.rank ? error : std::string(n, '\0');

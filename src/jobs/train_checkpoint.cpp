@@ -14,6 +14,7 @@
 #include <ctime>
 #include <filesystem>
 #include <memory>
+#include <new>
 #include <mutex>
 #include <thread>
 
@@ -48,6 +49,11 @@ std::string now_iso() {
 }
 
 std::string shard_file(int rank) { return fmt::format("optim-rank{:05d}.safetensors", rank); }
+
+/// Whether `e` is a lack of memory: of the device (OutOfMemory) or of the host (std::bad_alloc).
+bool out_of_memory(const std::exception& e) {
+  return dynamic_cast<const OutOfMemory*>(&e) != nullptr || dynamic_cast<const std::bad_alloc*>(&e) != nullptr;
+}
 
 
 }  // namespace
@@ -109,7 +115,7 @@ TrainCheckpointer::TrainCheckpointer(const RunConfig& cfg, Backend& be, Model& m
       exceptions_at_start_(std::uncaught_exceptions()) {
   if (!cfg.output.checkpoint) return;
   const std::string dir = *cfg.output.checkpoint, lock = (fs::path(dir) / ".lock").string();
-  int64_t busy = 0;
+  bool busy = false;
   std::string holder = "another run";
   if (comm.rank() == 0) {
     HeldLock& h = held_lock();
@@ -136,11 +142,11 @@ TrainCheckpointer::TrainCheckpointer(const RunConfig& cfg, Backend& be, Model& m
         holder = lock_holder(fd);
         ::close(fd);
         fd = -1;
-        busy = 1;
+        busy = true;
       } else if (fd >= 0 && !is_file_at(fd, lock)) {
         ::close(fd);
         fd = -1;
-        busy = attempt == 4 ? 1 : 0;  // it keeps changing under us: another run is at it
+        busy = attempt == 4;  // it keeps changing under us: another run is at it
         continue;
       }
       break;
@@ -184,8 +190,8 @@ TrainCheckpointer::TrainCheckpointer(const RunConfig& cfg, Backend& be, Model& m
       }
     }
   }
-  comm.all_reduce_host(&busy, 1, HostOp::sum);
-  if (busy != 0) throw ConfigError(in_use_message(dir, holder, lock));
+  if (const auto f = first_failure(comm, busy ? in_use_message(dir, holder, lock) : "", false))
+    throw ConfigError(f->message);  // rank 0's, naming the holder
 }
 
 TrainCheckpointer::~TrainCheckpointer() {
@@ -207,13 +213,9 @@ bool TrainCheckpointer::due(int64_t steps_done) const {
 void TrainCheckpointer::agree(const std::string& err, const char* what, bool oom) {
   const auto f = first_failure(comm_, err, oom);
   if (!f) return;
-  if (!err.empty()) {  // this rank's own error
-    const std::string msg = fmt::format("checkpoint: {} failed: {}", what, err);
-    if (oom) throw OutOfMemory(msg);
-    throw RuntimeError(msg);
-  }
-  const std::string msg = fmt::format("checkpoint: {} failed on rank {}: {}", what, f->rank, f->message);
-  if (f->oom) throw OutOfMemory(msg);
+  const std::string msg = !err.empty() ? fmt::format("checkpoint: {} failed: {}", what, err)  // this rank's own
+                                       : fmt::format("checkpoint: {} failed on rank {}: {}", what, f->rank, f->message);
+  if (f->any_oom) throw OutOfMemory(msg);  // one status on every rank: oom where some rank ran out of memory
   throw RuntimeError(msg);
 }
 
@@ -248,7 +250,7 @@ void TrainCheckpointer::write(int64_t steps_done) {
     strategy_.gather_params();
   } catch (const std::exception& e) {
     err = e.what();
-    oom = dynamic_cast<const OutOfMemory*>(&e) != nullptr;
+    oom = out_of_memory(e);
   }
   agree(err, "gathering the weights", oom);
   if (root || !strategy_.full_params()) {
@@ -277,7 +279,7 @@ void TrainCheckpointer::write(int64_t steps_done) {
         bytes += uint64_t(p.numel) * dtype_size(named.back().dtype);
       } catch (const std::exception& e) {  // e.g. std::bad_alloc holding the 8B's 32 GB on the host
         err = fmt::format("reading weight {}: {}", p.name, e.what());
-        oom = dynamic_cast<const OutOfMemory*>(&e) != nullptr;
+        oom = out_of_memory(e);
         named.clear();  // what was copied is not needed any more
         host.clear();
         host16.clear();
@@ -301,23 +303,30 @@ void TrainCheckpointer::write(int64_t steps_done) {
     std::vector<NamedTensor> named;
     host.reserve(st.tensors.size());
     int64_t numel = -1;
-    for (const auto& [name, t] : st.tensors) {
-      host.emplace_back(t.bytes());
-      if (t.bytes()) be_.copy_to_host(host.back().data(), t.data, t.bytes());
-      named.push_back({name, t.dtype, {t.numel()}, host.back().data()});
-      bytes += t.bytes();
-      numel = t.numel();
+    bool copied = false;
+    try {  // (a failure here is agreed below, as the writes', so that no rank skips the gather)
+      for (const auto& [name, t] : st.tensors) {
+        host.emplace_back(t.bytes());
+        if (t.bytes()) be_.copy_to_host(host.back().data(), t.data, t.bytes());
+        named.push_back({name, t.dtype, {t.numel()}, host.back().data()});
+        bytes += t.bytes();
+        numel = t.numel();
+      }
+      copied = true;
+    } catch (const std::exception& e) {  // e.g. std::bad_alloc: the host cannot hold this rank's state
+      if (err.empty()) err = fmt::format("copying the optimizer state to the host: {}", e.what());
+      oom = oom || out_of_memory(e);
     }
     json ranges = json::array();
     for (const FlatRange& r : st.ranges) ranges.push_back({r.flat_begin, r.local_begin, r.count});
     shard = {{"rank", rank}, {"file", shard_file(rank)}, {"numel", numel}, {"ranges", ranges}};
-    try {
-      const FileDigest d = write_safetensors(w->file(shard_file(rank)), named,
-                                             {{"producer", "trainer"}, {"rank", std::to_string(rank)}});
-      shard["digest"] = checkpoint_file_entry(d);  // moved into the manifest's "files" by rank 0
-    } catch (const std::exception& e) {
-      if (err.empty()) err = e.what();
-    }
+    if (copied) try {
+        const FileDigest d = write_safetensors(w->file(shard_file(rank)), named,
+                                               {{"producer", "trainer"}, {"rank", std::to_string(rank)}});
+        shard["digest"] = checkpoint_file_entry(d);  // moved into the manifest's "files" by rank 0
+      } catch (const std::exception& e) {
+        if (err.empty()) err = e.what();
+      }
   }
   const std::vector<std::string> shards = comm_.gather_host(shard.dump(), /*root=*/0);
   uint64_t all_bytes = bytes;

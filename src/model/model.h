@@ -127,8 +127,8 @@ class Model {
   void init_random(uint64_t seed);
   /// Loads every parameter by reference name; ConfigError starting with `key` (the config key that named the file:
   /// init.weights, init.resume) and naming the file where check_weight_tensors refuses the tensors or a value is not
-  /// finite in fp32. Fills the full buffers when the model has them; otherwise keeps the tensors as the weight source
-  /// until release_weight_source().
+  /// finite in fp32 (and, with bf16 parameters, bf16_pure, in bf16). Fills the full buffers when the model has them;
+  /// otherwise keeps the tensors as the weight source until release_weight_source().
   void load(std::map<std::string, HostTensor> tensors, const std::string& source,
             const std::string& key = "init.weights");
   /// The host fp32 values of parameter p from the weight source (init_random's seed or load's tensors): what a

@@ -12,6 +12,7 @@
 #include "core/errors.h"
 #include "core/memory.h"
 #include "dist/mpi_communicator.h"
+#include "io/checkpoint.h"
 #include "jobs/job.h"
 
 namespace trainer {
@@ -37,6 +38,13 @@ std::pair<const char*, int> dominant_key(const ModelCfg& m) {
 
 }  // namespace
 
+std::string weights_file(const RunConfig& cfg) {
+  if (cfg.job != "train") return "";
+  if (cfg.init.weights) return *cfg.init.weights;
+  if (cfg.init.resume && !cfg.init.resume_step_dir.empty()) return checkpoint_weights_path(cfg.init.resume_step_dir);
+  return "";
+}
+
 HostNeed host_memory_needed(const RunConfig& cfg, int world_size, int local_ranks, bool dry_run) {
   HostNeed n;
   n.bookkeeping = clamp_bytes(double(cfg.model.num_layers) * kBookkeepingBytesPerBlock);
@@ -47,9 +55,9 @@ HostNeed host_memory_needed(const RunConfig& cfg, int world_size, int local_rank
   }
   n.tokens = clamp_bytes((kRunTokenBytes + (cfg.device == "cpu" ? kCpuTokenBytes : 0)) * rank_tokens *
                          std::max(1, local_ranks));
-  if (cfg.init.weights && cfg.job == "train") {  // (unreadable: validate_config says so; nothing counted here)
+  if (const std::string file = weights_file(cfg); !file.empty()) {  // (unreadable: validate_config says so)
     std::error_code ec;
-    const auto size = std::filesystem::file_size(*cfg.init.weights, ec);
+    const auto size = std::filesystem::file_size(file, ec);
     if (!ec) n.weights_file = clamp_bytes(double(size) * std::max(1, local_ranks));
   }
   if (cfg.device != "cpu") return n;
@@ -88,11 +96,12 @@ void check_host_memory(const RunConfig& cfg, int world_size, int local_ranks, bo
   std::pair<const char*, int> key;
   const bool reading_weights =
       n.weights_file >= n.tokens && n.weights_file >= n.tensors && n.weights_file >= n.bookkeeping;
+  const char* weights_key = cfg.init.weights ? "init.weights" : "init.resume";
   if (reading_weights) {
-    what = fmt::format("{} for init.weights, read whole {}", format_bytes(n.weights_file),
+    what = fmt::format("{} for the weights file ({}), read whole {}", format_bytes(n.weights_file), weights_key,
                        local_ranks > 1 ? fmt::format("by each of the {} ranks on this host", local_ranks)
                                        : std::string("while the run loads it"));
-    sizes = fmt::format("'{}' holds {}", *cfg.init.weights, format_bytes(n.weights_file / std::max(1, local_ranks)));
+    sizes = fmt::format("'{}' holds {}", weights_file(cfg), format_bytes(n.weights_file / std::max(1, local_ranks)));
   } else if (n.tokens >= n.tensors && n.tokens >= n.bookkeeping) {  // one step's token ids (and losses)
     what = fmt::format("{} for one step's token ids{}", format_bytes(n.tokens), on_host);
     sizes = fmt::format("data: batch_size {} over {} rank(s), model: context_length {}", cfg.data.batch_size,
@@ -112,7 +121,7 @@ void check_host_memory(const RunConfig& cfg, int world_size, int local_ranks, bo
     key = n.tensors > n.bookkeeping ? dominant_key(m) : std::pair("model.num_layers", m.num_layers);
   }
   // The key to blame; a model no larger than the largest preset in any dimension is named as a whole
-  const std::string blamed = reading_weights ? std::string("init.weights")
+  const std::string blamed = reading_weights ? std::string(weights_key)
                              : key.first     ? fmt::format("{} = {}", key.first, key.second)
                              : m.preset.empty() ? std::string("model")
                                                 : fmt::format("model.preset = {}", m.preset);

@@ -15,8 +15,9 @@
 //     targets (int32 each, 8 bytes a token), on the cpu also the model's copy of them and its per-token losses (12
 //     more); the --plan dry run's one zero-filled token array (4 bytes a token). data.batch_size=2000000000 had
 //     made the dry run throw std::bad_alloc.
-//   - init.weights: every rank reads the whole file into host memory while it loads (the file's size, times the
-//     ranks that share this host; not for the --plan dry run, which reads no weights).
+//   - the weights file (init.weights, or init.resume's model.safetensors): every rank reads the whole file into host
+//     memory while it loads (the file's size, times the ranks that share this host; not for the --plan dry run, which
+//     reads no weights).
 // Activations and workspaces are not counted (a lower bound: a run this check passes may still run out of memory).
 #pragma once
 #include <cstddef>
@@ -36,9 +37,13 @@ struct HostNeed {
   size_t bookkeeping = 0;  // bytes: per-block structures of the model, schedule and strategy (this process)
   size_t tensors = 0;      // bytes: cpu backend parameters, gradients, AdamW state (all ranks on this host)
   size_t tokens = 0;       // bytes: one step's token ids (and on the cpu losses) of a rank (all ranks on this host)
-  size_t weights_file = 0; // bytes: init.weights as read while loading (all ranks on this host)
+  size_t weights_file = 0;  // bytes: the weights file as read while loading (all ranks on this host)
   size_t total() const { return bookkeeping + tensors + tokens + weights_file; }
 };
+
+/// The weights file a train run reads whole on every rank: init.weights, or init.resume's STEP/model.safetensors
+/// (the step load_config resolved); "" when none (random init, another job, an unresolved resume).
+std::string weights_file(const RunConfig& cfg);
 
 /// The lower bound above for `cfg` (resolved) on `world_size` ranks, `local_ranks` of them on this host. dry_run: for
 /// --plan (the meta backend holds no tensors: bookkeeping and the dry run's token ids only).

@@ -223,16 +223,20 @@ TEST_CASE("first_failure: every rank learns the first failed rank, its kind and 
   auto be = make_backend(Device::cpu, 0);
   auto comm = make_comm(*be, /*staged=*/false);
   const int R = comm->size(), r = comm->rank();
+  if (R < 2) {
+    WARN("first_failure: needs 2 or more ranks: skipped");
+    return;
+  }
   long long wrong = 0;
   wrong += trainer::first_failure(*comm, "", false).has_value();  // none failed
   // Every rank but rank 0 fails, the last out of memory: rank 1 is the first (of several), not out of memory.
   const std::string mine = r == 0 ? "" : fmt::format("rank {} could not {}", r, std::string(size_t(r * 300), 'x'));
   const auto f = trainer::first_failure(*comm, mine, r == R - 1);
-  wrong += !f || f->rank != 1 || f->oom != (R == 2) || f->message != fmt::format("rank 1 could not {}",
-                                                                                 std::string(300, 'x'));
+  wrong += !f || f->rank != 1 || f->oom != (R == 2) || !f->any_oom ||
+           f->message != fmt::format("rank 1 could not {}", std::string(300, 'x'));
   // Only the last rank fails, out of memory.
   const auto g = trainer::first_failure(*comm, r == R - 1 ? "out of host memory" : "", r == R - 1);
-  wrong += !g || g->rank != R - 1 || !g->oom || g->message != "out of host memory";
+  wrong += !g || g->rank != R - 1 || !g->oom || !g->any_oom || g->message != "out of host memory";
   CHECK(sum_ranks(wrong) == 0);
 }
 

@@ -279,8 +279,8 @@ def test_a_weight_rank_0_fails_to_read_mid_checkpoint_ends_the_job_at_once_with_
     """fsdp on 2 ranks: rank 0 fails to hold one weight halfway through a checkpoint's gathers (a test hook, as
     std::bad_alloc would), the first of its unit (the embedding, alone in its unit: the gather is this weight's) or
     a later one. It goes on joining every gather, so rank 1 is not left waiting for comm_timeout_s (60 s here) nor
-    paired with the wrong gather: the job ends within seconds, its message names the weight, and no checkpoint is
-    committed."""
+    paired with the wrong gather: the job ends within seconds, its message names the weight (rank 1's too), and no
+    checkpoint is committed."""
     t0 = time.monotonic()
     p = run_trainer(tmp_path, "f", 2, 2, "parallel.strategy=fsdp", "parallel.comm_timeout_s=60",
                     "parallel.checkpoint_timeout_s=60", f"output.checkpoint={tmp_path / 'ck'}",
@@ -288,6 +288,8 @@ def test_a_weight_rank_0_fails_to_read_mid_checkpoint_ends_the_job_at_once_with_
     wall = time.monotonic() - t0
     assert p.returncode == 1, p.stderr[-3000:]
     assert f"reading weight {weight}: test hook" in p.stderr, p.stderr[-3000:]
+    # rank 1 names the rank that failed and its cause (first_failure), not "see its log"
+    assert f"writing the files failed on rank 0: reading weight {weight}: test hook" in p.stderr, p.stderr[-3000:]
     assert "timeout" not in p.stderr and "MPI error" not in p.stderr, p.stderr[-3000:]
     r = json.loads((tmp_path / "f.json").read_text())
     assert r["status"] == "error" and weight in r["error"], r
