@@ -393,6 +393,9 @@ nlohmann::json machine_info(const std::string& backend_description) {
   nlohmann::json m;
   const std::string host = host_name();
   m["host"] = host.empty() ? std::string("unknown") : host;
+  std::error_code ec;  // the directory the config's relative paths (data.path, init.weights) are relative to
+  const std::filesystem::path cwd = std::filesystem::current_path(ec);
+  if (!ec) m["cwd"] = cwd.string();
   struct utsname u {};
   m["os"] = ::uname(&u) == 0 ? fmt::format("{} {} {} {}", u.sysname, u.release, u.version, u.machine)
                              : std::string("unknown");

@@ -95,8 +95,8 @@ void write_json_atomic(const std::string& path, const nlohmann::json& j);
 nlohmann::json timing_stats(const std::vector<double>& samples_ms);
 
 /// The host part of `machine` in a result record:
-///   {host, os (uname: sysname release version machine), cpu_model (/proc/cpuinfo), cpu_cores (online logical CPUs),
-///    mpi_library (MPI_Get_library_version, first line), mpi_standard ("3.1"), backend (backend_description)}.
+///   {host, cwd (the working directory: what the config's relative paths are relative to), os (uname: sysname release
+///    version machine), cpu_model (/proc/cpuinfo), cpu_cores (online logical CPUs), mpi_library (MPI_Get_library_version, first line), mpi_standard ("3.1"), backend (backend_description)}.
 /// The CUDA backend adds its GPU fields (gpu_name, gpu_memory_bytes, driver, cuda/nccl versions) to this object.
 /// Safe to call before MPI_Init (both MPI calls are allowed then).
 nlohmann::json machine_info(const std::string& backend_description);

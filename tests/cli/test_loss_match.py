@@ -195,6 +195,34 @@ def test_a_config_that_changes_the_numbers_is_not_comparable(tmp_path, key, valu
                         f"  (rounding differs: different {key})"), row
 
 
+def test_input_paths_are_compared_as_the_runs_read_them(tmp_path):
+    """data.path and init.weights relative to each run's working directory (the record's machine.cwd): the same
+    file typed from two directories is the same data (a fresh user's runs from the repository and from ck/ were "not
+    comparable"); another file, or the same name in another directory, is not. A record without a cwd keeps its
+    paths as typed (a relative one is then not the reference's file)."""
+    def rec(name, cwd, path, weights=None):
+        r = json.loads(record(tmp_path / name, "none", [5.0, 4.0]).read_text())
+        r["config"]["data"] = {"source": "tokens", "path": path}
+        r["config"]["init"] = {"weights": weights}
+        if cwd is not None:
+            r["machine"] = {"cwd": cwd}
+        (tmp_path / name).write_text(json.dumps(r))
+        return tmp_path / name
+    ref = rec("ref.json", "/w", "gpl.u16", "ck/model.safetensors")
+    same = [rec("abs.json", "/elsewhere", "/w/gpl.u16", "/w/ck/model.safetensors"),
+            rec("dotdot.json", "/w/ck", "../gpl.u16", "model.safetensors"),
+            rec("dot.json", "/w", "./gpl.u16", "ck/../ck/model.safetensors")]
+    other = [rec("other_dir.json", "/v", "gpl.u16", "/w/ck/model.safetensors"),
+             rec("no_cwd.json", None, "gpl.u16", "/w/ck/model.safetensors")]  # relative to what?
+    r = run(ref, *same, *other)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    rows = {line.split()[0]: line for line in r.stdout.splitlines()[2:]}
+    for p in same:
+        assert "not comparable" not in rows[p.name], rows[p.name]
+    for p in other:
+        assert rows[p.name].endswith("(not comparable: different data)"), rows[p.name]
+
+
 def test_a_resumed_leg_ignores_the_init_keys(tmp_path):
     """A leg resumed from a checkpoint took its weights from there: its init.seed and init.weights do not make it
     "not comparable" (a fresh user's resumed leg with another init.seed, bitwise equal, was marked so); a leg that
