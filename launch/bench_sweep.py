@@ -39,6 +39,8 @@ PROG = "bench_sweep.py"
 SIZES = ["small", "medium", "large", "xl", "10B"]
 PRECISIONS = ["fp32", "bf16", "bf16_pure"]
 PHASES = ["forward", "forward_backward", "train_step"]
+OWN_KEYS = {"precision": "use --precisions", "bench.phase": "use --phases", "bench.warmup_steps": "use --warmups",
+            "bench.measure_steps": "use --steps", "output.results": "under --out", "name": "from the row"}
 # Ctrl-C / SIGTERM: set by on_interrupt, which passes the signal on to the run in flight (`child`)
 INTERRUPT = {"seen": 0, "child": None, "stopped_s": 0.0}  # stopped_s: time stopped by Ctrl-Z (on_stop)
 
@@ -106,9 +108,12 @@ def ended(returncode):
     return f"exit {returncode}"
 
 
-def last_line(text, default):
-    lines = [s for s in (text or "").strip().splitlines() if s.strip()]
-    return lines[-1] if lines else default
+def error_line(text, default):
+    """The trainer's own error line (the last 'trainer: error: ...' of its stderr, which a wrapper such as mpirun
+    may follow with a banner of its own), else the last line."""
+    lines = [s.strip() for s in (text or "").strip().splitlines() if s.strip()]
+    ours = [s for s in lines if "trainer: error: " in s]
+    return ours[-1] if ours else (lines[-1] if lines else default)
 
 
 def first_line(text, default):
@@ -145,7 +150,7 @@ def run_one(args, size, precision, phase, warmup):
             signal_run(p, signal.SIGKILL)
             _, stderr = p.communicate()
         return {"status": "timeout", "error": f"stopped after --timeout {args.timeout} s; last line: "
-                f"{last_line(stderr, '-')}", "_row": row}
+                f"{error_line(stderr, '-')}", "_row": row}
     finally:
         INTERRUPT["child"] = None
         stopped = INTERRUPT["stopped_s"] - stopped
@@ -157,10 +162,10 @@ def run_one(args, size, precision, phase, warmup):
         except (OSError, ValueError) as e:
             r = {"status": "error", "error": f"unreadable record {out}: {e}"}
     if r is None:  # refused before any output (exit 2), or died without a record
-        r = {"status": "error", "error": f"{ended(p.returncode)}: {last_line(stderr, 'no record, no message')}"}
+        r = {"status": "error", "error": f"{ended(p.returncode)}: {error_line(stderr, 'no record, no message')}"}
     elif r.get("status") == "ok" and p.returncode != 0:
         r["status"] = "error"
-        r["error"] = f"{ended(p.returncode)} after an ok record: {last_line(stderr, '-')}"
+        r["error"] = f"{ended(p.returncode)} after an ok record: {error_line(stderr, '-')}"
     elif r.get("status") != "ok" and not r.get("error"):  # killed mid-run: the record still says running
         r["error"] = f"{ended(p.returncode)}; record left {r.get('status')}"
     r["_row"] = row
@@ -244,7 +249,9 @@ def main():
     ap.add_argument("--warmups", nargs="+", type=int, default=[5])
     ap.add_argument("--steps", type=int, default=10, help="measured steps a run (>= 1)")
     ap.add_argument("--timeout", type=int, default=1200, help="seconds a run may take (>= 1)")
-    ap.add_argument("--set", action="append", help="extra key=value passed to every run")
+    ap.add_argument("--set", action="append",
+                    help="extra key=value passed to every run (not precision, bench.phase, bench.warmup_steps, "
+                         "bench.measure_steps, output.results, name: the flags above set those, and label the rows)")
     ap.add_argument("--handout", action="store_true",
                     help="the handout's setting: naive attention, no recompute, AdamW after the backward, no CUDA "
                          "graph (see above); --set values given too come after and win")
@@ -259,6 +266,10 @@ def main():
         fail(f"--timeout {args.timeout}: at least 1 second")
     if any(w < 0 for w in args.warmups):
         fail(f"--warmups {args.warmups}: warm-up steps are >= 0")
+    for kv in args.set or []:  # the keys each row is labelled by are the sweep's own
+        key = kv.split("=", 1)[0].strip()
+        if key in OWN_KEYS:
+            fail(f"--set {kv}: the sweep sets {key} itself ({OWN_KEYS[key]}), and labels its rows by it")
     if args.precisions is None:
         args.precisions = ["fp32", "bf16"] if gpu_visible() else ["fp32"]
         if args.precisions == ["fp32"]:

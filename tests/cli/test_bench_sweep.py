@@ -101,6 +101,22 @@ def test_a_refused_run_is_an_error_row_not_an_earlier_record(tmp_path):
     assert "ERROR: exit 2" in p.stdout and "batch_size" in p.stdout, p.stdout
 
 
+def test_the_trainers_error_line_is_shown_when_a_wrapper_prints_after_it(tmp_path):
+    """A wrapper (mpirun) that prints a banner after the trainer's error line: the row keeps the trainer's line."""
+    wrapper = tmp_path / "wrap.sh"
+    wrapper.write_text(f"""#!/bin/bash
+'{BIN}' "$@"; rc=$?
+echo '--------------------------------------------------------------------------' >&2
+echo 'mpirun detected that one or more processes exited with non-zero status' >&2
+exit $rc
+""")
+    wrapper.chmod(0o755)
+    p = sweep(tmp_path, "--phases", "train_step", *CPU, "--set", "data.batch_size=-1", trainer=str(wrapper))
+    assert p.returncode == 1, p.stdout + p.stderr
+    row = [line for line in p.stdout.splitlines() if line.startswith("tiny ")][-1]
+    assert "ERROR: exit 2: trainer: error: " in row and "batch_size" in row, row
+
+
 def test_an_error_line_is_shown_whole(tmp_path):
     key = "bench.an_unknown_key_whose_name_is_long_enough_to_push_the_error_line_past_any_cut"
     p = sweep(tmp_path, "--phases", "train_step", *CPU, "--set", f"{key}=1")
@@ -195,7 +211,12 @@ def test_an_interrupted_row_that_measured_steps_shows_them():
 
 @pytest.mark.parametrize("args, needle", [(["--steps", "0"], "--steps"), (["--phases", "fwd"], "--phases"),
                                           (["--sizes", "huge"], "--sizes"), (["--precisions", "fp16"], "--precisions"),
-                                          (["--steps", "x"], "--steps")])
+                                          (["--steps", "x"], "--steps"),
+                                          # keys the sweep sets, and labels its rows and files by (a fresh user's
+                                          # --set bench.warmup_steps=0 ran under a 'w5' label)
+                                          (["--set", "bench.warmup_steps=0"], "use --warmups"),
+                                          (["--set", "precision=bf16"], "use --precisions"),
+                                          (["--set", "output.results=x.json"], "output.results")])
 def test_bad_arguments(tmp_path, args, needle):
     p = sweep(tmp_path, *args)
     assert p.returncode == 2 and needle in p.stderr and not (tmp_path / "out").exists(), p.stderr
