@@ -245,7 +245,8 @@ void fields(S& p, F&& f) {
   f("nvtx", p.nvtx, {{"true | false"}, "NVTX ranges around layers and phases (for Nsight Systems)"});
   f("trace", p.trace, {{"null | writable path"},
     "Chrome trace (chrome://tracing, Perfetto) of the measured steps of job train: phases, blocks, ops and "
-    "collectives on the GPU timeline; one file for all ranks"});
+    "collectives on the GPU timeline; one file for all ranks, written at the end of the run, or at a loss that is "
+    "not finite (the steps up to it); a run that fails otherwise (out of memory, an error) writes none and says so"});
   f("memory_timeline", p.memory_timeline, {{"null | writable path"},
     "job train: every allocation and free (bytes, category, phase, block, time) as JSON for launch/plot_memory.py; "
     "rank r > 0 writes PATH with .rank<r> before the extension"});

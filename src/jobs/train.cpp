@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 
 #include "core/interrupt.h"
 #include "dist/bootstrap.h"
@@ -39,6 +40,15 @@ std::string fmt_rate(double tok_s) {
   if (tok_s >= 1e3) return fmt::format("{:.1f}k", tok_s / 1e3);
   return fmt::format("{:.0f}", tok_s);
 }
+
+/// Calls `f` when the scope ends, on every path (an exception's included).
+template <class F>
+struct ScopeExit {
+  F f;
+  ~ScopeExit() { f(); }
+};
+template <class F>
+ScopeExit(F) -> ScopeExit<F>;
 
 /// Gathers every rank's trace events to rank 0, which writes one Chrome trace file (atomically). Collective.
 void write_trace(const std::string& path, const Profiler& profiler, Communicator& comm) {
@@ -139,6 +149,13 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   }
 
   Profiler profiler(*be, cfg.profile.nvtx, cfg.profile.trace.has_value());
+  bool trace_written = false;
+  // A run that fails (out of memory, an error on one rank) ends without the trace's collective gather: say so
+  const int exceptions_at_start = std::uncaught_exceptions();
+  const ScopeExit no_trace{[&] {
+    if (std::uncaught_exceptions() > exceptions_at_start && profiler.tracing() && !trace_written && ctx.rank == 0)
+      spdlog::warn("profile.trace: no trace written: the run failed before its end");
+  }};
   auto comm = make_communicator(cfg, *be, ctx);
   TrainSetup setup = setup_training(cfg, *be, comm.get(), ctx.world_size, /*init_weights=*/true);
   Model& model = *setup.model;
@@ -315,11 +332,24 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
       t_exposed.push_back(strategy->comm_exposed_ms());
       profiler.end_step(comm.get());
     }
-    if (!std::isfinite(loss))
-      throw PartialRunError(fmt::format("loss is {} at step {}", loss, step + 1),
-                            {{"loss", {{"per_step", losses}, {"final", nullptr}}},
-                             {"grad_norm", {{"per_step", gnorms}}},
-                             {"lr", {{"per_step", lrs}}}});
+    if (!std::isfinite(loss)) {  // (every rank: the loss is all-reduced)
+      json partial = {{"loss", {{"per_step", losses}, {"final", nullptr}}},
+                      {"grad_norm", {{"per_step", gnorms}}},
+                      {"lr", {{"per_step", lrs}}}};
+      if (profiler.tracing()) {  // the trace of the steps up to this one: what one wants to see here
+        partial["profile"] = profiler.summary();
+        try {
+          write_trace(*cfg.profile.trace, profiler, *comm);
+          partial["profile"]["trace"] = *cfg.profile.trace;
+          trace_written = true;
+          if (ctx.rank == 0)
+            spdlog::info("trace of {} step(s) written to {}", t_step.size(), *cfg.profile.trace);
+        } catch (const std::exception& e) {
+          spdlog::warn("profile.trace: the trace could not be written: {}", e.what());
+        }
+      }
+      throw PartialRunError(fmt::format("loss is {} at step {}", loss, step + 1), partial);
+    }
     if (cfg.bench.log_every > 0 && (step % cfg.bench.log_every == 0 || step == total_steps - 1)) {
       const double tok_s = double(global_tokens) / (step_ms / 1e3);
       std::string line = fmt::format("step {:4d}/{} | loss {:.4f}", step + 1, total_steps, loss);
@@ -445,6 +475,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
       throw PartialRunError(fmt::format("profile.trace: the trace could not be written: {}", e.what()), r);
     }
     r["profile"]["trace"] = *cfg.profile.trace;
+    trace_written = true;
     if (ctx.rank == 0)  // rank 0 writes the one file of all ranks
       spdlog::info("trace of {} step(s) written to {} (open in chrome://tracing or ui.perfetto.dev)",
                    t_step.size(), *cfg.profile.trace);

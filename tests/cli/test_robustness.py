@@ -215,6 +215,31 @@ def test_a_trace_that_cannot_be_written_is_named_and_the_record_keeps_the_measur
     assert len(rec["timing"]["step"]["samples"]) == 2 and len(rec["loss"]["per_step"]) == 2, rec
 
 
+def test_a_run_whose_loss_is_not_finite_writes_the_trace_of_its_steps(trainer_bin, tmp_path, monkeypatch):
+    """lr 1e30 makes the loss NaN at step 2: the run fails (exit 1) with the trace of the steps up to it written and
+    named in the record (a fresh user's trace was silently missing, when it is wanted most)."""
+    trace = tmp_path / "tr" / "t.json"
+    cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path, profile={"trace": str(trace)},
+                                                      optimizer={"lr": 1e30, "weight_decay": 0.0},
+                                                      bench={"warmup_steps": 0, "measure_steps": 4}))
+    r = run(trainer_bin, [cfg], tmp_path)
+    assert r.returncode == 1 and "loss is " in r.stderr, r.stderr
+    rec = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert rec["status"] == "error" and rec["profile"]["trace"] == str(trace), rec.get("profile")
+    events = json.loads(trace.read_text())["traceEvents"]
+    steps = {e["args"]["step"] for e in events if e.get("cat") == "phase"}  # every step's phases, the failed one's too
+    assert steps == set(range(1, len(rec["loss"]["per_step"]) + 1)) and len(steps) >= 2, (steps, rec["loss"])
+    assert "no trace written" not in r.stderr, r.stderr
+    # a run that fails otherwise (its checkpoint's write: a test hook) ends without the trace's gather, and says so
+    cfg = write_json(tmp_path / "c2.json", tiny_config(tmp_path, profile={"trace": str(tmp_path / "t2.json")},
+                                                       output={"results": str(tmp_path / "r2.json"),
+                                                               "checkpoint": str(tmp_path / "ck")}))
+    monkeypatch.setenv("TRAINER_TEST_WEIGHT_READ_FAIL", "ln_final.weight")
+    r = run(trainer_bin, [cfg], tmp_path)
+    assert r.returncode == 1 and "profile.trace: no trace written: the run failed before its end" in r.stderr, r.stderr
+    assert not (tmp_path / "t2.json").exists()
+
+
 def test_a_finished_run_replaces_the_running_marker(trainer_bin, tmp_path):
     cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path))
     r = run(trainer_bin, [cfg], tmp_path)
