@@ -327,6 +327,18 @@ def load(path):
     return peer_as_record(r) if peer else r
 
 
+UNREADABLE = (TypeError, ValueError, AttributeError, KeyError, IndexError)
+
+
+def readable(r):
+    """Whether the rows can be built from record r alone."""
+    try:
+        render_text(["r"], build_rows([r]))
+        return True
+    except UNREADABLE:
+        return False
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Side-by-side table of trainer result records (and the PyTorch "
                                  "peer's, launch/torch_bench.py).",
@@ -337,9 +349,15 @@ def main(argv=None):
     args = ap.parse_args(argv)
     records = [load(p) for p in args.records]
     headers = file_labels(args.records, suffix=True)  # r1/run.json, r2/run.json where two share a file name
-    rows = build_rows(records)
     try:
-        print(render_markdown(headers, rows) if args.markdown else render_text(headers, rows))
+        rows = build_rows(records)
+        text = render_markdown(headers, rows) if args.markdown else render_text(headers, rows)
+    except UNREADABLE as e:  # a field of another type or shape than check() looks at: name the first such record
+        bad = next((p for p, r in zip(args.records, records) if not readable(r)), "a record")
+        die(f"'{bad}': a field of another type than a result record's ({type(e).__name__}: {e}; a hand-edited "
+            "record?)")
+    try:
+        print(text)
     except BrokenPipeError:  # piped into head
         sys.stderr.close()
 

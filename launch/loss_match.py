@@ -229,7 +229,8 @@ def main(argv):
         notes += [f"rounding differs: different {', '.join(d)}" for d in [differ(rounding, rec, ref_rec)] if d]
         # a leg whose resume warned that its config differs from the checkpoint's (a key of the checkpoint's run,
         # which the reference's config cannot show: the cosine cycle's length, say)
-        for w in rec.get("warnings") or []:
+        warnings = rec.get("warnings")
+        for w in warnings if isinstance(warnings, list) else []:
             if isinstance(w, str) and w.startswith("init.resume: the config differs from the checkpoint's"):
                 notes.append("its resume warned: " + w.removeprefix("init.resume: ").split(": the run continues")[0])
         if (first, len(l)) != (ref_first, len(ref)):
@@ -246,3 +247,6 @@ if __name__ == "__main__":
         sys.exit(main(sys.argv[1:]))
     except BrokenPipeError:  # piped into head
         sys.stderr.close()
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:  # a field of another type or shape
+        die(f"a record holds a field of another type than a result record's ({type(e).__name__}: {e}): was it "
+            "edited?")

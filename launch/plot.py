@@ -1051,6 +1051,10 @@ def main(argv=None) -> int:
     except BadInput as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:  # a field of another type or shape
+        print(f"{PROG}: error: a record holds a field the kind cannot read ({type(e).__name__}: {e}): is it a "
+              "trainer result record, unedited?", file=sys.stderr)
+        return 2
     if kind == "ratio":
         for r in recs:
             print(f"# {r['version']} {r['workload']}: trainer {r['trainer_ms']:.3f} ms (mean of "

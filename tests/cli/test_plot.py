@@ -643,6 +643,11 @@ def test_bad_input(tmp_path):
     del no_loss["loss"]
     no_step = record(rng)
     del no_step["timing"]["step"]
+    # hand-edited fields of another type (a fresh user's fuzzing: tracebacks, where the docs promise one line)
+    null_cat, int_losses, text_step = record(rng), record(rng), record(rng)
+    null_cat["memory"]["by_category"]["activations"] = None
+    int_losses["loss"]["per_step"] = -1
+    text_step["timing"]["step"]["mean_ms"] = "x"
     cases = {
         "missing": (["loss", tmp_path / "nope.json"], "does not exist"),
         "not json": (["loss", tmp_path / "x.json"], "is not JSON"),
@@ -664,6 +669,9 @@ def test_bad_input(tmp_path):
         "output is an input": (["loss", good, "-o", good], "is also the input"),
         "dump is an input": (["loss", good, "--dump-json", good], "is also the input"),
         "output format": (["loss", good, "-o", tmp_path / "bad.png.jpg"], "plot.py writes .png, .pdf or .svg"),
+        "null category": (["memory", write(tmp_path, "nc", null_cat)], "a record holds a field the kind cannot read"),
+        "int losses": (["loss", write(tmp_path, "il", int_losses)], "a record holds a field the kind cannot read"),
+        "text step": (["sweep", write(tmp_path, "ts", text_step)], "a record holds a field the kind cannot read"),
     }
     (tmp_path / "x.json").write_text("{not json")
     for name, (args, msg) in cases.items():
