@@ -158,14 +158,16 @@ Args parse_args(int argc, char** argv) {
 
 /// The config for --plan: the file and overrides resolved for `world` ranks on the device to plan for (--device;
 /// else the config's; for device auto cuda when the config asks for bf16 or flash2 or cannot run on the CPU, else
-/// cpu). *assumed says how the device was chosen when it was not given.
+/// cpu). *assumed says how the device was chosen when it was not given. Its files are checked where they exist here
+/// (kPlanFiles): a cluster's config, its data and outputs there, plans on a laptop.
+constexpr FileChecks kPlanFiles = FileChecks::present;
 RunConfig load_plan_config(const Args& a, int world, std::string* assumed) {
   std::vector<std::string> ov = a.overrides;
   if (!a.device.empty()) {
     ov.push_back("device=" + a.device);
-    return load_config(a.config, ov, world, a.device == "cuda");
+    return load_config(a.config, ov, world, a.device == "cuda", {}, nullptr, kPlanFiles);
   }
-  RunConfig on_cuda = load_config(a.config, ov, world, /*cuda_available=*/true);
+  RunConfig on_cuda = load_config(a.config, ov, world, /*cuda_available=*/true, {}, nullptr, kPlanFiles);
   if (on_cuda.device != "cuda") return on_cuda;  // the config says cpu
   // device 'cuda' or 'auto'? Without a GPU, auto resolves to cpu (asked with the CUDA-only settings taken out).
   bool is_auto = false;
@@ -173,13 +175,13 @@ RunConfig load_plan_config(const Args& a, int world, std::string* assumed) {
     std::vector<std::string> probe = ov;
     for (const char* o : {"precision=fp32", "attention=naive", "parallel.comm=mpi", "parallel.reduce_dtype=fp32"})
       probe.push_back(o);
-    is_auto = load_config(a.config, probe, world, /*cuda_available=*/false).device == "cpu";
+    is_auto = load_config(a.config, probe, world, /*cuda_available=*/false, {}, nullptr, kPlanFiles).device == "cpu";
   } catch (const ConfigError&) {
   }
   if (!is_auto) return on_cuda;
   std::optional<RunConfig> on_cpu;
   try {
-    on_cpu = load_config(a.config, ov, world, /*cuda_available=*/false);
+    on_cpu = load_config(a.config, ov, world, /*cuda_available=*/false, {}, nullptr, kPlanFiles);
   } catch (const ConfigError&) {  // it needs cuda (bf16, nccl)
   }
   const bool wants_cuda = !on_cpu || bf16_precision(on_cuda.precision) || on_cpu->attention == "flash2";

@@ -15,7 +15,8 @@ namespace trainer {
 using namespace config_schema;
 
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size,
-                      bool cuda_available, const HostInfo& host, std::vector<std::string>* warnings) {
+                      bool cuda_available, const HostInfo& host, std::vector<std::string>* warnings,
+                      FileChecks files) {
   TRAINER_CHECK(world_size >= 1, "load_config: world_size {} < 1", world_size);
   const std::string text = path.empty() ? std::string(build::kDefaultConfig) : read_text_file(path);
   const json doc = parse_config_text(text, path.empty() ? "<embedded default config>" : path);
@@ -46,7 +47,7 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
       c.init.resume_step_dir = resolve_checkpoint(*c.init.resume);
     } catch (const ConfigError&) {  // validate_config says what is wrong with it, with the other checks' order
     }
-  validate_config(c, world_size, path);
+  validate_config(c, world_size, path, files);
   if (warnings) check_resume(c, warnings, world_size);  // what the resume changes (validate_config checked the rest)
   // A resume from the directory itself or from one of its step directories continues its run (check_resume warns
   // when that step is not the directory's latest)

@@ -207,13 +207,20 @@ CommChoice resolve_comm(const std::string& comm, const std::string& device, cons
 /// `parallel.comm` (resolve_comm with `host`), and validates. world_size is used for divisibility checks. Warnings
 /// of the resolution are appended to `warnings` when given (main logs them on rank 0). Raises ConfigError naming
 /// the key.
+/// How validate_config treats the files a config names. all: inputs readable and of the right form, outputs writable
+/// (a run). present: the inputs that exist here are checked, missing ones and the outputs' writability are not (--plan,
+/// which reads and writes none of them: a cluster's config planned on another machine).
+enum class FileChecks { all, present };
+
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size,
-                      bool cuda_available, const HostInfo& host = {}, std::vector<std::string>* warnings = nullptr);
+                      bool cuda_available, const HostInfo& host = {}, std::vector<std::string>* warnings = nullptr,
+                      FileChecks files = FileChecks::all);
 
 /// Checks the resolved config (shapes, enums, ranges, files readable, output writable, no output naming an input:
 /// `config_path` (the config file, "" for none), data.path, init.weights; compared as real paths, so symlinks, hard
 /// links and ./ forms count). Raises ConfigError.
-void validate_config(const RunConfig& c, int world_size, const std::string& config_path = "");
+void validate_config(const RunConfig& c, int world_size, const std::string& config_path = "",
+                     FileChecks files = FileChecks::all);
 
 /// The dims a preset sets, by their config names (model.<name>) and ModelCfg members, in one list for every rule
 /// that walks them: a preset's fill of the dims left at 0 (resolve), the --set preset's reset (load_config) and

@@ -162,7 +162,7 @@ static void validate_model(const ModelCfg& m) {
                d_head, m.d_model, m.num_heads);
 }
 
-void validate_config(const RunConfig& c, int world_size, const std::string& config_path) {
+void validate_config(const RunConfig& c, int world_size, const std::string& config_path, FileChecks files) {
   TRAINER_CHECK(world_size >= 1, "validate_config: world_size {} < 1", world_size);
   check_enum(c.job, kJobs, "job");
 
@@ -391,11 +391,15 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
                "null", c.job);
 
   // files: inputs first, then outputs (check_output_path creates directories, so it runs only for a valid config)
+  const auto here = [files](const std::string& path) {  // an input checked (FileChecks::present: where it exists)
+    std::error_code ec;
+    return files == FileChecks::all || std::filesystem::exists(path, ec);
+  };
   if (d.source == "tokens" && has_model) {  // (the benchmark jobs read no data)
     CONFIG_CHECK(d.path && !d.path->empty(), "data: source 'tokens' needs data.path (a flat binary token file)");
-    check_token_file(*d.path, d.dtype, m.vocab_size, m.context_length);
+    if (here(*d.path)) check_token_file(*d.path, d.dtype, m.vocab_size, m.context_length);
   }
-  if (c.init.weights) {
+  if (c.init.weights && here(*c.init.weights)) {
     check_readable_file(*c.init.weights, "init.weights");
     if (has_model) check_weights_file(m, *c.init.weights, "init.weights");  // its header: tensors, shapes, dtypes
   }
@@ -410,7 +414,7 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
                "holds no AdamW state); remove the key or set bench.phase train_step", c.bench.phase);
   if (c.init.resume) {
     CONFIG_CHECK(!c.init.resume->empty(), "init.resume: the path is empty (remove the key or set null)");
-    check_resume(c);  // a complete checkpoint of this model and precision, with steps left to run
+    if (here(*c.init.resume)) check_resume(c);  // a complete checkpoint of this model and precision, with steps left
   }
 
   // The run's inputs, which no output may overwrite: the config file, the token file, the initial weights.
@@ -459,6 +463,7 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
                      outputs[i].first, out, r == 0 ? "" : fmt::format(" (rank {}'s file)", r), in_key, *in_value);
       }
   }
+  if (files == FileChecks::present) return;  // the outputs' places and writability: the run's (the plan writes none)
   if (c.output.checkpoint) {
     // The checkpointer replaces DIR/latest and DIR/model.safetensors and prunes DIR/step-*/ to the last two: no input
     // may be one of them (init.resume is read whole at the start; resuming into the same directory is how a run

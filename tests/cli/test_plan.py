@@ -55,6 +55,24 @@ def test_plan_json_shape(trainer_bin, tmp_path):
     assert not list(tmp_path.iterdir()), "--plan wrote files"
 
 
+def test_plan_of_a_config_whose_files_are_elsewhere(trainer_bin, tmp_path):
+    """--plan reads and writes none of the config's files: a cluster's config (its data, weights and checkpoint
+    there, its outputs in directories that do not exist here) plans on another machine (a fresh user's default config
+    outside the repository was refused for its data.path); an input that exists here is still checked."""
+    elsewhere = ["--set", "data.source=tokens", "--set", "data.path=/nowhere/data.u16",
+                 "--set", "init.weights=/nowhere/w.safetensors", "--set", "output.results=/proc/nope/r.json",
+                 "--set", "output.checkpoint=/proc/nope/ck", "--set", "profile.trace=/proc/nope/t.json"]
+    p = plan_json(trainer_bin, tmp_path, TINY, *elsewhere)
+    assert p["memory"]["peak_bytes"] > 0
+    r = run(trainer_bin, ["--plan", TINY, "--set", "init.resume=/nowhere/ck"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert run(trainer_bin, [TINY, *elsewhere], tmp_path).returncode == 2  # the run needs them
+    (tmp_path / "odd.u16").write_bytes(b"\0" * 201)  # here, and not a token file
+    r = run(trainer_bin, ["--plan", TINY, "--set", "data.source=tokens", "--set", f"data.path={tmp_path / 'odd.u16'}"],
+            tmp_path)
+    assert r.returncode == 2 and "data.path" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
 def test_plan_table_and_cuda_without_gpu(trainer_bin, tmp_path):
     # A bf16 config plans for cuda with device auto, in any build.
     r = run(trainer_bin, ["--plan", XL, "--set", "precision=bf16"], tmp_path)
