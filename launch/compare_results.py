@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Print result records (trainer.result/1, see DESIGN.md "Result record") side by side.
+"""Print result records (trainer.result/1, described in README.md: "Each run writes one result record") side by side.
 
     launch/compare_results.py results/xl_none.json results/xl_fsdp.json [...]
     launch/compare_results.py --markdown results/runs/*.json > results/table.md

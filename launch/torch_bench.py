@@ -122,7 +122,7 @@ except ImportError as e:   # --help still works; anything else stops in parse_ar
     torch = dist = ref = None
     TORCH_IMPORT_ERROR = str(e)
 
-# DESIGN.md Table 1 and src/config/presets.cpp: (vocab, context, d_model, d_ff, num_layers, num_heads).
+# The handout's Table 1 (src/config/presets.cpp): (vocab, context, d_model, d_ff, num_layers, num_heads).
 # --vocab and --ctx override the first two. tiny (the trainer's test model) is for smoke tests on a CPU.
 PRESETS: Dict[str, tuple] = {
     "tiny": (256, 64, 64, 172, 2, 4),
