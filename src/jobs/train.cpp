@@ -149,11 +149,11 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   }
 
   Profiler profiler(*be, cfg.profile.nvtx, cfg.profile.trace.has_value());
-  bool trace_written = false;
+  bool trace_tried = false;  // write_trace was called (it says itself when it fails)
   // A run that fails (out of memory, an error on one rank) ends without the trace's collective gather: say so
   const int exceptions_at_start = std::uncaught_exceptions();
   const ScopeExit no_trace{[&] {
-    if (std::uncaught_exceptions() > exceptions_at_start && profiler.tracing() && !trace_written && ctx.rank == 0)
+    if (std::uncaught_exceptions() > exceptions_at_start && profiler.tracing() && !trace_tried && ctx.rank == 0)
       spdlog::warn("profile.trace: no trace written: the run failed before its end");
   }};
   auto comm = make_communicator(cfg, *be, ctx);
@@ -338,10 +338,10 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                       {"lr", {{"per_step", lrs}}}};
       if (profiler.tracing()) {  // the trace of the steps up to this one: what one wants to see here
         partial["profile"] = profiler.summary();
+        trace_tried = true;
         try {
           write_trace(*cfg.profile.trace, profiler, *comm);
           partial["profile"]["trace"] = *cfg.profile.trace;
-          trace_written = true;
           if (ctx.rank == 0)
             spdlog::info("trace of {} step(s) written to {}", t_step.size(), *cfg.profile.trace);
         } catch (const std::exception& e) {
@@ -469,13 +469,13 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                  tune.shapes, tune.changed, tune.heuristic_ms, tune.tuned_ms);
   if (profiler.tracing()) {
     r["profile"] = profiler.summary();
+    trace_tried = true;
     try {
       write_trace(*cfg.profile.trace, profiler, *comm);
     } catch (const std::exception& e) {  // the record keeps the run's measurements, with status error
       throw PartialRunError(fmt::format("profile.trace: the trace could not be written: {}", e.what()), r);
     }
     r["profile"]["trace"] = *cfg.profile.trace;
-    trace_written = true;
     if (ctx.rank == 0)  // rank 0 writes the one file of all ranks
       spdlog::info("trace of {} step(s) written to {} (open in chrome://tracing or ui.perfetto.dev)",
                    t_step.size(), *cfg.profile.trace);
