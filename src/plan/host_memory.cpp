@@ -38,7 +38,7 @@ std::pair<const char*, int> dominant_key(const ModelCfg& m) {
 
 }  // namespace
 
-std::string weights_file(const RunConfig& cfg) {
+std::string weights_file_path(const RunConfig& cfg) {
   if (cfg.job != "train") return "";
   if (cfg.init.weights) return *cfg.init.weights;
   if (cfg.init.resume && !cfg.init.resume_step_dir.empty()) return checkpoint_weights_path(cfg.init.resume_step_dir);
@@ -55,7 +55,7 @@ HostNeed host_memory_needed(const RunConfig& cfg, int world_size, int local_rank
   }
   n.tokens = clamp_bytes((kRunTokenBytes + (cfg.device == "cpu" ? kCpuTokenBytes : 0)) * rank_tokens *
                          std::max(1, local_ranks));
-  if (const std::string file = weights_file(cfg); !file.empty()) {  // (unreadable: validate_config says so)
+  if (const std::string file = weights_file_path(cfg); !file.empty()) {  // (unreadable: validate_config says so)
     std::error_code ec;
     const auto size = std::filesystem::file_size(file, ec);
     if (!ec) n.weights_file = clamp_bytes(double(size) * std::max(1, local_ranks));
@@ -101,7 +101,8 @@ void check_host_memory(const RunConfig& cfg, int world_size, int local_ranks, bo
     what = fmt::format("{} for the weights file ({}), read whole {}", format_bytes(n.weights_file), weights_key,
                        local_ranks > 1 ? fmt::format("by each of the {} ranks on this host", local_ranks)
                                        : std::string("while the run loads it"));
-    sizes = fmt::format("'{}' holds {}", weights_file(cfg), format_bytes(n.weights_file / std::max(1, local_ranks)));
+    sizes = fmt::format("'{}' holds {}", weights_file_path(cfg),
+                        format_bytes(n.weights_file / size_t(std::max(1, local_ranks))));
   } else if (n.tokens >= n.tensors && n.tokens >= n.bookkeeping) {  // one step's token ids (and losses)
     what = fmt::format("{} for one step's token ids{}", format_bytes(n.tokens), on_host);
     sizes = fmt::format("data: batch_size {} over {} rank(s), model: context_length {}", cfg.data.batch_size,

@@ -43,7 +43,7 @@ struct HostNeed {
 
 /// The weights file a train run reads whole on every rank: init.weights, or init.resume's STEP/model.safetensors
 /// (the step load_config resolved); "" when none (random init, another job, an unresolved resume).
-std::string weights_file(const RunConfig& cfg);
+std::string weights_file_path(const RunConfig& cfg);
 
 /// The lower bound above for `cfg` (resolved) on `world_size` ranks, `local_ranks` of them on this host. dry_run: for
 /// --plan (the meta backend holds no tensors: bookkeeping and the dry run's token ids only).
