@@ -108,7 +108,7 @@ def main():
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))
         for l in lines:
-            print("| " + " | ".join(l) + " |")
+            print("| " + " | ".join(c.replace("|", "\\|") for c in l) + " |")  # a name with | in it
     else:
         w = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(head)]
         print("  ".join(h.ljust(w[i]) for i, h in enumerate(head)))

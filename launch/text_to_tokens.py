@@ -36,8 +36,14 @@ def input_files(paths, out_path):
         elif os.path.isfile(p):
             out.append(p)
         else:
-            sys.exit(f"text_to_tokens: error: cannot read '{p}': no such file or directory")
+            die(f"cannot read '{p}': no such file or directory")
     return out
+
+
+def die(msg):
+    """Bad input: one line on stderr, exit code 2 (as the other tools)."""
+    print(f"text_to_tokens: error: {msg}", file=sys.stderr)
+    sys.exit(2)
 
 
 def main(argv=None):
@@ -51,7 +57,7 @@ def main(argv=None):
     files = input_files(args.inputs, args.out)
     for path in files:  # an output never overwrites an input
         if same_file(args.out, path):
-            sys.exit(f"text_to_tokens: error: the output '{args.out}' is also the input '{path}'; give another name")
+            die(f"the output '{args.out}' is also the input '{path}'; give another name")
     for path in files:
         with open(path, "rb") as f:
             data = f.read()
@@ -61,7 +67,7 @@ def main(argv=None):
         tokens.extend(data)  # each byte 0..255 becomes one uint16 (extend iterates the ints of a bytes object)
         used.append(path)
     if not tokens:
-        sys.exit("text_to_tokens: error: no text found in the inputs")
+        die("no text found in the inputs" + (f" (skipped as binary: {', '.join(skipped)})" if skipped else ""))
     if sys.byteorder != "little":
         tokens.byteswap()
 

@@ -94,3 +94,17 @@ def test_max_grad_norm_without_an_optimizer_step_is_named_as_ignored(tmp_path):
         line = f"optimizer.max_grad_norm 0.5 is ignored: bench.phase '{phase}' takes no optimizer step"
         assert (line in out) == warned, (phase, norm, out[-2000:])
         assert warned or "is ignored" not in out, (phase, norm, out[-2000:])
+
+
+def test_text_to_tokens_bad_input_is_one_line_and_exit_2(tmp_path):
+    """A missing input, or inputs with no text (a binary file is skipped, and named), is bad input as for the other
+    tools: one line 'text_to_tokens: error: ...', exit code 2, no output file."""
+    tool = [sys.executable, str(SRC / "launch/text_to_tokens.py"), str(tmp_path / "out.u16")]
+    (tmp_path / "bin.dat2").write_bytes(b"\0\1\2")
+    for inputs, needle in [([str(tmp_path / "nope.txt")], "cannot read"),
+                           ([str(tmp_path / "bin.dat2")], f"no text found in the inputs (skipped as binary: "
+                                                          f"{tmp_path / 'bin.dat2'})")]:
+        p = subprocess.run(tool + inputs, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and p.stderr.splitlines() == [p.stderr.strip()], p.stderr
+        assert p.stderr.startswith("text_to_tokens: error: ") and needle in p.stderr, p.stderr
+        assert not (tmp_path / "out.u16").exists()
