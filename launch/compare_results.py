@@ -105,8 +105,12 @@ def timing_cell(r, phase):
     return "-" if cell is None else f"{cell} (n={sample_count(t) or 0})"
 
 
-def ratio(x, base, spec="{:.2f}x"):
-    return "-" if x is None or not base else spec.format(x / base)
+def ratio(x, base):
+    """x / base as "0.87x"; two significant digits below 0.1 (a tiny run beside xl: "0.0012x", not "0.00x")."""
+    if x is None or not base:
+        return "-"
+    v = x / base
+    return f"{v:.2f}x" if v == 0 or abs(v) >= 0.095 else f"{v:.2g}x"
 
 
 def optimizer_summary(r):

@@ -224,3 +224,11 @@ def test_a_value_of_another_type_is_one_line_naming_the_file_and_key(tmp_path, c
     assert (out.returncode, out.stdout) == (2, ""), (out.stdout, out.stderr)
     assert out.stderr.splitlines() == [f"compare_results: error: '{peer}': timing.step.times_ms.1 is \"6\", not a "
                                        "number (a hand-edited record?)"]
+
+
+def test_a_small_ratio_keeps_two_significant_digits():
+    """A tiny run beside xl: "0.0012x", not "0.00x" (a fresh user's finding)."""
+    sys.path.insert(0, str(SRC / "launch"))
+    import compare_results
+    assert [compare_results.ratio(x, 1000.0) for x in (1.2, 870.0, 95.0, 0.0, None)] == \
+        ["0.0012x", "0.87x", "0.10x", "0.00x", "-"]
