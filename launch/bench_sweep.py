@@ -15,8 +15,8 @@ of the step on the GPU: the phase columns then read '-' or ~0 for the optimizer)
 Each configuration runs in its own process (an OOM, a crash, a refused config or a run past --timeout does not stop the
 sweep: it is a row saying so) and writes its result record under --out; only a record this run wrote counts (a record
 left there by an earlier sweep is never reported as this one's). Prints one table: mean ± std ms of the step, the mean
-of its forward, backward and optimizer, tokens/s, TFLOP/s, peak memory; writes OUT/.sweep.json (atomically; a dot file,
-so that OUT/*.json are the records for plot.py and the tables). Exit status 1 when a run failed (an error or timeout
+of its forward, backward and optimizer, tokens/s, TFLOP/s (3 digits), peak memory, the first measured step; writes
+OUT/.sweep.json (atomically; a dot file, so that OUT/*.json are the records for plot.py and the tables). Exit status 1 when a run failed (an error or timeout
 row; an OOM row is a finding, not a failure), 2 for bad arguments (`bench_sweep.py: error: ...`, before anything runs).
 Ctrl-C (SIGINT) or SIGTERM (kill, Slurm), passed on to the run in flight (its process group: a trainer under a wrapper
 script gets it too), lets that run end its record (status interrupted), runs nothing more, prints the rows so far and
@@ -201,7 +201,7 @@ def num(x, spec, missing="-"):
 # the columns of cell()'s rows, each '|' where theirs are
 HEADER = "|".join([f"{'# size':7s} {'prec':9s} {'phase':17s} {'warm':>4s} ", f"{'step mean ± std':^24s}",
                    f"{'fwd ms':>9s}{'bwd ms':>9s}{'opt ms':>9s} ", f"{'tokens/s':^18s}", f"{'TFLOP/s':^17s}",
-                   f"{'peak':^13s}", " first step"])
+                   f"{'peak':^13s}", " first measured step"])
 
 
 def cell(r):
@@ -220,9 +220,9 @@ def cell(r):
     samples = t.get("samples") or []
     return (f"{head} | {num(t.get('mean_ms'), '9.2f')} ± {num(t.get('std_ms'), '7.2f')} ms | "
             f"{' '.join(num(x, '8.2f') for x in phase_ms)} | "
-            f"{num(tp.get('tokens_per_s'), '10.0f')} tok/s | {num(tp.get('model_tflops_per_gpu'), '7.1f')} TFLOP/s | "
+            f"{num(tp.get('tokens_per_s'), '10.0f')} tok/s | {num(tp.get('model_tflops_per_gpu'), '7.3g')} TFLOP/s | "
             f"{fmt_bytes(peak) if isinstance(peak, int) else '      -    '} | "
-            f"first step {num(samples[0] if samples else None, '.2f')} ms"
+            f"first measured {num(samples[0] if samples else None, '.2f')} ms"
             + (f" | INTERRUPTED: {first_line(str(r.get('error') or ''), '-')}" if measured else "")
             + (f" | STOPPED {r['_stopped_s']} s by Ctrl-Z: its times include the pause" if r.get("_stopped_s") else ""))
 
