@@ -17,7 +17,8 @@ sweep: it is a row saying so) and writes its result record under --out; only a r
 left there by an earlier sweep is never reported as this one's). Prints one table: mean ± std ms of the step, the mean
 of its forward, backward and optimizer, tokens/s, TFLOP/s (3 digits), peak memory, the first measured step; writes
 OUT/.sweep.json (atomically; a dot file, so that OUT/*.json are the records for plot.py and the tables). Exit status
-1 when a run failed (an error or timeout row; an OOM row is a finding, not a failure), 2 for bad arguments (`bench_sweep.py: error: ...`, before anything runs).
+1 when a run failed (an error or timeout row; an OOM row is a finding, not a failure), 2 for bad arguments
+(`bench_sweep.py: error: ...`, before anything runs).
 Ctrl-C (SIGINT) or SIGTERM (kill, Slurm), passed on to the run in flight (its process group: a trainer under a wrapper
 script gets it too), lets that run end its record (status interrupted), runs nothing more, prints the rows so far and
 writes OUT/.sweep.json; exit status 128 + the signal (130 for Ctrl-C, 143 for SIGTERM). Ctrl-Z stops the run in
