@@ -290,12 +290,12 @@ std::string Plan::table() const {
                      format_bytes(aside_bytes), aside);
   }
   t += fmt::format("work per step{}: {:.4g} TFLOP (the ops' dense count, recompute included; the record's "
-                   "flops_per_token counts none; {:.4g} executed, causal attention halved), {:.4g} GB moved, {:.4g} GB "
+                   "flops_per_token counts none; {:.4g} executed, causal attention halved), {:.4g} GB moved, {} "
                    "sent in collectives\n",
                    world_size > 1 ? fmt::format(" of this rank ({} of the {} tokens)", rank_tokens_per_step,
                                                 tokens_per_step)
                                   : "",
-                   flops / 1e12, executed_flops / 1e12, bytes_moved / 1e9, comm_bytes / 1e9);
+                   flops / 1e12, executed_flops / 1e12, bytes_moved / 1e9, format_bytes(size_t(comm_bytes)));
   const double hidden = std::max(0.0, comm_s - comm_exposed_s);
   t += fmt::format("predicted step: {} = {} compute + {} memory-bound{}{} (ops in sequence, each at the slower of its "
                    "FLOPs and bytes)\n",
