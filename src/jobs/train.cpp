@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "core/interrupt.h"
+#include "core/test_hooks.h"
 #include "dist/bootstrap.h"
 #include "dist/communicator.h"
 #include "io/result_record.h"
@@ -56,6 +57,7 @@ void write_trace(const std::string& path, const Profiler& profiler, Communicator
   if (comm.size() > 1) {
     const std::vector<std::string> parts = comm.gather_host(all, /*root=*/0);
     if (comm.rank() != 0) return;
+    test_pause("TRAINER_TEST_TRACE_PAUSE_S", "before merging the trace");  // a large trace's merge, held up
     nlohmann::json merged = nlohmann::json::array();
     for (const std::string& part : parts)
       for (auto& e : nlohmann::json::parse(part)) merged.push_back(std::move(e));
@@ -336,9 +338,12 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
       json partial = {{"loss", {{"per_step", losses}, {"final", nullptr}}},
                       {"grad_norm", {{"per_step", gnorms}}},
                       {"lr", {{"per_step", lrs}}}};
-      if (profiler.tracing()) {  // the trace of the steps up to this one: what one wants to see here
+      if (profiler.tracing() && !t_step.empty()) {  // the trace of the steps up to this one: wanted most here
         partial["profile"] = profiler.summary();
         trace_tried = true;
+        // Every rank waits here until rank 0 has written the file (a large trace takes seconds to merge): a rank
+        // that threw first would send rank 0 its failure notice, whose listener ends the job before the write
+        const ScopedHostTimeout wait_for_write(*comm, checkpoint_wait(cfg.parallel));
         try {
           write_trace(*cfg.profile.trace, profiler, *comm);
           partial["profile"]["trace"] = *cfg.profile.trace;
@@ -347,6 +352,10 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
         } catch (const std::exception& e) {
           spdlog::warn("profile.trace: the trace could not be written: {}", e.what());
         }
+        comm->barrier();
+      } else if (profiler.tracing() && ctx.rank == 0) {
+        trace_tried = true;
+        spdlog::warn("profile.trace: no trace written: the loss was not finite before the first measured step");
       }
       throw PartialRunError(fmt::format("loss is {} at step {}", loss, step + 1), partial);
     }

@@ -639,6 +639,23 @@ def test_collective_bench_writes_its_table(tmp_path, np_):
     print(f"collective_bench np {np_}: {wall:.1f} s")
 
 
+def test_a_loss_that_is_not_finite_on_two_ranks_keeps_the_trace_and_the_loss_curve(tmp_path):
+    """lr 1e30 makes the loss NaN at step 2 on both ranks (it is all-reduced): rank 0 merges and writes the trace of
+    both (held up 3 s by a test hook, as a large trace's merge), and rank 1 waits for it before it fails, so rank 0's
+    listener does not end the job first with rank 1's notice (a review: the trace and the record's losses were lost)."""
+    trace = tmp_path / "nan_trace.json"
+    p, _ = run(MPIRUN + ["-np", "2"] + train_args(tmp_path, "nan", "parallel.strategy=ddp_flat", "optimizer.lr=1e30",
+                                                  "optimizer.weight_decay=0", "bench.warmup_steps=0",
+                                                  "bench.measure_steps=4", f"profile.trace={trace}"),
+               env=dict(ENV, TRAINER_TEST_TRACE_PAUSE_S="3"))
+    assert p.returncode == 1, p.stderr[-3000:]
+    rec = json.loads((tmp_path / "nan.json").read_text())
+    assert rec["status"] == "error" and rec["error"].startswith("loss is "), rec.get("error")
+    assert rec["profile"]["trace"] == str(trace) and rec["loss"]["per_step"][-1] is None, rec.get("profile")
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {e["pid"] for e in events if e.get("ph") == "X"} == {0, 1}
+
+
 def test_trace_shows_phases_blocks_and_collectives_of_every_rank(tmp_path):
     """profile.trace: one Chrome trace for both ranks; every measured step has its phases and each block forward and
     backward on the compute track, the step's collectives on the comm track, and the record's summary agrees with
