@@ -11,23 +11,22 @@ with an uninterrupted run on the steps after its checkpoint; the row names the s
 both records'. An interrupted run's losses are valid: a record or reference with status interrupted is compared on the
 steps both have. A record whose config differs from the reference's in a key that changes the numbers (precision, the
 schedule and its length, the optimizer's settings, model, global batch, data, initial weights, their files compared as
-the runs read them: a relative path joined to the record's machine.cwd; not the initial weights where either record
-resumed from a checkpoint: its weights came from there, though init.seed still counts under bf16_pure's stochastic
-rounding, which it seeds at every step) is marked "not comparable", naming the keys; a resumed leg whose run warned that
-its config differs from the checkpoint's (the record's warnings) says so; one that differs where only the rounding does
-(device, attention, fp32_matmul, reduce_dtype) says so. Exit codes: 0 when every record compared; 1 if a record (the
-reference included) failed (status error, oom, running, ...; a failed reference is one line "loss_match: error: the
-reference ..." on stderr and nothing else), or a record other than the reference has no per-step losses, no step in
-common with the reference or, neither of the two interrupted, ends at another step (a finished run of another length; a
-row says which); 2 on bad input, one line "loss_match: error: ..." on stderr before anything is printed: a file that
-cannot be read or is not a JSON object, a reference without per-step losses, a record to compare without its config
-section, per-step losses that are not numbers, a steps.first that is not a step number; or fewer than two files (a usage
-line). Records are named by file name, with as many parent folders as make the names unique where two share one
-(r1/run.json, r2/run.json; the same file twice keeps its name). A strategy a record lacks shows as "-". Standard library
-only."""
+the runs read them: the real paths of the records' inputs section (the path as typed where a record has none); not the
+initial weights where either record resumed from a checkpoint: its weights came from there, though init.seed still
+counts under bf16_pure's stochastic rounding, which it seeds at every step) is marked "not comparable", naming the keys;
+a resumed leg whose run warned that its config differs from the checkpoint's (the record's warnings) says so; one that
+differs where only the rounding does (device, attention, fp32_matmul, reduce_dtype) says so. Exit codes: 0 when every
+record compared; 1 if a record (the reference included) failed (status error, oom, running, ...; a failed reference is
+one line "loss_match: error: the reference ..." on stderr and nothing else), or a record other than the reference has no
+per-step losses, no step in common with the reference or, neither of the two interrupted, ends at another step (a
+finished run of another length; a row says which); 2 on bad input, one line "loss_match: error: ..." on stderr before
+anything is printed: a file that cannot be read or is not a JSON object, a reference without per-step losses, a record
+to compare without its config section, per-step losses that are not numbers, a steps.first that is not a step number; or
+fewer than two files (a usage line). Records are named by file name, with as many parent folders as make the names
+unique where two share one (r1/run.json, r2/run.json; the same file twice keeps its name). A strategy a record lacks
+shows as "-". Standard library only."""
 import json
 import math
-import os
 import pathlib
 import sys
 
@@ -84,14 +83,25 @@ def section(d, key):
     return v if isinstance(v, dict) else {}
 
 
-def input_path(r, path):
-    """A config's input path as the run read it: a relative one joined to the run's working directory (the record's
-    machine.cwd, where it has one) and normalised, so that runs started from other directories compare equal
-    (gpl.u16 from /a and ../gpl.u16 from /a/ck); as typed where the record has no cwd or the path is not a string."""
-    cwd = section(r, "machine").get("cwd")
-    if not isinstance(path, str) or not isinstance(cwd, str) or not cwd:
-        return path
-    return os.path.normpath(os.path.join(cwd, path))
+class InputFile:
+    """A file a run read, as it compares with another record's: by the real paths the trainer recorded (the record's
+    inputs section: symlinks, ./ and ../ resolved, so runs started from other directories compare equal) where both
+    records have them, else by the path as typed in the config."""
+
+    def __init__(self, r, key, typed):
+        self.typed = typed
+        real = section(r, "inputs").get(key)
+        self.real = real if isinstance(real, str) else None
+
+    def __eq__(self, other):
+        if not isinstance(other, InputFile):
+            return NotImplemented
+        if self.real is not None and other.real is not None:
+            return self.real == other.real
+        return self.typed == other.typed
+
+    def __hash__(self):
+        return hash(self.typed)
 
 
 def strategy(r):
@@ -120,8 +130,10 @@ def setup(r):
             "stochastic rounding": o.get("stochastic_rounding") if c.get("precision") == "bf16_pure" else None,
             "model": section(section(r, "model"), "dims"),
             "rope_theta": section(c, "model").get("rope_theta"), "global batch": d.get("batch_size"),
-            "data": (d.get("source"), input_path(r, d.get("path")), d.get("dtype"), d.get("sampling"), d.get("seed")),
-            "init seed": i.get("seed"), "init weights": input_path(r, i.get("weights"))}
+            "data": (d.get("source"), *((InputFile(r, "data.path", d.get("path")), d.get("dtype"))
+                                        if d.get("source") == "tokens" else (None, None)),
+                     d.get("sampling"), d.get("seed")),
+            "init seed": i.get("seed"), "init weights": InputFile(r, "init.weights", i.get("weights"))}
 
 
 def rounding(r):

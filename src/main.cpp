@@ -559,6 +559,7 @@ int main(int argc, char** argv) {
                            {"name", cfg.name},
                            {"started", now_iso()},
                            {"config", resolved},
+                           {"inputs", input_files(cfg)},
                            {"world_size", world},
                            {"version", build::kVersion},
                            {"git", build::kGit},

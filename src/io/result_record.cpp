@@ -389,6 +389,21 @@ void check_record_not_in_use(const std::string& path, const std::string& key) {
                                 "choose another path, or wait for it", key, path, pid, started));
 }
 
+nlohmann::json input_files(const RunConfig& c) {
+  const auto real = [](const std::optional<std::string>& path) -> nlohmann::json {
+    if (!path || path->empty()) return nullptr;
+    std::error_code ec;
+    const std::filesystem::path p = std::filesystem::weakly_canonical(std::filesystem::absolute(*path, ec), ec);
+    return ec ? nlohmann::json(*path) : nlohmann::json(p.string());
+  };
+  const bool tokens = c.job == "train" && c.data.source == "tokens";
+  return {{"data.path", tokens ? real(c.data.path) : nullptr},
+          {"init.weights", c.job == "train" ? real(c.init.weights) : nullptr},
+          {"init.resume", c.job == "train" && c.init.resume
+                              ? real(c.init.resume_step_dir.empty() ? *c.init.resume : c.init.resume_step_dir)
+                              : nullptr}};
+}
+
 nlohmann::json machine_info(const std::string& backend_description) {
   nlohmann::json m;
   const std::string host = host_name();

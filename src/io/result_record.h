@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
+
 namespace trainer {
 
 /// Checks, before any work, that `path` can be written: creates its parent directory (mkdir -p) and proves the
@@ -94,9 +96,15 @@ void write_json_atomic(const std::string& path, const nlohmann::json& j);
 /// sample, or the mean of the two middle samples for even n. Empty input: every statistic null and samples [].
 nlohmann::json timing_stats(const std::vector<double>& samples_ms);
 
+/// The record's `inputs`: the real path (symlinks, ./ and ../ resolved) of each file the run reads, by config key:
+/// {"data.path" (source tokens), "init.weights", "init.resume" (the step directory resolved)}, null where it reads
+/// none; so that tools compare the files, not paths typed from different directories (launch/loss_match.py).
+nlohmann::json input_files(const RunConfig& c);
+
 /// The host part of `machine` in a result record:
-///   {host, cwd (the working directory: what the config's relative paths are relative to), os (uname: sysname release
-///    version machine), cpu_model (/proc/cpuinfo), cpu_cores (online logical CPUs), mpi_library (MPI_Get_library_version, first line), mpi_standard ("3.1"), backend (backend_description)}.
+///   {host, cwd (the working directory: what the config's relative paths are relative to), os (uname: sysname
+///    release version machine), cpu_model (/proc/cpuinfo), cpu_cores (online logical CPUs), mpi_library
+///    (MPI_Get_library_version, first line), mpi_standard ("3.1"), backend (backend_description)}.
 /// The CUDA backend adds its GPU fields (gpu_name, gpu_memory_bytes, driver, cuda/nccl versions) to this object.
 /// Safe to call before MPI_Init (both MPI calls are allowed then).
 nlohmann::json machine_info(const std::string& backend_description);

@@ -131,6 +131,37 @@ def test_a_resumed_leg_matches_an_uninterrupted_run(tmp_path):
 
 
 @pytest.mark.skipif(not BIN, reason="TRAINER_BIN is not set")
+def test_runs_on_one_token_file_from_other_directories_are_comparable(tmp_path):
+    """The trainer records the real path of its token file (inputs["data.path"]): the same file named from the
+    directory above, from a subdirectory with ../ and through a symlinked directory gives comparable runs, bitwise
+    equal; a copy of the file elsewhere is other data."""
+    import struct
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "sub").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "d", target_is_directory=True)
+    (tmp_path / "d" / "t.u16").write_bytes(struct.pack("<4096H", *[(7 * i) % 256 for i in range(4096)]))
+    (tmp_path / "copy.u16").write_bytes((tmp_path / "d" / "t.u16").read_bytes())
+
+    def train(cwd, path, out):
+        p = subprocess.run([BIN, str(SRC / "configs" / "tiny.json"), "--set", "device=cpu", "--set",
+                            "data.source=tokens", "--set", f"data.path={path}", "--set", "bench.measure_steps=3",
+                            "--set", f"output.results={tmp_path / out}"], capture_output=True, text=True,
+                           timeout=300, cwd=cwd)
+        assert p.returncode == 0, p.stderr[-2000:]
+        return tmp_path / out
+    ref = train(tmp_path / "d", "t.u16", "ref.json")
+    assert json.loads(ref.read_text())["inputs"]["data.path"] == str((tmp_path / "d" / "t.u16").resolve())
+    same = [train(tmp_path / "d" / "sub", "../t.u16", "dotdot.json"), train(tmp_path, "link/t.u16", "link.json")]
+    other = train(tmp_path, "copy.u16", "copy.json")
+    r = run(ref, *same, other)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    rows = {line.split()[0]: line for line in r.stdout.splitlines()[2:]}
+    for p in same:
+        assert rows[p.name].split()[3] == "0.00e+00" and "not comparable" not in rows[p.name], rows[p.name]
+    assert rows["copy.json"].endswith("(not comparable: different data)"), rows["copy.json"]
+
+
+@pytest.mark.skipif(not BIN, reason="TRAINER_BIN is not set")
 def test_a_leg_whose_resume_warned_says_so(tmp_path):
     """A cosine schedule whose cycle is each leg's length (cosine_steps 0): the second leg's resume warns that the
     config differs from the checkpoint's (the record keeps the warning), and its row says so, though the leg's own
@@ -195,25 +226,26 @@ def test_a_config_that_changes_the_numbers_is_not_comparable(tmp_path, key, valu
                         f"  (rounding differs: different {key})"), row
 
 
-def test_input_paths_are_compared_as_the_runs_read_them(tmp_path):
-    """data.path and init.weights relative to each run's working directory (the record's machine.cwd): the same
-    file typed from two directories is the same data (a fresh user's runs from the repository and from ck/ were "not
-    comparable"); another file, or the same name in another directory, is not. A record without a cwd keeps its
-    paths as typed (a relative one is then not the reference's file)."""
-    def rec(name, cwd, path, weights=None):
+def test_input_files_are_compared_by_the_real_paths_the_records_hold(tmp_path):
+    """data.path and init.weights by the records' inputs section (the trainer's real paths): the same file typed from
+    two directories, or through a symlink, is the same data (a fresh user's runs from the repository and from ck/ were
+    "not comparable"); another file is not. A record without an inputs section compares the paths as typed, and
+    data.path counts only where the data come from it (source tokens: the default config keeps a path it ignores
+    under source random, which differed by directory in a review)."""
+    def rec(name, typed, real, weights=("w.safetensors", "/w/w.safetensors"), source="tokens"):
         r = json.loads(record(tmp_path / name, "none", [5.0, 4.0]).read_text())
-        r["config"]["data"] = {"source": "tokens", "path": path}
-        r["config"]["init"] = {"weights": weights}
-        if cwd is not None:
-            r["machine"] = {"cwd": cwd}
+        r["config"]["data"] = {"source": source, "path": typed}
+        r["config"]["init"] = {"weights": weights[0]}
+        if real is not None:
+            r["inputs"] = {"data.path": real if source == "tokens" else None, "init.weights": weights[1]}
         (tmp_path / name).write_text(json.dumps(r))
         return tmp_path / name
-    ref = rec("ref.json", "/w", "gpl.u16", "ck/model.safetensors")
-    same = [rec("abs.json", "/elsewhere", "/w/gpl.u16", "/w/ck/model.safetensors"),
-            rec("dotdot.json", "/w/ck", "../gpl.u16", "model.safetensors"),
-            rec("dot.json", "/w", "./gpl.u16", "ck/../ck/model.safetensors")]
-    other = [rec("other_dir.json", "/v", "gpl.u16", "/w/ck/model.safetensors"),
-             rec("no_cwd.json", None, "gpl.u16", "/w/ck/model.safetensors")]  # relative to what?
+    ref = rec("ref.json", "gpl.u16", "/w/gpl.u16")
+    same = [rec("abs.json", "/w/gpl.u16", "/w/gpl.u16", ("/w/w.safetensors", "/w/w.safetensors")),
+            rec("dotdot.json", "../gpl.u16", "/w/gpl.u16", ("../w.safetensors", "/w/w.safetensors")),
+            rec("link.json", "/l/gpl.u16", "/w/gpl.u16"),  # /l -> /w
+            rec("no_inputs.json", "gpl.u16", None, ("w.safetensors", None))]  # both as typed
+    other = [rec("other.json", "gpl.u16", "/v/gpl.u16"), rec("no_inputs_abs.json", "/w/gpl.u16", None)]
     r = run(ref, *same, *other)
     assert r.returncode == 0, (r.stdout, r.stderr)
     rows = {line.split()[0]: line for line in r.stdout.splitlines()[2:]}
@@ -221,6 +253,10 @@ def test_input_paths_are_compared_as_the_runs_read_them(tmp_path):
         assert "not comparable" not in rows[p.name], rows[p.name]
     for p in other:
         assert rows[p.name].endswith("(not comparable: different data)"), rows[p.name]
+    # source random: the path it ignores does not count
+    r = run(rec("r_ref.json", "a/x.u16", "/a/x.u16", source="random"),
+            rec("r_b.json", "b/x.u16", "/b/x.u16", source="random"))
+    assert r.returncode == 0 and "not comparable" not in r.stdout, r.stdout
 
 
 def test_a_resumed_leg_ignores_the_init_keys(tmp_path):
