@@ -41,7 +41,9 @@ SIZES = ["small", "medium", "large", "xl", "10B"]
 PRECISIONS = ["fp32", "bf16", "bf16_pure"]
 PHASES = ["forward", "forward_backward", "train_step"]
 OWN_KEYS = {"precision": "use --precisions", "bench.phase": "use --phases", "bench.warmup_steps": "use --warmups",
-            "bench.measure_steps": "use --steps", "output.results": "under --out", "name": "from the row"}
+            "bench.measure_steps": "use --steps", "output.results": "under --out", "name": "from the row",
+            "model.preset": "use --sizes", "bench": "its keys: use the flags", "output": "its keys: under --out",
+            "model": "the size: use --sizes"}
 # Ctrl-C / SIGTERM: set by on_interrupt, which passes the signal on to the run in flight (`child`)
 INTERRUPT = {"seen": 0, "child": None, "stopped_s": 0.0}  # stopped_s: time stopped by Ctrl-Z (on_stop)
 
@@ -150,7 +152,7 @@ def run_one(args, size, precision, phase, warmup):
         except subprocess.TimeoutExpired:
             signal_run(p, signal.SIGKILL)
             _, stderr = p.communicate()
-        return {"status": "timeout", "error": f"stopped after --timeout {args.timeout} s; last line: "
+        return {"status": "timeout", "error": f"stopped after --timeout {args.timeout} s; its error line: "
                 f"{error_line(stderr, '-')}", "_row": row}
     finally:
         INTERRUPT["child"] = None
@@ -252,7 +254,8 @@ def main():
     ap.add_argument("--timeout", type=int, default=1200, help="seconds a run may take (>= 1)")
     ap.add_argument("--set", action="append",
                     help="extra key=value passed to every run (not precision, bench.phase, bench.warmup_steps, "
-                         "bench.measure_steps, output.results, name: the flags above set those, and label the rows)")
+                         "bench.measure_steps, output.results, name, model.preset, nor the whole bench, output or "
+                         "model sections: the flags above set those, and label the rows)")
     ap.add_argument("--handout", action="store_true",
                     help="the handout's setting: naive attention, no recompute, AdamW after the backward, no CUDA "
                          "graph (see above); --set values given too come after and win")

@@ -11,7 +11,8 @@ reads with `data.dtype: "uint16"`. Inputs are concatenated in the order given.
 An INPUT that is a directory contributes the regular files directly inside it, in name order: symbolic links
 (fortunes' *.u8 links), subdirectories (fortunes' offensive "off/"), strfile indexes (*.dat), OUT itself (a re-run
 into the same directory) and binary files (any NUL byte) are skipped; OUT named as an INPUT file is refused. Prints
-the token count. Standard library only.
+the token count. Bad input (an input missing or unreadable, inputs without text, OUT naming an input) is one line
+`text_to_tokens: error: ...` on stderr and exit code 2. Standard library only.
 """
 import argparse
 import array
@@ -35,6 +36,8 @@ def input_files(paths, out_path):
                 out.append(full)
         elif os.path.isfile(p):
             out.append(p)
+        elif os.path.exists(p):
+            die(f"cannot read '{p}': not a regular file or directory")
         else:
             die(f"cannot read '{p}': no such file or directory")
     return out
@@ -59,8 +62,11 @@ def main(argv=None):
         if same_file(args.out, path):
             die(f"the output '{args.out}' is also the input '{path}'; give another name")
     for path in files:
-        with open(path, "rb") as f:
-            data = f.read()
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            die(f"cannot read '{path}': {e.strerror or e}")
         if b"\0" in data:  # a binary file in a text directory
             skipped.append(path)
             continue

@@ -202,23 +202,23 @@ struct CommChoice {
 /// would fail or hang). Other values are returned unchanged (validation rejects unknown ones).
 CommChoice resolve_comm(const std::string& comm, const std::string& device, const HostInfo& host);
 
-/// Reads `path` (or the embedded default when path is empty), applies overrides ("key.path=value"; the value is
-/// parsed as JSON, falling back to a string), resolves the preset and the defaults of `device`/`attention`/
-/// `parallel.comm` (resolve_comm with `host`), and validates. world_size is used for divisibility checks. Warnings
-/// of the resolution are appended to `warnings` when given (main logs them on rank 0). Raises ConfigError naming
-/// the key.
 /// How validate_config treats the files a config names. all: inputs readable and of the right form, outputs writable
-/// (a run). present: the inputs that exist here are checked, missing ones and the outputs' writability are not (--plan,
-/// which reads and writes none of them: a cluster's config planned on another machine).
+/// (a run). present: the inputs that exist here are checked, missing ones and the outputs' writability are not
+/// (--plan, which needs none of them: a cluster's config planned on another machine).
 enum class FileChecks { all, present };
 
+/// Reads `path` (or the embedded default when path is empty), applies overrides ("key.path=value"; the value is
+/// parsed as JSON, falling back to a string), resolves the preset and the defaults of `device`/`attention`/
+/// `parallel.comm` (resolve_comm with `host`), and validates (validate_config, its files as `files` says). world_size
+/// is used for divisibility checks. Warnings of the resolution are appended to `warnings` when given (main logs them
+/// on rank 0). Raises ConfigError naming the key.
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size,
                       bool cuda_available, const HostInfo& host = {}, std::vector<std::string>* warnings = nullptr,
                       FileChecks files = FileChecks::all);
 
 /// Checks the resolved config (shapes, enums, ranges, files readable, output writable, no output naming an input:
 /// `config_path` (the config file, "" for none), data.path, init.weights; compared as real paths, so symlinks, hard
-/// links and ./ forms count). Raises ConfigError.
+/// links and ./ forms count; the files themselves as `files` says). Raises ConfigError.
 void validate_config(const RunConfig& c, int world_size, const std::string& config_path = "",
                      FileChecks files = FileChecks::all);
 

@@ -134,10 +134,10 @@ void fields(S& p, F&& f) {
 template <Is<OptimizerCfg> S, class F>
 void fields(S& o, F&& f) {
   f("lr", o.lr, {{"number >= 0"},
-    "peak learning rate of AdamW. The update (src/backend/adamw_step.h), t = 1, 2, ...: p -= lr*wd*p; m = b1 m + (1-b1) g; v = b2 v "
-    "+ (1-b2) g^2; p -= lr sqrt(1-b2^t) / (1-b1^t) * m / (sqrt(v) + eps). eps is added as in the handout's Algorithm "
-    "1 (torch.optim.AdamW adds it to sqrt(v / (1-b2^t)): the same update up to eps's size); the decay comes first, "
-    "as in torch (the handout decays after the step)"});
+    "peak learning rate of AdamW. The update (src/backend/adamw_step.h), t = 1, 2, ...: p -= lr*wd*p; m = b1 m + "
+    "(1-b1) g; v = b2 v + (1-b2) g^2; p -= lr sqrt(1-b2^t) / (1-b1^t) * m / (sqrt(v) + eps). eps is added as in the"
+    " handout's Algorithm 1 (torch.optim.AdamW adds it to sqrt(v / (1-b2^t)): the same update up to eps's size); "
+    "the decay comes first, as in torch (the handout decays after the step)"});
   f("betas", o.betas, {{"[beta1, beta2], each in [0, 1)"}, "AdamW moment decay rates"});
   f("eps", o.eps, {{"number > 0"}, "AdamW denominator epsilon, added to sqrt(v) (see lr)"});
   f("weight_decay", o.weight_decay, {{"number >= 0"},

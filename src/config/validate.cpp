@@ -463,7 +463,6 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
                      outputs[i].first, out, r == 0 ? "" : fmt::format(" (rank {}'s file)", r), in_key, *in_value);
       }
   }
-  if (files == FileChecks::present) return;  // the outputs' places and writability: the run's (the plan writes none)
   if (c.output.checkpoint) {
     // The checkpointer replaces DIR/latest and DIR/model.safetensors and prunes DIR/step-*/ to the last two: no input
     // may be one of them (init.resume is read whole at the start; resuming into the same directory is how a run
@@ -477,7 +476,7 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
     // Without `latest`, only what the checkpointer itself leaves when it is stopped before its first `latest` may be
     // there: .lock, step-*/ holding a manifest, .tmp-step-*/ and latest.tmp.* (a requeued run continues in it).
     std::error_code ec;
-    if (fs::is_directory(ck, ec) && !fs::exists(fs::path(ck) / "latest", ec))
+    if (files == FileChecks::all && fs::is_directory(ck, ec) && !fs::exists(fs::path(ck) / "latest", ec))
       for (const auto& e : fs::directory_iterator(ck, ec)) {
         const std::string n = e.path().filename().string();
         std::error_code ec2;
@@ -489,13 +488,13 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
                      "directory", ck, n);
       }
   }
+  CONFIG_CHECK(!c.output.checkpoint || fs::path(*c.output.checkpoint).extension() != ".safetensors",
+               "output.checkpoint: '{}' looks like a file, but it names a directory now (the weights go to "
+               "DIR/model.safetensors); give a directory", *c.output.checkpoint);
+  if (files == FileChecks::present) return;  // the outputs' writability: the run's (the plan writes none)
   // check_output_path creates nothing (the writers make missing directories), so a rejected config leaves no trace.
-  if (c.output.checkpoint) {  // a directory: its files are checked like any output file
-    CONFIG_CHECK(fs::path(*c.output.checkpoint).extension() != ".safetensors",
-                 "output.checkpoint: '{}' looks like a file, but it names a directory now (the weights go to "
-                 "DIR/model.safetensors); give a directory", *c.output.checkpoint);
-    check_output_path((fs::path(*c.output.checkpoint) / "latest").string(), "output.checkpoint");
-  }
+  // output.checkpoint is a directory: its files are checked like any output file.
+  if (c.output.checkpoint) check_output_path((fs::path(*c.output.checkpoint) / "latest").string(), "output.checkpoint");
   for (const auto& [key, value] : outputs)
     if (*value && value != &c.output.checkpoint) check_output_path(**value, key);
   if (c.profile.memory_timeline)  // ranks r > 0 write beside rank 0 (the same directory): what is at their names

@@ -216,7 +216,9 @@ def test_an_interrupted_row_that_measured_steps_shows_them():
                                           # --set bench.warmup_steps=0 ran under a 'w5' label)
                                           (["--set", "bench.warmup_steps=0"], "use --warmups"),
                                           (["--set", "precision=bf16"], "use --precisions"),
-                                          (["--set", "output.results=x.json"], "output.results")])
+                                          (["--set", "output.results=x.json"], "output.results"),
+                                          (["--set", 'bench={"warmup_steps": 0}'], "its keys"),
+                                          (["--set", "model.preset=small"], "use --sizes")])
 def test_bad_arguments(tmp_path, args, needle):
     p = sweep(tmp_path, *args)
     assert p.returncode == 2 and needle in p.stderr and not (tmp_path / "out").exists(), p.stderr

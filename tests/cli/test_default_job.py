@@ -101,7 +101,9 @@ def test_text_to_tokens_bad_input_is_one_line_and_exit_2(tmp_path):
     tools: one line 'text_to_tokens: error: ...', exit code 2, no output file."""
     tool = [sys.executable, str(SRC / "launch/text_to_tokens.py"), str(tmp_path / "out.u16")]
     (tmp_path / "bin.dat2").write_bytes(b"\0\1\2")
+    os.mkfifo(tmp_path / "fifo")
     for inputs, needle in [([str(tmp_path / "nope.txt")], "cannot read"),
+                           ([str(tmp_path / "fifo")], "not a regular file or directory"),
                            ([str(tmp_path / "bin.dat2")], f"no text found in the inputs (skipped as binary: "
                                                           f"{tmp_path / 'bin.dat2'})")]:
         p = subprocess.run(tool + inputs, capture_output=True, text=True, timeout=60)

@@ -66,7 +66,8 @@ def test_plan_of_a_config_whose_files_are_elsewhere(trainer_bin, tmp_path):
     assert p["memory"]["peak_bytes"] > 0
     r = run(trainer_bin, ["--plan", TINY, "--set", "init.resume=/nowhere/ck"], tmp_path)
     assert r.returncode == 0, r.stderr
-    assert run(trainer_bin, [TINY, *elsewhere], tmp_path).returncode == 2  # the run needs them
+    r = run(trainer_bin, [TINY, *elsewhere], tmp_path)  # the run needs them
+    assert r.returncode == 2 and "/nowhere/data.u16" in r.stderr, r.stderr
     (tmp_path / "odd.u16").write_bytes(b"\0" * 201)  # here, and not a token file
     r = run(trainer_bin, ["--plan", TINY, "--set", "data.source=tokens", "--set", f"data.path={tmp_path / 'odd.u16'}"],
             tmp_path)
