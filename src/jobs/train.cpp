@@ -152,10 +152,12 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
 
   Profiler profiler(*be, cfg.profile.nvtx, cfg.profile.trace.has_value());
   bool trace_tried = false;  // write_trace was called (it says itself when it fails)
+  bool stepping = false;     // the steps have begun (bad input the set-up finds is not a run that failed)
   // A run that fails (out of memory, an error on one rank) ends without the trace's collective gather: say so
   const int exceptions_at_start = std::uncaught_exceptions();
   const ScopeExit no_trace{[&] {
-    if (std::uncaught_exceptions() > exceptions_at_start && profiler.tracing() && !trace_tried && ctx.rank == 0)
+    if (std::uncaught_exceptions() > exceptions_at_start && profiler.tracing() && stepping && !trace_tried &&
+        ctx.rank == 0)
       spdlog::warn("profile.trace: no trace written: the run failed before its end");
   }};
   auto comm = make_communicator(cfg, *be, ctx);
@@ -274,6 +276,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   if (!graph_why_not.empty() && cfg.cuda_graph && cfg.device == "cuda")
     spdlog::info("cuda graph: not used ({})", graph_why_not);
 
+  stepping = true;
   for (int step = first_step; step < total_steps; ++step) {
     const bool measured = step >= cfg.bench.warmup_steps;
     // The step's tokens are drawn and uploaded before its first event: the host work is not part of the step time.

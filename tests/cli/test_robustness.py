@@ -560,9 +560,10 @@ def test_init_weights_with_tensors_the_model_lacks_or_not_finite_are_refused(tra
     w.view(-1)[7] = float("nan")
     bad["layers.0.ffn.w2.weight"] = w
     safetensors_io.save(tmp_path / "nan.safetensors", bad)
-    line, _, _ = refused(tmp_path / "nan.safetensors")
+    line, err, _ = refused(tmp_path / "nan.safetensors", f"profile.trace={tmp_path / 'nan_trace.json'}")
     assert line == (f"trainer: error: init.weights: '{tmp_path / 'nan.safetensors'}': tensor 'layers.0.ffn.w2.weight' "
                     "element 7 is inf or nan: the weights must be finite"), line
+    assert "no trace written" not in err, err  # bad input found at set-up: no run that failed
     big = {k: v.to(torch.float64) for k, v in weights.items()}
     big["ln_final.weight"][3] = 1e300  # finite in F64, inf in fp32
     safetensors_io.save(tmp_path / "f64.safetensors", big)
