@@ -239,6 +239,22 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   marks.comm_end = ev[size_t(2 * n_micro + 1)].get();
   marks.optimizer_end = ev[size_t(2 * n_micro + 2)].get();
   std::vector<double> t_fwd, t_bwd, t_opt, t_step, t_comm, t_exposed;
+  // profile.trace: the measured steps' trace written (collective) and named in `rec` (its profile section); "" or why
+  // the write failed. At the end of the run, and at a loss that is not finite.
+  const auto save_trace = [&](json& rec) -> std::string {
+    rec["profile"] = profiler.summary();
+    trace_tried = true;
+    try {
+      write_trace(*cfg.profile.trace, profiler, *comm);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    rec["profile"]["trace"] = *cfg.profile.trace;
+    if (ctx.rank == 0)  // rank 0 writes the one file of all ranks
+      spdlog::info("trace of {} step(s) written to {} (open in chrome://tracing or ui.perfetto.dev)", t_step.size(),
+                   *cfg.profile.trace);
+    return "";
+  };
   json losses = json::array(), gnorms = json::array(), lrs = json::array();
   json interrupted = nullptr;  // {signal, steps_done, steps_planned} when an interrupt stopped the loop early
 
@@ -342,19 +358,11 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
                       {"grad_norm", {{"per_step", gnorms}}},
                       {"lr", {{"per_step", lrs}}}};
       if (profiler.tracing() && !t_step.empty()) {  // the trace of the steps up to this one: wanted most here
-        partial["profile"] = profiler.summary();
-        trace_tried = true;
         // Every rank waits here until rank 0 has written the file (a large trace takes seconds to merge): a rank
         // that threw first would send rank 0 its failure notice, whose listener ends the job before the write
         const ScopedHostTimeout wait_for_write(*comm, checkpoint_wait(cfg.parallel));
-        try {
-          write_trace(*cfg.profile.trace, profiler, *comm);
-          partial["profile"]["trace"] = *cfg.profile.trace;
-          if (ctx.rank == 0)
-            spdlog::info("trace of {} step(s) written to {}", t_step.size(), *cfg.profile.trace);
-        } catch (const std::exception& e) {
-          spdlog::warn("profile.trace: the trace could not be written: {}", e.what());
-        }
+        if (const std::string err = save_trace(partial); !err.empty())
+          spdlog::warn("profile.trace: the trace could not be written: {}", err);
         comm->barrier();
       } else if (profiler.tracing() && ctx.rank == 0) {
         trace_tried = true;
@@ -479,19 +487,9 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
     spdlog::info("gemm autotune: {} shapes, {} moved off cuBLASLt's first choice; one call of each: {:.3f} -> "
                  "{:.3f} ms",
                  tune.shapes, tune.changed, tune.heuristic_ms, tune.tuned_ms);
-  if (profiler.tracing()) {
-    r["profile"] = profiler.summary();
-    trace_tried = true;
-    try {
-      write_trace(*cfg.profile.trace, profiler, *comm);
-    } catch (const std::exception& e) {  // the record keeps the run's measurements, with status error
-      throw PartialRunError(fmt::format("profile.trace: the trace could not be written: {}", e.what()), r);
-    }
-    r["profile"]["trace"] = *cfg.profile.trace;
-    if (ctx.rank == 0)  // rank 0 writes the one file of all ranks
-      spdlog::info("trace of {} step(s) written to {} (open in chrome://tracing or ui.perfetto.dev)",
-                   t_step.size(), *cfg.profile.trace);
-  }
+  if (profiler.tracing())  // a failed write: the record keeps the run's measurements, with status error
+    if (const std::string err = save_trace(r); !err.empty())
+      throw PartialRunError(fmt::format("profile.trace: the trace could not be written: {}", err), r);
   if (!t_step.empty())
     spdlog::info("done: step {:.2f} ms mean over {} steps | {} tok/s | {:.3g} TFLOP/s | peak memory {} | loss {:.4f}",
                  mean_step, t_step.size(), fmt_rate(r["throughput"]["tokens_per_s"].get<double>()), tflops,
