@@ -44,8 +44,8 @@ void agree_on_resumed_step(Communicator& comm, const std::string& step_dir, cons
 
 // Collective, after every rank read `path` itself (its own copy where nodes do not share storage). A rank whose read
 // failed (`failed`; `oom`: out of host memory) throws its own error after this; the others throw "rank r: its
-// error" (first_failure; rank 0's line is the one the user sees; OutOfMemory where it was one), so no rank goes on
-// to a collective the failed one never joins. Where every read succeeded, the copies must be one file: ddp and
+// error" (first_failure; rank 0's line is the one the user sees), OutOfMemory on every rank where any rank's was, so
+// no rank goes on to a collective the failed one never joins. Where every read succeeded, the copies must be one file: ddp and
 // zero1 would take rank 0's weights (broadcast_weights) and fsdp each rank's shard of its own file, a mix that trains
 // without an error.
 // Compares each rank's size and CRC-32 (the read's digest): the same ConfigError on every rank.
@@ -58,10 +58,11 @@ void same_read_on_every_rank(Communicator& comm, const char* key, const std::str
       why = e.what();
     }
   if (const auto f = first_failure(comm, why, oom)) {
-    if (failed) return;  // this rank's own error follows
-    const std::string msg = comm.rank() == 0 ? fmt::format("rank {}: {}", f->rank, f->message)
-                                             : fmt::format("{}: rank {} could not read '{}'", key, f->rank, path);
-    if (f->oom) throw OutOfMemory(msg);
+    if (failed && (oom || !f->any_oom)) return;  // this rank's own error follows
+    const std::string msg = failed ? why
+                            : comm.rank() == 0 ? fmt::format("rank {}: {}", f->rank, f->message)
+                                               : fmt::format("{}: rank {} could not read '{}'", key, f->rank, path);
+    if (f->any_oom) throw OutOfMemory(msg);  // one status on every rank: oom where some rank ran out of memory
     throw ConfigError(msg);
   }
   struct Read {
