@@ -460,8 +460,10 @@ int main(int argc, char** argv) {
       cfg = load_plan_config(args, plan_world, &plan_assumed);
       check_host_memory(cfg, plan_world, 1, /*dry_run=*/true);  // before the dry run allocates its bookkeeping
     } else if (!args.help && !args.version) {
+      // --print-config, as --plan, may be shown a cluster's config: its files are checked where they exist here
       cfg = load_config(args.config, args.overrides, world, cuda_available(),
-                        HostInfo{mpi.local_size(), cuda_device_count(), build::kHaveNccl}, &warnings);
+                        HostInfo{mpi.local_size(), cuda_device_count(), build::kHaveNccl}, &warnings,
+                        args.print_config ? FileChecks::present : FileChecks::all);
       CONFIG_CHECK(args.print_config || cfg.device != "cuda" || cuda_available(),
                    "device: 'cuda' was asked for but {}", TRAINER_HAVE_CUDA_BUILD
                        ? "no CUDA device is visible"
@@ -646,6 +648,8 @@ int main(int argc, char** argv) {
           } else {
             failed["status"] = code == 3 ? "oom" : "error";
             failed["error"] = fmt::format("rank {}: {}", from, msg);
+            if (cfg.profile.trace)  // the trace's gather is a collective the failed rank never joins
+              spdlog::warn("profile.trace: no trace written: rank {} failed before the run's end", from);
             try {
               write_json_atomic(failed_path, failed);
               spdlog::error("rank {} failed: {}; result record: {} (status {}); aborting all {} ranks", from, msg,

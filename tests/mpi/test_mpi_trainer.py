@@ -266,10 +266,12 @@ def test_a_run_error_of_rank_1_alone_is_recorded_by_rank_0(tmp_path):
     matrices, 512.4 MiB, one allocation), so its first parameter allocation fails while rank 0, unlimited, goes on
     to its first collective, which rank 1 never joins. Rank 1 ends its job as a run failure (OutOfMemory, exit code
     3: the same end of main() as any run error) and sends its message to rank 0; rank 0 writes the record, status
-    oom with rank 1's message prefixed 'rank 1:', and aborts the job with that exit code."""
+    oom with rank 1's message prefixed 'rank 1:', says that the trace asked for is not written, and aborts the job
+    with that exit code."""
     if mem_available() < 6 * 2 ** 30:  # rank 0's plan (2.50 GiB a rank, x 2 on this host) must fit MemAvailable
         pytest.skip("needs 6 GiB of MemAvailable")
-    args = train_args(tmp_path, "oom1", "parallel.strategy=ddp_flat", "model.vocab_size=1048576")
+    args = train_args(tmp_path, "oom1", "parallel.strategy=ddp_flat", "model.vocab_size=1048576",
+                      f"profile.trace={tmp_path / 'trace.json'}")
     record = tmp_path / "oom1.json"
     p, wall = run(MPIRUN + ["-np", "1"] + args + [":", "-np", "1", "sh", "-c", 'ulimit -d 400000 && exec "$0" "$@"']
                   + args, timeout=90)
@@ -282,6 +284,10 @@ def test_a_run_error_of_rank_1_alone_is_recorded_by_rank_0(tmp_path):
     # Rank 0 says so in its log, naming rank 1 and the record.
     assert (f"[r0] [error] rank 1 failed: out of memory on cpu: asked for 512.4 MiB (parameters) with 0 B in use "
             f"(nothing); result record: {record} (status oom)") in p.stderr, p.stderr[-3000:]
+    # and that the trace asked for is not written (its gather is a collective rank 1 never joins)
+    assert "[r0] [warning] profile.trace: no trace written: rank 1 failed before the run's end" in p.stderr, \
+        p.stderr[-3000:]
+    assert not (tmp_path / "trace.json").exists()
     assert not list(tmp_path.glob(".oom1.json*")), list(tmp_path.iterdir())  # no temporary record left behind
     assert wall < 30, f"took {wall:.1f} s"
 
