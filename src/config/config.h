@@ -204,7 +204,7 @@ CommChoice resolve_comm(const std::string& comm, const std::string& device, cons
 
 /// How validate_config treats the files a config names. all: inputs readable and of the right form, outputs writable
 /// (a run). present: the inputs that exist here are checked, missing ones and the outputs' writability are not
-/// (--plan, which needs none of them: a cluster's config planned on another machine).
+/// (--plan and --print-config, which need none of them: a cluster's config read on another machine).
 enum class FileChecks { all, present };
 
 /// Reads `path` (or the embedded default when path is empty), applies overrides ("key.path=value"; the value is

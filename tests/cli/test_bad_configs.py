@@ -446,6 +446,23 @@ def test_print_config_applies_overrides(trainer_bin, tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
+def test_print_config_checks_only_the_files_that_exist_here(trainer_bin, tmp_path):
+    """--print-config, as --plan, may be shown a config whose files are on another machine: the embedded default's
+    token file (build/data/fortunes.u16, relative) is not under tmp_path, so a run stops on it, while --print-config
+    prints the config; an input that exists here is still checked (a token file too short for the context)."""
+    proc = run(trainer_bin, [], cwd=tmp_path)
+    assert proc.returncode == 2 and "data.path" in proc.stderr and "build/data/fortunes.u16" in proc.stderr, \
+        proc.stderr
+    proc = run(trainer_bin, ["--print-config"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["data"]["path"] == "build/data/fortunes.u16"
+    short = write_u16(tmp_path / "short.u16", [1, 2, 3])
+    proc = run(trainer_bin, ["--print-config", "--set", f"data.path={short}"], cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("trainer: error: data.path") and not proc.stdout, \
+        (proc.stderr, proc.stdout)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["short.u16"]  # nothing written
+
+
 def read_config_file(path):
     """A config file as JSON; the trainer allows whole-line // comments in them (configs/README.md), json does not."""
     return json.loads("\n".join(l for l in path.read_text().splitlines() if not l.strip().startswith("//")))
