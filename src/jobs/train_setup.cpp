@@ -45,9 +45,9 @@ void agree_on_resumed_step(Communicator& comm, const std::string& step_dir, cons
 // Collective, after every rank read `path` itself (its own copy where nodes do not share storage). A rank whose read
 // failed (`failed`; `oom`: out of host memory) throws its own error after this; the others throw "rank r: its
 // error" (first_failure; rank 0's line is the one the user sees), OutOfMemory on every rank where any rank's was, so
-// no rank goes on to a collective the failed one never joins. Where every read succeeded, the copies must be one file: ddp and
-// zero1 would take rank 0's weights (broadcast_weights) and fsdp each rank's shard of its own file, a mix that trains
-// without an error.
+// no rank goes on to a collective the failed one never joins. Where every read succeeded, the copies must be one
+// file: ddp and zero1 would take rank 0's weights (broadcast_weights) and fsdp each rank's shard of its own file, a
+// mix that trains without an error.
 // Compares each rank's size and CRC-32 (the read's digest): the same ConfigError on every rank.
 void same_read_on_every_rank(Communicator& comm, const char* key, const std::string& path,
                              const std::exception_ptr& failed, bool oom, const FileDigest& digest) {
