@@ -19,10 +19,11 @@ differs where only the rounding does (device, attention, fp32_matmul, reduce_dty
 record compared; 1 if a record (the reference included) failed (status error, oom, running, ...; a failed reference is
 one line "loss_match: error: the reference ..." on stderr and nothing else), or a record other than the reference has no
 per-step losses, no step in common with the reference or, neither of the two interrupted, ends at another step (a
-finished run of another length; a row says which); 2 on bad input, one line "loss_match: error: ..." on stderr before
-anything is printed: a file that cannot be read or is not a JSON object, a reference without per-step losses, a record
-to compare without its config section, per-step losses that are not numbers, a steps.first that is not a step number; or
-fewer than two files (a usage line). Records are named by file name, with as many parent folders as make the names
+finished run of another length; a row says which, and what in the configs differs); 2 on bad input, one line
+"loss_match: error: ..." on stderr before anything is printed: a file that cannot be read, is not a JSON object or not
+a trainer result record (schema trainer.result/...: a plan or a memory timeline is not), a reference without per-step
+losses, a record to compare without its config section, per-step losses that are not numbers, a steps.first that is
+not a step number; or fewer than two files (a usage line). Records are named by file name, with as many parent folders as make the names
 unique where two share one (r1/run.json, r2/run.json; the same file twice keeps its name). A strategy a record lacks
 shows as "-". Standard library only."""
 import json
@@ -45,6 +46,10 @@ def load(path):
         die(f"cannot read '{path}': {e}")
     if not isinstance(r, dict):
         die(f"'{path}' is not a JSON object (a trainer result record is)")
+    schema = r.get("schema")
+    if not (isinstance(schema, str) and schema.startswith("trainer.result/")):
+        what = f"its schema is {schema}" if isinstance(schema, str) else "no schema"
+        die(f"'{path}' is not a trainer result record ({what}; a record's is trainer.result/1)")
     return r, section(r, "loss").get("per_step")
 
 
@@ -224,9 +229,10 @@ def main(argv):
             continue
         # Steps are matched by number (a resumed run's losses follow steps.first): compared where both have them.
         interrupted = "interrupted" in (rec.get("status"), ref_rec.get("status"))
+        unlike = [f"not comparable: different {', '.join(d)}" for d in [differ(setup, rec, ref_rec)] if d]
         if first + len(l) != ref_first + len(ref) and not interrupted:
             print(f"{name:44s} {steps(first, len(l))}, the reference has {steps(ref_first, len(ref))} (finished "
-                  "runs of different lengths)")
+                  "runs of different lengths)" + "".join(f"  ({n})" for n in unlike))
             status = 1
             continue
         lo, hi = max(first, ref_first), min(first + len(l), ref_first + len(ref))  # steps lo + 1 .. hi
@@ -237,8 +243,7 @@ def main(argv):
             continue
         rel = [rel_diff(a, b) for a, b in zip(l[lo - first:hi - first], ref[lo - ref_first:hi - ref_first])]
         k = max(range(len(rel)), key=rel.__getitem__)
-        notes = [f"not comparable: different {', '.join(d)}" for d in [differ(setup, rec, ref_rec)] if d]
-        notes += [f"rounding differs: different {', '.join(d)}" for d in [differ(rounding, rec, ref_rec)] if d]
+        notes = unlike + [f"rounding differs: different {', '.join(d)}" for d in [differ(rounding, rec, ref_rec)] if d]
         # a leg whose resume warned that its config differs from the checkpoint's (a key of the checkpoint's run,
         # which the reference's config cannot show: the cosine cycle's length, say)
         warnings = rec.get("warnings")

@@ -60,9 +60,10 @@ Inputs are files or quoted globs (expanded here, sorted); an input that is JSON 
 memory timeline, a trace, a PyTorch peer record, another job's record) is passed over with a note, as memory_table.py
 does. Labels are the file names without .json (with as many parent folders as make them unique; the same file twice
 keeps its name) unless --labels gives them (one per record drawn or not, the files passed over not counted). A run that
-failed (status oom / error) has no timings: the bar kinds and sweep list it in a note (with its error, where it has
-one); loss draws the steps it has. A finished run without measured steps (bench.measure_steps 0) has no timings either:
-sweep, comm and phases list it in a note. An interrupted run (status interrupted) is drawn by sweep, comm, phases and
+failed (status oom / error) has no timings, or, where it failed after its steps, timings of a run that did not finish:
+the bar kinds and sweep list it in a note (with its error, where it has one) and draw nothing of it; loss draws the
+steps it has. A finished run without measured steps (bench.measure_steps 0) has no timings either: sweep, comm and
+phases list it in a note. An interrupted run (status interrupted) is drawn by sweep, comm, phases and
 memory from the steps it measured, with a note (loss draws its steps, labelled interrupted); one interrupted before its
 first measured step is listed as a failed run, but drawn by memory, its peak being that of its warm-up steps, with the
 note "from its warm-up steps". On stderr `# not drawn: ...` names what was left out, `# note: ...` something drawn that
@@ -320,7 +321,11 @@ def ok_records(recs, notes, what, timed=False, info=None):
             info.append(interrupted_note(label, r))
             keep.append((label, path, r))
         elif r.get("status") != "ok":
-            notes.append(f"{label}: {status_note(r)}: no {what}")
+            # a run that failed after it measured (its record or timeline not written, say) has them: not drawn
+            has = measured(r) if timed else isinstance((r.get("memory") or {}).get("by_category"), dict)
+            failed = r.get("status") in ("error", "oom")
+            notes.append(f"{label}: {status_note(r)}: " + (f"a failed run's {what}, not drawn" if failed and has
+                                                           else f"no {what}"))
         elif timed and unmeasured(r):
             notes.append(f"{label}: {unmeasured(r)}: no {what}")
         else:

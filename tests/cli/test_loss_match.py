@@ -4,9 +4,9 @@ is still running, or was killed, has status "running" and error null); an interr
 on the steps both have; a resumed record (steps.first) compared by step number (with the trainer: a resumed leg
 bitwise equal to an uninterrupted run). A config that differs in a key that changes the numbers (the schedule's
 length among them) is "not comparable", naming the key. Exit code 1 when a record failed; bad input (unreadable, not
-a JSON object, a reference without per-step losses, a record without its config section, losses that are not
-numbers, a steps.first that is not a step number) one line "loss_match: error: ..." on stderr, exit 2, nothing on
-stdout, and too few arguments one usage line; a strategy a record lacks (config.parallel missing or null) shows as
+a JSON object or not a trainer result record (its schema), a reference without per-step losses, a record without its
+config section, losses that are not numbers, a steps.first that is not a step number) one line "loss_match: error:
+..." on stderr, exit 2, nothing on stdout, and too few arguments one usage line; a strategy a record lacks (config.parallel missing or null) shows as
 "-"; records of the same file name are named with as many parent folders as make the names unique.
 """
 import json
@@ -65,7 +65,8 @@ def test_a_failed_reference_is_one_line_naming_it(tmp_path):
 
 def test_an_interrupted_record_is_compared_on_the_steps_both_have(tmp_path):
     """An interrupted run's losses are valid: compared on the steps both records have, the row saying how many;
-    as the reference too. Two finished runs of different lengths are still a row that says so, exit 1."""
+    as the reference too. Two finished runs of different lengths are still a row that says so (and what in their
+    configs differs), exit 1."""
     ref = record(tmp_path / "ref.json", "none", [5.0, 4.0, 3.0, 2.0])
     intr = record(tmp_path / "intr.json", "ddp_flat", [5.0, 4.4], status="interrupted",
                   error="interrupted by SIGINT after step 2 of 4")
@@ -89,6 +90,14 @@ def test_an_interrupted_record_is_compared_on_the_steps_both_have(tmp_path):
     r = run(ref, short)
     assert r.returncode == 1 and r.stdout.splitlines()[2].split(None, 1)[1] == (
         "steps 1-2, the reference has steps 1-4 (finished runs of different lengths)")
+    # a run of another setup says that too (it once said only the lengths)
+    other = json.loads(short.read_text())
+    other["config"]["precision"] = "bf16"
+    short.write_text(json.dumps(other))
+    r = run(ref, short)
+    assert r.returncode == 1 and r.stdout.splitlines()[2].split(None, 1)[1] == (
+        "steps 1-2, the reference has steps 1-4 (finished runs of different lengths)  (not comparable: different "
+        "precision)"), r.stdout
 
 
 def test_a_resumed_record_is_compared_by_step_number(tmp_path):
@@ -355,6 +364,11 @@ BAD = [
     ("a_list", lambda p: p.write_text("[1, 2]"), "'{bad}' is not a JSON object (a trainer result record is)"),
     ("first_not_a_step", lambda p: p.write_text(p.read_text()[:-1] + ', "steps": {"first": -3}}'),
      "'{bad}': steps.first is -3, not a step number"),
+    ("an_empty_object", lambda p: p.write_text("{}"),
+     "'{bad}' is not a trainer result record (no schema; a record's is trainer.result/1)"),
+    ("a_memory_timeline", lambda p: p.write_text('{"schema": "trainer.memory_timeline/1", "events": []}'),
+     "'{bad}' is not a trainer result record (its schema is trainer.memory_timeline/1; a record's is "
+     "trainer.result/1)"),
 ]
 
 

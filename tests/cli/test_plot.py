@@ -409,6 +409,14 @@ def test_a_note_shows_the_error_only_when_there_is_one(tmp_path):
     assert d["notes"][0] == "running: status running: no timings"
     assert d["notes"][1].startswith("oom: status oom (out of memory on cuda:0")
     assert "None" not in p.stderr, p.stderr
+    # a run that failed after its steps (its memory timeline not written, say) has timings and memory: not drawn,
+    # and the note does not say it has none
+    late = record(rng)
+    late.update(status="error", error="the memory timeline could not be written")
+    for kind, what in (("phases", "timings"), ("memory", "memory")):
+        d, _ = draw(tmp_path, kind, [write(tmp_path, "ok", record(rng)), write(tmp_path, "late", late)])
+        assert d["notes"] == [f"late: status error (the memory timeline could not be written): a failed run's {what}, "
+                              "not drawn"], d["notes"]
 
 
 def collective_record(rng, nranks, status="ok"):
