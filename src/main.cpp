@@ -1,15 +1,15 @@
 // trainer: trains the CS336 basics Transformer LM and measures how fast and how lean training can be made.
 //
 //   trainer [CONFIG.json] [--set key.path=value ...] [--log-all-ranks]
-//   trainer --print-config [CONFIG.json] [--set ...]  |  trainer --help  |  trainer --version
+//   trainer --print-config [CONFIG.json] [--set ...] [--world-size N]  |  trainer --help  |  trainer --version
 //   trainer --plan [CONFIG.json] [--set ...] [--world-size N] [--device cpu|cuda] [--fit] [--json]   (runs nothing)
 //   mpirun -np 2 trainer configs/small.json --set parallel.strategy=ddp_bucketed
 //
 // Exit codes: 0 ok; 2 bad input (one line on stderr, nothing written); 1 the run failed (record with status
 // "error"; a diverged training run keeps its per-step losses up to the failing step); 3 out of memory (record with
-// status "oom"); 4 interrupted (SIGINT, SIGTERM, SIGUSR1 or SIGUSR2: the train job stopped after a step, wrote its
-// checkpoint when configured and the record with status "interrupted"; see core/interrupt.h). A second signal stops at
-// once (128 + signal number). Rank 0 marks the record "running" before the job starts and replaces it at the end.
+// status "oom"); 4 interrupted (SIGINT, SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2: the train job stopped after a step,
+// wrote its checkpoint when configured and the record with status "interrupted"; see core/interrupt.h). A second
+// signal stops at once (128 + signal number). Rank 0 marks the record "running" before the job starts and replaces it at the end.
 #include <mpi.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -148,9 +148,10 @@ Args parse_args(int argc, char** argv) {
       a.config = s;
     }
   }
-  CONFIG_CHECK(a.plan || (!a.json && !a.fit && a.world_size == 0 && a.device.empty() && a.device_memory_gib == 0 &&
-                          a.gpu.empty()),
-               "--json, --world-size, --device, --gpu, --device-memory and --fit apply to --plan only");
+  CONFIG_CHECK(a.plan || (!a.json && !a.fit && a.device.empty() && a.device_memory_gib == 0 && a.gpu.empty()),
+               "--json, --device, --gpu, --device-memory and --fit apply to --plan only");
+  CONFIG_CHECK(a.plan || a.print_config || a.world_size == 0,
+               "--world-size applies to --plan and --print-config only (a run's world is mpirun's -np)");
   if (!a.gpu.empty() && a.device.empty()) a.device = "cuda";  // a GPU named: a cuda plan
   CONFIG_CHECK(!(a.plan && a.print_config), "--plan and --print-config: choose one");
   return a;
@@ -451,17 +452,19 @@ int main(int argc, char** argv) {
     test_pause("TRAINER_TEST_RESOLVE_PAUSE_S", "before reading the config", /*early=*/true);
   try {
     args = parse_args(argc, argv);
+    // under mpirun the ranks are the plan's (and the printed config's) world; a --world-size that says otherwise is
+    // one of two answers
+    CONFIG_CHECK(world == 1 || args.world_size == 0 || args.world_size == world,
+                 "--world-size {} but mpirun started {} ranks: drop --world-size (mpirun's {} are taken) or run "
+                 "without mpirun", args.world_size, world, world);
     if (args.plan && !args.help && !args.version) {
-      // under mpirun the ranks are the plan's world; a --world-size that says otherwise is one of two answers
-      CONFIG_CHECK(world == 1 || args.world_size == 0 || args.world_size == world,
-                   "--world-size {} but mpirun started {} ranks: drop --world-size (the plan takes mpirun's {}) or "
-                   "run --plan --world-size {} without mpirun", args.world_size, world, world, args.world_size);
       plan_world = args.world_size > 0 ? args.world_size : world;
       cfg = load_plan_config(args, plan_world, &plan_assumed);
       check_host_memory(cfg, plan_world, 1, /*dry_run=*/true);  // before the dry run allocates its bookkeeping
     } else if (!args.help && !args.version) {
-      // --print-config, as --plan, may be shown a cluster's config: its files are checked where they exist here
-      cfg = load_config(args.config, args.overrides, world, cuda_available(),
+      // --print-config, as --plan, may be shown a cluster's config (--world-size N: resolved for N ranks): its files
+      // are checked where they exist here
+      cfg = load_config(args.config, args.overrides, args.world_size > 0 ? args.world_size : world, cuda_available(),
                         HostInfo{mpi.local_size(), cuda_device_count(), build::kHaveNccl}, &warnings,
                         args.print_config ? FileChecks::present : FileChecks::all);
       CONFIG_CHECK(args.print_config || cfg.device != "cuda" || cuda_available(),

@@ -38,7 +38,7 @@ TEST_CASE("interrupt: the first signal is recorded, a duplicate within 250 ms is
   trainer::reset_interrupt();
   CHECK(trainer::interrupt_signal() == 0);
   std::signal(SIGUSR1, SIG_DFL);  // leave the process as it was (a second signal would now terminate it)
-  for (int s : {SIGINT, SIGTERM, SIGUSR2}) std::signal(s, SIG_DFL);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR2}) std::signal(s, SIG_DFL);
 }
 
 namespace {
@@ -57,6 +57,23 @@ int in_child(const std::function<void()>& body) {
   return status;
 }
 }  // namespace
+
+TEST_CASE("interrupt: SIGHUP is an interrupt unless it was ignored (nohup)", "[interrupt]") {
+  int st = in_child([] {
+    trainer::install_interrupt_handlers();
+    std::raise(SIGHUP);
+    ::_exit(trainer::interrupt_signal() == SIGHUP ? 0 : 10);
+  });
+  CHECK((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+  st = in_child([] {
+    std::signal(SIGHUP, SIG_IGN);
+    trainer::install_interrupt_handlers();
+    std::raise(SIGHUP);
+    ::_exit(trainer::interrupt_signal() == 0 ? 0 : 11);
+  });
+  CHECK((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+  CHECK(std::string(trainer::interrupt_signal_name(SIGHUP)) == "SIGHUP");
+}
 
 TEST_CASE("interrupt: a signal that ends the process removes the pending file; one the train job handles does not",
           "[interrupt]") {

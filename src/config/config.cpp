@@ -14,6 +14,34 @@ namespace trainer {
 
 using namespace config_schema;
 
+namespace {
+
+/// Whether checkpoint directory `dir` holds a step whose weights are `step_dir`'s (the same step of the same run: a
+/// copy), compared by the manifests' CRC-32 of model.safetensors. False where either has no checksums.
+bool holds_step_of(const std::string& dir, const std::string& step_dir) {
+  namespace fs = std::filesystem;
+  const auto weights_crc = [](const fs::path& step) -> std::string {
+    try {
+      const nlohmann::json m = read_checkpoint_manifest(step.string());
+      const nlohmann::json e = m.contains("files") ? m["files"].value("model.safetensors", nlohmann::json()) : nullptr;
+      return e.is_object() && e.value("crc32", nlohmann::json()).is_string()
+                 ? fmt::format("{} {}", m.value("step", int64_t(-1)), e["crc32"].get<std::string>())
+                 : "";
+    } catch (const ConfigError&) {
+      return "";
+    }
+  };
+  if (step_dir.empty()) return false;
+  const std::string mine = weights_crc(step_dir);
+  std::error_code ec;
+  if (!mine.empty())
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().filename().string().rfind("step-", 0) == 0 && weights_crc(e.path()) == mine) return true;
+  return false;
+}
+
+}  // namespace
+
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size,
                       bool cuda_available, const HostInfo& host, std::vector<std::string>* warnings,
                       FileChecks files) {
@@ -48,14 +76,18 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
     } catch (const ConfigError&) {  // validate_config says what is wrong with it, with the other checks' order
     }
   validate_config(c, world_size, path, files);
-  if (warnings) check_resume(c, warnings, world_size);  // what the resume changes (validate_config checked the rest)
-  // A resume from the directory itself or from one of its step directories continues its run (check_resume warns
-  // when that step is not the directory's latest)
   namespace fs = std::filesystem;
+  std::error_code ec;  // (FileChecks::present: a checkpoint that is not here is not checked, as validate_config)
+  if (warnings && (files == FileChecks::all || (c.init.resume && fs::exists(*c.init.resume, ec))))
+    check_resume(c, warnings, world_size);  // what the resume changes (validate_config checked the rest)
+  // A resume from the directory itself or from one of its step directories continues its run (check_resume warns
+  // when that step is not the directory's latest), and so does one from a copy of it (its step's weights are one of
+  // the directory's steps', by their CRC-32)
   if (warnings && c.output.checkpoint && fs::exists(fs::path(*c.output.checkpoint) / "latest") &&
       !(c.init.resume && (fs::weakly_canonical(*c.init.resume) == fs::weakly_canonical(*c.output.checkpoint) ||
                           fs::weakly_canonical(*c.init.resume).parent_path() ==
-                              fs::weakly_canonical(*c.output.checkpoint))))
+                              fs::weakly_canonical(*c.output.checkpoint) ||
+                          holds_step_of(*c.output.checkpoint, c.init.resume_step_dir))))
     warnings->push_back(fmt::format(
         "output.checkpoint: '{}' already holds a checkpoint of another run; this run's checkpoints replace it (older "
         "step directories are pruned). To continue that run instead, set init.resume to it",

@@ -47,13 +47,14 @@ std::string help_text() {
       "  --set key.path=value  override one config key (repeatable, applied in order). The value is JSON\n"
       "                        (3e-4, true, null, [0.9,0.95], {\"num_layers\":2}), else taken as a string;\n"
       "                        array elements by index: --set optimizer.betas.1=0.95\n"
-      "  --print-config        print the resolved config as JSON and exit (as --plan, it checks only the\n"
-      "                        input files that exist here)\n"
+      "  --print-config        print the resolved config as JSON and exit: resolved for this host and 1 rank\n"
+      "                        (mpirun's ranks, or --world-size N); as --plan, it checks only the input files\n"
+      "                        that exist here\n"
       "  --log-all-ranks       log on every rank (default: rank 0 at info, other ranks at warn)\n"
       "  --plan                run nothing: print the memory plan (bytes by category at the peak, the peak's\n"
       "                        phase and block), FLOPs and predicted step time of one rank of the train run,\n"
       "                        from a dry run of the real code on a meta backend (no GPU needed)\n"
-      "  --world-size N        (--plan) plan for N ranks (default 1, or the mpirun world size)\n"
+      "  --world-size N        (--plan, --print-config) for N ranks (default 1, or the mpirun world size)\n"
       "  --device cpu|cuda     (--plan) the device to plan for; default: the config's device, and for device\n"
       "                        auto cuda when the config asks for bf16, flash2 or nccl, else cpu\n"
       "  --gpu h200|h100       (--plan) plan a cuda run on this GPU (default h200; implies --device cuda): its\n"
@@ -96,10 +97,11 @@ std::string help_text() {
        "precision bf16 and in_backward true, else false; gemm_autotune null -> true unless deterministic.\n"
        "Config errors exit with code 2 before any output is written.\n"
        "\nexit codes: 0 ok; 1 the run failed (record status \"error\"); 2 bad input (one line, nothing written);\n"
-       "3 out of memory (\"oom\"); 4 interrupted: SIGINT, SIGTERM, SIGUSR1 or SIGUSR2 (Slurm --signal=USR1@SECONDS)\n"
-       "stop job train after the current step on every rank, output.checkpoint is written and the record gets\n"
-       "status \"interrupted\"; a second signal stops at once (128 + signal). While a run is going its record\n"
-       "says \"running\" (with the pid); the end of the run replaces it.\n";
+       "3 out of memory (\"oom\"); 4 interrupted: SIGINT, SIGTERM, SIGHUP (unless ignored, as by nohup), SIGUSR1 or\n"
+       "SIGUSR2 (Slurm --signal=USR1@SECONDS) stop job train after the current step on every rank,\n"
+       "output.checkpoint is written and the record gets status \"interrupted\"; a second signal stops at once\n"
+       "(128 + signal). While a run is going its record says \"running\" (with the pid); the end of the run\n"
+       "replaces it.\n";
   return s;
 }
 

@@ -20,7 +20,7 @@ std::atomic<int> g_signal{0};
 std::atomic<int64_t> g_first_ns{0};  // CLOCK_MONOTONIC of the first signal
 static_assert(std::atomic<int>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free,
               "the handler stores into them");
-constexpr int kSignals[] = {SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
 // The same signal again within this window is one delivery seen twice, not a second request: Slurm signals every task
 // of a step and srun forwards what it receives to the same tasks; a shell's Ctrl-C can reach mpirun and a rank.
 constexpr int64_t kDuplicateWindowNs = 250'000'000;
@@ -106,7 +106,12 @@ void install_interrupt_handlers() {
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;  // a blocking read or MPI call resumes; the step loop polls the flag
-  for (int s : kSignals) ::sigaction(s, &sa, nullptr);
+  for (int s : kSignals) {
+    struct sigaction old {};  // an ignored SIGHUP (nohup: the run outlives its terminal) stays ignored
+    if (s == SIGHUP && ::sigaction(s, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN)
+      continue;
+    ::sigaction(s, &sa, nullptr);
+  }
 }
 
 void set_interrupt_announce(bool on) { g_announce.store(on); }
@@ -195,6 +200,7 @@ const char* interrupt_signal_name(int sig) {
   switch (sig) {
     case SIGINT: return "SIGINT";
     case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
     case SIGUSR1: return "SIGUSR1";
     case SIGUSR2: return "SIGUSR2";
     default: return "signal";

@@ -1,4 +1,5 @@
-// Interrupts: SIGINT (Ctrl-C), SIGTERM (kill, Slurm's pre-emption and time limit) and SIGUSR1 / SIGUSR2 (Slurm's
+// Interrupts: SIGINT (Ctrl-C), SIGTERM (kill, Slurm's pre-emption and time limit), SIGHUP (the terminal or ssh
+// session closed; where it is ignored, as under nohup, it stays ignored) and SIGUSR1 / SIGUSR2 (Slurm's
 // `--signal=[B:]USR1@SECONDS` warning ahead of the time limit; Open MPI's mpirun forwards both to every rank) ask the
 // train job to stop after the current step. The job polls interrupt_signal() once per step and the ranks agree on it
 // through the step's host-side loss all_reduce (src/jobs/train.cpp), so every rank leaves the loop after the same
@@ -13,12 +14,13 @@
 
 namespace trainer {
 
-/// Installs the handlers for SIGINT, SIGTERM, SIGUSR1 and SIGUSR2 (sigaction, SA_RESTART). The first signal only
-/// records its number; the second restores the default action and raises it again. Idempotent.
+/// Installs the handlers for SIGINT, SIGTERM, SIGHUP (unless it is ignored), SIGUSR1 and SIGUSR2 (sigaction,
+/// SA_RESTART). The first signal only records its number; the second restores the default action and raises it
+/// again. Idempotent.
 void install_interrupt_handlers();
 
 /// At the very start of main (before MPI_Init, CUDA's start and the config, which take up to a second or so): each of
-/// the four signals whose action is the default is recorded by the interrupt handler (no acknowledgement: the rank is
+/// the five signals whose action is the default is recorded by the interrupt handler (no acknowledgement: the rank is
 /// not known yet) until the job is known. A train job then calls install_interrupt_handlers() (a signal received
 /// meanwhile stops it after its first step, with its record), anything else restore_early_interrupt_handlers().
 void install_early_interrupt_handlers();
@@ -40,7 +42,7 @@ void ignore_broken_pipe();
 /// Async-signal-safe to read; local to this process (ranks agree through a collective, see above).
 int interrupt_signal();
 
-/// "SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2", or "signal" for another number.
+/// "SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2", or "signal" for another number.
 const char* interrupt_signal_name(int sig);
 
 /// Names the temporary file this thread is writing (write_file_atomic; the path is copied, up to 4095 bytes): a signal

@@ -456,11 +456,30 @@ def test_print_config_checks_only_the_files_that_exist_here(trainer_bin, tmp_pat
     proc = run(trainer_bin, ["--print-config"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["data"]["path"] == "build/data/fortunes.u16"
+    resume = ["--set", "init.resume=/nonexistent/ck"]  # a requeued job's checkpoint on the cluster's storage
+    assert run(trainer_bin, resume, cwd=tmp_path).returncode == 2
+    proc = run(trainer_bin, ["--print-config", *resume], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["init"]["resume"] == "/nonexistent/ck"
     short = write_u16(tmp_path / "short.u16", [1, 2, 3])
     proc = run(trainer_bin, ["--print-config", "--set", f"data.path={short}"], cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.startswith("trainer: error: data.path") and not proc.stdout, \
         (proc.stderr, proc.stdout)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["short.u16"]  # nothing written
+
+
+def test_print_config_resolves_for_the_world_size_given(trainer_bin, tmp_path):
+    """What depends on the world size (data.microbatch_size: the rank's share of the batch) is resolved for 1 rank,
+    or for --world-size N (as --plan), so the printed config runs under mpirun -np N as the original would."""
+    base = ["--print-config", CONFIGS / "xl_fsdp.json", "--set", "device=cuda"]
+    one = json.loads(run(trainer_bin, base, cwd=tmp_path).stdout)
+    proc = run(trainer_bin, base + ["--world-size", "2"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    two = json.loads(proc.stdout)
+    batch = one["data"]["batch_size"]
+    assert one["data"]["microbatch_size"] == batch and two["data"]["microbatch_size"] == batch // 2
+    proc = run(trainer_bin, base + ["--world-size", "3"], cwd=tmp_path)  # a batch of 8 rows splits over 1, 2, 4, 8
+    assert proc.returncode == 2 and proc.stderr.startswith("trainer: error:") and "world" in proc.stderr, proc.stderr
 
 
 def read_config_file(path):

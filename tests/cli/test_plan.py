@@ -397,6 +397,7 @@ def test_help_names_plan(trainer_bin, tmp_path):
     (["--plan", TINY, "--device", "cuda", "--device-memory", "1e6"], "a number from 1/1024 (1 MiB) to below 1e6"),
     (["--plan", TINY, "--device", "cpu", "--device-memory", "80"], "applies to a cuda plan"),
     (["--gpu", "h100"], "--plan only"),
+    (["--world-size", "2"], "--world-size applies to --plan and --print-config only"),
     (["--plan", TINY, "--gpu", "a100"], "--gpu: unknown GPU 'a100' (known: h200, h100)"),
     (["--plan", TINY, "--device", "cpu", "--gpu", "h100"], "--gpu applies to a cuda plan"),
     (["--plan", TINY, "--world-size", "3"], "world_size"),  # batch 4 does not split over 3 ranks

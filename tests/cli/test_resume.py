@@ -238,6 +238,25 @@ def test_resume_from_an_older_step_of_the_same_directory(tmp_path):
     assert_same(first[1], again[1])
 
 
+def test_a_checkpoint_directory_of_another_run_is_named_but_a_copy_of_its_own_is_not(tmp_path):
+    """output.checkpoint that already holds another run's checkpoints: a warning that this run's replace them. Not
+    where the run resumes from the directory itself, or from a copy of it (cp -a, cp -r: the resumed step's weights
+    are one of the directory's steps', by the manifests' CRC-32)."""
+    ck, other = tmp_path / "ck", tmp_path / "other"
+    assert run(args(tmp_path, "a", 2, f"output.checkpoint={ck}")).returncode == 0
+    assert run(args(tmp_path, "o", 2, f"output.checkpoint={other}", "optimizer.lr=0.002")).returncode == 0
+    for flag in ("-a", "-r"):
+        subprocess.run(["cp", flag, str(ck), str(tmp_path / f"copy_{flag[1]}")], check=True)
+    needle = f"output.checkpoint: '{ck}' already holds a checkpoint of another run"
+    for tag, resume, warned in (("b", ck, False), ("c", tmp_path / "copy_a", False),
+                                ("d", tmp_path / "copy_r" / latest(ck).name, False), ("e", other, True)):
+        target = tmp_path / f"out_{tag}"
+        shutil.copytree(ck, target)  # each resume writes into its own copy of ck, which stays as it was
+        p = run(args(tmp_path, tag, 3, f"output.checkpoint={target}", f"init.resume={resume}"))
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert (needle.replace(str(ck), str(target)) in p.stderr) == warned, (tag, p.stderr[-3000:])
+
+
 def test_the_config_differs_warning_names_the_keys_that_change_numbers_only(tmp_path):
     """The warning that a resumed run may not match an uninterrupted one: silent for what changes no number (the
     checkpointing policy, the token file given by another path), naming each changed key with its values otherwise,

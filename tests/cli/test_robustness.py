@@ -108,8 +108,8 @@ def test_sigint_stops_after_the_step_with_checkpoint_and_record(trainer_bin, tmp
     assert not [p for p in snapshot(tmp_path) if p.endswith(".tmp")]
 
 
-def test_sigterm_and_sigusr1_also_interrupt(trainer_bin, tmp_path):
-    for sig in (signal.SIGTERM, signal.SIGUSR1):
+def test_sigterm_sighup_and_sigusr1_also_interrupt(trainer_bin, tmp_path):
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
         out = tmp_path / sig.name
         out.mkdir()
         cfg = write_json(out / "c.json", long_run(out))
@@ -120,6 +120,26 @@ def test_sigterm_and_sigusr1_also_interrupt(trainer_bin, tmp_path):
         assert proc.returncode == EXIT_INTERRUPTED, err
         r = json.loads((out / "out" / "result.json").read_text())
         assert r["status"] == "interrupted" and r["interrupted"]["signal"] == sig.name
+
+
+def test_an_ignored_sighup_stays_ignored(trainer_bin, tmp_path):
+    """A run started under nohup (SIGHUP ignored) outlives its terminal: a SIGHUP neither stops it nor counts as the
+    first interrupt (a later SIGTERM still stops it after the step, with its record)."""
+    cfg = write_json(tmp_path / "c.json", long_run(tmp_path))
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    proc = subprocess.Popen([trainer_bin, str(cfg)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    wait_for_line(proc, "step    2/")
+    proc.send_signal(signal.SIGHUP)
+    wait_for_line(proc, "step    6/")  # still going, four steps later
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_INTERRUPTED, err[-3000:]
+    assert "SIGHUP" not in err, err[-3000:]
+    r = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert r["status"] == "interrupted" and r["interrupted"]["signal"] == "SIGTERM"
+    assert r["interrupted"]["steps_done"] >= 6, r["interrupted"]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -684,8 +704,8 @@ def test_bad_input_found_late_puts_back_what_output_results_held(trainer_bin, tm
 
 def test_checkpoint_directory_holding_an_input_or_other_files_is_refused(trainer_bin, tmp_path):
     """output.checkpoint may not hold init.weights among the files the checkpointer replaces or prunes, nor be a
-    directory with other things in it and no `latest`: one line, exit code 2, nothing touched. A step-*/ without a
-    manifest is never pruned."""
+    directory with other things in it and no `latest` (what a run stopped before its first `latest` leaves is
+    accepted): one line, exit code 2, nothing touched. A step-*/ without a manifest is never pruned."""
     (tmp_path / "w").mkdir()
     ck = tmp_path / "w" / "ck"
     make = write_json(tmp_path / "w" / "c.json", tiny_config(tmp_path / "w", bench={"warmup_steps": 0,
@@ -708,13 +728,21 @@ def test_checkpoint_directory_holding_an_input_or_other_files_is_refused(trainer
         last = r.stderr.strip().splitlines()[-1]
         assert last.startswith("trainer: error: output.checkpoint") and needle in last, r.stderr
         assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
-    # A run stopped after its first step directory and before `latest` (a requeue continues there): accepted.
+    # A run stopped after its first step directory and before `latest` (a requeue continues there), also once it had
+    # placed DIR/model.safetensors (a hard link to the step's weights, made just before `latest`): accepted. A
+    # model.safetensors that is not the step's file is someone else's: refused, as above.
     import shutil as sh
     crashed = tmp_path / "crashed"
     crashed.mkdir()
     sh.copytree(ck / step, crashed / step)
     (crashed / "latest.tmp.123").write_text(step + "\n")
+    sh.copy(crashed / step / "model.safetensors", crashed / "model.safetensors")
     cfg = write_json(tmp_path / "c.json", tiny_config(tmp_path, output={"checkpoint": str(crashed)}))
+    r = run(trainer_bin, [cfg], tmp_path)
+    assert r.returncode == 2 and "no checkpoint (no 'latest')" in r.stderr and "'model.safetensors'" in r.stderr, \
+        r.stderr
+    (crashed / "model.safetensors").unlink()
+    os.link(crashed / step / "model.safetensors", crashed / "model.safetensors")
     r = run(trainer_bin, [cfg], tmp_path)
     assert r.returncode == 0, r.stderr
     # A checkpoint directory with a foreign step-*/ in it (no manifest): written to, and the foreign one stays.
