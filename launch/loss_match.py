@@ -23,9 +23,9 @@ finished run of another length; a row says which, and what in the configs differ
 "loss_match: error: ..." on stderr before anything is printed: a file that cannot be read, is not a JSON object or not
 a trainer result record (schema trainer.result/...: a plan or a memory timeline is not), a reference without per-step
 losses, a record to compare without its config section, per-step losses that are not numbers, a steps.first that is
-not a step number; or fewer than two files (a usage line). Records are named by file name, with as many parent folders as make the names
-unique where two share one (r1/run.json, r2/run.json; the same file twice keeps its name). A strategy a record lacks
-shows as "-". Standard library only."""
+not a step number; or fewer than two files (a usage line). Records are named by file name, with as many parent
+folders as make the names unique where two share one (r1/run.json, r2/run.json; the same file twice keeps its name). A
+strategy a record lacks shows as "-". Standard library only."""
 import json
 import math
 import pathlib

@@ -9,7 +9,8 @@
 // "error"; a diverged training run keeps its per-step losses up to the failing step); 3 out of memory (record with
 // status "oom"); 4 interrupted (SIGINT, SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2: the train job stopped after a step,
 // wrote its checkpoint when configured and the record with status "interrupted"; see core/interrupt.h). A second
-// signal stops at once (128 + signal number). Rank 0 marks the record "running" before the job starts and replaces it at the end.
+// signal stops at once (128 + signal number). Rank 0 marks the record "running" before the job starts and replaces it
+// at the end.
 #include <mpi.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>

@@ -1,13 +1,14 @@
-"""launch/loss_match.py on small synthetic result records: the table of per-step loss differences, and a failed
-record (the reference or another) named by its path with its status and why, never "None" (a record of a run that
-is still running, or was killed, has status "running" and error null); an interrupted record (or reference) compared
-on the steps both have; a resumed record (steps.first) compared by step number (with the trainer: a resumed leg
-bitwise equal to an uninterrupted run). A config that differs in a key that changes the numbers (the schedule's
-length among them) is "not comparable", naming the key. Exit code 1 when a record failed; bad input (unreadable, not
-a JSON object or not a trainer result record (its schema), a reference without per-step losses, a record without its
-config section, losses that are not numbers, a steps.first that is not a step number) one line "loss_match: error:
-..." on stderr, exit 2, nothing on stdout, and too few arguments one usage line; a strategy a record lacks (config.parallel missing or null) shows as
-"-"; records of the same file name are named with as many parent folders as make the names unique.
+"""launch/loss_match.py on small synthetic result records: the table of per-step loss differences, and a failed record
+(the reference or another) named by its path with its status and why, never "None" (a record of a run that is still
+running, or was killed, has status "running" and error null); an interrupted record (or reference) compared on the
+steps both have; a resumed record (steps.first) compared by step number (with the trainer: a resumed leg bitwise
+equal to an uninterrupted run). A config that differs in a key that changes the numbers (the schedule's length among
+them) is "not comparable", naming the key. Exit code 1 when a record failed; bad input (unreadable, not a JSON object
+or not a trainer result record (its schema), a reference without per-step losses, a record without its config
+section, losses that are not numbers, a steps.first that is not a step number) one line "loss_match: error: ..." on
+stderr, exit 2, nothing on stdout, and too few arguments one usage line; a strategy a record lacks (config.parallel
+missing or null) shows as "-"; records of the same file name are named with as many parent folders as make the names
+unique.
 """
 import json
 import os
