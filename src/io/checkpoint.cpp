@@ -305,8 +305,16 @@ void check_resume(const RunConfig& c, std::vector<std::string>* warnings, int wo
     std::error_code ec;
     const std::string now_path = fs::weakly_canonical(is["data"]["path"].get<std::string>(), ec).string();
     if (!ec) {
-      was["data"]["path"] = written;
-      is["data"]["path"] = now_path;
+      // a file of another size than the checkpoint's run read (rewritten in place, say) differs too: both named
+      // with their sizes (checkpoints before path_bytes: the paths alone)
+      const json bytes_then = m["data"].value("path_bytes", json());
+      const uintmax_t bytes_now = fs::file_size(now_path, ec);
+      const bool resized = !ec && bytes_then.is_number_unsigned() && bytes_then.get<uintmax_t>() != bytes_now;
+      // (the size first: the warning clips long values)
+      was["data"]["path"] = resized ? fmt::format("{} bytes at {}", bytes_then.get<uintmax_t>(),
+                                                  written.get<std::string>())
+                                    : written.get<std::string>();
+      is["data"]["path"] = resized ? fmt::format("{} bytes at {}", bytes_now, now_path) : now_path;
     }
   }
   // A per-rank batch that is each run's default (data.batch_size / world size) only follows the world size

@@ -352,9 +352,12 @@ void TrainCheckpointer::write(int64_t steps_done) {
       const json config = cfg_;
       const OptimizerCfg& o = cfg_.optimizer;
       std::error_code ec;
-      json canonical_data_path = nullptr;
+      json canonical_data_path = nullptr, data_bytes = nullptr;
       if (cfg_.data.path)
-        if (const fs::path cp = fs::weakly_canonical(*cfg_.data.path, ec); !ec) canonical_data_path = cp.string();
+        if (const fs::path cp = fs::weakly_canonical(*cfg_.data.path, ec); !ec) {
+          canonical_data_path = cp.string();
+          if (const uintmax_t n = fs::file_size(cp, ec); !ec) data_bytes = n;
+        }
       json manifest = {
           {"format", kCheckpointFormat},
           {"step", steps_done},
@@ -381,6 +384,7 @@ void TrainCheckpointer::write(int64_t steps_done) {
            {{"next_step", steps_done},
             {"source", cfg_.data.source},
             {"path_canonical", canonical_data_path},  // what a resume's data.path is compared with (check_resume)
+            {"path_bytes", data_bytes},               // and its size (a file rewritten in place)
             {"sampling", cfg_.data.sampling},
             {"seed", cfg_.data.seed},
             {"batch_size", cfg_.data.batch_size},

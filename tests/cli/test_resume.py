@@ -259,8 +259,9 @@ def test_a_checkpoint_directory_of_another_run_is_named_but_a_copy_of_its_own_is
 
 def test_the_config_differs_warning_names_the_keys_that_change_numbers_only(tmp_path):
     """The warning that a resumed run may not match an uninterrupted one: silent for what changes no number (the
-    checkpointing policy, the token file given by another path), naming each changed key with its values otherwise,
-    and init.seed where it seeds the run (bf16_pure's stochastic rounding)."""
+    checkpointing policy, the token file given by another path), naming each changed key with its values otherwise
+    (the token file rewritten at its path since: data.path with its sizes), and init.seed where it seeds the run
+    (bf16_pure's stochastic rounding)."""
     ck = tmp_path / "ck"
     p = run(args(tmp_path, "a", 2, f"output.checkpoint={ck}"))
     assert p.returncode == 0, p.stderr[-3000:]
@@ -281,6 +282,10 @@ def test_the_config_differs_warning_names_the_keys_that_change_numbers_only(tmp_
     np.random.default_rng(8).integers(0, 256, size=20000, dtype=np.uint16).tofile(other / "tokens.bin")
     (w,) = warnings("g", f"data.path={other / 'tokens.bin'}", "attention=flash2")
     assert "data.path (" in w and "attention (" in w, w
+    # the same path, its file rewritten shorter since the checkpoint: named with both sizes
+    np.fromfile(token_file(tmp_path), dtype=np.uint16)[:15000].tofile(token_file(tmp_path))
+    (w,) = warnings("h")
+    assert 'data.path ("40000 bytes at /' in w and '-> "30000 bytes at /' in w, w
     sr = ["precision=bf16_pure", "optimizer.stochastic_rounding=true"]
     p = run(args(tmp_path, "e", 2, f"output.checkpoint={tmp_path / 'sr'}", *sr))
     assert p.returncode == 0, p.stderr[-3000:]
