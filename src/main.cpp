@@ -455,7 +455,7 @@ int main(int argc, char** argv) {
     args = parse_args(argc, argv);
     // under mpirun the ranks are the plan's (and the printed config's) world; a --world-size that says otherwise is
     // one of two answers
-    CONFIG_CHECK(world == 1 || args.world_size == 0 || args.world_size == world,
+    CONFIG_CHECK(args.help || args.version || world == 1 || args.world_size == 0 || args.world_size == world,
                  "--world-size {} but mpirun started {} ranks: drop --world-size (mpirun's {} are taken) or run "
                  "without mpirun", args.world_size, world, world);
     if (args.plan && !args.help && !args.version) {
@@ -635,6 +635,7 @@ int main(int argc, char** argv) {
   // (bad input: the earlier record put back, exit code 2; else the record with status error or oom), and aborts.
   // A notice that comes once rank 0's main thread has claimed the end is left unreceived for the end-of-run
   // agreement below (await_ends), which records it with rank 0's measurements.
+  std::atomic<bool> trace_told{false};  // the train job wrote profile.trace or said why not (RunContext)
   if (rank == 0)
     mpi.listen_for_failures(
         [](int) {
@@ -652,7 +653,7 @@ int main(int argc, char** argv) {
           } else {
             failed["status"] = code == 3 ? "oom" : "error";
             failed["error"] = fmt::format("rank {}: {}", from, msg);
-            if (cfg.profile.trace)  // the trace's gather is a collective the failed rank never joins
+            if (cfg.profile.trace && !trace_told.load())  // its gather is a collective the failed rank never joins
               spdlog::warn("profile.trace: no trace written: rank {} failed before the run's end", from);
             try {
               write_json_atomic(failed_path, failed);
@@ -676,6 +677,7 @@ int main(int argc, char** argv) {
                                      marker_error));
     RunContext ctx{rank, world, mpi.local_rank(), mpi.local_size(),
                    cfg.profile.memory_timeline ? &timeline : nullptr};
+    ctx.trace_told = &trace_told;
     if (cfg.job == "train") {  // the prediction goes into the record beside the measurement (and into an OOM record)
       try {
         // at the rates of this rank's GPU where the planner knows it (an H100 80GB), else an H200's

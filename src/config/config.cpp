@@ -14,34 +14,6 @@ namespace trainer {
 
 using namespace config_schema;
 
-namespace {
-
-/// Whether checkpoint directory `dir` holds a step whose weights are `step_dir`'s (the same step of the same run: a
-/// copy), compared by the manifests' CRC-32 of model.safetensors. False where either has no checksums.
-bool holds_step_of(const std::string& dir, const std::string& step_dir) {
-  namespace fs = std::filesystem;
-  const auto weights_crc = [](const fs::path& step) -> std::string {
-    try {
-      const nlohmann::json m = read_checkpoint_manifest(step.string());
-      const nlohmann::json e = m.contains("files") ? m["files"].value("model.safetensors", nlohmann::json()) : nullptr;
-      return e.is_object() && e.value("crc32", nlohmann::json()).is_string()
-                 ? fmt::format("{} {}", m.value("step", int64_t(-1)), e["crc32"].get<std::string>())
-                 : "";
-    } catch (const ConfigError&) {
-      return "";
-    }
-  };
-  if (step_dir.empty()) return false;
-  const std::string mine = weights_crc(step_dir);
-  std::error_code ec;
-  if (!mine.empty())
-    for (const auto& e : fs::directory_iterator(dir, ec))
-      if (e.path().filename().string().rfind("step-", 0) == 0 && weights_crc(e.path()) == mine) return true;
-  return false;
-}
-
-}  // namespace
-
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size,
                       bool cuda_available, const HostInfo& host, std::vector<std::string>* warnings,
                       FileChecks files) {

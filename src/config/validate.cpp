@@ -414,6 +414,11 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
                "holds no AdamW state); remove the key or set bench.phase train_step", c.bench.phase);
   if (c.init.resume) {
     CONFIG_CHECK(!c.init.resume->empty(), "init.resume: the path is empty (remove the key or set null)");
+    CONFIG_CHECK(!c.init.weights, "init: set init.weights or init.resume, not both (a resume loads the checkpoint's "
+                 "weights)");
+    CONFIG_CHECK(c.job == "train", "init.resume: only job 'train' resumes (job is '{}')", c.job);
+    CONFIG_CHECK(c.bench.phase == "train_step", "init.resume: only bench.phase 'train_step' trains (phase is '{}')",
+                 c.bench.phase);
     if (here(*c.init.resume)) check_resume(c);  // a complete checkpoint of this model and precision, with steps left
   }
 

@@ -158,18 +158,18 @@ class ScopedHostTimeout {
 
 /// A failure of one rank in a step every rank does on its own (reading a file, writing a checkpoint's files).
 struct RankFailure {
-  int rank = -1;         // the first (lowest) rank that failed
-  bool oom = false;      // its failure was out of memory
-  bool any_oom = false;  // some failed rank's was out of memory
-  std::string message;   // its error message (on every rank)
+  int rank = -1;        // the first (lowest) rank that ran out of memory, else the first that failed
+  bool oom = false;     // its failure was out of memory (so some rank's was: every rank ends as out of memory)
+  std::string message;  // its error message (on every rank)
 };
 
-/// Whether any rank failed the step that precedes this call, agreed so that every rank ends alike instead of some
-/// going on to a collective that the failed ones never join (collective: every rank calls it at the same point,
-/// whatever its own outcome). `error`: this rank's failure, "" where it succeeded; `oom`: it was out of memory.
-/// Returns std::nullopt on every rank when none failed, else the first failed rank's failure on every rank (each
-/// caller then throws, its own error where it failed). One all_gather_host of a byte a rank; where some rank failed,
-/// two broadcasts from it (the message's length, then the message).
+/// Whether any rank failed the step that precedes this call, agreed so that every rank ends alike instead of some going
+/// on to a collective that the failed ones never join (collective: every rank calls it at the same point, whatever its
+/// own outcome). `error`: this rank's failure, "" where it succeeded; `oom`: it was out of memory. Returns std::nullopt
+/// on every rank when none failed, else on every rank the failure every rank ends with: the first rank out of memory's
+/// where some rank ran out of memory (one status, oom, and a message that says so), else the first failed rank's. Each
+/// caller then throws, its own error where it failed alike. One all_gather_host of a byte a rank; where some rank
+/// failed, two broadcasts from it (the message's length, then the message).
 std::optional<RankFailure> first_failure(Communicator& comm, const std::string& error, bool oom);
 
 }  // namespace trainer

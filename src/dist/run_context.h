@@ -1,6 +1,8 @@
 // RunContext: where this process sits among the ranks of the run (from MpiSession), passed to every job.
 #pragma once
 
+#include <atomic>
+
 namespace trainer {
 
 class MemoryTimeline;
@@ -15,6 +17,9 @@ struct RunContext {
   /// owned by main(), which writes it after the job, whether the job succeeded or ran out of memory. Else nullptr.
   MemoryTimeline* memory_timeline = nullptr;
   const Plan* plan = nullptr;  // job train: this rank's plan (plan/planner.h), made before the run; may be null
+  /// profile.trace: set by job train once it has written the trace or said why none was (owned by main(), whose
+  /// failure listener otherwise says, when a rank > 0 ends the run, that none was written). May be null.
+  std::atomic<bool>* trace_told = nullptr;
 };
 
 }  // namespace trainer

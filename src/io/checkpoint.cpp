@@ -211,13 +211,29 @@ bool verify_checkpoint_file(const json& m, const std::string& step_dir, const st
   return true;
 }
 
+bool holds_step_of(const std::string& dir, const std::string& step_dir) {
+  const auto step_and_crc = [](const fs::path& step) -> std::string {  // "" where it cannot tell
+    try {
+      const json m = read_checkpoint_manifest(step.string());
+      const json e = m.contains("files") ? m["files"].value(kWeights, json()) : json();
+      return e.is_object() && e.value("crc32", json()).is_string() && m.value("step", json()).is_number_integer()
+                 ? fmt::format("{} {}", m["step"].get<int64_t>(), e["crc32"].get<std::string>())
+                 : "";
+    } catch (const ConfigError&) {
+      return "";
+    }
+  };
+  if (step_dir.empty()) return false;
+  const std::string mine = step_and_crc(step_dir);
+  std::error_code ec;
+  if (!mine.empty())
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (is_step_name(e.path().filename().string()) && step_and_crc(e.path()) == mine) return true;
+  return false;
+}
+
 void check_resume(const RunConfig& c, std::vector<std::string>* warnings, int world_size) {
-  if (!c.init.resume) return;
-  CONFIG_CHECK(!c.init.weights, "init: set init.weights or init.resume, not both (a resume loads the checkpoint's "
-               "weights)");
-  CONFIG_CHECK(c.job == "train", "init.resume: only job 'train' resumes (job is '{}')", c.job);
-  CONFIG_CHECK(c.bench.phase == "train_step", "init.resume: only bench.phase 'train_step' trains (phase is '{}')",
-               c.bench.phase);
+  if (!c.init.resume) return;  // (init.weights beside it, another job or phase: validate_config's rules)
   const std::string step_dir = resume_step_dir(c);
   const json m = read_checkpoint_manifest(step_dir);
   if (m.contains("files")) {  // what can be checked before reading: each file a resume reads is listed, at its size
@@ -250,10 +266,12 @@ void check_resume(const RunConfig& c, std::vector<std::string>* warnings, int wo
                "init.resume: the checkpoint '{}' is at step {}, but the run has {} steps in all (bench.warmup_steps "
                "+ measure_steps count from step 0): nothing is left to run", step_dir, step, total);
   if (!warnings) return;
-  // Resuming an older step of the directory the run writes to: its later steps are another branch of the run
+  // Resuming an older step of the directory the run writes to, or of a copy of it: its later steps are another
+  // branch of the run
   std::error_code ec;
   if (c.output.checkpoint && fs::exists(fs::path(*c.output.checkpoint) / kLatest, ec) &&
-      fs::weakly_canonical(step_dir, ec).parent_path() == fs::weakly_canonical(*c.output.checkpoint, ec)) {
+      (fs::weakly_canonical(step_dir, ec).parent_path() == fs::weakly_canonical(*c.output.checkpoint, ec) ||
+       holds_step_of(*c.output.checkpoint, step_dir))) {
     int64_t latest_step = -1;  // the warning only: a damaged latest there does not stop a resume from another
     try {
       latest_step = read_checkpoint_manifest(resolve_checkpoint(*c.output.checkpoint))["step"].get<int64_t>();

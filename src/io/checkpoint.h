@@ -54,13 +54,18 @@ std::string checkpoint_weights_path(const std::string& step_dir);
 /// it is unreadable, not JSON or not of kCheckpointFormat.
 nlohmann::json read_checkpoint_manifest(const std::string& step_dir);
 
-/// Checks, before any work, that `c.init.resume` can continue the run `c` on `world_size` ranks: a complete
-/// checkpoint (resolve_checkpoint), the same model dims and precision, a step below the run's total steps
-/// (bench.warmup_steps + measure_steps counts from step 0, the steps before the resume included), job train,
-/// phase train_step. Raises ConfigError starting with "init.resume:". Differences that a resume can carry
-/// (optimizer, data, strategy, world size) are allowed; they are appended to `warnings` when given, as is a
-/// checkpoint without checksums. Each file the manifest lists must have the size it records (the CRC-32s are
-/// checked where the files are read).
+/// Whether checkpoint directory `dir` holds a step-*/ of the same step and weights as `step_dir` (the manifests'
+/// step and CRC-32 of model.safetensors): `step_dir` is one of its steps, or a copy of one (cp -r, cp -a). False
+/// where either manifest is unreadable or has no checksums.
+bool holds_step_of(const std::string& dir, const std::string& step_dir);
+
+/// Checks, before any work, that `c.init.resume` can continue the run `c` on `world_size` ranks: a complete checkpoint
+/// (resolve_checkpoint), the same model dims and precision, a step below the run's total steps (bench.warmup_steps +
+/// measure_steps counts from step 0, the steps before the resume included); job train, phase train_step and no
+/// init.weights beside it are validate_config's rules. Raises ConfigError starting with "init.resume:". Differences
+/// that a resume can carry (optimizer, data, strategy, world size) are allowed; they are appended to `warnings` when
+/// given, as is a checkpoint without checksums. Each file the manifest lists must have the size it records (the CRC-32s
+/// are checked where the files are read).
 void check_resume(const RunConfig& c, std::vector<std::string>* warnings = nullptr, int world_size = 0);
 
 /// The advice that ends a resume's error about a damaged checkpoint file.

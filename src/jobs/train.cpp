@@ -151,14 +151,20 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   }
 
   Profiler profiler(*be, cfg.profile.nvtx, cfg.profile.trace.has_value());
-  bool trace_tried = false;  // write_trace was called (it says itself when it fails)
-  bool stepping = false;     // the steps have begun (bad input the set-up finds is not a run that failed)
+  bool trace_tried = false;  // write_trace was called (it says itself when it fails), or the log said why not
+  const auto tried_trace = [&] {
+    trace_tried = true;
+    if (ctx.trace_told) ctx.trace_told->store(true);
+  };
+  bool stepping = false;  // the steps have begun (bad input the set-up finds is not a run that failed)
   // A run that fails (out of memory, an error on one rank) ends without the trace's collective gather: say so
   const int exceptions_at_start = std::uncaught_exceptions();
   const ScopeExit no_trace{[&] {
     if (std::uncaught_exceptions() > exceptions_at_start && profiler.tracing() && stepping && !trace_tried &&
-        ctx.rank == 0)
+        ctx.rank == 0) {
+      tried_trace();
       spdlog::warn("profile.trace: no trace written: the run failed before its end");
+    }
   }};
   auto comm = make_communicator(cfg, *be, ctx);
   TrainSetup setup = setup_training(cfg, *be, comm.get(), ctx.world_size, /*init_weights=*/true);
@@ -243,7 +249,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
   // the write failed. At the end of the run, and at a loss that is not finite.
   const auto save_trace = [&](json& rec) -> std::string {
     rec["profile"] = profiler.summary();
-    trace_tried = true;
+    tried_trace();
     try {
       write_trace(*cfg.profile.trace, profiler, *comm);
     } catch (const std::exception& e) {
@@ -365,7 +371,7 @@ nlohmann::json run_train(const RunConfig& cfg, const RunContext& ctx) {
           spdlog::warn("profile.trace: the trace could not be written: {}", err);
         comm->barrier();
       } else if (profiler.tracing() && ctx.rank == 0) {
-        trace_tried = true;
+        tried_trace();
         spdlog::warn("profile.trace: no trace written: the loss was not finite before the first measured step");
       }
       throw PartialRunError(fmt::format("loss is {} at step {}", loss, step + 1), partial);

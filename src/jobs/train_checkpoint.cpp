@@ -213,9 +213,11 @@ bool TrainCheckpointer::due(int64_t steps_done) const {
 void TrainCheckpointer::agree(const std::string& err, const char* what, bool oom) {
   const auto f = first_failure(comm_, err, oom);
   if (!f) return;
-  const std::string msg = !err.empty() ? fmt::format("checkpoint: {} failed: {}", what, err)  // this rank's own
-                                       : fmt::format("checkpoint: {} failed on rank {}: {}", what, f->rank, f->message);
-  if (f->any_oom) throw OutOfMemory(msg);  // one status on every rank: oom where some rank ran out of memory
+  const bool own = !err.empty() && oom == f->oom;  // this rank failed as every rank ends: its own message
+  if (!err.empty() && !own) spdlog::error("checkpoint: {} failed: {}", what, err);
+  const std::string msg = own ? fmt::format("checkpoint: {} failed: {}", what, err)
+                              : fmt::format("checkpoint: {} failed on rank {}: {}", what, f->rank, f->message);
+  if (f->oom) throw OutOfMemory(msg);  // one status on every rank: oom where some rank ran out of memory
   throw RuntimeError(msg);
 }
 

@@ -71,7 +71,8 @@ class TrainCheckpointer {
  private:
   /// Raises RuntimeError on every rank if `err` is non-empty on any rank (collective, first_failure): a failed rank
   /// its own error, the others the first failed rank's; OutOfMemory instead where some rank's failure was out of
-  /// memory (`oom`), so the run ends as such on every rank (status oom, exit code 3).
+  /// memory (`oom`), so the run ends as such on every rank (status oom, exit code 3), with the first such rank's
+  /// message (a rank that failed otherwise logs its own).
   void agree(const std::string& err, const char* what, bool oom = false);
 
   const RunConfig& cfg_;

@@ -42,13 +42,14 @@ void agree_on_resumed_step(Communicator& comm, const std::string& step_dir, cons
                  "to resume", comm.rank(), step_dir, mine.step, r, all[size_t(r)].step);
 }
 
-// Collective, after every rank read `path` itself (its own copy where nodes do not share storage). A rank whose read
-// failed (`failed`; `oom`: out of host memory) throws its own error after this; the others throw "rank r: its
-// error" (first_failure; rank 0's line is the one the user sees), OutOfMemory on every rank where any rank's was, so
-// no rank goes on to a collective the failed one never joins. Where every read succeeded, the copies must be one
-// file: ddp and zero1 would take rank 0's weights (broadcast_weights) and fsdp each rank's shard of its own file, a
-// mix that trains without an error.
-// Compares each rank's size and CRC-32 (the read's digest): the same ConfigError on every rank.
+// Collective, after every rank read `path` itself (its own copy where nodes do not share storage). The job ends as
+// first_failure agrees: out of memory on every rank where any rank's read was, else a ConfigError. A rank whose read
+// failed so (`failed`; `oom`: out of host memory) throws its own error after this; the others (a rank that failed
+// otherwise logs its error) throw "rank r: its error" (rank 0's line is the one the user sees), so no rank goes on to
+// a collective the failed one never joins. Where every read succeeded,
+// the copies must be one file: ddp and zero1 would take rank 0's weights (broadcast_weights) and fsdp each rank's shard
+// of its own file, a mix that trains without an error. Compares each rank's size and CRC-32 (the read's digest): the
+// same ConfigError on every rank.
 void same_read_on_every_rank(Communicator& comm, const char* key, const std::string& path,
                              const std::exception_ptr& failed, bool oom, const FileDigest& digest) {
   std::string why;
@@ -58,11 +59,11 @@ void same_read_on_every_rank(Communicator& comm, const char* key, const std::str
       why = e.what();
     }
   if (const auto f = first_failure(comm, why, oom)) {
-    if (failed && (oom || !f->any_oom)) return;  // this rank's own error follows
-    const std::string msg = failed ? why
-                            : comm.rank() == 0 ? fmt::format("rank {}: {}", f->rank, f->message)
-                                               : fmt::format("{}: rank {} could not read '{}'", key, f->rank, path);
-    if (f->any_oom) throw OutOfMemory(msg);  // one status on every rank: oom where some rank ran out of memory
+    if (failed && oom == f->oom) return;  // this rank's own error follows: the kind every rank ends with
+    if (failed) spdlog::error("{}", why);  // another rank's out-of-memory is the job's end: this one's is logged
+    const std::string msg = comm.rank() == 0 ? fmt::format("rank {}: {}", f->rank, f->message)
+                                             : fmt::format("{}: rank {} could not read '{}'", key, f->rank, path);
+    if (f->oom) throw OutOfMemory(msg);  // one status on every rank: oom where some rank ran out of memory
     throw ConfigError(msg);
   }
   struct Read {

@@ -461,6 +461,11 @@ def test_print_config_checks_only_the_files_that_exist_here(trainer_bin, tmp_pat
     proc = run(trainer_bin, ["--print-config", *resume], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["init"]["resume"] == "/nonexistent/ck"
+    # the rules that need no file still hold
+    for more, needle in ((["--set", "bench.phase=forward"], "init.resume: only bench.phase 'train_step' trains"),
+                         (["--set", "init.weights=w.safetensors"], "init: set init.weights or init.resume, not both")):
+        proc = run(trainer_bin, ["--print-config", *resume, *more], cwd=tmp_path)
+        assert proc.returncode == 2 and needle in proc.stderr and not proc.stdout, proc.stderr
     short = write_u16(tmp_path / "short.u16", [1, 2, 3])
     proc = run(trainer_bin, ["--print-config", "--set", f"data.path={short}"], cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.startswith("trainer: error: data.path") and not proc.stdout, \

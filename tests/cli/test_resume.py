@@ -255,6 +255,15 @@ def test_a_checkpoint_directory_of_another_run_is_named_but_a_copy_of_its_own_is
         p = run(args(tmp_path, tag, 3, f"output.checkpoint={target}", f"init.resume={resume}"))
         assert p.returncode == 0, p.stderr[-3000:]
         assert (needle.replace(str(ck), str(target)) in p.stderr) == warned, (tag, p.stderr[-3000:])
+    # an older step of a copy: its later steps in output.checkpoint are another branch, pruned as it writes (as for
+    # an older step of the directory itself), and the warning says so
+    assert run(args(tmp_path, "f", 4, f"output.checkpoint={ck}", "output.checkpoint_every=1",
+                    f"init.resume={ck}")).returncode == 0
+    subprocess.run(["cp", "-r", str(ck), str(tmp_path / "copy_f")], check=True)
+    older = sorted(x.name for x in ck.iterdir() if x.name.startswith("step-"))[0]
+    p = run(args(tmp_path, "g", 4, f"output.checkpoint={ck}", f"init.resume={tmp_path / 'copy_f' / older}"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert f"but '{ck}' has a later one (step 4)" in p.stderr and "another run" not in p.stderr, p.stderr[-3000:]
 
 
 def test_the_config_differs_warning_names_the_keys_that_change_numbers_only(tmp_path):

@@ -219,7 +219,8 @@ TEST_CASE("communicator: host-side collectives match closed forms", "[dist][mpi]
   CHECK(comm->spans(*be->make_event(), std::chrono::steady_clock::now()).empty());
 }
 
-TEST_CASE("first_failure: every rank learns the first failed rank, its kind and its message", "[dist][mpi]") {
+TEST_CASE("first_failure: every rank learns the first failed (out-of-memory first) rank, its kind and message",
+          "[dist][mpi]") {
   auto be = make_backend(Device::cpu, 0);
   auto comm = make_comm(*be, /*staged=*/false);
   const int R = comm->size(), r = comm->rank();
@@ -229,14 +230,20 @@ TEST_CASE("first_failure: every rank learns the first failed rank, its kind and 
   }
   long long wrong = 0;
   wrong += trainer::first_failure(*comm, "", false).has_value();  // none failed
-  // Every rank but rank 0 fails, the last out of memory: rank 1 is the first (of several), not out of memory.
+  // Every rank but rank 0 fails: the first failed rank (1) where none ran out of memory; where the last ran out of
+  // memory, that rank (the job ends as out of memory, with its message).
   const std::string mine = r == 0 ? "" : fmt::format("rank {} could not {}", r, std::string(size_t(r * 300), 'x'));
+  const auto e = trainer::first_failure(*comm, mine, false);
+  wrong += !e || e->rank != 1 || e->oom || e->message != fmt::format("rank 1 could not {}", std::string(300, 'x'));
   const auto f = trainer::first_failure(*comm, mine, r == R - 1);
-  wrong += !f || f->rank != 1 || f->oom != (R == 2) || !f->any_oom ||
-           f->message != fmt::format("rank 1 could not {}", std::string(300, 'x'));
+  wrong += !f || f->rank != R - 1 || !f->oom ||
+           f->message != fmt::format("rank {} could not {}", R - 1, std::string(size_t((R - 1) * 300), 'x'));
   // Only the last rank fails, out of memory.
   const auto g = trainer::first_failure(*comm, r == R - 1 ? "out of host memory" : "", r == R - 1);
-  wrong += !g || g->rank != R - 1 || !g->oom || !g->any_oom || g->message != "out of host memory";
+  wrong += !g || g->rank != R - 1 || !g->oom || g->message != "out of host memory";
+  // Two ranks out of memory: the first of them.
+  const auto h = trainer::first_failure(*comm, r >= R - 2 ? fmt::format("oom on {}", r) : "", r >= R - 2);
+  wrong += !h || h->rank != R - 2 || !h->oom || h->message != fmt::format("oom on {}", R - 2);
   CHECK(sum_ranks(wrong) == 0);
 }
 
