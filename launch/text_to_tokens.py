@@ -2,7 +2,7 @@
 """Turn text files into a byte-level token file for `data.source: "tokens"`.
 
     launch/text_to_tokens.py OUT.u16 INPUT [INPUT ...]
-    launch/text_to_tokens.py data/fortunes.u16 /usr/share/games/fortunes      # Debian's fortunes package
+    launch/text_to_tokens.py build/data/fortunes.u16 /usr/share/games/fortunes   # the default config's data
 
 Each byte of the input is one token (vocab 256, so use model.vocab_size >= 256), written as uint16 little-endian:
 the flat NumPy-memmap layout of the CS336 course and llm.c (np.memmap(path, dtype=np.uint16)), which the trainer

@@ -442,6 +442,15 @@ TEST_CASE("config: --set overrides", "[config]") {
                         Contains("'optimizer.betas' has no element 2 (it has 2)"));
     REQUIRE_THROWS_WITH(load_doc(dir, doc, {"optimizer.betas.x=0.9"}), Contains("'optimizer.betas' has no element x"));
   }
+  SECTION("a path below a null, number or string value; a section replaced by another type") {
+    REQUIRE_THROWS_WITH(load_doc(dir, doc, {"checkpointing.blocks.0=1"}),
+                        Contains("'checkpointing.blocks' is null, so 'checkpointing.blocks.0' has nothing to set: give "
+                                 "the whole value (--set checkpointing.blocks=...)"));
+    REQUIRE_THROWS_WITH(load_doc(dir, doc, {"model.d_model.x=1"}), Contains("'model.d_model' is 0, so"));
+    // the --set preset rule reads the model section: a number or null there is the section's type error
+    REQUIRE_THROWS_WITH(load_doc(dir, doc, {"model=3"}), Contains("'model' must be an object, got number 3"));
+    REQUIRE_THROWS_WITH(load_doc(dir, doc, {"model=null"}), Contains("'model' must be an object, got null"));
+  }
   SECTION("null clears an optional") {
     CHECK(load_doc(dir, doc).optimizer.max_grad_norm == 1.0);
     CHECK(!load_doc(dir, doc, {"optimizer.max_grad_norm=null"}).optimizer.max_grad_norm);
@@ -458,7 +467,9 @@ TEST_CASE("config: --set overrides", "[config]") {
     REQUIRE_THROWS_WITH(load_doc(dir, doc, {"optimizer.lrr=1"}),
                         Equals("config: unknown key 'optimizer.lrr' (did you mean 'optimizer.lr'?) "
                                "(in --set optimizer.lrr=1)"));
-    REQUIRE_THROWS_WITH(load_doc(dir, doc, {"device.kind=1"}), Contains("unknown key 'device.kind'"));
+    REQUIRE_THROWS_WITH(load_doc(dir, doc, {"device.kind=1"}),
+                        Equals("config: 'device' is \"auto\", so 'device.kind' has nothing to set: give the whole "
+                               "value (--set device=...) (in --set device.kind=1)"));
     REQUIRE_THROWS_WITH(load_doc(dir, doc, {"nope=1"}), Contains("unknown key 'nope'"));
     // A known key in the wrong section: the hint names where it lives.
     REQUIRE_THROWS_WITH(load_doc(dir, doc, {"model.gemm_autotune=false"}),

@@ -30,14 +30,17 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
     // is the preset's, whatever the file says (a preset fills only dims left at 0, so the embedded default's explicit
     // d_model 128 would otherwise stay under "xl"). Which model keys the overrides give: each override applied to a
     // copy whose model keys hold a marker.
-    json probe = full;
-    const json marker = "\x01 not given";
-    for (auto& item : probe["model"].items()) item.value() = marker;
-    for (const auto& o : overrides) apply_override(probe, o);
-    const json& preset = full["model"]["preset"];
-    if (probe["model"]["preset"] != marker && preset.is_string() && !preset.get<std::string>().empty())
-      for (const PresetDim& d : kPresetDims)
-        if (probe["model"][d.name] == marker) full["model"][d.name] = 0;
+    // (a model section an override made another type than an object: from_json below says so)
+    if (full["model"].is_object()) {
+      json probe = full;
+      const json marker = "\x01 not given";
+      for (auto& item : probe["model"].items()) item.value() = marker;
+      for (const auto& o : overrides) apply_override(probe, o);
+      const json& preset = full["model"]["preset"];
+      if (probe["model"]["preset"] != marker && preset.is_string() && !preset.get<std::string>().empty())
+        for (const PresetDim& d : kPresetDims)
+          if (probe["model"][d.name] == marker) full["model"][d.name] = 0;
+    }
     RunConfig overridden;
     from_json(full, overridden);  // wrong types given by an override
     c = std::move(overridden);

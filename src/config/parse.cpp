@@ -340,6 +340,9 @@ void apply_override(json& full, const std::string& text) {
       node = &(*node)[std::stoul(part)];
     } else {
       if (walked.empty()) renamed_key(part, context);
+      // a key that exists, whose value is null or a number, string or boolean: nothing below it to set
+      CONFIG_CHECK(node->is_object(), "config: '{}' is {}, so '{}' has nothing to set: give the whole value (--set "
+                   "{}=...){}", walked, node->is_null() ? std::string("null") : node->dump(), here, walked, context);
       std::string best, hint;  // the nearest existing key at this level, within 2 edits, as for config files
       size_t best_d = 3;
       if (node->is_object())

@@ -360,6 +360,11 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
     check_enum(ab.impls[i], kAttnBenchImpls, fmt::format("attention_bench.impls[{}]", i).c_str());
   CONFIG_CHECK(ab.max_seq >= 128 && ab.max_seq <= (1 << 20),
                "config: 'attention_bench.max_seq' must be in [128, 1048576], got {}", ab.max_seq);
+  // grid a's shortest sequence is 256 (jobs/attention_bench.cpp), grid b's 128: a table with no row measures nothing
+  CONFIG_CHECK(c.job != "attention_bench" || ab.max_seq >= 256 ||
+                   std::find(ab.grids.begin(), ab.grids.end(), "b") != ab.grids.end(),
+               "attention_bench: max_seq {} leaves grid a no point (its sequences are 256 to 16384): raise max_seq "
+               "or add grid b", ab.max_seq);
   CONFIG_CHECK(c.job != "attention_bench" || c.bench.measure_steps >= 1,
                "attention_bench: bench.measure_steps is its timed calls a point and must be >= 1, got {}",
                c.bench.measure_steps);

@@ -10,6 +10,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "core/errors.h"
 
@@ -44,7 +45,16 @@ class MappedTokens {
   MappedTokens(const std::string& path, const std::string& dtype) : path_(path), elem_(token_dtype_size(dtype)) {
     // O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer.
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) throw ConfigError(fmt::format("data.path: cannot read '{}': {}", path, std::strerror(errno)));
+    if (fd < 0) {
+      const int err = errno;
+      std::error_code ec;  // a relative path not found: say which directory it was read from
+      const std::string cwd = std::filesystem::current_path(ec).string();
+      const bool relative = err == ENOENT && !ec && std::filesystem::path(path).is_relative();
+      throw ConfigError(fmt::format("data.path: cannot read '{}': {}{}", path, std::strerror(err),
+                                    relative ? fmt::format(" (a relative path, read from the current directory '{}')",
+                                                           cwd)
+                                             : std::string()));
+    }
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
       const int err = errno;
