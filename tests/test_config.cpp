@@ -837,9 +837,11 @@ TEST_CASE("config: --help and configs/README.md list every key with its default"
   std::vector<std::pair<std::string, json>> leaves;
   flatten(json(RunConfig{}), "", leaves);
   CHECK(leaves.size() >= 45);
+  size_t width = 0;  // the key column: as wide as the longest key
+  for (const auto& leaf : leaves) width = std::max(width, leaf.first.size());
   for (const auto& [key, value] : leaves) {
     INFO(key);
-    CHECK_THAT(help, Contains(fmt::format("\n  {:<26} {:<14} ", key, value.dump())));  // key, default, allowed
+    CHECK_THAT(help, Contains(fmt::format("\n  {:<{}} {:<14} ", key, width, value.dump())));  // key, default, allowed
     CHECK_THAT(readme, Contains("| `" + key + "` | `" + value.dump() + "` |"));
   }
   for (const auto& name : trainer::preset_names()) CHECK_THAT(help, Contains(name));

@@ -2,6 +2,7 @@
 // table, the presets, resolution and exit codes. configs/README.md's keys table holds the same rows.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,12 +76,16 @@ std::string help_text() {
   std::vector<KeyRow> rows;
   const RunConfig defaults;
   key_rows(defaults, "", rows);
+  size_t key_width = 0;  // the key column fits the longest key (a long default, a list, overflows its column)
+  for (const KeyRow& r : rows) key_width = std::max(key_width, r.key.size());
+  constexpr size_t default_width = 14;
   std::string section;
   for (const KeyRow& r : rows) {
     const std::string sec = r.key.find('.') == std::string::npos ? "" : r.key.substr(0, r.key.find('.'));
     if (sec != section) s += "\n";
     section = sec;
-    s += fmt::format("  {:<26} {:<14} {}\n      {}\n", r.key, r.def, allowed_text(r.doc.allowed), r.doc.meaning);
+    s += fmt::format("  {:<{}} {:<{}} {}\n      {}\n", r.key, key_width, r.def, default_width,
+                     allowed_text(r.doc.allowed), r.doc.meaning);
   }
   s += "\nmodel presets (vocab, context, d_model, d_ff, layers, heads):\n";
   for (const auto& name : preset_names()) {
