@@ -345,9 +345,8 @@ void apply_override(json& full, const std::string& text) {
                    "{}=...){}", walked, node->is_null() ? std::string("null") : node->dump(), here, walked, context);
       std::string best, hint;  // the nearest existing key at this level, within 2 edits, as for config files
       size_t best_d = 3;
-      if (node->is_object())
-        for (const auto& item : node->items())
-          if (const size_t d = edit_distance(part, item.key()); d < best_d) best_d = d, best = item.key();
+      for (const auto& item : node->items())
+        if (const size_t d = edit_distance(part, item.key()); d < best_d) best_d = d, best = item.key();
       if (!best.empty()) hint = fmt::format(" (did you mean '{}{}'?)", walked.empty() ? "" : walked + ".", best);
       else if (const std::string elsewhere = find_key(full, part); !elsewhere.empty())
         hint = fmt::format(" (did you mean '{}'?)", elsewhere);

@@ -484,29 +484,12 @@ void validate_config(const RunConfig& c, int world_size, const std::string& conf
                    "(latest, model.safetensors, step-*/); copy it elsewhere or write the checkpoints to another "
                    "directory", ck, in_key, *in_value);
     // Without `latest`, only what the checkpointer itself leaves when it is stopped before its first `latest` may be
-    // there: .lock, step-*/ holding a manifest, .tmp-step-*/, latest.tmp.*, and model.safetensors (or its temporary
-    // link) where it is one file with such a step's weights (placed just before `latest`: io/checkpoint.h). A
-    // requeued run continues in it.
+    // there (a requeued run continues in it)
     std::error_code ec;
-    const auto complete_step = [](const fs::path& p) {
-      std::error_code e;
-      return p.filename().string().rfind("step-", 0) == 0 && fs::exists(p / "manifest.json", e);
-    };
-    const auto a_step_s_weights = [&](const fs::path& file) {
-      std::error_code e;
-      for (const auto& s : fs::directory_iterator(ck, e))
-        if (std::error_code e2; complete_step(s.path()) && fs::equivalent(file, s.path() / "model.safetensors", e2))
-          return true;
-      return false;
-    };
     if (files == FileChecks::all && fs::is_directory(ck, ec) && !fs::exists(fs::path(ck) / "latest", ec))
       for (const auto& e : fs::directory_iterator(ck, ec)) {
         const std::string n = e.path().filename().string();
-        const bool ours = n == ".lock" || n.rfind(".tmp-step-", 0) == 0 || n.rfind("latest.tmp.", 0) == 0 ||
-                          complete_step(e.path()) ||
-                          ((n == "model.safetensors" || n == "model.safetensors.tmp-link") &&
-                           a_step_s_weights(e.path()));
-        CONFIG_CHECK(ours,
+        CONFIG_CHECK(left_before_first_latest(ck, n),
                      "output.checkpoint: '{}' is a directory with other things in it ('{}') and no checkpoint (no "
                      "'latest'); the checkpointer would replace or prune what it finds there: give an empty or new "
                      "directory", ck, n);

@@ -211,6 +211,20 @@ bool verify_checkpoint_file(const json& m, const std::string& step_dir, const st
   return true;
 }
 
+bool left_before_first_latest(const std::string& dir, const std::string& name) {
+  std::error_code ec;
+  const auto complete_step = [&](const fs::path& p) {
+    return is_step_name(p.filename().string()) && fs::exists(p / kManifest, ec);
+  };
+  if (name == ".lock" || name.rfind(".tmp-step-", 0) == 0 || name.rfind(std::string(kLatest) + ".tmp.", 0) == 0 ||
+      complete_step(fs::path(dir) / name))
+    return true;
+  if (name != kWeights && name != std::string(kWeights) + ".tmp-link") return false;
+  for (const auto& s : fs::directory_iterator(dir, ec))  // one file with a complete step's weights (place_weights)
+    if (complete_step(s.path()) && fs::equivalent(fs::path(dir) / name, s.path() / kWeights, ec)) return true;
+  return false;
+}
+
 bool holds_step_of(const std::string& dir, const std::string& step_dir) {
   const auto step_and_crc = [](const fs::path& step) -> std::string {  // "" where it cannot tell
     try {

@@ -54,6 +54,12 @@ std::string checkpoint_weights_path(const std::string& step_dir);
 /// it is unreadable, not JSON or not of kCheckpointFormat.
 nlohmann::json read_checkpoint_manifest(const std::string& step_dir);
 
+/// Whether entry `name` of checkpoint directory `dir` (one without `latest`) is what the checkpointer leaves when it
+/// is stopped before its first `latest`: .lock, a step-*/ holding a manifest, .tmp-step-*/, latest.tmp.*, and
+/// model.safetensors (or its temporary link) where it is one file with such a step's weights (placed just before
+/// `latest`). validate_config refuses any other entry there, which the checkpointer would replace or prune.
+bool left_before_first_latest(const std::string& dir, const std::string& name);
+
 /// Whether checkpoint directory `dir` holds a step-*/ of the same step and weights as `step_dir` (the manifests'
 /// step and CRC-32 of model.safetensors): `step_dir` is one of its steps, or a copy of one (cp -r, cp -a). False
 /// where either manifest is unreadable or has no checksums.
