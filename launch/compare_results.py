@@ -27,7 +27,7 @@ import json
 import statistics
 import sys
 
-from records import clip, file_labels, get, mean_std, sample_count  # this folder: the records helpers
+from records import FIELD_ERRORS, clip, file_labels, get, mean_std, sample_count  # this folder: the records helpers
 
 PHASES = ["forward", "backward", "optimizer", "step", "comm", "comm_exposed"]
 
@@ -331,15 +331,12 @@ def load(path):
     return peer_as_record(r) if peer else r
 
 
-UNREADABLE = (TypeError, ValueError, AttributeError, KeyError, IndexError)
-
-
 def readable(r):
     """Whether the rows can be built from record r alone."""
     try:
         render_text(["r"], build_rows([r]))
         return True
-    except UNREADABLE:
+    except FIELD_ERRORS:
         return False
 
 
@@ -356,7 +353,7 @@ def main(argv=None):
     try:
         rows = build_rows(records)
         text = render_markdown(headers, rows) if args.markdown else render_text(headers, rows)
-    except UNREADABLE as e:  # a field of another type or shape than check() looks at: name the first such record
+    except FIELD_ERRORS as e:  # a field of another type or shape than check() looks at: name the first such record
         bad = next((p for p, r in zip(args.records, records) if not readable(r)), "a record")
         die(f"'{bad}': a field of another type than a result record's ({type(e).__name__}: {e}; a hand-edited "
             "record?)")

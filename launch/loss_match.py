@@ -31,7 +31,7 @@ import math
 import pathlib
 import sys
 
-from records import file_labels  # this folder: the records helpers
+from records import FIELD_ERRORS, file_labels  # this folder: the records helpers
 
 
 def die(msg):
@@ -264,6 +264,6 @@ if __name__ == "__main__":
         sys.exit(main(sys.argv[1:]))
     except BrokenPipeError:  # piped into head
         sys.stderr.close()
-    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:  # a field of another type or shape
+    except FIELD_ERRORS as e:  # a field of another type or shape
         die(f"a record holds a field of another type than a result record's ({type(e).__name__}: {e}): was it "
             "edited?")

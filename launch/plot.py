@@ -94,7 +94,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plot_common import COLORS, DPI, BadInput, check_output, pyplot, same_file, save_figure  # noqa: E402
-from records import clip, file_labels, size_unit  # noqa: E402
+from records import FIELD_ERRORS, clip, file_labels, size_unit  # noqa: E402
 
 PROG = "plot.py"
 FORMATS = ("png", "pdf", "svg")   # -o's suffix: the format matplotlib writes
@@ -1056,7 +1056,7 @@ def main(argv=None) -> int:
     except BadInput as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
-    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:  # a field of another type or shape
+    except FIELD_ERRORS as e:  # a field of another type or shape
         print(f"{PROG}: error: a record holds a field the kind cannot read ({type(e).__name__}: {e}): is it a "
               "trainer result record, unedited?", file=sys.stderr)
         return 2

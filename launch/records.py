@@ -6,6 +6,10 @@ from pathlib import PurePath
 
 GIB, MIB = 2 ** 30, 2 ** 20
 
+# What reading a field of another type or shape than a result record's raises (a hand-edited record): the tools catch
+# these to print one line and exit 2 instead of a traceback.
+FIELD_ERRORS = (TypeError, ValueError, AttributeError, KeyError, IndexError)
+
 
 def get(d, *keys, default=None):
     """d[k0][k1]... or `default` when any level is missing, null or not an object (a partial or failed record)."""
