@@ -175,7 +175,9 @@ FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes, 
         add(keep_attention ? "blocks, attention kept" : "blocks", sets,
             fmt::format("{} of {} blocks recomputed{}", k, L, keep_attention ? ", attention kept" : ""), p, make(k));
       }
-      for (const char* policy : {"sqrt", "nested"}) {
+      // none: nothing recomputed, the fastest where it fits (the elementwise results kept too); sqrt, nested: the
+      // fewest inputs kept
+      for (const char* policy : {"none", "sqrt", "nested"}) {
         RunConfig c = base;
         c.checkpointing.policy = policy;
         c.checkpointing.blocks.reset();
@@ -185,7 +187,8 @@ FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes, 
         add(policy,
             {fmt::format("checkpointing.policy={}", policy), "checkpointing.blocks=null",
              "checkpointing.keep_attention=false"},
-            fmt::format("policy {}", policy), *p, c);
+            c.checkpointing.policy == "none" ? "nothing recomputed (policy none)" : fmt::format("policy {}", policy),
+            *p, c);
       }
     }
   }

@@ -8,6 +8,8 @@
 //     whole blocks selectively; the 8B configs were found this way by hand);
 //   - the same with checkpointing.keep_attention (a recompute skips the attention forward; more memory);
 //   - policy nested and sqrt (Chen et al. 2016: O(log L) and O(sqrt L) inputs alive);
+//   - policy none, nothing recomputed: the fastest where it fits (selective's RMSNorm and SwiGLU recompute is about
+//     1-2% of a step: results/NOTES.md v52), so --fit of a run that fits also says what keeping everything costs;
 //   - each of these at the run's microbatch, half of it, a quarter, ... down to one row (gradient accumulation: the
 //     same update up to summation order; a smaller microbatch may need fewer recomputed blocks), the fastest kept;
 //   - the run as configured, when it fits; a forward-only run (bench.phase forward) only varies the microbatch;

@@ -258,14 +258,14 @@ def test_plan_fit_takes_a_larger_lm_head_chunk_where_it_fits(trainer_bin, tmp_pa
     base = [str(SOURCE_DIR / "configs" / "small.json"), "--set", "device=cuda", "--set", "precision=bf16",
             "--set", "checkpointing.lm_head_chunk_tokens=128"]
     p = plan_json(trainer_bin, tmp_path, *base, "--fit")
-    first = p["fit"]["options"][0]
-    assert first["what"] == "as configured, LM head whole", first
-    assert first["sets"] == ["checkpointing.lm_head_chunk_tokens=2048"], first
+    as_is = next(o for o in p["fit"]["options"] if o["what"].startswith("as configured"))
+    assert as_is["what"] == "as configured, LM head whole", as_is
+    assert as_is["sets"] == ["checkpointing.lm_head_chunk_tokens=2048"], as_is
     dw = 10000 * 768 * 4  # the head's fp32 weight gradient, bytes
     rate = p["assumptions"]["memory_bandwidth_bytes_per_s"]
-    assert p["time_s"] - first["time_s"] >= 15 * 2 * dw / rate  # at least the 15 accumulations' read and write
-    again = plan_json(trainer_bin, tmp_path, *base, *[a for kv in first["sets"] for a in ("--set", kv)])
-    assert again["memory"]["peak_bytes"] == first["peak_bytes"] and again["time_s"] == first["time_s"]
+    assert p["time_s"] - as_is["time_s"] >= 15 * 2 * dw / rate  # at least the 15 accumulations' read and write
+    again = plan_json(trainer_bin, tmp_path, *base, *[a for kv in as_is["sets"] for a in ("--set", kv)])
+    assert again["memory"]["peak_bytes"] == as_is["peak_bytes"] and again["time_s"] == as_is["time_s"]
 
 
 @pytest.mark.parametrize("strategy, hint", [
@@ -329,7 +329,8 @@ def test_plan_fit_tries_smaller_microbatches_for_every_family(trainer_bin, tmp_p
     assert fit["options"] and fit["state_bytes"] < fit["budget_bytes"], fit
     assert all(any(kv.startswith("data.microbatch_size=") for kv in o["sets"]) for o in fit["options"]), fit
     small = plan_json(trainer_bin, tmp_path, TINY, "--set", "device=cuda", "--fit")["fit"]
-    assert small["options"][0]["what"] == "as configured" and small["options"][0]["sets"] == [], small
+    assert any(o["what"] == "as configured" and o["sets"] == [] for o in small["options"]), small
+    assert small["options"][0]["what"] == "nothing recomputed (policy none)", small  # the fastest, where it fits
 
 
 def test_plan_fit_keep_attention_with_naive_attention(trainer_bin, tmp_path):
