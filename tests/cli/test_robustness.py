@@ -41,9 +41,12 @@ def version_text(trainer_bin):
 
 
 def start(trainer_bin, args, cwd):
+    """The trainer as from a terminal: SIGHUP at its default disposition, also where this suite runs under nohup
+    (which would hand SIG_IGN on, and an ignored SIGHUP stays ignored: test_an_ignored_sighup_stays_ignored)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     return subprocess.Popen([trainer_bin, *map(str, args)], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
 
 
 def wait_for_line(proc, needle, timeout=120):
