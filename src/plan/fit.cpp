@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -112,6 +113,14 @@ FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes, 
   const std::optional<Planned> as_is = configured.empty() ? s.plan(cfg) : s.planned(configured);
   TRAINER_CHECK(as_is.has_value(), "search_fit: the run's own config has no plan");
   out.state_bytes = as_is->state;
+  // A run of several microbatches a step keeps gradient accumulators that one microbatch (the rank's whole batch)
+  // does not need: where the state is over the budget at the run's microbatch, the search also tries that one
+  const bool try_whole = per_rank > cfg.data.microbatch_size && as_is->state > budget_bytes;
+  if (try_whole) {
+    RunConfig whole = cfg;
+    whole.data.microbatch_size = per_rank;
+    if (const std::optional<Planned> p = s.plan(whole)) out.state_bytes = std::min(out.state_bytes, p->state);
+  }
   // Each family's fastest fitting option over the microbatches, from the run's down to one row (halving): a
   // smaller microbatch adds accumulation steps but may need fewer recomputed blocks
   struct Candidate {
@@ -126,7 +135,11 @@ FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes, 
   if (s.fits(as_is)) consider("as configured", {{}, "as configured", as_is->peak, as_is->time_s}, cfg);
   if (out.state_bytes <= budget_bytes) {
     const bool backward = phase_has_backward(cfg.bench);  // a forward keeps nothing for a backward: no recompute
-    for (int micro = cfg.data.microbatch_size; micro >= 1; micro = micro > 1 ? std::max(1, micro / 2) : 0) {
+    std::vector<int> micros;  // the run's microbatch and each halving of it (and the whole batch, above)
+    if (try_whole) micros.push_back(per_rank);
+    for (int micro = cfg.data.microbatch_size; micro >= 1; micro = micro > 1 ? std::max(1, micro / 2) : 0)
+      micros.push_back(micro);
+    for (const int micro : micros) {
       if (per_rank % micro != 0) continue;  // the train job needs the per-rank batch divisible
       RunConfig base = cfg;
       base.data.microbatch_size = micro;
@@ -220,12 +233,23 @@ FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes, 
   std::stable_sort(out.options.begin(), out.options.end(), [](const FitOption& a, const FitOption& b) {
     return a.time_s != b.time_s ? a.time_s < b.time_s : a.sets.size() < b.sets.size();
   });
-  // the same plan twice (a forward's policies, say) is shown once: the first, with the fewest --set arguments
-  std::vector<FitOption> unique;
-  for (FitOption& o : out.options)
-    if (unique.empty() || o.peak_bytes != unique.back().peak_bytes || o.time_s != unique.back().time_s)
-      unique.push_back(std::move(o));
-  out.options = std::move(unique);
+  // An option that another one beats in both time and peak (or ties in both: the same plan twice, a forward's
+  // policies, say) is left out; the first of a tie, with the fewest --set arguments, stays. The run as configured
+  // stays listed even so, beside what beats it. In time order, an option is kept where its peak is below that of
+  // every option kept before it (each at least as fast).
+  std::vector<FitOption> kept;
+  size_t lowest = SIZE_MAX;
+  for (FitOption& o : out.options) {
+    const bool as_configured = o.what.rfind("as configured", 0) == 0;
+    if (o.peak_bytes >= lowest && !(as_configured && (kept.empty() || o.peak_bytes != kept.back().peak_bytes ||
+                                                      o.time_s != kept.back().time_s))) {
+      out.beaten.push_back(std::move(o));
+      continue;
+    }
+    lowest = std::min(lowest, o.peak_bytes);
+    kept.push_back(std::move(o));
+  }
+  out.options = std::move(kept);
   out.plans = s.plans();
   return out;
 }
@@ -234,7 +258,11 @@ nlohmann::json FitSearch::to_json() const {
   nlohmann::json opts = nlohmann::json::array();
   for (const FitOption& o : options)
     opts.push_back({{"sets", o.sets}, {"what", o.what}, {"peak_bytes", o.peak_bytes}, {"time_s", o.time_s}});
-  return {{"budget_bytes", budget_bytes}, {"options", opts}, {"plans", plans}, {"state_bytes", state_bytes}};
+  nlohmann::json left = nlohmann::json::array();
+  for (const FitOption& o : beaten)
+    left.push_back({{"sets", o.sets}, {"what", o.what}, {"peak_bytes", o.peak_bytes}, {"time_s", o.time_s}});
+  return {{"budget_bytes", budget_bytes}, {"options", opts}, {"beaten", left}, {"plans", plans},
+          {"state_bytes", state_bytes}};
 }
 
 }  // namespace trainer

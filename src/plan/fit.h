@@ -12,10 +12,15 @@
 //     1-2% of a step: results/NOTES.md v52), so --fit of a run that fits also says what keeping everything costs;
 //   - each of these at the run's microbatch, half of it, a quarter, ... down to one row (gradient accumulation: the
 //     same update up to summation order; a smaller microbatch may need fewer recomputed blocks), the fastest kept;
+//     where the run's state is over the budget at its microbatch, also at the rank's whole batch as one microbatch
+//     (no gradient accumulators; a larger microbatch is not tried otherwise: the plan's cost grows with its rows);
 //   - the run as configured, when it fits; a forward-only run (bench.phase forward) only varies the microbatch;
 //   - then, for each option, the largest LM-head chunk (checkpointing.lm_head_chunk_tokens) that still fits, where
 //     that is faster: each chunk after the first reads and writes the head's fp32 weight gradient once more (tried
-//     from the microbatch's tokens down by halving to the option's own chunk; the first that fits is kept).
+//     from the microbatch's tokens down by halving to the option's own chunk; the first that fits is kept);
+//   - an option that another beats in both time and peak is left out (the run as configured stays listed).
+// Each family's k is the fewest at the run's LM-head chunk, so a larger chunk with a k one or two lower can be faster
+// still and is not found (the 8B fsdp config: results/NOTES.md v52).
 // The peak is taken as monotone in k (each more recomputed block drops its stored activations), so k is found by
 // bisection: about log2(L) plans per family and microbatch. With naive attention and keep_attention the kept
 // probabilities can make k = L a larger peak than k = L - 1, so L - 1 is tried when L does not fit.
@@ -42,11 +47,15 @@ struct FitOption {
 struct FitSearch {
   size_t budget_bytes = 0;         // what a rank's planned peak may be
   std::vector<FitOption> options;  // those that fit, fastest first: the run as configured (when it fits) and each
-                                   // family's fastest over the microbatches; an identical plan once
+                                   // family's fastest over the microbatches that no other beats in time and peak
+  std::vector<FitOption> beaten;   // the families' fits that an option above beats in time and peak (or ties), in
+                                   // time order: in the JSON only
   int plans = 0;                   // dry runs made
   size_t state_bytes = 0;          // the run's weights, gradients and optimizer state at their peaks (the largest
-                                   // rank): when they exceed the budget no candidate is tried (recompute cannot help)
-  /// {"budget_bytes", "options": [{"sets", "what", "peak_bytes", "time_s"}], "plans", "state_bytes"}
+                                   // rank; the lower of its microbatch's and one microbatch's): when they exceed the
+                                   // budget no candidate is tried (recompute cannot help)
+  /// {"budget_bytes", "options": [{"sets", "what", "peak_bytes", "time_s"}], "beaten": [the same], "plans",
+  ///  "state_bytes"}
   nlohmann::json to_json() const;
 };
 
