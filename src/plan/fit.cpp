@@ -255,13 +255,13 @@ FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes, 
 }
 
 nlohmann::json FitSearch::to_json() const {
-  nlohmann::json opts = nlohmann::json::array();
-  for (const FitOption& o : options)
-    opts.push_back({{"sets", o.sets}, {"what", o.what}, {"peak_bytes", o.peak_bytes}, {"time_s", o.time_s}});
-  nlohmann::json left = nlohmann::json::array();
-  for (const FitOption& o : beaten)
-    left.push_back({{"sets", o.sets}, {"what", o.what}, {"peak_bytes", o.peak_bytes}, {"time_s", o.time_s}});
-  return {{"budget_bytes", budget_bytes}, {"options", opts}, {"beaten", left}, {"plans", plans},
+  const auto list = [](const std::vector<FitOption>& v) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const FitOption& o : v)
+      a.push_back({{"sets", o.sets}, {"what", o.what}, {"peak_bytes", o.peak_bytes}, {"time_s", o.time_s}});
+    return a;
+  };
+  return {{"budget_bytes", budget_bytes}, {"options", list(options)}, {"beaten", list(beaten)}, {"plans", plans},
           {"state_bytes", state_bytes}};
 }
 
