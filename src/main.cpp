@@ -283,7 +283,9 @@ int run_plan(const RunConfig& cfg, int world, const std::string& assumed, bool a
   if (search && search->options.empty()) {
     const std::string& s = cfg.parallel.strategy;
     const std::string more =
-        s == "fsdp"    ? "more ranks, or a smaller model"
+        cfg.precision == "bf16_pure"
+            ? "a smaller model, or precision bf16 over several ranks with fsdp (bf16_pure runs on strategy none only)"
+        : s == "fsdp"  ? "more ranks, or a smaller model"
         : s == "zero1" ? "fsdp over several ranks (zero1 keeps the weights and gradients whole), or a smaller model"
         // with optimizer.in_backward one unit's gradient lives at a time; zero1 (which refuses in_backward) holds
         // all of it: fp32 state 4 + 4 + 8 / N bytes a parameter against 4 + 8, at most 4 fewer

@@ -277,24 +277,30 @@ def test_plan_fit_takes_a_larger_lm_head_chunk_where_it_fits(trainer_bin, tmp_pa
     ("none_clipped", "several ranks with fsdp (or zero1, which shards the AdamW moments alone), precision bf16_pure"),
     ("zero1", "fsdp over several ranks (zero1 keeps the weights and gradients whole), or a smaller model"),
     ("ddp_bucketed", "fsdp over several ranks (ddp_bucketed keeps every weight, gradient and AdamW moment whole)"),
-    ("fsdp", "more ranks, or a smaller model")])
+    ("fsdp", "more ranks, or a smaller model"),
+    ("none_pure", "a smaller model, or precision bf16 over several ranks with fsdp (bf16_pure runs on strategy none")])
 def test_plan_fit_state_too_large_names_what_shards_it(trainer_bin, tmp_path, strategy, hint):
     """10B in fp32 on H100s: the state alone is over the budget; the hint names only what lowers it under the
     strategy (a fresh user was told "more ranks" under zero1 and ddp, which keep the weights whole). Strategy none
-    runs optimizer.in_backward (one unit's gradient at a time), unless clipping rules it out: then zero1 shards more."""
-    world = {"none": "1", "none_clipped": "1", "fsdp": "2"}.get(strategy, "64")  # fsdp: 64 shards fit; 2 do not
-    clip = ["--set", "optimizer.max_grad_norm=1.0"] if strategy == "none_clipped" else []
-    strategy = strategy.removesuffix("_clipped")
+    runs optimizer.in_backward (one unit's gradient at a time), unless clipping rules it out: then zero1 shards more.
+    Precision bf16_pure runs on strategy none only: more ranks help only in precision bf16."""
+    # fsdp: 64 shards fit, 2 do not
+    world = {"none": "1", "none_clipped": "1", "none_pure": "1", "fsdp": "2"}.get(strategy, "64")
+    extra = ["--set", "optimizer.max_grad_norm=1.0"] if strategy == "none_clipped" else []
+    precision = "bf16_pure" if strategy == "none_pure" else "fp32"
+    if strategy == "none_pure":  # 8 bytes a parameter (72 GiB of state) fit an H100's budget, not a 40 GiB card's
+        extra = ["--device-memory", "40"]
+    strategy = strategy.removesuffix("_clipped").removesuffix("_pure")
     r = run(trainer_bin, ["--plan", str(SOURCE_DIR / "configs" / "10B.json"), "--world-size", world, "--gpu", "h100",
-                          "--set", "precision=fp32", "--set", f"data.batch_size={world}",
-                          "--set", f"parallel.strategy={strategy}", "--fit", *clip], tmp_path)
+                          "--set", f"precision={precision}", "--set", f"data.batch_size={world}",
+                          "--set", f"parallel.strategy={strategy}", "--fit", *extra], tmp_path)
     assert r.returncode == 0, r.stderr
     line = [x for x in r.stdout.splitlines() if "nothing: the weights" in x]
     assert len(line) == 1 and hint in line[0], r.stdout
     # --json says the same: no option, and why
     j = run(trainer_bin, ["--plan", str(SOURCE_DIR / "configs" / "10B.json"), "--world-size", world, "--gpu", "h100",
-                          "--set", "precision=fp32", "--set", f"data.batch_size={world}",
-                          "--set", f"parallel.strategy={strategy}", "--fit", "--json", *clip], tmp_path)
+                          "--set", f"precision={precision}", "--set", f"data.batch_size={world}",
+                          "--set", f"parallel.strategy={strategy}", "--fit", "--json", *extra], tmp_path)
     fit = json.loads(j.stdout)["fit"]
     assert fit["options"] == [] and "  nothing: " + fit["nothing"] == line[0], fit
 
