@@ -229,7 +229,10 @@ FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes, 
         break;
       }
     }
-  for (auto& [family, e] : best) out.options.push_back(std::move(e.option));
+  for (auto& [family, e] : best) {
+    e.option.as_configured = family == "as configured";
+    out.options.push_back(std::move(e.option));
+  }
   std::stable_sort(out.options.begin(), out.options.end(), [](const FitOption& a, const FitOption& b) {
     return a.time_s != b.time_s ? a.time_s < b.time_s : a.sets.size() < b.sets.size();
   });
@@ -240,9 +243,8 @@ FitSearch search_fit(const RunConfig& cfg, int world_size, size_t budget_bytes, 
   std::vector<FitOption> kept;
   size_t lowest = SIZE_MAX;
   for (FitOption& o : out.options) {
-    const bool as_configured = o.what.rfind("as configured", 0) == 0;
-    if (o.peak_bytes >= lowest && !(as_configured && (kept.empty() || o.peak_bytes != kept.back().peak_bytes ||
-                                                      o.time_s != kept.back().time_s))) {
+    const bool tie = !kept.empty() && o.peak_bytes == kept.back().peak_bytes && o.time_s == kept.back().time_s;
+    if (o.peak_bytes >= lowest && (!o.as_configured || tie)) {
       out.beaten.push_back(std::move(o));
       continue;
     }

@@ -42,6 +42,7 @@ struct FitOption {
   std::string what;               // "9 of 34 blocks recomputed, attention kept", ...
   size_t peak_bytes = 0;          // the plan's peak of the largest rank planned (rank 0 and the last rank)
   double time_s = 0;              // the plan's predicted step time
+  bool as_configured = false;     // the run's own config (with at most a larger LM-head chunk): listed even if beaten
 };
 
 struct FitSearch {
